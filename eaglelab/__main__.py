@@ -1,0 +1,5 @@
+import sys
+
+from eaglelab.cli import main
+
+sys.exit(main())
