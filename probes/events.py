@@ -1,0 +1,334 @@
+"""Events: what the probes make of the engine's stats, one frozen dataclass per kind.
+
+Events are the interchange format: the run record stores one per line (``to_json``), the TUI,
+TensorBoard and the console summary consume them. Every event class has a ``type`` name
+(a class attribute, written as the ``"type"`` key) and a wall-clock time ``t`` (``time.time()``).
+
+Compatibility rules (``SCHEMA_VERSION``): a later version may add event types and add fields with
+defaults; it never renames or removes a field. Readers therefore ignore unknown fields and skip
+unknown types (``from_json`` returns ``None`` for them) instead of failing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Union
+
+from eaglelab.engine.observer import (
+    AllReduceStats,
+    CycleStats,
+    GraphCaptureStats,
+    RunInfo,
+    RunSummary,
+)
+
+SCHEMA_VERSION: int = 1
+
+__all__ = [
+    "SCHEMA_VERSION",
+    "Event",
+    "RunStarted",
+    "Step",
+    "GraphCaptured",
+    "AllReduce",
+    "WarningEvent",
+    "Warning",
+    "RunFinished",
+    "EVENT_TYPES",
+    "EventDecodeError",
+    "to_json",
+    "from_json",
+]
+
+
+class EventDecodeError(ValueError):
+    """A JSON object names a known event type but its fields cannot make that event."""
+
+
+@dataclass(frozen=True)
+class RunStarted:
+    """A run began: model identity, device, dtype, full spec and model config, versions."""
+
+    type: ClassVar[str] = "run_started"
+    model: str
+    model_digest: str
+    device: str
+    dtype: str
+    batch_size: int
+    spec: dict[str, Any]
+    model_config: dict[str, Any]
+    versions: dict[str, str]
+    tp_size: int = 1
+    t: float = 0.0
+
+    @classmethod
+    def from_info(cls, info: RunInfo, t: float | None = None) -> "RunStarted":
+        """Build from the engine's :class:`RunInfo`."""
+        return cls(
+            model=info.model,
+            model_digest=info.model_digest,
+            device=info.device,
+            dtype=info.dtype,
+            batch_size=info.batch_size,
+            spec=dict(info.spec),
+            model_config=dict(info.model_config),
+            versions=dict(info.versions),
+            tp_size=info.tp_size,
+            t=time.time() if t is None else t,
+        )
+
+
+@dataclass(frozen=True)
+class Step:
+    """One prefill, plain decode step or speculative cycle (see engine ``CycleStats``).
+
+    ``phase_ms`` keys are among ``engine.observer.PHASES``; ``accept_len[b]`` counts the tokens
+    row b committed this cycle, bonus included; ``graph[phase]`` is ``"replay"`` or
+    ``"eager: <reason>"``.
+    """
+
+    type: ClassVar[str] = "step"
+    index: int
+    kind: str  # "prefill" | "decode" | "spec"
+    phase_ms: dict[str, float]
+    accept_len: tuple[int, ...] = ()
+    accepted_positions: tuple[tuple[int, ...], ...] = ()
+    num_draft_tokens: int = 0
+    verify_tokens: int = 0
+    graph: dict[str, str] = field(default_factory=dict)
+    active_rows: int = 0
+    t: float = 0.0
+
+    @classmethod
+    def from_stats(cls, stats: CycleStats, t: float | None = None) -> "Step":
+        """Build from the engine's :class:`CycleStats`."""
+        return cls(
+            index=stats.index,
+            kind=stats.kind,
+            phase_ms=dict(stats.phase_ms),
+            accept_len=tuple(stats.accept_len),
+            accepted_positions=tuple(tuple(p) for p in stats.accepted_positions),
+            num_draft_tokens=stats.num_draft_tokens,
+            verify_tokens=stats.verify_tokens,
+            graph=dict(stats.graph),
+            active_rows=stats.active_rows,
+            t=time.time() if t is None else t,
+        )
+
+    @property
+    def cycle_ms(self) -> float:
+        """Sum of this step's phase times."""
+        return float(sum(self.phase_ms.values()))
+
+    @property
+    def tokens(self) -> int:
+        """Tokens committed this step over all rows."""
+        return int(sum(self.accept_len))
+
+
+@dataclass(frozen=True)
+class GraphCaptured:
+    """A CUDA graph was captured (one per name and batch-size bucket)."""
+
+    type: ClassVar[str] = "graph_captured"
+    name: str
+    batch_size: int
+    seconds: float
+    memory_bytes: int
+    t: float = 0.0
+
+    @classmethod
+    def from_stats(cls, stats: GraphCaptureStats, t: float | None = None) -> "GraphCaptured":
+        """Build from the engine's :class:`GraphCaptureStats`."""
+        return cls(
+            name=stats.name,
+            batch_size=stats.batch_size,
+            seconds=stats.seconds,
+            memory_bytes=stats.memory_bytes,
+            t=time.time() if t is None else t,
+        )
+
+
+@dataclass(frozen=True)
+class AllReduce:
+    """One timed all-reduce inside a forward (tensor-parallel runs)."""
+
+    type: ClassVar[str] = "allreduce"
+    layer: int
+    site: str
+    nbytes: int
+    ms: float
+    rank: int
+    world_size: int
+    phase: str
+    in_graph: bool = False
+    t: float = 0.0
+
+    @classmethod
+    def from_stats(cls, stats: AllReduceStats, t: float | None = None) -> "AllReduce":
+        """Build from the engine's :class:`AllReduceStats`."""
+        return cls(
+            layer=stats.layer,
+            site=stats.site,
+            nbytes=stats.nbytes,
+            ms=stats.ms,
+            rank=stats.rank,
+            world_size=stats.world_size,
+            phase=stats.phase,
+            in_graph=stats.in_graph,
+            t=time.time() if t is None else t,
+        )
+
+
+@dataclass(frozen=True)
+class WarningEvent:
+    """Something the engine or a probe wants the user to know (eager fallback, clamped setting)."""
+
+    type: ClassVar[str] = "warning"
+    source: str
+    message: str
+    t: float = 0.0
+
+
+# The name the design uses; ``WarningEvent`` avoids shadowing the builtin where that matters.
+Warning = WarningEvent  # noqa: A001
+
+
+@dataclass(frozen=True)
+class RunFinished:
+    """A run ended: the engine's totals (see engine ``RunSummary``)."""
+
+    type: ClassVar[str] = "run_finished"
+    prompt_tokens: int
+    generated_tokens: int
+    seconds: float
+    cycles: int
+    mean_accept_len: float | None = None
+    stop_reasons: tuple[str, ...] = ()
+    t: float = 0.0
+
+    @classmethod
+    def from_summary(cls, summary: RunSummary, t: float | None = None) -> "RunFinished":
+        """Build from the engine's :class:`RunSummary`."""
+        return cls(
+            prompt_tokens=summary.prompt_tokens,
+            generated_tokens=summary.generated_tokens,
+            seconds=summary.seconds,
+            cycles=summary.cycles,
+            mean_accept_len=summary.mean_accept_len,
+            stop_reasons=tuple(summary.stop_reasons),
+            t=time.time() if t is None else t,
+        )
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        """Generated tokens per wall second, or None when no time elapsed."""
+        return self.generated_tokens / self.seconds if self.seconds > 0 else None
+
+
+Event = Union[RunStarted, Step, GraphCaptured, AllReduce, WarningEvent, RunFinished]
+
+EVENT_TYPES: dict[str, type] = {
+    cls.type: cls for cls in (RunStarted, Step, GraphCaptured, AllReduce, WarningEvent, RunFinished)
+}
+
+
+def to_json(event: Event) -> dict[str, Any]:
+    """A JSON-ready dict: ``{"type": ..., <fields>}``; tuples become lists."""
+    out: dict[str, Any] = {"type": event.type}
+    for f in dataclasses.fields(event):
+        out[f.name] = _plain(getattr(event, f.name))
+    return out
+
+
+def from_json(obj: dict[str, Any]) -> Event | None:
+    """Rebuild an event from :func:`to_json` output.
+
+    Unknown fields are ignored; an unknown or missing ``type`` gives ``None``. A known type whose
+    fields are missing or of the wrong kind raises :class:`EventDecodeError`.
+    """
+    if not isinstance(obj, dict):
+        raise EventDecodeError(f"an event is a JSON object, got {type(obj).__name__}")
+    cls = EVENT_TYPES.get(obj.get("type"))  # type: ignore[arg-type]
+    if cls is None:
+        return None
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(cls):
+        if f.name not in obj:
+            continue  # a required one missing fails below
+        convert = _CONVERTERS.get(str(f.type))
+        if convert is None:
+            raise AssertionError(f"no JSON converter for {cls.__name__}.{f.name}: {f.type}")
+        try:
+            kwargs[f.name] = convert(obj[f.name])
+        except (TypeError, ValueError) as exc:
+            raise EventDecodeError(f"{cls.type}.{f.name}: {exc}") from exc
+    try:
+        return cls(**kwargs)
+    except TypeError as exc:
+        raise EventDecodeError(f"{cls.type}: {exc}") from exc
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return value
+
+
+def _int(v: Any) -> int:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or int(v) != v:
+        raise ValueError(f"expected an integer, got {v!r}")
+    return int(v)
+
+
+def _float(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise ValueError(f"expected a number, got {v!r}")
+    return float(v)
+
+
+def _str(v: Any) -> str:
+    if not isinstance(v, str):
+        raise ValueError(f"expected a string, got {v!r}")
+    return v
+
+
+def _bool(v: Any) -> bool:
+    if not isinstance(v, bool):
+        raise ValueError(f"expected true/false, got {v!r}")
+    return v
+
+
+def _opt_float(v: Any) -> float | None:
+    return None if v is None else _float(v)
+
+
+def _seq(v: Any) -> list[Any]:
+    if not isinstance(v, (list, tuple)):
+        raise ValueError(f"expected a list, got {v!r}")
+    return list(v)
+
+
+def _dict(v: Any) -> dict[str, Any]:
+    if not isinstance(v, dict):
+        raise ValueError(f"expected an object, got {v!r}")
+    return dict(v)
+
+
+_CONVERTERS: dict[str, Callable[[Any], Any]] = {
+    "int": _int,
+    "float": _float,
+    "str": _str,
+    "bool": _bool,
+    "float | None": _opt_float,
+    "dict[str, Any]": _dict,
+    "dict[str, str]": lambda v: {str(k): _str(x) for k, x in _dict(v).items()},
+    "dict[str, float]": lambda v: {str(k): _float(x) for k, x in _dict(v).items()},
+    "tuple[int, ...]": lambda v: tuple(_int(x) for x in _seq(v)),
+    "tuple[str, ...]": lambda v: tuple(_str(x) for x in _seq(v)),
+    "tuple[tuple[int, ...], ...]": lambda v: tuple(tuple(_int(x) for x in _seq(r)) for r in _seq(v)),
+}
