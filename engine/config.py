@@ -1,0 +1,229 @@
+"""Frozen model configuration read from an HF ``config.json``.
+
+One dataclass covers the Llama family (Llama 2/3.x, SmolLM2, Qwen2, Qwen3) and the DeepSeek-V3 /
+Kimi-K2 style MoE fields. Derived sizes are properties; nothing edits a config in place
+(``dataclasses.replace`` makes a new one).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eaglelab.engine.errors import ConfigError
+
+# HF architectures we run, and the family they map to.
+ARCHITECTURES: dict[str, str] = {
+    "LlamaForCausalLM": "llama",
+    "MistralForCausalLM": "llama",
+    "Qwen2ForCausalLM": "qwen2",
+    "Qwen3ForCausalLM": "qwen3",
+    "DeepseekV3ForCausalLM": "deepseek_v3",
+    "DeepseekV2ForCausalLM": "deepseek_v3",
+    "KimiK2ForCausalLM": "deepseek_v3",
+}
+
+_REQUIRED = (
+    "vocab_size",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+)
+
+
+@dataclass(frozen=True)
+class MoEConfig:
+    """DeepSeek-V3 style mixture of experts (routed top-k experts plus shared experts)."""
+
+    num_experts: int  # n_routed_experts
+    top_k: int  # num_experts_per_tok
+    expert_intermediate_size: int  # moe_intermediate_size
+    num_shared_experts: int = 1  # n_shared_experts
+    first_dense_layers: int = 0  # first_k_dense_replace
+    scoring: str = "sigmoid"  # "sigmoid" (DeepSeek-V3) | "softmax"
+    n_group: int = 1
+    topk_group: int = 1
+    routed_scaling_factor: float = 1.0
+    norm_topk_prob: bool = True
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """What the target model is. Built by :meth:`from_dict` / :meth:`from_json`."""
+
+    architecture: str  # HF architectures[0]
+    family: str  # "llama" | "qwen2" | "qwen3" | "deepseek_v3"
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: tuple[tuple[str, Any], ...] | None = None  # sorted items of HF rope_scaling
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False  # q/k/v biases (Qwen2)
+    qk_norm: bool = False  # per-head RMSNorm on q and k (Qwen3)
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    torch_dtype: str = "float32"
+    moe: MoEConfig | None = None
+    extra: tuple[tuple[str, Any], ...] = field(default=(), compare=False, repr=False)
+
+    # ---- derived sizes ------------------------------------------------------------------------
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def rope_scaling_dict(self) -> dict[str, Any] | None:
+        return dict(self.rope_scaling) if self.rope_scaling else None
+
+    def is_moe_layer(self, layer: int) -> bool:
+        return self.moe is not None and layer >= self.moe.first_dense_layers
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("extra")
+        d["rope_scaling"] = self.rope_scaling_dict
+        return d
+
+    # ---- construction -------------------------------------------------------------------------
+    @classmethod
+    def from_json(cls, path: str | Path) -> "ModelConfig":
+        path = Path(path)
+        if path.is_dir():
+            path = path / "config.json"
+        if not path.exists():
+            raise ConfigError(
+                "no config.json",
+                file=path,
+                hint="point at an HF-format model directory (config.json + *.safetensors)",
+            )
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"not valid JSON ({exc.msg} at line {exc.lineno})", file=path) from None
+        if not isinstance(data, dict):
+            raise ConfigError("expected a JSON object", file=path, found=type(data).__name__)
+        return cls.from_dict(data, source=path)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any], source: str | Path = "config.json") -> "ModelConfig":
+        archs = d.get("architectures") or []
+        arch = archs[0] if archs else None
+        if arch is None:
+            family = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}.get(
+                d.get("model_type", ""), None
+            )
+            if family is None:
+                raise ConfigError(
+                    "no 'architectures' and no known 'model_type'",
+                    file=source,
+                    field="architectures",
+                    found=d.get("model_type"),
+                    expected=sorted(ARCHITECTURES),
+                )
+            arch = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM"}.get(family, "Qwen3ForCausalLM")
+        if arch not in ARCHITECTURES:
+            raise ConfigError(
+                "unsupported architecture",
+                file=source,
+                field="architectures",
+                found=arch,
+                expected=" | ".join(sorted(ARCHITECTURES)),
+                hint="eaglelab runs Llama-family (Llama, SmolLM2, Qwen2/3) and DeepSeek-V3-style MoE targets",
+            )
+        for key in _REQUIRED:
+            if key not in d:
+                raise ConfigError("missing field", file=source, field=key, hint="copy it from the model's original config.json")
+            if not isinstance(d[key], int) or isinstance(d[key], bool) or d[key] <= 0:
+                raise ConfigError("must be a positive integer", file=source, field=key, found=d[key])
+        family = ARCHITECTURES[arch]
+        heads = d["num_attention_heads"]
+        kv_heads = d.get("num_key_value_heads") or heads
+        head_dim = d.get("head_dim") or d["hidden_size"] // heads
+        if heads % kv_heads:
+            raise ConfigError(
+                "num_attention_heads must be a multiple of num_key_value_heads",
+                file=source,
+                field="num_key_value_heads",
+                found=kv_heads,
+                expected=f"a divisor of {heads}",
+            )
+        rope_scaling = d.get("rope_scaling")
+        if rope_scaling is not None and not isinstance(rope_scaling, dict):
+            raise ConfigError("must be an object or null", file=source, field="rope_scaling", found=rope_scaling)
+        rope_type = (rope_scaling or {}).get("rope_type", (rope_scaling or {}).get("type"))
+        if rope_type not in (None, "default", "llama3", "linear"):
+            raise ConfigError(
+                "unsupported rope scaling",
+                file=source,
+                field="rope_scaling.rope_type",
+                found=rope_type,
+                expected="default | llama3 | linear",
+            )
+        eos = d.get("eos_token_id")
+        eos_ids = tuple(eos) if isinstance(eos, list) else ((eos,) if isinstance(eos, int) else ())
+        known = set(_REQUIRED) | {
+            "architectures", "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta",
+            "rope_scaling", "max_position_embeddings", "tie_word_embeddings", "attention_bias",
+            "bos_token_id", "eos_token_id", "torch_dtype", "dtype", "model_type",
+        }
+        rope_theta = d.get("rope_theta")
+        if rope_theta is None:
+            rope_theta = ((d.get("rope_parameters") or {}).get("rope_theta")) or 10000.0
+        return cls(
+            architecture=arch,
+            family=family,
+            vocab_size=d["vocab_size"],
+            hidden_size=d["hidden_size"],
+            intermediate_size=d["intermediate_size"],
+            num_layers=d["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=kv_heads,
+            head_dim=head_dim,
+            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6 if family != "llama" else 1e-5)),
+            rope_theta=float(rope_theta),
+            rope_scaling=tuple(sorted(rope_scaling.items())) if rope_scaling else None,
+            max_position_embeddings=int(d.get("max_position_embeddings", 2048)),
+            tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
+            attention_bias=bool(d.get("attention_bias", family == "qwen2")),
+            qk_norm=family == "qwen3",
+            bos_token_id=d.get("bos_token_id"),
+            eos_token_ids=eos_ids,
+            torch_dtype=str(d.get("torch_dtype") or d.get("dtype") or "float32"),
+            moe=_moe_from_dict(d, source) if family == "deepseek_v3" else None,
+            extra=tuple(sorted((k, str(v)) for k, v in d.items() if k not in known)),
+        )
+
+
+def _moe_from_dict(d: dict[str, Any], source: str | Path) -> MoEConfig:
+    for key in ("n_routed_experts", "num_experts_per_tok", "moe_intermediate_size"):
+        if key not in d:
+            raise ConfigError("missing MoE field", file=source, field=key, hint="DeepSeek-V3 / Kimi-K2 configs carry it")
+    scoring = d.get("scoring_func", "sigmoid")
+    if scoring not in ("sigmoid", "softmax"):
+        raise ConfigError("unsupported gating", file=source, field="scoring_func", found=scoring, expected="sigmoid | softmax")
+    return MoEConfig(
+        num_experts=d["n_routed_experts"],
+        top_k=d["num_experts_per_tok"],
+        expert_intermediate_size=d["moe_intermediate_size"],
+        num_shared_experts=d.get("n_shared_experts", 1) or 0,
+        first_dense_layers=d.get("first_k_dense_replace", 0),
+        scoring=scoring,
+        n_group=d.get("n_group", 1) or 1,
+        topk_group=d.get("topk_group", 1) or 1,
+        routed_scaling_factor=float(d.get("routed_scaling_factor", 1.0)),
+        norm_topk_prob=bool(d.get("norm_topk_prob", True)),
+    )

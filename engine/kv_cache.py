@@ -1,0 +1,59 @@
+"""A static, preallocated KV cache: fixed buffers written at explicit slots.
+
+Layout per layer: ``k[layer]`` and ``v[layer]`` are ``[B, KVH, S, D]`` (batch slots x KV heads x
+max length x head dim). Writes go to explicit cache slots ``[B, T]`` chosen by the caller;
+nothing here tracks lengths, so "rolling back" rejected tokens is just not counting them: the
+next write lands on the same slots and the attention mask never shows slots past a row's length.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class KVCache:
+    """Preallocated K/V buffers for ``num_layers`` layers."""
+
+    def __init__(
+        self,
+        num_layers: int,
+        batch_size: int,
+        num_kv_heads: int,
+        max_len: int,
+        head_dim: int,
+        *,
+        dtype: torch.dtype,
+        device: torch.device | str,
+    ) -> None:
+        shape = (num_layers, batch_size, num_kv_heads, max_len, head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)  # [L, B, KVH, S, D]
+        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.batch_size = batch_size
+        self.max_len = max_len
+        self._rows = torch.arange(batch_size, device=device)[:, None]  # [B, 1]
+
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store ``k``/``v`` [B, T, KVH, D] at cache slots ``slots`` [B, T] of ``layer``."""
+        rows = self._rows[: slots.shape[0]]
+        self.k[layer][rows, :, slots] = k
+        self.v[layer][rows, :, slots] = v
+
+    def layer(self, layer: int, batch: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The full buffers of one layer, ``[B, KVH, S, D]`` each (first ``batch`` rows)."""
+        if batch is None:
+            return self.k[layer], self.v[layer]
+        return self.k[layer, :batch], self.v[layer, :batch]
+
+    def copy_slots(self, src: torch.Tensor, dst: torch.Tensor) -> None:
+        """Move entries within each row, for all layers: slot ``src[b, i]`` -> ``dst[b, i]``.
+
+        Used after a tree verify to compact the accepted path onto consecutive slots.
+        ``src``/``dst`` are [B, N]; pairs with src == dst are harmless.
+        """
+        rows = self._rows[: src.shape[0]]
+        for buf in (self.k, self.v):
+            moved = buf[:, rows, :, src]  # [B, N, L, KVH, D]
+            buf[:, rows, :, dst] = moved
+
+    def nbytes(self) -> int:
+        return 2 * self.k.numel() * self.k.element_size()

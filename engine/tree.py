@@ -1,0 +1,281 @@
+"""The draft tree: building it step by step, its attention masks and positions.
+
+Pure tensor functions with fixed shapes and no host synchronisation, testable without a model.
+
+Semantics follow SGLang's EAGLE tree (``topk`` children per node, ``num_steps`` drafter steps):
+
+* step 0 expands the root (the last committed token) into its ``topk`` most likely children,
+  scored by their log-probability;
+* every later step expands each of the ``topk`` frontier nodes into ``topk`` children
+  (``topk * topk`` candidates, cumulative score = parent score + child log-prob) and keeps the
+  best ``topk`` as the new frontier;
+* after ``num_steps`` steps every candidate ever produced (``topk + (num_steps - 1) * topk**2``)
+  is ranked by cumulative score and the best ``num_draft_tokens - 1`` are kept, plus the root.
+
+Child log-probs are clamped to ``<= 0`` (NaN counts as ``-inf``) and ties rank the older node
+first, so a node never outranks its parent: the kept set is always closed under ancestors.
+``topk == 1`` gives a chain of ``num_steps + 1`` nodes, the same tree :func:`chain_tree` builds.
+
+Worked example, B = 1, topk = 2, num_steps = 2, num_draft_tokens = 4, root token 9::
+
+    step 0: root -> a (log p -0.1), b (-0.5)                     frontier (a, b)
+    step 1: a -> c (-0.2), d (-2.0); b -> e (-0.1), f (-3.0)      cumulative c -0.3, e -0.6, ...
+    finish: rank a -0.1, c -0.3, b -0.5, e -0.6, ...  keep a, c, b  ->  nodes ordered by (depth, rank):
+    tokens  [9, a, b, c]    parents [-1, 0, 0, 1]    depth [0, 1, 1, 2]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+
+@dataclass(frozen=True)
+class DraftTree:
+    """A batch of draft trees, all with N nodes; node 0 is the root (the last committed token).
+
+    Nodes are ordered so that a parent always comes before its children (by depth, then rank).
+    ``max_depth`` is a static upper bound on ``depth`` (the number of draft steps); it sizes the
+    acceptance outputs. Left at -1 it is read from ``depth`` (one host sync, at construction).
+    """
+
+    tokens: Tensor  # [B, N] long
+    parents: Tensor  # [B, N] long; parent node index, -1 for the root
+    depth: Tensor  # [B, N] long; 0 for the root
+    mask: Tensor  # [B, N, N] bool; mask[b, i, j]: j is i or an ancestor of i
+    max_depth: int = -1
+
+    def __post_init__(self) -> None:
+        batch, nodes = self.tokens.shape
+        assert self.parents.shape == (batch, nodes), f"parents {tuple(self.parents.shape)} != {(batch, nodes)}"
+        assert self.depth.shape == (batch, nodes), f"depth {tuple(self.depth.shape)} != {(batch, nodes)}"
+        assert self.mask.shape == (batch, nodes, nodes), f"mask {tuple(self.mask.shape)} != {(batch, nodes, nodes)}"
+        assert self.mask.dtype == torch.bool, f"mask must be bool, got {self.mask.dtype}"
+        if self.max_depth < 0:
+            object.__setattr__(self, "max_depth", int(self.depth.max()))
+
+    @property
+    def batch_size(self) -> int:
+        """B."""
+        return self.tokens.shape[0]
+
+    @property
+    def num_nodes(self) -> int:
+        """N, the root included (SGLang's ``num_draft_tokens``)."""
+        return self.tokens.shape[1]
+
+    def positions(self, base: Tensor) -> Tensor:
+        """Position ids ``[B, N]`` of the nodes when the root sits at ``base [B]``."""
+        return base[:, None] + self.depth
+
+
+def make_tree(tokens: Tensor, parents: Tensor, max_depth: int | None = None) -> DraftTree:
+    """A :class:`DraftTree` from ``tokens [B, N]`` and ``parents [B, N]`` (parents before children).
+
+    ``max_depth`` bounds the depth (it saves work and a host sync); ``None`` means N - 1.
+    """
+    steps = tokens.shape[1] - 1 if max_depth is None else max_depth
+    depth, mask = _ancestry(parents, steps)
+    return DraftTree(tokens=tokens, parents=parents, depth=depth, mask=mask, max_depth=steps)
+
+
+def chain_tree(tokens: Tensor) -> DraftTree:
+    """The chain ``root -> t1 -> ... -> tS`` from ``tokens [B, S+1]`` (topk = 1)."""
+    batch, nodes = tokens.shape
+    device = tokens.device
+    parents = torch.arange(-1, nodes - 1, device=device).expand(batch, nodes)  # [B, N]
+    depth = torch.arange(nodes, device=device).expand(batch, nodes)  # [B, N]
+    mask = torch.ones(nodes, nodes, dtype=torch.bool, device=device).tril().expand(batch, nodes, nodes)
+    return DraftTree(tokens=tokens, parents=parents, depth=depth, mask=mask, max_depth=nodes - 1)
+
+
+def _ancestry(parents: Tensor, steps: int) -> tuple[Tensor, Tensor]:
+    """Depth ``[B, N]`` and ancestor-or-self mask ``[B, N, N]`` by ``steps`` pointer jumps."""
+    batch, nodes = parents.shape
+    mask = torch.eye(nodes, dtype=torch.bool, device=parents.device).expand(batch, nodes, nodes).clone()
+    depth = torch.zeros_like(parents)
+    cur = torch.arange(nodes, device=parents.device).expand(batch, nodes)  # [B, N]
+    for _ in range(steps):
+        up = parents.gather(1, cur.clamp(min=0))  # [B, N]
+        cur = torch.where(cur >= 0, up, cur)
+        valid = cur >= 0  # [B, N]
+        depth = depth + valid.long()
+        hit = torch.nn.functional.one_hot(cur.clamp(min=0), nodes).bool()  # [B, N, N]
+        mask = mask | (hit & valid[..., None])
+    return depth, mask
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """One step's expansion of a frontier of F nodes into F * topk candidates.
+
+    Candidates are ordered frontier-major: candidate ``f * topk + r`` is the r-th most likely
+    child of frontier node f. ``selected`` indexes the ``topk`` best candidates (the new frontier),
+    best first.
+    """
+
+    tokens: Tensor  # [B, F*K] long
+    scores: Tensor  # [B, F*K] float; cumulative log-prob
+    parent_slot: Tensor  # [B, F*K] long; index into the expanded frontier
+    selected: Tensor  # [B, K] long; index into the candidates
+
+
+def expand_step(scores: Tensor, logprobs: Tensor, topk: int) -> Expansion:
+    """Expand a frontier with cumulative ``scores [B, F]`` given the drafter's ``logprobs [B, F, V]``."""
+    batch, width, _ = logprobs.shape
+    vals, idx = torch.topk(logprobs.float(), topk, dim=-1)  # [B, F, K]
+    vals = torch.where(torch.isnan(vals), float("-inf"), vals.clamp(max=0.0))  # log p <= 0
+    cand_scores = (scores.float()[:, :, None] + vals).reshape(batch, width * topk)  # [B, F*K]
+    slot = torch.arange(width, device=logprobs.device).repeat_interleave(topk)  # [F*K]
+    order = torch.sort(cand_scores, dim=-1, descending=True, stable=True).indices  # [B, F*K]
+    return Expansion(
+        tokens=idx.reshape(batch, width * topk),
+        scores=cand_scores,
+        parent_slot=slot.expand(batch, width * topk),
+        selected=order[:, :topk],
+    )
+
+
+@dataclass(frozen=True)
+class Frontier:
+    """The nodes the drafter runs on next (returned by :meth:`TreeBuilder.step`).
+
+    ``parent_slot[b, k]`` is the index, in the previous frontier (0 = the root at step 0), of the
+    node that frontier node k descends from: gather the drafter's hidden state with it.
+    ``mask[b, k, t * K + j]`` says whether node j of the step-t frontier is frontier node k or
+    one of its ancestors (steps 0..depth-1 flattened): the drafter's tree attention over the
+    frontiers drafted so far. Positions: root position + ``depth``.
+    """
+
+    tokens: Tensor  # [B, K] long; token ids (mapped through token_map)
+    parent_slot: Tensor  # [B, K] long
+    scores: Tensor  # [B, K] float; cumulative log-prob
+    mask: Tensor  # [B, K, depth*K] bool
+    depth: int  # depth of these nodes in the tree (step + 1)
+
+
+class TreeBuilder:
+    """Builds a :class:`DraftTree` one drafter step at a time.
+
+    Usage (``num_steps`` calls to :meth:`step`; the drafter runs between them)::
+
+        builder = TreeBuilder(root_tokens, topk)                   # root_tokens [B]
+        frontier = builder.step(drafter_logprobs_at_root)          # [B, V] or [B, 1, V]
+        for _ in range(num_steps - 1):
+            hidden = hidden.gather(1, frontier.parent_slot ...)     # the drafter's own state
+            logprobs = drafter(frontier.tokens, hidden, ...)       # [B, K, V]
+            frontier = builder.step(logprobs)
+        tree = builder.finish(num_draft_tokens)
+
+    ``token_map [V_draft]`` maps drafter vocabulary ids to target ids (EAGLE-3's ``d2t``:
+    ``arange + d2t``); without it drafter ids are target ids.
+    """
+
+    def __init__(self, root_tokens: Tensor, topk: int, token_map: Tensor | None = None) -> None:
+        assert topk >= 1, f"topk must be >= 1, got {topk}"
+        self.topk = topk
+        self._root = root_tokens  # [B]
+        self._map = token_map
+        self._tokens: list[Tensor] = []  # per step: [B, C_s] candidate tokens
+        self._scores: list[Tensor] = []  # per step: [B, C_s]
+        self._parents: list[Tensor] = []  # per step: [B, C_s] global id of the parent (0 = root)
+        self._depths: list[int] = []  # per step: depth of its candidates
+        self._frontier_ids = torch.zeros_like(root_tokens)[:, None]  # [B, F] global ids
+        self._frontier_scores = torch.zeros(root_tokens.shape[0], 1, device=root_tokens.device)
+        self._frontier_mask: Tensor | None = None  # [B, K, s*K]
+
+    @property
+    def num_candidates(self) -> int:
+        """Candidates produced so far (the root not included)."""
+        return sum(t.shape[1] for t in self._tokens)
+
+    def step(self, logprobs: Tensor) -> Frontier:
+        """Expand the current frontier given the drafter's ``logprobs [B, F, V]`` (``[B, V]`` at the root)."""
+        if logprobs.dim() == 2:
+            logprobs = logprobs[:, None, :]
+        assert logprobs.shape[:2] == self._frontier_ids.shape, (
+            f"logprobs {tuple(logprobs.shape)} do not match the frontier {tuple(self._frontier_ids.shape)}"
+        )
+        assert logprobs.shape[2] >= self.topk, f"vocab {logprobs.shape[2]} < topk {self.topk}"
+        exp = expand_step(self._frontier_scores, logprobs, self.topk)
+        tokens = exp.tokens if self._map is None else self._map[exp.tokens]  # [B, F*K]
+        offset = 1 + self.num_candidates
+        self._tokens.append(tokens)
+        self._scores.append(exp.scores)
+        self._parents.append(self._frontier_ids.gather(1, exp.parent_slot))
+        self._depths.append(len(self._depths) + 1)
+        self._frontier_ids = offset + exp.selected  # [B, K]
+        self._frontier_scores = exp.scores.gather(1, exp.selected)  # [B, K]
+        parent_slot = exp.parent_slot.gather(1, exp.selected)  # [B, K]
+        self._frontier_mask = self._next_frontier_mask(parent_slot)
+        return Frontier(
+            tokens=tokens.gather(1, exp.selected),
+            parent_slot=parent_slot,
+            scores=self._frontier_scores,
+            mask=self._frontier_mask,
+            depth=len(self._depths),
+        )
+
+    def _next_frontier_mask(self, parent_slot: Tensor) -> Tensor:
+        """Ancestor-or-self mask ``[B, K, (s+1)*K]`` of the new frontier over all frontiers so far."""
+        batch, width = parent_slot.shape
+        eye = torch.eye(width, dtype=torch.bool, device=parent_slot.device).expand(batch, width, width)
+        if self._frontier_mask is None:
+            return eye
+        old = self._frontier_mask  # [B, K, s*K]
+        inherited = old.gather(1, parent_slot[:, :, None].expand(batch, width, old.shape[2]))
+        return torch.cat([inherited, eye], dim=2)
+
+    def finish(self, num_draft_tokens: int) -> DraftTree:
+        """Keep the root and the best ``num_draft_tokens - 1`` candidates; nodes ordered by (depth, rank)."""
+        total = self.num_candidates
+        assert 1 <= num_draft_tokens <= total + 1, (
+            f"num_draft_tokens {num_draft_tokens} must be in 1..{total + 1} "
+            f"(topk {self.topk}, {len(self._depths)} steps)"
+        )
+        keep = self._ranked_candidates(num_draft_tokens - 1)  # [B, N-1] index into candidates
+        batch, device = self._root.shape[0], self._root.device
+        cand_parents = self._cat(self._parents, self._root.new_zeros(batch, 0))  # [B, M]
+        node_ids = torch.cat([torch.zeros_like(keep[:, :1]), keep + 1], dim=1)  # [B, N] global ids
+        remap = torch.full((batch, total + 1), -1, dtype=torch.long, device=device)
+        remap.scatter_(1, node_ids, torch.arange(num_draft_tokens, device=device).expand(batch, -1))
+        parents = remap.gather(1, cand_parents.gather(1, keep))  # [B, N-1]; ancestors are always kept
+        parents = torch.cat([torch.full_like(parents[:, :1], -1), parents], dim=1)  # [B, N]
+        tokens = self._cat(self._tokens, self._root.new_zeros(batch, 0))  # [B, M]
+        tokens = torch.cat([self._root[:, None], tokens.gather(1, keep)], dim=1)  # [B, N]
+        return make_tree(tokens, parents, max_depth=len(self._depths))
+
+    def _ranked_candidates(self, count: int) -> Tensor:
+        """Indices ``[B, count]`` of the best candidates, sorted by (depth, rank)."""
+        scores = self._cat(self._scores, self._frontier_scores[:, :0])  # [B, M]
+        ranked = torch.sort(scores, dim=-1, descending=True, stable=True).indices[:, :count]  # [B, count]
+        depths = torch.cat(
+            [torch.full((t.shape[1],), d, dtype=torch.long) for t, d in zip(self._tokens, self._depths)]
+            or [torch.zeros(0, dtype=torch.long)]
+        ).to(self._root.device)  # [M]
+        key = depths[ranked] * max(count, 1) + torch.arange(count, device=ranked.device)  # [B, count]
+        return ranked.gather(1, torch.sort(key, dim=-1).indices)
+
+    @staticmethod
+    def _cat(parts: list[Tensor], empty: Tensor) -> Tensor:
+        """The per-step candidate tensors side by side ``[B, M]`` (``empty`` before any step)."""
+        return torch.cat(parts, dim=1) if parts else empty
+
+
+def tree_attention_mask(prefix_len: Tensor, tree: DraftTree, kv_len: int) -> Tensor:
+    """Verify mask ``[B, N, kv_len]`` over a KV cache holding the tree at slots
+    ``prefix_len .. prefix_len + N - 1``.
+
+    Slots before ``prefix_len [B]`` are visible to every node, tree slots follow ``tree.mask``,
+    everything after the tree is hidden. Fixed shapes, no host sync (CUDA-graph capturable).
+    """
+    batch, nodes = tree.tokens.shape
+    slots = torch.arange(kv_len, device=prefix_len.device)  # [S]
+    rel = slots[None, :] - prefix_len[:, None]  # [B, S]; slot index relative to the root
+    in_prefix = rel < 0  # [B, S]
+    in_tree = (rel >= 0) & (rel < nodes)  # [B, S]
+    index = rel.clamp(0, nodes - 1)[:, None, :].expand(batch, nodes, kv_len)  # [B, N, S]
+    tree_vis = tree.mask.gather(2, index)  # [B, N, S]
+    return in_prefix[:, None, :] | (in_tree[:, None, :] & tree_vis)
