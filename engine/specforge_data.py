@@ -1,0 +1,186 @@
+"""SpecForge offline training data: one ``torch.save`` dict per sample.
+
+Layout (the same as SpecForge writes)::
+
+    <dir>/rows_0-2000/data_0.ckpt        (or data_0.ckpt.gz)
+    <dir>/rows_0-2000/data_1.ckpt
+    ...
+    <dir>/rows_2000-4000/data_2000.ckpt
+    <dir>/vocab_mapping/vocab_mapping.pt  {"d2t": [draft_vocab] int64, "t2d": [vocab] bool}
+
+Each sample holds ``input_ids`` [T], ``loss_mask`` [T], ``hidden_state`` [1, T, H] (the target's
+final hidden state, after the final norm) and ``aux_hidden_state`` [1, T, n*H] (n aux states
+concatenated). Files are read with ``torch.load(weights_only=True)`` only: nothing else in a user's
+directory is ever unpickled.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import pickle
+import re
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import torch
+
+from eaglelab.engine.errors import CheckpointError
+
+ROWS_PER_DIR = 2000
+_DATA_NAME = re.compile(r"^data_(\d+)\.ckpt(\.gz)?$")
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One training sample, shapes normalised."""
+
+    input_ids: torch.Tensor  # [T] int64
+    loss_mask: torch.Tensor  # [T]
+    hidden_state: torch.Tensor | None  # [1, T, H]; None when the file has none
+    aux_hidden_state: torch.Tensor  # [1, T, n*H]
+    path: Path | None = None
+
+    @property
+    def num_tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def truncated(self, max_tokens: int) -> "Sample":
+        """The first ``max_tokens`` tokens (causal models: the prefix's states are unchanged)."""
+        t = min(max_tokens, self.num_tokens)
+        hs = self.hidden_state[:, :t] if self.hidden_state is not None else None
+        return Sample(self.input_ids[:t], self.loss_mask[:t], hs, self.aux_hidden_state[:, :t], self.path)
+
+
+@dataclass(frozen=True)
+class VocabMapping:
+    """Draft-vocabulary maps: target id = draft id + d2t[draft id]; t2d[target id] marks draft tokens."""
+
+    d2t: torch.Tensor  # [draft_vocab] int64
+    t2d: torch.Tensor  # [vocab] bool
+
+
+def sample_path(data_dir: str | Path, index: int, *, compress: bool = False) -> Path:
+    """Where sample ``index`` lives: ``rows_{g}-{g+2000}/data_{index}.ckpt[.gz]``."""
+    g = (index // ROWS_PER_DIR) * ROWS_PER_DIR
+    return Path(data_dir) / f"rows_{g}-{g + ROWS_PER_DIR}" / f"data_{index}.ckpt{'.gz' if compress else ''}"
+
+
+def list_samples(data_dir: str | Path) -> list[Path]:
+    """Sample files under ``data_dir``, ordered by sample index. Raises if there are none."""
+    root = Path(data_dir)
+    if not root.is_dir():
+        raise CheckpointError("no such data directory", file=root, hint="pass the directory SpecForge wrote (rows_*/data_*.ckpt)")
+    found = []
+    for path in root.glob("rows_*/data_*.ckpt*"):
+        m = _DATA_NAME.match(path.name)
+        if m:
+            found.append((int(m.group(1)), path))
+    if not found:
+        raise CheckpointError("no SpecForge samples found", file=root, expected="rows_*/data_*.ckpt or .ckpt.gz",
+                              hint="pass the output directory of SpecForge's prepare_hidden_states")
+    return [p for _, p in sorted(found)]
+
+
+def _load(path: Path) -> object:
+    """``torch.load(weights_only=True)`` of a .ckpt or .ckpt.gz; user-facing error on failure."""
+    hint = "the file is truncated or corrupt: regenerate it (or drop it from the directory)"
+    try:
+        if path.name.endswith(".gz"):
+            with gzip.open(path, "rb") as f:
+                return torch.load(io.BytesIO(f.read()), weights_only=True, map_location="cpu")
+        with open(path, "rb") as f:
+            return torch.load(f, weights_only=True, map_location="cpu")
+    except pickle.UnpicklingError as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unpickling failed"
+        raise CheckpointError(f"cannot be read with weights_only=True ({first[:200]})", file=path,
+                              hint="eaglelab loads only tensors and plain containers; re-save the sample as a dict of tensors") from None
+    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError, KeyError) as exc:
+        raise CheckpointError(f"cannot be read ({type(exc).__name__}: {str(exc)[:200]})", file=path, hint=hint) from None
+
+
+def read_sample(path: str | Path) -> Sample:
+    """Read and check one sample file."""
+    path = Path(path)
+    obj = _load(path)
+    if not isinstance(obj, dict):
+        raise CheckpointError("expected a dict of tensors", file=path, found=type(obj).__name__)
+    for key in ("input_ids", "aux_hidden_state"):
+        if not isinstance(obj.get(key), torch.Tensor):
+            raise CheckpointError("missing tensor", file=path, field=key,
+                                  expected="input_ids, loss_mask, hidden_state, aux_hidden_state")
+    ids = obj["input_ids"].reshape(-1).long()  # [T]
+    t = ids.shape[0]
+    mask = obj.get("loss_mask")
+    mask = mask.reshape(-1) if isinstance(mask, torch.Tensor) else torch.ones(t, dtype=torch.long)  # [T]
+    aux = _as_batch_seq(obj["aux_hidden_state"], t, path, "aux_hidden_state")
+    hs = obj.get("hidden_state")
+    hs = _as_batch_seq(hs, t, path, "hidden_state") if isinstance(hs, torch.Tensor) else None
+    if mask.shape[0] != t:
+        raise CheckpointError("length differs from input_ids", file=path, field="loss_mask", found=mask.shape[0], expected=t)
+    if hs is not None and aux.shape[-1] % hs.shape[-1]:
+        raise CheckpointError("width is not a multiple of hidden_state's", file=path, field="aux_hidden_state",
+                              found=aux.shape[-1], expected=f"n x {hs.shape[-1]}")
+    return Sample(ids, mask, hs, aux, path)
+
+
+def _as_batch_seq(x: torch.Tensor, t: int, path: Path, key: str) -> torch.Tensor:
+    """[T, W] or [1, T, W] -> [1, T, W], checking T."""
+    if x.dim() == 2:
+        x = x.unsqueeze(0)
+    if x.dim() != 3 or x.shape[0] != 1 or x.shape[1] != t:
+        raise CheckpointError("unexpected shape", file=path, field=key, found=list(x.shape), expected=f"[1, {t}, width]")
+    return x
+
+
+def iter_samples(data_dir: str | Path, *, limit: int | None = None) -> Iterator[Sample]:
+    """Samples in index order (the first ``limit`` when given)."""
+    for path in list_samples(data_dir)[:limit]:
+        yield read_sample(path)
+
+
+def write_sample(data_dir: str | Path, index: int, sample: Sample | dict, *, compress: bool = False) -> Path:
+    """Write one sample in SpecForge's layout and key names; returns its path."""
+    if isinstance(sample, Sample):
+        data = {"input_ids": sample.input_ids, "loss_mask": sample.loss_mask,
+                "hidden_state": sample.hidden_state, "aux_hidden_state": sample.aux_hidden_state}
+        data = {k: v for k, v in data.items() if v is not None}
+    else:
+        data = dict(sample)
+    data = {k: v.detach().cpu().contiguous() for k, v in data.items()}
+    path = sample_path(data_dir, index, compress=compress)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if compress:
+        buf = io.BytesIO()
+        torch.save(data, buf)
+        with gzip.open(path, "wb") as f:
+            f.write(buf.getvalue())
+    else:
+        torch.save(data, path)
+    return path
+
+
+def vocab_mapping_path(data_dir: str | Path) -> Path:
+    return Path(data_dir) / "vocab_mapping" / "vocab_mapping.pt"
+
+
+def read_vocab_mapping(data_dir: str | Path) -> VocabMapping | None:
+    """The data directory's vocab mapping, or None when it has none."""
+    path = vocab_mapping_path(data_dir)
+    if not path.exists():
+        return None
+    obj = _load(path)
+    if not isinstance(obj, dict) or not all(isinstance(obj.get(k), torch.Tensor) for k in ("d2t", "t2d")):
+        raise CheckpointError("expected a dict with tensors d2t and t2d", file=path,
+                              found=sorted(obj) if isinstance(obj, dict) else type(obj).__name__)
+    return VocabMapping(obj["d2t"].long(), obj["t2d"].bool())
+
+
+def write_vocab_mapping(data_dir: str | Path, mapping: VocabMapping) -> Path:
+    """Write ``vocab_mapping/vocab_mapping.pt`` as ``{d2t, t2d}``."""
+    path = vocab_mapping_path(data_dir)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"d2t": mapping.d2t.cpu(), "t2d": mapping.t2d.cpu()}, path)
+    return path
