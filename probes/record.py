@@ -179,8 +179,8 @@ def read_record(path: str | Path) -> RecordReadResult:
         ) from exc
     decoder = _LineDecoder()
     events: list[Event] = []
-    for line in raw.decode("utf-8", errors="replace").splitlines():
-        event = decoder.decode(line)
+    for line in raw.split(b"\n"):  # not str.splitlines: JSON text may hold \x0b, \x1c, \u2028 ...
+        event = decoder.decode(line.decode("utf-8", errors="replace"))
         if event is not None:
             events.append(event)
     notes: list[str] = []
