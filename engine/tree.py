@@ -96,14 +96,13 @@ def _ancestry(parents: Tensor, steps: int) -> tuple[Tensor, Tensor]:
     batch, nodes = parents.shape
     mask = torch.eye(nodes, dtype=torch.bool, device=parents.device).expand(batch, nodes, nodes).clone()
     depth = torch.zeros_like(parents)
-    cur = torch.arange(nodes, device=parents.device).expand(batch, nodes)  # [B, N]
+    ids = torch.arange(nodes, device=parents.device)  # [N]
+    cur = ids.expand(batch, nodes)  # [B, N]; the ancestor reached so far, -1 past the root
     for _ in range(steps):
         up = parents.gather(1, cur.clamp(min=0))  # [B, N]
         cur = torch.where(cur >= 0, up, cur)
-        valid = cur >= 0  # [B, N]
-        depth = depth + valid.long()
-        hit = torch.nn.functional.one_hot(cur.clamp(min=0), nodes).bool()  # [B, N, N]
-        mask = mask | (hit & valid[..., None])
+        depth = depth + (cur >= 0).long()
+        mask = mask | (cur[:, :, None] == ids)  # [B, N, N]; cur = -1 matches nothing
     return depth, mask
 
 
@@ -238,11 +237,11 @@ class TreeBuilder:
         keep = self._ranked_candidates(num_draft_tokens - 1)  # [B, N-1] index into candidates
         batch, device = self._root.shape[0], self._root.device
         cand_parents = self._cat(self._parents, self._root.new_zeros(batch, 0))  # [B, M]
-        node_ids = torch.cat([torch.zeros_like(keep[:, :1]), keep + 1], dim=1)  # [B, N] global ids
+        node_ids = torch.cat([keep.new_zeros(batch, 1), keep + 1], dim=1)  # [B, N] global ids
         remap = torch.full((batch, total + 1), -1, dtype=torch.long, device=device)
         remap.scatter_(1, node_ids, torch.arange(num_draft_tokens, device=device).expand(batch, -1))
         parents = remap.gather(1, cand_parents.gather(1, keep))  # [B, N-1]; ancestors are always kept
-        parents = torch.cat([torch.full_like(parents[:, :1], -1), parents], dim=1)  # [B, N]
+        parents = torch.cat([parents.new_full((batch, 1), -1), parents], dim=1)  # [B, N]
         tokens = self._cat(self._tokens, self._root.new_zeros(batch, 0))  # [B, M]
         tokens = torch.cat([self._root[:, None], tokens.gather(1, keep)], dim=1)  # [B, N]
         return make_tree(tokens, parents, max_depth=len(self._depths))
