@@ -39,7 +39,7 @@ class Attention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
 
-    def forward(self, x, cos, sin, cache: KVCache | None, slots, mask) -> torch.Tensor:
+    def forward(self, x, cos, sin, cache: KVCache | None, slots, mask, kv_len: int | None = None) -> torch.Tensor:
         B, T, _ = x.shape
         q = self.q_proj(x).view(B, T, self.local_heads, self.head_dim)  # [B, T, NH, D]
         k = self.k_proj(x).view(B, T, self.local_kv_heads, self.head_dim)  # [B, T, KVH, D]
@@ -53,6 +53,8 @@ class Attention(nn.Module):
         else:
             cache.write(self.layer, slots, k.transpose(1, 2), v)
             k_all, v_all = cache.layer(self.layer, B)  # [B, KVH, S, D]
+            if kv_len is not None:  # eager paths may attend over the used prefix only
+                k_all, v_all = k_all[:, :, :kv_len], v_all[:, :, :kv_len]
             out = attend(q, k_all, v_all, mask)
         out = self.o_proj(out.transpose(1, 2).reshape(B, T, -1))  # [B, T, H] (partial under TP)
         if self.tp:
@@ -91,8 +93,8 @@ class DecoderLayer(nn.Module):
         else:
             self.mlp = DenseMLP(cfg, layer, tp)
 
-    def forward(self, x, cos, sin, cache, slots, mask) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, slots, mask)
+    def forward(self, x, cos, sin, cache, slots, mask, kv_len=None) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, slots, mask, kv_len)
         return x + self.mlp(self.post_attention_layernorm(x))
 
 
@@ -126,13 +128,15 @@ class Transformer(nn.Module):
         slots: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         taps: tuple[int, ...] = (),
+        kv_len: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Run the decoder stack.
 
         input_ids, positions, slots: [B, T]; mask: bool [B, T, S] over the cache (or [B, T, T]
         without a cache; None = causal). ``taps`` are HF ``output_hidden_states`` indices.
         Returns the final-normed hidden state [B, T, H] and the taps concatenated
-        [B, T, len(taps) * H] (None without taps).
+        [B, T, len(taps) * H] (None without taps). ``kv_len`` limits attention to the first
+        ``kv_len`` cache slots (the mask is then [B, T, kv_len]); None = the whole cache.
         """
         x = self.embed_tokens(input_ids)  # [B, T, H]
         cos, sin = self.rotary(positions, x.dtype)
@@ -140,7 +144,7 @@ class Transformer(nn.Module):
         if 0 in taps:
             tapped[0] = x
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, cache, slots, mask)
+            x = layer(x, cos, sin, cache, slots, mask, kv_len)
             if i + 1 in taps and i + 1 < len(self.layers):
                 tapped[i + 1] = x
         x = self.norm(x)

@@ -1,0 +1,73 @@
+"""Speculative decoding settings, as SGLang defines them."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from eaglelab.engine.errors import ConfigError
+
+ALGORITHMS = ("none", "eagle3", "ngram")
+ATTENTION_MODES = ("prefill", "decode")
+
+
+@dataclass(frozen=True)
+class SpecConfig:
+    """How to speculate.
+
+    ``topk == 1`` drafts a chain of ``num_steps`` tokens (``num_draft_tokens = num_steps + 1``,
+    the root included). ``topk > 1`` grows a tree by cumulative draft probability and keeps the
+    best ``num_draft_tokens - 1`` nodes plus the root. ``attention_mode``: ``prefill`` verifies
+    with an eager extend forward that builds its mask on the fly (data-dependent shapes, never
+    graph-captured); ``decode`` verifies with a fixed-shape forward over the static cache with a
+    tree mask (no host syncs, CUDA-graph capturable).
+    """
+
+    algorithm: str = "none"
+    num_steps: int = 3
+    topk: int = 1
+    num_draft_tokens: int = 0  # 0 = auto: num_steps + 1 for a chain, else required
+    attention_mode: str = "decode"
+    cuda_graphs: bool = False
+
+    def __post_init__(self) -> None:
+        if self.algorithm not in ALGORITHMS:
+            raise ConfigError("unknown algorithm", field="algorithm", found=self.algorithm, expected=" | ".join(ALGORITHMS))
+        if self.attention_mode not in ATTENTION_MODES:
+            raise ConfigError(
+                "unknown attention mode", field="--attention-mode", found=self.attention_mode,
+                expected=" | ".join(ATTENTION_MODES),
+            )
+        if self.num_steps < 1 or self.topk < 1:
+            raise ConfigError("must be >= 1", field="--steps/--topk", found=(self.num_steps, self.topk))
+        if self.num_draft_tokens == 0:
+            return
+        if self.topk == 1 and self.num_draft_tokens != self.num_steps + 1:
+            raise ConfigError(
+                "a chain (topk 1) verifies num_steps + 1 tokens",
+                field="--draft-tokens", found=self.num_draft_tokens, expected=self.num_steps + 1,
+            )
+        most = 1 + self.topk + (self.num_steps - 1) * self.topk * self.topk
+        if not 2 <= self.num_draft_tokens <= most:
+            raise ConfigError(
+                "out of range for this tree", field="--draft-tokens", found=self.num_draft_tokens,
+                expected=f"2..{most} (1 + topk + (steps - 1) * topk^2)",
+            )
+
+    @property
+    def enabled(self) -> bool:
+        return self.algorithm != "none"
+
+    @property
+    def draft_tokens(self) -> int:
+        """N: tokens per row the target verifies, the root included."""
+        if self.num_draft_tokens:
+            return self.num_draft_tokens
+        if self.topk == 1:
+            return self.num_steps + 1
+        return min(1 + self.topk + (self.num_steps - 1) * self.topk * self.topk, 2 * self.num_steps * self.topk)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["num_draft_tokens"] = self.draft_tokens if self.enabled else 0
+        return d
