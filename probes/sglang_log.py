@@ -1,0 +1,320 @@
+"""Read SGLang server logs: Decode/Prefill batch lines, start-up markers, health-check traffic.
+
+Every SGLang version prints scheduler statistics as ``key: value`` pairs after a fixed head::
+
+    [2025-06-01 10:00:00 TP0] Decode batch, #running-req: 1, #token: 530, token usage: 0.01,
+        accept len: 2.43, accept rate: 0.36, cuda graph: True, gen throughput (token/s): 88.91, #queue-req: 0,
+    [2024-11-02 09:00:00 TP0] Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0,
+        cache hit rate: 0.00%, token usage: 0.00, #running-req: 0, #queue-req: 0
+
+Versions differ in the head (``batch,`` or the older ``batch.``, an optional `` [iter]``), in which
+fields appear (``accept len``, ``accept rate``, ``cuda graph``, ``cache hit rate``, ``input
+throughput``, hybrid-model ``full token usage``) and in the prefix (``[ts TP0]``, ``[ts DP1 TP1]``,
+``[ts]``, a log collector's timestamp in front, or a plain Python logging prefix). So the parser
+finds the head anywhere in the line and reads whatever pairs follow; a figure no line carries is
+reported as ``None``, never 0.
+
+Markers: ``Capture cuda graph end`` (target graphs captured) and ``The server is fired up and ready
+to roll!`` (warm-up done). Health checks: ``/health`` and ``/health_generate`` in the HTTP access
+log, and prefills of exactly one new token in one sequence (the 1-token probe generation SGLang
+runs for a health check) seen before the server was ready.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterable
+
+from eaglelab.engine.errors import EagleLabError
+
+GRAPH_CAPTURED_MARKER = "Capture cuda graph end"
+READY_MARKER = "The server is fired up and ready to roll!"
+
+_HEAD = re.compile(r"\b(Decode|Prefill) batch(?: \[\d+\])?[.,]\s*")
+_PAIR = re.compile(r"([#A-Za-z][^:,]*?):\s*([^,]*)")
+_SGLANG_STAMP = re.compile(
+    r"\[(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)((?:\s+[A-Z]{2}\d+)*)\s*\]"
+)
+_ANY_STAMP = re.compile(
+    r"\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?|\b\d{2}-\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?"
+)
+_RANK = re.compile(r"([A-Z]{2})(\d+)")
+_ACCESS = re.compile(r'"(?:GET|POST|HEAD) (/health(?:_generate)?)(?:\?\S*)? HTTP/[\d.]+"\s+(\d{3})')
+_ELAPSED = re.compile(r"[Tt]ime elapsed:\s*([\d.]+)\s*s")
+
+# Printed key (lower case) -> attribute; the first key present wins for an attribute.
+_FIELDS: dict[str, str] = {
+    "#running-req": "running_req",
+    "#queue-req": "queue_req",
+    "#token": "num_token",
+    "#full token": "num_token",
+    "token usage": "token_usage",
+    "full token usage": "token_usage",
+    "accept len": "accept_len",
+    "accept rate": "accept_rate",
+    "cuda graph": "cuda_graph",
+    "cpu graph": "cuda_graph",
+    "npu graph": "cuda_graph",
+    "gen throughput (token/s)": "gen_throughput",
+    "input throughput (token/s)": "input_throughput",
+    "#new-seq": "new_seq",
+    "#new-token": "new_token",
+    "#cached-token": "cached_token",
+    "cache hit rate": "cache_hit_rate",
+}
+_INTS = {"running_req", "queue_req", "num_token", "new_seq", "new_token", "cached_token"}
+
+
+@dataclass(frozen=True)
+class BatchLine:
+    """One ``Decode batch`` or ``Prefill batch`` line; a figure the line lacks is None."""
+
+    kind: str  # "decode" | "prefill"
+    line_no: int  # 1-based
+    timestamp: str | None
+    ranks: dict[str, int]  # e.g. {"DP": 1, "TP": 1}
+    raw: dict[str, str]  # every printed pair, key lower-cased
+    running_req: int | None = None
+    queue_req: int | None = None
+    num_token: int | None = None
+    token_usage: float | None = None
+    accept_len: float | None = None
+    accept_rate: float | None = None
+    cuda_graph: bool | None = None
+    gen_throughput: float | None = None
+    input_throughput: float | None = None
+    new_seq: int | None = None
+    new_token: int | None = None
+    cached_token: int | None = None
+    cache_hit_rate: float | None = None  # a fraction (a printed "12.5%" is 0.125)
+
+    @property
+    def looks_like_health_check(self) -> bool:
+        """A prefill of one sequence of one new token: SGLang's health-check probe generation."""
+        return self.kind == "prefill" and self.new_seq == 1 and self.new_token == 1
+
+
+@dataclass(frozen=True)
+class Marker:
+    """A start-up milestone: ``"graph_captured"`` or ``"ready"``."""
+
+    name: str
+    line_no: int
+    timestamp: str | None
+    seconds: float | None = None  # "Time elapsed" on the capture line
+
+
+@dataclass(frozen=True)
+class HealthRequest:
+    """An HTTP access-log line for ``/health`` or ``/health_generate``."""
+
+    path: str
+    status: int
+    line_no: int
+
+
+LogItem = BatchLine | Marker | HealthRequest
+
+
+def parse_line(text: str, line_no: int = 0) -> LogItem | None:
+    """Parse one log line; None for lines that are none of the above."""
+    head = _HEAD.search(text)
+    if head is not None:
+        return _batch_line(text, head, line_no)
+    if GRAPH_CAPTURED_MARKER in text:
+        elapsed = _ELAPSED.search(text)
+        return Marker("graph_captured", line_no, _timestamp(text)[0], float(elapsed.group(1)) if elapsed else None)
+    if READY_MARKER in text:
+        return Marker("ready", line_no, _timestamp(text)[0])
+    access = _ACCESS.search(text)
+    if access is not None:
+        return HealthRequest(access.group(1), int(access.group(2)), line_no)
+    return None
+
+
+def _batch_line(text: str, head: re.Match[str], line_no: int) -> BatchLine:
+    stamp, ranks = _timestamp(text[: head.start()])
+    raw = {k.strip().lower(): v.strip() for k, v in _PAIR.findall(text[head.end() :])}
+    values: dict[str, object] = {}
+    for key, value in raw.items():
+        name = _FIELDS.get(key)
+        if name is not None and name not in values:
+            values[name] = _value(name, value)
+    kind = head.group(1).lower()
+    return BatchLine(kind=kind, line_no=line_no, timestamp=stamp, ranks=ranks, raw=raw, **values)  # type: ignore[arg-type]
+
+
+def _timestamp(prefix: str) -> tuple[str | None, dict[str, int]]:
+    """SGLang's own ``[ts RANKS]`` stamp if present, else the last timestamp in the prefix."""
+    stamps = list(_SGLANG_STAMP.finditer(prefix))
+    if stamps:
+        last = stamps[-1]
+        return last.group(1), {k: int(v) for k, v in _RANK.findall(last.group(2))}
+    others = _ANY_STAMP.findall(prefix)
+    return (others[-1] if others else None), {}
+
+
+def _value(name: str, text: str) -> object:
+    if name == "cuda_graph":
+        return {"true": True, "false": False}.get(text.lower())
+    percent = text.endswith("%")
+    try:
+        number = float(text.rstrip("%").strip())
+    except ValueError:
+        return None
+    if name in _INTS:
+        return int(number)
+    return number / 100.0 if percent else number
+
+
+@dataclass(frozen=True)
+class SglangLogSummary:
+    """What a log says. Means are over the lines that print the figure (unweighted); None if none do."""
+
+    decode_lines: int
+    prefill_lines: int
+    accept_len_mean: float | None
+    accept_rate_mean: float | None
+    gen_throughput_mean: float | None
+    cuda_graph_fraction: float | None  # share of decode lines with "cuda graph: True"
+    cache_hit_rate_mean: float | None
+    input_throughput_mean: float | None
+    graph_captured_line: int | None
+    ready_line: int | None
+    capture_seconds: float | None
+    prefills_before_ready: int
+    health_check_prefills_before_ready: int
+    eager_health_check_prefills_before_ready: int  # of those, lines not showing "cuda graph: True"
+    health_requests_before_ready: int
+    health_generate_requests: int
+    first_timestamp: str | None
+    last_timestamp: str | None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass
+class SglangLogScanner:
+    """Incremental reader: ``feed`` lines (a whole file or a growing tail), then ``summary()``."""
+
+    lines_seen: int = 0
+    batches: list[BatchLine] = field(default_factory=list)
+    graph_captured: Marker | None = None
+    ready: Marker | None = None
+    prefills_before_ready: int = 0
+    health_prefills_before_ready: int = 0
+    eager_health_prefills_before_ready: int = 0
+    health_requests_before_ready: int = 0
+    health_generate_requests: int = 0
+    first_timestamp: str | None = None
+    last_timestamp: str | None = None
+
+    def feed(self, text: str) -> LogItem | None:
+        """Read one line; returns what it was (or None)."""
+        self.lines_seen += 1
+        item = parse_line(text, self.lines_seen)
+        if isinstance(item, BatchLine):
+            self._observe_batch(item)
+        elif isinstance(item, Marker):
+            self._observe_marker(item)
+        elif isinstance(item, HealthRequest):
+            self.health_generate_requests += item.path == "/health_generate"
+            self.health_requests_before_ready += self.ready is None
+        return item
+
+    def feed_all(self, lines: Iterable[str]) -> "SglangLogScanner":
+        """Read many lines; returns self."""
+        for line in lines:
+            self.feed(line)
+        return self
+
+    def _observe_batch(self, line: BatchLine) -> None:
+        self.batches.append(line)
+        self._stamp(line.timestamp)
+        if line.kind != "prefill" or self.ready is not None:
+            return
+        self.prefills_before_ready += 1
+        if line.looks_like_health_check:
+            self.health_prefills_before_ready += 1
+            self.eager_health_prefills_before_ready += line.cuda_graph is not True
+
+    def _observe_marker(self, marker: Marker) -> None:
+        self._stamp(marker.timestamp)
+        if marker.name == "graph_captured" and self.graph_captured is None:
+            self.graph_captured = marker
+        elif marker.name == "ready" and self.ready is None:
+            self.ready = marker
+
+    def _stamp(self, stamp: str | None) -> None:
+        if stamp is not None:
+            self.first_timestamp = self.first_timestamp or stamp
+            self.last_timestamp = stamp
+
+    def summary(self) -> SglangLogSummary:
+        """Counts, means and warnings over everything fed so far."""
+        decode = [b for b in self.batches if b.kind == "decode"]
+        prefill = [b for b in self.batches if b.kind == "prefill"]
+        graph_flags = [b.cuda_graph for b in decode if b.cuda_graph is not None]
+        summary = SglangLogSummary(
+            decode_lines=len(decode),
+            prefill_lines=len(prefill),
+            accept_len_mean=_mean(b.accept_len for b in decode),
+            accept_rate_mean=_mean(b.accept_rate for b in decode),
+            gen_throughput_mean=_mean(b.gen_throughput for b in decode),
+            cuda_graph_fraction=sum(graph_flags) / len(graph_flags) if graph_flags else None,
+            cache_hit_rate_mean=_mean(b.cache_hit_rate for b in prefill),
+            input_throughput_mean=_mean(b.input_throughput for b in prefill),
+            graph_captured_line=self.graph_captured.line_no if self.graph_captured else None,
+            ready_line=self.ready.line_no if self.ready else None,
+            capture_seconds=self.graph_captured.seconds if self.graph_captured else None,
+            prefills_before_ready=self.prefills_before_ready,
+            health_check_prefills_before_ready=self.health_prefills_before_ready,
+            eager_health_check_prefills_before_ready=self.eager_health_prefills_before_ready,
+            health_requests_before_ready=self.health_requests_before_ready,
+            health_generate_requests=self.health_generate_requests,
+            first_timestamp=self.first_timestamp,
+            last_timestamp=self.last_timestamp,
+        )
+        return _with_warnings(summary, saw_startup=self.graph_captured is not None or self.ready is not None)
+
+
+def _mean(values: Iterable[float | None]) -> float | None:
+    present = [v for v in values if v is not None]
+    return sum(present) / len(present) if present else None
+
+
+def _with_warnings(s: SglangLogSummary, *, saw_startup: bool) -> SglangLogSummary:
+    from dataclasses import replace
+
+    warnings: list[str] = []
+    if saw_startup and s.eager_health_check_prefills_before_ready:
+        warnings.append(
+            f"{s.eager_health_check_prefills_before_ready} health-check prefill(s) ran before the server "
+            "was ready, without CUDA graph; they delay warm-up: poll /v1/models instead of /health or "
+            "/health_generate (e.g. eaglelab wait-ready URL)"
+        )
+    if s.health_generate_requests:
+        warnings.append(
+            f"{s.health_generate_requests} request(s) to /health_generate: each runs a generation on "
+            "the server; readiness checks should use /v1/models"
+        )
+    if s.cuda_graph_fraction is not None and s.cuda_graph_fraction < 1.0:
+        warnings.append(
+            f"{1 - s.cuda_graph_fraction:.0%} of decode lines report cuda graph: False (batch larger "
+            "than the captured sizes, or graphs disabled)"
+        )
+    return replace(s, warnings=tuple(warnings))
+
+
+def read_sglang_log(path: str | Path) -> SglangLogSummary:
+    """Summarise a whole log file; :class:`EagleLabError` if it cannot be read."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as exc:
+        raise EagleLabError(
+            "cannot read the SGLang log", file=path, found=exc.strerror or type(exc).__name__,
+            hint="pass the file the server's stdout/stderr was written to",
+        ) from exc
+    return SglangLogScanner().feed_all(text.split("\n")).summary()
