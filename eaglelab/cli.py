@@ -13,6 +13,7 @@ import sys
 COMMAND_MODULES: tuple[str, ...] = (
     "eaglelab.cmd_run",
     "eaglelab.cmd_wait_ready",
+    "eaglelab.cmd_report",
 )
 
 
