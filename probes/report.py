@@ -11,7 +11,6 @@ steps in the same record or from ``decode_ms``.
 from __future__ import annotations
 
 import json
-from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -122,7 +121,7 @@ def summarise_record(path: str | Path, *, decode_ms: float | None = None, expect
     if not steps:
         notes.append("no steps in this record")
     baseline = decode_ms if decode_ms is not None else totals.mean_phase_ms("decode", kind="decode")
-    verdicts = _record_verdicts(totals, steps, baseline, expected_accept_len)
+    verdicts = record_verdicts(totals, baseline, expected_accept_len)
     return Report(
         source="eaglelab-record",
         path=str(path),
@@ -162,18 +161,21 @@ def _record_details(totals: RunTotals, schema_version: object, decode_ms: float 
     }
 
 
-def record_economics_inputs(
-    totals: RunTotals, steps: list[Step], decode_ms: float | None, expected_accept_len: float = 2.0
+def economics_inputs(
+    totals: RunTotals, decode_ms: float | None = None, expected_accept_len: float = 2.0
 ) -> EconomicsInputs | None:
-    """Economics inputs from a record's spec cycles, or None when a cost or acceptance is unknown."""
+    """Economics inputs from a run's spec cycles, or None when a cost or acceptance is unknown.
+
+    ``decode_ms`` defaults to the mean decode time of the run's own plain decode steps.
+    """
+    if decode_ms is None:
+        decode_ms = totals.mean_phase_ms("decode", kind="decode")
     accept_len = totals.acceptance.mean_accept_len
     draft = totals.mean_phase_ms("draft", kind="spec")
     verify = totals.mean_phase_ms("verify", kind="spec")
     if decode_ms is None or decode_ms <= 0 or accept_len is None or draft is None or verify is None:
         return None
     spec = dict(totals.info.spec) if totals.info is not None else {}
-    verify_graphs = Counter(s.graph["verify"] for s in steps if s.kind == "spec" and "verify" in s.graph)
-    verify_graph = _dominant_graph(verify_graphs)
     return EconomicsInputs(
         decode_ms=decode_ms,
         draft_ms=draft,
@@ -181,24 +183,28 @@ def record_economics_inputs(
         accept_ms=totals.mean_phase_ms("accept", kind="spec") or 0.0,
         extend_ms=totals.mean_phase_ms("draft_extend", kind="spec") or 0.0,
         accept_len=accept_len,
-        verify_graph=verify_graph,
+        verify_graph=dominant_verify_graph(totals),
         attention_mode=spec.get("attention_mode"),
         expected_accept_len=expected_accept_len,
     )
 
 
-def _dominant_graph(counts: Counter[str]) -> str | None:
-    """The verify graph status most cycles had; eager wins ties (it is the one to explain)."""
+def dominant_verify_graph(totals: RunTotals) -> str | None:
+    """The verify graph status most steps had (``"replay"`` or ``"eager: <reason>"``); eager wins ties."""
+    counts = {f"eager: {k.split(': ', 1)[1]}": n for k, n in totals.eager_reasons.items() if k.startswith("verify: ")}
+    if totals.graph_replays.get("verify"):
+        counts["replay"] = totals.graph_replays["verify"]
     if not counts:
         return None
     return max(counts, key=lambda k: (counts[k], k != "replay"))
 
 
-def _record_verdicts(
-    totals: RunTotals, steps: list[Step], decode_ms: float | None, expected_accept_len: float
-) -> list[str]:
+def record_verdicts(totals: RunTotals, decode_ms: float | None = None, expected_accept_len: float = 2.0) -> list[str]:
+    """Plain-words findings for a run: economics (or acceptance alone), eager fallbacks, warnings."""
+    if decode_ms is None:
+        decode_ms = totals.mean_phase_ms("decode", kind="decode")
     verdicts: list[str] = []
-    inputs = record_economics_inputs(totals, steps, decode_ms, expected_accept_len)
+    inputs = economics_inputs(totals, decode_ms, expected_accept_len)
     accept_len = totals.acceptance.mean_accept_len
     if inputs is not None:
         economics = analyse(inputs)
