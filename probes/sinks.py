@@ -1,0 +1,126 @@
+"""Sinks: bus subscribers that show a run to people. Each is a callable taking an event.
+
+- :class:`ConsoleSummary` prints a rich table when the run finishes (tokens, tok/s, mean
+  accepted length, per-phase ms, CUDA-graph replay share, verdicts).
+- :class:`TensorBoardSink` writes scalars per step through ``torch.utils.tensorboard``:
+  ``accept_len/mean`` (running mean over spec cycles) and ``accept_len/step``,
+  ``throughput/tok_s`` (this step's tokens over its measured time), ``phase_ms/<phase>``,
+  ``graph/replay_fraction`` (running share of decode/spec steps whose main phase replayed).
+  The global step is the engine's cycle index.
+
+The run record writer lives in :mod:`eaglelab.probes.record`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from eaglelab.probes.bus import RunTotals
+from eaglelab.probes.events import Event, GraphCaptured, RunFinished, RunStarted, Step
+from eaglelab.probes.report import record_verdicts
+
+
+class ConsoleSummary:
+    """Collects a run's events; prints a summary table on ``run_finished`` (or on :meth:`show`)."""
+
+    def __init__(
+        self,
+        console: Any = None,
+        *,
+        print_on_finish: bool = True,
+        decode_ms: float | None = None,
+        expected_accept_len: float = 2.0,
+    ) -> None:
+        from rich.console import Console
+
+        self.console = console if console is not None else Console()
+        self.totals = RunTotals()
+        self.print_on_finish = print_on_finish
+        self.decode_ms = decode_ms
+        self.expected_accept_len = expected_accept_len
+
+    def __call__(self, event: Event) -> None:
+        """Bus subscriber entry point."""
+        self.totals.observe_event(event)
+        if isinstance(event, RunFinished) and self.print_on_finish:
+            self.show()
+
+    def verdicts(self) -> list[str]:
+        """The run's verdicts so far (economics when the decode cost is known)."""
+        return record_verdicts(self.totals, self.decode_ms, self.expected_accept_len)
+
+    def render(self) -> Any:
+        """The summary as a rich renderable."""
+        from rich.console import Group
+        from rich.table import Table
+        from rich.text import Text
+
+        t = self.totals
+        table = Table(title="eaglelab run", show_header=False, title_justify="left")
+        table.add_column("figure", style="bold")
+        table.add_column("value", justify="right")
+        table.add_row("tokens generated", str(t.generated_tokens))
+        table.add_row("seconds", f"{t.seconds:.2f}")
+        table.add_row("tokens/s", _fmt(t.tokens_per_s, "{:.1f}"))
+        table.add_row("mean accepted length", _fmt(t.mean_accept_len, "{:.2f}"))
+        table.add_row("accept rate", _fmt(t.acceptance.accept_rate, "{:.1%}"))
+        for phase in t.phases_seen():
+            table.add_row(f"{phase} ms (mean)", _fmt(t.mean_phase_ms(phase), "{:.2f}"))
+        table.add_row("CUDA-graph replay share", _fmt(t.replay_fraction, "{:.0%}"))
+        lines = [Text("• " + v) for v in self.verdicts()]
+        return Group(table, *lines)
+
+    def show(self) -> None:
+        """Print the summary now."""
+        self.console.print(self.render())
+
+
+class TensorBoardSink:
+    """Writes per-step scalars to a TensorBoard log directory (``tensorboard --logdir DIR``)."""
+
+    def __init__(self, logdir: str | Path, *, flush_secs: int = 10) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.logdir = Path(logdir)
+        self.writer = SummaryWriter(log_dir=str(self.logdir), flush_secs=flush_secs)
+        self.totals = RunTotals()
+
+    def __call__(self, event: Event) -> None:
+        """Bus subscriber entry point."""
+        self.totals.observe_event(event)
+        if isinstance(event, Step):
+            self._step(event)
+        elif isinstance(event, RunStarted):
+            config = {"model": event.model, "device": event.device, "dtype": event.dtype, "spec": event.spec}
+            self.writer.add_text("run/config", "```\n" + json.dumps(config, indent=2) + "\n```")
+        elif isinstance(event, GraphCaptured):
+            self.writer.add_scalar(f"graph/capture_s/{event.name}", event.seconds, event.batch_size)
+        elif isinstance(event, RunFinished):
+            if event.tokens_per_s is not None:
+                self.writer.add_scalar("run/tok_s", event.tokens_per_s, event.cycles)
+            self.writer.flush()
+
+    def _step(self, step: Step) -> None:
+        w, i = self.writer, step.index
+        for phase, ms in step.phase_ms.items():
+            w.add_scalar(f"phase_ms/{phase}", ms, i)
+        if step.kind == "prefill":
+            return
+        if step.cycle_ms > 0:
+            w.add_scalar("throughput/tok_s", step.tokens * 1000.0 / step.cycle_ms, i)
+        active = [a for a in step.accept_len if a > 0]
+        if step.kind == "spec" and active:
+            w.add_scalar("accept_len/step", sum(active) / len(active), i)
+            w.add_scalar("accept_len/mean", self.totals.acceptance.mean_accept_len or 0.0, i)
+        if self.totals.replay_fraction is not None:
+            w.add_scalar("graph/replay_fraction", self.totals.replay_fraction, i)
+
+    def close(self) -> None:
+        """Flush and close the event file."""
+        self.writer.close()
+
+
+def _fmt(value: float | None, pattern: str) -> str:
+    return "—" if value is None else pattern.format(value)
