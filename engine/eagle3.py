@@ -201,3 +201,47 @@ def load_drafter_weights(drafter: Eagle3Drafter, ck) -> None:
         with torch.no_grad():
             drafter.t2d.zero_()
             drafter.t2d[drafter.token_map()] = True
+
+
+def load_eagle3(path, target_model, *, device=None, dtype=None, serving: str | None = None, warn=None):
+    """Load an EAGLE-3 drafter directory for ``target_model`` (a :class:`Transformer`).
+
+    Returns ``(drafter, hf_taps, reason)``: the network, the HF ``output_hidden_states`` indices
+    the target must feed it, and how those indices were chosen (shown to the user).
+    """
+    from eaglelab.engine.conventions import default_hf_indices, ids_to_hf_indices
+    from eaglelab.engine.draft_checkpoint import read_draft_checkpoint
+
+    ck = read_draft_checkpoint(path)
+    tcfg = target_model.config
+    errors = [f for f in ck.validate(tcfg) if f.severity == "error"]
+    if errors:
+        first = errors[0]
+        raise CheckpointError(first.message, file=ck.config_file, field=first.field, hint=first.hint)
+    if not ck.has_weights:
+        raise CheckpointError("no weights (*.safetensors) in the drafter directory", file=ck.path)
+    cfg = config_from_checkpoint(ck, tcfg.hidden_size)
+    if ck.aux_layer_ids is None:
+        taps = default_hf_indices(tcfg.num_layers)
+        reason = f"config names no aux ids: using the serving engines' default taps hs{list(taps)}"
+        if warn:
+            warn(reason)
+    else:
+        conv = serving or ck.aux_convention or ck.default_serving
+        taps = ids_to_hf_indices(ck.aux_layer_ids, conv)
+        reason = f"ids {list(ck.aux_layer_ids)} read in the {conv} convention = hs{list(taps)}"
+    if len(taps) != cfg.num_aux:
+        raise CheckpointError(
+            "aux ids disagree with the fc width", file=ck.config_file, field="eagle_aux_hidden_state_layer_ids",
+            found=len(taps), expected=cfg.num_aux,
+        )
+    emb = target_model.embed_tokens
+    with torch.device("meta"):
+        net = Eagle3Drafter(cfg, emb)
+    net = net.to_empty(device="cpu").float()
+    net._embed = [emb]
+    load_drafter_weights(net, ck)
+    net = net.to(device=device or emb.weight.device, dtype=dtype or emb.weight.dtype).eval()
+    net.d2t = net.d2t.long()
+    net.reset_buffers()
+    return net, tuple(taps), reason

@@ -1,0 +1,91 @@
+"""``eaglelab run PROMPT``: generate with the instrumented engine, stream the text, summarise."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from eaglelab.session import add_engine_args, build_session
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "run",
+        help="generate text for a prompt (plain or speculative), stream it and summarise the run",
+        description="Apply the model's chat template to PROMPT, stream the reply, end with a summary.",
+    )
+    p.add_argument("prompt", help="the user message")
+    add_engine_args(p)
+    p.add_argument("--system", default=None, help="a system message (default: the template's own)")
+    p.add_argument("--raw", action="store_true", help="feed PROMPT as is, without the chat template")
+    p.add_argument(
+        "--compare", action=argparse.BooleanOptionalAction, default=True,
+        help="when speculating, also run plain decoding on the same prompt and report the speedup",
+    )
+    p.add_argument("--record", metavar="FILE", help="write a JSONL run record (replay it with `eaglelab tui`)")
+    p.add_argument("--tensorboard", metavar="DIR", help="write TensorBoard scalars to DIR")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    err = Console(stderr=True, highlight=False)
+    session = build_session(args, log=lambda m: err.print(f"[dim]{m}[/]"))
+    tok = session.target.tokenizer
+    assert tok is not None
+    ids = tok.encode(args.prompt) if args.raw else tok.chat_ids(args.prompt, system=args.system)
+
+    observer, finish = session.observer(record=args.record, tensorboard=args.tensorboard)
+    engine = session.engine(observer=observer)
+    shown: list[int] = []
+    printed = [""]
+
+    def stream(row: int, new: list[int]) -> None:
+        shown.extend(new)
+        text = tok.decode(shown)
+        if text.startswith(printed[0]):
+            console.print(text[len(printed[0]):], end="", markup=False)
+            printed[0] = text
+
+    result = engine.generate([ids], args.max_new_tokens, session.sampling, session.generator(), stream=stream)
+    console.print()
+    baseline = None
+    if session.spec.enabled and args.compare:
+        err.print("[dim]running plain decoding on the same prompt for comparison ...[/]")
+        baseline = session.plain_engine().generate([ids], args.max_new_tokens, session.sampling, session.generator())
+    summary_rows(console, session, result, baseline)
+    finish()
+    return 0
+
+
+def summary_rows(console, session, result, baseline) -> None:
+    """The end-of-run table: tokens, speed, device, dtype, acceptance, speedup."""
+    from rich.table import Table
+
+    t = Table(title="run summary", show_header=False, title_justify="left")
+    t.add_column("what", style="bold")
+    t.add_column("value")
+    rows: list[tuple[str, Any]] = [
+        ("model", f"{session.target.name} ({session.target.config.num_layers} layers)"),
+        ("device", f"{session.device_label}  [dim]{session.device_reason}[/]"),
+        ("dtype", f"{session.dtype_name}  [dim]{session.dtype_reason}[/]"),
+        ("prompt tokens", result.prompt_tokens),
+        ("generated tokens", f"{result.generated_tokens} (stopped: {', '.join(result.stop_reasons)})"),
+        ("speed", f"{result.tokens_per_second:.1f} tok/s over {result.seconds:.2f} s"),
+    ]
+    if session.spec.enabled:
+        rows.append(("speculation", session.spec_label))
+        if result.mean_accept_len is not None:
+            rows.append(("mean accepted length", f"{result.mean_accept_len:.2f} tokens per verify (bonus included)"))
+    if baseline is not None:
+        ratio = result.tokens_per_second / baseline.tokens_per_second if baseline.tokens_per_second else 0.0
+        rows.append(("plain decoding", f"{baseline.tokens_per_second:.1f} tok/s (same prompt, same run)"))
+        rows.append(("speedup", f"{ratio:.2f}x over plain decoding"))
+        if session.sampling.greedy:
+            same = baseline.tokens == result.tokens
+            rows.append(("output check", "identical to plain greedy decoding" if same else "[red]DIFFERS from plain greedy decoding[/]"))
+    for k, v in rows:
+        t.add_row(k, str(v))
+    console.print(t)

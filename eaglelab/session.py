@@ -1,0 +1,210 @@
+"""What `run`, `bench`, `trace` and the TUI share: engine flags, and turning them into a loaded
+target, a drafter, a spec config and an observer, with the reason for every auto-chosen value.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+DRAFT_CHOICES = "default | ngram | none | PATH"
+
+
+def add_engine_args(p: argparse.ArgumentParser) -> None:
+    """The flags every generating command takes."""
+    g = p.add_argument_group("model and decoding")
+    g.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), an HF directory or a .gguf file")
+    g.add_argument("--max-new-tokens", type=int, default=128)
+    g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    g.add_argument("--top-p", type=float, default=1.0)
+    g.add_argument("--top-k", type=int, default=0)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    g.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
+    s = p.add_argument_group("speculation")
+    s.add_argument("--draft", default="default", help=f"{DRAFT_CHOICES} (default: the drafter shipped for the default model)")
+    s.add_argument("--steps", type=int, default=None, help="draft steps per cycle")
+    s.add_argument("--topk", type=int, default=None, help="children per tree node (1 = chain)")
+    s.add_argument("--draft-tokens", type=int, default=None, help="tokens verified per cycle, root included")
+    s.add_argument("--attention-mode", default="decode", choices=("decode", "prefill"),
+                   help="verify as a fixed-shape decode over the static cache, or as an eager extend")
+    s.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
+                   help="capture decode/draft/verify in CUDA graphs (default: on with CUDA)")
+    s.add_argument("--serving", choices=("sglang", "vllm"), default=None,
+                   help="read the drafter's aux layer ids as this engine would (default: the checkpoint format's)")
+
+
+def shipped_drafter_dir() -> Path | None:
+    """The EAGLE-3 drafter shipped inside the package for the default model, if present."""
+    path = Path(__file__).parent / "drafters" / "smollm2-135m-eagle3"
+    return path if (path / "config.json").exists() else None
+
+
+@dataclass
+class Session:
+    args: argparse.Namespace
+    target: Any
+    device_label: str
+    device_reason: str
+    dtype_name: str
+    dtype_reason: str
+    spec: Any
+    spec_label: str
+    sampling: Any
+    drafter: Any = None
+    notes: list[str] = field(default_factory=list)
+    runner_factory: Callable[..., Any] | None = None
+
+    def generator(self):
+        import torch
+
+        g = torch.Generator(device=self.target.device)
+        g.manual_seed(self.args.seed)
+        return g
+
+    def run_info(self) -> dict[str, Any]:
+        from eaglelab import __version__
+
+        return {"model": self.target.name, "digest": self.target.digest, "eaglelab_version": __version__}
+
+    def engine(self, observer=None, spec=None, drafter=None):
+        """The engine for this session (speculative when a drafter was chosen)."""
+        from eaglelab.engine.generate import Engine
+
+        spec = spec or self.spec
+        drafter = drafter if drafter is not None else self.drafter
+        runner = self.runner_factory(spec, drafter) if self.runner_factory else None
+        return Engine(
+            self.target.model, eos_token_ids=self.target.tokenizer.eos_token_ids if self.target.tokenizer else
+            self.target.config.eos_token_ids, drafter=drafter if spec.enabled else None, spec=spec,
+            observer=observer, runner=runner, run_info=self.run_info(),
+        )
+
+    def plain_engine(self, observer=None):
+        from eaglelab.engine.spec_config import SpecConfig
+
+        return self.engine(observer=observer, spec=SpecConfig(cuda_graphs=self.spec.cuda_graphs), drafter=None)
+
+    def observer(self, record: str | None = None, tensorboard: str | None = None):
+        """A probe bus with the requested sinks, and a function that closes them."""
+        if not record and not tensorboard:
+            return None, lambda: None
+        from eaglelab.probes.bus import ProbeBus
+
+        bus = ProbeBus()
+        closers: list[Callable[[], None]] = []
+        if record:
+            from eaglelab.probes.record import RecordWriter
+
+            writer = RecordWriter(record)
+            bus.subscribe(writer)
+            closers.append(writer.close)
+        if tensorboard:
+            from eaglelab.probes.sinks import TensorBoardSink
+
+            sink = TensorBoardSink(tensorboard)
+            bus.subscribe(sink)
+            closers.append(sink.close)
+
+        def finish() -> None:
+            for close in closers:
+                close()
+
+        return bus, finish
+
+
+def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, tp=None) -> Session:
+    """Load the target and drafter the flags name; every auto choice keeps its reason."""
+    import torch
+
+    from eaglelab.engine.errors import EagleLabError
+    from eaglelab.engine.loader import load_target
+    from eaglelab.engine.sampling import SamplingParams
+
+    device, device_reason = _pick_device(args.device)
+    dtype_name, dtype_reason = _pick_dtype(args.dtype, device)
+    try:
+        sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
+    except ValueError as exc:
+        raise EagleLabError(str(exc), field="--temperature/--top-k/--top-p") from None
+    if args.max_new_tokens < 1:
+        raise EagleLabError("must be >= 1", field="--max-new-tokens", found=args.max_new_tokens)
+    target = load_target(args.model, device=device, dtype=dtype_name, tp=tp)
+    label = str(device) + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
+    session = Session(args, target, label, device_reason, dtype_name, dtype_reason, None, "", sampling)
+    _choose_drafter(session, log)
+    return session
+
+
+def _pick_device(name: str):
+    import torch
+
+    from eaglelab.engine.errors import EagleLabError
+
+    if name == "auto":
+        if torch.cuda.is_available():
+            return torch.device("cuda"), "auto: CUDA is available"
+        return torch.device("cpu"), "auto: no CUDA device"
+    try:
+        dev = torch.device(name)
+    except RuntimeError:
+        raise EagleLabError("unknown device", field="--device", found=name, expected="auto | cpu | cuda | cuda:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise EagleLabError("CUDA is not available here", field="--device", found=name, hint="use --device cpu")
+    return dev, "as asked"
+
+
+def _pick_dtype(name: str, device) -> tuple[str, str]:
+    from eaglelab.engine.loader import parse_dtype
+
+    if name == "auto":
+        if device.type == "cuda":
+            return "bfloat16", "auto: bfloat16 on CUDA (tensor cores, half the weight traffic)"
+        return "float32", "auto: float32 on CPU (exact, and bf16 matmuls are slow on most CPUs)"
+    parse_dtype(name)
+    return str(parse_dtype(name)).replace("torch.", ""), "as asked"
+
+
+def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
+    """Resolve --draft and the spec flags into ``s.spec`` and ``s.drafter``."""
+    from eaglelab.engine.drafters import Eagle3Proposer, NgramDrafter
+    from eaglelab.engine.eagle3 import load_eagle3
+    from eaglelab.engine.errors import EagleLabError
+    from eaglelab.engine.spec_config import SpecConfig
+
+    a = s.args
+    draft = a.draft
+    graphs = a.cuda_graphs if a.cuda_graphs is not None else s.target.device.type == "cuda"
+    if draft == "default":
+        shipped = shipped_drafter_dir()
+        if shipped is not None and a.model == "default":
+            draft = str(shipped)
+            s.notes.append("drafter: the EAGLE-3 drafter shipped for SmolLM2-135M-Instruct")
+        else:
+            draft = "ngram"
+            why = "no drafter ships for this model" if a.model != "default" else "no shipped drafter installed"
+            s.notes.append(f"drafter: n-gram ({why})")
+    if draft == "none":
+        s.spec = SpecConfig(cuda_graphs=graphs)
+        s.spec_label = "off"
+        return
+    if draft == "ngram":
+        steps = a.steps or 4
+        s.spec = SpecConfig("ngram", num_steps=steps, topk=1, num_draft_tokens=a.draft_tokens or 0,
+                            attention_mode=a.attention_mode, cuda_graphs=graphs)
+        s.drafter = NgramDrafter(s.spec)
+    else:
+        if not Path(draft).exists():
+            raise EagleLabError("no such drafter", field="--draft", found=draft, expected=DRAFT_CHOICES)
+        net, taps, reason = load_eagle3(draft, s.target.model, serving=a.serving, warn=log)
+        topk = a.topk or 1
+        steps = a.steps or (5 if topk > 1 else 3)
+        s.spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=a.draft_tokens or 0,
+                            attention_mode=a.attention_mode, cuda_graphs=graphs)
+        s.drafter = Eagle3Proposer(net, s.spec, taps)
+        s.notes.append(f"aux taps: {reason}")
+    sp = s.spec
+    s.spec_label = (f"{sp.algorithm}, {sp.num_steps} steps, topk {sp.topk}, {sp.draft_tokens} tokens per verify, "
+                    f"verify attention mode {sp.attention_mode}")
