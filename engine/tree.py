@@ -180,7 +180,7 @@ class TreeBuilder:
         self._tokens: list[Tensor] = []  # per step: [B, C_s] candidate tokens
         self._scores: list[Tensor] = []  # per step: [B, C_s]
         self._parents: list[Tensor] = []  # per step: [B, C_s] global id of the parent (0 = root)
-        self._depths: list[int] = []  # per step: depth of its candidates
+        self._depths: list[Tensor] = []  # per step: [C_s] depth of its candidates
         self._frontier_ids = torch.zeros_like(root_tokens)[:, None]  # [B, F] global ids
         self._frontier_scores = torch.zeros(root_tokens.shape[0], 1, device=root_tokens.device)
         self._frontier_mask: Tensor | None = None  # [B, K, s*K]
@@ -204,7 +204,7 @@ class TreeBuilder:
         self._tokens.append(tokens)
         self._scores.append(exp.scores)
         self._parents.append(self._frontier_ids.gather(1, exp.parent_slot))
-        self._depths.append(len(self._depths) + 1)
+        self._depths.append(torch.full((tokens.shape[1],), len(self._depths) + 1, device=tokens.device))
         self._frontier_ids = offset + exp.selected  # [B, K]
         self._frontier_scores = exp.scores.gather(1, exp.selected)  # [B, K]
         parent_slot = exp.parent_slot.gather(1, exp.selected)  # [B, K]
@@ -250,17 +250,14 @@ class TreeBuilder:
         """Indices ``[B, count]`` of the best candidates, sorted by (depth, rank)."""
         scores = self._cat(self._scores, self._frontier_scores[:, :0])  # [B, M]
         ranked = torch.sort(scores, dim=-1, descending=True, stable=True).indices[:, :count]  # [B, count]
-        depths = torch.cat(
-            [torch.full((t.shape[1],), d, dtype=torch.long) for t, d in zip(self._tokens, self._depths)]
-            or [torch.zeros(0, dtype=torch.long)]
-        ).to(self._root.device)  # [M]
+        depths = self._cat(self._depths, self._root.new_zeros(0))  # [M]
         key = depths[ranked] * max(count, 1) + torch.arange(count, device=ranked.device)  # [B, count]
         return ranked.gather(1, torch.sort(key, dim=-1).indices)
 
     @staticmethod
     def _cat(parts: list[Tensor], empty: Tensor) -> Tensor:
-        """The per-step candidate tensors side by side ``[B, M]`` (``empty`` before any step)."""
-        return torch.cat(parts, dim=1) if parts else empty
+        """The per-step candidate tensors side by side along the last dim (``empty`` before any step)."""
+        return torch.cat(parts, dim=-1) if parts else empty
 
 
 def tree_attention_mask(prefix_len: Tensor, tree: DraftTree, kv_len: int) -> Tensor:

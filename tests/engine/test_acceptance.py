@@ -5,13 +5,14 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eaglelab.engine.acceptance import Acceptance, greedy_accept, rejection_accept
 from eaglelab.engine.sampling import SamplingParams, probs_from_logits, sample
-from eaglelab.engine.tree import DraftTree, TreeBuilder, chain_tree, make_tree
+from eaglelab.engine.tree import DraftTree, TreeBuilder, chain_tree, make_tree, tree_attention_mask
 
 # Upper 0.1% points of the chi-square distribution (scipy.stats.chi2.ppf(0.999, df)).
 CHI2_CRIT_0_001 = {4: 18.467, 5: 20.515, 6: 22.458, 7: 24.322, 24: 51.179, 35: 66.619, 48: 84.037, 63: 103.442}
@@ -288,3 +289,53 @@ def test_rejection_with_one_hot_target_is_greedy() -> None:
     for name in ("accept_len", "path", "tokens", "bonus"):
         assert torch.equal(getattr(greedy, name), getattr(sampled, name)), name
     assert 0.0 < float((greedy.accept_len > 1).float().mean()) < 1.0
+
+
+# ---------------------------------------------------------------- CUDA: no host sync, graph capture
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_tree_and_acceptance_are_sync_free_and_capturable() -> None:
+    """Build a tree, its verify mask, and both acceptances on CUDA with host syncs turned into
+    errors; then capture the same work in a CUDA graph and check a replay equals the eager run."""
+    dev, batch, vocab, topk, steps, nodes, kv_len = torch.device("cuda"), 4, 1000, 4, 3, 8, 64
+    gen = torch.Generator(device=dev).manual_seed(0)
+    root = torch.randint(0, vocab, (batch,), device=dev, generator=gen)
+    prefix = torch.randint(0, kv_len - nodes, (batch,), device=dev, generator=gen)
+    draft_lp = [torch.log_softmax(torch.randn(batch, 1 if s == 0 else topk, vocab, device=dev, generator=gen), -1)
+                for s in range(steps)]
+    target_logits = torch.randn(batch, nodes, vocab, device=dev, generator=gen)
+    params = SamplingParams(temperature=0.8, top_k=50, top_p=0.9)
+
+    def work(generator: torch.Generator | None):
+        builder = TreeBuilder(root, topk)
+        for lp in draft_lp:
+            builder.step(lp)
+        tree = builder.finish(nodes)
+        probs = probs_from_logits(target_logits, params)
+        return (tree.tokens, tree.parents, tree_attention_mask(prefix, tree, kv_len), tree.positions(prefix),
+                greedy_accept(tree, target_logits), rejection_accept(tree, probs, generator), sample(probs, generator))
+
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        eager = work(gen)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        work(None)  # warm-up outside capture, as CUDA graphs require
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = work(None)  # the default generator is graph-safe
+    graph.replay()
+    torch.cuda.synchronize()
+    for a, b in zip(eager[:4], captured[:4]):
+        assert torch.equal(a, b)
+    for name in ("accept_len", "path", "tokens", "bonus"):
+        assert torch.equal(getattr(eager[4], name), getattr(captured[4], name)), name
+    accept_len = captured[5].accept_len
+    assert bool(((accept_len >= 1) & (accept_len <= steps + 1)).all())
