@@ -137,10 +137,8 @@ class Engine:
         B, N = len(prompts), self.spec.draft_tokens if self.spec.enabled else 1
         lens = torch.tensor([len(p) for p in prompts], device=self.device)
         T = int(max(len(p) for p in prompts))
-        S = T + max_new + 2 * N + 2
-        cfg = self.target.config
-        local_kv = self.target.layers[0].self_attn.local_kv_heads
-        cache = KVCache(cfg.num_layers, B, local_kv, S, cfg.head_dim, dtype=self.dtype, device=self.device)
+        cache = self._make_cache(B, T + max_new + 2 * N + 2)
+        S = cache.max_len
         ids = torch.zeros(B, T, dtype=torch.long, device=self.device)
         for b, p in enumerate(prompts):
             ids[b, : len(p)] = torch.tensor(p, device=self.device)
@@ -148,7 +146,7 @@ class Engine:
         with self.clock.phase("prefill"):
             hidden, aux = self.runner.prefill(cache, ids, positions, prefix_mask(positions, S), self._taps())
             last = hidden[torch.arange(B, device=self.device), lens - 1]  # [B, H]
-            first = sample(probs_from_logits(self.target.logits(last), sampling), generator)  # [B]
+            first = _next_token(self.target.logits(last), sampling, generator)  # [B]
         st = Batch(
             cache=cache, lengths=lens.clone(), root=first,
             out=torch.full((B, max_new + N + 1), -1, dtype=torch.long, device=self.device),
@@ -164,6 +162,17 @@ class Engine:
         self._emit("prefill", st, accept=None)
         return st
 
+    def _make_cache(self, batch: int, max_len: int) -> KVCache:
+        """The runner's static cache when it offers one (CUDA graphs bind fixed buffers; it may be
+        longer than asked), else a fresh cache of exactly ``max_len`` slots."""
+        make = getattr(self.runner, "make_cache", None)
+        cache = make(batch, max_len, self.observer) if make is not None else None
+        if cache is not None:
+            return cache
+        cfg = self.target.config
+        local_kv = self.target.layers[0].self_attn.local_kv_heads
+        return KVCache(cfg.num_layers, batch, local_kv, max_len, cfg.head_dim, dtype=self.dtype, device=self.device)
+
     def _taps(self) -> tuple[int, ...]:
         return tuple(getattr(self.drafter, "target_taps", ()) or ())
 
@@ -172,7 +181,7 @@ class Engine:
         with self.clock.phase("decode"):
             slots = st.lengths[:, None]  # [B, 1]
             hidden = self.runner.decode(st.cache, st.root[:, None], slots, prefix_mask(slots, st.cache.max_len))
-            nxt = sample(probs_from_logits(self.target.logits(hidden[:, 0]), sampling), generator)  # [B]
+            nxt = _next_token(self.target.logits(hidden[:, 0]), sampling, generator)  # [B]
         active = ~st.done
         self._append(st, nxt[:, None], torch.ones_like(nxt))
         self._advance(st, active, torch.ones_like(nxt), nxt)
@@ -300,3 +309,10 @@ class Engine:
             graph=self.runner.graph_status(kind, self.spec.attention_mode, B),
             active_rows=len(acc_len) if accept is not None else int((~st.done).sum()),
         ))
+
+
+def _next_token(logits: torch.Tensor, sampling: SamplingParams, generator) -> torch.Tensor:
+    """[B, V] -> [B]: argmax when greedy (no sampling kernel), else a draw from the processed distribution."""
+    if sampling.greedy:
+        return logits.argmax(-1)
+    return sample(probs_from_logits(logits, sampling), generator)

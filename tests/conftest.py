@@ -1,0 +1,71 @@
+"""Shared fixtures: tiny random models (fast, seeded) and the real default model (loaded once)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from eaglelab.engine.config import ModelConfig
+from eaglelab.engine.model import Transformer
+
+TINY = dict(
+    architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=96, hidden_size=64,
+    intermediate_size=128, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2,
+    rms_norm_eps=1e-5, rope_theta=10000.0, max_position_embeddings=256, tie_word_embeddings=False,
+    bos_token_id=1, eos_token_id=2,
+)
+
+
+def tiny_config(**overrides) -> dict:
+    d = dict(TINY)
+    d.update(overrides)
+    return d
+
+
+def random_model(cfg: dict, seed: int = 0, std: float = 0.2) -> Transformer:
+    """A seeded random target; weights large enough that greedy outputs are not degenerate."""
+    torch.manual_seed(seed)
+    model = Transformer(ModelConfig.from_dict(cfg))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.1 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, std)
+    model.reset_buffers()
+    return model.eval()
+
+
+def save_hf_dir(model: Transformer, cfg: dict, path: Path) -> Path:
+    """Write ``model`` as an HF-format directory (config.json + model.safetensors)."""
+    from safetensors.torch import save_file
+
+    path.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        if name == "lm_head.weight" and cfg.get("tie_word_embeddings"):
+            continue
+        hf = name if name.startswith("lm_head") else "model." + name
+        tensors[hf] = p.detach().clone().contiguous()
+    save_file(tensors, str(path / "model.safetensors"))
+    (path / "config.json").write_text(json.dumps(cfg))
+    return path
+
+
+@pytest.fixture(scope="session")
+def default_target():
+    """The real SmolLM2-135M-Instruct in float32 (converted from the GGUF on first use)."""
+    from eaglelab.engine.loader import load_target
+
+    return load_target("default", device="cpu", dtype=torch.float32)
+
+
+@pytest.fixture(scope="session")
+def mtbench_prompts() -> list[str]:
+    from eaglelab.engine.assets import MTBENCH_QUESTIONS, asset_path
+
+    lines = Path(asset_path(MTBENCH_QUESTIONS)).read_text().splitlines()
+    return [json.loads(line)["turns"][0] for line in lines if line.strip()]
