@@ -30,6 +30,7 @@ from eaglelab.probes.events import (
     RunFinished,
     RunStarted,
     Step,
+    WarningEvent,
 )
 
 # Phases of a speculative cycle, in the order they run; a plain decode step has only "decode".
@@ -142,11 +143,13 @@ class RunView:
     recent_accept_len: float | None = None
     accept_rate: float | None = None
     legacy_accept_rate: float | None = None
-    accept_len_history: tuple[float, ...] = ()
+    accept_len_history: tuple[float, ...] = ()  # mean accept length of each spec cycle
+    accept_len_trend: tuple[float, ...] = ()  # the recent-window mean after each spec cycle
     accept_histogram: tuple[tuple[int, int], ...] = ()  # (accept length, row-cycles), 1..max
     per_position: tuple[float, ...] = ()
     phases: tuple[PhaseRow, ...] = ()
     cycle_ms: float | None = None  # mean speculative cycle (or plain decode step)
+    cycle_ms_history: tuple[float, ...] = ()  # ms of each decode step / spec cycle
     decode_ms: float | None = None  # mean plain decode step, when the record has some
     prefill_ms: float | None = None
     graphs: tuple[GraphRow, ...] = ()
@@ -155,7 +158,8 @@ class RunView:
     allreduce: tuple[AllReduceRow, ...] = ()
     allreduce_ms: float = 0.0  # all all-reduce time
     busy_ms: float = 0.0  # all measured phase time
-    warnings: tuple[tuple[str, str], ...] = ()
+    warnings: tuple[tuple[str, str], ...] = ()  # the latest ``max_warnings``
+    warnings_total: int = 0  # warnings of this run, including those no longer kept
     finished: bool = False
     run_seconds: float | None = None
     stop_reasons: tuple[str, ...] = ()
@@ -229,8 +233,11 @@ class RunModel:
         self._recent = _Window(self.window)
         self._tok_history: deque[float] = deque(maxlen=self.history)
         self._accept_history: deque[float] = deque(maxlen=self.history)
+        self._accept_trend: deque[float] = deque(maxlen=self.history)
+        self._cycle_history: deque[float] = deque(maxlen=self.history)
         self._allreduce: dict[tuple[int, str], list[float]] = {}  # [calls, ms, bytes, in_graph]
         self._steps_seen = 0
+        self._warnings_total = 0
 
     def apply(self, event: Event) -> None:
         """Fold one event into the state."""
@@ -248,6 +255,8 @@ class RunModel:
             entry[1] += event.ms
             entry[2] += event.nbytes
             entry[3] += bool(event.in_graph)
+        elif isinstance(event, WarningEvent):
+            self._warnings_total += 1
         if len(self.totals.warnings) > self.max_warnings:
             del self.totals.warnings[: len(self.totals.warnings) - self.max_warnings]
 
@@ -266,11 +275,13 @@ class RunModel:
         rows = [a for a in step.accept_len if a > 0]
         accept = sum(rows) / len(rows) if step.kind == "spec" and rows else None
         self._recent.push(step, accept)
+        self._cycle_history.append(step.cycle_ms)
         rate = self._recent.tokens_per_s()
         if rate is not None:
             self._tok_history.append(rate)
         if accept is not None:
             self._accept_history.append(accept)
+            self._accept_trend.append(self._recent.accept_len() or 0.0)
 
     # -- the snapshot ----------------------------------------------------------------------
 
@@ -295,10 +306,12 @@ class RunModel:
             accept_rate=t.acceptance.accept_rate,
             legacy_accept_rate=t.acceptance.legacy_sglang_accept_rate,
             accept_len_history=tuple(self._accept_history),
+            accept_len_trend=tuple(self._accept_trend),
             accept_histogram=self._histogram(header),
             per_position=t.acceptance.per_position_rate(),
             phases=self._phase_rows(),
             cycle_ms=self._cycle_ms(),
+            cycle_ms_history=tuple(self._cycle_history),
             decode_ms=t.mean_phase_ms("decode", kind="decode"),
             prefill_ms=t.mean_phase_ms("prefill", kind="prefill"),
             graphs=self._graph_rows(),
@@ -308,6 +321,7 @@ class RunModel:
             allreduce_ms=float(sum(v[1] for v in self._allreduce.values())),
             busy_ms=t.busy_ms,
             warnings=tuple(t.warnings),
+            warnings_total=self._warnings_total,
             finished=finished is not None,
             run_seconds=finished.seconds if finished is not None else None,
             stop_reasons=finished.stop_reasons if finished is not None else (),

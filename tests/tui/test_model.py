@@ -69,6 +69,7 @@ def test_rolling_tokens_per_second_and_history():
     assert view.tokens_per_s_history == pytest.approx((200.0, 300.0, 5000.0 / 30.0))
     assert view.recent_tokens_per_s == pytest.approx(5000.0 / 30.0)
     assert view.tokens_per_s == pytest.approx(7000.0 / 40.0)  # not finished: tokens over busy time
+    assert view.accept_len_trend == pytest.approx((2.0, 3.0, 2.5))
 
 
 def test_history_is_bounded():

@@ -1,0 +1,43 @@
+"""Small text helpers shared by the widgets: numbers to short strings, fractions to bars."""
+
+from __future__ import annotations
+
+DASH = "—"
+_EIGHTHS = " ▏▎▍▌▋▊▉"
+
+
+def hbar(fraction: float, width: int) -> str:
+    """A left-aligned bar of ``width`` cells filled to ``fraction`` (clamped to 0..1), in eighths.
+
+    ``hbar(0.5, 4) == "██  "``; the result is always ``width`` characters long.
+    """
+    assert width >= 0, f"width {width} must be >= 0"
+    fraction = min(max(fraction, 0.0), 1.0)
+    eighths = round(fraction * width * 8)
+    full, part = divmod(eighths, 8)
+    bar = "█" * full + (_EIGHTHS[part] if part else "")
+    return bar.ljust(width)[:width]
+
+
+def ms(value: float | None, digits: int = 2) -> str:
+    """``12.35 ms``, or a dash for None."""
+    return DASH if value is None else f"{value:.{digits}f} ms"
+
+
+def pct(value: float | None, digits: int = 1) -> str:
+    """A fraction as a percentage, ``0.387 -> 38.7%``; a dash for None."""
+    return DASH if value is None else f"{100.0 * value:.{digits}f}%"
+
+
+def num(value: float | None, digits: int = 2) -> str:
+    """A plain number with ``digits`` decimals; a dash for None."""
+    return DASH if value is None else f"{value:.{digits}f}"
+
+
+def nbytes(value: float) -> str:
+    """Bytes in B / KiB / MiB / GiB with one decimal."""
+    for unit in ("B", "KiB", "MiB"):
+        if abs(value) < 1024:
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"

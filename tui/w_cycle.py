@@ -1,0 +1,86 @@
+"""CycleBreakdown: where a speculative cycle's time goes (draft / verify / accept / draft_extend)."""
+
+from __future__ import annotations
+
+from rich.console import Group
+from rich.table import Table
+from rich.text import Text
+from textual import events
+from textual.widgets import Static
+
+from eaglelab.tui import fmt
+from eaglelab.tui.model import RunView
+
+PHASE_STYLES: dict[str, str] = {
+    "draft": "magenta", "verify": "yellow", "accept": "green", "draft_extend": "blue", "decode": "cyan",
+}
+# Verify in decode attention mode (graph-captured) costs about one plain decode; well above that
+# is the failure eaglelab exists to catch (an eager extend verify: ~2.4 decodes).
+SLOW_VERIFY_RATIO = 1.5
+_FIXED_COLUMNS = 12 + 10 + 10 + 4 + 4  # phase, mean, recent, percent, gaps
+
+
+class CycleBreakdown(Static):
+    """A table of mean and recent ms per phase with share bars, a stacked bar, and verify vs decode."""
+
+    DEFAULT_CSS = """
+    CycleBreakdown { width: 1fr; height: 100%; border: round $secondary; padding: 0 1; }
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self._view: RunView | None = None
+
+    def on_mount(self) -> None:
+        self.border_title = "cycle breakdown (mean per cycle)"
+
+    def on_resize(self, event: events.Resize) -> None:
+        if self._view is not None:
+            self.show(self._view)
+
+    def show(self, view: RunView) -> None:
+        """Render the breakdown of ``view``."""
+        self._view = view
+        self.update(self.renderable_for(view, self.content_size.width))
+
+    @staticmethod
+    def renderable_for(view: RunView, width: int) -> Group | Text:
+        """The rich renderable for ``view`` in ``width`` cells."""
+        if not view.phases:
+            return Text("no decode steps or cycles yet", style="dim")
+        bar_width = max(6, width - _FIXED_COLUMNS)
+        table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold dim", pad_edge=False)
+        for name, justify in (("phase", "left"), ("mean", "right"), ("recent", "right"), ("share", "left"), ("", "right")):
+            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
+        for row in view.phases:
+            style = PHASE_STYLES.get(row.phase, "white")
+            table.add_row(
+                Text(row.phase, style=style), fmt.ms(row.mean_ms), fmt.ms(row.recent_ms),
+                Text(fmt.hbar(row.share, bar_width), style=style), Text(fmt.pct(row.share, 0), style="dim"),
+            )
+        return Group(table, _stacked(view, max(width, 10)), _footer(view))
+
+
+def _stacked(view: RunView, width: int) -> Text:
+    """One bar ``width`` cells wide, split by phase share."""
+    text = Text()
+    used = 0
+    for i, row in enumerate(view.phases):
+        cells = width - used if i == len(view.phases) - 1 else round(row.share * width)
+        text.append("▀" * max(cells, 0), style=PHASE_STYLES.get(row.phase, "white"))
+        used += cells
+    return text
+
+
+def _footer(view: RunView) -> Text:
+    text = Text(f"cycle {fmt.ms(view.cycle_ms)}", style="bold")
+    if view.prefill_ms is not None:
+        text.append(f" · prefill {fmt.ms(view.prefill_ms, 1)}", style="dim")
+    ratio = view.verify_over_decode
+    if ratio is None:
+        return text
+    slow = ratio > SLOW_VERIFY_RATIO
+    text.append(f"\nverify = {ratio:.2f}× a plain decode ({fmt.ms(view.decode_ms)})", style="bold red" if slow else "green")
+    if slow:
+        text.append("\nan eager extend verify? try --attention-mode decode --cuda-graphs", style="red")
+    return text
