@@ -1,0 +1,84 @@
+"""``eaglelab tui``: watch a run in the terminal: acceptance, tok/s, cycle breakdown, CUDA graphs, all-reduce.
+
+  eaglelab tui RUN.jsonl                 replay a record (all at once; --speed 1 for its own pace)
+  eaglelab tui RUN.jsonl --follow        tail a record while `eaglelab run --record RUN.jsonl` writes it
+  eaglelab tui --live -- "Hi" --steps 3  start `eaglelab run "Hi" --steps 3 --record <tmp>` and follow it
+  eaglelab tui --demo                    a synthetic run (no model needed)
+
+Keys: q quit, p pause / resume, r restart the replay (or re-read a followed record).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``tui`` subcommand."""
+    p = subparsers.add_parser(
+        "tui",
+        help="terminal UI: replay or follow a run record, or watch a live run",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("record", nargs="?", metavar="RECORD", help="a run record (.jsonl) written by `eaglelab run --record`")
+    p.add_argument("run_args", nargs="*", metavar="RUN_ARGS", help=argparse.SUPPRESS)
+    p.add_argument("--follow", action="store_true", help="tail RECORD as it is written (waits for it to appear)")
+    p.add_argument(
+        "--speed", type=float, default=None, metavar="X",
+        help="replay at X times the recorded pace; 0 shows the whole record at once (default 0; --demo: 1)",
+    )
+    p.add_argument("--live", action="store_true", help="run `eaglelab run` with the arguments after `--` and follow it")
+    p.add_argument("--demo", action="store_true", help="replay a synthetic EAGLE-3 run (eager verify, tp 2)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Start the app on the chosen source; returns 0 when the user quits."""
+    from eaglelab.tui.app import EagleLabApp
+
+    EagleLabApp(**app_kwargs(args)).run()
+    return 0
+
+
+def app_kwargs(args: argparse.Namespace) -> dict:
+    """The :class:`EagleLabApp` keyword arguments for the parsed command line (user errors raise)."""
+    from pathlib import Path
+
+    from eaglelab.engine.errors import EagleLabError
+
+    chosen = [name for name, on in (("--live", args.live), ("--demo", args.demo)) if on]
+    if len(chosen) > 1:
+        raise EagleLabError("choose one source", field="--live/--demo", found=" ".join(chosen), expected="one of them")
+    if args.live:
+        from eaglelab.tui.feeds import LiveRun
+
+        run_args = [a for a in (args.record, *args.run_args) if a is not None]
+        if not run_args:
+            raise EagleLabError(
+                "--live needs the arguments of `eaglelab run`", field="--live", found="nothing after --",
+                hint='e.g. eaglelab tui --live -- "Write a haiku" --steps 3',
+            )
+        return {"live": LiveRun.eaglelab_run(run_args)}
+    if args.run_args:
+        raise EagleLabError(
+            "one record at a time", field="RECORD", found=" ".join([args.record, *args.run_args]),
+            hint="to pass arguments to a run, use --live -- ARGS",
+        )
+    if args.demo:
+        from eaglelab.tui.synthetic import synthetic_run
+
+        events = synthetic_run(cycles=400, tp_size=2, layers=8, verify_mode="prefill", plain_steps=24)
+        return {"events": events, "speed": 1.0 if args.speed is None else args.speed}
+    if args.record is None:
+        raise EagleLabError(
+            "nothing to show", field="RECORD", found="no record given",
+            hint="pass a record (eaglelab run PROMPT --record run.jsonl), --live -- RUN_ARGS, or --demo",
+        )
+    path = Path(args.record)
+    if not args.follow and not path.is_file():
+        raise EagleLabError(
+            "no such run record", file=path, found="missing",
+            hint="use --follow to wait for a record that a run is about to write",
+        )
+    return {"record": path, "follow": args.follow, "speed": 0.0 if args.speed is None else args.speed}
