@@ -220,8 +220,9 @@ def ids_for_engine(config: dict, engine: ServingEngine) -> tuple[tuple[int, ...]
     """
     for name in IDS_FIELDS_READ[engine]:
         value = _lookup(config, name)
-        if isinstance(value, (list, tuple)) and len(value) > 0:
-            return tuple(int(v) for v in value), name
+        valid = isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        if valid and len(value) > 0:  # type: ignore[arg-type]
+            return tuple(value), name  # type: ignore[arg-type]
     return None, None
 
 

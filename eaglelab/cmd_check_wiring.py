@@ -1,0 +1,208 @@
+"""``eaglelab check-wiring DRAFT_DIR``: is the drafter fed the target layers it was trained on?
+
+Exit codes: 0 wiring right; 1 wiring wrong (including config/weights that disagree and data that no
+layer of the target reproduces); 2 could not check (a file that cannot be read, with the reason).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
+VERDICT_STYLE = {"ok": "green", "wrong layer": "bold red", "no layer matches": "bold red", "not tapped": "bold red"}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "check-wiring",
+        help="check that an EAGLE-3 drafter is fed the target layers it was trained on",
+        description=(
+            "Static checks of an EAGLE-3 drafter directory (config and tensor shapes) and of the target layers "
+            "SGLang and vLLM would tap with its config; with --data (SpecForge offline data) a numerical match "
+            "of every aux slot against every layer of the target. Exit 0: wiring right; 1: wiring wrong; "
+            "2: could not check."
+        ),
+    )
+    p.add_argument("draft_dir", metavar="DRAFT_DIR", help="the drafter directory (config.json [+ *.safetensors])")
+    p.add_argument("--data", metavar="DIR", help="SpecForge offline data (rows_*/data_*.ckpt) the drafter was trained on")
+    p.add_argument("--target", metavar="default|PATH",
+                   help="the target model ('default' = SmolLM2-135M-Instruct, or an HF directory / config.json); "
+                        "with --data it defaults to 'default'")
+    p.add_argument("--serving", choices=("sglang", "vllm"),
+                   help="the engine that serves the drafter (default: the checkpoint format's: SGLang/SpecForge -> sglang, "
+                        "speculators -> vllm)")
+    p.add_argument("--sglang-version", metavar="X.Y.Z", help="SGLang version, for its version-dependent behaviour")
+    p.add_argument("--samples", type=int, default=8, help="samples to read from --data (default 8)")
+    p.add_argument("--max-tokens", type=int, default=64, help="tokens per sample to compare (default 64)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from eaglelab.engine.errors import EagleLabError
+
+    if not args.json:
+        return _run(args)
+    try:
+        return _run(args)
+    except (EagleLabError, OSError) as exc:
+        print(json.dumps(_error_json(exc)))
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from eaglelab.engine.draft_checkpoint import read_draft_checkpoint
+    from eaglelab.engine.errors import EagleLabError
+    from eaglelab.probes.wiring import check_wiring
+
+    if args.samples < 1 or args.max_tokens < 2:
+        raise EagleLabError("--samples must be >= 1 and --max-tokens >= 2", field="--samples/--max-tokens",
+                            found=f"{args.samples}/{args.max_tokens}")
+    ckpt = read_draft_checkpoint(args.draft_dir)
+    target_config, states_fn, target_name = _target(args)
+    report = check_wiring(
+        ckpt, target_config=target_config, hidden_states_fn=states_fn, data_dir=args.data, serving=args.serving,
+        sglang_version=args.sglang_version, max_samples=args.samples, max_tokens=args.max_tokens,
+    )
+    if args.json:
+        out = report.to_json()
+        if out["target"] is not None:
+            out["target"]["name"] = target_name
+        print(json.dumps(out))
+    else:
+        render(report, target_name)
+    return report.exit_code
+
+
+def _target(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
+    """(config, all_hidden_states function or None, name); only --data needs the weights."""
+    from eaglelab.engine.config import ModelConfig
+
+    name = args.target or ("default" if args.data else None)
+    if name is None:
+        return None, None, None
+    if args.data:
+        from eaglelab.engine.loader import load_target
+
+        lm = load_target(name, device="cpu", with_tokenizer=False)
+        return lm.config, lm.model.all_hidden_states, lm.name
+    path = Path(name)
+    if name != "default" and path.is_file() and path.suffix == ".json":
+        return ModelConfig.from_json(path), None, str(path)
+    from eaglelab.engine.loader import resolve_model_dir
+
+    model_dir = resolve_model_dir(name)
+    return ModelConfig.from_json(model_dir / "config.json"), None, "SmolLM2-135M-Instruct" if name == "default" else str(model_dir)
+
+
+def _error_json(exc: BaseException) -> dict[str, Any]:
+    file = getattr(exc, "file", None) or getattr(exc, "filename", None)
+    message = str(exc) if not isinstance(exc, FileNotFoundError) else f"{exc.filename}: no such file"
+    return {"verdict": "error", "exit_code": 2, "error": message, "file": str(file) if file else None,
+            "field": getattr(exc, "field", None), "slots": [], "expected_ids": None}
+
+
+# ---- the rich report ------------------------------------------------------------------------------------
+
+
+def render(report: Any, target_name: str | None) -> None:
+    """Print the report: header, findings, engine taps, slot table, expected ids, fixes, verdict."""
+    from rich.console import Console
+
+    console = Console(highlight=False)
+    _header(console, report, target_name)
+    _findings(console, report)
+    _engines(console, report)
+    if report.data is not None:
+        _slots(console, report)
+    _expected(console, report)
+    style = "bold green" if report.verdict == "ok" else "bold red"
+    label = "WIRING OK" if report.verdict == "ok" else "WIRING WRONG"
+    console.print(f"\n[{style}]{label}[/] — {_esc(report.conclusion)}")
+
+
+def _esc(text: Any) -> str:
+    from rich.markup import escape
+
+    return escape(str(text))
+
+
+def _header(console: Any, r: Any, target_name: str | None) -> None:
+    fmt = "SGLang/SpecForge" if r.format == "sglang" else "speculators (vLLM)"
+    ids = f"{list(r.config_ids)} ({r.config_convention} convention, {r.config_field})" if r.config_ids else "none (engine defaults apply)"
+    console.print(f"[bold]drafter[/]  {_esc(r.draft_dir)}  [dim]format:[/] {fmt}")
+    console.print(f"[bold]serving[/]  {r.serving}  [dim]({_esc(r.serving_reason)})[/]")
+    console.print(f"[bold]ids[/]      {_esc(ids)}")
+    if r.target:
+        console.print(f"[bold]target[/]   {_esc(target_name or '')}  [dim]{r.target['num_layers']} layers, hidden {r.target['hidden_size']}[/]")
+    if r.data:
+        d = r.data
+        console.print(f"[bold]data[/]     {_esc(d.path)}  [dim]{d.samples} samples, {d.tokens} tokens, {d.num_slots} slots, {d.dtype}[/]")
+
+
+def _findings(console: Any, r: Any) -> None:
+    from rich.table import Table
+
+    shown = [f for f in r.findings if f.code != "format"]
+    if not shown:
+        return
+    t = Table(title="static checks", title_justify="left")
+    t.add_column("", no_wrap=True)
+    t.add_column("field", overflow="fold", max_width=28)
+    t.add_column("finding / what to do", overflow="fold")
+    for f in shown:
+        hint = f"\n[dim]→ {_esc(f.hint)}[/]" if f.hint else ""
+        t.add_row(f"[{SEVERITY_STYLE[f.severity]}]{f.severity}[/]", _esc(f.field), _esc(f.message) + hint)
+    console.print(t)
+
+
+def _engines(console: Any, r: Any) -> None:
+    from rich.table import Table
+
+    if not r.engines:
+        return
+    t = Table(title="what each serving engine taps with this config", title_justify="left")
+    for col in ("engine", "reads ids", "taps"):
+        t.add_column(col, no_wrap=True)
+    notes = []
+    for e in r.engines:
+        ids = "none → defaults" if e.config_ids is None else f"{list(e.config_ids)} as {e.convention} ids"
+        mark = " (serving)" if e.engine == r.serving else ""
+        t.add_row(e.engine + mark, _esc(ids), f"hs{list(e.hf_indices)}")
+        notes += [f"{e.engine}: {n}" for n in e.notes]
+    console.print(t)
+    for n in notes:
+        console.print(f"  [dim]• {_esc(n)}[/]")
+
+
+def _slots(console: Any, r: Any) -> None:
+    from rich.table import Table
+
+    t = Table(title="data slots matched against every target layer (hs[i] = HF output_hidden_states[i])", title_justify="left")
+    for col in ("slot", "data is", "cos", "rel err", "margin", f"{r.serving} taps", "verdict"):
+        t.add_column(col, justify="right" if col in ("cos", "rel err") else "left", no_wrap=True)
+    for s in r.slots:
+        layer = f"hs[{s.matched_hf_index}]" if s.matched_hf_index is not None else f"none (~hs[{s.best_hf_index}])"
+        margin = f"{s.margin:.3f} vs hs[{s.runner_up_hf_index}]" if s.margin is not None else "-"
+        taps = f"hs[{s.config_hf_index}]" if s.config_hf_index is not None else "nothing"
+        t.add_row(str(s.slot), layer, f"{s.similarity:.5f}", f"{s.rel_error:.4f}", margin, taps,
+                  f"[{VERDICT_STYLE.get(s.verdict, 'red')}]{s.verdict}[/]")
+    console.print(t)
+    f = r.final_state
+    if f is not None:
+        state = "[green]matches[/]" if f.matches else f"[red]does not match[/] (closest hs[{f.best_hf_index}])"
+        console.print(f"final hidden_state vs the target's last normed state: {state}, cos {f.similarity:.5f}, "
+                      f"rel err {f.rel_error:.4f}")
+
+
+def _expected(console: Any, r: Any) -> None:
+    if r.expected_ids:
+        e = r.expected_ids
+        console.print(f"\n[bold]the data came from[/] hs{list(r.expected_hf_indices)}: "
+                      f"SGLang/SpecForge ids [bold]{e['sglang']}[/], vLLM/speculators ids [bold]{e['vllm']}[/]")
+    for fix in r.fixes:
+        console.print(f"[bold]change[/] {_esc(fix.file)}: [bold]{_esc(fix.field)}[/]: {_esc(fix.current)} → "
+                      f"[bold green]{_esc(fix.new)}[/]  [dim]({_esc(fix.reason)})[/]")
