@@ -12,6 +12,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import torch
 from torch import nn
@@ -135,31 +136,93 @@ def load_weights(model: nn.Module, model_dir: Path, prefix_aliases: tuple[str, .
     from safetensors import SafetensorError
 
     handles = read_tensors(safetensors_files(model_dir))
-    modules = dict(model.named_modules())
-    for name, param in model.named_parameters(remove_duplicate=True):
+
+    def read(name: str) -> tuple[torch.Tensor, str] | None:
         src = _find_name(name, handles, prefix_aliases)
         if src is None:
-            if name == "lm_head.weight" and getattr(model, "config", None) is not None and model.config.tie_word_embeddings:
-                continue
-            raise CheckpointError(
-                "missing tensor", file=model_dir, field=name, hint="the checkpoint does not match config.json"
-            )
+            return None
         f, h = handles[src]
         try:
-            full = h.get_tensor(src)
+            return h.get_tensor(src), f"{f}: {src}"
         except SafetensorError as exc:
             raise CheckpointError(f"cannot read tensor ({exc})", file=f, field=src) from None
-        owner = modules.get(name.rsplit(".", 1)[0])
-        shard = getattr(owner, "shard_of", None)
-        if shard is not None:
-            full = shard(name.rsplit(".", 1)[1], full)
+
+    copy_sharded(model, read, str(model_dir))
+
+
+TensorSource = Callable[[str], "tuple[torch.Tensor, str] | None"]  # name -> (full tensor, where) or None
+
+
+def copy_sharded(model: nn.Module, read: TensorSource, source: str) -> None:
+    """Fill every parameter of ``model`` from full (unsharded) tensors named as in HF checkpoints.
+
+    A module with ``shard_of(attr, full)`` (the TP linears, the MoE experts) gets its rank's slice;
+    one with ``checkpoint_names(attr)`` (the stacked MoE experts) gets those tensors sliced and
+    stacked. A missing name or a wrong shape raises :class:`CheckpointError` naming ``source``.
+    """
+    modules = dict(model.named_modules())
+    for name, param in model.named_parameters(remove_duplicate=True):
+        mod_name, _, attr = name.rpartition(".")
+        owner = modules.get(mod_name)
+        parts = getattr(owner, "checkpoint_names", None)
+        names = [f"{mod_name}.{p}" for p in parts(attr)] if parts is not None else [name]
+        tensors = []
+        for part in names:
+            got = read(part)
+            if got is None:
+                if name == "lm_head.weight" and getattr(model, "config", None) is not None and model.config.tie_word_embeddings:
+                    break
+                raise CheckpointError(
+                    "missing tensor", file=source, field=part, hint="the checkpoint does not match config.json"
+                )
+            full, where = got
+            shard = getattr(owner, "shard_of", None)
+            tensors.append(shard(attr, full) if shard is not None else full)
+        if not tensors:
+            continue
+        full = torch.stack(tensors) if parts is not None else tensors[0]
         if tuple(full.shape) != tuple(param.shape):
             raise CheckpointError(
-                "wrong tensor shape", file=f, field=src, found=list(full.shape), expected=list(param.shape),
-                hint="the weights do not match config.json (hidden_size, heads, vocab_size ...)",
+                "wrong tensor shape", file=source, field=where if parts is None else f"{names[0]} ... {names[-1]}",
+                found=list(full.shape), expected=list(param.shape),
+                hint="the weights do not match config.json (hidden_size, heads, vocab_size, experts ...)",
             )
         with torch.no_grad():
             param.copy_(full.to(param.dtype))
+
+
+def random_full_tensor(name: str, shape: tuple[int, ...], seed: int, std: float = 0.02) -> torch.Tensor:
+    """A deterministic random checkpoint tensor for ``name``: matrices ~ N(0, std), norm weights 1,
+    other vectors 0. Seeded by (seed, name), so every TP rank draws the same full tensor."""
+    import zlib
+
+    if len(shape) < 2:
+        return torch.ones(shape) if "norm" in name else torch.zeros(shape)
+    g = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+    return torch.randn(shape, generator=g) * std
+
+
+def load_random(model: nn.Module, seed: int, std: float = 0.02) -> None:
+    """Fill ``model`` (sharded or not) with :func:`random_full_tensor` weights.
+
+    The full shapes come from the unsharded model built on the meta device, so a TP rank holds
+    exactly its slice of the single-process model with the same seed.
+    """
+    assert isinstance(model, Transformer), "load_random builds the full shapes of a Transformer"
+    with torch.device("meta"):
+        full_model = Transformer(model.config, None)
+    shapes = {n: tuple(p.shape) for n, p in full_model.named_parameters()}
+    for mod_name, mod in full_model.named_modules():
+        if hasattr(mod, "checkpoint_names"):
+            for attr, p in mod.named_parameters(recurse=False):
+                for part in mod.checkpoint_names(attr):
+                    shapes[f"{mod_name}.{part}"] = tuple(p.shape[1:])
+
+    def read(name: str) -> tuple[torch.Tensor, str] | None:
+        shape = shapes.get(name)
+        return None if shape is None else (random_full_tensor(name, shape, seed, std), f"random seed {seed}")
+
+    copy_sharded(model, read, f"random weights (seed {seed})")
 
 
 def _find_name(name: str, handles: dict, prefixes: tuple[str, ...]) -> str | None:
