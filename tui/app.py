@@ -41,6 +41,10 @@ from eaglelab.tui.w_status import RunStatus
 from eaglelab.tui.w_warnings import WarningLog
 
 
+# A replay advances by at most this much per tick, so a stalled UI slows it instead of jumping.
+MAX_TICK_S = 0.5
+
+
 class EagleLabApp(App[int]):
     """Shows one run from a record (replayed or followed), from given events, or from a live run."""
 
@@ -118,6 +122,7 @@ class EagleLabApp(App[int]):
             self._start_follow()
         elif self._replay is None:
             self.run_worker(self._load_record, thread=True, group="load", exit_on_error=False)
+        self._last_tick = time.monotonic()
         self.set_interval(self.tick_s, self._tick)
         self._render()
 
@@ -184,7 +189,7 @@ class EagleLabApp(App[int]):
 
     def _tick(self) -> None:
         now = time.monotonic()
-        dt, self._last_tick = now - self._last_tick, now
+        dt, self._last_tick = min(now - self._last_tick, MAX_TICK_S), now
         if self.live is not None:
             text = self.live.drain_output()
             if text:
@@ -268,4 +273,4 @@ class EagleLabApp(App[int]):
             self._start_follow()
         elif self._replay is not None:
             self._replay.restart()
-        self._dirty = True
+        self._render()
