@@ -135,7 +135,23 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
     label = str(device) + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
     session = Session(args, target, label, device_reason, dtype_name, dtype_reason, None, "", sampling)
     _choose_drafter(session, log)
+    if session.spec.cuda_graphs and device.type == "cuda":
+        session.runner_factory = _graph_runner_factory(session)
+        session.notes.append("CUDA graphs: decode/draft/verify captured per batch bucket; fallbacks say why")
     return session
+
+
+def _graph_runner_factory(s: Session) -> Callable[..., Any]:
+    """Builds a CUDA-graph runner per engine, its static cache sized for prompts up to 1024 tokens
+    plus --max-new-tokens (longer runs fall back to eager and say so)."""
+    from eaglelab.engine.cuda_graphs import CudaGraphRunner
+
+    max_len = -(-(s.args.max_new_tokens + 1024 + 2 * 64) // 256) * 256
+
+    def make(spec, drafter):
+        return CudaGraphRunner.for_engine(s.target.model, spec, drafter, max_len=max_len)
+
+    return make
 
 
 def _pick_device(name: str):
