@@ -219,7 +219,9 @@ class EagleLabApp(App[int]):
         self.query_one(CycleBreakdown).show(view)
         self.query_one(GraphStatus).show(view)
         self.query_one(AllReduceTable).show(view)
-        self.query_one(WarningLog).show(view)
+        log = self.query_one(WarningLog)
+        log.show(view)
+        self.query_one("#logs").display = self.live is not None or bool(log.lines_text)
         self._dirty = False
 
     def _show_cards(self, view: RunView) -> None:

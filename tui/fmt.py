@@ -41,3 +41,34 @@ def nbytes(value: float) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1024
     return f"{value:.1f} GiB"
+
+
+_LEVELS = " ▁▂▃▄▅▆▇█"
+
+
+def sparkline_rows(values: list[float] | tuple[float, ...], width: int, height: int) -> list[str]:
+    """A zero-based sparkline: ``height`` strings of ``width`` cells, top row first.
+
+    More values than columns are averaged in even buckets; fewer fill the left columns. The tallest
+    column reaches the top, zero is the bottom (so a 5% wobble looks like one, not like a cliff).
+    ``sparkline_rows([1, 2], 2, 1) == ["▄█"]``.
+    """
+    if width <= 0 or height <= 0:
+        return [""] * max(height, 0)
+    columns = _bucket_means(list(values), width)
+    top = max(columns, default=0.0)
+    rows = []
+    for level in reversed(range(height)):
+        cells = []
+        for v in columns:
+            eighths = round(max(v, 0.0) / top * height * 8) if top > 0 else 0
+            cells.append(_LEVELS[min(max(eighths - 8 * level, 0), 8)])
+        rows.append("".join(cells).ljust(width))
+    return rows
+
+
+def _bucket_means(values: list[float], width: int) -> list[float]:
+    n = len(values)
+    if n <= width:
+        return values
+    return [sum(chunk) / len(chunk) for chunk in (values[i * n // width : (i + 1) * n // width] for i in range(width))]

@@ -31,6 +31,7 @@ class AllReduceTable(DataTable):
 
     def show(self, view: RunView) -> None:
         """Rebuild the rows when ``view``'s all-reduce figures changed (keeps the cursor row)."""
+        self.display = bool(view.allreduce)  # single-GPU runs have none: give the space away
         share = view.allreduce_share
         if not view.allreduce:
             tp = view.header.tp_size if view.header is not None else 1

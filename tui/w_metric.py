@@ -1,4 +1,4 @@
-"""MetricCard: one headline number, a line of detail and a sparkline of its history."""
+"""MetricCard: one headline number, a line of detail and a zero-based sparkline of its history."""
 
 from __future__ import annotations
 
@@ -6,7 +6,9 @@ from typing import Sequence
 
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.widgets import Sparkline, Static
+from textual.widgets import Static
+
+from eaglelab.tui.w_sparkline import ZeroSparkline
 
 
 class MetricCard(Vertical):
@@ -16,7 +18,6 @@ class MetricCard(Vertical):
     MetricCard { width: 1fr; height: 100%; border: round $primary; padding: 0 1; }
     MetricCard > .metric--value { text-style: bold; color: $text; }
     MetricCard > .metric--detail { color: $text-muted; }
-    MetricCard > Sparkline { height: 1fr; margin-top: 0; }
     """
 
     def __init__(self, title: str, *, sparkline: bool = True, id: str | None = None) -> None:
@@ -30,7 +31,7 @@ class MetricCard(Vertical):
         yield Static("—", classes="metric--value")
         yield Static("", classes="metric--detail")
         if self._with_sparkline:
-            yield Sparkline([], summary_function=max)
+            yield ZeroSparkline()
 
     def update_metric(self, value: str, detail: str, history: Sequence[float] = ()) -> None:
         """Show ``value`` and ``detail``; plot ``history`` (oldest first) when the card has a sparkline."""
@@ -41,4 +42,4 @@ class MetricCard(Vertical):
             self.query_one(".metric--detail", Static).update(detail)
             self.detail_text = detail
         if self._with_sparkline:
-            self.query_one(Sparkline).data = list(history)
+            self.query_one(ZeroSparkline).plot(history)
