@@ -37,6 +37,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sglang-version", metavar="X.Y.Z", help="SGLang version, for its version-dependent behaviour")
     p.add_argument("--samples", type=int, default=8, help="samples to read from --data (default 8)")
     p.add_argument("--max-tokens", type=int, default=64, help="tokens per sample to compare (default 64)")
+    p.add_argument("--device", default="cpu", help="where the target runs for --data (default cpu)")
+    p.add_argument("--dtype", default="float32", help="the target's dtype for --data (default float32)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     p.set_defaults(func=run)
 
@@ -78,24 +80,39 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _target(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
-    """(config, all_hidden_states function or None, name); only --data needs the weights."""
+    """(config, all_hidden_states function or None, name). The config is read from config.json
+    alone; the weights load on the first call of the function, so bad data fails fast."""
     from eaglelab.engine.config import ModelConfig
+    from eaglelab.engine.errors import ConfigError
 
     name = args.target or ("default" if args.data else None)
     if name is None:
         return None, None, None
-    if args.data:
-        from eaglelab.engine.loader import load_target
-
-        lm = load_target(name, device="cpu", with_tokenizer=False)
-        return lm.config, lm.model.all_hidden_states, lm.name
     path = Path(name)
     if name != "default" and path.is_file() and path.suffix == ".json":
+        if args.data:
+            raise ConfigError("--data needs the target's weights, not only its config.json", file=path, field="--target",
+                              hint="pass the model directory (config.json + *.safetensors) or 'default'")
         return ModelConfig.from_json(path), None, str(path)
     from eaglelab.engine.loader import resolve_model_dir
 
     model_dir = resolve_model_dir(name)
-    return ModelConfig.from_json(model_dir / "config.json"), None, "SmolLM2-135M-Instruct" if name == "default" else str(model_dir)
+    label = "SmolLM2-135M-Instruct" if name == "default" else str(model_dir)
+    return ModelConfig.from_json(model_dir / "config.json"), (_LazyStates(name, args.device, args.dtype) if args.data else None), label
+
+
+class _LazyStates:
+    """``all_hidden_states`` of the target, loaded on first use; states come back on the CPU."""
+
+    def __init__(self, name: str, device: str, dtype: str) -> None:
+        self.name, self.device, self.dtype, self.model = name, device, dtype, None
+
+    def __call__(self, input_ids: Any) -> Any:
+        if self.model is None:
+            from eaglelab.engine.loader import load_target
+
+            self.model = load_target(self.name, device=self.device, dtype=self.dtype, with_tokenizer=False).model
+        return [h.cpu() for h in self.model.all_hidden_states(input_ids.to(self.device))]
 
 
 def _error_json(exc: BaseException) -> dict[str, Any]:

@@ -98,7 +98,8 @@ def _load(path: Path) -> object:
         raise CheckpointError(f"cannot be read with weights_only=True ({first[:200]})", file=path,
                               hint="eaglelab loads only tensors and plain containers; re-save the sample as a dict of tensors") from None
     except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError, KeyError) as exc:
-        raise CheckpointError(f"cannot be read ({type(exc).__name__}: {str(exc)[:200]})", file=path, hint=hint) from None
+        reason = str(exc).split(". ")[0][:200] or type(exc).__name__
+        raise CheckpointError(f"cannot be read ({reason})", file=path, hint=hint) from None
 
 
 def read_sample(path: str | Path) -> Sample:
