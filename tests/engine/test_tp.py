@@ -1,0 +1,162 @@
+"""Tensor parallel over 2 gloo ranks on CPU: same logits and same greedy tokens as one process,
+and a failing rank makes every rank raise instead of hanging."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+
+from eaglelab.engine.config import ModelConfig
+from eaglelab.engine.drafters import Eagle3Proposer, NgramDrafter
+from eaglelab.engine.eagle3 import Eagle3Config, Eagle3Drafter
+from eaglelab.engine.generate import Engine
+from eaglelab.engine.loader import load_random
+from eaglelab.engine.model import Transformer
+from eaglelab.engine.moe import kimi_like_config
+from eaglelab.engine.parallel import RankFailure, TPError, spawn_ranks
+from eaglelab.engine.spec_config import SpecConfig
+
+DENSE = {
+    "architectures": ["LlamaForCausalLM"], "vocab_size": 101, "hidden_size": 32, "intermediate_size": 64,
+    "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": True,
+}
+MOE = kimi_like_config(
+    "cpu", hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+    n_routed_experts=8, moe_intermediate_size=16, num_experts_per_tok=3, num_hidden_layers=3, vocab_size=101,
+    n_group=4, topk_group=2, first_k_dense_replace=1,
+)
+PROMPTS = [[5, 6, 7, 8, 9, 5, 6, 7], [40, 41, 42, 40, 41]]
+
+
+def build(cfg_dict: dict, tp) -> Transformer:
+    model = Transformer(ModelConfig.from_dict(cfg_dict), tp)
+    load_random(model, seed=1, std=0.2)  # large enough that logits are far from ties
+    return model.eval()
+
+
+def random_drafter(target: Transformer) -> Eagle3Proposer:
+    cfg = target.config
+    dcfg = Eagle3Config(hidden_size=cfg.hidden_size, target_hidden_size=cfg.hidden_size, num_aux=3, num_heads=4,
+                        num_kv_heads=2, head_dim=8, intermediate_size=48, vocab_size=cfg.vocab_size,
+                        draft_vocab_size=cfg.vocab_size)
+    net = Eagle3Drafter(dcfg, target.embed_tokens)
+    g = torch.Generator().manual_seed(7)
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.2 if p.dim() > 1 else torch.ones(p.shape))
+    spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=6)
+    return Eagle3Proposer(net.eval(), spec, (1, 2, 3))
+
+
+def greedy_runs(target: Transformer) -> dict[str, list[list[int]]]:
+    """Plain greedy, n-gram speculation and EAGLE-3 (tree) speculation, 10 tokens for 2 prompts."""
+    ngram = SpecConfig("ngram", num_steps=3)
+    eagle = random_drafter(target)
+    engines = {
+        "plain": Engine(target),
+        "ngram": Engine(target, drafter=NgramDrafter(ngram), spec=ngram),
+        "eagle3": Engine(target, drafter=eagle, spec=eagle.spec),
+    }
+    return {k: e.generate(PROMPTS, 10).tokens for k, e in engines.items()}
+
+
+def _equivalence(tp) -> dict:
+    out = {}
+    for name, d in (("dense", DENSE), ("moe", MOE)):
+        single, sharded = build(d, None), build(d, tp)
+        ids = torch.randint(0, 101, (2, 40), generator=torch.Generator().manual_seed(3))  # 240 pairs: sorted MoE path
+        pos = torch.arange(40).expand(2, 40)
+        with torch.no_grad():
+            ref = single.logits(single(ids, pos)[0])  # [2, 40, V]
+            got = sharded.logits(sharded(ids, pos)[0])
+            short = sharded.logits(sharded(ids[:, :3], pos[:, :3])[0])  # 18 pairs: gathered MoE path
+        out[name] = {
+            "max_diff": float((ref - got).abs().max()),
+            "max_diff_short": float((ref[:, :3] - short).abs().max()),
+            "logit_scale": float(ref.abs().max()),
+            "local_heads": sharded.layers[0].self_attn.local_heads,
+            "checksum": float(got.double().sum()),
+            "tokens_single": greedy_runs(single)["plain"],
+            "tokens_tp": greedy_runs(sharded),
+        }
+        if name == "moe":
+            out[name]["local_expert_width"] = sharded.layers[1].mlp.experts.gate_proj.shape[1]
+    return out
+
+
+@pytest.fixture(scope="module")
+def equivalence() -> list[dict]:
+    results = spawn_ranks(_equivalence, 2)
+    for r in results:
+        assert not isinstance(r, RankFailure), r
+    return results
+
+
+@pytest.mark.parametrize("name", ["dense", "moe"])
+def test_tp_logits_equal_single_process(equivalence, name):
+    """Batch 2 x 40 tokens (and x 3): TP=2 logits equal one process's to 1e-5 in float32, on both ranks."""
+    for rank in equivalence:
+        r = rank[name]
+        assert r["logit_scale"] > 0.5  # the comparison is not between zeros
+        assert r["max_diff"] < 1e-5 and r["max_diff_short"] < 1e-5, r
+        assert r["local_heads"] == 2
+    assert equivalence[0][name]["checksum"] == equivalence[1][name]["checksum"]  # ranks agree bitwise
+    if name == "moe":
+        assert equivalence[0]["moe"]["local_expert_width"] == 8  # 16 split over 2 ranks
+
+
+@pytest.mark.parametrize("name", ["dense", "moe"])
+def test_tp_greedy_tokens_equal_single_process(equivalence, name):
+    """Plain, n-gram and EAGLE-3 tree speculation under TP=2 emit the single-process greedy tokens."""
+    want = equivalence[0][name]["tokens_single"]
+    assert [len(t) for t in want] == [10, 10]
+    for rank in equivalence:
+        for algo, tokens in rank[name]["tokens_tp"].items():
+            assert tokens == want, (rank, algo)
+
+
+def _fail_before_forward(tp) -> str:
+    """Rank 1 raises before any collective; rank 0 goes on into a forward and blocks in an all-reduce."""
+    model = build(DENSE, tp)
+    with tp.guard("generate"):
+        if tp.rank == 1:
+            raise ValueError("boom on rank 1")
+        Engine(model).generate(PROMPTS, 5)
+    return "finished"
+
+
+def _fail_inside_forward(tp) -> str:
+    """Rank 0 (the store's host) raises in layer 1's MLP, after layer 0's all-reduces."""
+    model = build(MOE, tp)
+    if tp.rank == 0:
+        def broken(x):
+            raise RuntimeError("expert kernel exploded")
+        model.layers[1].mlp.forward = broken
+    with tp.guard("generate"):
+        Engine(model).generate(PROMPTS, 5)
+    return "finished"
+
+
+@pytest.mark.parametrize("scenario, failing, message", [
+    (_fail_before_forward, 1, "ValueError: boom on rank 1"),
+    (_fail_inside_forward, 0, "RuntimeError: expert kernel exploded"),
+], ids=["before-forward", "inside-forward"])
+def test_failing_rank_makes_every_rank_raise(scenario, failing, message):
+    """The failing rank raises its own error; the other raises TPError naming it; nobody hangs."""
+    t0 = time.monotonic()
+    results = spawn_ranks(scenario, 2, timeout_s=60)
+    assert time.monotonic() - t0 < 30
+    own, other = results[failing], results[1 - failing]
+    assert isinstance(own, RankFailure) and not own.is_tp_error
+    assert message.split(": ", 1)[1] in own.message
+    assert isinstance(other, RankFailure) and other.is_tp_error, other
+    assert f"rank {failing} of 2 failed during generate: {message}" in other.message
+
+
+def test_tp_error_is_a_user_facing_error():
+    """TPError prints through the CLI's EagleLabError path (no traceback)."""
+    from eaglelab.engine.errors import EagleLabError
+
+    assert issubclass(TPError, EagleLabError)
