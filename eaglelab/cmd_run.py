@@ -37,7 +37,13 @@ def run(args: argparse.Namespace) -> int:
     assert tok is not None
     ids = tok.encode(args.prompt) if args.raw else tok.chat_ids(args.prompt, system=args.system)
 
-    observer, finish = session.observer(record=args.record, tensorboard=args.tensorboard)
+    from eaglelab.probes.sinks import ConsoleSummary
+
+    observer, finish = session.observer(record=args.record, tensorboard=args.tensorboard, always=True)
+    probes = ConsoleSummary(console, print_on_finish=False)
+    observer.subscribe(probes)
+    for note in session.notes:
+        err.print(f"[dim]{note}[/]")
     engine = session.engine(observer=observer)
     shown: list[int] = []
     printed = [""]
@@ -54,9 +60,18 @@ def run(args: argparse.Namespace) -> int:
     baseline = None
     if session.spec.enabled and args.compare:
         err.print("[dim]running plain decoding on the same prompt for comparison ...[/]")
-        baseline = session.plain_engine().generate([ids], args.max_new_tokens, session.sampling, session.generator())
+        plain_bus, _ = session.observer(always=True)
+        plain_probes = ConsoleSummary(console, print_on_finish=False)
+        plain_bus.subscribe(plain_probes)
+        baseline = session.plain_engine(observer=plain_bus).generate(
+            [ids], args.max_new_tokens, session.sampling, session.generator())
+        probes.decode_ms = plain_probes.totals.mean_phase_ms("decode")
     summary_rows(console, session, result, baseline)
+    if session.spec.enabled:
+        probes.show()  # per-phase costs, graph status and the verdict
     finish()
+    if args.record:
+        err.print(f"[dim]run record written to {args.record} (replay: eaglelab tui {args.record})[/]")
     return 0
 
 

@@ -87,9 +87,9 @@ class Session:
 
         return self.engine(observer=observer, spec=SpecConfig(cuda_graphs=self.spec.cuda_graphs), drafter=None)
 
-    def observer(self, record: str | None = None, tensorboard: str | None = None):
-        """A probe bus with the requested sinks, and a function that closes them."""
-        if not record and not tensorboard:
+    def observer(self, record: str | None = None, tensorboard: str | None = None, always: bool = False):
+        """A probe bus with the requested sinks (None when nothing asks for one), and a closer."""
+        if not (record or tensorboard or always):
             return None, lambda: None
         from eaglelab.probes.bus import ProbeBus
 
