@@ -19,9 +19,13 @@ def hbar(fraction: float, width: int) -> str:
     return bar.ljust(width)[:width]
 
 
-def ms(value: float | None, digits: int = 2) -> str:
-    """``12.35 ms``, or a dash for None."""
-    return DASH if value is None else f"{value:.{digits}f} ms"
+def ms(value: float | None, digits: int | None = None) -> str:
+    """``12.35 ms``, or a dash for None; by default fewer decimals as values grow (``8692 ms``)."""
+    if value is None:
+        return DASH
+    if digits is None:
+        digits = 2 if abs(value) < 100 else 1 if abs(value) < 1000 else 0
+    return f"{value:.{digits}f} ms"
 
 
 def pct(value: float | None, digits: int = 1) -> str:

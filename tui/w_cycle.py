@@ -17,7 +17,7 @@ PHASE_STYLES: dict[str, str] = {
 # Verify in decode attention mode (graph-captured) costs about one plain decode; well above that
 # is the failure eaglelab exists to catch (an eager extend verify: ~2.4 decodes).
 SLOW_VERIFY_RATIO = 1.5
-_FIXED_COLUMNS = 12 + 10 + 10 + 4 + 4  # phase, mean, recent, percent, gaps
+_GAPS = 4 * 2  # five columns, one cell of padding either side of each inner edge
 
 
 class CycleBreakdown(Static):
@@ -48,15 +48,17 @@ class CycleBreakdown(Static):
         """The rich renderable for ``view`` in ``width`` cells."""
         if not view.phases:
             return Text("no decode steps or cycles yet", style="dim")
-        bar_width = max(6, width - _FIXED_COLUMNS)
+        cells = [(row.phase, fmt.ms(row.mean_ms), fmt.ms(row.recent_ms), fmt.pct(row.share, 0)) for row in view.phases]
+        text_width = sum(max(len(c[i]) for c in cells + [("phase", "mean", "recent", "")]) for i in range(4))
+        bar_width = max(6, width - text_width - _GAPS)
         table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold dim", pad_edge=False)
         for name, justify in (("phase", "left"), ("mean", "right"), ("recent", "right"), ("share", "left"), ("", "right")):
             table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
-        for row in view.phases:
+        for row, (phase, mean, recent, share) in zip(view.phases, cells):
             style = PHASE_STYLES.get(row.phase, "white")
             table.add_row(
-                Text(row.phase, style=style), fmt.ms(row.mean_ms), fmt.ms(row.recent_ms),
-                Text(fmt.hbar(row.share, bar_width), style=style), Text(fmt.pct(row.share, 0), style="dim"),
+                Text(phase, style=style), mean, recent,
+                Text(fmt.hbar(row.share, bar_width), style=style), Text(share, style="dim"),
             )
         return Group(table, _stacked(view, max(width, 10)), _footer(view))
 

@@ -15,6 +15,7 @@ from rich.console import Console
 
 from eaglelab.probes.events import AllReduce, Step
 from eaglelab.probes.record import RecordWriter
+from eaglelab.tui import fmt
 from eaglelab.tui.app import EagleLabApp
 from eaglelab.tui.feeds import LiveRun, ReplayFeed
 from eaglelab.tui.synthetic import synthetic_run, write_synthetic_record
@@ -219,3 +220,33 @@ def test_tui_imports_no_torch():
     code = "import sys, eaglelab.tui.app, eaglelab.cmd_tui; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+@pytest.mark.parametrize("scale", [0.01, 1.0, 1000.0])
+def test_cycle_breakdown_fits_its_width(scale: float) -> None:
+    """Slow CPU runs (seconds per verify) and fast GPU runs both fit 60 cells without clipping."""
+    from eaglelab.tui.model import reduce_events
+
+    events = [
+        Step(index=i, kind="spec", accept_len=(2,), num_draft_tokens=4,
+             phase_ms={"draft": 2.0 * scale, "verify": 87.0 * scale, "accept": 1.0 * scale, "draft_extend": 0.01})
+        for i in range(3)
+    ]
+    text = plain(CycleBreakdown.renderable_for(reduce_events(events), 60), width=60)
+    assert "…" not in text
+    assert "draft_extend" in text and f"{fmt.ms(87.0 * scale)}" in text
+
+
+def test_quitting_stops_a_live_run(tmp_path: Path) -> None:
+    """q while the run still goes: the subprocess is terminated, the app does not hang."""
+    live = LiveRun([sys.executable, "-c", "import time; print('busy', flush=True); time.sleep(60)"], tmp_path / "r.jsonl")
+    app = EagleLabApp(live=live)
+
+    async def script(pilot: Any) -> None:
+        await wait_for(pilot, lambda: "busy" in app.query_one(RunOutput).received)
+        await pilot.press("q")
+
+    started = time.monotonic()
+    drive(app, script)
+    assert live.returncode is not None and live.returncode != 0
+    assert time.monotonic() - started < 20
