@@ -21,7 +21,7 @@ more than 0.2 (similarity < 0.98).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
@@ -374,6 +374,11 @@ def _numerical_report(
     if width % h or (samples[0].hidden_state is not None and samples[0].hidden_state.shape[-1] != h):
         text = (f"the data's hidden width ({summary.hidden_size}, aux {width}) does not fit the target's hidden size {h}: "
                 "the data did not come from this target (another model)")
+        return WiringReport(findings=tuple(findings), data=summary, conclusion=text, verdict="mismatch", **base)
+    top = max(int(s.input_ids.max()) for s in samples)
+    if top >= target.vocab_size or min(int(s.input_ids.min()) for s in samples) < 0:
+        text = (f"the data holds token id {top}, outside the target's vocabulary ({target.vocab_size}): the data did not "
+                "come from this target (another tokenizer)")
         return WiringReport(findings=tuple(findings), data=summary, conclusion=text, verdict="mismatch", **base)
     if any(f.code == "data_width" for f in findings):
         return WiringReport(findings=tuple(findings), data=summary, conclusion="the data directory mixes widths", verdict="mismatch", **base)

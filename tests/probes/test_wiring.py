@@ -311,3 +311,21 @@ def test_live_check_synthetic(tmp_path):
     bad = live_check(lambda ids: torch.cat([layers[0], layers[1]], -1), tmp_path)
     assert good.verdict == "ok" and bad.verdict == "mismatch"
     assert [s.engine_slot for s in bad.slots] == [1, None]
+
+
+@pytest.mark.slow
+def test_data_from_a_model_of_another_width_or_vocab(lm, tmp_path):
+    """Caught before any forward: hidden width 64 (not 576), or token ids beyond the vocabulary."""
+
+    def never(ids):
+        raise AssertionError("no forward expected")
+
+    d = drafter(tmp_path / "d", ids=[1, 14, 26])
+    narrow = tmp_path / "narrow"
+    write_sample(narrow, 0, Sample(torch.arange(10), torch.ones(10), torch.randn(1, 10, 64), torch.randn(1, 10, 192)))
+    r = check_wiring(d, target_config=lm.config, hidden_states_fn=never, data_dir=narrow)
+    assert r.verdict == "mismatch" and r.slots == () and "another model" in r.conclusion
+    big = tmp_path / "big"
+    write_sample(big, 0, Sample(torch.arange(10) + 60000, torch.ones(10), torch.randn(1, 10, 576), torch.randn(1, 10, 1728)))
+    r = check_wiring(d, target_config=lm.config, hidden_states_fn=never, data_dir=big)
+    assert r.verdict == "mismatch" and "another tokenizer" in r.conclusion
