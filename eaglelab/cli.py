@@ -14,6 +14,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "eaglelab.cmd_run",
     "eaglelab.cmd_wait_ready",
     "eaglelab.cmd_report",
+    "eaglelab.cmd_bench",
     "eaglelab.cmd_check_wiring",
     "eaglelab.cmd_tui",
 )

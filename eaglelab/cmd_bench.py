@@ -1,0 +1,365 @@
+"""``eaglelab bench``: plain, speculative and HF decoding side by side on MT-bench prompts.
+
+Configurations (``--configs``): plain-eager, plain-graphs, spec-prefill, spec-prefill-graphs,
+spec-decode, spec-decode-graphs, hf. Graph configurations need CUDA (skipped on CPU, and the
+speedup baseline is then plain-eager). ``--scale-model`` swaps the target for a random-weight
+model of a named real shape (cost measurements only: acceptance on random weights means nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+GPU_DEFAULTS = {"batch_sizes": "1,2,4,8,16,32", "prompts": 8, "max_new_tokens": 128, "repeats": 3}
+CPU_DEFAULTS = {"batch_sizes": "1,2", "prompts": 2, "max_new_tokens": 32, "repeats": 2}
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "bench",
+        help="benchmark plain vs speculative decoding (graphs on/off, both verify modes) vs HF generate",
+        description=__doc__.split("\n\n")[0] if __doc__ else None,
+    )
+    m = p.add_argument_group("model")
+    m.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), an HF directory or a .gguf file")
+    m.add_argument("--scale-model", default=None, metavar="NAME",
+                   help="random weights of a named shape instead of --model: llama3.1-8b | kimi-like | tiny")
+    m.add_argument("--draft", default="default",
+                   help="default | ngram | none | PATH (scale models: default = a random EAGLE-3 drafter, for cost)")
+    m.add_argument("--steps", type=int, default=None, help="draft steps per cycle")
+    m.add_argument("--topk", type=int, default=None, help="children per tree node (1 = chain)")
+    m.add_argument("--draft-tokens", type=int, default=None, help="tokens verified per cycle, root included")
+    m.add_argument("--serving", choices=("sglang", "vllm"), default=None, help="aux-id convention for the drafter")
+    m.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    m.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
+    w = p.add_argument_group("workload")
+    w.add_argument("--configs", default=None, help="comma list (default: all; graph configs only on CUDA)")
+    w.add_argument("--batch-sizes", default=None, help=f"comma list (default CUDA {GPU_DEFAULTS['batch_sizes']}, "
+                                                        f"CPU {CPU_DEFAULTS['batch_sizes']})")
+    w.add_argument("--prompts", type=int, default=None, help="MT-bench questions used (first turns; default CUDA 8, CPU 2)")
+    w.add_argument("--questions", default=None, metavar="FILE", help="an MT-bench question.jsonl (default: the packaged one)")
+    w.add_argument("--max-new-tokens", type=int, default=None, help="tokens per row, EOS ignored (default CUDA 128, CPU 32)")
+    w.add_argument("--max-prompt-tokens", type=int, default=512, help="cut longer prompts")
+    w.add_argument("--repeats", type=int, default=None, help="timed sweeps per point; the median counts (default CUDA 3)")
+    w.add_argument("--micro", action=argparse.BooleanOptionalAction, default=True,
+                   help="also time a 1-token decode against verifies of 2..8 tokens")
+    w.add_argument("--micro-only", action="store_true", help="only the micro-measure")
+    w.add_argument("--micro-context", type=int, default=256, help="tokens in the cache during the micro-measure")
+    w.add_argument("--hbm-tbps", type=float, default=4.3, help="memory bandwidth for the weight-bandwidth bound (H200: 4.3)")
+    w.add_argument("--seed", type=int, default=0)
+    p.add_argument("--json", default=None, metavar="OUT", help="write the full report as JSON")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    import torch
+    from rich.console import Console
+
+    from eaglelab.probes import bench as B
+
+    console, err = Console(highlight=False), Console(stderr=True, highlight=False)
+    log = lambda msg: err.print(f"[dim]{msg}[/]")  # noqa: E731
+    torch.manual_seed(args.seed)
+    configs = _configs(args)
+    setup = _setup(args, log)
+    ctx = setup["ctx"]
+    rows, outputs, captures = [], {}, {}
+    if not args.micro_only:
+        for name in configs:
+            got, outs, caps = B.run_config(B.CONFIGS[name], ctx)
+            rows += got
+            outputs[name], captures[name] = outs, caps
+            _release(ctx.device)
+        rows = B.finish_rows(rows, outputs)
+    micro = []
+    if args.micro or args.micro_only:
+        log("micro-measure: 1-token decode vs verify of N tokens")
+        cuda = ctx.device.type == "cuda"
+        micro = B.micro_measure(ctx.target, ctx.batch_sizes, context=args.micro_context, log=log,
+                                iters=30 if cuda else 3, warmup=5 if cuda else 1)
+    head = B.headline(rows, micro, setup["weight_bytes"], args.hbm_tbps)
+    report = _report(args, setup, rows, micro, captures, head)
+    _print(console, report, rows, micro)
+    if args.json:
+        B.write_json(args.json, report)
+        console.print(f"[dim]wrote {args.json}[/]")
+    return 0
+
+
+def _release(device) -> None:
+    """Give the finished configuration's graphs, pools and caches back before the next one."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+
+
+# ---- setup -----------------------------------------------------------------------------------------
+def _configs(args) -> list[str]:
+    from eaglelab.engine.errors import EagleLabError
+    from eaglelab.probes.bench import CONFIGS
+
+    if args.configs is None:
+        return list(CONFIGS)
+    names = [c.strip() for c in args.configs.split(",") if c.strip()]
+    for n in names:
+        if n not in CONFIGS:
+            raise EagleLabError("unknown configuration", field="--configs", found=n, expected=", ".join(CONFIGS))
+    return names
+
+
+def _int_list(text: str, field: str) -> tuple[int, ...]:
+    from eaglelab.engine.errors import EagleLabError
+
+    try:
+        vals = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        raise EagleLabError("expected a comma list of integers", field=field, found=text) from None
+    if not vals or vals[0] < 1:
+        raise EagleLabError("values must be >= 1", field=field, found=text)
+    return vals
+
+
+def _setup(args, log) -> dict[str, Any]:
+    """Load (or build) the target and drafter, the prompts, and the bench context."""
+    from eaglelab.probes import bench as B
+    from eaglelab.session import _pick_device, _pick_dtype
+
+    device, device_reason = _pick_device(args.device)
+    dtype_name, dtype_reason = _pick_dtype(args.dtype, device)
+    d = GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS
+    batch_sizes = _int_list(args.batch_sizes or d["batch_sizes"], "--batch-sizes")
+    n_prompts = args.prompts or d["prompts"]
+    max_new = args.max_new_tokens or d["max_new_tokens"]
+    texts = B.mtbench_first_turns(n_prompts, args.questions)
+    built = _scale_setup(args, device, dtype_name, log) if args.scale_model else _model_setup(args, device, dtype_name, max_new, log)
+    prompts, how = B.tokenize_prompts(texts, built["tokenizer"], built["target"].config.vocab_size, args.max_prompt_tokens)
+    ctx = B.BenchContext(
+        target=built["target"], spec=built["spec"], make_drafter=built["make_drafter"], prompts=prompts,
+        max_new_tokens=max_new, batch_sizes=batch_sizes, repeats=args.repeats or d["repeats"],
+        peer=built["peer"], peer_skip=built.get("peer_skip"), log=log,
+    )
+    notes = built["notes"] + [f"prompts: {len(prompts)} MT-bench first turns, {how}; "
+                              f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",
+                              f"generation: {max_new} tokens per row, EOS ignored, greedy"]
+    return dict(ctx=ctx, notes=notes, model=built["name"], weight_bytes=built["weight_bytes"],
+                device_reason=device_reason, dtype_reason=dtype_reason, dtype_name=dtype_name)
+
+
+def _model_setup(args, device, dtype_name, max_new, log) -> dict[str, Any]:
+    from eaglelab.engine.scale_models import decode_weight_bytes
+    from eaglelab.probes import bench as B
+    from eaglelab.session import build_session
+
+    ns = argparse.Namespace(
+        model=args.model, device=str(device), dtype=dtype_name, temperature=0.0, top_k=0, top_p=1.0, seed=args.seed,
+        max_new_tokens=max_new, draft=args.draft, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens,
+        attention_mode="decode", cuda_graphs=False, serving=args.serving,
+    )
+    s = build_session(ns, log=log)
+    target = s.target
+    peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(target.path, target.device, target.dtype), target.device)  # noqa: E731
+    return dict(target=target.model, tokenizer=target.tokenizer, spec=s.spec, make_drafter=_drafter_factory(s.drafter),
+                peer=peer, name=f"{target.name} ({target.config.num_layers} layers)", notes=list(s.notes),
+                weight_bytes=decode_weight_bytes(target.model))
+
+
+def _scale_setup(args, device, dtype_name, log) -> dict[str, Any]:
+    from eaglelab.engine.loader import parse_dtype
+    from eaglelab.engine.scale_models import build_scale_model, decode_weight_bytes
+    from eaglelab.probes import bench as B
+
+    dtype = parse_dtype(dtype_name)
+    log(f"building {args.scale_model} with random weights on {device} ({dtype_name}) ...")
+    sm = build_scale_model(args.scale_model, device=device, dtype=dtype, seed=args.seed)
+    spec, make_drafter, draft_note = _scale_drafter(args, sm.model)
+    peer, peer_skip = None, None
+    if sm.config.moe is None:
+        peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(sm.hf_config, device, dtype), device)  # noqa: E731
+    else:
+        peer_skip = "HF peer skipped: our kimi-like is GQA DeepSeek-V3 (not an HF architecture), and a 2nd copy would not fit"
+    notes = [f"scale model {args.scale_model}: random weights; cost figures only, acceptance means nothing", draft_note]
+    return dict(target=sm.model, tokenizer=_default_tokenizer(), spec=spec, make_drafter=make_drafter, peer=peer,
+                peer_skip=peer_skip, name=f"{args.scale_model} (random weights, {sm.config.num_layers} layers)",
+                notes=notes, weight_bytes=decode_weight_bytes(sm.model))
+
+
+def _scale_drafter(args, model):
+    from eaglelab.engine.drafters import Eagle3Proposer, NgramDrafter
+    from eaglelab.engine.errors import EagleLabError
+    from eaglelab.engine.scale_models import random_eagle3
+    from eaglelab.engine.spec_config import SpecConfig
+
+    draft = args.draft
+    if draft == "none":
+        return SpecConfig(), None, "drafter: none"
+    if draft == "ngram":
+        spec = SpecConfig("ngram", num_steps=args.steps or 4, topk=1, num_draft_tokens=args.draft_tokens or 0)
+        return spec, NgramDrafter, "drafter: n-gram"
+    if draft != "default":
+        raise EagleLabError("scale models take --draft default | ngram | none", field="--draft", found=draft)
+    net, taps = random_eagle3(model, seed=args.seed + 1)
+    topk = args.topk or 1
+    spec = SpecConfig("eagle3", num_steps=args.steps or 3, topk=topk, num_draft_tokens=args.draft_tokens or 0)
+    return spec, (lambda sp: Eagle3Proposer(net, sp, taps)), f"drafter: random EAGLE-3 of the target's width, taps hs{list(taps)}"
+
+
+def _drafter_factory(drafter):
+    """Fresh drafters of the session's kind for each configuration's spec."""
+    from eaglelab.engine.drafters import Eagle3Proposer, NgramDrafter
+
+    if drafter is None:
+        return None
+    if isinstance(drafter, NgramDrafter):
+        return NgramDrafter
+    return lambda spec: Eagle3Proposer(drafter.net, spec, drafter.target_taps)
+
+
+def _default_tokenizer():
+    """The default model's tokenizer if it is already converted here (never converts or downloads)."""
+    from eaglelab.engine.assets import cache_dir
+    from eaglelab.engine.loader import DEFAULT_MODEL_NAME
+    from eaglelab.engine.tokenizer import Tokenizer
+
+    path = cache_dir() / "models" / DEFAULT_MODEL_NAME
+    return Tokenizer(path) if (path / "tokenizer.json").exists() else None
+
+
+def _quiet(fn):
+    def call(*a, **kw):
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        return fn(*a, **kw)
+
+    return call
+
+
+# ---- report ----------------------------------------------------------------------------------------
+def _report(args, setup, rows, micro, captures, head) -> dict[str, Any]:
+    from dataclasses import asdict
+
+    from eaglelab.probes import bench as B
+
+    ctx = setup["ctx"]
+    return {
+        "schema": B.SCHEMA,
+        "hardware": B.hardware(ctx.device, next(ctx.target.parameters()).dtype),
+        "settings": {
+            "model": setup["model"], "scale_model": args.scale_model, "spec": ctx.spec.to_dict(),
+            "batch_sizes": list(ctx.batch_sizes), "prompts": len(ctx.prompts), "max_new_tokens": ctx.max_new_tokens,
+            "repeats": ctx.repeats, "static_cache_slots": ctx.max_len, "micro_context": args.micro_context,
+            "device_reason": setup["device_reason"], "dtype_reason": setup["dtype_reason"],
+            "speedup_baseline": B.baseline_name(rows),
+        },
+        "notes": setup["notes"],
+        "rows": [asdict(r) for r in rows],
+        "micro": [asdict(m) for m in micro],
+        "captures": captures,
+        "headline": head,
+    }
+
+
+def _f(v, pattern: str = "{:.2f}") -> str:
+    return "-" if v is None else pattern.format(v)
+
+
+def _print(console, report, rows, micro) -> None:
+    hw = report["hardware"]
+    where = hw.get("gpu") or hw.get("cpu")
+    console.print(f"[bold]eaglelab bench[/]  {report['settings']['model']}  on {hw['device']} ({where}), "
+                  f"{hw['dtype']}, torch {hw['torch']}, transformers {hw['transformers']}")
+    for n in report["notes"]:
+        console.print(f"[dim]  {n}[/]")
+    if rows:
+        console.print(_rows_table(rows, report["settings"]["speedup_baseline"]))
+        console.print("[dim]graphs: R = replayed from a CUDA graph, E = eager[/]")
+        for line in _eager_reasons(rows):
+            console.print(f"[dim]{line}[/]")
+    if micro:
+        console.print(_micro_table(micro))
+    for line in _headline_lines(report["headline"]):
+        console.print(line)
+
+
+def _rows_table(rows, base) -> Any:
+    from rich.table import Table
+
+    t = Table(title=f"end to end (speedup over {base})", title_justify="left")
+    for col in ("config", "batch", "tok/s", "accept len", "decode ms", "verify ms", "verify/decode", "draft ms",
+                "extend ms", "speedup", "same tokens", "graphs"):
+        t.add_column(col, justify="left" if col in ("config", "graphs") else "right")
+    last = None
+    for r in sorted(rows, key=lambda r: r.batch):
+        if last is not None and r.batch != last:
+            t.add_section()
+        last = r.batch
+        if r.skipped:
+            t.add_row(r.config, str(r.batch), *["-"] * 9, f"[dim]skipped: {r.skipped}[/]")
+            continue
+        graphs = " ".join(f"{_SHORT.get(p, p)}:{'R' if st == 'replay' else 'E'}" for p, st in r.graph.items())
+        t.add_row(r.config, str(r.batch), _f(r.tok_per_s, "{:.1f}"), _f(r.mean_accept_len), _f(r.decode_ms, "{:.3f}"),
+                  _f(r.verify_ms, "{:.3f}"), _f(r.verify_over_decode), _f(r.draft_ms, "{:.3f}"),
+                  _f(r.extend_ms, "{:.3f}"), _f(r.speedup, "{:.2f}x"), _f(r.same_tokens_as_plain_eager, "{:.0%}"),
+                  graphs)
+    return t
+
+
+_SHORT = {"decode": "dec", "draft": "draft", "verify": "ver", "draft_extend": "ext"}
+
+
+def _eager_reasons(rows) -> list[str]:
+    """One line per distinct eager reason, naming the configs and phases it applied to."""
+    seen: dict[str, set[str]] = {}
+    for r in rows:
+        for phase, status in r.graph.items():
+            if status != "replay":
+                seen.setdefault(status, set()).add(f"{r.config} {_SHORT.get(phase, phase)}")
+    return [f"  E = {why}: {', '.join(sorted(where))}" for why, where in seen.items()]
+
+
+def _micro_table(micro) -> Any:
+    from rich.table import Table
+
+    widths = sorted({m.tokens for m in micro})
+    t = Table(title="micro: ms per call (x 1-token decode, graph-captured where possible)", title_justify="left")
+    t.add_column("batch", justify="right")
+    t.add_column("call")
+    for n in widths:
+        t.add_column("decode" if n == 1 else f"N={n}", justify="right")
+    for b in sorted({m.batch for m in micro}):
+        kinds = sorted({(m.attention_mode, m.graphs) for m in micro if m.batch == b}, key=lambda k: (k[0] != "decode", not k[1]))
+        for mode, g in kinds:
+            cells = []
+            for n in widths:
+                hit = [m for m in micro if (m.batch, m.tokens, m.attention_mode, m.graphs) == (b, n, mode, g)]
+                cells.append(f"{hit[0].ms:.3f} ({hit[0].over_decode:.2f}x)" if hit else "")
+            t.add_row(str(b), f"{mode} mode, {'graphs' if g else 'eager'}", *cells)
+        t.add_section()
+    return t
+
+
+def _headline_lines(h) -> list[str]:
+    out = ["[bold]headline[/]"]
+    if "plain_vs_hf_batch1" in h:
+        x = h["plain_vs_hf_batch1"]
+        out.append(f"  plain decoding, batch 1: {x['ours']:.1f} tok/s ({h['baseline']}) vs HF generate "
+                   f"{x['hf']:.1f} tok/s = {x['ratio']:.2f}x")
+    if "bandwidth_bound_batch1" in h:
+        x = h["bandwidth_bound_batch1"]
+        out.append(f"  weight-bandwidth bound, batch 1: {x['weight_bytes'] / 1e9:.2f} GB per token / {x['hbm_tbps']} TB/s "
+                   f"= {x['bound_tok_per_s']:.1f} tok/s; ours {x['ours_tok_per_s']:.1f} tok/s = {x['fraction']:.0%} of it")
+    for key, label in (("decode-graphs", "decode-mode verify, graphs"), ("decode-eager", "decode-mode verify, eager"),
+                       ("prefill-eager", "prefill-mode verify (eager extend)")):
+        vals = h.get("verify_over_decode_batch1", {}).get(key)
+        if vals:
+            shown = "  ".join(f"N={n}: {v:.2f}x" for n, v in sorted(vals.items()) if n >= 4)
+            out.append(f"  verify cost / 1-token decode, batch 1, {label}: {shown}")
+    for cfg, by_batch in h.get("spec_speedup", {}).items():
+        shown = "  ".join(f"b{b}: {v:.2f}x" for b, v in sorted(by_batch.items()))
+        out.append(f"  {cfg} speedup over {h['baseline']}: {shown}")
+    return out

@@ -1,0 +1,85 @@
+"""``eaglelab bench`` end to end on CPU with the tiny scale model (graphs off there)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from eaglelab.cli import main
+
+QUESTIONS = [
+    {"question_id": 1, "category": "writing", "turns": ["Write a haiku about the sea.", "again"]},
+    {"question_id": 2, "category": "math", "turns": ["What is 12 times 12?"]},
+    {"question_id": 3, "category": "coding", "turns": ["Reverse a list in Python."]},
+]
+
+
+@pytest.fixture()
+def questions(tmp_path):
+    path = tmp_path / "question.jsonl"
+    path.write_text("\n".join(json.dumps(q) for q in QUESTIONS) + "\n")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_bench_runs_on_cpu_and_writes_the_report(tmp_path, questions, capsys):
+    out = tmp_path / "bench.json"
+    rc = main([
+        "bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions),
+        "--configs", "plain-eager,plain-graphs,spec-prefill,spec-decode,hf", "--batch-sizes", "1,2",
+        "--prompts", "2", "--max-new-tokens", "6", "--repeats", "1", "--micro-context", "16", "--json", str(out),
+    ])
+    assert rc == 0
+    rep = json.loads(out.read_text())
+    assert rep["schema"] == "eaglelab.bench/1"
+    assert {"hardware", "settings", "notes", "rows", "micro", "captures", "headline"} <= set(rep)
+    assert rep["hardware"]["device"] == "cpu" and rep["hardware"]["dtype"] == "float32"
+    assert rep["settings"]["speedup_baseline"] == "plain-eager"  # no graphs on CPU
+    rows = {(r["config"], r["batch"]): r for r in rep["rows"]}
+    assert len(rows) == 10
+    for b in (1, 2):
+        assert rows[("plain-graphs", b)]["skipped"] == "CUDA graphs need a CUDA device"
+        plain = rows[("plain-eager", b)]
+        assert plain["speedup"] == 1.0 and plain["tok_per_s"] > 0 and plain["tokens"] == 2 * 6
+        assert plain["decode_ms"] > 0 and plain["graph"] == {"decode": "eager: CUDA graphs off"}
+        for cfg in ("spec-prefill", "spec-decode"):
+            r = rows[(cfg, b)]
+            assert r["tokens"] == 2 * 6 and 1.0 <= r["mean_accept_len"] <= 4.0
+            assert r["verify_ms"] > 0 and r["draft_ms"] > 0 and r["extend_ms"] > 0
+            assert r["verify_over_decode"] == pytest.approx(r["verify_ms"] / plain["decode_ms"])
+            assert r["speedup"] == pytest.approx(r["tok_per_s"] / plain["tok_per_s"])
+            assert r["same_tokens_as_plain_eager"] == 1.0  # float32: speculation is exact
+        assert rows[("hf", b)]["tok_per_s"] > 0 and rows[("hf", b)]["tokens"] == 2 * 6
+    assert rows[("spec-prefill", 1)]["graph"]["verify"] == "eager: CUDA graphs off"
+    # micro: per batch size, the decode and N = 2..8 in both attention modes (eager only on CPU)
+    assert len(rep["micro"]) == 2 * (1 + 7 * 2)
+    assert all(m["ms"] > 0 for m in rep["micro"])
+    assert {m["over_decode"] for m in rep["micro"] if m["tokens"] == 1} == {1.0}
+    head = rep["headline"]
+    assert set(head["verify_over_decode_batch1"]) == {"decode-eager", "prefill-eager"}
+    assert head["plain_vs_hf_batch1"]["ratio"] == pytest.approx(rows[("plain-eager", 1)]["tok_per_s"] / rows[("hf", 1)]["tok_per_s"])
+    assert head["bandwidth_bound_batch1"]["weight_bytes"] > 0
+    printed = capsys.readouterr().out
+    assert "headline" in printed and "spec-decode speedup over plain-eager" in printed
+
+
+def test_bench_rejects_an_unknown_config(questions, capsys):
+    rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--configs", "plain-eager,warp-drive",
+               "--questions", str(questions)])
+    assert rc == 2
+    assert "warp-drive" in capsys.readouterr().err
+
+
+def test_unknown_scale_model_is_a_user_error(questions, capsys):
+    rc = main(["bench", "--scale-model", "gpt-5", "--device", "cpu", "--questions", str(questions)])
+    assert rc == 2
+    assert "unknown scale model" in capsys.readouterr().err
