@@ -11,6 +11,7 @@ Keys: q quit, p pause / resume, r restart the replay (or re-read a followed reco
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -41,7 +42,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def app_kwargs(args: argparse.Namespace) -> dict:
+def app_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The :class:`EagleLabApp` keyword arguments for the parsed command line (user errors raise)."""
     from pathlib import Path
 

@@ -51,10 +51,10 @@ class EagleLabApp(App[int]):
     TITLE = "eaglelab"
     CSS = """
     Screen { layout: vertical; }
-    #cards { height: 7; }
-    #middle { height: 1fr; min-height: 9; }
-    #bottom { height: 1fr; min-height: 8; }
-    #logs { height: 6; }
+    #cards { height: 6; }
+    #middle { height: 1fr; min-height: 7; }
+    #bottom { height: 1fr; min-height: 6; }
+    #logs { height: 5; }
     #logs > WarningLog { width: 1fr; }
     #logs > RunOutput { width: 2fr; }
     """

@@ -12,7 +12,7 @@ from eaglelab.tui.model import GraphRow, RunView
 
 
 class GraphStatus(Static):
-    """Per phase: replays, eager runs, a status word and the most frequent eager reasons; captures."""
+    """Per phase: replays, eager runs and a status word; then why phases ran eagerly; then captures."""
 
     DEFAULT_CSS = """
     GraphStatus { width: 1fr; height: 100%; border: round $secondary; padding: 0 1; }
@@ -31,16 +31,16 @@ class GraphStatus(Static):
         """The rich renderable for ``view``."""
         if not view.graphs:
             return Text("no graph status reported yet", style="dim")
-        table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold dim", expand=True)
-        table.add_column("phase")
-        table.add_column("status")
-        table.add_column("replay", justify="right")
-        table.add_column("eager", justify="right")
-        table.add_column("why eager", ratio=1, overflow="fold")
+        table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold dim", pad_edge=False)
+        for name, justify in (("phase", "left"), ("status", "left"), ("replay", "right"), ("eager", "right")):
+            table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
         for row in view.graphs:
-            why = "; ".join(f"{reason} ({n})" for reason, n in row.reasons[:2])
-            table.add_row(row.phase, _status(row), str(row.replays), str(row.eager), Text(why, style="dim"))
+            table.add_row(row.phase, _status(row), str(row.replays), str(row.eager))
         parts: list[Text | Table] = [table]
+        why = [(row.phase, reason, n) for row in view.graphs for reason, n in row.reasons[:2]]
+        if why:
+            parts.append(Text(""))
+            parts.extend(_reason(phase, reason, n) for phase, reason, n in why)
         if view.captures:
             captured = ", ".join(
                 f"{c.name} bs{c.batch_size} {c.seconds:.2f}s {fmt.nbytes(c.memory_bytes)}" for c in view.captures
@@ -55,3 +55,11 @@ def _status(row: GraphRow) -> Text:
     if row.replays == 0:
         return Text("eager", style="bold red")
     return Text(f"mixed {fmt.pct(row.replay_share, 0)}", style="bold yellow")
+
+
+def _reason(phase: str, reason: str, count: int) -> Text:
+    text = Text()
+    text.append(f"{phase} eager: ", style="bold red")
+    text.append(f"{reason} ")
+    text.append(f"({count})", style="dim")
+    return text

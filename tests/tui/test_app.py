@@ -80,6 +80,7 @@ def test_replay_shows_the_records_numbers(tmp_path: Path) -> None:
         graphs = plain(app.query_one(GraphStatus).renderable_for(app.view))
         verify_line = next(line for line in graphs.splitlines() if line.strip().startswith("verify"))
         assert verify_line.split()[1:4] == ["eager", "0", str(len(spec))]
+        assert f"verify eager: verify in prefill attention mode (extend) is not captured ({len(spec)})" in graphs
         table = app.query_one(AllReduceTable)
         assert table.row_count == 3 * 2
         first = [r for r in reduces if r.layer == 0 and r.site == "attn"]
