@@ -18,7 +18,13 @@ from torch import nn
 from eaglelab.engine.config import ModelConfig
 from eaglelab.engine.kv_cache import KVCache
 from eaglelab.engine.layers import RMSNorm, Rotary, apply_rotary, attend, rope_inv_freq
-from eaglelab.engine.parallel import ColumnParallelLinear, RowParallelLinear, TPGroup
+from eaglelab.engine.parallel import (
+    ColumnParallelLinear,
+    ParallelLMHead,
+    RowParallelLinear,
+    TPGroup,
+    VocabParallelEmbedding,
+)
 
 
 class Attention(nn.Module):
@@ -104,10 +110,10 @@ class Transformer(nn.Module):
     def __init__(self, cfg: ModelConfig, tp: TPGroup | None = None) -> None:
         super().__init__()
         self.config, self.tp = cfg, tp
-        self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, tp)  # all-reduce "embed"
         self.layers = nn.ModuleList(DecoderLayer(cfg, i, tp) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.lm_head = ParallelLMHead(cfg.hidden_size, cfg.vocab_size, tp, cfg.num_layers)  # all-gather "head"
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
         self.rotary = Rotary(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling_dict)

@@ -3,30 +3,29 @@
 With ``tp=None`` (a single process) every layer here is a plain linear and no collective runs.
 Column-parallel linears split their output features over ranks, row-parallel ones their input
 features; the model calls :meth:`TPGroup.all_reduce` visibly in its forward after each
-row-parallel projection (attention output, MLP / MoE output): two all-reduces per layer, and the
-one place the all-reduce probe times.
+row-parallel projection (attention output, MLP / MoE output): two all-reduces per layer, plus one
+for the embedding and an all-gather of the logits. These calls are the one place the all-reduce
+probe times.
 
 What is sharded and what is not, and why:
 
 - Attention heads (q/k/v column-parallel by head, o row-parallel), dense MLP and shared experts
   (gate/up column-parallel, down row-parallel), routed experts (each expert's intermediate width
   split, see ``engine/moe.py``).
-- The embedding and the LM head are **replicated**. Sampling, greedy and lossless acceptance need
-  the full distribution on every rank, so a vocabulary-sharded head must all-gather the logits
-  every forward: B*T*V floats (49152 for the default model: 192 KiB per token in float32, 85 times
-  the 2.25 KiB of one hidden-state all-reduce), plus one more collective latency per forward and per
-  draft step, while the weight reads it saves are 1/world of one V x H matrix. A sharded embedding
-  adds one more all-reduce per forward and would drag collectives into the drafter, which reads the
-  target's embedding. Measured here (2 gloo ranks on CPU, default model, one decode token): the full
-  head takes ~1.8 ms; half the head plus the logits all-gather takes ~2.5 ms. Replicated also keeps
-  the logits bitwise those of the head applied to the (rank-identical) final hidden state.
-  The price is memory: V*H per rank (28 M parameters for the default model, 1.2 G for Kimi-K2's).
+- The embedding and the LM head are **sharded over the vocabulary** (as SGLang does), ceil(V / world)
+  rows per rank. Replicating them was the alternative (no collective, bitwise head logits); it loses
+  on time as soon as the head's weight read dominates its collective's latency. Measured with 2 gloo
+  ranks on CPU, default model (V 49152, H 576), median of 50: one decode token, full head 25-28 ms,
+  half head + logits all-gather 15-18 ms; 8 tokens (a verify), 85-87 ms against 55-56 ms. At Kimi-K2
+  scale (V 163840, H 7168: 2.3 GB in bf16) a replicated head would read 2.3 GB per rank per forward.
+  Costs: the logits all-gather (B*T*V values per forward, site ``"head"``) and one all-reduce of the
+  embedded rows (B*T*H, site ``"embed"``, exact: one row plus zeros); tied models share the shard.
 - The EAGLE-3 drafter is **replicated** (built per rank from the same weights, see
   ``session.py``): it is one decoder layer whose work is tiny next to the target's; sharding it
   would add two all-reduces per draft step (num_steps per cycle) whose latency exceeds the compute
   saved, and its inputs (token ids, the target's aux hidden states, which are full-width after the
-  target's all-reduces) are already identical on every rank, so every rank drafts the same tree
-  without any collective.
+  target's all-reduces) are already identical on every rank, so every rank drafts the same tree.
+  Its one collective is the lookup in the target's (vocab-sharded) embedding it shares.
 
 Failures: a rank that raises inside :meth:`TPGroup.guard` publishes its error in the rendezvous
 store and tears its process group down, which makes peers blocked in a collective fail at once
@@ -98,24 +97,34 @@ class TPGroup:
     # ---- the all-reduce ----------------------------------------------------------------------
     def all_reduce(self, x: torch.Tensor, layer: int, site: str) -> torch.Tensor:
         """Sum ``x`` over ranks in place and return it; timed when a hook is set."""
+        self._collective(lambda: dist.all_reduce(x, group=self.group), x.numel() * x.element_size(), layer, site)
+        return x
+
+    def all_gather(self, x: torch.Tensor, layer: int, site: str) -> torch.Tensor:
+        """``x`` [..., n] of every rank side by side: [..., world * n] (rank order); timed like all_reduce."""
+        parts = [torch.empty_like(x) for _ in range(self.world_size)]
+        self._collective(lambda: dist.all_gather(parts, x.contiguous(), group=self.group),
+                         x.numel() * x.element_size() * self.world_size, layer, site)
+        return torch.cat(parts, dim=-1)
+
+    def _collective(self, run: Callable[[], Any], nbytes: int, layer: int, site: str) -> None:
+        """Run one collective; with the probe on, time it (wall clock on CPU, CUDA events on GPU)."""
         if self.hook is None or (self._capturing is not None and not torch.cuda.is_current_stream_capturing()):
-            dist.all_reduce(x, group=self.group)  # probe off, or a graph runner's warm-up
-            return x
-        nbytes = x.numel() * x.element_size()
-        if not x.is_cuda:  # gloo is synchronous: the wall clock is the collective's time
+            run()  # probe off, or a graph runner's warm-up
+            return
+        if self.backend == "gloo":  # synchronous on the host: the wall clock is the collective's time
             t0 = time.perf_counter()
-            dist.all_reduce(x, group=self.group)
+            run()
             self.hook(layer, site, nbytes, (time.perf_counter() - t0) * 1e3, self.phase, False)
-            return x
+            return
         timer = _Timer(layer, site, nbytes, *_event_pair(external=self._capturing is not None))
         timer.start.record()
-        dist.all_reduce(x, group=self.group)
+        run()
         timer.end.record()
         if self._capturing is not None:  # events captured into the graph, read after each replay
             self._graph_timers.setdefault(self._capturing, []).append(timer)
         else:
             self._pending.append((timer, self.phase, False))
-        return x
 
     def shard(self, size: int, what: str) -> int:
         """This rank's share of ``size``; ``size`` must divide evenly."""
@@ -409,6 +418,74 @@ def attach_probe(tp: TPGroup, engine: Any, observer: Any) -> None:
 
 
 # ---- sharded layers --------------------------------------------------------------------------
+EMBED_LAYER = -1  # the layer id the embedding's all-reduce reports; the head reports num_layers
+
+
+def _vocab_shard(vocab: int, tp: TPGroup | None) -> int:
+    """Rows per rank: ceil(V / world); the last rank's tail rows are zero padding."""
+    return -(-vocab // tp.world_size) if tp else vocab
+
+
+class VocabParallelEmbedding(nn.Module):
+    """Token embedding, vocabulary split over ranks: [ceil(V / world), H] per rank.
+
+    Each rank looks up the ids in its range (zero rows for the others) and the all-reduce
+    (site ``"embed"``, layer -1) assembles every row: exact, a sum of one row and zeros.
+    """
+
+    def __init__(self, vocab_size: int, hidden_size: int, tp: TPGroup | None) -> None:
+        super().__init__()
+        self.tp, self.vocab_size = tp, vocab_size
+        self.local_vocab = _vocab_shard(vocab_size, tp)
+        self.start = tp.rank * self.local_vocab if tp else 0
+        self.weight = nn.Parameter(torch.empty(self.local_vocab, hidden_size))
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        if self.tp is None:
+            return nn.functional.embedding(ids, self.weight)  # [B, T, H]
+        local = ids - self.start
+        outside = (local < 0) | (local >= self.local_vocab)  # [B, T]
+        x = nn.functional.embedding(local.clamp(0, self.local_vocab - 1), self.weight)  # [B, T, H]
+        x = x.masked_fill(outside[..., None], 0.0)
+        return self.tp.all_reduce(x, EMBED_LAYER, "embed")
+
+    def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
+        """This rank's rows of the full [V, H] table (zero-padded to world * local rows)."""
+        return _vocab_rows(full, self.tp, self.local_vocab)
+
+
+class ParallelLMHead(nn.Module):
+    """LM head, vocabulary split over ranks; the logits are all-gathered (site ``"head"``).
+
+    Each rank computes the logits of its vocabulary rows ([..., V / world]); sampling and
+    acceptance need all of them on every rank, hence the all-gather, B*T*V values per forward.
+    Shares its weight with :class:`VocabParallelEmbedding` when the model ties them.
+    """
+
+    def __init__(self, hidden_size: int, vocab_size: int, tp: TPGroup | None, layer: int) -> None:
+        super().__init__()
+        self.tp, self.vocab_size, self.layer = tp, vocab_size, layer
+        self.local_vocab = _vocab_shard(vocab_size, tp)
+        self.weight = nn.Parameter(torch.empty(self.local_vocab, hidden_size))
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        y = nn.functional.linear(hidden, self.weight)  # [..., V_local]
+        if self.tp:
+            y = self.tp.all_gather(y, self.layer, "head")[..., : self.vocab_size]  # [..., V]
+        return y
+
+    def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
+        return _vocab_rows(full, self.tp, self.local_vocab)
+
+
+def _vocab_rows(full: torch.Tensor, tp: TPGroup | None, local_vocab: int) -> torch.Tensor:
+    if tp is None:
+        return full
+    padded = torch.zeros(local_vocab * tp.world_size, *full.shape[1:], dtype=full.dtype)
+    padded[: full.shape[0]] = full
+    return padded.chunk(tp.world_size, dim=0)[tp.rank]
+
+
 class ColumnParallelLinear(nn.Module):
     """y = x W^T with W's rows (output features) split over ranks: [out / world, in]."""
 

@@ -77,6 +77,8 @@ def _equivalence(tp) -> dict:
             "max_diff_short": float((ref[:, :3] - short).abs().max()),
             "logit_scale": float(ref.abs().max()),
             "local_heads": sharded.layers[0].self_attn.local_heads,
+            "local_vocab": (sharded.embed_tokens.weight.shape[0], sharded.lm_head.weight.shape[0]),
+            "tied": sharded.lm_head.weight is sharded.embed_tokens.weight,
             "checksum": float(got.double().sum()),
             "tokens_single": greedy_runs(single)["plain"],
             "tokens_tp": greedy_runs(sharded),
@@ -96,12 +98,15 @@ def equivalence() -> list[dict]:
 
 @pytest.mark.parametrize("name", ["dense", "moe"])
 def test_tp_logits_equal_single_process(equivalence, name):
-    """Batch 2 x 40 tokens (and x 3): TP=2 logits equal one process's to 1e-5 in float32, on both ranks."""
+    """Batch 2 x 40 tokens (and x 3): TP=2 logits equal one process's to 1e-5 in float32, on both ranks;
+    the vocabulary (101, odd) is split 51 + 50 for the embedding and the head (tied for dense)."""
     for rank in equivalence:
         r = rank[name]
         assert r["logit_scale"] > 0.5  # the comparison is not between zeros
         assert r["max_diff"] < 1e-5 and r["max_diff_short"] < 1e-5, r
         assert r["local_heads"] == 2
+        assert r["local_vocab"] == (51, 51)  # 101 rows split as 51 + 50 and one zero pad row
+        assert r["tied"] == (name == "dense")
     assert equivalence[0][name]["checksum"] == equivalence[1][name]["checksum"]  # ranks agree bitwise
     if name == "moe":
         assert equivalence[0]["moe"]["local_expert_width"] == 8  # 16 split over 2 ranks
