@@ -288,11 +288,16 @@ def test_one_target_forward_per_token_batch(states):
 
 @pytest.mark.slow
 def test_live_check(lm, data):
-    def engine(hf):
-        return lambda ids: lm.model.taps(ids, hf)
-
-    ok = live_check(engine(DEFAULT_HF), data["right"], max_samples=2)
+    """The right engine is the target's own ``taps``; miswired ones tap other HF indices (computed
+    from one cached pass per sample, as ``taps`` would)."""
+    ok = live_check(lambda ids: lm.model.taps(ids, DEFAULT_HF), data["right"], max_samples=2)
     assert ok.verdict == "ok" and ok.exit_code == 0 and [s.engine_slot for s in ok.slots] == [0, 1, 2]
+    assert ok.samples == 2 and all(s.similarity > 0.9999 for s in ok.slots)
+    per_sample = CachedStates(lm.model)
+
+    def engine(hf):
+        return lambda ids: torch.cat([per_sample(ids)[i] for i in hf], dim=-1)
+
     emb = live_check(engine((0, 2, 15, 27)), data["right"], max_samples=2)
     assert emb.verdict == "mismatch" and emb.engine_slots == 4 and [s.engine_slot for s in emb.slots] == [1, 2, 3]
     assert "feeds 4 states" in emb.conclusion
@@ -300,6 +305,7 @@ def test_live_check(lm, data):
     assert off.verdict == "mismatch" and [s.engine_slot for s in off.slots] == [None, None, None]
     swapped = live_check(engine((15, 2, 27)), data["right"], max_samples=2)
     assert [s.verdict for s in swapped.slots] == ["wrong slot", "wrong slot", "ok"]
+    assert per_sample.calls == 2
 
 
 def test_live_check_synthetic(tmp_path):
