@@ -228,7 +228,8 @@ def load_eagle3(path, target_model, *, device=None, dtype=None, serving: str | N
             warn(reason)
     else:
         conv = serving or ck.aux_convention or ck.default_serving
-        taps = ids_to_hf_indices(ck.aux_layer_ids, conv)
+        # Serving engines capture in layer order whatever order the config lists, so do we.
+        taps = tuple(sorted(ids_to_hf_indices(ck.aux_layer_ids, conv)))
         reason = f"ids {list(ck.aux_layer_ids)} read in the {conv} convention = hs{list(taps)}"
     if len(taps) != cfg.num_aux:
         raise CheckpointError(
@@ -236,10 +237,7 @@ def load_eagle3(path, target_model, *, device=None, dtype=None, serving: str | N
             found=len(taps), expected=cfg.num_aux,
         )
     emb = target_model.embed_tokens
-    with torch.device("meta"):
-        net = Eagle3Drafter(cfg, emb)
-    net = net.to_empty(device="cpu").float()
-    net._embed = [emb]
+    net = Eagle3Drafter(cfg, emb).float()
     load_drafter_weights(net, ck)
     net = net.to(device=device or emb.weight.device, dtype=dtype or emb.weight.dtype).eval()
     net.d2t = net.d2t.long()

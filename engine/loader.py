@@ -244,10 +244,7 @@ def load_target(
     cfg = ModelConfig.from_json(model_dir / "config.json")
     device = torch.device(device)
     dtype = parse_dtype(dtype)
-    with torch.device("meta"):
-        net = Transformer(cfg, tp)
-    net = net.to_empty(device="cpu").to(torch.float32)
-    net.reset_buffers()
+    net = Transformer(cfg, tp)  # parameters are torch.empty (the linears skip init); cheap on CPU
     load_weights(net, model_dir)
     net = net.to(device=device, dtype=dtype).eval()
     net.reset_buffers()
