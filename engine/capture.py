@@ -91,6 +91,11 @@ def check_layer_ids(hf: tuple[int, ...], num_layers: int, field_name: str = "--l
             found=f"HF indices {list(hf)}", expected=f"distinct HF indices in 1..{num_layers - 1}",
             hint="ids in the SGLang convention count decoder-layer outputs from 0 (hs[k+1])",
         )
+    if list(hf) != sorted(hf):
+        raise ConfigError(
+            "layer ids must be ascending", field=field_name, found=list(hf), expected=sorted(hf),
+            hint="serving engines concatenate the aux states in layer order; the data must too",
+        )
 
 
 # ---- identity ------------------------------------------------------------------------------------
