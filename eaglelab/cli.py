@@ -17,6 +17,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "eaglelab.cmd_bench",
     "eaglelab.cmd_check_wiring",
     "eaglelab.cmd_tui",
+    "eaglelab.cmd_capture",
+    "eaglelab.cmd_train",
 )
 
 

@@ -305,3 +305,60 @@ def test_speculators_converter_accepts_our_drafter(tmp_path, trained):
     assert taps == TAPS
     ids = torch.randint(0, VOCAB, (1, 9), generator=torch.Generator().manual_seed(1))
     assert torch.allclose(_drafter_logits(net, model, ids), _drafter_logits(trainer.net.eval(), model, ids), atol=1e-5)
+
+
+# ---- end to end through the CLI -----------------------------------------------------------------------
+
+
+def _tiny_model_dir(path):
+    """The tiny target as an HF directory with a word-level tokenizer and a ChatML template."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    model = sharp_target(seed=3)
+    save_hf_dir(model, CFG, path)
+    words = ["<unk>", "<|im_start|>", "<|im_end|>", "user", "assistant", "system"]
+    words += [f"w{i}" for i in range(VOCAB - len(words))]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(["<|im_start|>", "<|im_end|>"])
+    tok.save(str(path / "tokenizer.json"))
+    template = ("{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> {% endfor %}"
+                "{% if add_generation_prompt %}<|im_start|> assistant {% endif %}")
+    (path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, "eos_token": "<|im_end|>"}))
+    return model
+
+
+def test_capture_then_train_through_the_cli(tmp_path):
+    """`eaglelab capture` then `eaglelab train` (TensorBoard on, stopped and resumed): a drafter the
+    engine loads, TensorBoard scalars per TTT step, and the resumed run equals a straight one."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from eaglelab.cli import main
+    from eaglelab.engine.capture import read_manifest
+
+    model = _tiny_model_dir(tmp_path / "target")
+    data = tmp_path / "data"
+    rc = main(["capture", "--model", str(tmp_path / "target"), "--out", str(data), "--prompts", "12",
+               "--max-new-tokens", "12", "--layer-ids", "0,1,2", "--batch-size", "4", "--device", "cpu",
+               "--dtype", "float32", "--draft-vocab-size", "32"])
+    assert rc == 0
+    m = read_manifest(data)
+    assert m["counts"]["samples"] == 12 and m["draft_vocab"]["size"] == 32 and m["hf_indices"] == [1, 2, 3]
+    assert len((data / "prompts.jsonl").read_text().splitlines()) == 12
+    common = ["train", "--data", str(data), "--epochs", "2", "--batch-size", "4", "--ttt-length", "2",
+              "--draft-vocab-size", "32", "--device", "cpu", "--save-dtype", "float32", "--log-every", "1",
+              "--checkpoint-every", "2", "--lr", "1e-2"]
+    assert main(common + ["--out", str(tmp_path / "straight"), "--tensorboard", str(tmp_path / "tb")]) == 0
+    assert main(common + ["--out", str(tmp_path / "resumed"), "--max-steps", "4"]) == 0
+    assert main(common + ["--out", str(tmp_path / "resumed"), "--resume"]) == 0
+    a = (tmp_path / "straight" / "model.safetensors").read_bytes()
+    assert a == (tmp_path / "resumed" / "model.safetensors").read_bytes()
+    net, taps, _ = load_eagle3(tmp_path / "straight", model)
+    assert taps == TAPS and net.config.draft_vocab_size == 32
+    ev = EventAccumulator(str(tmp_path / "tb"))
+    ev.Reload()
+    tags = set(ev.Tags()["scalars"])
+    assert {"train/loss", "train/lr", "train/acc_step0", "train/acc_step1", "train/loss_step1"} <= tags
+    assert len(ev.Scalars("train/loss")) == 6  # 12 samples / 4 = 3 steps per epoch, 2 epochs
+    prov = json.loads((tmp_path / "straight" / "eaglelab_training.json").read_text())
+    assert prov["steps"] == 6 and prov["aux_layer_ids_sglang"] == [0, 1, 2]

@@ -1,0 +1,275 @@
+"""``eaglelab train``: train an EAGLE-3 drafter on SpecForge-format data.
+
+Training-time test (default 7 steps, loss weights 0.8^i) against the target's distribution
+restricted to the draft vocabulary; AdamW, cosine schedule with warm-up, gradient clipping.
+Checkpoints (model, optimizer, scheduler, data position, RNG) every --checkpoint-every steps;
+--resume continues from the newest one to the same state as a run that never stopped.
+The result is an SGLang/SpecForge drafter directory: config.json (eagle_config ids in the SGLang
+convention) and model.safetensors (fc, midlayer.*, norm, lm_head, d2t, t2d).
+
+Data from `eaglelab capture` carries a manifest naming the target and the layers; data written by
+SpecForge needs --model, and --layer-ids when it was not captured at SpecForge's default layers.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``train`` subcommand."""
+    p = subparsers.add_parser(
+        "train", help="train an EAGLE-3 drafter (training-time test) on SpecForge-format data",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--data", required=True, metavar="DIR", help="data directory (rows_*/data_*.ckpt)")
+    p.add_argument("--out", required=True, metavar="DIR", help="where the drafter is written")
+    p.add_argument("--model", default=None, help="the target (default: the one named by the data's manifest)")
+    p.add_argument("--layer-ids", default=None, metavar="IDS", help="aux ids of data without a manifest (default: SpecForge's)")
+    p.add_argument("--convention", default="sglang", choices=("sglang", "vllm", "eagle"), help="how --layer-ids count")
+    p.add_argument("--epochs", type=int, default=2)
+    p.add_argument("--lr", type=float, default=1e-4)
+    p.add_argument("--batch-size", type=int, default=4, help="sequences per optimizer step")
+    p.add_argument("--ttt-length", type=int, default=7, help="training-time-test steps (default 7)")
+    p.add_argument("--step-decay", type=float, default=0.8, help="loss weight of TTT step i is decay^i")
+    p.add_argument("--draft-vocab-size", type=int, default=8192)
+    p.add_argument("--max-length", type=int, default=2048, help="tokens kept per sample")
+    p.add_argument("--warmup-ratio", type=float, default=0.015)
+    p.add_argument("--max-grad-norm", type=float, default=0.5)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-steps", type=int, default=None, help="stop after N steps (the schedule spans all epochs)")
+    p.add_argument("--checkpoint-every", type=int, default=500, metavar="N")
+    p.add_argument("--checkpoint-dir", default=None, metavar="DIR", help="default: OUT/checkpoints")
+    p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CKPT",
+                   help="resume from the newest checkpoint (or the one named)")
+    p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--tensorboard", default=None, metavar="DIR", help="write TensorBoard scalars to DIR")
+    p.add_argument("--init-lm-head", default="target", choices=("target", "random"),
+                   help="start lm_head/norm from the target's rows of the draft vocabulary (default) or at random")
+    p.add_argument("--save-dtype", default="bfloat16", help="dtype of the written weights (default bfloat16)")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--dtype", default="auto", help="compute: auto (bfloat16 autocast on CUDA, float32 on CPU) | float32 | bfloat16")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Train; 0 on success."""
+    from rich.console import Console
+
+    from eaglelab.engine.capture import read_manifest
+    from eaglelab.engine.loader import parse_dtype
+    from eaglelab.engine.train import SampleSet, TargetHead, TrainConfig
+    from eaglelab.session import _pick_device
+
+    console = Console(stderr=True, highlight=False)
+    device, device_reason = _pick_device(args.device)
+    autocast = _autocast(args.dtype, device)
+    manifest = read_manifest(args.data)
+    model_arg = _model_arg(args, manifest)
+    head = TargetHead.load(model_arg, device=device)
+    _check_identity(manifest, model_arg, args.data)
+    sglang_ids = _layer_ids(args, manifest, head.config.num_layers)
+    counts, lengths = _scan(args.data, head.config.vocab_size, console)
+    data = SampleSet(args.data, lengths)
+    dv = _vocab(args, counts, head.config.vocab_size, console)
+    cfg = TrainConfig(
+        epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, ttt_length=args.ttt_length,
+        step_decay=args.step_decay, warmup_ratio=args.warmup_ratio, max_grad_norm=args.max_grad_norm,
+        weight_decay=args.weight_decay, max_length=args.max_length, seed=args.seed,
+        checkpoint_every=args.checkpoint_every, log_every=args.log_every, max_steps=args.max_steps,
+        autocast=autocast, init_lm_head=args.init_lm_head,
+    )
+    trainer = _trainer(args, head, data, dv, len(sglang_ids), cfg, device, console)
+    save_dtype = parse_dtype(args.save_dtype)
+    _announce(console, head, data, dv, sglang_ids, trainer, device, device_reason, autocast, save_dtype)
+    result = _train_loop(trainer, args.tensorboard, console)
+    if trainer.checkpoint_dir is not None and cfg.checkpoint_every:
+        trainer.save_checkpoint()
+    out = _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, result)
+    _report_saved(out, head, console)
+    return 0
+
+
+def _autocast(name: str, device) -> str | None:
+    """The autocast dtype for --dtype (None = plain float32)."""
+    import torch
+
+    from eaglelab.engine.loader import parse_dtype
+
+    if name == "auto":
+        return "bfloat16" if device.type == "cuda" else None
+    dt = parse_dtype(name)
+    return None if dt == torch.float32 else str(dt).replace("torch.", "")
+
+
+def _model_arg(args, manifest) -> str:
+    from eaglelab.engine.errors import ConfigError
+
+    if args.model:
+        return args.model
+    target = (manifest or {}).get("target") or {}
+    arg = target.get("model_arg") or target.get("path")
+    if not arg:
+        raise ConfigError("which target? the data has no manifest naming it", file=Path(args.data) / "manifest.json",
+                          field="--model", hint="pass --model (the target the data was captured from)")
+    return str(arg)
+
+
+def _check_identity(manifest, model_arg: str, data_dir: str) -> None:
+    """The target's config.json must be the one the data was captured from."""
+    import hashlib
+
+    from eaglelab.engine.errors import ConfigError
+    from eaglelab.engine.loader import resolve_model_dir
+
+    want = ((manifest or {}).get("target") or {}).get("config_sha256")
+    if not want or (manifest.get("target") or {}).get("path") is None:
+        return
+    got = hashlib.sha256((resolve_model_dir(model_arg) / "config.json").read_bytes()).hexdigest()
+    if got != want:
+        raise ConfigError("the target differs from the one the data was captured from", file=Path(data_dir) / "manifest.json",
+                          field="target.config_sha256", found=got[:16], expected=want[:16],
+                          hint="pass the captured target with --model")
+
+
+def _layer_ids(args, manifest, num_layers: int) -> list[int]:
+    """The aux ids in the SGLang convention: the manifest's, or --layer-ids, or SpecForge's default."""
+    from eaglelab.cmd_capture import parse_ids
+    from eaglelab.engine.capture import default_layer_ids
+    from eaglelab.engine.conventions import convert_ids
+
+    if manifest and manifest.get("sglang_layer_ids"):
+        return list(manifest["sglang_layer_ids"])
+    ids = parse_ids(args.layer_ids)
+    if ids is None:
+        return list(default_layer_ids(num_layers))
+    return list(convert_ids(ids, args.convention, "sglang"))
+
+
+def _scan(data_dir, vocab_size: int, console):
+    from eaglelab.engine.draft_vocab import scan_data
+
+    with console.status("reading token ids and lengths of the samples ..."):
+        return scan_data(data_dir, vocab_size)
+
+
+def _vocab(args, counts, vocab_size: int, console):
+    """The data's vocab mapping when its size matches, else the most frequent assistant tokens."""
+    from eaglelab.engine.draft_vocab import DraftVocab, build_draft_vocab, coverage
+    from eaglelab.engine.specforge_data import read_vocab_mapping
+
+    size = min(args.draft_vocab_size, vocab_size)
+    given = read_vocab_mapping(args.data)
+    if given is not None and given.d2t.numel() == size and given.t2d.numel() == vocab_size:
+        console.print(f"[dim]draft vocabulary: the data's vocab_mapping ({size} tokens)[/]")
+        return DraftVocab(given, coverage(counts, given), int(counts.sum()), int((counts > 0).sum()))
+    return build_draft_vocab(counts, size)
+
+
+def _trainer(args, head, data, dv, num_aux: int, cfg, device, console):
+    from eaglelab.engine.errors import CheckpointError
+    from eaglelab.engine.specforge_data import read_sample
+    from eaglelab.engine.train import Trainer, drafter_config, latest_checkpoint, new_drafter
+
+    first = read_sample(data.paths[0])
+    width = first.aux_hidden_state.shape[-1]
+    if width != num_aux * head.config.hidden_size:
+        raise CheckpointError("aux_hidden_state width disagrees with the layer ids and the target", file=data.paths[0],
+                              field="aux_hidden_state", found=width,
+                              expected=f"{num_aux} x {head.config.hidden_size} = {num_aux * head.config.hidden_size}")
+    dcfg = drafter_config(head.config, num_aux, dv.size)
+    net = new_drafter(dcfg, head, dv.mapping, seed=cfg.seed, init_lm_head=cfg.init_lm_head)
+    ck_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else Path(args.out) / "checkpoints"
+    trainer = Trainer(net, head, data, cfg, device=device, checkpoint_dir=ck_dir)
+    if args.resume:
+        path = latest_checkpoint(ck_dir) if args.resume == "latest" else Path(args.resume)
+        if path is None:
+            raise CheckpointError("nothing to resume from", file=ck_dir, hint="train without --resume first")
+        trainer.load_checkpoint(path)
+        console.print(f"resumed from {path} at step {trainer.step}/{trainer.total_steps}")
+    return trainer
+
+
+def _announce(console, head, data, dv, ids, trainer, device, device_reason, autocast, save_dtype) -> None:
+    from eaglelab.engine.train import drafter_size_bytes
+
+    size = drafter_size_bytes(trainer.net, save_dtype)
+    console.print(f"[bold]train[/] EAGLE-3 drafter for {head.config.architecture} "
+                  f"(hidden {head.config.hidden_size}, {head.config.num_layers} layers) on {device} ({device_reason}), "
+                  f"compute {autocast or 'float32'}")
+    console.print(f"  {len(data)} samples, {sum(data.lengths)} tokens; aux ids {ids} (SGLang convention); "
+                  f"{trainer.total_steps} steps ({trainer.batches_per_epoch}/epoch)")
+    console.print(f"  draft vocabulary {dv.size}: covers {dv.coverage:.2%} of the assistant tokens")
+    console.print(f"  drafter: {sum(p.numel() for p in trainer.net.parameters()) / 1e6:.2f} M parameters, "
+                  f"{size / 2**20:.1f} MiB in {str(save_dtype).replace('torch.', '')}")
+
+
+def _train_loop(trainer, tb_dir, console):
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    writer = None
+    if tb_dir:
+        from torch.utils.tensorboard import SummaryWriter
+
+        writer = SummaryWriter(tb_dir)
+    stop = min(trainer.total_steps, trainer.cfg.max_steps or trainer.total_steps)
+    cols = (TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(), TimeElapsedColumn(),
+            TimeRemainingColumn(), TextColumn("{task.fields[stats]}"))
+    with Progress(*cols, console=console) as bar:
+        task = bar.add_task("train", total=stop, completed=trainer.step, stats="")
+
+        def on_log(log) -> None:
+            acc = " ".join(f"{a:.2f}" for a in log.step_acc)
+            bar.update(task, completed=log.step, stats=f"loss {log.loss:.3f}  acc/step {acc}  lr {log.lr:.2e}")
+            if writer is not None:
+                _scalars(writer, log)
+
+        try:
+            result = trainer.train(on_log=on_log)
+        finally:
+            if writer is not None:
+                writer.close()
+    return result
+
+
+def _scalars(writer, log) -> None:
+    writer.add_scalar("train/loss", log.loss, log.step)
+    writer.add_scalar("train/lr", log.lr, log.step)
+    writer.add_scalar("train/grad_norm", log.grad_norm, log.step)
+    if log.seconds > 0:
+        writer.add_scalar("train/tokens_per_s", log.tokens / log.seconds, log.step)
+    for i, (loss, acc) in enumerate(zip(log.step_loss, log.step_acc)):
+        writer.add_scalar(f"train/loss_step{i}", loss, log.step)
+        writer.add_scalar(f"train/acc_step{i}", acc, log.step)
+
+
+def _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, result) -> Path:
+    from dataclasses import asdict
+
+    from eaglelab import __version__
+    from eaglelab.engine.train import save_drafter
+
+    last = result.logs[-1] if result.logs else None
+    provenance = {
+        "eaglelab_version": __version__, "target": (manifest or {}).get("target") or {"model_arg": model_arg},
+        "data": str(args.data), "samples": len(trainer.data), "steps": trainer.step, "total_steps": trainer.total_steps,
+        "train_config": asdict(trainer.cfg), "draft_vocab": {"size": dv.size, "coverage": dv.coverage},
+        "aux_layer_ids_sglang": sglang_ids,
+        "final": {"loss": last.loss, "step_acc": list(last.step_acc)} if last else None,
+    }
+    return save_drafter(trainer.net, args.out, target=head.config, sglang_layer_ids=sglang_ids, dtype=save_dtype,
+                        provenance=provenance)
+
+
+def _report_saved(out: Path, head, console) -> None:
+    from eaglelab.engine.draft_checkpoint import read_draft_checkpoint
+
+    ck = read_draft_checkpoint(out)
+    size = sum(f.stat().st_size for f in ck.weight_files)
+    findings = [f for f in ck.validate(head.config) if f.severity in ("error", "warning")]
+    console.print(f"wrote {out} ({size / 2**20:.1f} MiB): config.json + model.safetensors, "
+                  f"aux ids {list(ck.aux_layer_ids or [])} (SGLang convention)")
+    for f in findings:
+        console.print(f"  [yellow]{f.severity}[/] {f.field}: {f.message}")
