@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-GPU_DEFAULTS = {"batch_sizes": "1,2,4,8,16,32", "prompts": 8, "max_new_tokens": 128, "repeats": 3}
-CPU_DEFAULTS = {"batch_sizes": "1,2", "prompts": 2, "max_new_tokens": 32, "repeats": 2}
+GPU_DEFAULTS = {"batch_sizes": "1,2,4,8,16,32", "prompts": 8, "max_new_tokens": 64, "repeats": 3,
+                "micro_batch_sizes": "1,8,32"}
+CPU_DEFAULTS = {"batch_sizes": "1,2", "prompts": 2, "max_new_tokens": 32, "repeats": 2, "micro_batch_sizes": "1"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -39,13 +40,15 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                         f"CPU {CPU_DEFAULTS['batch_sizes']})")
     w.add_argument("--prompts", type=int, default=None, help="MT-bench questions used (first turns; default CUDA 8, CPU 2)")
     w.add_argument("--questions", default=None, metavar="FILE", help="an MT-bench question.jsonl (default: the packaged one)")
-    w.add_argument("--max-new-tokens", type=int, default=None, help="tokens per row, EOS ignored (default CUDA 128, CPU 32)")
+    w.add_argument("--max-new-tokens", type=int, default=None, help="tokens per row, EOS ignored (default CUDA 64, CPU 32)")
     w.add_argument("--max-prompt-tokens", type=int, default=512, help="cut longer prompts")
-    w.add_argument("--repeats", type=int, default=None, help="timed sweeps per point; the median counts (default CUDA 3)")
+    w.add_argument("--repeats", type=int, default=None, help="timed calls per point, each on the next prompt group; the median counts (default CUDA 3, CPU 2; HF: 1)")
     w.add_argument("--micro", action=argparse.BooleanOptionalAction, default=True,
                    help="also time a 1-token decode against verifies of 2..8 tokens")
     w.add_argument("--micro-only", action="store_true", help="only the micro-measure")
     w.add_argument("--micro-context", type=int, default=256, help="tokens in the cache during the micro-measure")
+    w.add_argument("--micro-batch-sizes", default=None, help=f"comma list (default CUDA {GPU_DEFAULTS['micro_batch_sizes']}, "
+                                                              f"CPU {CPU_DEFAULTS['micro_batch_sizes']})")
     w.add_argument("--hbm-tbps", type=float, default=4.3, help="memory bandwidth for the weight-bandwidth bound (H200: 4.3)")
     w.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, metavar="OUT", help="write the full report as JSON")
@@ -76,8 +79,8 @@ def run(args: argparse.Namespace) -> int:
     if args.micro or args.micro_only:
         log("micro-measure: 1-token decode vs verify of N tokens")
         cuda = ctx.device.type == "cuda"
-        micro = B.micro_measure(ctx.target, ctx.batch_sizes, context=args.micro_context, log=log,
-                                iters=30 if cuda else 3, warmup=5 if cuda else 1)
+        micro = B.micro_measure(ctx.target, setup["micro_batch_sizes"], context=args.micro_context, log=log,
+                                iters=20 if cuda else 3, warmup=3 if cuda else 1)
     head = B.headline(rows, micro, setup["weight_bytes"], args.hbm_tbps)
     report = _report(args, setup, rows, micro, captures, head)
     _print(console, report, rows, micro)
@@ -146,7 +149,8 @@ def _setup(args, log) -> dict[str, Any]:
     notes = built["notes"] + [f"prompts: {len(prompts)} MT-bench first turns, {how}; "
                               f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",
                               f"generation: {max_new} tokens per row, EOS ignored, greedy"]
-    return dict(ctx=ctx, notes=notes, model=built["name"], weight_bytes=built["weight_bytes"],
+    micro_bs = _int_list(args.micro_batch_sizes or d["micro_batch_sizes"], "--micro-batch-sizes")
+    return dict(ctx=ctx, notes=notes, model=built["name"], weight_bytes=built["weight_bytes"], micro_batch_sizes=micro_bs,
                 device_reason=device_reason, dtype_reason=dtype_reason, dtype_name=dtype_name)
 
 
@@ -277,7 +281,8 @@ def _print(console, report, rows, micro) -> None:
         console.print(f"[dim]  {n}[/]")
     if rows:
         console.print(_rows_table(rows, report["settings"]["speedup_baseline"]))
-        console.print("[dim]graphs: R = replayed from a CUDA graph, E = eager[/]")
+        console.print("[dim]graphs: R = replayed from a CUDA graph, E = eager. same tokens: rows identical to "
+                      "plain-eager (exact in float32; bf16 verify of N tokens rounds differently from 1-token decode)[/]")
         for line in _eager_reasons(rows):
             console.print(f"[dim]{line}[/]")
     if micro:
@@ -351,8 +356,11 @@ def _headline_lines(h) -> list[str]:
                    f"{x['hf']:.1f} tok/s = {x['ratio']:.2f}x")
     if "bandwidth_bound_batch1" in h:
         x = h["bandwidth_bound_batch1"]
-        out.append(f"  weight-bandwidth bound, batch 1: {x['weight_bytes'] / 1e9:.2f} GB per token / {x['hbm_tbps']} TB/s "
-                   f"= {x['bound_tok_per_s']:.1f} tok/s; ours {x['ours_tok_per_s']:.1f} tok/s = {x['fraction']:.0%} of it")
+        step = (f"; per decode step (phase median, logits included) {x['decode_step_tok_per_s']:.1f} tok/s = "
+                f"{x['decode_step_fraction']:.0%}") if x.get("decode_step_tok_per_s") else ""
+        out.append(f"  weight-bandwidth bound, batch 1: {x['weight_bytes'] / 1e9:.3f} GB of weights per token / "
+                   f"{x['hbm_tbps']} TB/s = {x['bound_tok_per_s']:.1f} tok/s; ours end to end {x['ours_tok_per_s']:.1f} "
+                   f"tok/s = {x['fraction']:.0%} of it{step}")
     for key, label in (("decode-graphs", "decode-mode verify, graphs"), ("decode-eager", "decode-mode verify, eager"),
                        ("prefill-eager", "prefill-mode verify (eager extend)")):
         vals = h.get("verify_over_decode_batch1", {}).get(key)

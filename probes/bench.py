@@ -13,8 +13,9 @@ Everything runs in one process on the same prompts and batch sizes:
 
 Generation length is fixed (EOS ignored, ``max_new_tokens`` per row) so every configuration
 produces the same number of tokens. Per (configuration, batch size): one short warm-up call,
-``repeats`` timed sweeps over all prompts in batches of that size (tok/s is the median sweep),
-then one observed call for per-phase times (CUDA events, medians over cycles) and graph status.
+``repeats`` timed calls (call r takes prompt group r: the prompts in batches of that size; tok/s
+end to end, prefill included, is the median call), then one observed call of at most 32 tokens
+for per-phase times (CUDA events, medians over cycles) and graph status.
 Speedups are over our graph-captured plain decoding at the same batch size (plain-eager where
 graphs cannot run). The micro-measure times one 1-token decode against one verify of N tokens
 (N = 2..8) over a cache holding ``context`` tokens, with and without graphs, in both attention
@@ -215,23 +216,23 @@ class OurSystem:
 
 def measure(generate: Callable, observed: Callable | None, cfg: BenchConfig, ctx: BenchContext, batch: int,
             repeats: int) -> tuple[BenchRow, list[list[int]]]:
-    """Warm up, time ``repeats`` sweeps, then one observed call. -> (row, first sweep's outputs)."""
+    """Warm up, time ``repeats`` calls (call r on prompt group r, all configs alike), then one
+    shorter observed call for phase times. -> (row, the first timed call's outputs)."""
     groups = groups_for(ctx.prompts, batch)
-    dev = ctx.device
-    generate(groups[0], min(8, ctx.max_new_tokens))  # warm-up: allocator, kernels, lazy init
-    sweeps, accepts, first = [], [], None
-    for _ in range(repeats):
-        tokens, seconds, acc, outs = _sweep(generate, groups, ctx.max_new_tokens, dev)
-        sweeps.append((tokens / seconds if seconds > 0 else 0.0, tokens, seconds))
+    dev, M = ctx.device, ctx.max_new_tokens
+    generate(groups[0], min(8, M))  # warm-up: allocator, kernels, lazy init
+    calls, accepts, first = [], [], None
+    for r in range(repeats):
+        tokens, seconds, acc, outs = _sweep(generate, [groups[r % len(groups)]], M, dev)
+        calls.append((tokens / seconds if seconds > 0 else 0.0, tokens, seconds))
         accepts += acc
         first = first if first is not None else outs
-    tps = statistics.median(s[0] for s in sweeps)
-    row = dict(config=cfg.name, batch=batch, tok_per_s=tps, tokens=sweeps[0][1], seconds=sweeps[0][2],
-               sweeps_tok_per_s=tuple(s[0] for s in sweeps),
+    row = dict(config=cfg.name, batch=batch, tok_per_s=statistics.median(c[0] for c in calls), tokens=calls[0][1],
+               seconds=calls[0][2], sweeps_tok_per_s=tuple(c[0] for c in calls),
                mean_accept_len=sum(accepts) / len(accepts) if accepts else None)
     if observed is not None:
         col = PhaseCollector()
-        observed(col)(groups[0], ctx.max_new_tokens)
+        observed(col)(groups[0], min(32, M))
         row.update(decode_ms=col.median_ms("decode", "decode"), verify_ms=col.median_ms("verify", "spec"),
                    draft_ms=col.median_ms("draft", "spec"), extend_ms=col.median_ms("draft_extend", "spec"),
                    accept_ms=col.median_ms("accept", "spec"), graph=col.graph_summary())
@@ -444,8 +445,10 @@ def headline(rows: list[BenchRow], micro: list[MicroRow], weight_bytes: int, hbm
         h["plain_vs_hf_batch1"] = {"ours": plain.tok_per_s, "hf": hf.tok_per_s, "ratio": plain.tok_per_s / hf.tok_per_s}
     bound = hbm_tbps * 1e12 / weight_bytes if weight_bytes else None
     if plain and bound:
+        step = 1000.0 / plain.decode_ms if plain.decode_ms else None
         h["bandwidth_bound_batch1"] = {"weight_bytes": weight_bytes, "hbm_tbps": hbm_tbps, "bound_tok_per_s": bound,
-                                       "ours_tok_per_s": plain.tok_per_s, "fraction": plain.tok_per_s / bound}
+                                       "ours_tok_per_s": plain.tok_per_s, "fraction": plain.tok_per_s / bound,
+                                       "decode_step_tok_per_s": step, "decode_step_fraction": step / bound if step else None}
     h["verify_over_decode_batch1"] = _micro_ratios(micro, 1)
     h["spec_speedup"] = {c: {r.batch: r.speedup for r in rows if r.config == c and r.speedup is not None}
                          for c in CONFIGS if c.startswith("spec") and any(r.config == c and r.speedup for r in rows)}
