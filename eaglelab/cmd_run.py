@@ -24,24 +24,63 @@ def register(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--record", metavar="FILE", help="write a JSONL run record (replay it with `eaglelab tui`)")
     p.add_argument("--tensorboard", metavar="DIR", help="write TensorBoard scalars to DIR")
+    p.add_argument("--tp", type=int, default=1, metavar="N",
+                   help="tensor-parallel ranks (NCCL on GPU, gloo on CPU); launch as "
+                        "`torchrun --nproc-per-node N -m eaglelab run --tp N ...`; rank 0 prints")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.tp == 1:
+        return _run(args, None)
+    tp = join_tp(args.tp, args.device)
+    try:
+        with tp.guard("eaglelab run"):  # a rank that fails makes every rank stop with its error
+            return _run(args, tp)
+    finally:
+        tp.close()
+
+
+def join_tp(n: int, device: str):
+    """Join the torchrun-launched group of ``n`` ranks (``--tp N``), checking the process count."""
+    from eaglelab.engine.errors import EagleLabError
+    from eaglelab.engine.parallel import init_tp
+
+    if n < 1:
+        raise EagleLabError("must be >= 1", field="--tp", found=n)
+    tp = init_tp("auto", device=device)
+    if tp.world_size != n:
+        tp.close()
+        raise EagleLabError(
+            "--tp must equal the number of processes torchrun started", field="--tp", found=n,
+            expected=tp.world_size, hint=f"torchrun --nproc-per-node {n} -m eaglelab run --tp {n} ...",
+        )
+    return tp
+
+
+def _run(args: argparse.Namespace, tp) -> int:
     from rich.console import Console
 
-    console = Console(highlight=False)
-    err = Console(stderr=True, highlight=False)
-    session = build_session(args, log=lambda m: err.print(f"[dim]{m}[/]"))
+    quiet = tp is not None and tp.rank != 0  # only rank 0 prints, streams and writes records
+    console = Console(highlight=False, quiet=quiet)
+    err = Console(stderr=True, highlight=False, quiet=quiet)
+    session = build_session(args, log=lambda m: err.print(f"[dim]{m}[/]"), tp=tp)
     tok = session.target.tokenizer
     assert tok is not None
     ids = tok.encode(args.prompt) if args.raw else tok.chat_ids(args.prompt, system=args.system)
 
     from eaglelab.probes.sinks import ConsoleSummary
 
-    observer, finish = session.observer(record=args.record, tensorboard=args.tensorboard, always=True)
+    observer, finish = session.observer(record=None if quiet else args.record,
+                                        tensorboard=None if quiet else args.tensorboard, always=True)
     probes = ConsoleSummary(console, print_on_finish=False)
     observer.subscribe(probes)
+    allreduce = None
+    if tp is not None:
+        from eaglelab.probes.allreduce import AllReduceProbe
+
+        allreduce = AllReduceProbe()
+        observer.subscribe(allreduce)
     for note in session.notes:
         err.print(f"[dim]{note}[/]")
     engine = session.engine(observer=observer)
@@ -55,8 +94,17 @@ def run(args: argparse.Namespace) -> int:
             console.print(text[len(printed[0]):], end="", markup=False)
             printed[0] = text
 
-    result = engine.generate([ids], args.max_new_tokens, session.sampling, session.generator(), stream=stream)
+    result = engine.generate([ids], args.max_new_tokens, session.sampling, session.generator(),
+                             stream=None if quiet else stream)
     console.print()
+    ar_summary = None
+    if allreduce is not None:  # every rank's timings, published on rank 0's bus (into the record)
+        from eaglelab.probes.allreduce import summarize
+
+        events = allreduce.gather(tp)
+        if not quiet:
+            allreduce.publish_peers(observer, events, own_rank=tp.rank)
+        ar_summary = summarize(events)
     baseline = None
     if session.spec.enabled and args.compare:
         err.print("[dim]running plain decoding on the same prompt for comparison ...[/]")
@@ -66,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
         baseline = session.plain_engine(observer=plain_bus).generate(
             [ids], args.max_new_tokens, session.sampling, session.generator())
         probes.decode_ms = plain_probes.totals.mean_phase_ms("decode")
-    summary_rows(console, session, result, baseline)
+    summary_rows(console, session, result, baseline, ar_summary)
     if session.spec.enabled:
         probes.show()  # per-phase costs, graph status and the verdict
     finish()
@@ -75,8 +123,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def summary_rows(console, session, result, baseline) -> None:
-    """The end-of-run table: tokens, speed, device, dtype, acceptance, speedup."""
+def summary_rows(console, session, result, baseline, allreduce=None) -> None:
+    """The end-of-run table: tokens, speed, device, dtype, acceptance, speedup, all-reduce cost."""
     from rich.table import Table
 
     t = Table(title="run summary", show_header=False, title_justify="left")
@@ -101,6 +149,20 @@ def summary_rows(console, session, result, baseline) -> None:
         if session.sampling.greedy:
             same = baseline.tokens == result.tokens
             rows.append(("output check", "identical to plain greedy decoding" if same else "[red]DIFFERS from plain greedy decoding[/]"))
+    if allreduce is not None:
+        rows.append(("tensor parallel", allreduce_row(allreduce, session.target.config.num_layers)))
     for k, v in rows:
         t.add_row(k, str(v))
     console.print(t)
+
+
+def allreduce_row(summary, num_layers: int) -> str:
+    """One line on the all-reduce probe: collectives per layer, transfer and skew summed over the run."""
+    ranks = len(summary.ranks)
+    transfer, skew = summary.totals()
+    calls = summary.matched_calls
+    per_layer = summary.calls_per_layer()
+    forwards = per_layer.get(num_layers, 0) or 1  # one logits all-gather per target forward
+    return (f"{ranks} ranks; {calls} collectives ({per_layer.get(0, 0) / forwards:g} per layer per target forward), "
+            f"transfer {transfer:.1f} ms + arrival skew {skew:.1f} ms in all "
+            f"[dim](min over ranks / spread; per layer in the record)[/]")

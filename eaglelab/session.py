@@ -76,11 +76,17 @@ class Session:
         spec = spec or self.spec
         drafter = drafter if drafter is not None else self.drafter
         runner = self.runner_factory(spec, drafter) if self.runner_factory else None
-        return Engine(
+        engine = Engine(
             self.target.model, eos_token_ids=self.target.tokenizer.eos_token_ids if self.target.tokenizer else
             self.target.config.eos_token_ids, drafter=drafter if spec.enabled else None, spec=spec,
             observer=observer, runner=runner, run_info=self.run_info(),
         )
+        tp = self.target.model.tp
+        if tp is not None:  # time this engine's all-reduces for its observer (None: untimed)
+            from eaglelab.engine.parallel import attach_probe
+
+            attach_probe(tp, engine, observer)
+        return engine
 
     def plain_engine(self, observer=None):
         from eaglelab.engine.spec_config import SpecConfig
@@ -124,6 +130,9 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
     from eaglelab.engine.sampling import SamplingParams
 
     device, device_reason = _pick_device(args.device)
+    if tp is not None and device.type == "cuda":  # one GPU per rank, as torchrun numbers them
+        device = torch.device("cuda", tp.local_rank)
+        device_reason += f"; tensor parallel rank {tp.rank} of {tp.world_size} on GPU {tp.local_rank}"
     dtype_name, dtype_reason = _pick_dtype(args.dtype, device)
     try:
         sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)

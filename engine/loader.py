@@ -202,27 +202,65 @@ def random_full_tensor(name: str, shape: tuple[int, ...], seed: int, std: float 
     return torch.randn(shape, generator=g) * std
 
 
+def checkpoint_shapes(cfg: ModelConfig) -> dict[str, tuple[int, ...]]:
+    """Name -> full shape of every tensor an HF checkpoint of ``cfg`` holds (``model.`` prefix
+    dropped; MoE experts per expert; a tied head not listed)."""
+    with torch.device("meta"):
+        full_model = Transformer(cfg, None)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for mod_name, mod in full_model.named_modules():
+        parts = getattr(mod, "checkpoint_names", None)
+        for attr, p in mod.named_parameters(recurse=False):
+            if parts is None:
+                shapes[f"{mod_name}.{attr}" if mod_name else attr] = tuple(p.shape)
+            else:
+                shapes.update({f"{mod_name}.{part}": tuple(p.shape[1:]) for part in parts(attr)})
+    if cfg.tie_word_embeddings:
+        shapes.pop("lm_head.weight", None)
+    return shapes
+
+
 def load_random(model: nn.Module, seed: int, std: float = 0.02) -> None:
     """Fill ``model`` (sharded or not) with :func:`random_full_tensor` weights.
 
-    The full shapes come from the unsharded model built on the meta device, so a TP rank holds
-    exactly its slice of the single-process model with the same seed.
+    Every rank draws the full tensors of the unsharded model and keeps its slice, so a TP rank
+    holds exactly its part of the single-process model with the same seed.
     """
     assert isinstance(model, Transformer), "load_random builds the full shapes of a Transformer"
-    with torch.device("meta"):
-        full_model = Transformer(model.config, None)
-    shapes = {n: tuple(p.shape) for n, p in full_model.named_parameters()}
-    for mod_name, mod in full_model.named_modules():
-        if hasattr(mod, "checkpoint_names"):
-            for attr, p in mod.named_parameters(recurse=False):
-                for part in mod.checkpoint_names(attr):
-                    shapes[f"{mod_name}.{part}"] = tuple(p.shape[1:])
+    shapes = checkpoint_shapes(model.config)
 
     def read(name: str) -> tuple[torch.Tensor, str] | None:
         shape = shapes.get(name)
         return None if shape is None else (random_full_tensor(name, shape, seed, std), f"random seed {seed}")
 
     copy_sharded(model, read, f"random weights (seed {seed})")
+
+
+def save_random_checkpoint(cfg_dict: dict, out_dir: str | Path, seed: int = 0, std: float = 0.02,
+                           tokenizer_dir: str | Path | None = None) -> Path:
+    """Write an HF-format directory (config.json, model.safetensors with HF names, optionally the
+    tokenizer files of ``tokenizer_dir``) holding :func:`random_full_tensor` weights for ``cfg_dict``.
+
+    Loading it (``load_target``) gives the same weights as :func:`load_random` with ``seed``, on
+    one process or sharded over any TP size: a random scale model every launcher can read.
+    """
+    import shutil
+
+    from safetensors.torch import save_file
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    cfg = ModelConfig.from_dict(cfg_dict, source="save_random_checkpoint")
+    tensors = {
+        (n if n.startswith("lm_head") else "model." + n): random_full_tensor(n, shape, seed, std).contiguous()
+        for n, shape in checkpoint_shapes(cfg).items()
+    }
+    save_file(tensors, str(out / "model.safetensors"))
+    (out / "config.json").write_text(json.dumps(cfg_dict, indent=1))
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        if tokenizer_dir is not None and (Path(tokenizer_dir) / name).exists():
+            shutil.copy(Path(tokenizer_dir) / name, out / name)
+    return out
 
 
 def _find_name(name: str, handles: dict, prefixes: tuple[str, ...]) -> str | None:

@@ -24,6 +24,7 @@ from eaglelab.engine.parallel import (
     RowParallelLinear,
     TPGroup,
     VocabParallelEmbedding,
+    head_split,
 )
 
 
@@ -31,14 +32,15 @@ class Attention(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int, tp: TPGroup | None) -> None:
         super().__init__()
         self.layer, self.tp = layer, tp
-        self.local_heads = tp.shard(cfg.num_heads, "num_heads") if tp else cfg.num_heads
-        self.local_kv_heads = tp.shard(cfg.num_kv_heads, "num_kv_heads") if tp else cfg.num_kv_heads
-        self.head_dim = cfg.head_dim
+        heads = head_split(cfg.num_heads, cfg.num_kv_heads, tp)  # whole GQA groups per rank
+        self.local_heads, self.local_kv_heads = heads.q_len, heads.kv_len
+        self.head_dim = D = cfg.head_dim
+        q_rows, kv_rows = (heads.q_start * D, heads.q_len * D), (heads.kv_start * D, heads.kv_len * D)
         bias = cfg.attention_bias
-        self.q_proj = ColumnParallelLinear(cfg.hidden_size, cfg.q_size, bias, tp, "q_proj")
-        self.k_proj = ColumnParallelLinear(cfg.hidden_size, cfg.kv_size, bias, tp, "k_proj")
-        self.v_proj = ColumnParallelLinear(cfg.hidden_size, cfg.kv_size, bias, tp, "v_proj")
-        self.o_proj = RowParallelLinear(cfg.q_size, cfg.hidden_size, tp, "o_proj")
+        self.q_proj = ColumnParallelLinear(cfg.hidden_size, cfg.q_size, bias, tp, "q_proj", rows=q_rows)
+        self.k_proj = ColumnParallelLinear(cfg.hidden_size, cfg.kv_size, bias, tp, "k_proj", rows=kv_rows)
+        self.v_proj = ColumnParallelLinear(cfg.hidden_size, cfg.kv_size, bias, tp, "v_proj", rows=kv_rows)
+        self.o_proj = RowParallelLinear(cfg.q_size, cfg.hidden_size, tp, "o_proj", cols=q_rows)
         if cfg.qk_norm:
             self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)

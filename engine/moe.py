@@ -109,7 +109,7 @@ class RoutedExperts(nn.Module):
         assert m is not None
         self.tp, self.gather_max = tp, gather_max
         E, H = m.num_experts, cfg.hidden_size
-        local_inter = tp.shard(m.expert_intermediate_size, "moe_intermediate_size") if tp else m.expert_intermediate_size
+        local_inter = tp.split(m.expert_intermediate_size, "moe_intermediate_size")[1] if tp else m.expert_intermediate_size
         self.gate_proj = nn.Parameter(torch.empty(E, local_inter, H))
         self.up_proj = nn.Parameter(torch.empty(E, local_inter, H))
         self.down_proj = nn.Parameter(torch.empty(E, H, local_inter))
@@ -124,7 +124,7 @@ class RoutedExperts(nn.Module):
         if self.tp is None:
             return full
         dim = full.dim() - (1 if name == "down_proj" else 2)  # the intermediate axis
-        return full.chunk(self.tp.world_size, dim=dim)[self.tp.rank]
+        return full.narrow(dim, *self.tp.split(full.shape[dim]))
 
     # ---- forward -----------------------------------------------------------------------------
     def forward(self, x: torch.Tensor, weights: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

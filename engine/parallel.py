@@ -109,13 +109,16 @@ class TPGroup:
 
     def _collective(self, run: Callable[[], Any], nbytes: int, layer: int, site: str) -> None:
         """Run one collective; with the probe on, time it (wall clock on CPU, CUDA events on GPU)."""
-        if self.hook is None or (self._capturing is not None and not torch.cuda.is_current_stream_capturing()):
-            run()  # probe off, or a graph runner's warm-up
+        if self.hook is None:
+            run()
             return
         if self.backend == "gloo":  # synchronous on the host: the wall clock is the collective's time
             t0 = time.perf_counter()
             run()
             self.hook(layer, site, nbytes, (time.perf_counter() - t0) * 1e3, self.phase, False)
+            return
+        if torch.cuda.is_current_stream_capturing() != (self._capturing is not None):
+            run()  # a graph runner's warm-up, or a capture nobody marked (its replays would go unseen)
             return
         timer = _Timer(layer, site, nbytes, *_event_pair(external=self._capturing is not None))
         timer.start.record()
@@ -130,6 +133,11 @@ class TPGroup:
         """This rank's share of ``size``; ``size`` must divide evenly."""
         assert size % self.world_size == 0, f"{what}={size} does not split over {self.world_size} ranks"
         return size // self.world_size
+
+    def split(self, size: int, what: str = "size") -> tuple[int, int]:
+        """(start, length) of this rank's part of ``size`` split as evenly as possible (the first
+        ``size % world`` ranks get one more)."""
+        return even_split(size, self.world_size, self.rank, what)
 
     # ---- phases and timings ------------------------------------------------------------------
     @contextlib.contextmanager
@@ -418,6 +426,46 @@ def attach_probe(tp: TPGroup, engine: Any, observer: Any) -> None:
 
 
 # ---- sharded layers --------------------------------------------------------------------------
+def even_split(size: int, world: int, rank: int, what: str = "size") -> tuple[int, int]:
+    """(start, length) of part ``rank`` of ``size`` split in ``world`` near-equal parts."""
+    base, extra = divmod(size, world)
+    assert base > 0, f"{what}={size} is smaller than the {world} ranks it should split over"
+    return rank * base + min(rank, extra), base + (rank < extra)
+
+
+@dataclass(frozen=True)
+class HeadSplit:
+    """The attention heads one rank owns: query heads [q_start, q_start + q_len), KV likewise."""
+
+    q_start: int
+    q_len: int
+    kv_start: int
+    kv_len: int
+
+
+def head_split(num_heads: int, num_kv_heads: int, tp: TPGroup | None) -> HeadSplit:
+    """Split attention heads over ranks by whole GQA groups (a KV head with its query heads).
+
+    With at least as many KV heads as ranks, each rank owns a near-even run of groups (9 heads /
+    3 KV heads over 2 ranks: 6 + 3 query heads, 2 + 1 KV heads; uneven, but every head computes
+    exactly once). With fewer KV heads than ranks, the query heads split evenly and each rank keeps
+    a copy of the one KV head its query heads read (the world size must be a multiple of the KV
+    head count).
+    """
+    if tp is None:
+        return HeadSplit(0, num_heads, 0, num_kv_heads)
+    group = num_heads // num_kv_heads
+    if num_kv_heads >= tp.world_size:
+        kv_start, kv_len = tp.split(num_kv_heads, "num_key_value_heads")
+        return HeadSplit(kv_start * group, kv_len * group, kv_start, kv_len)
+    assert tp.world_size % num_kv_heads == 0 and num_heads % tp.world_size == 0, (
+        f"{num_heads} heads / {num_kv_heads} KV heads do not split over {tp.world_size} ranks"
+    )
+    q_len = num_heads // tp.world_size
+    q_start = tp.rank * q_len
+    return HeadSplit(q_start, q_len, q_start // group, 1)
+
+
 EMBED_LAYER = -1  # the layer id the embedding's all-reduce reports; the head reports num_layers
 
 
@@ -487,43 +535,46 @@ def _vocab_rows(full: torch.Tensor, tp: TPGroup | None, local_vocab: int) -> tor
 
 
 class ColumnParallelLinear(nn.Module):
-    """y = x W^T with W's rows (output features) split over ranks: [out / world, in]."""
+    """y = x W^T with W's rows (output features) split over ranks: [local_out, in].
 
-    def __init__(self, in_features: int, out_features: int, bias: bool, tp: TPGroup | None, what: str = "") -> None:
+    ``rows`` = (start, length) picks this rank's rows (attention: whole heads); by default the
+    output features split near-evenly.
+    """
+
+    def __init__(self, in_features: int, out_features: int, bias: bool, tp: TPGroup | None, what: str = "",
+                 rows: tuple[int, int] | None = None) -> None:
         super().__init__()
         self.tp = tp
         self.full_out = out_features
-        local_out = tp.shard(out_features, what or "out_features") if tp else out_features
-        self.weight = nn.Parameter(torch.empty(local_out, in_features))
-        self.bias = nn.Parameter(torch.empty(local_out)) if bias else None
+        self.rows = rows or (tp.split(out_features, what or "out_features") if tp else (0, out_features))
+        self.weight = nn.Parameter(torch.empty(self.rows[1], in_features))
+        self.bias = nn.Parameter(torch.empty(self.rows[1])) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return nn.functional.linear(x, self.weight, self.bias)
 
     def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
         """This rank's slice of a full checkpoint tensor (weight [out, in] or bias [out])."""
-        if self.tp is None:
-            return full
-        return full.chunk(self.tp.world_size, dim=0)[self.tp.rank]
+        return full if self.tp is None else full.narrow(0, *self.rows)
 
 
 class RowParallelLinear(nn.Module):
-    """y_partial = x_local W_local^T with W's columns (input features) split: [out, in / world].
+    """y_partial = x_local W_local^T with W's columns (input features) split: [out, local_in].
 
     The caller all-reduces the result (visibly, in the model's forward). A bias is added once,
     after the reduction, by the caller; row-parallel projections in our models have none.
+    ``cols`` = (start, length) picks this rank's columns (by default a near-even split).
     """
 
-    def __init__(self, in_features: int, out_features: int, tp: TPGroup | None, what: str = "") -> None:
+    def __init__(self, in_features: int, out_features: int, tp: TPGroup | None, what: str = "",
+                 cols: tuple[int, int] | None = None) -> None:
         super().__init__()
         self.tp = tp
-        local_in = tp.shard(in_features, what or "in_features") if tp else in_features
-        self.weight = nn.Parameter(torch.empty(out_features, local_in))
+        self.cols = cols or (tp.split(in_features, what or "in_features") if tp else (0, in_features))
+        self.weight = nn.Parameter(torch.empty(out_features, self.cols[1]))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return nn.functional.linear(x, self.weight)
 
     def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
-        if self.tp is None:
-            return full
-        return full.chunk(self.tp.world_size, dim=1)[self.tp.rank]
+        return full if self.tp is None else full.narrow(1, *self.cols)

@@ -182,3 +182,18 @@ def test_loader_stacks_per_expert_checkpoint_tensors():
     with pytest.raises(CheckpointError, match="missing tensor") as err:
         copy_sharded(Transformer(cfg), lambda n: (state[n], n) if n in state else None, "test")
     assert "layers.2.mlp.experts.5.up_proj.weight" in str(err.value.field)
+
+
+def test_saved_random_checkpoint_loads_as_load_random(tmp_path):
+    """save_random_checkpoint writes HF names (per-expert) that load_target reads back to load_random's weights."""
+    from eaglelab.engine.loader import load_target, save_random_checkpoint
+
+    d = kimi_like_config("cpu", hidden_size=32, intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
+                         head_dim=8, n_routed_experts=4, moe_intermediate_size=16, num_experts_per_tok=2,
+                         num_hidden_layers=2, vocab_size=50)
+    save_random_checkpoint(d, tmp_path, seed=4)
+    loaded = load_target(tmp_path, with_tokenizer=False).model
+    direct = Transformer(ModelConfig.from_dict(d))
+    load_random(direct, seed=4)
+    for (n, a), (_, b) in zip(loaded.named_parameters(), direct.named_parameters()):
+        assert torch.equal(a, b), n

@@ -22,6 +22,8 @@ DENSE = {
     "architectures": ["LlamaForCausalLM"], "vocab_size": 101, "hidden_size": 32, "intermediate_size": 64,
     "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2, "tie_word_embeddings": True,
 }
+UNEVEN = dict(DENSE, num_attention_heads=3, num_key_value_heads=3, head_dim=8, intermediate_size=51)  # 2+1 heads
+MQA = dict(DENSE, num_attention_heads=4, num_key_value_heads=1, head_dim=8)  # the one KV head on both ranks
 MOE = kimi_like_config(
     "cpu", hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
     n_routed_experts=8, moe_intermediate_size=16, num_experts_per_tok=3, num_hidden_layers=3, vocab_size=101,
@@ -64,7 +66,7 @@ def greedy_runs(target: Transformer) -> dict[str, list[list[int]]]:
 
 def _equivalence(tp) -> dict:
     out = {}
-    for name, d in (("dense", DENSE), ("moe", MOE)):
+    for name, d in (("dense", DENSE), ("uneven", UNEVEN), ("mqa", MQA), ("moe", MOE)):
         single, sharded = build(d, None), build(d, tp)
         ids = torch.randint(0, 101, (2, 40), generator=torch.Generator().manual_seed(3))  # 240 pairs: sorted MoE path
         pos = torch.arange(40).expand(2, 40)
@@ -76,7 +78,7 @@ def _equivalence(tp) -> dict:
             "max_diff": float((ref - got).abs().max()),
             "max_diff_short": float((ref[:, :3] - short).abs().max()),
             "logit_scale": float(ref.abs().max()),
-            "local_heads": sharded.layers[0].self_attn.local_heads,
+            "local_heads": (sharded.layers[0].self_attn.local_heads, sharded.layers[0].self_attn.local_kv_heads),
             "local_vocab": (sharded.embed_tokens.weight.shape[0], sharded.lm_head.weight.shape[0]),
             "tied": sharded.lm_head.weight is sharded.embed_tokens.weight,
             "checksum": float(got.double().sum()),
@@ -96,23 +98,27 @@ def equivalence() -> list[dict]:
     return results
 
 
-@pytest.mark.parametrize("name", ["dense", "moe"])
+@pytest.mark.parametrize("name", ["dense", "uneven", "mqa", "moe"])
 def test_tp_logits_equal_single_process(equivalence, name):
-    """Batch 2 x 40 tokens (and x 3): TP=2 logits equal one process's to 1e-5 in float32, on both ranks;
-    the vocabulary (101, odd) is split 51 + 50 for the embedding and the head (tied for dense)."""
+    """Batch 2 x 40 tokens (and x 3): TP=2 logits equal one process's to 1e-5 in float32, on both ranks.
+
+    The vocabulary (101, odd) splits 51 + 50 for the embedding and the head; heads split by GQA group:
+    4 heads / 2 KV -> 2+2 / 1+1; 3 / 3 (like SmolLM2's 9 / 3) -> 2+1 / 2+1; 4 / 1 -> 2+2, KV copied."""
     for rank in equivalence:
         r = rank[name]
         assert r["logit_scale"] > 0.5  # the comparison is not between zeros
         assert r["max_diff"] < 1e-5 and r["max_diff_short"] < 1e-5, r
-        assert r["local_heads"] == 2
         assert r["local_vocab"] == (51, 51)  # 101 rows split as 51 + 50 and one zero pad row
-        assert r["tied"] == (name == "dense")
+        assert r["tied"] == (name != "moe")
+    heads = [rank[name]["local_heads"] for rank in equivalence]
+    assert heads == {"dense": [(2, 1), (2, 1)], "uneven": [(2, 2), (1, 1)], "mqa": [(2, 1), (2, 1)],
+                     "moe": [(2, 1), (2, 1)]}[name]
     assert equivalence[0][name]["checksum"] == equivalence[1][name]["checksum"]  # ranks agree bitwise
     if name == "moe":
         assert equivalence[0]["moe"]["local_expert_width"] == 8  # 16 split over 2 ranks
 
 
-@pytest.mark.parametrize("name", ["dense", "moe"])
+@pytest.mark.parametrize("name", ["dense", "uneven", "mqa", "moe"])
 def test_tp_greedy_tokens_equal_single_process(equivalence, name):
     """Plain, n-gram and EAGLE-3 tree speculation under TP=2 emit the single-process greedy tokens."""
     want = equivalence[0][name]["tokens_single"]
