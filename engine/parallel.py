@@ -75,9 +75,10 @@ class _Timer:
 class TPGroup:
     """This process's place in a tensor-parallel group.
 
-    ``hook`` (set through :func:`observe_allreduce`) turns timing on; ``phase`` names the engine
-    phase running (set through :meth:`in_phase`). ``side`` is a gloo group for CPU-side
-    agreement (failure flags, gathering probe results) whatever the main backend.
+    ``hook`` (set through :func:`observe_allreduce`) turns timing on for the collectives run inside
+    an engine phase (:meth:`in_phase`, which also names the phase); those outside any phase (a graph
+    runner's warm-up at cache set-up) are not timed. ``side`` is a gloo group for CPU-side agreement
+    (failure flags, gathering probe results) whatever the main backend.
     """
 
     rank: int
@@ -93,6 +94,7 @@ class TPGroup:
     _graph_timers: dict[Any, list[_Timer]] = field(default_factory=dict, repr=False)
     _capturing: Any = field(default=None, repr=False)
     _broken: BaseException | None = field(default=None, repr=False)
+    _phase_depth: int = field(default=0, repr=False)
 
     # ---- the all-reduce ----------------------------------------------------------------------
     def all_reduce(self, x: torch.Tensor, layer: int, site: str) -> torch.Tensor:
@@ -115,16 +117,18 @@ class TPGroup:
         if self.backend == "gloo":  # synchronous on the host: the wall clock is the collective's time
             t0 = time.perf_counter()
             run()
-            self.hook(layer, site, nbytes, (time.perf_counter() - t0) * 1e3, self.phase, False)
+            if self._phase_depth:
+                self.hook(layer, site, nbytes, (time.perf_counter() - t0) * 1e3, self.phase, False)
             return
-        if torch.cuda.is_current_stream_capturing() != (self._capturing is not None):
-            run()  # a graph runner's warm-up, or a capture nobody marked (its replays would go unseen)
+        capturing, marked = torch.cuda.is_current_stream_capturing(), self._capturing is not None
+        if capturing != marked or not (capturing or self._phase_depth):
+            run()  # a capture nobody marked (its replays would go unseen), a warm-up, or outside any phase
             return
-        timer = _Timer(layer, site, nbytes, *_event_pair(external=self._capturing is not None))
+        timer = _Timer(layer, site, nbytes, *_event_pair(external=capturing))
         timer.start.record()
         run()
         timer.end.record()
-        if self._capturing is not None:  # events captured into the graph, read after each replay
+        if capturing:  # events captured into the graph, recorded by every replay
             self._graph_timers.setdefault(self._capturing, []).append(timer)
         else:
             self._pending.append((timer, self.phase, False))
@@ -144,10 +148,12 @@ class TPGroup:
     def in_phase(self, name: str) -> Iterator[None]:
         """Tag the all-reduces inside the block with phase ``name``."""
         previous, self.phase = self.phase, name
+        self._phase_depth += 1
         try:
             yield
         finally:
             self.phase = previous
+            self._phase_depth -= 1
 
     @contextlib.contextmanager
     def capture(self, key: Any) -> Iterator[None]:

@@ -171,3 +171,63 @@ def test_tp_error_is_a_user_facing_error():
     from eaglelab.engine.errors import EagleLabError
 
     assert issubclass(TPError, EagleLabError)
+
+
+def _cuda_timing(tp) -> dict:
+    """One NCCL rank on one GPU: eager all-reduces timed by CUDA events (read at flush), and a
+    captured decode forward whose all-reduce events, captured with it, are read after each replay."""
+    from eaglelab.engine.parallel import observe_allreduce
+
+    dev = torch.device("cuda", tp.local_rank)
+    model = build(DENSE, tp).to(dev)
+    seen: list = []
+    observe_allreduce(tp, type("Obs", (), {"on_allreduce": lambda self, s: seen.append(s)})())
+    ids = torch.tensor([[5, 6, 7]], device=dev)
+    pos = torch.arange(3, device=dev)[None]
+    with torch.no_grad(), tp.in_phase("prefill"):
+        eager = model.logits(model(ids, pos)[0])
+    n_pending = len(tp._pending)
+    tp.flush_timings()
+    eager_stats = [(s.layer, s.site, s.nbytes, s.phase, s.in_graph, s.ms) for s in seen]
+    seen.clear()
+    stream, graph = torch.cuda.Stream(dev), torch.cuda.CUDAGraph()
+    stream.wait_stream(torch.cuda.current_stream(dev))
+    with torch.no_grad(), tp.capture("decode"):
+        with torch.cuda.stream(stream):
+            for _ in range(2):  # warm-up: not timed
+                model.logits(model(ids, pos)[0])
+        torch.cuda.current_stream(dev).wait_stream(stream)
+        with torch.cuda.graph(graph, stream=stream):
+            out = model.logits(model(ids, pos)[0])
+    torch.cuda.synchronize(dev)
+    warmup_pending = len(tp._pending)
+    replays = []
+    for _ in range(2):
+        with tp.in_phase("decode"):
+            graph.replay()
+            tp.replayed("decode")
+        torch.cuda.synchronize(dev)
+        tp.flush_timings()
+        replays.append([(s.layer, s.site, s.nbytes, s.phase, s.in_graph, s.ms) for s in seen])
+        seen.clear()
+    return {"eager": eager_stats, "n_pending": n_pending, "warmup_pending": warmup_pending, "replays": replays,
+            "same": bool(torch.allclose(out, eager, atol=1e-5, rtol=1e-5))}
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_event_timing_eager_and_inside_graph_replays():
+    """Per forward: embed + 2 per layer + head, eager (CUDA events) and from each graph replay
+    (events captured into the graph, in_graph=True, phase of the replay); warm-up untimed."""
+    (r,) = spawn_ranks(_cuda_timing, 1, backend="nccl", timeout_s=300)
+    assert not isinstance(r, RankFailure), r
+    want = [(-1, "embed", 3 * 32 * 4)] + [(i, s, 3 * 32 * 4) for i in range(3) for s in ("attn", "mlp")] + [
+        (3, "head", 3 * 101 * 4)]
+    assert r["n_pending"] == len(want)
+    assert [e[:3] for e in r["eager"]] == want
+    assert all(e[3] == "prefill" and not e[4] and e[5] > 0 for e in r["eager"])
+    assert r["warmup_pending"] == 0
+    for rep in r["replays"]:
+        assert [e[:3] for e in rep] == want
+        assert all(e[3] == "decode" and e[4] and 0 < e[5] < 1000 for e in rep)
+    assert r["same"]
