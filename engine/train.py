@@ -59,6 +59,7 @@ class TrainConfig:
     weight_decay: float = 0.0
     betas: tuple[float, float] = (0.9, 0.95)
     max_length: int = 2048  # tokens kept per sample
+    pad_multiple: int = 64  # batches pad to a multiple of this: few distinct shapes, no per-shape warm-up
     seed: int = 0
     checkpoint_every: int = 500  # optimizer steps; 0 = only at the end
     keep_checkpoints: int = 2
@@ -177,14 +178,17 @@ class TrainBatch:
         return TrainBatch(*(t.to(device, non_blocking=nb) for t in (self.input_ids, self.loss_mask, self.aux, self.hidden)))
 
 
-def collate(samples: list, max_length: int) -> TrainBatch:
-    """Samples (:class:`Sample`) -> a padded :class:`TrainBatch`, each cut to ``max_length``."""
+def collate(samples: list, max_length: int, pad_multiple: int = 1) -> TrainBatch:
+    """Samples (:class:`Sample`) -> a padded :class:`TrainBatch`, each cut to ``max_length``, the
+    batch padded to a multiple of ``pad_multiple`` tokens (padding has loss_mask 0 and, being after
+    every real token, is never attended to by one)."""
     samples = [s.truncated(max_length) for s in samples]
     for s in samples:
         if s.hidden_state is None:
             raise CheckpointError("training needs hidden_state (the target's final hidden state)", file=s.path,
                                   field="hidden_state", hint="capture the data with its final hidden states")
     B, T = len(samples), max(s.num_tokens for s in samples)
+    T = -(-T // pad_multiple) * pad_multiple
     aux0, hs0 = samples[0].aux_hidden_state, samples[0].hidden_state
     ids = torch.zeros(B, T, dtype=torch.long)
     mask = torch.zeros(B, T, dtype=torch.float32)
@@ -230,8 +234,8 @@ class SampleSet:
     def __len__(self) -> int:
         return len(self.paths)
 
-    def load(self, indices: list[int], max_length: int) -> TrainBatch:
-        return collate([read_sample(self.paths[i]) for i in indices], max_length)
+    def load(self, indices: list[int], max_length: int, pad_multiple: int = 1) -> TrainBatch:
+        return collate([read_sample(self.paths[i]) for i in indices], max_length, pad_multiple)
 
 
 # ---- the TTT forward ---------------------------------------------------------------------------------
@@ -425,26 +429,31 @@ class Trainer:
         with ThreadPoolExecutor(max_workers=2) as pool:
             while self.step < stop:
                 batches = epoch_batches(self.data.lengths, cfg.batch_size, cfg.seed, self.epoch)
-                todo = batches[self.batch_in_epoch: self.batch_in_epoch + (stop - self.step)]
-                futures = [pool.submit(self.data.load, b, cfg.max_length) for b in todo[:2]]
-                for j in range(len(todo)):
-                    if j + 2 < len(todo):
-                        futures.append(pool.submit(self.data.load, todo[j + 2], cfg.max_length))
-                    res, loss, gn = self.train_step(futures[j].result())
-                    futures[j] = None  # free the host batch
-                    self.step, self.batch_in_epoch = self.step + 1, self.batch_in_epoch + 1
-                    acc.add(res, loss, gn)
-                    if self.step % cfg.log_every == 0 or self.step == stop:
-                        log = acc.flush(self)
-                        result.logs.append(log)
-                        if on_log:
-                            on_log(log)
-                    if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.checkpoint_dir:
-                        result.checkpoints.append(self.save_checkpoint())
+                self._run(pool, batches[self.batch_in_epoch: self.batch_in_epoch + (stop - self.step)],
+                          stop, acc, result, on_log)
                 if self.batch_in_epoch >= len(batches):
                     self.epoch, self.batch_in_epoch = self.epoch + 1, 0
         result.steps = self.step
         return result
+
+    def _run(self, pool, todo: list[list[int]], stop: int, acc, result: TrainResult, on_log) -> None:
+        """Train on ``todo`` (batches of sample indices), loading two batches ahead."""
+        cfg = self.cfg
+        load = lambda b: self.data.load(b, cfg.max_length, cfg.pad_multiple)  # noqa: E731
+        futures = [pool.submit(load, b) for b in todo[:2]]
+        for j in range(len(todo)):
+            if j + 2 < len(todo):
+                futures.append(pool.submit(load, todo[j + 2]))
+            res, loss, gn = self.train_step(futures[j].result())
+            futures[j] = None  # free the host batch
+            self.step, self.batch_in_epoch = self.step + 1, self.batch_in_epoch + 1
+            acc.add(res, loss, gn)
+            if self.step % cfg.log_every == 0 or self.step == stop:
+                result.logs.append(acc.flush(self))
+                if on_log:
+                    on_log(result.logs[-1])
+            if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.checkpoint_dir:
+                result.checkpoints.append(self.save_checkpoint())
 
     # -- checkpoints --
     def state(self) -> dict[str, Any]:

@@ -362,3 +362,19 @@ def test_capture_then_train_through_the_cli(tmp_path):
     assert len(ev.Scalars("train/loss")) == 6  # 12 samples / 4 = 3 steps per epoch, 2 epochs
     prov = json.loads((tmp_path / "straight" / "eaglelab_training.json").read_text())
     assert prov["steps"] == 6 and prov["aux_layer_ids_sglang"] == [0, 1, 2]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_bf16_training_matches_the_cpu_loss_curve(tmp_path):
+    """The CUDA path (bf16 autocast, fused AdamW, pinned batches) trains like float32 on the CPU."""
+    model = sharp_target(seed=1)
+    data, vocab = make_data(model, tmp_path / "d", 16, max_new=16)
+    cfg = TrainConfig(epochs=4, lr=1e-2, batch_size=4, ttt_length=3, log_every=4, checkpoint_every=0)
+    cpu = Trainer(fresh(model, vocab), TargetHead.from_model(model), data, cfg).train()
+    gpu_model = copy.deepcopy(model).cuda()
+    gcfg = TrainConfig(**{**cfg.__dict__, "autocast": "bfloat16"})
+    gpu = Trainer(fresh(gpu_model, vocab), TargetHead.from_model(gpu_model), data, gcfg, device="cuda").train()
+    assert gpu.steps == cpu.steps == 16
+    assert gpu.logs[-1].loss < 0.5 * gpu.logs[0].loss
+    assert abs(gpu.logs[-1].loss - cpu.logs[-1].loss) < 0.15 * cpu.logs[-1].loss
