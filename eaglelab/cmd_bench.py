@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-GPU_DEFAULTS = {"batch_sizes": "1,2,4,8,16,32", "prompts": 8, "max_new_tokens": 64, "repeats": 3,
+GPU_DEFAULTS = {"batch_sizes": "1,2,4,8,16,32", "prompts": 8, "max_new_tokens": 64, "repeats": 2,
                 "micro_batch_sizes": "1,8,32"}
 CPU_DEFAULTS = {"batch_sizes": "1,2", "prompts": 2, "max_new_tokens": 32, "repeats": 2, "micro_batch_sizes": "1"}
 
@@ -42,7 +42,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--questions", default=None, metavar="FILE", help="an MT-bench question.jsonl (default: the packaged one)")
     w.add_argument("--max-new-tokens", type=int, default=None, help="tokens per row, EOS ignored (default CUDA 64, CPU 32)")
     w.add_argument("--max-prompt-tokens", type=int, default=512, help="cut longer prompts")
-    w.add_argument("--repeats", type=int, default=None, help="timed calls per point, each on the next prompt group; the median counts (default CUDA 3, CPU 2; HF: 1)")
+    w.add_argument("--repeats", type=int, default=None, help="timed calls per point, each on the next prompt group; the median counts (default 2; HF: 1)")
     w.add_argument("--micro", action=argparse.BooleanOptionalAction, default=True,
                    help="also time a 1-token decode against verifies of 2..8 tokens")
     w.add_argument("--micro-only", action="store_true", help="only the micro-measure")
@@ -282,7 +282,8 @@ def _print(console, report, rows, micro) -> None:
     if rows:
         console.print(_rows_table(rows, report["settings"]["speedup_baseline"]))
         console.print("[dim]graphs: R = replayed from a CUDA graph, E = eager. same tokens: rows identical to "
-                      "plain-eager (exact in float32; bf16 verify of N tokens rounds differently from 1-token decode)[/]")
+                      "plain-eager (every config uses the same static cache length; in bf16 a verify of N tokens "
+                      "rounds differently from 1-token decodes, so speculative rows may drift; float32 is exact)[/]")
         for line in _eager_reasons(rows):
             console.print(f"[dim]{line}[/]")
     if micro:

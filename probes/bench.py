@@ -191,6 +191,23 @@ def _engine_spec(cfg: BenchConfig, ctx: BenchContext) -> SpecConfig:
                       attention_mode=cfg.attention_mode, cuda_graphs=cfg.graphs)
 
 
+class FixedCacheEagerRunner(EagerRunner):
+    """Eager forwards over a KV cache of the graph runners' fixed length (not the engine's
+    exact-fit one), so eager and graph-captured runs compute over the same shapes: the same
+    kernels, hence in bf16 the same rounding, and the same allocation policy."""
+
+    def __init__(self, target, drafter, max_len: int) -> None:
+        super().__init__(target, drafter)
+        self.max_len = max_len
+
+    def make_cache(self, batch: int, max_len: int, observer=None) -> KVCache | None:
+        if max_len > self.max_len:
+            return None
+        cfg, p = self.target.config, next(self.target.parameters())
+        kv = self.target.layers[0].self_attn.local_kv_heads
+        return KVCache(cfg.num_layers, batch, kv, self.max_len, cfg.head_dim, dtype=p.dtype, device=p.device)
+
+
 class OurSystem:
     """Our engine in one configuration: one runner (graphs captured once) for every batch size."""
 
@@ -204,7 +221,7 @@ class OurSystem:
                                                      buckets=ctx.batch_sizes)
             self.runner.capture()
         else:
-            self.runner = EagerRunner(ctx.target, net)
+            self.runner = FixedCacheEagerRunner(ctx.target, net, ctx.max_len)
 
     def engine(self, observer=None) -> Engine:
         return Engine(self.ctx.target, eos_token_ids=(), drafter=self.drafter, spec=self.spec,
