@@ -21,7 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
@@ -320,7 +320,3 @@ def finish_manifest(out_dir: Path, *, skipped: int, dropped: int) -> CaptureSumm
                           "dropped_prompts": dropped}
     write_manifest(out_dir, manifest)
     return CaptureSummary(len(lengths), skipped, dropped, sum(lengths), assistant, out_dir, tuple(lengths))
-
-
-def settings_dict(settings: CaptureSettings) -> dict[str, Any]:
-    return asdict(settings)

@@ -22,7 +22,7 @@ from eaglelab.engine.generate import Engine
 from eaglelab.engine.kv_cache import KVCache
 from eaglelab.engine.layers import prefix_mask
 from eaglelab.engine.spec_config import SpecConfig
-from eaglelab.engine.specforge_data import Sample, write_sample
+from eaglelab.engine.specforge_data import write_sample
 from eaglelab.engine.train import (
     SampleSet,
     TargetHead,
