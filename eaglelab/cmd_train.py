@@ -41,7 +41,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=None, help="stop after N steps (the schedule spans all epochs)")
     p.add_argument("--checkpoint-every", type=int, default=500, metavar="N")
-    p.add_argument("--checkpoint-dir", default=None, metavar="DIR", help="default: OUT/checkpoints")
+    p.add_argument("--checkpoint-dir", default=None, metavar="DIR",
+                   help="default: OUT/checkpoints (the cache when OUT is inside the package)")
     p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CKPT",
                    help="resume from the newest checkpoint (or the one named)")
     p.add_argument("--log-every", type=int, default=10)
@@ -181,7 +182,7 @@ def _trainer(args, head, data, dv, num_aux: int, cfg, device, console):
                               expected=f"{num_aux} x {head.config.hidden_size} = {num_aux * head.config.hidden_size}")
     dcfg = drafter_config(head.config, num_aux, dv.size)
     net = new_drafter(dcfg, head, dv.mapping, seed=cfg.seed, init_lm_head=cfg.init_lm_head)
-    ck_dir = Path(args.checkpoint_dir) if args.checkpoint_dir else Path(args.out) / "checkpoints"
+    ck_dir = _checkpoint_dir(args, console)
     trainer = Trainer(net, head, data, cfg, device=device, checkpoint_dir=ck_dir)
     if args.resume:
         path = latest_checkpoint(ck_dir) if args.resume == "latest" else Path(args.resume)
@@ -190,6 +191,22 @@ def _trainer(args, head, data, dv, num_aux: int, cfg, device, console):
         trainer.load_checkpoint(path)
         console.print(f"resumed from {path} at step {trainer.step}/{trainer.total_steps}")
     return trainer
+
+
+def _checkpoint_dir(args, console) -> Path:
+    """--checkpoint-dir, else OUT/checkpoints; never inside the installed package (the shipped drafter)."""
+    import eaglelab
+    from eaglelab.engine.assets import cache_dir
+
+    if args.checkpoint_dir:
+        return Path(args.checkpoint_dir)
+    out = Path(args.out).resolve()
+    package = Path(eaglelab.__file__).resolve().parent
+    if package in out.parents:
+        ck = cache_dir() / "train-checkpoints" / out.name
+        console.print(f"[dim]checkpoints go to {ck}: OUT is inside the eaglelab package, which ships no checkpoints[/]")
+        return ck
+    return Path(args.out) / "checkpoints"
 
 
 def _announce(console, head, data, dv, ids, trainer, device, device_reason, autocast, save_dtype) -> None:
