@@ -338,17 +338,17 @@ def spawn_ranks(fn: Callable[..., Any], world_size: int, *args: Any, backend: st
     """Run ``fn(tp, *args)`` in ``world_size`` local processes joined in one TP group (tests, examples).
 
     Returns each rank's result in rank order (results must pickle); a rank whose ``fn`` raised
-    gives a :class:`RankFailure`. ``start_method`` defaults to ``fork`` on Linux while CUDA is
-    not initialised here (no re-import of torch per rank), else ``spawn`` (``fn`` must then be
-    importable). Ranks still running after ``timeout_s`` are killed and an AssertionError raised.
+    gives a :class:`RankFailure`. ``start_method`` defaults to ``fork`` for gloo on Linux while
+    CUDA is not initialised here (no re-import of torch per rank), else ``spawn`` (``fn`` must then
+    be importable). Ranks still running after ``timeout_s`` are killed and an AssertionError raised.
     """
     import multiprocessing as mp
     import queue
     import socket
     import sys
 
-    if start_method is None:
-        start_method = "fork" if sys.platform == "linux" and not torch.cuda.is_initialized() else "spawn"
+    if start_method is None:  # CUDA in a forked child is undefined once the parent touched the driver
+        start_method = "fork" if backend == "gloo" and sys.platform == "linux" and not torch.cuda.is_initialized() else "spawn"
     if start_method == "fork":  # pay torch's lazy meta-device set-up (seconds) once, not once per rank
         with torch.device("meta"):
             torch.empty(1).normal_()

@@ -219,7 +219,7 @@ def _cuda_timing(tp) -> dict:
 def test_cuda_event_timing_eager_and_inside_graph_replays():
     """Per forward: embed + 2 per layer + head, eager (CUDA events) and from each graph replay
     (events captured into the graph, in_graph=True, phase of the replay); warm-up untimed."""
-    (r,) = spawn_ranks(_cuda_timing, 1, backend="nccl", timeout_s=300)
+    (r,) = spawn_ranks(_cuda_timing, 1, backend="nccl", timeout_s=120)
     assert not isinstance(r, RankFailure), r
     want = [(-1, "embed", 3 * 32 * 4)] + [(i, s, 3 * 32 * 4) for i in range(3) for s in ("attn", "mlp")] + [
         (3, "head", 3 * 101 * 4)]
