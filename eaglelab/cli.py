@@ -12,6 +12,7 @@ import sys
 # Subcommand modules, in the order `--help` lists them.
 COMMAND_MODULES: tuple[str, ...] = (
     "eaglelab.cmd_run",
+    "eaglelab.cmd_trace",
     "eaglelab.cmd_wait_ready",
     "eaglelab.cmd_report",
     "eaglelab.cmd_bench",
