@@ -208,3 +208,23 @@ def test_default_model_ngram_is_lossless(default_target):
     out = Engine(default_target.model, eos_token_ids=eos, drafter=NgramDrafter(spec), spec=spec).generate([ids], 40)
     assert out.tokens == plain.tokens
     assert out.mean_accept_len > 1.5  # the prompt repeats itself, so lookups hit
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("topk, steps, ndt", [(1, 3, 0), (4, 5, 8)])
+def test_shipped_drafter_is_lossless_and_beats_chance(default_target, topk, steps, ndt):
+    """The drafter shipped in the package loads with its SGLang ids and accepts more than a random one."""
+    from eaglelab.session import shipped_drafter_dir
+
+    path = shipped_drafter_dir()
+    assert path is not None, "the package ships eaglelab/drafters/smollm2-135m-eagle3"
+    net, taps, _ = load_eagle3(path, default_target.model)
+    assert taps == (2, 15, 27)
+    tok = default_target.tokenizer
+    ids = [tok.chat_ids("Summarize the key ideas of open source software in a few bullet points.")]
+    eos = tok.eos_token_ids
+    spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=ndt)
+    out = Engine(default_target.model, eos_token_ids=eos, drafter=Eagle3Proposer(net, spec, taps), spec=spec).generate(ids, 40)
+    plain = Engine(default_target.model, eos_token_ids=eos).generate(ids, 40)
+    assert out.tokens == plain.tokens
+    assert out.mean_accept_len > 1.8
