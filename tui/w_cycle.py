@@ -5,11 +5,10 @@ from __future__ import annotations
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-from textual import events
-from textual.widgets import Static
 
 from eaglelab.tui import fmt
 from eaglelab.tui.model import RunView
+from eaglelab.tui.w_panel import ViewPanel
 
 PHASE_STYLES: dict[str, str] = {
     "draft": "magenta", "verify": "yellow", "accept": "green", "draft_extend": "blue", "decode": "cyan",
@@ -20,28 +19,10 @@ SLOW_VERIFY_RATIO = 1.5
 _GAPS = 4 * 2  # five columns, one cell of padding either side of each inner edge
 
 
-class CycleBreakdown(Static):
+class CycleBreakdown(ViewPanel):
     """A table of mean and recent ms per phase with share bars, a stacked bar, and verify vs decode."""
 
-    DEFAULT_CSS = """
-    CycleBreakdown { width: 1fr; height: 100%; border: round $secondary; padding: 0 1; }
-    """
-
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self._view: RunView | None = None
-
-    def on_mount(self) -> None:
-        self.border_title = "cycle breakdown (mean per cycle)"
-
-    def on_resize(self, event: events.Resize) -> None:
-        if self._view is not None:
-            self.show(self._view)
-
-    def show(self, view: RunView) -> None:
-        """Render the breakdown of ``view``."""
-        self._view = view
-        self.update(self.renderable_for(view, self.content_size.width))
+    TITLE = "cycle breakdown (mean per cycle)"
 
     @staticmethod
     def renderable_for(view: RunView, width: int) -> Group | Text:

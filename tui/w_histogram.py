@@ -5,35 +5,16 @@ from __future__ import annotations
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
-from textual import events
-from textual.widgets import Static
 
 from eaglelab.tui import fmt
 from eaglelab.tui.model import RunView
+from eaglelab.tui.w_panel import ViewPanel
 
 
-class AcceptHistogram(Static):
+class AcceptHistogram(ViewPanel):
     """Bars of row-cycles per accept length (bonus included), then per-depth acceptance."""
 
-    DEFAULT_CSS = """
-    AcceptHistogram { width: 1fr; height: 100%; border: round $secondary; padding: 0 1; }
-    """
-
-    def __init__(self, *, id: str | None = None) -> None:
-        super().__init__(id=id)
-        self._view: RunView | None = None
-
-    def on_mount(self) -> None:
-        self.border_title = "accept length per verify (bonus token included)"
-
-    def on_resize(self, event: events.Resize) -> None:
-        if self._view is not None:
-            self.show(self._view)
-
-    def show(self, view: RunView) -> None:
-        """Render the histogram of ``view``."""
-        self._view = view
-        self.update(self.renderable_for(view, self.content_size.width))
+    TITLE = "accept length per verify (bonus token included)"
 
     @staticmethod
     def renderable_for(view: RunView, width: int) -> Group | Text:
