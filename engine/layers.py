@@ -81,13 +81,10 @@ def attend(
     q [B, H, T, D]; k, v [B, KVH, S, D]; mask bool [B, T, S] (True = may attend) or None for
     causal over T == S. Returns [B, H, T, D].
     """
-    groups = q.shape[1] // k.shape[1]
-    if groups > 1:
-        k = k.repeat_interleave(groups, dim=1)
-        v = v.repeat_interleave(groups, dim=1)
+    gqa = q.shape[1] != k.shape[1]  # SDPA shares each KV head over its query group, no copy
     if mask is None:
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None])
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], enable_gqa=gqa)
 
 
 def causal_mask(batch: int, t: int, device: torch.device | str) -> torch.Tensor:
