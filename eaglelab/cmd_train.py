@@ -64,7 +64,12 @@ def run(args: argparse.Namespace) -> int:
     from eaglelab.engine.train import SampleSet, TargetHead, TrainConfig
     from eaglelab.session import _pick_device
 
+    from eaglelab.engine.errors import EagleLabError
+
     console = Console(stderr=True, highlight=False)
+    if not Path(args.data).is_dir():
+        raise EagleLabError("no such data directory", file=args.data, field="--data",
+                            hint="point at the output of `eaglelab capture` (or SpecForge offline data)")
     device, device_reason = _pick_device(args.device)
     autocast = _autocast(args.dtype, device)
     manifest = read_manifest(args.data)

@@ -218,7 +218,7 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
         s.spec_label = "off"
         return
     if draft == "ngram":
-        steps = a.steps or 4
+        steps = a.steps if a.steps is not None else 4
         s.spec = SpecConfig("ngram", num_steps=steps, topk=1, num_draft_tokens=a.draft_tokens or 0,
                             attention_mode=a.attention_mode, cuda_graphs=graphs)
         s.drafter = NgramDrafter(s.spec)
@@ -226,8 +226,8 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
         if not Path(draft).exists():
             raise EagleLabError("no such drafter", field="--draft", found=draft, expected=DRAFT_CHOICES)
         net, taps, reason = load_eagle3(draft, s.target.model, serving=a.serving, warn=log)
-        topk = a.topk or 1
-        steps = a.steps or (5 if topk > 1 else 3)
+        topk = a.topk if a.topk is not None else 1
+        steps = a.steps if a.steps is not None else (5 if topk > 1 else 3)
         s.spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=a.draft_tokens or 0,
                             attention_mode=a.attention_mode, cuda_graphs=graphs)
         s.drafter = Eagle3Proposer(net, s.spec, taps)

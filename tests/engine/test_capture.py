@@ -128,14 +128,9 @@ def test_training_prompts_are_deterministic_and_mixed():
     assert [p.text for p in build_prompts(300, seed=2)] != [p.text for p in a]
 
 
-def test_training_prompts_never_come_from_mtbench():
-    from eaglelab.engine.assets import MTBENCH_QUESTIONS, _installed_file, cache_dir
-
-    local = _installed_file(MTBENCH_QUESTIONS)
-    cached = cache_dir() / "assets" / f"{MTBENCH_QUESTIONS.package}-{MTBENCH_QUESTIONS.version}" / MTBENCH_QUESTIONS.filename
-    path = local or (cached if cached.exists() else None)
-    if path is None:
-        pytest.skip("MT-bench questions not on this machine")
-    questions = {json.loads(line)["turns"][0].strip() for line in path.read_text().splitlines() if line.strip()}
+def test_training_prompts_never_come_from_mtbench(mtbench_prompts):
+    """Every MT-bench first turn is absent from the training prompts (the questions are fetched if needed)."""
+    questions = {q.strip() for q in mtbench_prompts}
+    assert len(questions) == 80
     prompts = {p.text.strip() for p in build_prompts(100_000)}
     assert not (questions & prompts)
