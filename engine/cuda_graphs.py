@@ -34,6 +34,8 @@ observer through ``on_graph_captured``. Replay decisions use host-side shapes on
 
 from __future__ import annotations
 
+import contextlib
+
 import time
 from collections import Counter
 from dataclasses import dataclass
@@ -96,8 +98,10 @@ class GraphPlan:
 class _Graph:
     """One captured graph: static inputs, static outputs, and the CUDAGraph replaying over them."""
 
-    def __init__(self, inputs: dict[str, torch.Tensor], outputs: tuple, graph) -> None:
+    def __init__(self, inputs: dict[str, torch.Tensor], outputs: tuple, graph,
+                 on_replay: Callable[[], None] | None = None) -> None:
         self.inputs, self.outputs, self.graph = inputs, outputs, graph
+        self.on_replay = on_replay  # TP: hands the all-reduce events captured in the graph to the probe
 
     def run(self, values: dict[str, torch.Tensor], batch: int) -> tuple:
         """Copy ``values`` (first ``batch`` rows) in, reset the pad rows, replay, copy rows out."""
@@ -106,6 +110,8 @@ class _Graph:
             if batch < buf.shape[0]:
                 _pad_rows(name, buf[batch:])
         self.graph.replay()
+        if self.on_replay is not None:
+            self.on_replay()
         return tuple(None if o is None else o[:batch].clone() for o in self.outputs)
 
 
@@ -239,12 +245,16 @@ class CudaGraphRunner:
         key = (name, b, T)
         mem0, t0 = self._reserved(), time.perf_counter()
         ins = self._static_inputs(name, b, T)
+        tp = getattr(self.target, "tp", None)
         try:
-            graph, outputs = self._record(self._forward_fn(name, ins))
+            # Under TP, all-reduces captured here get CUDA events captured with them (timed per replay).
+            with tp.capture(key) if tp is not None else contextlib.nullcontext():
+                graph, outputs = self._record(self._forward_fn(name, ins))
         except RuntimeError as exc:
             self._failed[key] = f"eager: capture failed ({str(exc).splitlines()[0][:120]})"
             return
-        self._graphs[key] = _Graph(ins, tuple(outputs), graph)
+        on_replay = (lambda: tp.replayed(key)) if tp is not None else None
+        self._graphs[key] = _Graph(ins, tuple(outputs), graph, on_replay)
         self.capture_stats.append(GraphCaptureStats(
             name=name, batch_size=b, seconds=time.perf_counter() - t0, memory_bytes=max(0, self._reserved() - mem0),
         ))
