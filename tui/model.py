@@ -235,7 +235,9 @@ class RunModel:
         self._accept_history: deque[float] = deque(maxlen=self.history)
         self._accept_trend: deque[float] = deque(maxlen=self.history)
         self._cycle_history: deque[float] = deque(maxlen=self.history)
-        self._allreduce: dict[tuple[int, str], list[float]] = {}  # [calls, ms, bytes, in_graph]
+        # Per rank: (layer, site) -> [calls, ms, bytes, in_graph]. A TP record holds every rank's
+        # events; the panel shows the lowest rank's, so calls are not counted once per rank.
+        self._allreduce_by_rank: dict[int, dict[tuple[int, str], list[float]]] = {}
         self._steps_seen = 0
         self._warnings_total = 0
 
@@ -250,7 +252,8 @@ class RunModel:
         if isinstance(event, Step):
             self._observe_step(event)
         elif isinstance(event, AllReduce):
-            entry = self._allreduce.setdefault((event.layer, event.site), [0, 0.0, 0, 0])
+            per_rank = self._allreduce_by_rank.setdefault(int(event.rank), {})
+            entry = per_rank.setdefault((event.layer, event.site), [0, 0.0, 0, 0])
             entry[0] += 1
             entry[1] += event.ms
             entry[2] += event.nbytes
@@ -371,6 +374,13 @@ class RunModel:
             reasons.sort(key=lambda r: (-r[1], r[0]))
             rows.append(GraphRow(phase, t.graph_replays.get(phase, 0), t.graph_eager.get(phase, 0), tuple(reasons)))
         return tuple(rows)
+
+    @property
+    def _allreduce(self) -> dict[tuple[int, str], list[float]]:
+        """The lowest rank's all-reduce table (every rank makes the same calls)."""
+        if not self._allreduce_by_rank:
+            return {}
+        return self._allreduce_by_rank[min(self._allreduce_by_rank)]
 
     def _allreduce_rows(self) -> tuple[AllReduceRow, ...]:
         return tuple(

@@ -101,21 +101,23 @@ def test_graph_rows_count_replays_and_reasons():
     assert view.replay_fraction == pytest.approx(0.25)  # spec steps count verify
 
 
-def test_allreduce_rows_sum_over_phases_and_ranks():
+def test_allreduce_rows_sum_over_phases_of_one_rank():
+    """A TP record holds every rank's calls; the table shows the lowest rank's, so nothing is counted twice."""
     events = [started(tp_size=2)]
-    for rank in (0, 1):
+    for rank in (1, 0):  # rank 1's events may come first
         for phase, ms in (("verify", 0.5), ("draft", 0.25)):
-            events.append(AllReduce(layer=1, site="attn", nbytes=100, ms=ms, rank=rank, world_size=2, phase=phase))
+            events.append(AllReduce(layer=1, site="attn", nbytes=100, ms=ms * (1 + rank), rank=rank, world_size=2,
+                                    phase=phase))
     events.append(AllReduce(layer=0, site="mlp", nbytes=40, ms=1.0, rank=0, world_size=2, phase="verify", in_graph=True))
     events.append(spec_step(1, (2,), verify=10.0))
     view = reduce_events(events)
     assert [(r.layer, r.site) for r in view.allreduce] == [(0, "mlp"), (1, "attn")]
     mlp, attn = view.allreduce
-    assert (attn.calls, attn.total_ms, attn.nbytes, attn.in_graph) == (4, pytest.approx(1.5), 400, 0)
+    assert (attn.calls, attn.total_ms, attn.nbytes, attn.in_graph) == (2, pytest.approx(0.75), 200, 0)
     assert attn.mean_ms == pytest.approx(0.375) and attn.mean_bytes == pytest.approx(100.0)
     assert mlp.in_graph == 1
-    assert view.allreduce_ms == pytest.approx(2.5)
-    assert view.allreduce_share == pytest.approx(2.5 / 10.0)
+    assert view.allreduce_ms == pytest.approx(1.75)
+    assert view.allreduce_share == pytest.approx(1.75 / 10.0)
 
 
 def test_verify_over_decode_and_plain_phase_rows():
