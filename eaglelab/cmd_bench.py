@@ -49,7 +49,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--micro-context", type=int, default=256, help="tokens in the cache during the micro-measure")
     w.add_argument("--micro-batch-sizes", default=None, help=f"comma list (default CUDA {GPU_DEFAULTS['micro_batch_sizes']}, "
                                                               f"CPU {CPU_DEFAULTS['micro_batch_sizes']})")
-    w.add_argument("--hbm-tbps", type=float, default=4.3, help="memory bandwidth for the weight-bandwidth bound (H200: 4.3)")
+    w.add_argument("--hbm-tbps", type=float, default=None,
+                   help="memory bandwidth for the weight-bandwidth bound (default: 4.3, an H200's, on CUDA; none on CPU)")
     w.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, metavar="OUT", help="write the full report as JSON")
     p.set_defaults(func=run)
@@ -81,7 +82,8 @@ def run(args: argparse.Namespace) -> int:
         cuda = ctx.device.type == "cuda"
         micro = B.micro_measure(ctx.target, setup["micro_batch_sizes"], context=args.micro_context, log=log,
                                 iters=20 if cuda else 3, warmup=3 if cuda else 1)
-    head = B.headline(rows, micro, setup["weight_bytes"], args.hbm_tbps)
+    hbm = args.hbm_tbps if args.hbm_tbps is not None else (4.3 if ctx.device.type == "cuda" else 0.0)
+    head = B.headline(rows, micro, setup["weight_bytes"], hbm)
     report = _report(args, setup, rows, micro, captures, head)
     _print(console, report, rows, micro)
     if args.json:

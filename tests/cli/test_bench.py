@@ -67,7 +67,7 @@ def test_bench_runs_on_cpu_and_writes_the_report(tmp_path, questions, capsys):
     head = rep["headline"]
     assert set(head["verify_over_decode_batch1"]) == {"decode-eager", "prefill-eager"}
     assert head["plain_vs_hf_batch1"]["ratio"] == pytest.approx(rows[("plain-eager", 1)]["tok_per_s"] / rows[("hf", 1)]["tok_per_s"])
-    assert head["bandwidth_bound_batch1"]["weight_bytes"] > 0
+    assert "bandwidth_bound_batch1" not in head  # an HBM bound means nothing on CPU unless --hbm-tbps is given
     printed = capsys.readouterr().out
     assert "headline" in printed and "spec-decode speedup over plain-eager" in printed
 
