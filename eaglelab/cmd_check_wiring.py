@@ -39,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--max-tokens", type=int, default=64, help="tokens per sample to compare (default 64)")
     p.add_argument("--device", default="cpu", help="where the target runs for --data (default cpu)")
     p.add_argument("--dtype", default="float32", help="the target's dtype for --data (default float32)")
+    p.add_argument("--live", action="store_true",
+                   help="with --data: also run the eaglelab engine with this drafter (as --serving reads its ids) and "
+                        "compare the aux features it really feeds the drafter with the data, slot by slot")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     p.set_defaults(func=run)
 
@@ -69,14 +72,75 @@ def _run(args: argparse.Namespace) -> int:
         ckpt, target_config=target_config, hidden_states_fn=states_fn, data_dir=args.data, serving=args.serving,
         sglang_version=args.sglang_version, max_samples=args.samples, max_tokens=args.max_tokens,
     )
+    live = _live(args) if args.live else None
     if args.json:
         out = report.to_json()
         if out["target"] is not None:
             out["target"]["name"] = target_name
+        if live is not None:
+            out["live"] = live.to_json()
+            if live.verdict != "ok":
+                out["verdict"] = "mismatch"
         print(json.dumps(out))
     else:
         render(report, target_name)
-    return report.exit_code
+        if live is not None:
+            _render_live(live)
+    return max(report.exit_code, live.exit_code if live is not None else 0)
+
+
+def _live(args: argparse.Namespace) -> Any:
+    """Run the engine's own prefill with this drafter over each sample and catch the aux features
+    handed to the drafter (what a deployment of this config actually feeds it)."""
+    import torch
+
+    from eaglelab.engine.drafters import Eagle3Proposer
+    from eaglelab.engine.eagle3 import load_eagle3
+    from eaglelab.engine.errors import EagleLabError
+    from eaglelab.engine.generate import Engine
+    from eaglelab.engine.loader import load_target
+    from eaglelab.engine.spec_config import SpecConfig
+    from eaglelab.probes.wiring import live_check
+
+    if not args.data:
+        raise EagleLabError("--live compares against training data", field="--live", hint="pass --data DIR too")
+    target = load_target(args.target or "default", device=args.device, dtype=args.dtype, with_tokenizer=False)
+    net, taps, _ = load_eagle3(args.draft_dir, target.model, serving=args.serving)
+    spec = SpecConfig("eagle3", num_steps=1)
+    proposer = Eagle3Proposer(net, spec, taps)
+    fed: list[torch.Tensor] = []
+    begin = proposer.begin
+
+    def spy(st, prompt_ids, aux, runner):
+        fed.append(aux.detach().float().cpu())
+        return begin(st, prompt_ids, aux, runner)
+
+    proposer.begin = spy
+    engine = Engine(target.model, drafter=proposer, spec=spec)
+
+    def engine_taps(input_ids: torch.Tensor) -> torch.Tensor:
+        fed.clear()
+        engine.generate([input_ids[0].tolist()], 1)
+        return fed[0]
+
+    return live_check(engine_taps, args.data, hidden_size=target.config.hidden_size,
+                      max_samples=args.samples, max_tokens=args.max_tokens)
+
+
+def _render_live(live: Any) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(highlight=False)
+    t = Table(title="live: what the eaglelab engine feeds the drafter, against the data", title_justify="left")
+    for col in ("data slot", "engine slot", "cos", "rel err", "verdict"):
+        t.add_column(col)
+    for s in live.slots:
+        style = VERDICT_STYLE.get(s.verdict, "bold red")
+        t.add_row(str(s.data_slot), "-" if s.engine_slot is None else str(s.engine_slot), f"{s.similarity:.5f}",
+                  f"{s.rel_error:.4f}", f"[{style}]{s.verdict}[/]")
+    console.print(t)
+    console.print(f"live {'OK' if live.verdict == 'ok' else 'MISMATCH'}: {_esc(live.conclusion)}")
 
 
 def _target(args: argparse.Namespace) -> tuple[Any, Any, str | None]:

@@ -168,3 +168,20 @@ def test_unreadable_config_exit_2(tmp_path, capsys):
     assert rc == 2 and out["verdict"] == "error" and "not valid JSON" in out["error"]
     rc, out = run_json(capsys, [str(tmp_path / "missing")])
     assert rc == 2 and out["verdict"] == "error"
+
+
+@pytest.mark.parametrize("serving, rc_expected", [("sglang", 0), ("vllm", 1)])
+def test_live_check_runs_the_engine(cached_target, data_dir, capsys, serving, rc_expected):
+    """--live: the engine's own prefill feeds the shipped drafter; the features it hands over match the
+    data slot by slot when SGLang reads the ids, and match nothing when vLLM reads them one layer lower."""
+    from eaglelab.session import shipped_drafter_dir
+
+    rc, out = run_json(capsys, [str(shipped_drafter_dir()), "--data", str(data_dir), "--live", "--serving", serving])
+    assert rc == rc_expected
+    live = out["live"]
+    if rc_expected == 0:
+        assert live["verdict"] == "ok" and [s["engine_slot"] for s in live["slots"]] == [0, 1, 2]
+        assert min(s["similarity"] for s in live["slots"]) > 0.999
+    else:
+        assert live["verdict"] == "mismatch" and out["verdict"] == "mismatch"
+        assert all(s["engine_slot"] is None for s in live["slots"])
