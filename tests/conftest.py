@@ -69,3 +69,12 @@ def mtbench_prompts() -> list[str]:
 
     lines = Path(asset_path(MTBENCH_QUESTIONS)).read_text().splitlines()
     return [json.loads(line)["turns"][0] for line in lines if line.strip()]
+
+
+@pytest.fixture
+def one_thread():
+    """Tiny ops: one thread avoids thread hand-off costs on a shared 2-core machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)

@@ -23,12 +23,7 @@ def questions(tmp_path):
     return path
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def test_bench_runs_on_cpu_and_writes_the_report(tmp_path, questions, capsys):

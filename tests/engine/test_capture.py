@@ -21,13 +21,7 @@ from eaglelab.engine.train_prompts import SOURCES, build_prompts
 from tests.conftest import random_model, tiny_config
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny ops: one thread avoids thread hand-off costs on a shared 2-core machine."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def _prompts(n: int, seed: int = 0) -> list[list[int]]:

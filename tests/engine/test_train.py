@@ -45,12 +45,7 @@ CFG = tiny_config(vocab_size=VOCAB)
 IDS, TAPS = (0, 1, 2), (1, 2, 3)  # SGLang ids of the 4-layer tiny target and the HF indices they name
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def sharp_target(seed: int = 0):
