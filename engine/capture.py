@@ -28,7 +28,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from eaglelab.engine.conventions import CONVENTIONS, default_ids, ids_to_hf_indices
-from eaglelab.engine.errors import ConfigError
+from eaglelab.engine.errors import ConfigError, read_json_object
 from eaglelab.engine.model import Transformer
 from eaglelab.engine.specforge_data import sample_path, write_sample
 
@@ -295,13 +295,7 @@ def read_manifest(data_dir: str | Path) -> dict[str, Any] | None:
     path = manifest_path(data_dir)
     if not path.exists():
         return None
-    try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"not valid JSON ({exc.msg} at line {exc.lineno})", file=path) from None
-    if not isinstance(data, dict):
-        raise ConfigError("expected a JSON object", file=path, found=type(data).__name__)
-    return data
+    return read_json_object(path)
 
 
 def finish_manifest(out_dir: Path, *, skipped: int, dropped: int) -> CaptureSummary:

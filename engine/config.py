@@ -7,12 +7,11 @@ Kimi-K2 style MoE fields. Derived sizes are properties; nothing edits a config i
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from eaglelab.engine.errors import ConfigError
+from eaglelab.engine.errors import ConfigError, read_json_object
 
 # HF architectures we run, and the family they map to.
 ARCHITECTURES: dict[str, str] = {
@@ -110,12 +109,7 @@ class ModelConfig:
                 file=path,
                 hint="point at an HF-format model directory (config.json + *.safetensors)",
             )
-        try:
-            data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"not valid JSON ({exc.msg} at line {exc.lineno})", file=path) from None
-        if not isinstance(data, dict):
-            raise ConfigError("expected a JSON object", file=path, found=type(data).__name__)
+        data = read_json_object(path)
         return cls.from_dict(data, source=path)
 
     @classmethod

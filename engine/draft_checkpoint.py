@@ -37,7 +37,7 @@ from eaglelab.engine.conventions import (
     ids_to_hf_indices,
     tappable_hf_range,
 )
-from eaglelab.engine.errors import CheckpointError, ConfigError
+from eaglelab.engine.errors import CheckpointError, ConfigError, read_json_object
 
 FORMATS: tuple[str, ...] = ("sglang", "speculators")
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
@@ -199,15 +199,7 @@ def _read_json(config_file: Path) -> dict[str, Any]:
     if not config_file.exists():
         raise ConfigError("no config.json in the drafter directory", file=config_file,
                           hint="a drafter directory holds config.json and its *.safetensors")
-    try:
-        data = json.loads(config_file.read_text())
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"not valid JSON ({exc.msg} at line {exc.lineno})", file=config_file) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read it ({exc})", file=config_file) from None
-    if not isinstance(data, dict):
-        raise ConfigError("expected a JSON object", file=config_file, found=type(data).__name__)
-    return data
+    return read_json_object(config_file)
 
 
 def detect_format(raw: Mapping[str, Any], config_file: str | Path = "config.json") -> str:

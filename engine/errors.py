@@ -45,3 +45,19 @@ class ConfigError(EagleLabError):
 
 class CheckpointError(EagleLabError):
     """Weights that are missing, truncated or of the wrong shape."""
+
+
+def read_json_object(path: str | Path) -> dict:
+    """A user's JSON file that must hold an object; any problem is a ConfigError naming the file."""
+    import json
+
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"not valid JSON ({exc.msg} at line {exc.lineno})", file=path) from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read it ({exc})", file=path) from None
+    if not isinstance(data, dict):
+        raise ConfigError("expected a JSON object", file=path, found=type(data).__name__)
+    return data
