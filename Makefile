@@ -12,10 +12,10 @@ install:
 
 # The main job on the embedded default: SmolLM2-135M-Instruct with the drafter we ship.
 run: install
-	eaglelab run "$(PROMPT)"
+	$(PY) -m eaglelab run "$(PROMPT)"
 
 test: install
 	$(PY) -m pytest -q
 
 bench: install
-	eaglelab bench
+	$(PY) -m eaglelab bench
