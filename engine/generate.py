@@ -117,20 +117,20 @@ class Engine:
         self._announce(len(prompts))
         t0 = time.perf_counter()
         st = self._prefill(prompts, max_new_tokens, sampling, generator)
-        accept_lens: list[list[int]] = []
+        accepted: list[tuple[torch.Tensor, torch.Tensor]] = []  # per cycle (accept_len, active), on device
         emitted = [0] * len(prompts)
         while True:
             emitted = self._stream(st, stream, emitted)
             if bool(st.done.all()):
                 break
             if self.spec.enabled:
-                accept_lens.append(self._spec_cycle(st, sampling, generator))
+                accepted.append(self._spec_cycle(st, sampling, generator))
             else:
                 self._decode_step(st, sampling, generator)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         seconds = time.perf_counter() - t0
-        return self._finish(st, seconds, accept_lens)
+        return self._finish(st, seconds, accepted)
 
     # ---- prefill -----------------------------------------------------------------------------
     def _prefill(self, prompts, max_new, sampling, generator) -> Batch:
@@ -182,13 +182,13 @@ class Engine:
             slots = st.lengths[:, None]  # [B, 1]
             hidden = self.runner.decode(st.cache, st.root[:, None], slots, prefix_mask(slots, st.cache.max_len))
             nxt = _next_token(self.target.logits(hidden[:, 0]), sampling, generator)  # [B]
-        active = ~st.done
-        self._append(st, nxt[:, None], torch.ones_like(nxt))
-        self._advance(st, active, torch.ones_like(nxt), nxt)
+        active, one = ~st.done, torch.ones_like(nxt)
+        self._append(st, nxt[:, None], one)
+        self._advance(st, active, one, nxt)
         self._emit("decode", st, accept=None)
 
     # ---- speculative cycle -------------------------------------------------------------------
-    def _spec_cycle(self, st: Batch, sampling: SamplingParams, generator) -> list[int]:
+    def _spec_cycle(self, st: Batch, sampling: SamplingParams, generator) -> tuple[torch.Tensor, torch.Tensor]:
         active = ~st.done
         with self.clock.phase("draft"):
             tree = self.drafter.propose(st, self.runner)
@@ -205,10 +205,8 @@ class Engine:
         with self.clock.phase("draft_extend"):
             self.drafter.commit(st, acc, aux, self.runner)
         self._advance(st, active, acc.accept_len, acc.bonus)
-        accepted = acc.accept_len[active]
-        host = accepted.tolist()
         self._emit("spec", st, accept=acc, active=active, tree_nodes=tree.num_nodes)
-        return host
+        return acc.accept_len, active  # read on the host once, at the end of the run
 
     def _verify(self, st: Batch, tree):
         N = tree.num_nodes
@@ -222,7 +220,12 @@ class Engine:
         return self.runner.verify_extend(st.cache, tree.tokens, positions, slots, mask, self._taps(), kv_len)
 
     def _compact(self, st: Batch, acc: Acceptance) -> None:
-        """Move the accepted path's KV (tree node i at slot len+i) onto slots len..len+k."""
+        """Move the accepted path's KV (tree node i at slot len+i) onto slots len..len+k.
+
+        A chain's accepted path is already nodes 0..k at slots len..len+k: nothing to move.
+        """
+        if self.spec.topk == 1:
+            return
         D1 = acc.path.shape[1]
         steps = torch.arange(D1, device=self.device)
         src = torch.where(acc.path >= 0, acc.path, steps)  # [B, D+1]
@@ -259,7 +262,8 @@ class Engine:
                 stream(b, st.out[b, old:new].tolist())
         return n_out
 
-    def _finish(self, st: Batch, seconds: float, accept_lens) -> GenerationResult:
+    def _finish(self, st: Batch, seconds: float, accepted) -> GenerationResult:
+        accept_lens = [lens[act].tolist() for lens, act in accepted]
         n_out = st.n_out.tolist()
         tokens = [st.out[b, : n_out[b]].tolist() for b in range(len(n_out))]
         reasons = ["eos" if e else "length" for e in st.hit_eos.tolist()]
