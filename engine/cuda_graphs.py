@@ -46,6 +46,7 @@ import torch
 from eaglelab.engine.kv_cache import KVCache
 from eaglelab.engine.model import Transformer
 from eaglelab.engine.observer import GraphCaptureStats, Observer
+from eaglelab.engine.runner import CYCLE_PHASES
 from eaglelab.engine.spec_config import SpecConfig
 
 DEFAULT_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
@@ -58,7 +59,6 @@ EAGER_EXTEND = "eager: attention mode prefill (extend shapes vary)"
 EAGER_HOST_DRAFTER = "eager: host-side drafter (no forward)"
 EAGER_NO_FORWARD = "eager: no forward this cycle"
 
-_PHASES = {"prefill": ("prefill",), "decode": ("decode",), "spec": ("draft", "verify", "draft_extend")}
 
 
 def bucket_for(batch: int, buckets: tuple[int, ...]) -> int | None:
@@ -359,7 +359,7 @@ class CudaGraphRunner:
     def graph_status(self, kind: str, attention_mode: str, batch: int) -> dict[str, str]:
         """Per phase of the cycle just run: "replay" or "eager: <reason>" (reset after reading)."""
         out = {}
-        for phase in _PHASES[kind]:
+        for phase in CYCLE_PHASES[kind]:
             default = EAGER_HOST_DRAFTER if phase.startswith("draft") and self.drafter is None else EAGER_NO_FORWARD
             out[phase] = self._status.get(phase, self.disabled_reason or default)
         self._status.clear()

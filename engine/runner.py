@@ -10,6 +10,11 @@ import torch
 from eaglelab.engine.kv_cache import KVCache
 from eaglelab.engine.model import Transformer
 
+# The forwards each kind of cycle runs, as graph_status reports them.
+CYCLE_PHASES: dict[str, tuple[str, ...]] = {
+    "prefill": ("prefill",), "decode": ("decode",), "spec": ("draft", "verify", "draft_extend"),
+}
+
 
 class EagerRunner:
     """Every forward runs eagerly."""
@@ -40,5 +45,4 @@ class EagerRunner:
 
     def graph_status(self, kind: str, attention_mode: str, batch: int) -> dict[str, str]:
         """Per phase of this cycle: "replay" or "eager: <reason>"."""
-        phases = {"prefill": ("prefill",), "decode": ("decode",), "spec": ("draft", "verify", "draft_extend")}[kind]
-        return {p: "eager: CUDA graphs off" for p in phases}
+        return {p: "eager: CUDA graphs off" for p in CYCLE_PHASES[kind]}
