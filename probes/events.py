@@ -43,6 +43,22 @@ __all__ = [
 ]
 
 
+def _owned(value: Any) -> Any:
+    """A frozen event's own copy of an engine value: dicts copied, sequences as (nested) tuples."""
+    if isinstance(value, dict):
+        return dict(value)
+    if isinstance(value, (list, tuple)):
+        return tuple(_owned(v) for v in value)
+    return value
+
+
+def _from_engine(cls: type, stats: Any, t: float | None) -> Any:
+    """An event from the engine stats object of the same fields (``t``: now when not given)."""
+    kwargs = {f.name: _owned(getattr(stats, f.name)) for f in dataclasses.fields(cls)
+              if f.name != "t" and hasattr(stats, f.name)}
+    return cls(**kwargs, t=time.time() if t is None else t)
+
+
 class EventDecodeError(ValueError):
     """A JSON object names a known event type but its fields cannot make that event."""
 
@@ -66,18 +82,7 @@ class RunStarted:
     @classmethod
     def from_info(cls, info: RunInfo, t: float | None = None) -> "RunStarted":
         """Build from the engine's :class:`RunInfo`."""
-        return cls(
-            model=info.model,
-            model_digest=info.model_digest,
-            device=info.device,
-            dtype=info.dtype,
-            batch_size=info.batch_size,
-            spec=dict(info.spec),
-            model_config=dict(info.model_config),
-            versions=dict(info.versions),
-            tp_size=info.tp_size,
-            t=time.time() if t is None else t,
-        )
+        return _from_engine(cls, info, t)
 
 
 @dataclass(frozen=True)
@@ -104,18 +109,7 @@ class Step:
     @classmethod
     def from_stats(cls, stats: CycleStats, t: float | None = None) -> "Step":
         """Build from the engine's :class:`CycleStats`."""
-        return cls(
-            index=stats.index,
-            kind=stats.kind,
-            phase_ms=dict(stats.phase_ms),
-            accept_len=tuple(stats.accept_len),
-            accepted_positions=tuple(tuple(p) for p in stats.accepted_positions),
-            num_draft_tokens=stats.num_draft_tokens,
-            verify_tokens=stats.verify_tokens,
-            graph=dict(stats.graph),
-            active_rows=stats.active_rows,
-            t=time.time() if t is None else t,
-        )
+        return _from_engine(cls, stats, t)
 
     @property
     def cycle_ms(self) -> float:
@@ -142,13 +136,7 @@ class GraphCaptured:
     @classmethod
     def from_stats(cls, stats: GraphCaptureStats, t: float | None = None) -> "GraphCaptured":
         """Build from the engine's :class:`GraphCaptureStats`."""
-        return cls(
-            name=stats.name,
-            batch_size=stats.batch_size,
-            seconds=stats.seconds,
-            memory_bytes=stats.memory_bytes,
-            t=time.time() if t is None else t,
-        )
+        return _from_engine(cls, stats, t)
 
 
 @dataclass(frozen=True)
@@ -169,17 +157,7 @@ class AllReduce:
     @classmethod
     def from_stats(cls, stats: AllReduceStats, t: float | None = None) -> "AllReduce":
         """Build from the engine's :class:`AllReduceStats`."""
-        return cls(
-            layer=stats.layer,
-            site=stats.site,
-            nbytes=stats.nbytes,
-            ms=stats.ms,
-            rank=stats.rank,
-            world_size=stats.world_size,
-            phase=stats.phase,
-            in_graph=stats.in_graph,
-            t=time.time() if t is None else t,
-        )
+        return _from_engine(cls, stats, t)
 
 
 @dataclass(frozen=True)
@@ -212,15 +190,7 @@ class RunFinished:
     @classmethod
     def from_summary(cls, summary: RunSummary, t: float | None = None) -> "RunFinished":
         """Build from the engine's :class:`RunSummary`."""
-        return cls(
-            prompt_tokens=summary.prompt_tokens,
-            generated_tokens=summary.generated_tokens,
-            seconds=summary.seconds,
-            cycles=summary.cycles,
-            mean_accept_len=summary.mean_accept_len,
-            stop_reasons=tuple(summary.stop_reasons),
-            t=time.time() if t is None else t,
-        )
+        return _from_engine(cls, summary, t)
 
     @property
     def tokens_per_s(self) -> float | None:
