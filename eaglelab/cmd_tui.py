@@ -82,4 +82,14 @@ def app_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             "no such run record", file=path, found="missing",
             hint="use --follow to wait for a record that a run is about to write",
         )
+    if not args.follow:
+        from eaglelab.probes.record import read_record
+
+        found = read_record(path)
+        if not found.events and found.skipped_lines:
+            raise EagleLabError(
+                "not an eaglelab run record", file=path,
+                found=f"{found.skipped_lines} lines, none of them an event", expected="JSONL events",
+                hint="write one with eaglelab run PROMPT --record run.jsonl (eaglelab report reads SGLang logs)",
+            )
     return {"record": path, "follow": args.follow, "speed": 0.0 if args.speed is None else args.speed}

@@ -22,9 +22,10 @@ def run_guarded(func: Callable[[Any], int | None], args: Any) -> int:
     except KeyboardInterrupt:
         Console(stderr=True).print("[yellow]interrupted[/]")
         return 130
-    except FileNotFoundError as exc:
+    except OSError as exc:  # a path the user gave: missing, a directory, not writable, ...
         from rich.markup import escape
 
-        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc.filename))}: no such file", highlight=False)
+        what = "no such file" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc))
+        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc.filename))}: {escape(what)}", highlight=False)
         return 2
     return int(rc or 0)

@@ -1,0 +1,19 @@
+"""User mistakes end in a message naming the file and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+from eaglelab.cli import main
+
+
+def test_tui_refuses_a_file_that_is_not_a_record(tmp_path, capsys):
+    junk = tmp_path / "server.bin"
+    junk.write_bytes(b"\x00\x01 not json\nstill not json\n")
+    rc = main(["tui", str(junk)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "not an eaglelab run record" in err and "server.bin" in err and "Traceback" not in err
+
+
+def test_record_path_that_is_a_directory(tmp_path, capsys, default_target):
+    rc = main(["run", "hi", "--draft", "none", "--max-new-tokens", "2", "--record", str(tmp_path)])
+    err = capsys.readouterr().err
+    assert rc == 2 and str(tmp_path) in err and "Is a directory" in err and "Traceback" not in err
