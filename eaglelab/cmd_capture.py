@@ -91,12 +91,12 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from eaglelab.engine.capture import CaptureSettings, default_layer_ids, read_manifest, target_identity, write_manifest
-    from eaglelab.engine.draft_vocab import build_draft_vocab, scan_data
+    from eaglelab.engine.training.capture import CaptureSettings, default_layer_ids, read_manifest, target_identity, write_manifest
+    from eaglelab.engine.training.draft_vocab import build_draft_vocab, scan_data
     from eaglelab.engine.errors import ConfigError
-    from eaglelab.engine.loader import load_target
-    from eaglelab.engine.specforge_data import write_vocab_mapping
-    from eaglelab.engine.train_prompts import TrainPrompt, build_prompts
+    from eaglelab.engine.formats.loader import load_target
+    from eaglelab.engine.formats.specforge_data import write_vocab_mapping
+    from eaglelab.engine.training.train_prompts import TrainPrompt, build_prompts
     from eaglelab.session import _pick_device, _pick_dtype
 
     console = Console(stderr=True, highlight=False)
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
                   f"responses up to {args.max_new_tokens} tokens, batches of {args.batch_size}")
     identity = target_identity(target.model, target.path, target.name)
     identity["model_arg"] = str(args.model)
-    extra = {"prompts_file": "prompts.jsonl", "prompt_source": args.prompts_file or "eaglelab.engine.train_prompts",
+    extra = {"prompts_file": "prompts.jsonl", "prompt_source": args.prompts_file or "eaglelab.engine.training.train_prompts",
              "system_prompt": args.system}
     summary = _run_capture(target, prompt_ids, out, settings, identity, extra, console)
     counts, _ = scan_data(out, target.config.vocab_size)
@@ -163,7 +163,7 @@ def _check_resume(out: Path, manifest, settings, console) -> None:
 def _run_capture(target, prompt_ids, out, settings, identity, extra, console):
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-    from eaglelab.engine.capture import capture
+    from eaglelab.engine.training.capture import capture
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   TimeRemainingColumn(), console=console, transient=False) as bar:

@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from eaglelab.engine.draft_checkpoint import read_draft_checkpoint
+    from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
     from eaglelab.engine.errors import EagleLabError
     from eaglelab.probes.wiring import check_wiring
 
@@ -94,12 +94,12 @@ def _live(args: argparse.Namespace) -> Any:
     handed to the drafter (what a deployment of this config actually feeds it)."""
     import torch
 
-    from eaglelab.engine.drafters import Eagle3Proposer
-    from eaglelab.engine.eagle3 import load_eagle3
+    from eaglelab.engine.runtime.drafters import Eagle3Proposer
+    from eaglelab.engine.model.eagle3 import load_eagle3
     from eaglelab.engine.errors import EagleLabError
-    from eaglelab.engine.generate import Engine
-    from eaglelab.engine.loader import load_target
-    from eaglelab.engine.spec_config import SpecConfig
+    from eaglelab.engine.runtime.generate import Engine
+    from eaglelab.engine.formats.loader import load_target
+    from eaglelab.engine.runtime.spec_config import SpecConfig
     from eaglelab.probes.wiring import live_check
 
     if not args.data:
@@ -146,7 +146,7 @@ def _render_live(live: Any) -> None:
 def _target(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
     """(config, all_hidden_states function or None, name). The config is read from config.json
     alone; the weights load on the first call of the function, so bad data fails fast."""
-    from eaglelab.engine.config import ModelConfig
+    from eaglelab.engine.model.config import ModelConfig
     from eaglelab.engine.errors import ConfigError
 
     name = args.target or ("default" if args.data else None)
@@ -158,7 +158,7 @@ def _target(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
             raise ConfigError("--data needs the target's weights, not only its config.json", file=path, field="--target",
                               hint="pass the model directory (config.json + *.safetensors) or 'default'")
         return ModelConfig.from_json(path), None, str(path)
-    from eaglelab.engine.loader import resolve_model_dir
+    from eaglelab.engine.formats.loader import resolve_model_dir
 
     model_dir = resolve_model_dir(name)
     label = "SmolLM2-135M-Instruct" if name == "default" else str(model_dir)
@@ -173,7 +173,7 @@ class _LazyStates:
 
     def __call__(self, input_ids: Any) -> Any:
         if self.model is None:
-            from eaglelab.engine.loader import load_target
+            from eaglelab.engine.formats.loader import load_target
 
             self.model = load_target(self.name, device=self.device, dtype=self.dtype, with_tokenizer=False).model
         return [h.cpu() for h in self.model.all_hidden_states(input_ids.to(self.device))]

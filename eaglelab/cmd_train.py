@@ -59,9 +59,9 @@ def run(args: argparse.Namespace) -> int:
     """Train; 0 on success."""
     from rich.console import Console
 
-    from eaglelab.engine.capture import read_manifest
-    from eaglelab.engine.loader import parse_dtype
-    from eaglelab.engine.train import SampleSet, TargetHead, TrainConfig
+    from eaglelab.engine.training.capture import read_manifest
+    from eaglelab.engine.formats.loader import parse_dtype
+    from eaglelab.engine.training.train import SampleSet, TargetHead, TrainConfig
     from eaglelab.session import _pick_device
 
     from eaglelab.engine.errors import EagleLabError
@@ -102,7 +102,7 @@ def _autocast(name: str, device) -> str | None:
     """The autocast dtype for --dtype (None = plain float32)."""
     import torch
 
-    from eaglelab.engine.loader import parse_dtype
+    from eaglelab.engine.formats.loader import parse_dtype
 
     if name == "auto":
         return "bfloat16" if device.type == "cuda" else None
@@ -128,7 +128,7 @@ def _check_identity(manifest, model_arg: str, data_dir: str) -> None:
     import hashlib
 
     from eaglelab.engine.errors import ConfigError
-    from eaglelab.engine.loader import resolve_model_dir
+    from eaglelab.engine.formats.loader import resolve_model_dir
 
     want = ((manifest or {}).get("target") or {}).get("config_sha256")
     if not want or (manifest.get("target") or {}).get("path") is None:
@@ -143,8 +143,8 @@ def _check_identity(manifest, model_arg: str, data_dir: str) -> None:
 def _layer_ids(args, manifest, num_layers: int) -> list[int]:
     """The aux ids in the SGLang convention: the manifest's, or --layer-ids, or SpecForge's default."""
     from eaglelab.cmd_capture import parse_ids
-    from eaglelab.engine.capture import default_layer_ids
-    from eaglelab.engine.conventions import convert_ids
+    from eaglelab.engine.training.capture import default_layer_ids
+    from eaglelab.engine.formats.conventions import convert_ids
 
     if manifest and manifest.get("sglang_layer_ids"):
         return list(manifest["sglang_layer_ids"])
@@ -155,7 +155,7 @@ def _layer_ids(args, manifest, num_layers: int) -> list[int]:
 
 
 def _scan(data_dir, vocab_size: int, console):
-    from eaglelab.engine.draft_vocab import scan_data
+    from eaglelab.engine.training.draft_vocab import scan_data
 
     with console.status("reading token ids and lengths of the samples ..."):
         return scan_data(data_dir, vocab_size)
@@ -163,8 +163,8 @@ def _scan(data_dir, vocab_size: int, console):
 
 def _vocab(args, counts, vocab_size: int, console):
     """The data's vocab mapping when its size matches, else the most frequent assistant tokens."""
-    from eaglelab.engine.draft_vocab import DraftVocab, build_draft_vocab, coverage
-    from eaglelab.engine.specforge_data import read_vocab_mapping
+    from eaglelab.engine.training.draft_vocab import DraftVocab, build_draft_vocab, coverage
+    from eaglelab.engine.formats.specforge_data import read_vocab_mapping
 
     size = min(args.draft_vocab_size, vocab_size)
     given = read_vocab_mapping(args.data)
@@ -176,8 +176,8 @@ def _vocab(args, counts, vocab_size: int, console):
 
 def _trainer(args, head, data, dv, num_aux: int, cfg, device, console):
     from eaglelab.engine.errors import CheckpointError
-    from eaglelab.engine.specforge_data import read_sample
-    from eaglelab.engine.train import Trainer, drafter_config, latest_checkpoint, new_drafter
+    from eaglelab.engine.formats.specforge_data import read_sample
+    from eaglelab.engine.training.train import Trainer, drafter_config, latest_checkpoint, new_drafter
 
     first = read_sample(data.paths[0])
     width = first.aux_hidden_state.shape[-1]
@@ -201,7 +201,7 @@ def _trainer(args, head, data, dv, num_aux: int, cfg, device, console):
 def _checkpoint_dir(args, console) -> Path:
     """--checkpoint-dir, else OUT/checkpoints; never inside the installed package (the shipped drafter)."""
     import eaglelab
-    from eaglelab.engine.assets import cache_dir
+    from eaglelab.engine.formats.assets import cache_dir
 
     if args.checkpoint_dir:
         return Path(args.checkpoint_dir)
@@ -215,7 +215,7 @@ def _checkpoint_dir(args, console) -> Path:
 
 
 def _announce(console, head, data, dv, ids, trainer, device, device_reason, autocast, save_dtype) -> None:
-    from eaglelab.engine.train import drafter_size_bytes
+    from eaglelab.engine.training.train import drafter_size_bytes
 
     size = drafter_size_bytes(trainer.net, save_dtype)
     console.print(f"[bold]train[/] EAGLE-3 drafter for {head.config.architecture} "
@@ -271,7 +271,7 @@ def _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, 
     from dataclasses import asdict
 
     from eaglelab import __version__
-    from eaglelab.engine.train import save_drafter
+    from eaglelab.engine.training.train import save_drafter
 
     last = result.logs[-1] if result.logs else None
     provenance = {
@@ -286,7 +286,7 @@ def _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, 
 
 
 def _report_saved(out: Path, head, console) -> None:
-    from eaglelab.engine.draft_checkpoint import read_draft_checkpoint
+    from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
 
     ck = read_draft_checkpoint(out)
     size = sum(f.stat().st_size for f in ck.weight_files)

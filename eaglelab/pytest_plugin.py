@@ -46,7 +46,7 @@ class SpecRun:
 @pytest.fixture(scope="session")
 def eaglelab_target(pytestconfig: pytest.Config):
     """The target model named by --eaglelab-model (float32), loaded once per session."""
-    from eaglelab.engine.loader import load_target
+    from eaglelab.engine.formats.loader import load_target
 
     return load_target(pytestconfig.getoption("--eaglelab-model"), device=pytestconfig.getoption("--eaglelab-device"))
 
@@ -54,10 +54,10 @@ def eaglelab_target(pytestconfig: pytest.Config):
 @pytest.fixture
 def eaglelab_spec_run(eaglelab_target) -> Callable[..., SpecRun]:
     """Run prompts greedily with a drafter and without, on the same target; record the events."""
-    from eaglelab.engine.drafters import Eagle3Proposer, NgramDrafter
-    from eaglelab.engine.eagle3 import load_eagle3
-    from eaglelab.engine.generate import Engine
-    from eaglelab.engine.spec_config import SpecConfig
+    from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
+    from eaglelab.engine.model.eagle3 import load_eagle3
+    from eaglelab.engine.runtime.generate import Engine
+    from eaglelab.engine.runtime.spec_config import SpecConfig
     from eaglelab.probes.bus import ProbeBus
 
     target = eaglelab_target

@@ -71,13 +71,13 @@ class Session:
 
     def engine(self, observer=None, spec=None, drafter=None):
         """The engine for this session (speculative when a drafter was chosen)."""
-        from eaglelab.engine.generate import Engine
+        from eaglelab.engine.runtime.generate import Engine
 
         spec = spec or self.spec
         drafter = drafter if drafter is not None else self.drafter
         tp = self.target.model.tp
         if tp is not None:  # a new runner's graph warm-ups are nobody's all-reduces
-            from eaglelab.engine.parallel import attach_probe, observe_allreduce
+            from eaglelab.engine.model.parallel import attach_probe, observe_allreduce
 
             observe_allreduce(tp, None)
         runner = self.runner_factory(spec, drafter) if self.runner_factory else None
@@ -91,7 +91,7 @@ class Session:
         return engine
 
     def plain_engine(self, observer=None):
-        from eaglelab.engine.spec_config import SpecConfig
+        from eaglelab.engine.runtime.spec_config import SpecConfig
 
         return self.engine(observer=observer, spec=SpecConfig(cuda_graphs=self.spec.cuda_graphs), drafter=None)
 
@@ -128,8 +128,8 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
     import torch
 
     from eaglelab.engine.errors import EagleLabError
-    from eaglelab.engine.loader import load_target
-    from eaglelab.engine.sampling import SamplingParams
+    from eaglelab.engine.formats.loader import load_target
+    from eaglelab.engine.runtime.sampling import SamplingParams
 
     device, device_reason = _pick_device(args.device)
     if tp is not None and device.type == "cuda":  # one GPU per rank, as torchrun numbers them
@@ -155,7 +155,7 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
 def _graph_runner_factory(s: Session) -> Callable[..., Any]:
     """Builds a CUDA-graph runner per engine, its static cache sized for prompts up to 1024 tokens
     plus --max-new-tokens (longer runs fall back to eager and say so)."""
-    from eaglelab.engine.cuda_graphs import CudaGraphRunner
+    from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
 
     max_len = -(-(s.args.max_new_tokens + 1024 + 2 * 64) // 256) * 256
 
@@ -184,7 +184,7 @@ def _pick_device(name: str):
 
 
 def _pick_dtype(name: str, device) -> tuple[str, str]:
-    from eaglelab.engine.loader import parse_dtype
+    from eaglelab.engine.formats.loader import parse_dtype
 
     if name == "auto":
         if device.type == "cuda":
@@ -196,10 +196,10 @@ def _pick_dtype(name: str, device) -> tuple[str, str]:
 
 def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
     """Resolve --draft and the spec flags into ``s.spec`` and ``s.drafter``."""
-    from eaglelab.engine.drafters import Eagle3Proposer, NgramDrafter
-    from eaglelab.engine.eagle3 import load_eagle3
+    from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
+    from eaglelab.engine.model.eagle3 import load_eagle3
     from eaglelab.engine.errors import EagleLabError
-    from eaglelab.engine.spec_config import SpecConfig
+    from eaglelab.engine.runtime.spec_config import SpecConfig
 
     a = s.args
     draft = a.draft

@@ -14,11 +14,11 @@ import sys
 from pathlib import Path
 
 import eaglelab
-from eaglelab.engine.drafters import Eagle3Proposer
-from eaglelab.engine.eagle3 import load_eagle3
-from eaglelab.engine.generate import Engine
-from eaglelab.engine.loader import load_target
-from eaglelab.engine.spec_config import SpecConfig
+from eaglelab.engine.runtime.drafters import Eagle3Proposer
+from eaglelab.engine.model.eagle3 import load_eagle3
+from eaglelab.engine.runtime.generate import Engine
+from eaglelab.engine.formats.loader import load_target
+from eaglelab.engine.runtime.spec_config import SpecConfig
 from eaglelab.probes.bus import ProbeBus
 from eaglelab.probes.record import RecordWriter
 from eaglelab.probes.sinks import ConsoleSummary

@@ -16,7 +16,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Union
 
-from eaglelab.engine.observer import (
+from eaglelab.engine.runtime.observer import (
     AllReduceStats,
     CycleStats,
     GraphCaptureStats,

@@ -4,7 +4,7 @@ Three levels, each adding evidence:
 
 1. **Static** (:func:`check_wiring` without data): the drafter directory's config and tensor shapes
    (:meth:`DraftCheckpoint.validate`), and which target layers each serving engine would tap with
-   that config (:func:`eaglelab.engine.conventions.engine_taps`).
+   that config (:func:`eaglelab.engine.formats.conventions.engine_taps`).
 2. **Numerical** (with SpecForge data and the target): run the target over the samples' tokens,
    collect every HF hidden state and find, for each aux slot of the data, the layer it equals.
    That gives the ids the config must hold, in each engine's convention, whatever the config says.
@@ -27,7 +27,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from eaglelab.engine.conventions import (
+from eaglelab.engine.formats.conventions import (
     IDS_FIELD_EAGLE_CONFIG,
     IDS_FIELD_TOP,
     IDS_FIELDS_READ,
@@ -37,8 +37,8 @@ from eaglelab.engine.conventions import (
     ids_for_engine,
     tappable_hf_range,
 )
-from eaglelab.engine.draft_checkpoint import DraftCheckpoint, Finding, TargetShape, read_draft_checkpoint
-from eaglelab.engine.specforge_data import Sample, list_samples, read_sample, read_vocab_mapping
+from eaglelab.engine.formats.draft_checkpoint import DraftCheckpoint, Finding, TargetShape, read_draft_checkpoint
+from eaglelab.engine.formats.specforge_data import Sample, list_samples, read_sample, read_vocab_mapping
 
 HiddenStatesFn = Callable[[torch.Tensor], Sequence[torch.Tensor]]  # [B, T] -> L+1 x [B, T, H]
 TapsFn = Callable[[torch.Tensor], torch.Tensor]  # [1, T] -> [1, T, n*H]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from eaglelab.engine.config import ModelConfig
-from eaglelab.engine.model import Transformer
+from eaglelab.engine.model.config import ModelConfig
+from eaglelab.engine.model.model import Transformer
 
 TINY = dict(
     architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=96, hidden_size=64,
@@ -58,14 +58,14 @@ def save_hf_dir(model: Transformer, cfg: dict, path: Path) -> Path:
 @pytest.fixture(scope="session")
 def default_target():
     """The real SmolLM2-135M-Instruct in float32 (converted from the GGUF on first use)."""
-    from eaglelab.engine.loader import load_target
+    from eaglelab.engine.formats.loader import load_target
 
     return load_target("default", device="cpu", dtype=torch.float32)
 
 
 @pytest.fixture(scope="session")
 def mtbench_prompts() -> list[str]:
-    from eaglelab.engine.assets import MTBENCH_QUESTIONS, asset_path
+    from eaglelab.engine.formats.assets import MTBENCH_QUESTIONS, asset_path
 
     lines = Path(asset_path(MTBENCH_QUESTIONS)).read_text().splitlines()
     return [json.loads(line)["turns"][0] for line in lines if line.strip()]

@@ -22,7 +22,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from eaglelab.engine.observer import PHASES
+from eaglelab.engine.runtime.observer import PHASES
 from eaglelab.probes.bus import RunTotals
 from eaglelab.probes.events import (
     AllReduce,

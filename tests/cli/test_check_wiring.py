@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from eaglelab.cli import main
-from eaglelab.engine.draft_checkpoint import expected_tensor_shapes, save_draft_checkpoint, sglang_config
-from eaglelab.engine.specforge_data import Sample, list_samples, write_sample
+from eaglelab.engine.formats.draft_checkpoint import expected_tensor_shapes, save_draft_checkpoint, sglang_config
+from eaglelab.engine.formats.specforge_data import Sample, list_samples, write_sample
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog while the farmer watches from the porch.",
@@ -31,7 +31,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def lm():
-    from eaglelab.engine.loader import load_target
+    from eaglelab.engine.formats.loader import load_target
 
     return load_target("default", device="cpu", dtype=torch.float32)
 
@@ -68,7 +68,7 @@ def drafter(path: Path, ids, *, weights: bool = True) -> Path:
 @pytest.fixture
 def cached_target(lm, monkeypatch):
     """The CLI loads the target lazily through loader.load_target: hand it the module's copy."""
-    import eaglelab.engine.loader as loader
+    import eaglelab.engine.formats.loader as loader
 
     monkeypatch.setattr(loader, "load_target", lambda *a, **k: lm)
     return lm
@@ -143,7 +143,7 @@ def test_config_only_static(tmp_path, capsys):
 def test_truncated_data_exit_2_without_loading_the_target(data_dir, tmp_path, capsys, monkeypatch):
     import shutil
 
-    import eaglelab.engine.loader as loader
+    import eaglelab.engine.formats.loader as loader
 
     monkeypatch.setattr(loader, "load_target", lambda *a, **k: pytest.fail("the target must not load for bad data"))
     bad = tmp_path / "data"

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eaglelab.engine.observer import CycleStats
+from eaglelab.engine.runtime.observer import CycleStats
 from eaglelab.probes.acceptance import AcceptanceStats
 from eaglelab.probes.events import Step
 

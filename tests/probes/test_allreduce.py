@@ -66,11 +66,11 @@ def test_probe_keeps_only_allreduce_events_and_publishes_peers():
 # ---- a real run on 2 gloo ranks ----------------------------------------------------------------
 
 def _probe_run(tp, record: str, model_name: str):
-    from eaglelab.engine.generate import Engine
-    from eaglelab.engine.parallel import attach_probe
+    from eaglelab.engine.runtime.generate import Engine
+    from eaglelab.engine.model.parallel import attach_probe
     from eaglelab.probes.bus import ProbeBus
     from eaglelab.probes.record import RecordWriter
-    from tests.engine.test_tp import DENSE, MOE, PROMPTS, build, random_drafter
+    from tests.engine.model.test_tp import DENSE, MOE, PROMPTS, build, random_drafter
 
     model = build(DENSE if model_name == "dense" else MOE, tp)
     bus, probe = ProbeBus(), AllReduceProbe()
@@ -92,7 +92,7 @@ def _probe_run(tp, record: str, model_name: str):
 
 @pytest.fixture(scope="module", params=["dense", "moe"])
 def run(request, tmp_path_factory):
-    from eaglelab.engine.parallel import RankFailure, spawn_ranks
+    from eaglelab.engine.model.parallel import RankFailure, spawn_ranks
 
     record = tmp_path_factory.mktemp("rec") / f"{request.param}.jsonl"
     results = spawn_ranks(_probe_run, 2, str(record), request.param)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eaglelab.engine.observer import (
+from eaglelab.engine.runtime.observer import (
     AllReduceStats,
     CycleStats,
     GraphCaptureStats,

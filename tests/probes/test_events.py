@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eaglelab.engine.observer import (
+from eaglelab.engine.runtime.observer import (
     PHASES,
     AllReduceStats,
     CycleStats,

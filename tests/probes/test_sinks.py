@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglelab.engine.observer import CycleStats, RunInfo, RunSummary
+from eaglelab.engine.runtime.observer import CycleStats, RunInfo, RunSummary
 from eaglelab.probes.bus import ProbeBus
 from eaglelab.probes.sinks import ConsoleSummary, TensorBoardSink
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from eaglelab.engine.draft_checkpoint import expected_tensor_shapes, save_draft_checkpoint, sglang_config, speculators_config
+from eaglelab.engine.formats.draft_checkpoint import expected_tensor_shapes, save_draft_checkpoint, sglang_config, speculators_config
 from eaglelab.engine.errors import CheckpointError
-from eaglelab.engine.specforge_data import Sample, list_samples, write_sample
+from eaglelab.engine.formats.specforge_data import Sample, list_samples, write_sample
 from eaglelab.probes.wiring import Tolerance, check_wiring, live_check, match_slots, score
 
 TEXTS = [
@@ -66,7 +66,7 @@ def test_score_metrics():
 
 @pytest.fixture(scope="module")
 def lm():
-    from eaglelab.engine.loader import load_target
+    from eaglelab.engine.formats.loader import load_target
 
     return load_target("default", device="cpu", dtype=torch.float32)
 

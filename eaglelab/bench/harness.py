@@ -1,0 +1,566 @@
+"""The benchmark behind ``eaglelab bench``: plain, speculative and peer decoding side by side.
+
+Everything runs in one process on the same prompts and batch sizes:
+
+    plain-eager          plain greedy decoding, every forward eager
+    plain-graphs         plain greedy decoding, the 1-token decode replayed from CUDA graphs
+    spec-prefill         speculative, verify in attention mode prefill (eager extend), no graphs
+    spec-prefill-graphs  the same with the drafter's forwards captured (verify stays eager: the
+                         configuration of the slow SGLang deployment in ARCHITECTURE.md)
+    spec-decode          speculative, verify in attention mode decode, no graphs
+    spec-decode-graphs   the same with verify and the drafter's forwards captured
+    hf                   HF transformers ``generate`` (greedy, eager), the peer
+
+Generation length is fixed (EOS ignored, ``max_new_tokens`` per row) so every configuration
+produces the same number of tokens. Per (configuration, batch size): one short warm-up call,
+``repeats`` timed calls (call r takes prompt group r: the prompts in batches of that size; tok/s
+end to end, prefill included, is the median call), then one observed call of at most 32 tokens
+for per-phase times (CUDA events, medians over cycles) and graph status.
+Speedups are over our graph-captured plain decoding at the same batch size (plain-eager where
+graphs cannot run). The micro-measure times one 1-token decode against one verify of N tokens
+(N = 2..8) over a cache holding ``context`` tokens, with and without graphs, in both attention
+modes, each call synchronised and timed on the host (so launch overhead counts), median of many.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner, GraphPlan
+from eaglelab.engine.runtime.generate import Engine
+from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.model.layers import prefix_mask
+from eaglelab.engine.runtime.observer import BaseObserver, CycleStats
+from eaglelab.engine.runtime.runner import EagerRunner
+from eaglelab.engine.runtime.spec_config import SpecConfig
+from eaglelab.engine.runtime.tree import chain_tree, tree_attention_mask
+
+SCHEMA = "eaglelab.bench/1"
+HBM_TBPS_H200 = 4.3
+
+
+@dataclass(frozen=True)
+class BenchConfig:
+    """One column of the comparison."""
+
+    name: str
+    speculative: bool
+    attention_mode: str  # verify attention mode ("decode" for plain decoding)
+    graphs: bool
+    peer: bool = False  # HF transformers generate
+    description: str = ""
+
+
+CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
+    BenchConfig("plain-eager", False, "decode", False, description="plain greedy, eager"),
+    BenchConfig("plain-graphs", False, "decode", True, description="plain greedy, CUDA graphs"),
+    BenchConfig("spec-prefill", True, "prefill", False, description="speculative, verify as eager extend"),
+    BenchConfig("spec-prefill-graphs", True, "prefill", True, description="speculative, drafter captured, verify eager extend"),
+    BenchConfig("spec-decode", True, "decode", False, description="speculative, decode-mode verify, eager"),
+    BenchConfig("spec-decode-graphs", True, "decode", True, description="speculative, decode-mode verify, CUDA graphs"),
+    BenchConfig("hf", False, "decode", False, peer=True, description="HF transformers generate (eager)"),
+)}
+
+
+@dataclass(frozen=True)
+class BenchRow:
+    """One (configuration, batch size) measurement. Times in ms; None where not applicable."""
+
+    config: str
+    batch: int
+    tok_per_s: float | None = None
+    tokens: int = 0
+    seconds: float = 0.0
+    sweeps_tok_per_s: tuple[float, ...] = ()
+    mean_accept_len: float | None = None
+    decode_ms: float | None = None
+    verify_ms: float | None = None
+    draft_ms: float | None = None
+    extend_ms: float | None = None
+    accept_ms: float | None = None
+    verify_over_decode: float | None = None  # verify ms / baseline's 1-token decode ms
+    speedup: float | None = None  # tok/s over the baseline's tok/s at this batch
+    same_tokens_as_plain_eager: float | None = None  # share of rows identical to plain-eager's
+    graph: dict[str, str] = field(default_factory=dict)  # phase -> most common "replay" | "eager: why"
+    skipped: str | None = None
+
+
+@dataclass(frozen=True)
+class MicroRow:
+    """One micro-measure: a 1-token decode (tokens == 1) or a verify of ``tokens`` tokens."""
+
+    batch: int
+    tokens: int
+    attention_mode: str  # "decode" | "prefill"
+    graphs: bool
+    ms: float
+    status: str  # "replay" | "eager: why"
+    over_decode: float | None = None  # ms / the 1-token decode's ms (graph-captured where possible)
+
+
+@dataclass
+class BenchContext:
+    """What every measurement shares: the target, how to make drafters, the settings."""
+
+    target: Any  # Transformer
+    spec: SpecConfig  # speculative settings (algorithm, steps, topk, draft tokens)
+    make_drafter: Callable[[SpecConfig], Any] | None  # spec -> a fresh drafter (None: no speculation)
+    prompts: list[list[int]]
+    max_new_tokens: int
+    batch_sizes: tuple[int, ...]
+    repeats: int = 3
+    peer: Callable[[], Any] | None = None  # builds the HF peer: -> generate(groups, max_new) callable
+    peer_skip: str | None = None
+    log: Callable[[str], None] = lambda m: None
+
+    @property
+    def device(self) -> torch.device:
+        return next(self.target.parameters()).device
+
+    @property
+    def max_len(self) -> int:
+        """Static cache slots that hold every prompt plus the generation (rounded up to 64)."""
+        need = max(map(len, self.prompts)) + self.max_new_tokens + 2 * max(self.spec.draft_tokens, 1) + 2
+        return -(-need // 64) * 64
+
+
+# ---- phase collection ------------------------------------------------------------------------------
+class PhaseCollector(BaseObserver):
+    """Keeps each cycle's phase times and graph status, and the capture stats of a run."""
+
+    def __init__(self) -> None:
+        self.cycles: list[CycleStats] = []
+
+    def on_cycle(self, stats: CycleStats) -> None:
+        self.cycles.append(stats)
+
+    def median_ms(self, phase: str, kind: str) -> float | None:
+        vals = [c.phase_ms[phase] for c in self.cycles if c.kind == kind and phase in c.phase_ms]
+        return statistics.median(vals) if vals else None
+
+    def graph_summary(self) -> dict[str, str]:
+        """Per phase, the most common status over the decode/spec cycles."""
+        counts: dict[str, Counter] = {}
+        for c in self.cycles:
+            if c.kind != "prefill":
+                for phase, status in c.graph.items():
+                    counts.setdefault(phase, Counter())[status] += 1
+        return {p: cnt.most_common(1)[0][0] for p, cnt in counts.items()}
+
+
+# ---- end-to-end ------------------------------------------------------------------------------------
+def groups_for(prompts: list[list[int]], batch: int) -> list[list[list[int]]]:
+    """All prompts in batches of ``batch`` (the last batch filled by wrapping around)."""
+    n = len(prompts)
+    return [[prompts[(g * batch + i) % n] for i in range(batch)] for g in range(math.ceil(n / batch))]
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _sweep(generate: Callable, groups, max_new: int, device) -> tuple[int, float, list[int], list[list[int]]]:
+    """Generate every group; -> (tokens, seconds, accept lengths, per-row outputs)."""
+    _sync(device)
+    t0 = time.perf_counter()
+    tokens, accepts, outputs = 0, [], []
+    for g in groups:
+        res = generate(g, max_new)
+        tokens += sum(len(t) for t in res.tokens)
+        accepts += [a for cyc in getattr(res, "accept_lens", []) for a in cyc]
+        outputs += res.tokens
+    _sync(device)
+    return tokens, time.perf_counter() - t0, accepts, outputs
+
+
+def _engine_spec(cfg: BenchConfig, ctx: BenchContext) -> SpecConfig:
+    if not cfg.speculative:
+        return SpecConfig(cuda_graphs=cfg.graphs)
+    s = ctx.spec
+    return SpecConfig(s.algorithm, num_steps=s.num_steps, topk=s.topk, num_draft_tokens=s.num_draft_tokens,
+                      attention_mode=cfg.attention_mode, cuda_graphs=cfg.graphs)
+
+
+class FixedCacheEagerRunner(EagerRunner):
+    """Eager forwards over a KV cache of the graph runners' fixed length (not the engine's
+    exact-fit one), so eager and graph-captured runs compute over the same shapes: the same
+    kernels, hence in bf16 the same rounding, and the same allocation policy."""
+
+    def __init__(self, target, drafter, max_len: int) -> None:
+        super().__init__(target, drafter)
+        self.max_len = max_len
+
+    def make_cache(self, batch: int, max_len: int, observer=None) -> KVCache | None:
+        if max_len > self.max_len:
+            return None
+        cfg, p = self.target.config, next(self.target.parameters())
+        kv = self.target.layers[0].self_attn.local_kv_heads
+        return KVCache(cfg.num_layers, batch, kv, self.max_len, cfg.head_dim, dtype=p.dtype, device=p.device)
+
+
+class OurSystem:
+    """Our engine in one configuration: one runner (graphs captured once) for every batch size."""
+
+    def __init__(self, cfg: BenchConfig, ctx: BenchContext) -> None:
+        self.spec = _engine_spec(cfg, ctx)
+        self.ctx = ctx
+        self.drafter = ctx.make_drafter(self.spec) if cfg.speculative and ctx.make_drafter else None
+        net = getattr(self.drafter, "net", None)
+        if cfg.graphs:
+            self.runner = CudaGraphRunner.for_engine(ctx.target, self.spec, self.drafter, max_len=ctx.max_len,
+                                                     buckets=ctx.batch_sizes)
+            self.runner.capture()
+        else:
+            self.runner = FixedCacheEagerRunner(ctx.target, net, ctx.max_len)
+
+    def engine(self, observer=None) -> Engine:
+        return Engine(self.ctx.target, eos_token_ids=(), drafter=self.drafter, spec=self.spec,
+                      observer=observer, runner=self.runner)
+
+    def capture_stats(self) -> list[dict[str, Any]]:
+        return [asdict(s) for s in getattr(self.runner, "capture_stats", [])]
+
+
+def measure(generate: Callable, observed: Callable | None, cfg: BenchConfig, ctx: BenchContext, batch: int,
+            repeats: int) -> tuple[BenchRow, list[list[int]]]:
+    """Warm up, time ``repeats`` calls (call r on prompt group r, all configs alike), then one
+    shorter observed call for phase times. -> (row, the first timed call's outputs)."""
+    groups = groups_for(ctx.prompts, batch)
+    dev, M = ctx.device, ctx.max_new_tokens
+    generate(groups[0], min(8, M))  # warm-up: allocator, kernels, lazy init
+    calls, accepts, first = [], [], None
+    for r in range(repeats):
+        tokens, seconds, acc, outs = _sweep(generate, [groups[r % len(groups)]], M, dev)
+        calls.append((tokens / seconds if seconds > 0 else 0.0, tokens, seconds))
+        accepts += acc
+        first = first if first is not None else outs
+    row = dict(config=cfg.name, batch=batch, tok_per_s=statistics.median(c[0] for c in calls), tokens=calls[0][1],
+               seconds=calls[0][2], sweeps_tok_per_s=tuple(c[0] for c in calls),
+               mean_accept_len=sum(accepts) / len(accepts) if accepts else None)
+    if observed is not None:
+        col = PhaseCollector()
+        observed(col)(groups[0], min(32, M))
+        row.update(decode_ms=col.median_ms("decode", "decode"), verify_ms=col.median_ms("verify", "spec"),
+                   draft_ms=col.median_ms("draft", "spec"), extend_ms=col.median_ms("draft_extend", "spec"),
+                   accept_ms=col.median_ms("accept", "spec"), graph=col.graph_summary())
+    return BenchRow(**row), first or []
+
+
+def run_config(cfg: BenchConfig, ctx: BenchContext) -> tuple[list[BenchRow], dict[int, list[list[int]]], list[dict]]:
+    """Every batch size for one configuration. -> (rows, outputs per batch, capture stats)."""
+    skip = _skip_reason(cfg, ctx)
+    if skip is not None:
+        return [BenchRow(cfg.name, b, skipped=skip) for b in ctx.batch_sizes], {}, []
+    ctx.log(f"{cfg.name}: {cfg.description}")
+    if cfg.peer:
+        peer = ctx.peer()  # type: ignore[misc]
+        gen, observed, captures = peer, None, []
+    else:
+        system = OurSystem(cfg, ctx)
+        gen = lambda g, m: system.engine().generate(g, m)  # noqa: E731
+        observed = lambda obs: (lambda g, m: system.engine(obs).generate(g, m))  # noqa: E731
+        captures = system.capture_stats()
+    rows, outputs = [], {}
+    for b in ctx.batch_sizes:
+        repeats = 1 if cfg.peer else ctx.repeats
+        row, outs = measure(gen, observed, cfg, ctx, b, repeats)
+        rows.append(row)
+        outputs[b] = outs
+        ctx.log(f"  batch {b:>3}: {row.tok_per_s:8.1f} tok/s")
+    return rows, outputs, captures
+
+
+def _skip_reason(cfg: BenchConfig, ctx: BenchContext) -> str | None:
+    if cfg.graphs and ctx.device.type != "cuda":
+        return "CUDA graphs need a CUDA device"
+    if cfg.speculative and ctx.make_drafter is None:
+        return "no drafter (--draft none)"
+    if cfg.peer and ctx.peer is None:
+        return ctx.peer_skip or "no peer"
+    return None
+
+
+def baseline_name(rows: list[BenchRow]) -> str | None:
+    """Our graph-captured plain decoding when it ran, else plain-eager."""
+    ran = {r.config for r in rows if r.skipped is None}
+    for name in ("plain-graphs", "plain-eager"):
+        if name in ran:
+            return name
+    return None
+
+
+def finish_rows(rows: list[BenchRow], outputs: dict[str, dict[int, list[list[int]]]]) -> list[BenchRow]:
+    """Fill speedup, verify/decode and token agreement against the baseline at each batch size."""
+    from dataclasses import replace
+
+    base = baseline_name(rows)
+    by = {(r.config, r.batch): r for r in rows}
+    done = []
+    for r in rows:
+        if r.skipped is not None:
+            done.append(r)
+            continue
+        ref = by.get((base, r.batch)) if base else None
+        speed = r.tok_per_s / ref.tok_per_s if ref and ref.tok_per_s else None
+        ratio = r.verify_ms / ref.decode_ms if ref and ref.decode_ms and r.verify_ms is not None else None
+        done.append(replace(r, speedup=speed, verify_over_decode=ratio,
+                            same_tokens_as_plain_eager=_agreement(outputs, r.config, r.batch)))
+    return done
+
+
+def _agreement(outputs, config: str, batch: int) -> float | None:
+    ref = outputs.get("plain-eager", {}).get(batch)
+    got = outputs.get(config, {}).get(batch)
+    if not ref or not got or config == "hf":
+        return None
+    return sum(a == b for a, b in zip(ref, got)) / len(ref)
+
+
+# ---- micro-measure ---------------------------------------------------------------------------------
+def _time_call(fn: Callable[[], Any], device: torch.device, warmup: int, iters: int) -> float:
+    """Median ms of one synchronised call (host clock: launch overhead and syncs count)."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(iters):
+        _sync(device)
+        t0 = time.perf_counter()
+        fn()
+        _sync(device)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+class _MicroBench:
+    """A cache holding ``context`` tokens per row, and the three calls the micro-measure times."""
+
+    def __init__(self, target, batch_sizes, widths, context: int, graphs: bool) -> None:
+        dev = next(target.parameters()).device
+        self.target, self.device, self.context = target, dev, context
+        S = -(-(context + max(widths) + 2) // 64) * 64
+        plan = GraphPlan(buckets=tuple(batch_sizes), max_len=S, decode=True, verify_tokens=tuple(widths),
+                         draft_width=0, extend_width=0)
+        self.graph_runner = CudaGraphRunner(target, plan=plan, enabled=graphs) if graphs else None
+        self.eager = EagerRunner(target)
+        if self.graph_runner is not None and self.graph_runner.make_cache(max(batch_sizes), S) is not None:
+            self.cache = self.graph_runner.cache
+        else:
+            cfg = target.config
+            kv = target.layers[0].self_attn.local_kv_heads
+            self.cache = KVCache(cfg.num_layers, max(batch_sizes), kv, S, cfg.head_dim,
+                                 dtype=next(target.parameters()).dtype, device=dev)
+        self._fill(max(batch_sizes))
+
+    @torch.inference_mode()
+    def _fill(self, rows: int) -> None:
+        g = torch.Generator(device="cpu").manual_seed(0)
+        ids = torch.randint(0, self.target.config.vocab_size, (rows, self.context), generator=g).to(self.device)
+        pos = torch.arange(self.context, device=self.device).expand(rows, -1)
+        self.eager.prefill(self.cache, ids, pos, prefix_mask(pos, self.cache.max_len), ())
+
+    def runner(self, graphs: bool):
+        return self.graph_runner if graphs else self.eager
+
+    def decode_fn(self, batch: int, graphs: bool) -> Callable[[], Any]:
+        runner, S = self.runner(graphs), self.cache.max_len
+        tok = torch.full((batch, 1), 7, dtype=torch.long, device=self.device)
+        slots = torch.full((batch, 1), self.context, dtype=torch.long, device=self.device)
+
+        def call():
+            hidden = runner.decode(self.cache, tok, slots, prefix_mask(slots, S))
+            return self.target.logits(hidden[:, 0]).argmax(-1)
+
+        return call
+
+    def verify_fn(self, batch: int, n: int, mode: str, graphs: bool) -> Callable[[], Any]:
+        runner, S = self.runner(graphs), self.cache.max_len
+        lengths = torch.full((batch,), self.context, dtype=torch.long, device=self.device)
+        tree = chain_tree(torch.full((batch, n), 7, dtype=torch.long, device=self.device))
+        slots = lengths[:, None] + torch.arange(n, device=self.device)
+        positions = tree.positions(lengths)
+
+        def call():  # mirrors Engine._verify
+            if mode == "decode":
+                mask = tree_attention_mask(lengths, tree, S)
+                hidden, _ = runner.verify(self.cache, tree.tokens, positions, slots, mask, ())
+            else:
+                kv_len = int(lengths.max()) + n  # the extend path's host sync
+                mask = tree_attention_mask(lengths, tree, kv_len)
+                hidden, _ = runner.verify_extend(self.cache, tree.tokens, positions, slots, mask, (), kv_len)
+            return self.target.logits(hidden).argmax(-1)
+
+        return call
+
+    def status(self, graphs: bool, phase: str) -> str:
+        runner = self.runner(graphs)
+        return runner.graph_status("spec" if phase == "verify" else "decode", "decode", 1)[phase]
+
+
+@torch.inference_mode()
+def micro_measure(target, batch_sizes: tuple[int, ...], widths: tuple[int, ...] = tuple(range(2, 9)),
+                  context: int = 256, warmup: int = 5, iters: int = 30, log=lambda m: None) -> list[MicroRow]:
+    """1-token decode vs verify of N tokens, graphs on/off, attention modes decode/prefill."""
+    dev = next(target.parameters()).device
+    cuda = dev.type == "cuda"
+    mb = _MicroBench(target, batch_sizes, widths, context, graphs=cuda)
+    rows: list[MicroRow] = []
+    for b in batch_sizes:
+        timed = lambda fn: _time_call(fn, dev, warmup, iters)  # noqa: E731
+        dec = {g: timed(mb.decode_fn(b, g)) for g in ((False, True) if cuda else (False,))}
+        base = dec[True] if cuda else dec[False]
+        for g, ms in dec.items():
+            rows.append(MicroRow(b, 1, "decode", g, ms, mb.status(g, "decode"), ms / base))
+        for n in widths:
+            for mode, g in (("decode", False), ("decode", True), ("prefill", False)):
+                if g and not cuda:
+                    continue
+                ms = timed(mb.verify_fn(b, n, mode, g))
+                rows.append(MicroRow(b, n, mode, g, ms, mb.status(g, "verify"), ms / base))
+        log(f"  micro batch {b:>3}: decode {base:.3f} ms")
+    return rows
+
+
+# ---- headline, hardware, JSON ----------------------------------------------------------------------
+def hardware(device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
+    """What the figures were measured on."""
+    import platform
+
+    info: dict[str, Any] = {"device": str(device), "dtype": str(dtype).replace("torch.", ""),
+                            "torch": torch.__version__, "python": platform.python_version()}
+    if device.type == "cuda":
+        info.update(gpu=torch.cuda.get_device_name(device), cuda=torch.version.cuda,
+                    gpu_memory_gib=round(torch.cuda.get_device_properties(device).total_memory / 2**30, 1))
+    else:
+        info.update(cpu=platform.processor() or platform.machine(), threads=torch.get_num_threads())
+    try:
+        import transformers
+
+        info["transformers"] = transformers.__version__
+    except ImportError:
+        info["transformers"] = None
+    return info
+
+
+def headline(rows: list[BenchRow], micro: list[MicroRow], weight_bytes: int, hbm_tbps: float) -> dict[str, Any]:
+    """The figures the issue asks for, at batch 1 (and the speedup per batch size)."""
+    by = {(r.config, r.batch): r for r in rows if r.skipped is None}
+    base = baseline_name(rows)
+    h: dict[str, Any] = {"baseline": base}
+    plain = by.get((base, 1)) if base else None
+    hf = by.get(("hf", 1))
+    if plain and hf and hf.tok_per_s:
+        h["plain_vs_hf_batch1"] = {"ours": plain.tok_per_s, "hf": hf.tok_per_s, "ratio": plain.tok_per_s / hf.tok_per_s}
+    bound = hbm_tbps * 1e12 / weight_bytes if weight_bytes else None
+    if plain and bound:
+        step = 1000.0 / plain.decode_ms if plain.decode_ms else None
+        h["bandwidth_bound_batch1"] = {"weight_bytes": weight_bytes, "hbm_tbps": hbm_tbps, "bound_tok_per_s": bound,
+                                       "ours_tok_per_s": plain.tok_per_s, "fraction": plain.tok_per_s / bound,
+                                       "decode_step_tok_per_s": step, "decode_step_fraction": step / bound if step else None}
+    h["verify_over_decode_batch1"] = _micro_ratios(micro, 1)
+    h["spec_speedup"] = {c: {r.batch: r.speedup for r in rows if r.config == c and r.speedup is not None}
+                         for c in CONFIGS if c.startswith("spec") and any(r.config == c and r.speedup for r in rows)}
+    return h
+
+
+def _micro_ratios(micro: list[MicroRow], batch: int) -> dict[str, dict[int, float]]:
+    out: dict[str, dict[int, float]] = {}
+    for m in micro:
+        if m.batch == batch and m.tokens > 1 and m.over_decode is not None:
+            key = f"{m.attention_mode}-{'graphs' if m.graphs else 'eager'}"
+            out.setdefault(key, {})[m.tokens] = m.over_decode
+    return out
+
+
+def write_json(path: str | Path, report: dict[str, Any]) -> None:
+    """Write the report (plain JSON; dataclasses already turned into dicts)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(report, indent=1, default=str) + "\n")
+
+
+# ---- prompts ---------------------------------------------------------------------------------------
+def mtbench_first_turns(n: int, questions_file: str | Path | None = None) -> list[str]:
+    """First turns of ``n`` MT-bench questions, spread evenly over the 80 (so every category shows)."""
+    from eaglelab.engine.formats.assets import MTBENCH_QUESTIONS, asset_path
+    from eaglelab.engine.errors import EagleLabError
+
+    path = Path(questions_file) if questions_file else asset_path(MTBENCH_QUESTIONS)
+    turns = []
+    for i, line in enumerate(path.read_text().splitlines()):
+        if line.strip():
+            try:
+                turns.append(json.loads(line)["turns"][0])
+            except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+                raise EagleLabError("not an MT-bench question line", file=path, field=f"line {i + 1}",
+                                    expected='{"question_id": ..., "turns": ["...", ...]}') from None
+    if not turns:
+        raise EagleLabError("no questions", file=path)
+    n = max(1, min(n, len(turns)))
+    return [turns[i * len(turns) // n] for i in range(n)]
+
+
+def tokenize_prompts(texts: list[str], tokenizer, vocab_size: int, max_tokens: int) -> tuple[list[list[int]], str]:
+    """Token ids per prompt (chat template when a tokenizer is given, else UTF-8 bytes), each cut to
+    its first ``max_tokens``. -> (ids, how they were made)."""
+    if tokenizer is not None and tokenizer.vocab_size <= vocab_size:
+        ids = [tokenizer.chat_ids(t) for t in texts]
+        how = "chat template + tokenizer"
+    else:
+        ids = [[b % vocab_size for b in t.encode("utf-8")] for t in texts]
+        how = "UTF-8 bytes as token ids (no tokenizer for this vocabulary)"
+    return [p[:max_tokens] for p in ids], how
+
+
+# ---- the HF transformers peer ----------------------------------------------------------------------
+@dataclass
+class PeerResult:
+    tokens: list[list[int]]
+    accept_lens: list = field(default_factory=list)
+
+
+def _dtype_kw(dtype: torch.dtype) -> dict[str, Any]:
+    import transformers
+
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    return {"dtype": dtype} if (major, minor) >= (4, 56) else {"torch_dtype": dtype}
+
+
+def load_hf_peer(source: str | Path | dict, device: torch.device, dtype: torch.dtype):
+    """An HF ``AutoModelForCausalLM``: from a model directory, or random weights from a config dict."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if isinstance(source, dict):
+        d = dict(source)
+        cfg = AutoConfig.for_model(d.pop("model_type", "llama"), **d)
+        with torch.device(device):
+            model = AutoModelForCausalLM.from_config(cfg, **_dtype_kw(dtype))
+    else:
+        model = AutoModelForCausalLM.from_pretrained(str(source), **_dtype_kw(dtype)).to(device)
+    return model.eval()
+
+
+def hf_generate_fn(model, device: torch.device) -> Callable[[list[list[int]], int], PeerResult]:
+    """Greedy ``model.generate`` over a left-padded batch, exactly ``max_new`` tokens per row."""
+
+    @torch.inference_mode()
+    def generate(group: list[list[int]], max_new: int) -> PeerResult:
+        T = max(len(p) for p in group)
+        ids = torch.zeros(len(group), T, dtype=torch.long)
+        attn = torch.zeros(len(group), T, dtype=torch.long)
+        for b, p in enumerate(group):
+            ids[b, T - len(p):] = torch.tensor(p)
+            attn[b, T - len(p):] = 1
+        out = model.generate(input_ids=ids.to(device), attention_mask=attn.to(device), max_new_tokens=max_new,
+                             min_new_tokens=max_new, do_sample=False, pad_token_id=0)
+        return PeerResult([row[T:].tolist() for row in out])
+
+    return generate

@@ -1,0 +1,702 @@
+"""Read an EAGLE-3 drafter directory (SGLang/SpecForge format or speculators format) into one
+frozen :class:`DraftCheckpoint`, without loading tensor data.
+
+Both formats are normalised to one view:
+
+* config fields under one set of names (``hidden_size``, ``target_hidden_size``, ``vocab_size``,
+  ``draft_vocab_size``, the aux layer ids with the convention their format writes them in, ...);
+* tensor names in SGLang's spelling (speculators' ``layers.0.*`` becomes ``midlayer.*``), each
+  with its shape and dtype read from the safetensors header; :meth:`DraftCheckpoint.load_tensor`
+  reads the data on demand.
+
+A directory holding only ``config.json`` is allowed (``has_weights`` is False): the config-level
+checks of :meth:`DraftCheckpoint.validate` still run, so a config can be checked before launch.
+
+Worked example, a SpecForge drafter for SmolLM2-135M (hidden 576, 30 layers)::
+
+    ckpt = read_draft_checkpoint("drafter/")
+    ckpt.format                -> "sglang"
+    ckpt.aux_layer_ids         -> (1, 14, 26)      # convention "sglang": hs[2], hs[15], hs[27]
+    ckpt.tensors["fc.weight"].shape -> (576, 1728)  # [H, 3 * H_target]
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping, Protocol
+
+from eaglelab.engine.formats.conventions import (
+    IDS_FIELD_EAGLE_CONFIG,
+    IDS_FIELD_TOP,
+    default_hf_indices,
+    default_ids,
+    ids_to_hf_indices,
+    tappable_hf_range,
+)
+from eaglelab.engine.errors import CheckpointError, ConfigError, read_json_object
+
+FORMATS: tuple[str, ...] = ("sglang", "speculators")
+SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
+DEFAULT_DRAFT_VOCAB = 32000  # SGLang's default when the config names none
+SMALL_MAX_POSITIONS = 4096  # below this, long prompts fall outside the drafter's trained positions
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One result of a static check. ``severity``: "error" | "warning" | "info"."""
+
+    severity: str
+    field: str  # the config field or tensor name concerned
+    message: str
+    hint: str | None = None
+    code: str = ""  # stable short name for tests and JSON ("fc_width", "embedding_capture", ...)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"severity": self.severity, "code": self.code, "field": self.field, "message": self.message, "hint": self.hint}
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """Where one tensor lives and what shape it has; no data."""
+
+    name: str  # normalised (SGLang) name
+    source_name: str  # name inside the file
+    file: Path
+    shape: tuple[int, ...]
+    dtype: str  # safetensors dtype string: "BF16", "F32", "I64", "BOOL", ...
+
+
+class TargetShape(Protocol):
+    """What validation needs to know about the target (``ModelConfig`` satisfies it)."""
+
+    num_layers: int
+    hidden_size: int
+    vocab_size: int
+    max_position_embeddings: int
+
+
+@dataclass(frozen=True)
+class DraftCheckpoint:
+    """An EAGLE-3 drafter directory, read: normalised config plus a lazy view of its tensors."""
+
+    path: Path
+    format: str  # "sglang" | "speculators"
+    config_file: Path
+    raw_config: Mapping[str, Any] = field(repr=False)
+    hidden_size: int
+    target_hidden_size: int | None  # as written; None = not in the config (then = hidden_size)
+    vocab_size: int
+    draft_vocab_size: int
+    draft_vocab_size_given: bool  # False when the config omits it and the default applies
+    aux_layer_ids: tuple[int, ...] | None  # None when the config names no ids
+    aux_convention: str | None  # "sglang" | "vllm"; None when no ids
+    aux_ids_field: str | None  # where the ids were read from
+    eagle_config_present: bool
+    max_position_embeddings: int | None
+    rope_theta: float
+    rope_scaling: Mapping[str, Any] | None
+    rms_norm_eps: float
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    intermediate_size: int
+    num_hidden_layers: int
+    norm_before_residual: bool | None  # speculators only
+    verifier: str | None  # speculators' verifier name_or_path
+    tensors: Mapping[str, TensorInfo] = field(repr=False)
+    weight_files: tuple[Path, ...] = ()
+
+    # ---- derived --------------------------------------------------------------------------------
+    @property
+    def aux_hidden_size(self) -> int:
+        """Width of one target hidden state as the drafter sees it (target_hidden_size or hidden_size)."""
+        return self.target_hidden_size if self.target_hidden_size is not None else self.hidden_size
+
+    @property
+    def has_weights(self) -> bool:
+        return bool(self.tensors)
+
+    @property
+    def default_serving(self) -> str:
+        """The serving engine whose convention this format follows: sglang -> "sglang", speculators -> "vllm"."""
+        return "sglang" if self.format == "sglang" else "vllm"
+
+    @property
+    def num_aux_from_fc(self) -> int | None:
+        """How many target hidden states ``fc`` takes (its input width / aux_hidden_size), if known."""
+        info = self.tensors.get("fc.weight")
+        if info is None or len(info.shape) != 2 or info.shape[1] % self.aux_hidden_size:
+            return None
+        return info.shape[1] // self.aux_hidden_size
+
+    def shape(self, name: str) -> tuple[int, ...] | None:
+        """Shape of a tensor by its normalised name, or None when absent."""
+        info = self.tensors.get(name)
+        return info.shape if info is not None else None
+
+    # ---- data ----------------------------------------------------------------------------------
+    def load_tensor(self, name: str, *, device: str = "cpu") -> "torch.Tensor":  # noqa: F821
+        """Read one tensor (normalised name) from its file."""
+        info = self.tensors.get(name)
+        if info is None:
+            raise CheckpointError("tensor not in the checkpoint", file=self.path, field=name,
+                                  expected=sorted(self.tensors)[:20])
+        return _read_tensor(info, device)
+
+    def load_state_dict(self, *, device: str = "cpu") -> dict[str, "torch.Tensor"]:  # noqa: F821
+        """All tensors under their normalised names."""
+        return {name: _read_tensor(info, device) for name, info in self.tensors.items()}
+
+    def expected_shapes(self, num_aux: int | None = None) -> dict[str, tuple[int, ...]]:
+        """Tensor shapes this config implies (``num_aux``: the ids' count, 3 when none are given)."""
+        if num_aux is None:
+            num_aux = len(self.aux_layer_ids) if self.aux_layer_ids is not None else 3
+        return expected_tensor_shapes(
+            hidden_size=self.hidden_size, aux_hidden_size=self.aux_hidden_size, num_aux=num_aux,
+            num_attention_heads=self.num_attention_heads, num_key_value_heads=self.num_key_value_heads,
+            head_dim=self.head_dim, intermediate_size=self.intermediate_size,
+            vocab_size=self.vocab_size, draft_vocab_size=self.draft_vocab_size,
+        )
+
+    def validate(self, target: TargetShape | None = None) -> list[Finding]:
+        """Static checks of config and tensor shapes, against ``target`` when given."""
+        return _validate(self, target)
+
+
+# ======================================================================================================
+# reading
+# ======================================================================================================
+
+
+def read_draft_checkpoint(path: str | Path) -> DraftCheckpoint:
+    """Read a drafter directory (or its config.json). Raises ConfigError / CheckpointError."""
+    path = Path(path)
+    if path.is_file() and path.name.endswith(".json"):
+        path = path.parent
+    if not path.exists():
+        raise ConfigError("no such directory", file=path, hint="pass the drafter's directory (config.json + *.safetensors)")
+    config_file = path / "config.json"
+    raw = _read_json(config_file)
+    fmt = detect_format(raw, config_file)
+    tensors, files = _scan_weights(path, fmt)
+    fields = _normalise_sglang(raw, config_file) if fmt == "sglang" else _normalise_speculators(raw, config_file)
+    return DraftCheckpoint(
+        path=path,
+        format=fmt,
+        config_file=config_file,
+        raw_config=MappingProxyType(raw),
+        tensors=MappingProxyType(tensors),
+        weight_files=files,
+        **fields,
+    )
+
+
+def _read_json(config_file: Path) -> dict[str, Any]:
+    if not config_file.exists():
+        raise ConfigError("no config.json in the drafter directory", file=config_file,
+                          hint="a drafter directory holds config.json and its *.safetensors")
+    return read_json_object(config_file)
+
+
+def detect_format(raw: Mapping[str, Any], config_file: str | Path = "config.json") -> str:
+    """"speculators" (speculators_model_type / transformer_layer_config) or "sglang" (an Eagle3
+    architecture, eagle_config or draft_vocab_size); anything else is not an EAGLE-3 drafter."""
+    if raw.get("speculators_model_type") is not None or "transformer_layer_config" in raw:
+        kind = raw.get("speculators_model_type")
+        if kind not in (None, "eagle3"):
+            raise ConfigError("not an EAGLE-3 speculator", file=config_file, field="speculators_model_type",
+                              found=kind, expected="eagle3")
+        return "speculators"
+    archs = raw.get("architectures") or []
+    if any("eagle3" in str(a).lower() for a in archs) or "eagle_config" in raw or "draft_vocab_size" in raw:
+        return "sglang"
+    raise ConfigError(
+        "not an EAGLE-3 drafter config",
+        file=config_file,
+        field="architectures",
+        found=archs or None,
+        expected='"LlamaForCausalLMEagle3" (SGLang/SpecForge) or speculators_model_type "eagle3"',
+        hint="point check-wiring at the drafter's directory, not the target's",
+    )
+
+
+def _get_int(d: Mapping[str, Any], key: str, source: Path, *, default: int | None = None, prefix: str = "") -> int:
+    value = d.get(key, default)
+    if value is None:
+        raise ConfigError("missing field", file=source, field=prefix + key)
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ConfigError("must be a positive integer", file=source, field=prefix + key, found=value)
+    return value
+
+
+def _ids_from(value: Any, source: Path, field_name: str) -> tuple[int, ...] | None:
+    if value is None or (isinstance(value, (list, tuple)) and len(value) == 0):
+        return None
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
+        raise ConfigError("must be a list of integers", file=source, field=field_name, found=value)
+    return tuple(value)
+
+
+def _llama_fields(d: Mapping[str, Any], source: Path, prefix: str = "") -> dict[str, Any]:
+    """Fields shared by both formats, read from a Llama-style config dict."""
+    hidden = _get_int(d, "hidden_size", source, prefix=prefix)
+    heads = _get_int(d, "num_attention_heads", source, prefix=prefix)
+    kv_heads = _get_int(d, "num_key_value_heads", source, default=heads, prefix=prefix)
+    rope_scaling = d.get("rope_scaling")
+    if rope_scaling is not None and not isinstance(rope_scaling, dict):
+        raise ConfigError("must be an object or null", file=source, field=prefix + "rope_scaling", found=rope_scaling)
+    mpe = d.get("max_position_embeddings")
+    if mpe is not None and (isinstance(mpe, bool) or not isinstance(mpe, int) or mpe <= 0):
+        raise ConfigError("must be a positive integer", file=source, field=prefix + "max_position_embeddings", found=mpe)
+    return dict(
+        hidden_size=hidden,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        head_dim=_get_int(d, "head_dim", source, default=hidden // heads, prefix=prefix),
+        intermediate_size=_get_int(d, "intermediate_size", source, prefix=prefix),
+        num_hidden_layers=_get_int(d, "num_hidden_layers", source, default=1, prefix=prefix),
+        rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
+        rope_theta=float(d.get("rope_theta", (d.get("rope_parameters") or {}).get("rope_theta", 10000.0))),
+        rope_scaling=MappingProxyType(dict(rope_scaling)) if rope_scaling else None,
+        max_position_embeddings=mpe,
+        vocab_size=_get_int(d, "vocab_size", source, prefix=prefix),
+    )
+
+
+def _normalise_sglang(raw: dict[str, Any], source: Path) -> dict[str, Any]:
+    fields = _llama_fields(raw, source)
+    eagle = raw.get("eagle_config")
+    if eagle is not None and not isinstance(eagle, dict):
+        raise ConfigError("must be an object", file=source, field="eagle_config", found=eagle)
+    ids = _ids_from((eagle or {}).get("eagle_aux_hidden_state_layer_ids"), source, IDS_FIELD_EAGLE_CONFIG)
+    ids_field = IDS_FIELD_EAGLE_CONFIG if ids is not None else None
+    if ids is None:
+        ids = _ids_from(raw.get(IDS_FIELD_TOP), source, IDS_FIELD_TOP)
+        ids_field = IDS_FIELD_TOP if ids is not None else None
+    draft_vocab = raw.get("draft_vocab_size")
+    fields.update(
+        target_hidden_size=_opt_int(raw, "target_hidden_size", source),
+        draft_vocab_size=_get_int(raw, "draft_vocab_size", source, default=DEFAULT_DRAFT_VOCAB),
+        draft_vocab_size_given=draft_vocab is not None,
+        aux_layer_ids=ids,
+        aux_convention="sglang" if ids is not None else None,
+        aux_ids_field=ids_field,
+        eagle_config_present=eagle is not None,
+        norm_before_residual=None,
+        verifier=None,
+    )
+    return fields
+
+
+def _normalise_speculators(raw: dict[str, Any], source: Path) -> dict[str, Any]:
+    layer = raw.get("transformer_layer_config")
+    if not isinstance(layer, dict):
+        raise ConfigError("missing or not an object", file=source, field="transformer_layer_config",
+                          hint="a speculators Eagle3 config nests the Llama layer config there")
+    fields = _llama_fields(layer, source, prefix="transformer_layer_config.")
+    ids = _ids_from(raw.get(IDS_FIELD_TOP), source, IDS_FIELD_TOP)
+    ids_field = IDS_FIELD_TOP if ids is not None else None
+    eagle = raw.get("eagle_config")
+    if ids is None and isinstance(eagle, dict):
+        ids = _ids_from(eagle.get("eagle_aux_hidden_state_layer_ids"), source, IDS_FIELD_EAGLE_CONFIG)
+        ids_field = IDS_FIELD_EAGLE_CONFIG if ids is not None else None
+    verifier = ((raw.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
+    draft_vocab = raw.get("draft_vocab_size")
+    nbr = raw.get("norm_before_residual")
+    fields.update(
+        target_hidden_size=_opt_int(raw, "target_hidden_size", source),
+        draft_vocab_size=_get_int(raw, "draft_vocab_size", source, default=DEFAULT_DRAFT_VOCAB),
+        draft_vocab_size_given=draft_vocab is not None,
+        aux_layer_ids=ids,
+        aux_convention="vllm" if ids is not None else None,
+        aux_ids_field=ids_field,
+        eagle_config_present=isinstance(eagle, dict),
+        norm_before_residual=bool(nbr) if nbr is not None else None,
+        verifier=str(verifier) if verifier else None,
+    )
+    return fields
+
+
+def _opt_int(raw: Mapping[str, Any], key: str, source: Path) -> int | None:
+    return None if raw.get(key) is None else _get_int(raw, key, source)
+
+
+# ---- weights --------------------------------------------------------------------------------------
+
+_SPECULATORS_RENAMES = ((re.compile(r"^(model\.)?layers\.0\."), "midlayer."),)
+
+
+def normalise_tensor_name(name: str, fmt: str) -> str:
+    """SGLang spelling of a tensor name: speculators ``layers.0.x`` -> ``midlayer.x``; a leading
+    ``model.`` (some exports) is dropped."""
+    for pattern, repl in _SPECULATORS_RENAMES:
+        name = pattern.sub(repl, name)
+    if name.startswith("model."):
+        name = name[len("model."):]
+    return name
+
+
+def _weight_files(path: Path) -> list[Path]:
+    files = sorted(path.glob("*.safetensors"))
+    if not files and any(path.glob("*.bin")):
+        raise CheckpointError(
+            "only pickled *.bin weights found",
+            file=path,
+            expected="*.safetensors",
+            hint="eaglelab reads drafter weights from safetensors only; convert with safetensors' torch helpers",
+        )
+    return files
+
+
+def _scan_weights(path: Path, fmt: str) -> tuple[dict[str, TensorInfo], tuple[Path, ...]]:
+    """Read every safetensors header in ``path``; no tensor data is loaded."""
+    from safetensors import SafetensorError, safe_open
+
+    tensors: dict[str, TensorInfo] = {}
+    files = _weight_files(path)
+    for file in files:
+        try:
+            with safe_open(str(file), framework="pt") as handle:
+                for source_name in handle.keys():
+                    piece = handle.get_slice(source_name)
+                    name = normalise_tensor_name(source_name, fmt)
+                    tensors[name] = TensorInfo(name, source_name, file, tuple(piece.get_shape()), str(piece.get_dtype()))
+        except (SafetensorError, OSError) as exc:
+            raise CheckpointError(f"cannot read the safetensors header ({exc})", file=file,
+                                  hint="the file is truncated or not safetensors; re-download or re-save it") from None
+    return tensors, tuple(files)
+
+
+def _read_tensor(info: TensorInfo, device: str) -> "torch.Tensor":  # noqa: F821
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(str(info.file), framework="pt", device=device) as handle:
+            return handle.get_tensor(info.source_name)
+    except (SafetensorError, OSError) as exc:
+        raise CheckpointError(f"cannot read tensor ({exc})", file=info.file, field=info.source_name,
+                              hint="the file is truncated; re-download or re-save it") from None
+
+
+# ======================================================================================================
+# validation
+# ======================================================================================================
+
+
+def _validate(ck: DraftCheckpoint, target: TargetShape | None) -> list[Finding]:
+    out: list[Finding] = [
+        Finding("info", "config.json", f"format: {ck.format} ({'SGLang/SpecForge' if ck.format == 'sglang' else 'speculators (vLLM)'}); "
+                f"ids convention: {ck.aux_convention or 'none given'}", code="format"),
+    ]
+    out += _check_ids_present(ck, target)
+    out += _check_ids_values(ck, target)
+    out += _check_fc(ck, target)
+    out += _check_vocab(ck, target)
+    out += _check_layer_shapes(ck)
+    out += _check_positions(ck, target)
+    if not ck.has_weights:
+        out.append(Finding("info", "weights", "no *.safetensors in the directory: config-level checks only", code="config_only"))
+    return out
+
+
+def _check_ids_present(ck: DraftCheckpoint, target: TargetShape | None) -> list[Finding]:
+    if ck.aux_layer_ids is not None:
+        if ck.format == "sglang" and ck.aux_ids_field == IDS_FIELD_TOP:
+            return [Finding("warning", IDS_FIELD_TOP, "SGLang-format config holds the ids at the top level, not in "
+                            "eagle_config: SGLang reads them only in recent versions; older ones apply defaults",
+                            "move them into eagle_config.eagle_aux_hidden_state_layer_ids", code="ids_top_level")]
+        return []
+    where = "eagle_config.eagle_aux_hidden_state_layer_ids" if ck.format == "sglang" else IDS_FIELD_TOP
+    if target is not None:
+        dflt = list(default_hf_indices(target.num_layers))
+        detail = f"SGLang and vLLM then tap their defaults hs{dflt} (SGLang ids {list(default_ids(target.num_layers, 'sglang'))}, vLLM ids {dflt})"
+    else:
+        detail = "SGLang and vLLM then tap their defaults hs[2, L//2, L-3]"
+    msg = ("no eagle_config: " if ck.format == "sglang" and not ck.eagle_config_present else "no aux layer ids: ") + detail
+    hint = (f"write the ids the drafter was trained on into {where}; run with --data to find them"
+            if ck.format == "sglang" else
+            f"write them into {where} (`speculators convert` drops them); run with --data to find them")
+    return [Finding("warning", where, msg + "; right only if training used the same defaults", hint, code="missing_ids")]
+
+
+def _check_ids_values(ck: DraftCheckpoint, target: TargetShape | None) -> list[Finding]:
+    ids = ck.aux_layer_ids
+    if ids is None:
+        return []
+    field_name = ck.aux_ids_field or IDS_FIELD_TOP
+    conv = ck.aux_convention or "sglang"
+    out: list[Finding] = []
+    if len(set(ids)) != len(ids):
+        out.append(Finding("error", field_name, f"duplicated ids {list(ids)}: engines tap each layer once",
+                           "remove the duplicates", code="duplicate_ids"))
+    if list(ids) != sorted(ids):
+        out.append(Finding("warning", field_name, f"ids {list(ids)} are not in ascending order: serving engines concatenate "
+                           "aux states in layer order, while training data follows the order its capture used",
+                           "list them in ascending order, and check with --data which order the drafter was trained on",
+                           code="unordered_ids"))
+    hf = ids_to_hf_indices(ids, conv)
+    if 0 in hf:
+        emb = [i for i, h in zip(ids, hf) if h == 0]
+        out.append(Finding("error", field_name, f"id {emb[0]} captures the embedding output (hs[0]) in the {conv} convention; "
+                           "no SpecForge-trained drafter saw it", "remove it from the list", code="embedding_capture"))
+    negative = [i for i, h in zip(ids, hf) if h < 0]
+    if negative:
+        out.append(Finding("error", field_name, f"ids {negative} name no layer in the {conv} convention",
+                           "ids count decoder layers from 0", code="ids_out_of_range"))
+    if target is not None:
+        out += _check_ids_range(ids, hf, conv, field_name, target.num_layers)
+    return out
+
+
+def _check_ids_range(ids: tuple[int, ...], hf: tuple[int, ...], conv: str, field_name: str, num_layers: int) -> list[Finding]:
+    out: list[Finding] = []
+    tappable = tappable_hf_range(num_layers)
+    beyond = [i for i, h in zip(ids, hf) if h >= tappable.stop]
+    if beyond:
+        top = num_layers - 2 if conv == "sglang" else num_layers - 1
+        out.append(Finding("error", field_name, f"ids {beyond} are out of range for a {num_layers}-layer target in the {conv} "
+                           f"convention (largest tappable id: {top}); engines silently tap fewer states",
+                           "use the target's layer count", code="ids_out_of_range"))
+    other = "vllm" if conv == "sglang" else "sglang"
+    if tuple(ids) == default_ids(num_layers, other) and default_ids(num_layers, conv) != tuple(ids):
+        out.append(Finding("warning", field_name, f"ids {list(ids)} are the {other} defaults written in a {conv}-convention "
+                           f"config: here they tap hs{list(hf)}, one layer off the defaults hs{list(default_hf_indices(num_layers))}",
+                           f"if the drafter was trained on the defaults, write {list(default_ids(num_layers, conv))}; "
+                           "run with --data to be sure", code="other_convention"))
+    return out
+
+
+def _check_fc(ck: DraftCheckpoint, target: TargetShape | None) -> list[Finding]:
+    out: list[Finding] = []
+    aux = ck.aux_hidden_size
+    if target is not None and aux != target.hidden_size:
+        which = "target_hidden_size" if ck.target_hidden_size is not None else "hidden_size (no target_hidden_size)"
+        out.append(Finding("error", "target_hidden_size", f"the drafter expects target states of width {aux} ({which}), "
+                           f"the target's hidden size is {target.hidden_size}",
+                           "this drafter was trained for another target, or target_hidden_size is wrong", code="target_hidden"))
+    fc = ck.shape("fc.weight")
+    if fc is None:
+        if ck.has_weights:
+            out.append(Finding("error", "fc.weight", "no fc.weight: an EAGLE-3 drafter projects the aux states with it",
+                               code="fc_missing"))
+        return out
+    n_ids = len(ck.aux_layer_ids) if ck.aux_layer_ids is not None else 3
+    expect = (ck.hidden_size, n_ids * aux)
+    if tuple(fc) == expect:
+        return out
+    if len(fc) != 2 or fc[0] != ck.hidden_size:
+        out.append(Finding("error", "fc.weight", f"shape {list(fc)}, expected [hidden_size={ck.hidden_size}, ...]",
+                           code="fc_shape"))
+        return out
+    if fc[1] % aux:
+        out.append(Finding("error", "fc.weight", f"input width {fc[1]} is not a multiple of the target hidden size {aux}",
+                           "target_hidden_size disagrees with the weights: this drafter was trained for another target",
+                           code="fc_width"))
+        return out
+    src = "ids in the config" if ck.aux_layer_ids is not None else "default ids (none in the config)"
+    out.append(Finding("error", "fc.weight", f"fc takes {fc[1] // aux} target states ({fc[1]} = {fc[1] // aux} x {aux}), "
+                       f"but the config names {n_ids} ({src}): the engine would feed {n_ids * aux} features",
+                       f"the config must list exactly {fc[1] // aux} ids, the ones the drafter was trained on", code="fc_width"))
+    return out
+
+
+def _check_vocab(ck: DraftCheckpoint, target: TargetShape | None) -> list[Finding]:
+    out: list[Finding] = []
+    if target is not None and ck.vocab_size != target.vocab_size:
+        out.append(Finding("error", "vocab_size", f"drafter vocab_size {ck.vocab_size}, target's {target.vocab_size}",
+                           "the drafter was made for another tokenizer", code="vocab_size"))
+    checks = (
+        ("lm_head.weight", (ck.draft_vocab_size, ck.hidden_size), "[draft_vocab_size, hidden_size]"),
+        ("d2t", (ck.draft_vocab_size,), "[draft_vocab_size]"),
+        ("t2d", (ck.vocab_size,), "[vocab_size]"),
+    )
+    for name, expected, text in checks:
+        shape = ck.shape(name)
+        if shape is not None and tuple(shape) != expected:
+            where = "draft_vocab_size" if name != "t2d" else "vocab_size"
+            out.append(Finding("error", name, f"shape {list(shape)}, expected {text} = {list(expected)}",
+                               f"config {where} and the weights disagree", code="draft_vocab"))
+    if not out and ck.shape("d2t") is not None and ck.shape("t2d") is not None:
+        out += _check_vocab_maps(ck)
+    if ck.has_weights and ck.draft_vocab_size < ck.vocab_size and ck.shape("d2t") is None:
+        out.append(Finding("error", "d2t", f"draft vocab {ck.draft_vocab_size} < vocab {ck.vocab_size} but no d2t map",
+                           "the draft ids cannot be mapped to target ids", code="d2t_missing"))
+    if not ck.draft_vocab_size_given:
+        out.append(Finding("info", "draft_vocab_size", f"not in the config: engines assume {DEFAULT_DRAFT_VOCAB}", code="draft_vocab_default"))
+    return out
+
+
+def expected_tensor_shapes(
+    *,
+    hidden_size: int,
+    aux_hidden_size: int,
+    num_aux: int,
+    num_attention_heads: int,
+    num_key_value_heads: int,
+    head_dim: int,
+    intermediate_size: int,
+    vocab_size: int,
+    draft_vocab_size: int,
+) -> dict[str, tuple[int, ...]]:
+    """Shapes of an EAGLE-3 drafter's tensors (SGLang names), from its sizes.
+
+    Example (SmolLM2-sized drafter): hidden 576, 3 aux states of 576 -> ``fc.weight`` (576, 1728);
+    q/k/v take ``2 * hidden`` inputs (embedding and fc output concatenated).
+    """
+    h, q, kv, ff = hidden_size, num_attention_heads * head_dim, num_key_value_heads * head_dim, intermediate_size
+    return {
+        "fc.weight": (h, num_aux * aux_hidden_size),
+        "midlayer.hidden_norm.weight": (h,),
+        "midlayer.input_layernorm.weight": (h,),
+        "midlayer.self_attn.q_proj.weight": (q, 2 * h),
+        "midlayer.self_attn.k_proj.weight": (kv, 2 * h),
+        "midlayer.self_attn.v_proj.weight": (kv, 2 * h),
+        "midlayer.self_attn.o_proj.weight": (h, q),
+        "midlayer.post_attention_layernorm.weight": (h,),
+        "midlayer.mlp.gate_proj.weight": (ff, h),
+        "midlayer.mlp.up_proj.weight": (ff, h),
+        "midlayer.mlp.down_proj.weight": (h, ff),
+        "norm.weight": (h,),
+        "lm_head.weight": (draft_vocab_size, h),
+        "d2t": (draft_vocab_size,),
+        "t2d": (vocab_size,),
+    }
+
+
+_CHECKED_ELSEWHERE = ("fc.weight", "lm_head.weight", "d2t", "t2d")
+
+
+def _check_vocab_maps(ck: DraftCheckpoint) -> list[Finding]:
+    """d2t and t2d describe the same draft vocabulary (small tensors: read them)."""
+    import torch
+
+    d2t = ck.load_tensor("d2t").long()  # [draft_vocab]
+    t2d = ck.load_tensor("t2d").bool()  # [vocab]
+    target_ids = torch.arange(d2t.numel()) + d2t  # [draft_vocab]
+    in_range = bool(((target_ids >= 0) & (target_ids < ck.vocab_size)).all())
+    if not in_range:
+        return [Finding("error", "d2t", "draft id + d2t falls outside the target vocabulary",
+                        "d2t holds offsets (target id = draft id + d2t[draft id]), not target ids", code="vocab_map")]
+    count = int(t2d.sum())
+    agree = count == d2t.numel() and bool(t2d[target_ids].all())
+    if not agree:
+        return [Finding("error", "t2d", f"t2d marks {count} target tokens, d2t maps {d2t.numel()} draft tokens to "
+                        "a different set", "d2t and t2d come from different vocab mappings", code="vocab_map")]
+    return []
+
+
+def _check_layer_shapes(ck: DraftCheckpoint) -> list[Finding]:
+    """The decoder layer's tensors agree with hidden_size, heads, head_dim and intermediate_size."""
+    out: list[Finding] = []
+    for name, shape in ck.expected_shapes().items():
+        if name in _CHECKED_ELSEWHERE:
+            continue
+        found = ck.shape(name)
+        if found is not None and tuple(found) != shape:
+            out.append(Finding("error", name, f"shape {list(found)}, the config implies {list(shape)}",
+                               "config.json and the weights disagree (hidden_size, heads, head_dim or intermediate_size)",
+                               code="layer_shape"))
+        elif found is None and ck.has_weights:
+            out.append(Finding("error", name, "missing from the weights", code="tensor_missing"))
+    if ck.num_hidden_layers != 1:
+        out.append(Finding("warning", "num_hidden_layers", f"{ck.num_hidden_layers}; EAGLE-3 drafters have 1 layer",
+                           code="num_layers"))
+    return out
+
+
+def _check_positions(ck: DraftCheckpoint, target: TargetShape | None) -> list[Finding]:
+    mpe = ck.max_position_embeddings
+    if mpe is None:
+        return [Finding("warning", "max_position_embeddings", "not in the config: engines fall back to a default",
+                        "set it to the target's value", code="max_positions")]
+    if target is not None and mpe < target.max_position_embeddings:
+        return [Finding("warning", "max_position_embeddings", f"{mpe} < the target's {target.max_position_embeddings}: "
+                        "positions beyond it ruin acceptance on long contexts (SpecForge issue #271)",
+                        f"set it to {target.max_position_embeddings}", code="max_positions")]
+    if target is None and mpe < SMALL_MAX_POSITIONS:
+        return [Finding("warning", "max_position_embeddings", f"{mpe} is small: long contexts lose acceptance "
+                        "(SpecForge issue #271)", "set it to the target's value", code="max_positions")]
+    return []
+
+
+# ======================================================================================================
+# writing (tests, `eaglelab train`)
+# ======================================================================================================
+
+
+def sglang_config(
+    *,
+    hidden_size: int,
+    vocab_size: int,
+    draft_vocab_size: int,
+    aux_layer_ids: list[int] | None,
+    num_attention_heads: int,
+    num_key_value_heads: int,
+    intermediate_size: int,
+    target_hidden_size: int | None = None,
+    max_position_embeddings: int = 8192,
+    rope_theta: float = 10000.0,
+    rms_norm_eps: float = 1e-5,
+) -> dict[str, Any]:
+    """A SGLang/SpecForge ``config.json`` dict; ``aux_layer_ids=None`` leaves out ``eagle_config``."""
+    cfg: dict[str, Any] = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "num_hidden_layers": 1,
+        "hidden_size": hidden_size,
+        "intermediate_size": intermediate_size,
+        "num_attention_heads": num_attention_heads,
+        "num_key_value_heads": num_key_value_heads,
+        "vocab_size": vocab_size,
+        "draft_vocab_size": draft_vocab_size,
+        "max_position_embeddings": max_position_embeddings,
+        "rope_theta": rope_theta,
+        "rms_norm_eps": rms_norm_eps,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+    }
+    if target_hidden_size is not None:
+        cfg["target_hidden_size"] = target_hidden_size
+    if aux_layer_ids is not None:
+        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(aux_layer_ids), "use_aux_hidden_state": True}
+    return cfg
+
+
+def speculators_config(sglang_cfg: Mapping[str, Any], *, aux_layer_ids: list[int] | None, verifier: str = "target") -> dict[str, Any]:
+    """The speculators form of a SGLang config dict; ``aux_layer_ids`` in vLLM convention (None: null)."""
+    layer = {k: v for k, v in sglang_cfg.items() if k not in ("eagle_config", "draft_vocab_size", "target_hidden_size", "architectures")}
+    layer["architectures"] = ["LlamaForCausalLM"]
+    return {
+        "architectures": ["Eagle3Speculator"],
+        "speculators_model_type": "eagle3",
+        "transformer_layer_config": layer,
+        "draft_vocab_size": sglang_cfg.get("draft_vocab_size"),
+        "target_hidden_size": sglang_cfg.get("target_hidden_size"),
+        "eagle_aux_hidden_state_layer_ids": list(aux_layer_ids) if aux_layer_ids is not None else None,
+        "norm_before_residual": False,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 5}],
+            "default_proposal_method": "greedy",
+            "verifier": {"name_or_path": verifier, "architectures": ["LlamaForCausalLM"]},
+        },
+    }
+
+
+def save_draft_checkpoint(path: str | Path, config: Mapping[str, Any], tensors: Mapping[str, "torch.Tensor"]) -> Path:  # noqa: F821
+    """Write ``config.json`` and ``model.safetensors``; ``tensors`` use SGLang names, written in the
+    config's format (speculators: ``midlayer.*`` -> ``layers.0.*``)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    fmt = detect_format(config, path / "config.json")
+    rename = (lambda n: "layers.0." + n[len("midlayer."):] if n.startswith("midlayer.") else n) if fmt == "speculators" else (lambda n: n)
+    (path / "config.json").write_text(json.dumps(dict(config), indent=2) + "\n")
+    if tensors:
+        save_file({rename(k): v.contiguous() for k, v in tensors.items()}, str(path / "model.safetensors"))
+    return path

@@ -1,0 +1,2 @@
+"""The models: config, shared layers, the target (dense and MoE), the EAGLE-3 drafter, tensor-parallel layers,
+scale presets."""

@@ -1,0 +1,245 @@
+"""The EAGLE-3 drafter: one Llama-style layer over [embedding ; fused target features].
+
+Reads SGLang/SpecForge (``LlamaForCausalLMEagle3``) and speculators (``Eagle3Speculator``)
+checkpoints unchanged through :mod:`eaglelab.engine.formats.draft_checkpoint`. The token embedding is the
+target's; ``fc`` fuses the target's aux hidden states (n x H_target -> H); later draft steps feed
+back the drafter's own pre-norm hidden state (H). Draft-vocabulary ids map to target ids through
+``d2t`` (target id = draft id + d2t[draft id]).
+
+One step, per position p (token t_{p+1} is the next token, f_p the features at p)::
+
+    e = input_layernorm(embed(t_{p+1}))          # [B, T, H]
+    g = hidden_norm(f_p)                         # f_p = fc(aux_p) or the drafter's own output
+    a = attn(cat(e, g))                          # q/k/v take 2H inputs
+    h = f_p + a  (or g + a with norm_before_residual)
+    out = h + mlp(post_attention_layernorm(h))   # pre-norm hidden, fed back next step
+    logits = lm_head(norm(out))                  # [B, T, V_draft]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from eaglelab.engine.errors import CheckpointError
+from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.model.layers import RMSNorm, Rotary, apply_rotary, attend
+
+
+@dataclass(frozen=True)
+class Eagle3Config:
+    """The drafter's shapes (from a DraftCheckpoint or chosen for a new drafter)."""
+
+    hidden_size: int
+    target_hidden_size: int
+    num_aux: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int  # the target's
+    draft_vocab_size: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    rope_scaling: tuple | None = None
+    norm_before_residual: bool = False
+
+    @property
+    def aux_size(self) -> int:
+        return self.num_aux * self.target_hidden_size
+
+
+class Eagle3Attention(nn.Module):
+    def __init__(self, cfg: Eagle3Config) -> None:
+        super().__init__()
+        H, D = cfg.hidden_size, cfg.head_dim
+        self.num_heads, self.num_kv_heads, self.head_dim = cfg.num_heads, cfg.num_kv_heads, D
+        self.q_proj = nn.Linear(2 * H, cfg.num_heads * D, bias=False)
+        self.k_proj = nn.Linear(2 * H, cfg.num_kv_heads * D, bias=False)
+        self.v_proj = nn.Linear(2 * H, cfg.num_kv_heads * D, bias=False)
+        self.o_proj = nn.Linear(cfg.num_heads * D, H, bias=False)
+
+    def forward(self, x, cos, sin, cache: KVCache | None, slots, mask) -> torch.Tensor:
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim)  # [B, T, NH, D]
+        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim)  # [B, T, KVH, D]
+        v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim)
+        q = apply_rotary(q.transpose(1, 2), cos, sin)
+        k = apply_rotary(k.transpose(1, 2), cos, sin)
+        if cache is None:
+            out = attend(q, k, v.transpose(1, 2), mask)
+        else:
+            cache.write(0, slots, k.transpose(1, 2), v)
+            k_all, v_all = cache.layer(0, B)
+            out = attend(q, k_all, v_all, mask)
+        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+
+
+class Eagle3MLP(nn.Module):
+    def __init__(self, cfg: Eagle3Config) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Eagle3MidLayer(nn.Module):
+    def __init__(self, cfg: Eagle3Config) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Eagle3Attention(cfg)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.mlp = Eagle3MLP(cfg)
+        self.norm_before_residual = cfg.norm_before_residual
+
+    def forward(self, embeds, feats, cos, sin, cache, slots, mask) -> torch.Tensor:
+        g = self.hidden_norm(feats)
+        residual = g if self.norm_before_residual else feats
+        x = torch.cat([self.input_layernorm(embeds), g], dim=-1)  # [B, T, 2H]
+        h = residual + self.self_attn(x, cos, sin, cache, slots, mask)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class Eagle3Drafter(nn.Module):
+    """The drafter network. ``embed`` is the target's embedding, shared, not owned."""
+
+    def __init__(self, cfg: Eagle3Config, embed: nn.Embedding) -> None:
+        super().__init__()
+        self.config = cfg
+        self.fc = nn.Linear(cfg.aux_size, cfg.hidden_size, bias=False)
+        self.midlayer = Eagle3MidLayer(cfg)
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
+        self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
+        self.register_buffer("t2d", torch.ones(cfg.vocab_size, dtype=torch.bool))
+        self.rotary = Rotary(cfg.head_dim, cfg.rope_theta, dict(cfg.rope_scaling) if cfg.rope_scaling else None)
+        self._embed = [embed]  # a list, so the target's weights are not registered as ours
+
+    @property
+    def embed(self) -> nn.Embedding:
+        return self._embed[0]
+
+    def token_map(self) -> torch.Tensor:
+        """Target id of each draft id, [V_draft]."""
+        return torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
+
+    def fuse(self, aux: torch.Tensor) -> torch.Tensor:
+        """Target aux features [B, T, n*H_t] -> drafter features [B, T, H]."""
+        return self.fc(aux.to(self.fc.weight.dtype))
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        feats: torch.Tensor,
+        positions: torch.Tensor,
+        cache: KVCache | None = None,
+        slots: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """tokens [B, T] (the NEXT tokens), feats [B, T, H], positions [B, T].
+
+        Returns the pre-norm hidden [B, T, H] and draft logits [B, T, V_draft] (float32).
+        """
+        embeds = self.embed(tokens).to(feats.dtype)  # [B, T, H]
+        cos, sin = self.rotary(positions, feats.dtype)
+        out = self.midlayer(embeds, feats, cos, sin, cache, slots, mask)  # [B, T, H]
+        return out, self.lm_head(self.norm(out)).float()
+
+    def reset_buffers(self) -> None:
+        from eaglelab.engine.model.layers import rope_inv_freq
+
+        cfg = self.config
+        scaling = dict(cfg.rope_scaling) if cfg.rope_scaling else None
+        self.rotary.inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta, scaling).to(self.fc.weight.device)
+
+
+def config_from_checkpoint(ck, target_hidden: int) -> Eagle3Config:
+    """An :class:`Eagle3Config` from a read :class:`DraftCheckpoint`."""
+    num_aux = ck.num_aux_from_fc or (len(ck.aux_layer_ids) if ck.aux_layer_ids else 3)
+    return Eagle3Config(
+        hidden_size=ck.hidden_size,
+        target_hidden_size=ck.target_hidden_size or target_hidden,
+        num_aux=num_aux,
+        num_heads=ck.num_attention_heads,
+        num_kv_heads=ck.num_key_value_heads,
+        head_dim=ck.head_dim,
+        intermediate_size=ck.intermediate_size,
+        vocab_size=ck.vocab_size,
+        draft_vocab_size=ck.draft_vocab_size,
+        rms_norm_eps=ck.rms_norm_eps,
+        rope_theta=ck.rope_theta,
+        rope_scaling=tuple(sorted(ck.rope_scaling.items())) if ck.rope_scaling else None,
+        norm_before_residual=bool(ck.norm_before_residual),
+    )
+
+
+def load_drafter_weights(drafter: Eagle3Drafter, ck) -> None:
+    """Copy a checkpoint's tensors into ``drafter``, checking every name and shape."""
+    state = ck.load_state_dict()
+    own = dict(drafter.named_parameters())
+    own.update({"d2t": drafter.d2t, "t2d": drafter.t2d})
+    for name, param in own.items():
+        if name not in state:
+            if name == "t2d" and "d2t" in state:
+                continue  # derivable from d2t; filled below
+            raise CheckpointError("missing tensor", file=ck.path, field=name, hint="an EAGLE-3 checkpoint needs it")
+        src = state[name]
+        if tuple(src.shape) != tuple(param.shape):
+            raise CheckpointError(
+                "wrong tensor shape", file=ck.path, field=name, found=list(src.shape), expected=list(param.shape)
+            )
+        with torch.no_grad():
+            param.copy_(src.to(param.dtype))
+    if "t2d" not in state:
+        with torch.no_grad():
+            drafter.t2d.zero_()
+            drafter.t2d[drafter.token_map()] = True
+
+
+def load_eagle3(path, target_model, *, device=None, dtype=None, serving: str | None = None, warn=None):
+    """Load an EAGLE-3 drafter directory for ``target_model`` (a :class:`Transformer`).
+
+    Returns ``(drafter, hf_taps, reason)``: the network, the HF ``output_hidden_states`` indices
+    the target must feed it, and how those indices were chosen (shown to the user).
+    """
+    from eaglelab.engine.formats.conventions import default_hf_indices, ids_to_hf_indices
+    from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
+
+    ck = read_draft_checkpoint(path)
+    tcfg = target_model.config
+    errors = [f for f in ck.validate(tcfg) if f.severity == "error"]
+    if errors:
+        first = errors[0]
+        raise CheckpointError(first.message, file=ck.config_file, field=first.field, hint=first.hint)
+    if not ck.has_weights:
+        raise CheckpointError("no weights (*.safetensors) in the drafter directory", file=ck.path)
+    cfg = config_from_checkpoint(ck, tcfg.hidden_size)
+    if ck.aux_layer_ids is None:
+        taps = default_hf_indices(tcfg.num_layers)
+        reason = f"config names no aux ids: using the serving engines' default taps hs{list(taps)}"
+        if warn:
+            warn(reason)
+    else:
+        conv = serving or ck.aux_convention or ck.default_serving
+        # Serving engines capture in layer order whatever order the config lists, so do we.
+        taps = tuple(sorted(ids_to_hf_indices(ck.aux_layer_ids, conv)))
+        reason = f"ids {list(ck.aux_layer_ids)} read in the {conv} convention = hs{list(taps)}"
+    if len(taps) != cfg.num_aux:
+        raise CheckpointError(
+            "aux ids disagree with the fc width", file=ck.config_file, field="eagle_aux_hidden_state_layer_ids",
+            found=len(taps), expected=cfg.num_aux,
+        )
+    emb = target_model.embed_tokens
+    net = Eagle3Drafter(cfg, emb).float()
+    load_drafter_weights(net, ck)
+    net = net.to(device=device or emb.weight.device, dtype=dtype or emb.weight.dtype).eval()
+    net.d2t = net.d2t.long()
+    net.reset_buffers()
+    return net, tuple(taps), reason

@@ -1,0 +1,184 @@
+"""The target model: one implementation for the Llama family (Llama 3.x, SmolLM2, Qwen2, Qwen3),
+with a DeepSeek-style MoE block for Kimi-like targets (``engine/model/moe.py``).
+
+Shapes: B batch, T new tokens, S cache length, H hidden, NH/KVH heads, D head dim, V vocab.
+
+The forward takes explicit positions (RoPE) and explicit cache slots (where K/V are written), and
+a boolean mask over the cache, so prefill, decode, padded batches and tree verification are all the
+same call. Aux hidden-state taps use HF ``output_hidden_states`` indices: ``hs[0]`` the embedding
+output, ``hs[i]`` the residual stream after decoder layer ``i-1``, ``hs[L]`` after the final norm.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from eaglelab.engine.model.config import ModelConfig
+from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.model.layers import RMSNorm, Rotary, apply_rotary, attend, rope_inv_freq
+from eaglelab.engine.model.parallel import (
+    ColumnParallelLinear,
+    ParallelLMHead,
+    RowParallelLinear,
+    TPGroup,
+    VocabParallelEmbedding,
+    head_split,
+)
+
+
+class Attention(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int, tp: TPGroup | None) -> None:
+        super().__init__()
+        self.layer, self.tp = layer, tp
+        heads = head_split(cfg.num_heads, cfg.num_kv_heads, tp)  # whole GQA groups per rank
+        self.local_heads, self.local_kv_heads = heads.q_len, heads.kv_len
+        self.head_dim = D = cfg.head_dim
+        q_rows, kv_rows = (heads.q_start * D, heads.q_len * D), (heads.kv_start * D, heads.kv_len * D)
+        bias = cfg.attention_bias
+        self.q_proj = ColumnParallelLinear(cfg.hidden_size, cfg.q_size, bias, tp, "q_proj", rows=q_rows)
+        self.k_proj = ColumnParallelLinear(cfg.hidden_size, cfg.kv_size, bias, tp, "k_proj", rows=kv_rows)
+        self.v_proj = ColumnParallelLinear(cfg.hidden_size, cfg.kv_size, bias, tp, "v_proj", rows=kv_rows)
+        self.o_proj = RowParallelLinear(cfg.q_size, cfg.hidden_size, tp, "o_proj", cols=q_rows)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
+        else:
+            self.q_norm = self.k_norm = None
+
+    def forward(self, x, cos, sin, cache: KVCache | None, slots, mask, kv_len: int | None = None) -> torch.Tensor:
+        B, T, _ = x.shape
+        q = self.q_proj(x).view(B, T, self.local_heads, self.head_dim)  # [B, T, NH, D]
+        k = self.k_proj(x).view(B, T, self.local_kv_heads, self.head_dim)  # [B, T, KVH, D]
+        v = self.v_proj(x).view(B, T, self.local_kv_heads, self.head_dim)
+        if self.q_norm is not None:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rotary(q.transpose(1, 2), cos, sin)  # [B, NH, T, D]
+        k = apply_rotary(k.transpose(1, 2), cos, sin)  # [B, KVH, T, D]
+        if cache is None:
+            out = attend(q, k, v.transpose(1, 2), mask)
+        else:
+            cache.write(self.layer, slots, k.transpose(1, 2), v)
+            k_all, v_all = cache.layer(self.layer, B)  # [B, KVH, S, D]
+            if kv_len is not None:  # eager paths may attend over the used prefix only
+                k_all, v_all = k_all[:, :, :kv_len], v_all[:, :, :kv_len]
+            out = attend(q, k_all, v_all, mask)
+        out = self.o_proj(out.transpose(1, 2).reshape(B, T, -1))  # [B, T, H] (partial under TP)
+        if self.tp:
+            out = self.tp.all_reduce(out, self.layer, "attn")
+        return out
+
+
+class DenseMLP(nn.Module):
+    """SwiGLU MLP: down(silu(gate(x)) * up(x)); gate/up column-parallel, down row-parallel."""
+
+    def __init__(self, cfg: ModelConfig, layer: int, tp: TPGroup | None, intermediate: int | None = None) -> None:
+        super().__init__()
+        self.layer, self.tp = layer, tp
+        inter = intermediate or cfg.intermediate_size
+        self.gate_proj = ColumnParallelLinear(cfg.hidden_size, inter, False, tp, "gate_proj")
+        self.up_proj = ColumnParallelLinear(cfg.hidden_size, inter, False, tp, "up_proj")
+        self.down_proj = RowParallelLinear(inter, cfg.hidden_size, tp, "down_proj")
+
+    def forward(self, x: torch.Tensor, reduce: bool = True) -> torch.Tensor:
+        y = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # [B, T, H] (partial under TP)
+        if self.tp and reduce:
+            y = self.tp.all_reduce(y, self.layer, "mlp")
+        return y
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, cfg: ModelConfig, layer: int, tp: TPGroup | None) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.self_attn = Attention(cfg, layer, tp)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        if cfg.is_moe_layer(layer):
+            from eaglelab.engine.model.moe import MoEBlock
+
+            self.mlp: nn.Module = MoEBlock(cfg, layer, tp)
+        else:
+            self.mlp = DenseMLP(cfg, layer, tp)
+
+    def forward(self, x, cos, sin, cache, slots, mask, kv_len=None) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, slots, mask, kv_len)
+        return x + self.mlp(self.post_attention_layernorm(x))
+
+
+class Transformer(nn.Module):
+    """The target. Parameter names follow HF checkpoints with the ``model.`` prefix dropped."""
+
+    def __init__(self, cfg: ModelConfig, tp: TPGroup | None = None) -> None:
+        super().__init__()
+        self.config, self.tp = cfg, tp
+        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, tp)  # all-reduce "embed"
+        self.layers = nn.ModuleList(DecoderLayer(cfg, i, tp) for i in range(cfg.num_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+        self.lm_head = ParallelLMHead(cfg.hidden_size, cfg.vocab_size, tp, cfg.num_layers)  # all-gather "head"
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+        self.rotary = Rotary(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling_dict)
+
+    def reset_buffers(self) -> None:
+        """Recompute non-persistent buffers (after building on the meta device) and re-tie the head."""
+        cfg = self.config
+        inv = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling_dict)
+        self.rotary.inv_freq = inv.to(self.embed_tokens.weight.device)
+        if cfg.tie_word_embeddings:
+            self.lm_head.weight = self.embed_tokens.weight
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        cache: KVCache | None = None,
+        slots: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        taps: tuple[int, ...] = (),
+        kv_len: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Run the decoder stack.
+
+        input_ids, positions, slots: [B, T]; mask: bool [B, T, S] over the cache (or [B, T, T]
+        without a cache; None = causal). ``taps`` are HF ``output_hidden_states`` indices.
+        Returns the final-normed hidden state [B, T, H] and the taps concatenated
+        [B, T, len(taps) * H] (None without taps). ``kv_len`` limits attention to the first
+        ``kv_len`` cache slots (the mask is then [B, T, kv_len]); None = the whole cache.
+        """
+        x = self.embed_tokens(input_ids)  # [B, T, H]
+        cos, sin = self.rotary(positions, x.dtype)
+        tapped: dict[int, torch.Tensor] = {}
+        if 0 in taps:
+            tapped[0] = x
+        for i, layer in enumerate(self.layers):
+            x = layer(x, cos, sin, cache, slots, mask, kv_len)
+            if i + 1 in taps and i + 1 < len(self.layers):
+                tapped[i + 1] = x
+        x = self.norm(x)
+        if len(self.layers) in taps:
+            tapped[len(self.layers)] = x
+        aux = torch.cat([tapped[i] for i in taps], dim=-1) if taps else None
+        return x, aux
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[..., H] -> [..., V], in float32."""
+        return self.lm_head(hidden).float()
+
+    @torch.no_grad()
+    def all_hidden_states(self, input_ids: torch.Tensor) -> list[torch.Tensor]:
+        """HF ``output_hidden_states`` for a causal pass over input_ids [B, T]: L+1 tensors [B, T, H]."""
+        T = input_ids.shape[1]
+        positions = torch.arange(T, device=input_ids.device).expand_as(input_ids)
+        taps = tuple(range(self.config.num_layers + 1))
+        _, aux = self.forward(input_ids, positions, taps=taps)
+        assert aux is not None
+        return list(aux.split(self.config.hidden_size, dim=-1))
+
+    @torch.no_grad()
+    def taps(self, input_ids: torch.Tensor, hf_indices: tuple[int, ...]) -> torch.Tensor:
+        """The aux features [B, T, n*H] at ``hf_indices`` for a causal pass over input_ids [B, T]."""
+        positions = torch.arange(input_ids.shape[1], device=input_ids.device).expand_as(input_ids)
+        _, aux = self.forward(input_ids, positions, taps=hf_indices)
+        assert aux is not None
+        return aux

@@ -1,0 +1,2 @@
+"""The runtime: the speculative loop, runners (eager, CUDA graphs), KV cache, tree, acceptance, sampling,
+drafters, timing and the observer seam."""

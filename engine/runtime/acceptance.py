@@ -1,0 +1,108 @@
+"""Accepting draft tokens against the target: greedy matching and lossless tree rejection sampling.
+
+The target ran once over the whole draft tree; its output at node i is its prediction for the
+token that follows node i's path. Both functions walk the tree from the root and return the
+accepted path, the committed tokens (accepted drafts, then one bonus token from the target) and
+the accept length (SGLang's "accept len": the bonus included). They are vectorised over the
+batch, keep fixed shapes and never synchronise with the host.
+
+Worked example (greedy): tree tokens [9, 4, 7, 5], parents [-1, 0, 0, 1] (9 -> 4 -> 5, 9 -> 7);
+target argmax per node [4, 5, 1, 8]. Node 1 (4) matches argmax at the root, node 3 (5) matches
+argmax at node 1, node 2 (7) does not match. Path [0, 1, 3], bonus = argmax at node 3 = 8,
+tokens [4, 5, 8], accept_len 3.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from eaglelab.engine.runtime.sampling import sample
+from eaglelab.engine.runtime.tree import DraftTree
+
+
+@dataclass(frozen=True)
+class Acceptance:
+    """What one verify step commits, per row. D is ``tree.max_depth``.
+
+    ``tokens[b, :accept_len[b]]`` are the committed tokens: the accepted draft tokens in path
+    order, then the bonus token. ``path[b, :accept_len[b]]`` are the accepted node indices,
+    starting at the root (0). Entries past ``accept_len`` are -1.
+    """
+
+    accept_len: Tensor  # [B] long, 1..D+1
+    path: Tensor  # [B, D+1] long
+    tokens: Tensor  # [B, D+1] long
+    bonus: Tensor  # [B] long
+
+    @property
+    def last_node(self) -> Tensor:
+        """Index ``[B]`` of the deepest accepted node (0 when no draft token was accepted)."""
+        return self.path.gather(1, (self.accept_len - 1)[:, None]).squeeze(1)
+
+    @property
+    def num_accepted_drafts(self) -> Tensor:
+        """Draft tokens accepted ``[B]``: ``accept_len - 1``."""
+        return self.accept_len - 1
+
+
+def greedy_accept(tree: DraftTree, target_logits: Tensor) -> Acceptance:
+    """Greedy verification of ``tree`` against ``target_logits [B, N, V]``.
+
+    A node is accepted when its token equals the target's argmax at its parent and its parent is
+    accepted. The deepest accepted node wins (the first in node order among equally deep ones);
+    the bonus is the target's argmax there. Commits exactly what plain greedy decoding would.
+    """
+    pred = torch.argmax(target_logits, dim=-1)  # [B, N]; the target's next token after node i
+    parent_pred = pred.gather(1, tree.parents.clamp(min=0))  # [B, N]
+    match = (tree.tokens == parent_pred) | (tree.parents < 0)  # [B, N]; the root always matches
+    accepted = ~(tree.mask & ~match[:, None, :]).any(dim=-1)  # [B, N]; every ancestor-or-self matches
+    last = torch.argmax(torch.where(accepted, tree.depth, -1), dim=1)  # [B]; first deepest
+    bonus = pred.gather(1, last[:, None]).squeeze(1)  # [B]
+    return _commit(tree, last, bonus)
+
+
+def rejection_accept(tree: DraftTree, target_probs: Tensor, generator: torch.Generator | None = None) -> Acceptance:
+    """Lossless tree rejection sampling of deterministic draft candidates.
+
+    ``target_probs [B, N, V]`` is the target's (filtered, tempered) next-token distribution after
+    each node. Starting at the root with residual p = target_probs[root], the children c of the
+    current node are tried in node order: c is accepted with probability p(c) / sum(p), moving to
+    c with p = target_probs[c]; otherwise p(c) is set to 0 and the next child is tried. When no
+    child is accepted the bonus is drawn from the residual p. The committed tokens are then
+    distributed exactly as if drawn from the target one by one.
+    """
+    batch, nodes, _ = target_probs.shape
+    uniform = torch.rand(batch, nodes, generator=generator, device=target_probs.device)  # [B, N]
+    cur = torch.zeros(batch, dtype=torch.long, device=target_probs.device)  # [B] current node
+    residual = target_probs[:, 0].float()  # [B, V]
+    for i in range(1, nodes):  # parents come before children: one pass visits every child in order
+        tok = tree.tokens[:, i : i + 1]  # [B, 1]
+        p_tok = residual.gather(1, tok).squeeze(1)  # [B]
+        is_child = tree.parents[:, i] == cur  # [B]
+        accept = is_child & (uniform[:, i] * residual.sum(dim=-1) < p_tok)  # [B]
+        reject = is_child & ~accept
+        residual = residual.scatter(1, tok, torch.where(reject, 0.0, p_tok)[:, None])
+        residual = torch.where(accept[:, None], target_probs[:, i].float(), residual)
+        cur = torch.where(accept, i, cur)
+    bonus = sample(residual, generator)  # [B]
+    return _commit(tree, cur, bonus)
+
+
+def _commit(tree: DraftTree, last: Tensor, bonus: Tensor) -> Acceptance:
+    """The path from the root to ``last [B]`` and the committed tokens ending in ``bonus [B]``."""
+    batch, nodes = tree.tokens.shape
+    width = tree.max_depth + 1
+    levels = torch.arange(width, device=last.device)  # [D+1]
+    ids = torch.arange(nodes, device=last.device)  # [N]
+    on_path = tree.mask.gather(1, last[:, None, None].expand(batch, 1, nodes)).squeeze(1)  # [B, N]
+    at_level = on_path[:, None, :] & (tree.depth[:, None, :] == levels[None, :, None])  # [B, D+1, N]
+    path = torch.where(at_level.any(-1), (at_level.long() * ids).sum(-1), -1)  # [B, D+1]
+    accept_len = tree.depth.gather(1, last[:, None]).squeeze(1) + 1  # [B]
+    drafts = tree.tokens.gather(1, path[:, 1:].clamp(min=0))  # [B, D]; tokens after the root
+    drafts = torch.where(path[:, 1:] >= 0, drafts, -1)
+    tokens = torch.cat([drafts, drafts.new_full((batch, 1), -1)], dim=1)  # [B, D+1]
+    tokens = torch.where(levels[None, :] == (accept_len - 1)[:, None], bonus[:, None], tokens)
+    return Acceptance(accept_len=accept_len, path=path, tokens=tokens, bonus=bonus)

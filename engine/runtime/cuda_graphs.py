@@ -1,0 +1,377 @@
+"""The CUDA-graph runner: captured graphs per batch-size bucket, eager fallbacks that say why.
+
+Same interface as :class:`eaglelab.engine.runtime.runner.EagerRunner`. Per bucket ``b`` (1, 2, 4, ... 32)
+it captures, depending on the speculative settings:
+
+    decode        the target's 1-token step                         tokens [b, 1]
+    verify        the tree verify in attention mode ``decode``       tokens [b, N] for each N captured
+    draft         one drafter step over the frontier                 tokens [b, topk]
+    draft_extend  the drafter's catch-up on the accepted tokens       tokens [b, num_steps + 1]
+
+A call with B real rows replays the smallest bucket ``b >= B``: its inputs are copied into the
+graph's static buffers (rows B..b-1 are pad rows: token 0 at position 0, written to slot 0 of
+their own cache row, seeing only that slot; no real row ever reads a pad row's cache row), the
+graph replays, and the first B rows of its static outputs are copied out. Anything else runs
+eagerly and the runner records why ("eager: <reason>"): the prompt prefill, attention mode
+``prefill`` (its extend forward sizes itself per call), a batch above the largest bucket, a shape
+not captured, graphs off, no CUDA.
+
+Static buffers. Graphs bind device addresses, so the runner owns the KV caches: one target cache
+of ``max(buckets)`` rows x ``max_len`` slots (bucket b uses its first b rows) that the engine takes
+through :meth:`CudaGraphRunner.make_cache`, and one drafter cache of the shape
+:class:`~eaglelab.engine.runtime.drafters.Eagle3Proposer` allocates for it (``max_len + steps * topk + 2``
+slots). The proposer allocates its own cache per run and hands it to every ``draft`` call; the
+runner runs all of those calls (eager ones too, so the state stays in one place) on its own static
+drafter cache instead, whenever that cache has the proposer's shape. Nothing outside
+``runner.draft`` reads the drafter cache, so results are the same.
+
+All graphs share one memory pool; the largest bucket is captured first. Capture runs warm-up
+iterations on a side stream with host-sync detection on (a forward that synchronises with the host
+cannot be captured: it falls back with the reason), then captures on that stream. Capture time
+and pool growth per graph are kept in :attr:`CudaGraphRunner.capture_stats` and sent to the
+observer through ``on_graph_captured``. Replay decisions use host-side shapes only: no host sync.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import time
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.model.model import Transformer
+from eaglelab.engine.runtime.observer import GraphCaptureStats, Observer
+from eaglelab.engine.runtime.runner import CYCLE_PHASES
+from eaglelab.engine.runtime.spec_config import SpecConfig
+
+DEFAULT_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+
+REPLAY = "replay"
+EAGER_OFF = "eager: CUDA graphs off"
+EAGER_NO_CUDA = "eager: no CUDA device"
+EAGER_PREFILL = "eager: prefill (prompt shapes vary)"
+EAGER_EXTEND = "eager: attention mode prefill (extend shapes vary)"
+EAGER_HOST_DRAFTER = "eager: host-side drafter (no forward)"
+EAGER_NO_FORWARD = "eager: no forward this cycle"
+
+
+
+def bucket_for(batch: int, buckets: tuple[int, ...]) -> int | None:
+    """The smallest bucket >= ``batch`` (None when ``batch`` is above them all)."""
+    fits = [b for b in buckets if b >= batch]
+    return min(fits) if fits else None
+
+
+def draft_cache_len(max_len: int, spec: SpecConfig) -> int:
+    """Slots of the drafter cache :class:`Eagle3Proposer` allocates over a target cache of ``max_len``."""
+    return max_len + spec.num_steps * spec.topk + 2
+
+
+@dataclass(frozen=True)
+class GraphPlan:
+    """What a runner captures (derived from the spec; the micro-benchmark widens ``verify_tokens``)."""
+
+    buckets: tuple[int, ...]
+    max_len: int
+    decode: bool  # the target's 1-token step (plain decoding)
+    verify_tokens: tuple[int, ...]  # widths N of decode-mode verify graphs
+    draft_width: int  # tokens per drafter step (topk); 0 = no drafter graphs
+    extend_width: int  # tokens per draft-extend (num_steps + 1)
+
+    @classmethod
+    def for_spec(cls, spec: SpecConfig, has_drafter_net: bool, max_len: int,
+                 buckets: tuple[int, ...] = DEFAULT_BUCKETS) -> "GraphPlan":
+        verify = (spec.draft_tokens,) if spec.enabled and spec.attention_mode == "decode" else ()
+        drafts = spec.enabled and has_drafter_net
+        return cls(
+            buckets=tuple(sorted(set(buckets))), max_len=max_len, decode=not spec.enabled,
+            verify_tokens=verify, draft_width=spec.topk if drafts else 0,
+            extend_width=spec.num_steps + 1 if drafts else 0,
+        )
+
+
+class _Graph:
+    """One captured graph: static inputs, static outputs, and the CUDAGraph replaying over them."""
+
+    def __init__(self, inputs: dict[str, torch.Tensor], outputs: tuple, graph,
+                 on_replay: Callable[[], None] | None = None) -> None:
+        self.inputs, self.outputs, self.graph = inputs, outputs, graph
+        self.on_replay = on_replay  # TP: hands the all-reduce events captured in the graph to the probe
+
+    def run(self, values: dict[str, torch.Tensor], batch: int) -> tuple:
+        """Copy ``values`` (first ``batch`` rows) in, reset the pad rows, replay, copy rows out."""
+        for name, buf in self.inputs.items():
+            buf[:batch].copy_(values[name])
+            if batch < buf.shape[0]:
+                _pad_rows(name, buf[batch:])
+        self.graph.replay()
+        if self.on_replay is not None:
+            self.on_replay()
+        return tuple(None if o is None else o[:batch].clone() for o in self.outputs)
+
+
+def _pad_rows(name: str, rows: torch.Tensor) -> None:
+    """Harmless pad inputs: token 0 at position/slot 0, attending to slot 0 only, zero features."""
+    rows.zero_()
+    if name == "mask":
+        rows[..., 0] = True
+
+
+class CudaGraphRunner:
+    """Replays captured CUDA graphs where it can, runs eagerly (saying why) where it cannot."""
+
+    def __init__(
+        self,
+        target: Transformer,
+        drafter=None,
+        *,
+        spec: SpecConfig = SpecConfig(),
+        taps: tuple[int, ...] = (),
+        max_len: int = 2048,
+        buckets: tuple[int, ...] = DEFAULT_BUCKETS,
+        plan: GraphPlan | None = None,
+        enabled: bool = True,
+        warmup: int = 2,
+    ) -> None:
+        """``drafter`` is the drafter network (an Eagle3Drafter) or None; ``taps`` the aux taps the
+        engine passes to verify; ``max_len`` the static cache's slots (a run needing more runs eagerly).
+        """
+        self.target, self.drafter, self.spec, self.taps = target, drafter, spec, tuple(taps)
+        param = next(target.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.plan = plan or GraphPlan.for_spec(spec, drafter is not None, max_len, buckets)
+        self.warmup = warmup
+        self.disabled_reason = None if enabled else EAGER_OFF
+        if enabled and self.device.type != "cuda":
+            self.disabled_reason = EAGER_NO_CUDA
+        self.cache: KVCache | None = None  # the static target cache
+        self.draft_cache: KVCache | None = None  # the static drafter cache
+        self.capture_stats: list[GraphCaptureStats] = []
+        self.fallbacks: Counter[tuple[str, str]] = Counter()  # (phase, reason) -> calls
+        self._graphs: dict[tuple[str, int, int], _Graph] = {}
+        self._failed: dict[tuple[str, int, int], str] = {}
+        self._captured = False
+        self._pool = None
+        self._status: dict[str, str] = {}
+        self._foreign = "eager: cache not the graph runner's"
+
+    @classmethod
+    def for_engine(cls, target: Transformer, spec: SpecConfig, drafter=None, **kw) -> "CudaGraphRunner":
+        """A runner for an Engine given its drafter (an Eagle3Proposer, an NgramDrafter or None)."""
+        net = getattr(drafter, "net", None) if spec.enabled else None
+        taps = tuple(getattr(drafter, "target_taps", ()) or ()) if spec.enabled else ()
+        return cls(target, net, spec=spec, taps=taps, enabled=spec.cuda_graphs, **kw)
+
+    # ---- static buffers and capture ------------------------------------------------------------
+    @property
+    def max_batch(self) -> int:
+        return max(self.plan.buckets)
+
+    def make_cache(self, batch: int, max_len: int, observer: Observer | None = None) -> KVCache | None:
+        """The static target cache for a run of ``batch`` rows needing ``max_len`` slots, capturing
+        the graphs on first use; None (the engine then allocates its own, and the run is eager)
+        when graphs are off or the run does not fit. Sends the capture stats to ``observer``.
+        """
+        if self.disabled_reason is not None:
+            return None
+        if batch > self.max_batch:
+            self._foreign = f"eager: batch {batch} above the largest bucket {self.max_batch}"
+            return None
+        if max_len > self.plan.max_len:
+            self._foreign = f"eager: run needs {max_len} cache slots > graph capacity {self.plan.max_len}"
+            return None
+        self.capture()
+        if observer is not None:
+            for stats in self.capture_stats:
+                observer.on_graph_captured(stats)
+        return self.cache
+
+    @torch.inference_mode()
+    def capture(self) -> list[GraphCaptureStats]:
+        """Allocate the static caches and capture every planned graph (once). Returns the stats."""
+        if self._captured or self.disabled_reason is not None:
+            return self.capture_stats
+        self._captured = True
+        self._allocate_caches()
+        for b in sorted(self.plan.buckets, reverse=True):  # largest first: it sizes the shared pool
+            for name, width in self._planned():
+                self._capture_one(name, b, width)
+        return self.capture_stats
+
+    def _planned(self) -> list[tuple[str, int]]:
+        p = self.plan
+        out = [("decode", 1)] if p.decode else []
+        out += [("verify", n) for n in p.verify_tokens]
+        if p.draft_width and self.drafter is not None:
+            out += [("draft", p.draft_width), ("draft_extend", p.extend_width)]
+        return out
+
+    def _allocate_caches(self) -> None:
+        cfg, B = self.target.config, self.max_batch
+        kv = self.target.layers[0].self_attn.local_kv_heads
+        self.cache = KVCache(cfg.num_layers, B, kv, self.plan.max_len, cfg.head_dim, dtype=self.dtype, device=self.device)
+        if self.drafter is not None:
+            dc = self.drafter.config
+            self.draft_cache = KVCache(1, B, dc.num_kv_heads, draft_cache_len(self.plan.max_len, self.spec),
+                                       dc.head_dim, dtype=self.drafter.fc.weight.dtype, device=self.device)
+
+    def _static_inputs(self, name: str, b: int, T: int) -> dict[str, torch.Tensor]:
+        dev = self.device
+        S = self.cache.max_len if name in ("decode", "verify") else self.draft_cache.max_len  # type: ignore[union-attr]
+        ins = {"tokens": torch.zeros(b, T, dtype=torch.long, device=dev)}  # [b, T]
+        if name != "decode":
+            ins["positions"] = torch.zeros(b, T, dtype=torch.long, device=dev)  # [b, T]
+        ins["slots"] = torch.zeros(b, T, dtype=torch.long, device=dev)  # [b, T]
+        ins["mask"] = torch.zeros(b, T, S, dtype=torch.bool, device=dev)  # [b, T, S]
+        ins["mask"][..., 0] = True
+        if name.startswith("draft"):
+            H = self.drafter.config.hidden_size
+            ins["feats"] = torch.zeros(b, T, H, dtype=self.drafter.fc.weight.dtype, device=dev)  # [b, T, H]
+        return ins
+
+    def _forward_fn(self, name: str, ins: dict[str, torch.Tensor]) -> Callable[[], tuple]:
+        if name == "decode":
+            return lambda: (self.target(ins["tokens"], ins["slots"], self.cache, ins["slots"], ins["mask"])[0],)
+        if name == "verify":
+            return lambda: self.target(ins["tokens"], ins["positions"], self.cache, ins["slots"], ins["mask"], self.taps)
+        return lambda: self.drafter(ins["tokens"], ins["feats"], ins["positions"], self.draft_cache, ins["slots"], ins["mask"])
+
+    def _capture_one(self, name: str, b: int, T: int) -> None:
+        key = (name, b, T)
+        mem0, t0 = self._reserved(), time.perf_counter()
+        ins = self._static_inputs(name, b, T)
+        tp = getattr(self.target, "tp", None)
+        try:
+            # Under TP, all-reduces captured here get CUDA events captured with them (timed per replay).
+            with tp.capture(key) if tp is not None else contextlib.nullcontext():
+                graph, outputs = self._record(self._forward_fn(name, ins))
+        except RuntimeError as exc:
+            self._failed[key] = f"eager: capture failed ({str(exc).splitlines()[0][:120]})"
+            return
+        on_replay = (lambda: tp.replayed(key)) if tp is not None else None
+        self._graphs[key] = _Graph(ins, tuple(outputs), graph, on_replay)
+        self.capture_stats.append(GraphCaptureStats(
+            name=name, batch_size=b, seconds=time.perf_counter() - t0, memory_bytes=max(0, self._reserved() - mem0),
+        ))
+
+    def _reserved(self) -> int:
+        """Device memory reserved by the caching allocator (graph pools included), after a sync."""
+        torch.cuda.synchronize(self.device)
+        return torch.cuda.memory_reserved(self.device)
+
+    def _record(self, fn: Callable[[], tuple]):
+        """Warm ``fn`` up on a side stream, then capture it into the shared pool. -> (graph, outputs)."""
+        dev = self.device
+        if self._pool is None:
+            self._pool = torch.cuda.graph_pool_handle()
+        stream = torch.cuda.Stream(dev)
+        stream.wait_stream(torch.cuda.current_stream(dev))
+        try:
+            with torch.cuda.stream(stream):
+                _warm_up(fn, self.warmup)
+            torch.cuda.current_stream(dev).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self._pool, stream=stream):
+                outputs = fn()
+        finally:
+            torch.cuda.synchronize(dev)
+        return graph, outputs
+
+    # ---- replay or fall back -------------------------------------------------------------------
+    def _why_eager(self, name: str, batch: int, T: int, cache: KVCache, own: KVCache | None) -> str | None:
+        if self.disabled_reason is not None:
+            return self.disabled_reason
+        if batch > self.max_batch:
+            return f"eager: batch {batch} above the largest bucket {self.max_batch}"
+        if own is None or cache is not own:
+            return self._foreign
+        key = (name, bucket_for(batch, self.plan.buckets), T)
+        if key in self._failed:
+            return self._failed[key]
+        if key not in self._graphs:
+            return f"eager: {name} shape [B, {T}] not captured"
+        return None
+
+    def _run(self, name: str, phase: str, cache: KVCache, own: KVCache | None, values: dict, eager: Callable[[], tuple]):
+        batch, T = values["tokens"].shape
+        reason = self._why_eager(name, batch, T, cache, own)
+        self._status[phase] = reason or REPLAY
+        if reason is not None:
+            self.fallbacks[(phase, reason)] += 1
+            return eager()
+        return self._graphs[(name, bucket_for(batch, self.plan.buckets), T)].run(values, batch)
+
+    def _eager_status(self, phase: str, reason: str) -> None:
+        self._status[phase] = reason
+        self.fallbacks[(phase, reason)] += 1
+
+    # ---- the runner interface ------------------------------------------------------------------
+    def prefill(self, cache: KVCache, ids, positions, mask, taps):
+        """Prompt forward (always eager: prompt lengths vary)."""
+        self._eager_status("prefill", self.disabled_reason or EAGER_PREFILL)
+        return self.target(ids, positions, cache, positions, mask, taps)
+
+    def decode(self, cache: KVCache, tokens, slots, mask):
+        """One token per row at slot = position. -> hidden [B, 1, H]."""
+        values = {"tokens": tokens, "slots": slots, "mask": mask}
+        eager = lambda: (self.target(tokens, slots, cache, slots, mask)[0],)  # noqa: E731
+        return self._run("decode", "decode", cache, self.cache, values, eager)[0]
+
+    def verify(self, cache: KVCache, tokens, positions, slots, mask, taps):
+        """Fixed-shape tree verify over the whole cache (attention mode ``decode``)."""
+        values = {"tokens": tokens, "positions": positions, "slots": slots, "mask": mask}
+        eager = lambda: self.target(tokens, positions, cache, slots, mask, taps)  # noqa: E731
+        if tuple(taps) != self.taps:
+            self._eager_status("verify", f"eager: taps {tuple(taps)} differ from the captured {self.taps}")
+            return eager()
+        hidden, aux = self._run("verify", "verify", cache, self.cache, values, eager)
+        return hidden, aux
+
+    def verify_extend(self, cache: KVCache, tokens, positions, slots, mask, taps, kv_len: int):
+        """Extend-style verify over the used prefix only (attention mode ``prefill``); never captured."""
+        self._eager_status("verify", self.disabled_reason or EAGER_EXTEND)
+        return self.target(tokens, positions, cache, slots, mask, taps, kv_len=kv_len)
+
+    def draft(self, name: str, cache: KVCache, tokens, feats, positions, slots, mask):
+        """A drafter forward (``name``: "draft" or "draft_extend"), on the static drafter cache
+        whenever it has the proposer's cache's shape. -> (hidden, draft logits)."""
+        own = self._own_draft_cache(cache, tokens.shape[0])
+        use = own if own is not None else cache
+        values = {"tokens": tokens, "feats": feats, "positions": positions, "slots": slots, "mask": mask}
+        eager = lambda: self.drafter(tokens, feats, positions, use, slots, mask)  # noqa: E731
+        hidden, logits = self._run(name, name, use, own, values, eager)
+        return hidden, logits
+
+    def _own_draft_cache(self, cache: KVCache, batch: int) -> KVCache | None:
+        """The static drafter cache when it can stand in for ``cache`` (same slots, enough rows)."""
+        own = self.draft_cache
+        if own is None or batch > own.batch_size or cache.max_len != own.max_len:
+            return None
+        if cache.k.shape[2:] != own.k.shape[2:] or cache.k.dtype != own.k.dtype:
+            return None
+        return own
+
+    def graph_status(self, kind: str, attention_mode: str, batch: int) -> dict[str, str]:
+        """Per phase of the cycle just run: "replay" or "eager: <reason>" (reset after reading)."""
+        out = {}
+        for phase in CYCLE_PHASES[kind]:
+            default = EAGER_HOST_DRAFTER if phase.startswith("draft") and self.drafter is None else EAGER_NO_FORWARD
+            out[phase] = self._status.get(phase, self.disabled_reason or default)
+        self._status.clear()
+        return out
+
+
+def _warm_up(fn: Callable[[], tuple], iterations: int) -> None:
+    """Run ``fn`` with host-sync detection on: a forward that syncs raises here, not mid-capture."""
+    previous = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(iterations):
+            fn()
+    finally:
+        torch.cuda.set_sync_debug_mode(previous)

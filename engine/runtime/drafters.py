@@ -1,0 +1,136 @@
+"""Drafters behind one interface: EAGLE-3 and n-gram (prompt lookup).
+
+A drafter has three calls, driven by :class:`eaglelab.engine.runtime.generate.Engine`:
+
+- ``begin(batch, prompt_ids, aux, runner)`` after the target's prefill (EAGLE-3: draft-extend
+  over the prompt with the target's aux features);
+- ``propose(batch, runner) -> DraftTree`` the draft steps;
+- ``commit(batch, acceptance, verify_aux, runner)`` after acceptance (EAGLE-3: draft-extend over
+  the accepted tokens).
+
+``target_taps`` lists the HF ``output_hidden_states`` indices the target must return as aux
+features (empty for drafters that need none).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from eaglelab.engine.runtime.acceptance import Acceptance
+from eaglelab.engine.model.eagle3 import Eagle3Drafter
+from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.model.layers import prefix_mask
+from eaglelab.engine.runtime.spec_config import SpecConfig
+from eaglelab.engine.runtime.tree import DraftTree, TreeBuilder, chain_tree
+
+
+class NgramDrafter:
+    """Prompt lookup: find the latest earlier occurrence of the context's last n tokens
+    (n = max_ngram down to min_ngram) and propose the tokens that followed it. Needs no training.
+    Runs on the host (one device->host copy of the new tokens per cycle).
+    """
+
+    target_taps: tuple[int, ...] = ()
+
+    def __init__(self, spec: SpecConfig, max_ngram: int = 4, min_ngram: int = 1) -> None:
+        assert spec.topk == 1, "the n-gram drafter drafts chains (topk 1)"
+        self.spec, self.max_ngram, self.min_ngram = spec, max_ngram, min_ngram
+        self._history: list[list[int]] = []
+
+    def begin(self, st, prompt_ids, aux, runner) -> None:
+        self._history = [list(p) for p in st.prompts]
+        self._seen = [0] * len(st.prompts)
+
+    def propose(self, st, runner) -> DraftTree:
+        n_out = st.n_out.tolist()
+        drafts = []
+        for b, hist in enumerate(self._history):
+            if n_out[b] > self._seen[b]:
+                hist.extend(st.out[b, self._seen[b]: n_out[b]].tolist())
+                self._seen[b] = n_out[b]
+            drafts.append(self._lookup(hist, self.spec.num_steps))
+        tokens = torch.tensor(drafts, dtype=torch.long, device=st.root.device)  # [B, steps]
+        return chain_tree(torch.cat([st.root[:, None], tokens], dim=1))
+
+    def _lookup(self, hist: list[int], k: int) -> list[int]:
+        for n in range(min(self.max_ngram, len(hist) - 1), self.min_ngram - 1, -1):
+            tail = hist[-n:]
+            for start in range(len(hist) - n - 1, -1, -1):
+                if hist[start: start + n] == tail:
+                    follow = hist[start + n: start + n + k]
+                    return follow + [follow[-1]] * (k - len(follow))
+        return [hist[-1]] * k  # no match: a cheap guess, verified like any other
+
+    def commit(self, st, acc: Acceptance, aux, runner) -> None:
+        pass
+
+
+class Eagle3Proposer:
+    """Drives an :class:`Eagle3Drafter`: its KV cache, the draft tree, the draft-extend."""
+
+    def __init__(self, net: Eagle3Drafter, spec: SpecConfig, target_taps: tuple[int, ...]) -> None:
+        assert len(target_taps) == net.config.num_aux, (
+            f"{len(target_taps)} taps for an fc expecting {net.config.num_aux} aux states"
+        )
+        self.net, self.spec, self.target_taps = net, spec, tuple(target_taps)
+        self._map = net.token_map()
+        self.cache: KVCache | None = None
+
+    # after prefill: extend over the prompt (features of x_p paired with the token x_{p+1})
+    def begin(self, st, prompt_ids: torch.Tensor, aux: torch.Tensor, runner) -> None:
+        B, T = prompt_ids.shape
+        cfg, dev = self.net.config, prompt_ids.device
+        S = st.cache.max_len + self.spec.num_steps * self.spec.topk + 2
+        dtype = self.net.fc.weight.dtype
+        self.cache = KVCache(1, B, cfg.num_kv_heads, S, cfg.head_dim, dtype=dtype, device=dev)
+        nxt = torch.cat([prompt_ids[:, 1:], prompt_ids[:, :1]], dim=1).clone()  # [B, T]
+        rows = torch.arange(B, device=dev)
+        nxt[rows, st.lengths - 1] = st.root
+        positions = torch.arange(T, device=dev).expand(B, T)
+        feats = self.net.fuse(aux)
+        hidden, logits = runner.draft("draft_extend", self.cache, nxt, feats, positions, positions,
+                                      prefix_mask(positions, S))
+        self._take(hidden, logits, st.lengths - 1)
+
+    def _take(self, hidden, logits, index) -> None:
+        rows = torch.arange(hidden.shape[0], device=hidden.device)
+        self.next_hidden = hidden[rows, index]  # [B, H]
+        self.next_logp = torch.log_softmax(logits[rows, index], dim=-1)  # [B, V_draft]
+
+    def propose(self, st, runner) -> DraftTree:
+        builder = TreeBuilder(st.root, self.spec.topk, token_map=self._map)
+        frontier = builder.step(self.next_logp)
+        hidden = self.next_hidden[:, None]  # [B, 1, H]; the root's features
+        K, dev = self.spec.topk, st.root.device
+        B, S = st.root.shape[0], self.cache.max_len
+        for depth in range(1, self.spec.num_steps):
+            feats = hidden.gather(1, frontier.parent_slot[..., None].expand(-1, -1, hidden.shape[-1]))
+            positions = (st.lengths + depth - 1)[:, None].expand(B, K)  # [B, K]
+            slots = st.lengths[:, None] + (depth - 1) * K + torch.arange(K, device=dev)  # [B, K]
+            mask = _draft_mask(st.lengths, frontier.mask, S)  # [B, K, S]
+            hidden, logits = runner.draft("draft", self.cache, frontier.tokens, feats, positions, slots, mask)
+            frontier = builder.step(torch.log_softmax(logits, dim=-1))
+        return builder.finish(self.spec.draft_tokens)
+
+    # after acceptance: extend over root, d1..dk (features) paired with d1..dk, bonus (tokens)
+    def commit(self, st, acc: Acceptance, aux: torch.Tensor, runner) -> None:
+        B, D1 = acc.path.shape
+        dev = aux.device
+        path = acc.path.clamp(min=0)  # [B, D+1]
+        feats = self.net.fuse(aux.gather(1, path[..., None].expand(-1, -1, aux.shape[-1])))  # [B, D+1, H]
+        positions = st.lengths[:, None] + torch.arange(D1, device=dev)  # [B, D+1]
+        hidden, logits = runner.draft("draft_extend", self.cache, acc.tokens.clamp(min=0), feats, positions,
+                                      positions, prefix_mask(positions, self.cache.max_len))
+        self._take(hidden, logits, acc.accept_len - 1)
+
+
+def _draft_mask(prefix_len: torch.Tensor, frontier_mask: torch.Tensor, kv_len: int) -> torch.Tensor:
+    """Drafter attention [B, K, S]: committed slots < prefix_len, plus the frontier's ancestors,
+    which sit at slots prefix_len + j for j < frontier_mask.shape[2] (frontier-major order).
+    """
+    B, K, M = frontier_mask.shape
+    slots = torch.arange(kv_len, device=prefix_len.device)
+    rel = slots[None, :] - prefix_len[:, None]  # [B, S]
+    in_tree = (rel >= 0) & (rel < M)
+    vis = frontier_mask.gather(2, rel.clamp(0, M - 1)[:, None, :].expand(B, K, kv_len))
+    return (rel < 0)[:, None, :] | (in_tree[:, None, :] & vis)

@@ -1,0 +1,322 @@
+"""The generation loop: prefill, then plain decode steps or speculative cycles.
+
+State lives in fixed device buffers (:class:`Batch`); positions advance in one place
+(:meth:`Engine._advance`). Per row: ``lengths[b]`` tokens are in the target's KV cache and
+``root[b]``, the last token emitted, is not yet (the next decode step or verify computes it).
+
+A speculative cycle::
+
+    draft         the drafter proposes a tree of N tokens per row (node 0 = root)
+    verify        the target runs all N at slots lengths..lengths+N-1, positions lengths+depth
+    accept        greedy / rejection acceptance; accepted KV compacted onto consecutive slots
+    draft_extend  the drafter catches up on the accepted tokens with the target's aux features
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+from eaglelab.engine.runtime.acceptance import Acceptance, greedy_accept, rejection_accept
+from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.model.layers import prefix_mask
+from eaglelab.engine.model.model import Transformer
+from eaglelab.engine.runtime.observer import CycleStats, Observer, RunInfo, RunSummary
+from eaglelab.engine.runtime.runner import EagerRunner
+from eaglelab.engine.runtime.sampling import SamplingParams, probs_from_logits, sample
+from eaglelab.engine.runtime.spec_config import SpecConfig
+from eaglelab.engine.runtime.timing import PhaseClock
+from eaglelab.engine.runtime.tree import tree_attention_mask
+
+StreamFn = Callable[[int, list[int]], None]  # (row, new token ids)
+
+
+@dataclass
+class Batch:
+    """Device state of a batch being generated."""
+
+    cache: KVCache
+    lengths: torch.Tensor  # [B] tokens in the target cache
+    root: torch.Tensor  # [B] last emitted token (not yet in the cache)
+    out: torch.Tensor  # [B, max_new + N + 1] emitted tokens
+    n_out: torch.Tensor  # [B]
+    done: torch.Tensor  # [B] bool
+    hit_eos: torch.Tensor  # [B] bool
+    prompts: list[list[int]]
+    max_new: int
+    prompt_lens: torch.Tensor  # [B]
+
+
+@dataclass
+class GenerationResult:
+    """What :meth:`Engine.generate` returns."""
+
+    tokens: list[list[int]]  # per row, the generated ids (EOS included when it ended the row)
+    stop_reasons: list[str]  # per row: "eos" | "length"
+    prompt_tokens: int
+    seconds: float
+    cycles: int
+    accept_lens: list[list[int]] = field(default_factory=list)  # per cycle, per active row (spec only)
+
+    @property
+    def generated_tokens(self) -> int:
+        return sum(len(t) for t in self.tokens)
+
+    @property
+    def mean_accept_len(self) -> float | None:
+        flat = [a for cyc in self.accept_lens for a in cyc]
+        return sum(flat) / len(flat) if flat else None
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.generated_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+class Engine:
+    """Runs a target (and optionally a drafter) over batches of prompts."""
+
+    def __init__(
+        self,
+        target: Transformer,
+        *,
+        eos_token_ids: tuple[int, ...] = (),
+        drafter=None,
+        spec: SpecConfig = SpecConfig(),
+        observer: Observer | None = None,
+        runner=None,
+        run_info: dict | None = None,
+    ) -> None:
+        assert spec.enabled == (drafter is not None), "a drafter is needed exactly when spec.algorithm != 'none'"
+        self.target, self.drafter, self.spec = target, drafter, spec
+        self.observer = observer
+        param = next(target.parameters())
+        self.device, self.dtype = param.device, param.dtype
+        self.eos = torch.tensor(sorted(eos_token_ids) or [-1], device=self.device)
+        self.runner = runner or EagerRunner(target, getattr(drafter, "net", None))
+        self.run_info = run_info or {}
+        self.clock = PhaseClock(self.device, enabled=observer is not None)
+        self._cycle = 0
+
+    # ---- public ------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def generate(
+        self,
+        prompts: list[list[int]],
+        max_new_tokens: int,
+        sampling: SamplingParams = SamplingParams(),
+        generator: torch.Generator | None = None,
+        stream: StreamFn | None = None,
+    ) -> GenerationResult:
+        assert prompts and all(prompts), "every prompt needs at least one token"
+        self._cycle = 0
+        self._announce(len(prompts))
+        t0 = time.perf_counter()
+        st = self._prefill(prompts, max_new_tokens, sampling, generator)
+        accepted: list[tuple[torch.Tensor, torch.Tensor]] = []  # per cycle (accept_len, active), on device
+        emitted = [0] * len(prompts)
+        while True:
+            emitted = self._stream(st, stream, emitted)
+            if bool(st.done.all()):
+                break
+            if self.spec.enabled:
+                accepted.append(self._spec_cycle(st, sampling, generator))
+            else:
+                self._decode_step(st, sampling, generator)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        seconds = time.perf_counter() - t0
+        return self._finish(st, seconds, accepted)
+
+    # ---- prefill -----------------------------------------------------------------------------
+    def _prefill(self, prompts, max_new, sampling, generator) -> Batch:
+        B, N = len(prompts), self.spec.draft_tokens if self.spec.enabled else 1
+        lens = torch.tensor([len(p) for p in prompts], device=self.device)
+        T = int(max(len(p) for p in prompts))
+        cache = self._make_cache(B, T + max_new + 2 * N + 2)
+        S = cache.max_len
+        ids = torch.zeros(B, T, dtype=torch.long, device=self.device)
+        for b, p in enumerate(prompts):
+            ids[b, : len(p)] = torch.tensor(p, device=self.device)
+        positions = torch.arange(T, device=self.device).expand(B, T)
+        with self.clock.phase("prefill"):
+            hidden, aux = self.runner.prefill(cache, ids, positions, prefix_mask(positions, S), self._taps())
+            last = hidden[torch.arange(B, device=self.device), lens - 1]  # [B, H]
+            first = _next_token(self.target.logits(last), sampling, generator)  # [B]
+        st = Batch(
+            cache=cache, lengths=lens.clone(), root=first,
+            out=torch.full((B, max_new + N + 1), -1, dtype=torch.long, device=self.device),
+            n_out=torch.zeros(B, dtype=torch.long, device=self.device),
+            done=torch.zeros(B, dtype=torch.bool, device=self.device),
+            hit_eos=torch.zeros(B, dtype=torch.bool, device=self.device),
+            prompts=prompts, max_new=max_new, prompt_lens=lens,
+        )
+        self._append(st, first[:, None], torch.ones_like(lens))
+        if self.drafter is not None:
+            with self.clock.phase("draft_extend"):
+                self.drafter.begin(st, ids, aux, self.runner)
+        self._emit("prefill", st, accept=None)
+        return st
+
+    def _make_cache(self, batch: int, max_len: int) -> KVCache:
+        """The runner's static cache when it offers one (CUDA graphs bind fixed buffers; it may be
+        longer than asked), else a fresh cache of exactly ``max_len`` slots."""
+        make = getattr(self.runner, "make_cache", None)
+        cache = make(batch, max_len, self.observer) if make is not None else None
+        if cache is not None:
+            return cache
+        cfg = self.target.config
+        local_kv = self.target.layers[0].self_attn.local_kv_heads
+        return KVCache(cfg.num_layers, batch, local_kv, max_len, cfg.head_dim, dtype=self.dtype, device=self.device)
+
+    def _taps(self) -> tuple[int, ...]:
+        return tuple(getattr(self.drafter, "target_taps", ()) or ())
+
+    # ---- plain decoding ----------------------------------------------------------------------
+    def _decode_step(self, st: Batch, sampling, generator) -> None:
+        with self.clock.phase("decode"):
+            slots = st.lengths[:, None]  # [B, 1]
+            hidden = self.runner.decode(st.cache, st.root[:, None], slots, prefix_mask(slots, st.cache.max_len))
+            nxt = _next_token(self.target.logits(hidden[:, 0]), sampling, generator)  # [B]
+        active, one = ~st.done, torch.ones_like(nxt)
+        self._append(st, nxt[:, None], one)
+        self._advance(st, active, one, nxt)
+        self._emit("decode", st, accept=None)
+
+    # ---- speculative cycle -------------------------------------------------------------------
+    def _spec_cycle(self, st: Batch, sampling: SamplingParams, generator) -> tuple[torch.Tensor, torch.Tensor]:
+        active = ~st.done
+        with self.clock.phase("draft"):
+            tree = self.drafter.propose(st, self.runner)
+        with self.clock.phase("verify"):
+            hidden, aux = self._verify(st, tree)
+            logits = self.target.logits(hidden)  # [B, N, V]
+        with self.clock.phase("accept"):
+            if sampling.greedy:
+                acc = greedy_accept(tree, logits)
+            else:
+                acc = rejection_accept(tree, probs_from_logits(logits, sampling), generator)
+            self._compact(st, acc)
+            self._append(st, acc.tokens.clamp(min=0), acc.accept_len)
+        with self.clock.phase("draft_extend"):
+            self.drafter.commit(st, acc, aux, self.runner)
+        self._advance(st, active, acc.accept_len, acc.bonus)
+        self._emit("spec", st, accept=acc, active=active, tree_nodes=tree.num_nodes)
+        return acc.accept_len, active  # read on the host once, at the end of the run
+
+    def _verify(self, st: Batch, tree):
+        N = tree.num_nodes
+        slots = st.lengths[:, None] + torch.arange(N, device=self.device)  # [B, N]
+        positions = tree.positions(st.lengths)  # [B, N]
+        if self.spec.attention_mode == "decode":  # fixed shapes over the whole static cache
+            mask = tree_attention_mask(st.lengths, tree, st.cache.max_len)
+            return self.runner.verify(st.cache, tree.tokens, positions, slots, mask, self._taps())
+        kv_len = int(st.lengths.max()) + N  # host sync: the extend path sizes itself per call
+        mask = tree_attention_mask(st.lengths, tree, kv_len)
+        return self.runner.verify_extend(st.cache, tree.tokens, positions, slots, mask, self._taps(), kv_len)
+
+    def _compact(self, st: Batch, acc: Acceptance) -> None:
+        """Move the accepted path's KV (tree node i at slot len+i) onto slots len..len+k.
+
+        A chain's accepted path is already nodes 0..k at slots len..len+k: nothing to move.
+        """
+        if self.spec.topk == 1:
+            return
+        D1 = acc.path.shape[1]
+        steps = torch.arange(D1, device=self.device)
+        src = torch.where(acc.path >= 0, acc.path, steps)  # [B, D+1]
+        base = st.lengths[:, None]
+        st.cache.copy_slots(base + src, base + steps)
+
+    # ---- bookkeeping -------------------------------------------------------------------------
+    def _append(self, st: Batch, toks: torch.Tensor, count: torch.Tensor) -> None:
+        """Emit up to count[b] tokens of toks [B, K] per active row, stopping at EOS and max_new."""
+        K = toks.shape[1]
+        k = torch.arange(K, device=self.device)
+        valid = (k < count[:, None]) & ~st.done[:, None] & (k < (st.max_new - st.n_out)[:, None])
+        is_eos = torch.isin(toks, self.eos) & valid
+        keep = valid & ((is_eos.long().cumsum(1) - is_eos.long()) == 0)  # up to the first EOS
+        rows = torch.arange(toks.shape[0], device=self.device)[:, None]
+        pos = (st.n_out[:, None] + k).clamp(max=st.out.shape[1] - 1)
+        st.out[rows, pos] = torch.where(keep, toks, st.out[rows, pos])
+        st.n_out += keep.sum(1)
+        st.hit_eos |= (is_eos & keep).any(1)
+        st.done |= st.hit_eos | (st.n_out >= st.max_new)
+
+    def _advance(self, st: Batch, active: torch.Tensor, committed: torch.Tensor, root: torch.Tensor) -> None:
+        """The one place positions move: active rows gain ``committed`` cached tokens, a new root."""
+        st.lengths += torch.where(active, committed, 0)
+        st.root = torch.where(active, root, st.root)
+        self._cycle += 1
+
+    def _stream(self, st: Batch, stream: StreamFn | None, emitted: list[int]) -> list[int]:
+        if stream is None:
+            return emitted
+        n_out = st.n_out.tolist()
+        for b, (old, new) in enumerate(zip(emitted, n_out)):
+            if new > old:
+                stream(b, st.out[b, old:new].tolist())
+        return n_out
+
+    def _finish(self, st: Batch, seconds: float, accepted) -> GenerationResult:
+        accept_lens = [lens[act].tolist() for lens, act in accepted]
+        n_out = st.n_out.tolist()
+        tokens = [st.out[b, : n_out[b]].tolist() for b in range(len(n_out))]
+        reasons = ["eos" if e else "length" for e in st.hit_eos.tolist()]
+        res = GenerationResult(
+            tokens=tokens, stop_reasons=reasons, prompt_tokens=int(st.prompt_lens.sum()),
+            seconds=seconds, cycles=self._cycle, accept_lens=accept_lens,
+        )
+        if self.observer is not None:
+            self.observer.on_run_end(RunSummary(
+                prompt_tokens=res.prompt_tokens, generated_tokens=res.generated_tokens, seconds=seconds,
+                cycles=res.cycles, mean_accept_len=res.mean_accept_len, stop_reasons=tuple(reasons),
+            ))
+        return res
+
+    # ---- observer ----------------------------------------------------------------------------
+    def _announce(self, batch: int) -> None:
+        if self.observer is None:
+            return
+        dev = str(self.device)
+        if self.device.type == "cuda":
+            dev += f" ({torch.cuda.get_device_name(self.device)})"
+        info = dict(self.run_info)
+        self.observer.on_run_start(RunInfo(
+            model=info.get("model", "?"), model_digest=info.get("digest", ""), device=dev,
+            dtype=str(self.dtype).replace("torch.", ""), batch_size=batch, spec=self.spec.to_dict(),
+            model_config=self.target.config.to_dict(),
+            versions={"torch": torch.__version__, "python": platform.python_version(),
+                      "eaglelab": info.get("eaglelab_version", ""), "platform": sys.platform},
+            tp_size=self.target.tp.world_size if self.target.tp else 1,
+        ))
+
+    def _emit(self, kind: str, st: Batch, accept: Acceptance | None, active=None, tree_nodes: int = 0) -> None:
+        if self.observer is None:
+            return
+        phase_ms = self.clock.collect()
+        acc_len: tuple[int, ...] = ()
+        positions: tuple[tuple[int, ...], ...] = ()
+        if accept is not None and active is not None:
+            rows = active.nonzero().flatten().tolist()
+            lens, paths = accept.accept_len.tolist(), accept.path.tolist()
+            acc_len = tuple(lens[b] for b in rows)
+            positions = tuple(tuple(p for p in paths[b][1: lens[b]] if p >= 0) for b in rows)
+        B = st.lengths.shape[0]
+        self.observer.on_cycle(CycleStats(
+            index=self._cycle, kind=kind, phase_ms=phase_ms, accept_len=acc_len, accepted_positions=positions,
+            num_draft_tokens=tree_nodes, verify_tokens=tree_nodes * len(acc_len),
+            graph=self.runner.graph_status(kind, self.spec.attention_mode, B),
+            active_rows=len(acc_len) if accept is not None else int((~st.done).sum()),
+        ))
+
+
+def _next_token(logits: torch.Tensor, sampling: SamplingParams, generator) -> torch.Tensor:
+    """[B, V] -> [B]: argmax when greedy (no sampling kernel), else a draw from the processed distribution."""
+    if sampling.greedy:
+        return logits.argmax(-1)
+    return sample(probs_from_logits(logits, sampling), generator)

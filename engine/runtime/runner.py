@@ -1,0 +1,48 @@
+"""Runners: how each forward of the loop is executed. The eager runner calls the modules directly;
+the CUDA-graph runner (``engine/runtime/cuda_graphs.py``) replays captured graphs where it can and falls
+back to these eager calls, saying why.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.model.model import Transformer
+
+# The forwards each kind of cycle runs, as graph_status reports them.
+CYCLE_PHASES: dict[str, tuple[str, ...]] = {
+    "prefill": ("prefill",), "decode": ("decode",), "spec": ("draft", "verify", "draft_extend"),
+}
+
+
+class EagerRunner:
+    """Every forward runs eagerly."""
+
+    def __init__(self, target: Transformer, drafter=None) -> None:
+        self.target, self.drafter = target, drafter
+
+    def prefill(self, cache: KVCache, ids, positions, mask, taps):
+        """Prompt forward: ids/positions [B, T] at slots = positions. -> (hidden, aux)."""
+        return self.target(ids, positions, cache, positions, mask, taps)
+
+    def decode(self, cache: KVCache, tokens, slots, mask):
+        """One token per row at slot = position. -> hidden [B, 1, H]."""
+        hidden, _ = self.target(tokens, slots, cache, slots, mask)
+        return hidden
+
+    def verify(self, cache: KVCache, tokens, positions, slots, mask, taps):
+        """Fixed-shape tree verify over the whole cache (attention mode ``decode``)."""
+        return self.target(tokens, positions, cache, slots, mask, taps)
+
+    def verify_extend(self, cache: KVCache, tokens, positions, slots, mask, taps, kv_len: int):
+        """Extend-style verify over the used prefix only (attention mode ``prefill``); never captured."""
+        return self.target(tokens, positions, cache, slots, mask, taps, kv_len=kv_len)
+
+    def draft(self, name: str, cache: KVCache, tokens, feats, positions, slots, mask):
+        """A drafter forward (``name``: "draft" or "draft_extend"). -> (hidden, draft logits)."""
+        return self.drafter(tokens, feats, positions, cache, slots, mask)
+
+    def graph_status(self, kind: str, attention_mode: str, batch: int) -> dict[str, str]:
+        """Per phase of this cycle: "replay" or "eager: <reason>"."""
+        return {p: "eager: CUDA graphs off" for p in CYCLE_PHASES[kind]}

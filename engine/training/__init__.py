@@ -1,0 +1,1 @@
+"""Training: hidden-state capture, prompt building, the draft vocabulary and training-time-test training."""

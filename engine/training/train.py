@@ -1,0 +1,584 @@
+"""Train an EAGLE-3 drafter on SpecForge-format data, with training-time test (TTT).
+
+What the drafter sees matches :class:`eaglelab.engine.runtime.drafters.Eagle3Proposer` exactly. For an
+anchor position p of a sequence x_0..x_{T-1} (aux features a_p, target final hidden h_p):
+
+* step 0 (the draft-extend): features ``fc(a_p)``, token ``x_{p+1}``, RoPE position ``p``;
+* step i > 0 (draft step i): features = the drafter's own pre-norm output of step i-1 at the same
+  anchor, token ``x_{p+i+1}``, position ``p + i``;
+* step i predicts ``x_{p+i+2}``; its target is the target's distribution at position ``p+i+1``
+  (``softmax(lm_head(h_{p+i+1}))`` restricted to the draft vocabulary, renormalised), counted where
+  ``loss_mask[p+i+2]`` is set (the predicted token is the assistant's);
+* attention of step i at anchor p: the step-0 keys of every position <= p (the committed context)
+  and the keys of steps 1..i at anchor p (its own draft chain), as in the engine's draft cache.
+  Implemented with the keys of all steps concatenated, [B, KVH, (i+1)T, D], and an explicit mask.
+
+The loss is ``sum_i decay^i * CE_i`` (decay 0.8, 7 steps by default), AdamW, cosine schedule with
+warm-up, gradient clipping. Checkpoints hold model, optimizer, scheduler, data position and RNG
+states; resuming continues to the same state as a run that never stopped.
+
+Worked mask example, T = 3, step 1 (keys: step 0 at 0..2, then step 1 at 0..2)::
+
+    anchor 0: [1 0 0 | 1 0 0]
+    anchor 1: [1 1 0 | 0 1 0]
+    anchor 2: [1 1 1 | 0 0 1]
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+
+from eaglelab.engine.model.config import ModelConfig
+from eaglelab.engine.model.eagle3 import Eagle3Config, Eagle3Drafter
+from eaglelab.engine.errors import CheckpointError, ConfigError
+from eaglelab.engine.model.layers import apply_rotary, attend
+from eaglelab.engine.formats.specforge_data import VocabMapping, list_samples, read_sample
+
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Training settings (the CLI's flags)."""
+
+    epochs: int = 2
+    lr: float = 1e-4
+    batch_size: int = 4  # sequences per optimizer step
+    ttt_length: int = 7
+    step_decay: float = 0.8  # loss weight of TTT step i: step_decay ** i
+    warmup_ratio: float = 0.015
+    max_grad_norm: float = 0.5
+    weight_decay: float = 0.0
+    betas: tuple[float, float] = (0.9, 0.95)
+    max_length: int = 2048  # tokens kept per sample
+    pad_multiple: int = 64  # batches pad to a multiple of this: few distinct shapes, no per-shape warm-up
+    seed: int = 0
+    checkpoint_every: int = 500  # optimizer steps; 0 = only at the end
+    keep_checkpoints: int = 2
+    log_every: int = 10
+    max_steps: int | None = None  # stop after this many steps (the schedule still spans all epochs)
+    autocast: str | None = None  # "bfloat16" | "float16" | None (float32)
+    init_lm_head: str = "target"  # "target": rows of the target's lm_head and final norm; "random"
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "ttt_length", "max_length", "log_every"):
+            if getattr(self, name) < 1:
+                raise ConfigError("must be >= 1", field="--" + name.replace("_", "-"), found=getattr(self, name))
+        if self.lr <= 0:
+            raise ConfigError("must be > 0", field="--lr", found=self.lr)
+        if self.init_lm_head not in ("target", "random"):
+            raise ConfigError("unknown init", field="--init-lm-head", found=self.init_lm_head, expected="target | random")
+
+    def step_weights(self) -> list[float]:
+        return [self.step_decay ** i for i in range(self.ttt_length)]
+
+
+# ---- the target's pieces the drafter needs ---------------------------------------------------------
+
+
+@dataclass
+class TargetHead:
+    """The target's embedding (shared, frozen), lm_head and final norm: all training needs of it."""
+
+    config: ModelConfig
+    embed: nn.Embedding
+    lm_head_weight: torch.Tensor  # [V, H]
+    norm_weight: torch.Tensor | None  # [H]
+
+    @classmethod
+    def from_model(cls, model) -> "TargetHead":
+        """From a loaded :class:`Transformer`."""
+        model.embed_tokens.weight.requires_grad_(False)
+        return cls(model.config, model.embed_tokens, model.lm_head.weight.detach(), model.norm.weight.detach())
+
+    @classmethod
+    def load(cls, model_dir: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> "TargetHead":
+        """Read only embed_tokens, lm_head and norm from an HF directory (no full model load)."""
+        from eaglelab.engine.formats.loader import read_tensors, resolve_model_dir, safetensors_files
+
+        model_dir = resolve_model_dir(model_dir)
+        cfg = ModelConfig.from_json(model_dir / "config.json")
+        handles = read_tensors(safetensors_files(model_dir))
+
+        def get(*names: str) -> torch.Tensor | None:
+            for n in names:
+                if n in handles:
+                    return handles[n][1].get_tensor(n).to(device=device, dtype=dtype)
+            return None
+
+        emb_w = get("model.embed_tokens.weight", "embed_tokens.weight")
+        if emb_w is None:
+            raise CheckpointError("missing tensor", file=model_dir, field="model.embed_tokens.weight")
+        head_w = get("lm_head.weight")
+        if head_w is None:
+            if not cfg.tie_word_embeddings:
+                raise CheckpointError("missing tensor", file=model_dir, field="lm_head.weight",
+                                      hint="config.json says the embeddings are not tied")
+            head_w = emb_w
+        embed = nn.Embedding.from_pretrained(emb_w, freeze=True)
+        return cls(cfg, embed, head_w, get("model.norm.weight", "norm.weight"))
+
+
+def drafter_config(target: ModelConfig, num_aux: int, draft_vocab_size: int) -> Eagle3Config:
+    """A drafter shaped like one target layer: the target's hidden size, heads and MLP width."""
+    return Eagle3Config(
+        hidden_size=target.hidden_size, target_hidden_size=target.hidden_size, num_aux=num_aux,
+        num_heads=target.num_heads, num_kv_heads=target.num_kv_heads, head_dim=target.head_dim,
+        intermediate_size=target.intermediate_size, vocab_size=target.vocab_size,
+        draft_vocab_size=draft_vocab_size, rms_norm_eps=target.rms_norm_eps, rope_theta=target.rope_theta,
+        rope_scaling=target.rope_scaling,
+    )
+
+
+def new_drafter(cfg: Eagle3Config, head: TargetHead, vocab: VocabMapping, *, seed: int = 0,
+                init_lm_head: str = "target") -> Eagle3Drafter:
+    """A freshly initialised float32 drafter on the CPU: linear weights N(0, 0.02), norms 1,
+    optionally the lm_head (and final norm) taken from the target's rows of the draft vocabulary."""
+    net = Eagle3Drafter(cfg, head.embed)
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in net.named_parameters():
+            if name.endswith("norm.weight"):
+                p.fill_(1.0)
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+        net.d2t.copy_(vocab.d2t)
+        net.t2d.copy_(vocab.t2d)
+        if init_lm_head == "target":
+            rows = net.token_map().to(head.lm_head_weight.device)
+            net.lm_head.weight.copy_(head.lm_head_weight[rows].float().cpu())
+            if head.norm_weight is not None:
+                net.norm.weight.copy_(head.norm_weight.float().cpu())
+    net.reset_buffers()
+    return net
+
+
+# ---- data --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainBatch:
+    """Padded batch (right padding; padded positions have loss_mask 0)."""
+
+    input_ids: torch.Tensor  # [B, T]
+    loss_mask: torch.Tensor  # [B, T] float
+    aux: torch.Tensor  # [B, T, n*H_t]
+    hidden: torch.Tensor  # [B, T, H_t]
+
+    def to(self, device: torch.device) -> "TrainBatch":
+        nb = device.type == "cuda"
+        return TrainBatch(*(t.to(device, non_blocking=nb) for t in (self.input_ids, self.loss_mask, self.aux, self.hidden)))
+
+
+def collate(samples: list, max_length: int, pad_multiple: int = 1) -> TrainBatch:
+    """Samples (:class:`Sample`) -> a padded :class:`TrainBatch`, each cut to ``max_length``, the
+    batch padded to a multiple of ``pad_multiple`` tokens (padding has loss_mask 0 and, being after
+    every real token, is never attended to by one)."""
+    samples = [s.truncated(max_length) for s in samples]
+    for s in samples:
+        if s.hidden_state is None:
+            raise CheckpointError("training needs hidden_state (the target's final hidden state)", file=s.path,
+                                  field="hidden_state", hint="capture the data with its final hidden states")
+    B, T = len(samples), max(s.num_tokens for s in samples)
+    T = -(-T // pad_multiple) * pad_multiple
+    aux0, hs0 = samples[0].aux_hidden_state, samples[0].hidden_state
+    ids = torch.zeros(B, T, dtype=torch.long)
+    mask = torch.zeros(B, T, dtype=torch.float32)
+    aux = torch.zeros(B, T, aux0.shape[-1], dtype=aux0.dtype)
+    hidden = torch.zeros(B, T, hs0.shape[-1], dtype=hs0.dtype)
+    for b, s in enumerate(samples):
+        t = s.num_tokens
+        ids[b, :t] = s.input_ids
+        mask[b, :t] = (s.loss_mask != 0).float()
+        aux[b, :t] = s.aux_hidden_state[0]
+        hidden[b, :t] = s.hidden_state[0]
+    if torch.cuda.is_available():
+        aux, hidden = aux.pin_memory(), hidden.pin_memory()
+    return TrainBatch(ids, mask, aux, hidden)
+
+
+def epoch_batches(lengths: list[int], batch_size: int, seed: int, epoch: int) -> list[list[int]]:
+    """The batches of one epoch, deterministic in (seed, epoch): a random permutation, grouped by
+    length within windows of 32 batches (less padding), in random batch order."""
+    gen = torch.Generator().manual_seed(seed * 100_003 + epoch)
+    perm = torch.randperm(len(lengths), generator=gen).tolist()
+    window = batch_size * 32
+    batches: list[list[int]] = []
+    for w in range(0, len(perm), window):
+        group = sorted(perm[w: w + window], key=lambda i: -lengths[i])
+        batches += [group[j: j + batch_size] for j in range(0, len(group), batch_size)]
+    order = torch.randperm(len(batches), generator=gen).tolist()
+    return [batches[k] for k in order]
+
+
+class SampleSet:
+    """The sample files of a data directory and their lengths; batches load in a background thread."""
+
+    def __init__(self, data_dir: str | Path, lengths: list[int] | None = None) -> None:
+        self.paths = list_samples(data_dir)
+        if lengths is None:
+            from eaglelab.engine.training.draft_vocab import read_ids_and_mask
+
+            lengths = [int(read_ids_and_mask(p)[0].numel()) for p in self.paths]
+        assert len(lengths) == len(self.paths), f"{len(lengths)} lengths for {len(self.paths)} samples"
+        self.lengths = lengths
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def load(self, indices: list[int], max_length: int, pad_multiple: int = 1) -> TrainBatch:
+        return collate([read_sample(self.paths[i]) for i in indices], max_length, pad_multiple)
+
+
+# ---- the TTT forward ---------------------------------------------------------------------------------
+
+
+def ttt_mask(T: int, steps: int, device: torch.device | str) -> torch.Tensor:
+    """Bool [T, steps * T]: causal over the step-0 keys, then the diagonal for each later step."""
+    causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    eye = torch.eye(T, dtype=torch.bool, device=device)
+    return torch.cat([causal] + [eye] * (steps - 1), dim=1)
+
+
+@dataclass(frozen=True)
+class TTTResult:
+    """Per TTT step: loss (mean over counted positions), accuracy and count; all device tensors."""
+
+    step_loss: torch.Tensor  # [L]
+    step_correct: torch.Tensor  # [L]
+    step_count: torch.Tensor  # [L]
+
+
+def target_probs(head_rows: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    """Target distribution restricted to the draft vocabulary, renormalised: [B, T, V_draft] float32.
+
+    ``head_rows`` [V_draft, H]: the target's lm_head rows of the draft ids; hidden [B, T, H].
+    """
+    logits = hidden.float() @ head_rows.float().t()  # [B, T, V_draft]
+    return torch.softmax(logits, dim=-1)
+
+
+def _drafter_step(net: Eagle3Drafter, embeds, feats, positions, keys: list, values: list, mask):
+    """One drafter layer forward over all anchors, attending to the keys of every step so far."""
+    mid, attn = net.midlayer, net.midlayer.self_attn
+    B, T, _ = feats.shape
+    g = mid.hidden_norm(feats)
+    residual = g if mid.norm_before_residual else feats
+    x = torch.cat([mid.input_layernorm(embeds), g], dim=-1)  # [B, T, 2H]
+    q = attn.q_proj(x).view(B, T, attn.num_heads, attn.head_dim)
+    k = attn.k_proj(x).view(B, T, attn.num_kv_heads, attn.head_dim)
+    v = attn.v_proj(x).view(B, T, attn.num_kv_heads, attn.head_dim)
+    cos, sin = net.rotary(positions, q.dtype)
+    q = apply_rotary(q.transpose(1, 2), cos, sin)  # [B, NH, T, D]
+    keys.append(apply_rotary(k.transpose(1, 2), cos, sin))  # [B, KVH, T, D]
+    values.append(v.transpose(1, 2))
+    k_all, v_all = torch.cat(keys, dim=2), torch.cat(values, dim=2)  # [B, KVH, (i+1)T, D]
+    out = attend(q, k_all, v_all, mask[: T, : k_all.shape[2]].expand(B, -1, -1))  # [B, NH, T, D]
+    h = residual + attn.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+    return h + mid.mlp(mid.post_attention_layernorm(h))  # [B, T, H] pre-norm output
+
+
+def _shift_left(x: torch.Tensor, k: int) -> torch.Tensor:
+    """x[:, p + k] at p, zero past the end: [B, T] -> [B, T]."""
+    out = torch.zeros_like(x)
+    if k < x.shape[1]:
+        out[:, : x.shape[1] - k] = x[:, k:]
+    return out
+
+
+def ttt_hidden(net: Eagle3Drafter, input_ids: torch.Tensor, aux: torch.Tensor, steps: int) -> Iterator[torch.Tensor]:
+    """The drafter's pre-norm outputs [B, T, H] of TTT steps 0..steps-1, one per step, at every
+    anchor p (step i at anchor p is draft step i of a chain grown from position p)."""
+    B, T = input_ids.shape
+    dev = input_ids.device
+    mask = ttt_mask(T, steps, dev)
+    feats = net.fuse(aux)  # [B, T, H]
+    pos = torch.arange(T, device=dev)
+    keys: list[torch.Tensor] = []
+    values: list[torch.Tensor] = []
+    for i in range(steps):
+        nxt = _shift_left(input_ids, i + 1)  # [B, T] token x_{p+i+1}
+        with torch.no_grad():
+            embeds = net.embed(nxt).to(feats.dtype)  # [B, T, H]; the target's, frozen
+        feats = _drafter_step(net, embeds, feats, (pos + i).expand(B, T), keys, values, mask)
+        yield feats
+
+
+def ttt_forward(net: Eagle3Drafter, batch: TrainBatch, probs: torch.Tensor, steps: int) -> TTTResult:
+    """Unroll ``steps`` drafter steps over every anchor of ``batch``; ``probs`` [B, T, V_draft]
+    is the target's restricted distribution at each position (see :func:`target_probs`)."""
+    lm = batch.loss_mask
+    T = lm.shape[1]
+    losses, correct, counts = [], [], []
+    for i, out in enumerate(ttt_hidden(net, batch.input_ids, batch.aux, steps)):
+        n = T - i - 2  # anchors with a token x_{p+i+2} to predict
+        if n <= 0:
+            zero = out.sum().float() * 0.0
+            losses.append(zero), correct.append(zero.detach()), counts.append(zero.detach())
+            continue
+        logits = net.lm_head(net.norm(out[:, :n])).float()  # [B, n, V_draft]
+        tgt = probs[:, i + 1: i + 1 + n]  # [B, n, V_draft] target at p+i+1
+        w = lm[:, i + 2: i + 2 + n]  # [B, n] predicted token is the assistant's
+        ce = -(tgt * torch.log_softmax(logits, dim=-1)).sum(-1)  # [B, n]
+        cnt = w.sum()
+        losses.append((ce * w).sum() / cnt.clamp(min=1.0))
+        correct.append(((logits.argmax(-1) == tgt.argmax(-1)).float() * w).sum().detach())
+        counts.append(cnt.detach())
+    return TTTResult(torch.stack(losses), torch.stack(correct), torch.stack(counts))
+
+
+# ---- schedule, checkpoints ---------------------------------------------------------------------------
+
+
+def cosine_with_warmup(total_steps: int, warmup_steps: int) -> Callable[[int], float]:
+    """LR multiplier: linear warm-up to 1, then cosine down to 0 at ``total_steps``."""
+
+    def factor(step: int) -> float:
+        if step < warmup_steps:
+            return (step + 1) / max(1, warmup_steps)
+        progress = (step - warmup_steps) / max(1, total_steps - warmup_steps)
+        return 0.5 * (1.0 + math.cos(math.pi * min(1.0, progress)))
+
+    return factor
+
+
+@dataclass(frozen=True)
+class TrainLog:
+    """What the trainer reports every ``log_every`` steps (means over those steps)."""
+
+    step: int
+    total_steps: int
+    epoch: int
+    loss: float
+    step_loss: tuple[float, ...]
+    step_acc: tuple[float, ...]
+    lr: float
+    grad_norm: float
+    tokens: int  # loss-counted tokens (step 0) since the last log
+    seconds: float
+
+
+@dataclass
+class TrainResult:
+    """The end of a run."""
+
+    steps: int
+    logs: list[TrainLog] = field(default_factory=list)
+    checkpoints: list[Path] = field(default_factory=list)
+
+
+class Trainer:
+    """Owns the drafter, optimizer, scheduler and the data position; :meth:`train` runs the loop."""
+
+    def __init__(self, net: Eagle3Drafter, head: TargetHead, data: SampleSet, cfg: TrainConfig, *,
+                 device: torch.device | str = "cpu", checkpoint_dir: str | Path | None = None) -> None:
+        self.cfg, self.data = cfg, data
+        self.device = torch.device(device)
+        self.net = net.to(self.device).float()
+        self.net.reset_buffers()
+        head.embed.weight.requires_grad_(False)
+        head.embed.to(self.device)
+        self._head_weight = head.lm_head_weight
+        self.head_rows = self._rows()  # [V_draft, H]
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        self.params = [p for p in self.net.parameters() if p.requires_grad]
+        self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
+                                     fused=self.device.type == "cuda")
+        self.batches_per_epoch = math.ceil(len(data) / cfg.batch_size)
+        self.total_steps = cfg.epochs * self.batches_per_epoch
+        warmup = int(cfg.warmup_ratio * self.total_steps)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, cosine_with_warmup(self.total_steps, warmup))
+        self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
+        self.weights = torch.tensor(cfg.step_weights(), device=self.device)
+
+    def _rows(self) -> torch.Tensor:
+        """The target's lm_head rows of the drafter's draft vocabulary, on the device."""
+        return self._head_weight[self.net.token_map().to(self._head_weight.device)].to(self.device)
+
+    # -- one optimizer step --
+    def train_step(self, batch: TrainBatch) -> tuple[TTTResult, torch.Tensor, torch.Tensor]:
+        """Forward, backward, clip, update. Returns (per-step stats, loss, grad norm) on the device."""
+        self.net.train()
+        batch = batch.to(self.device)
+        ac = self.cfg.autocast
+        probs = target_probs(self.head_rows, batch.hidden)  # float32, outside autocast
+        with torch.autocast(self.device.type, dtype=getattr(torch, ac or "bfloat16"), enabled=ac is not None):
+            res = ttt_forward(self.net, batch, probs, self.cfg.ttt_length)
+            loss = (self.weights * res.step_loss).sum()
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        gn = torch.nn.utils.clip_grad_norm_(self.params, self.cfg.max_grad_norm)
+        self.opt.step()
+        self.sched.step()
+        return res, loss.detach(), gn.detach()
+
+    # -- the loop --
+    def train(self, on_log: Callable[[TrainLog], None] | None = None) -> TrainResult:
+        """Train from the current position to the end (or ``max_steps``), logging and checkpointing."""
+        cfg, result = self.cfg, TrainResult(self.step)
+        stop = min(self.total_steps, cfg.max_steps) if cfg.max_steps else self.total_steps
+        acc = _Accumulator(cfg.ttt_length, self.device)
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            while self.step < stop:
+                batches = epoch_batches(self.data.lengths, cfg.batch_size, cfg.seed, self.epoch)
+                self._run(pool, batches[self.batch_in_epoch: self.batch_in_epoch + (stop - self.step)],
+                          stop, acc, result, on_log)
+                if self.batch_in_epoch >= len(batches):
+                    self.epoch, self.batch_in_epoch = self.epoch + 1, 0
+        result.steps = self.step
+        return result
+
+    def _run(self, pool, todo: list[list[int]], stop: int, acc, result: TrainResult, on_log) -> None:
+        """Train on ``todo`` (batches of sample indices), loading two batches ahead."""
+        cfg = self.cfg
+        load = lambda b: self.data.load(b, cfg.max_length, cfg.pad_multiple)  # noqa: E731
+        futures = [pool.submit(load, b) for b in todo[:2]]
+        for j in range(len(todo)):
+            if j + 2 < len(todo):
+                futures.append(pool.submit(load, todo[j + 2]))
+            res, loss, gn = self.train_step(futures[j].result())
+            futures[j] = None  # free the host batch
+            self.step, self.batch_in_epoch = self.step + 1, self.batch_in_epoch + 1
+            acc.add(res, loss, gn)
+            if self.step % cfg.log_every == 0 or self.step == stop:
+                result.logs.append(acc.flush(self))
+                if on_log:
+                    on_log(result.logs[-1])
+            if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.checkpoint_dir:
+                result.checkpoints.append(self.save_checkpoint())
+
+    # -- checkpoints --
+    def state(self) -> dict[str, Any]:
+        return {
+            "model": {k: v.detach().cpu() for k, v in self.net.state_dict().items()},
+            "optimizer": self.opt.state_dict(),
+            "scheduler": self.sched.state_dict(),
+            "position": {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch},
+            "rng": {"cpu": torch.get_rng_state(),
+                    "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
+            "config": json.loads(json.dumps(asdict(self.cfg))),
+            "num_samples": len(self.data),
+        }
+
+    def save_checkpoint(self, path: str | Path | None = None) -> Path:
+        """Write the full training state (atomically); keeps the last ``keep_checkpoints``."""
+        assert path is not None or self.checkpoint_dir is not None, "no checkpoint_dir to put checkpoints in"
+        ck_dir = self.checkpoint_dir if path is None else Path(path).parent
+        path = Path(path) if path is not None else ck_dir / f"step_{self.step:08d}.pt"
+        ck_dir.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".pt.partial")
+        torch.save(self.state(), tmp)
+        tmp.replace(path)
+        if self.cfg.keep_checkpoints > 0:
+            for old in sorted(ck_dir.glob("step_*.pt"))[: -self.cfg.keep_checkpoints]:
+                old.unlink()
+        return path
+
+    def load_checkpoint(self, path: str | Path) -> None:
+        """Restore a state written by :meth:`save_checkpoint` (``weights_only`` load)."""
+        path = Path(path)
+        try:
+            state = torch.load(path, weights_only=True, map_location="cpu")
+        except (RuntimeError, OSError, EOFError) as exc:
+            raise CheckpointError(f"cannot read the training checkpoint ({str(exc)[:200]})", file=path) from None
+        if state.get("num_samples") != len(self.data):
+            raise CheckpointError("the checkpoint was trained on other data", file=path, field="num_samples",
+                                  found=state.get("num_samples"), expected=len(self.data),
+                                  hint="resume with the same --data directory")
+        self.net.load_state_dict({k: v.to(self.device) for k, v in state["model"].items()})
+        self.head_rows = self._rows()
+        self.opt.load_state_dict(state["optimizer"])
+        self.sched.load_state_dict(state["scheduler"])
+        pos = state["position"]
+        self.step, self.epoch, self.batch_in_epoch = pos["step"], pos["epoch"], pos["batch_in_epoch"]
+        torch.set_rng_state(state["rng"]["cpu"])
+        if torch.cuda.is_available() and state["rng"]["cuda"]:
+            torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+
+
+def latest_checkpoint(checkpoint_dir: str | Path) -> Path | None:
+    """The newest ``step_*.pt`` in ``checkpoint_dir``, or None."""
+    found = sorted(Path(checkpoint_dir).glob("step_*.pt"))
+    return found[-1] if found else None
+
+
+class _Accumulator:
+    """Sums per-step stats on the device; one host sync per log."""
+
+    def __init__(self, steps: int, device: torch.device) -> None:
+        self.steps, self.device = steps, device
+        self._reset()
+
+    def _reset(self) -> None:
+        z = lambda: torch.zeros(self.steps, device=self.device)  # noqa: E731
+        self.loss_sum, self.correct, self.count = z(), z(), z()
+        self.total = torch.zeros((), device=self.device)
+        self.gn = torch.zeros((), device=self.device)
+        self.n, self.t0 = 0, time.perf_counter()
+
+    def add(self, res: TTTResult, loss: torch.Tensor, gn: torch.Tensor) -> None:
+        self.loss_sum += res.step_loss.detach()
+        self.correct += res.step_correct
+        self.count += res.step_count
+        self.total += loss
+        self.gn += gn.float()
+        self.n += 1
+
+    def flush(self, tr: Trainer) -> TrainLog:
+        n = max(1, self.n)
+        host = torch.cat([self.loss_sum / n, self.correct / self.count.clamp(min=1), self.count,
+                          torch.stack([self.total / n, self.gn / n])]).tolist()
+        L = self.steps
+        log = TrainLog(step=tr.step, total_steps=tr.total_steps, epoch=tr.epoch, loss=host[-2],
+                       step_loss=tuple(host[:L]), step_acc=tuple(host[L: 2 * L]), lr=tr.sched.get_last_lr()[0],
+                       grad_norm=host[-1], tokens=int(host[2 * L]), seconds=time.perf_counter() - self.t0)
+        self._reset()
+        return log
+
+
+# ---- the shipped format ------------------------------------------------------------------------------
+
+
+def drafter_tensors(net: Eagle3Drafter, dtype: torch.dtype = torch.bfloat16) -> dict[str, torch.Tensor]:
+    """The SGLang tensor names and values: floats in ``dtype``, d2t int64, t2d bool."""
+    out = {}
+    for name, t in net.state_dict().items():
+        t = t.detach().cpu()
+        out[name] = t.to(dtype) if t.is_floating_point() else t
+    out["d2t"], out["t2d"] = out["d2t"].long(), out["t2d"].bool()
+    return out
+
+
+def drafter_size_bytes(net: Eagle3Drafter, dtype: torch.dtype = torch.bfloat16) -> int:
+    """Bytes of the saved tensors in ``dtype`` (what model.safetensors holds, headers aside)."""
+    return sum(t.numel() * t.element_size() for t in drafter_tensors(net, dtype).values())
+
+
+def save_drafter(net: Eagle3Drafter, out_dir: str | Path, *, target: ModelConfig, sglang_layer_ids: list[int],
+                 dtype: torch.dtype = torch.bfloat16, provenance: dict[str, Any] | None = None) -> Path:
+    """Write the drafter in the SGLang/SpecForge format: config.json (eagle_config ids in the SGLang
+    convention, max_position_embeddings = the target's) and model.safetensors."""
+    from eaglelab.engine.formats.draft_checkpoint import save_draft_checkpoint, sglang_config
+
+    c = net.config
+    cfg = sglang_config(
+        hidden_size=c.hidden_size, vocab_size=c.vocab_size, draft_vocab_size=c.draft_vocab_size,
+        aux_layer_ids=list(sglang_layer_ids), num_attention_heads=c.num_heads, num_key_value_heads=c.num_kv_heads,
+        intermediate_size=c.intermediate_size, target_hidden_size=c.target_hidden_size,
+        max_position_embeddings=target.max_position_embeddings, rope_theta=c.rope_theta, rms_norm_eps=c.rms_norm_eps,
+    )
+    cfg["head_dim"] = c.head_dim
+    cfg["rope_scaling"] = dict(c.rope_scaling) if c.rope_scaling else None
+    cfg["torch_dtype"] = str(dtype).replace("torch.", "")
+    out = save_draft_checkpoint(out_dir, cfg, drafter_tensors(net, dtype))
+    if provenance is not None:
+        (Path(out) / "eaglelab_training.json").write_text(json.dumps(provenance, indent=2, default=str) + "\n")
+    return out

@@ -1,0 +1,236 @@
+"""The CUDA-graph runner: buckets, plans, eager fallbacks and their reasons, static-buffer replay.
+
+On CPU the runner's replay logic (static buffers, pad rows, copy in/out, the static drafter
+cache) is exercised with an emulated graph whose replay re-runs the captured function on the
+static buffers, which is what a CUDA graph does. The GPU test compares real graphs with eager.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from eaglelab.engine.runtime.cuda_graphs import (
+    EAGER_EXTEND, EAGER_HOST_DRAFTER, EAGER_NO_CUDA, EAGER_OFF, EAGER_PREFILL, REPLAY,
+    CudaGraphRunner, GraphPlan, bucket_for, draft_cache_len,
+)
+from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
+from eaglelab.engine.runtime.generate import Engine
+from eaglelab.engine.runtime.observer import BaseObserver
+from eaglelab.engine.runtime.runner import EagerRunner
+from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
+from eaglelab.engine.runtime.spec_config import SpecConfig
+
+PROMPTS = [[5, 9, 33, 7, 5, 9, 33], [100, 2, 3], [7, 7, 7, 7, 8, 1], [40, 41, 42, 43, 44]]
+
+
+class Recorder(BaseObserver):
+    def __init__(self) -> None:
+        self.cycles, self.captures = [], []
+
+    def on_cycle(self, stats) -> None:
+        self.cycles.append(stats)
+
+    def on_graph_captured(self, stats) -> None:
+        self.captures.append(stats)
+
+
+class EmulatedGraph:
+    """Stands in for torch.cuda.CUDAGraph: replay re-runs the function over the same static buffers."""
+
+    def __init__(self, fn, outputs) -> None:
+        self.fn, self.outputs, self.replays = fn, outputs, 0
+
+    def replay(self) -> None:
+        self.replays += 1
+        for dst, src in zip(self.outputs, self.fn()):
+            if dst is not None:
+                dst.copy_(src)
+
+
+class EmulatedRunner(CudaGraphRunner):
+    """The graph runner with CUDA capture replaced by :class:`EmulatedGraph` (runs on CPU)."""
+
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        if self.disabled_reason == EAGER_NO_CUDA:
+            self.disabled_reason = None
+
+    def _reserved(self) -> int:
+        return 0
+
+    def _record(self, fn):
+        outputs = fn()
+        return EmulatedGraph(fn, outputs), outputs
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    torch.manual_seed(0)
+    return build_scale_model("tiny", seed=3).model
+
+
+def _engine(model, spec, drafter, runner):
+    return Engine(model, drafter=drafter if spec.enabled else None, spec=spec, runner=runner, observer=Recorder())
+
+
+def _drafter(model, spec, kind):
+    if kind == "ngram":
+        return NgramDrafter(spec)
+    net, taps = random_eagle3(model, seed=5, draft_vocab=256)
+    return Eagle3Proposer(net, spec, taps)
+
+
+# ---- pure helpers ----------------------------------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 64), min_size=1, max_size=6, unique=True), st.integers(1, 80))
+def test_bucket_for_is_the_smallest_bucket_that_fits(buckets, batch):
+    got = bucket_for(batch, tuple(buckets))
+    fits = [b for b in buckets if b >= batch]
+    if not fits:
+        assert got is None
+    else:
+        assert got == min(fits) and got >= batch
+
+
+def test_plan_captures_what_the_spec_runs():
+    plain = GraphPlan.for_spec(SpecConfig(cuda_graphs=True), False, 256, (4, 1, 2))
+    assert plain.buckets == (1, 2, 4) and plain.decode and plain.verify_tokens == () and plain.draft_width == 0
+    spec = SpecConfig("eagle3", num_steps=5, topk=2, num_draft_tokens=8, attention_mode="decode")
+    p = GraphPlan.for_spec(spec, True, 256)
+    assert (p.decode, p.verify_tokens, p.draft_width, p.extend_width) == (False, (8,), 2, 6)
+    pre = GraphPlan.for_spec(SpecConfig("eagle3", num_steps=3, attention_mode="prefill"), True, 256)
+    assert pre.verify_tokens == () and pre.draft_width == 1 and pre.extend_width == 4
+    ngram = GraphPlan.for_spec(SpecConfig("ngram", num_steps=4), False, 256)
+    assert ngram.verify_tokens == (5,) and ngram.draft_width == 0
+    assert draft_cache_len(256, spec) == 256 + 5 * 2 + 2
+
+
+# ---- fallback reasons without CUDA -----------------------------------------------------------------
+def test_without_cuda_everything_is_eager_and_says_why(tiny):
+    spec = SpecConfig("ngram", num_steps=3, attention_mode="decode", cuda_graphs=True)
+    runner = CudaGraphRunner.for_engine(tiny, spec, NgramDrafter(spec), max_len=128)
+    assert runner.make_cache(1, 64) is None and runner.capture() == []
+    eng = _engine(tiny, spec, NgramDrafter(spec), runner)
+    out = eng.generate(PROMPTS[:2], 6)
+    ref = _engine(tiny, spec, NgramDrafter(spec), EagerRunner(tiny)).generate(PROMPTS[:2], 6)
+    assert out.tokens == ref.tokens
+    graphs = [c.graph for c in eng.observer.cycles]
+    assert graphs[0] == {"prefill": EAGER_NO_CUDA}
+    assert all(g == {"draft": EAGER_NO_CUDA, "verify": EAGER_NO_CUDA, "draft_extend": EAGER_NO_CUDA} for g in graphs[1:])
+
+
+def test_graphs_off_says_so(tiny):
+    runner = CudaGraphRunner.for_engine(tiny, SpecConfig(cuda_graphs=False), None)
+    eng = _engine(tiny, SpecConfig(), None, runner)
+    eng.generate(PROMPTS[:1], 3)
+    assert [c.graph for c in eng.observer.cycles[1:]] == [{"decode": EAGER_OFF}] * 2
+    assert runner.fallbacks[("decode", EAGER_OFF)] == 2
+
+
+# ---- replay logic with emulated graphs -------------------------------------------------------------
+@pytest.mark.parametrize("batch", [1, 3])
+def test_plain_replay_matches_eager_and_pads_to_the_bucket(tiny, batch):
+    spec = SpecConfig(cuda_graphs=True)
+    runner = EmulatedRunner.for_engine(tiny, spec, None, max_len=64, buckets=(1, 2, 4))
+    eng = _engine(tiny, spec, None, runner)
+    out = eng.generate(PROMPTS[:batch], 8)
+    ref = _engine(tiny, spec, None, EagerRunner(tiny)).generate(PROMPTS[:batch], 8)
+    assert out.tokens == ref.tokens
+    cycles = eng.observer.cycles
+    assert cycles[0].graph == {"prefill": EAGER_PREFILL}
+    assert [c.graph for c in cycles[1:]] == [{"decode": REPLAY}] * 7
+    bucket = bucket_for(batch, (1, 2, 4))
+    assert runner._graphs[("decode", bucket, 1)].graph.replays == 7
+    # one decode graph per bucket, reported to the observer
+    assert sorted((s.name, s.batch_size) for s in eng.observer.captures) == [("decode", 1), ("decode", 2), ("decode", 4)]
+
+
+@pytest.mark.parametrize("kind", ["ngram", "eagle3"])
+@pytest.mark.parametrize("mode", ["decode", "prefill"])
+def test_spec_replay_matches_eager(tiny, kind, mode):
+    spec = SpecConfig("eagle3" if kind == "eagle3" else "ngram", num_steps=3, topk=1, attention_mode=mode, cuda_graphs=True)
+    drafter = _drafter(tiny, spec, kind)
+    runner = EmulatedRunner.for_engine(tiny, spec, drafter, max_len=64, buckets=(1, 2, 4))
+    eng = _engine(tiny, spec, drafter, runner)
+    out = eng.generate(PROMPTS[:3], 10)
+    ref = _engine(tiny, spec, _drafter(tiny, spec, kind), EagerRunner(tiny, getattr(drafter, "net", None)))
+    assert out.tokens == ref.generate(PROMPTS[:3], 10).tokens
+    graphs = [c.graph for c in eng.observer.cycles[1:]]
+    assert graphs, "at least one speculative cycle"
+    verify = REPLAY if mode == "decode" else EAGER_EXTEND
+    draft = REPLAY if kind == "eagle3" else EAGER_HOST_DRAFTER
+    for g in graphs:
+        assert g["verify"] == verify and g["draft_extend"] == draft
+        assert g["draft"] == (draft if kind == "ngram" else REPLAY)
+    if kind == "eagle3":  # the drafter ran on the runner's static cache, not the proposer's own
+        assert runner.draft_cache is not None and drafter.cache is not runner.draft_cache
+        assert runner.draft_cache.k.abs().sum() > 0 and drafter.cache.k.abs().sum() == 0
+        assert runner.fallbacks[("draft_extend", "eager: draft_extend shape [B, 7] not captured")] == 1  # the prompt
+
+
+def test_eagle3_tree_replay_matches_eager(tiny):
+    spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, attention_mode="decode", cuda_graphs=True)
+    drafter = _drafter(tiny, spec, "eagle3")
+    runner = EmulatedRunner.for_engine(tiny, spec, drafter, max_len=64, buckets=(2,))
+    out = _engine(tiny, spec, drafter, runner).generate(PROMPTS[1:3], 8)
+    ref = _engine(tiny, spec, _drafter(tiny, spec, "eagle3"), EagerRunner(tiny, drafter.net)).generate(PROMPTS[1:3], 8)
+    assert out.tokens == ref.tokens
+    assert runner._graphs[("draft", 2, 2)].graph.replays > 0 and runner._graphs[("verify", 2, 5)].graph.replays > 0
+
+
+def test_batch_above_the_largest_bucket_runs_eager(tiny):
+    spec = SpecConfig(cuda_graphs=True)
+    runner = EmulatedRunner.for_engine(tiny, spec, None, max_len=64, buckets=(1, 2))
+    eng = _engine(tiny, spec, None, runner)
+    eng.generate(PROMPTS[:3], 3)
+    assert eng.observer.cycles[1].graph == {"decode": "eager: batch 3 above the largest bucket 2"}
+    assert not runner._captured  # nothing was needed
+
+
+def test_a_run_longer_than_the_static_cache_runs_eager(tiny):
+    spec = SpecConfig(cuda_graphs=True)
+    runner = EmulatedRunner.for_engine(tiny, spec, None, max_len=16, buckets=(1,))
+    eng = _engine(tiny, spec, None, runner)
+    eng.generate(PROMPTS[:1], 12)  # needs 7 + 12 + 2 + 2 = 23 slots
+    assert eng.observer.cycles[1].graph == {"decode": "eager: run needs 23 cache slots > graph capacity 16"}
+
+
+def test_pad_rows_are_reset_and_never_leak(tiny):
+    """A batch of 1 in bucket 2 after a batch of 2: row 1 of the static inputs is a pad row again."""
+    spec = SpecConfig(cuda_graphs=True)
+    runner = EmulatedRunner.for_engine(tiny, spec, None, max_len=64, buckets=(2,))
+    eng = _engine(tiny, spec, None, runner)
+    eng.generate(PROMPTS[:2], 4)
+    out = eng.generate(PROMPTS[2:3], 4)
+    ins = runner._graphs[("decode", 2, 1)].inputs
+    assert ins["tokens"][1].tolist() == [0] and ins["slots"][1].tolist() == [0]
+    assert ins["mask"][1, 0].nonzero().flatten().tolist() == [0]
+    ref = _engine(tiny, spec, None, EagerRunner(tiny)).generate(PROMPTS[2:3], 4)
+    assert out.tokens == ref.tokens
+
+
+# ---- GPU: real graphs ------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("kind", ["plain", "ngram", "eagle3"])
+def test_cuda_graphs_give_the_eager_tokens(kind):
+    model = build_scale_model("tiny", device="cuda", seed=3).model
+    algo = {"plain": "none", "ngram": "ngram", "eagle3": "eagle3"}[kind]
+    spec = SpecConfig(algo, num_steps=3, attention_mode="decode", cuda_graphs=True)
+    for batch in (1, 2, 3):
+        drafter = None if kind == "plain" else _drafter(model, spec, kind)
+        runner = CudaGraphRunner.for_engine(model, spec, drafter, max_len=64, buckets=(1, 2, 4))
+        eng = _engine(model, spec, drafter, runner)
+        out = eng.generate(PROMPTS[:batch], 12)
+        ref_drafter = None if kind == "plain" else _drafter(model, spec, kind)
+        ref = _engine(model, spec, ref_drafter, EagerRunner(model, getattr(ref_drafter, "net", None)))
+        assert out.tokens == ref.generate(PROMPTS[:batch], 12).tokens, f"batch {batch}"
+        replayed = [v for c in eng.observer.cycles[1:] for v in c.graph.values()]
+        assert REPLAY in replayed and not runner._failed, runner._failed
+        assert len(eng.observer.captures) == len(runner.capture_stats) > 0
