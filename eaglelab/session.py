@@ -75,19 +75,12 @@ class Session:
 
         spec = spec or self.spec
         drafter = drafter if drafter is not None else self.drafter
-        tp = self.target.model.tp
-        if tp is not None:  # a new runner's graph warm-ups are nobody's all-reduces
-            from eaglelab.engine.model.parallel import attach_probe, observe_allreduce
-
-            observe_allreduce(tp, None)
         runner = self.runner_factory(spec, drafter) if self.runner_factory else None
         engine = Engine(
             self.target.model, eos_token_ids=self.target.tokenizer.eos_token_ids if self.target.tokenizer else
             self.target.config.eos_token_ids, drafter=drafter if spec.enabled else None, spec=spec,
             observer=observer, runner=runner, run_info=self.run_info(),
         )
-        if tp is not None:  # time this engine's all-reduces for its observer (None: untimed)
-            attach_probe(tp, engine, observer)
         return engine
 
     def plain_engine(self, observer=None):

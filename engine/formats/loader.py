@@ -21,7 +21,7 @@ from eaglelab.engine.formats.assets import SMOLLM2_GGUF, asset_path, cache_dir
 from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.errors import CheckpointError, ConfigError
 from eaglelab.engine.model.model import Transformer
-from eaglelab.engine.model.parallel import TPGroup
+from eaglelab.engine.runtime.tp_group import TPGroup
 from eaglelab.engine.formats.tokenizer import Tokenizer
 
 DEFAULT_MODEL = "default"

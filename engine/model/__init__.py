@@ -1,2 +1,2 @@
-"""The models: config, shared layers, the target (dense and MoE), the EAGLE-3 drafter, tensor-parallel layers,
-scale presets."""
+"""The models: config, shared layers, the target (dense and MoE), the EAGLE-3 drafter, tensor-parallel
+(sharded) layers, scale presets."""

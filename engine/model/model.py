@@ -18,14 +18,14 @@ from torch import nn
 from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.runtime.kv_cache import KVCache
 from eaglelab.engine.model.layers import RMSNorm, Rotary, apply_rotary, attend, rope_inv_freq
-from eaglelab.engine.model.parallel import (
+from eaglelab.engine.model.tp_layers import (
     ColumnParallelLinear,
     ParallelLMHead,
     RowParallelLinear,
-    TPGroup,
     VocabParallelEmbedding,
     head_split,
 )
+from eaglelab.engine.runtime.tp_group import TPGroup
 
 
 class Attention(nn.Module):

@@ -40,7 +40,7 @@ from torch import nn
 
 from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.model.model import DenseMLP
-from eaglelab.engine.model.parallel import TPGroup
+from eaglelab.engine.runtime.tp_group import TPGroup
 
 
 class Router(nn.Module):

@@ -1,2 +1,2 @@
 """The runtime: the speculative loop, runners (eager, CUDA graphs), KV cache, tree, acceptance, sampling,
-drafters, timing and the observer seam."""
+drafters, timing, the tensor-parallel group and the contracts (observer, drafter, runner)."""

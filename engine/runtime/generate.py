@@ -30,7 +30,7 @@ from eaglelab.engine.runtime.observer import CycleStats, Observer, RunInfo, RunS
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.runtime.sampling import SamplingParams, probs_from_logits, sample
 from eaglelab.engine.runtime.spec_config import SpecConfig
-from eaglelab.engine.runtime.timing import PhaseClock
+from eaglelab.engine.runtime.timing import PhaseClock, observe_allreduce
 from eaglelab.engine.runtime.tree import tree_attention_mask
 
 StreamFn = Callable[[int, list[int]], None]  # (row, new token ids)
@@ -99,7 +99,9 @@ class Engine:
         self.eos = torch.tensor(sorted(eos_token_ids) or [-1], device=self.device)
         self.runner = runner or EagerRunner(target, getattr(drafter, "net", None))
         self.run_info = run_info or {}
-        self.clock = PhaseClock(self.device, enabled=observer is not None)
+        if target.tp is not None:  # this engine's observer times the group's all-reduces (None: untimed)
+            observe_allreduce(target.tp, observer)
+        self.clock = PhaseClock(self.device, enabled=observer is not None, tp=target.tp)
         self._cycle = 0
 
     # ---- public ------------------------------------------------------------------------------

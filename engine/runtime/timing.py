@@ -4,6 +4,10 @@ A disabled clock costs one attribute check per phase: no event, no range, no hos
 An enabled clock records events around each phase (never inside a captured graph: the engine
 times around graph replays) and reads them once per cycle in :meth:`PhaseClock.collect`, after
 the engine's own end-of-cycle synchronisation.
+
+Under tensor parallelism the same clock tags each all-reduce with the phase running and hands the
+group's CUDA-event timings to the observer at each ``collect``; :func:`observe_allreduce` connects
+the group to an observer. The engine builds both (see ``Engine.__init__``); nothing swaps them.
 """
 
 from __future__ import annotations
@@ -14,14 +18,19 @@ from typing import Iterator
 
 import torch
 
+from eaglelab.engine.runtime.observer import AllReduceStats, Observer
+from eaglelab.engine.runtime.tp_group import TPGroup
+
 
 class PhaseClock:
-    """Times named phases within one cycle."""
+    """Times named phases within one cycle (and, with ``tp``, names the phase of its all-reduces)."""
 
-    def __init__(self, device: torch.device, enabled: bool, profile_ranges: bool = True) -> None:
+    def __init__(self, device: torch.device, enabled: bool, profile_ranges: bool = True,
+                 tp: TPGroup | None = None) -> None:
         self.enabled = enabled
         self.cuda = enabled and device.type == "cuda"
         self.profile_ranges = enabled and profile_ranges
+        self.tp = tp if enabled else None
         self._open: list[tuple[str, object, object]] = []
 
     @contextlib.contextmanager
@@ -29,20 +38,22 @@ class PhaseClock:
         if not self.enabled:
             yield
             return
-        with torch.profiler.record_function(name) if self.profile_ranges else contextlib.nullcontext():
-            if self.cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                yield
-                end.record()
-                self._open.append((name, start, end))
-            else:
-                t0 = time.perf_counter()
-                yield
-                self._open.append((name, t0, time.perf_counter()))
+        with self.tp.in_phase(name) if self.tp is not None else contextlib.nullcontext():
+            with torch.profiler.record_function(name) if self.profile_ranges else contextlib.nullcontext():
+                if self.cuda:
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    yield
+                    end.record()
+                    self._open.append((name, start, end))
+                else:
+                    t0 = time.perf_counter()
+                    yield
+                    self._open.append((name, t0, time.perf_counter()))
 
     def collect(self) -> dict[str, float]:
-        """Milliseconds per phase since the last collect (phases repeated in a cycle are summed)."""
+        """Milliseconds per phase since the last collect (phases repeated in a cycle are summed);
+        under TP, also hands the all-reduce timings recorded since the last collect to the observer."""
         out: dict[str, float] = {}
         if self.cuda and self._open:
             self._open[-1][2].synchronize()  # type: ignore[union-attr]
@@ -50,4 +61,18 @@ class PhaseClock:
             ms = a.elapsed_time(b) if self.cuda else (b - a) * 1e3  # type: ignore[union-attr,operator]
             out[name] = out.get(name, 0.0) + ms
         self._open.clear()
+        if self.tp is not None:
+            self.tp.flush_timings()
         return out
+
+
+def observe_allreduce(tp: TPGroup, observer: Observer | None) -> None:
+    """Time every all-reduce of ``tp`` and send it to ``observer.on_allreduce``; ``None`` turns timing off."""
+    if observer is None:
+        tp.hook = None
+        return
+
+    def hook(layer: int, site: str, nbytes: int, ms: float, phase: str, in_graph: bool) -> None:
+        observer.on_allreduce(AllReduceStats(layer, site, nbytes, ms, tp.rank, tp.world_size, phase, in_graph))
+
+    tp.hook = hook

@@ -67,7 +67,6 @@ def test_probe_keeps_only_allreduce_events_and_publishes_peers():
 
 def _probe_run(tp, record: str, model_name: str):
     from eaglelab.engine.runtime.generate import Engine
-    from eaglelab.engine.model.parallel import attach_probe
     from eaglelab.probes.bus import ProbeBus
     from eaglelab.probes.record import RecordWriter
     from tests.engine.model.test_tp import DENSE, MOE, PROMPTS, build, random_drafter
@@ -80,7 +79,6 @@ def _probe_run(tp, record: str, model_name: str):
         bus.subscribe(writer)
     drafter = random_drafter(model)
     engine = Engine(model, drafter=drafter, spec=drafter.spec, observer=bus)
-    attach_probe(tp, engine, bus)
     with tp.guard("generate"):
         engine.generate(PROMPTS, 4)
         events = probe.gather(tp)
@@ -92,7 +90,7 @@ def _probe_run(tp, record: str, model_name: str):
 
 @pytest.fixture(scope="module", params=["dense", "moe"])
 def run(request, tmp_path_factory):
-    from eaglelab.engine.model.parallel import RankFailure, spawn_ranks
+    from tests.tp_harness import RankFailure, spawn_ranks
 
     record = tmp_path_factory.mktemp("rec") / f"{request.param}.jsonl"
     results = spawn_ranks(_probe_run, 2, str(record), request.param)

@@ -15,7 +15,8 @@ from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.formats.loader import load_random
 from eaglelab.engine.model.model import Transformer
 from eaglelab.engine.model.moe import kimi_like_config
-from eaglelab.engine.model.parallel import RankFailure, TPError, spawn_ranks
+from eaglelab.engine.runtime.tp_group import TPError
+from tests.tp_harness import RankFailure, spawn_ranks
 from eaglelab.engine.runtime.spec_config import SpecConfig
 
 DENSE = {
@@ -176,7 +177,7 @@ def test_tp_error_is_a_user_facing_error():
 def _cuda_timing(tp) -> dict:
     """One NCCL rank on one GPU: eager all-reduces timed by CUDA events (read at flush), and a
     captured decode forward whose all-reduce events, captured with it, are read after each replay."""
-    from eaglelab.engine.model.parallel import observe_allreduce
+    from eaglelab.engine.runtime.timing import observe_allreduce
 
     dev = torch.device("cuda", tp.local_rank)
     model = build(DENSE, tp).to(dev)
