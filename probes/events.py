@@ -1,5 +1,9 @@
 """Events: what the probes make of the engine's stats, one frozen dataclass per kind.
 
+The schema is defined once: each event class extends the engine's stats dataclass it records
+(:class:`RunStarted` is a :class:`RunInfo`, :class:`Step` a :class:`CycleStats`, ...) and adds only
+the wall-clock time ``t``, so a field added to the engine's stats reaches every record.
+
 Events are the interchange format: the run record stores one per line (``to_json``), the TUI,
 TensorBoard and the console summary consume them. Every event class has a ``type`` name
 (a class attribute, written as the ``"type"`` key) and a wall-clock time ``t`` (``time.time()``).
@@ -23,6 +27,13 @@ from eaglelab.engine.runtime.observer import (
     RunInfo,
     RunSummary,
 )
+from eaglelab.engine.runtime.reasons import (  # the graph statuses and warnings events carry
+    EAGER_EXTEND,
+    EAGER_OFF,
+    REPLAY,
+    SOURCE_RUNNER,
+    eager_warning,
+)
 
 SCHEMA_VERSION: int = 1
 
@@ -34,12 +45,16 @@ __all__ = [
     "GraphCaptured",
     "AllReduce",
     "WarningEvent",
-    "Warning",
     "RunFinished",
     "EVENT_TYPES",
     "EventDecodeError",
     "to_json",
     "from_json",
+    "REPLAY",
+    "EAGER_OFF",
+    "EAGER_EXTEND",
+    "SOURCE_RUNNER",
+    "eager_warning",
 ]
 
 
@@ -53,9 +68,8 @@ def _owned(value: Any) -> Any:
 
 
 def _from_engine(cls: type, stats: Any, t: float | None) -> Any:
-    """An event from the engine stats object of the same fields (``t``: now when not given)."""
-    kwargs = {f.name: _owned(getattr(stats, f.name)) for f in dataclasses.fields(cls)
-              if f.name != "t" and hasattr(stats, f.name)}
+    """An event from the engine stats it extends: every field copied (``t``: now when not given)."""
+    kwargs = {f.name: _owned(getattr(stats, f.name)) for f in dataclasses.fields(stats)}
     return cls(**kwargs, t=time.time() if t is None else t)
 
 
@@ -64,19 +78,10 @@ class EventDecodeError(ValueError):
 
 
 @dataclass(frozen=True)
-class RunStarted:
-    """A run began: model identity, device, dtype, full spec and model config, versions."""
+class RunStarted(RunInfo):
+    """A run began: the engine's :class:`RunInfo` (its fields are defined there, once) and ``t``."""
 
     type: ClassVar[str] = "run_started"
-    model: str
-    model_digest: str
-    device: str
-    dtype: str
-    batch_size: int
-    spec: dict[str, Any]
-    model_config: dict[str, Any]
-    versions: dict[str, str]
-    tp_size: int = 1
     t: float = 0.0
 
     @classmethod
@@ -86,24 +91,14 @@ class RunStarted:
 
 
 @dataclass(frozen=True)
-class Step:
-    """One prefill, plain decode step or speculative cycle (see engine ``CycleStats``).
+class Step(CycleStats):
+    """One prefill, plain decode step or speculative cycle: the engine's :class:`CycleStats` and ``t``.
 
-    ``phase_ms`` keys are among ``engine.observer.PHASES``; ``accept_len[b]`` counts the tokens
-    row b committed this cycle, bonus included; ``graph[phase]`` is ``"replay"`` or
-    ``"eager: <reason>"``.
+    ``phase_ms`` keys are among ``PHASES``; ``accept_len[b]`` counts the tokens row b committed
+    this cycle, bonus included; ``graph[phase]`` is ``"replay"`` or ``"eager: <reason>"``.
     """
 
     type: ClassVar[str] = "step"
-    index: int
-    kind: str  # "prefill" | "decode" | "spec"
-    phase_ms: dict[str, float]
-    accept_len: tuple[int, ...] = ()
-    accepted_positions: tuple[tuple[int, ...], ...] = ()
-    num_draft_tokens: int = 0
-    verify_tokens: int = 0
-    graph: dict[str, str] = field(default_factory=dict)
-    active_rows: int = 0
     t: float = 0.0
 
     @classmethod
@@ -123,14 +118,10 @@ class Step:
 
 
 @dataclass(frozen=True)
-class GraphCaptured:
-    """A CUDA graph was captured (one per name and batch-size bucket)."""
+class GraphCaptured(GraphCaptureStats):
+    """A CUDA graph was captured (one per name and batch-size bucket): :class:`GraphCaptureStats` and ``t``."""
 
     type: ClassVar[str] = "graph_captured"
-    name: str
-    batch_size: int
-    seconds: float
-    memory_bytes: int
     t: float = 0.0
 
     @classmethod
@@ -140,18 +131,10 @@ class GraphCaptured:
 
 
 @dataclass(frozen=True)
-class AllReduce:
-    """One timed all-reduce inside a forward (tensor-parallel runs)."""
+class AllReduce(AllReduceStats):
+    """One timed all-reduce inside a forward (tensor-parallel runs): :class:`AllReduceStats` and ``t``."""
 
     type: ClassVar[str] = "allreduce"
-    layer: int
-    site: str
-    nbytes: int
-    ms: float
-    rank: int
-    world_size: int
-    phase: str
-    in_graph: bool = False
     t: float = 0.0
 
     @classmethod
@@ -162,7 +145,8 @@ class AllReduce:
 
 @dataclass(frozen=True)
 class WarningEvent:
-    """Something the engine or a probe wants the user to know (eager fallback, clamped setting)."""
+    """Something the engine or a probe wants the user to know (eager fallback, clamped setting):
+    the two arguments of the engine's ``on_warning(source, message)`` and ``t``."""
 
     type: ClassVar[str] = "warning"
     source: str
@@ -170,21 +154,11 @@ class WarningEvent:
     t: float = 0.0
 
 
-# The name the design uses; ``WarningEvent`` avoids shadowing the builtin where that matters.
-Warning = WarningEvent  # noqa: A001
-
-
 @dataclass(frozen=True)
-class RunFinished:
-    """A run ended: the engine's totals (see engine ``RunSummary``)."""
+class RunFinished(RunSummary):
+    """A run ended: the engine's :class:`RunSummary` and ``t``."""
 
     type: ClassVar[str] = "run_finished"
-    prompt_tokens: int
-    generated_tokens: int
-    seconds: float
-    cycles: int
-    mean_accept_len: float | None = None
-    stop_reasons: tuple[str, ...] = ()
     t: float = 0.0
 
     @classmethod

@@ -34,7 +34,7 @@ from eaglelab.probes.events import (
 )
 
 # Phases of a speculative cycle, in the order they run; a plain decode step has only "decode".
-CYCLE_PHASES: tuple[str, ...] = ("draft", "verify", "accept", "draft_extend")
+SPEC_PHASES: tuple[str, ...] = ("draft", "verify", "accept", "draft_extend")
 
 
 @dataclass(frozen=True)
@@ -348,7 +348,7 @@ class RunModel:
         kind = self._shown_kind()
         if kind is None:
             return ()
-        names = CYCLE_PHASES if kind == "spec" else ("decode",)
+        names = SPEC_PHASES if kind == "spec" else ("decode",)
         means = {p: self.totals.mean_phase_ms(p, kind=kind) for p in names}
         seen = {p: m for p, m in means.items() if m is not None}
         total = sum(seen.values())
@@ -410,7 +410,7 @@ def reduce_events(events: Iterable[Event], **kwargs: int) -> RunView:
 
 
 __all__ = [
-    "CYCLE_PHASES",
+    "SPEC_PHASES",
     "AllReduceRow",
     "CaptureRow",
     "GraphRow",

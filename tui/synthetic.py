@@ -17,6 +17,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from eaglelab.probes.events import (
+    EAGER_EXTEND,
+    EAGER_OFF,
+    REPLAY,
+    SOURCE_RUNNER,
     AllReduce,
     Event,
     GraphCaptured,
@@ -24,9 +28,8 @@ from eaglelab.probes.events import (
     RunStarted,
     Step,
     WarningEvent,
+    eager_warning,
 )
-
-PREFILL_EAGER = "eager: verify in prefill attention mode (extend) is not captured"
 
 
 @dataclass(frozen=True)
@@ -55,10 +58,10 @@ def synthetic_run(**knobs: object) -> list[Event]:
     clock = [spec.t0]
     events: list[Event] = [_run_started(spec), *_captures(spec)]
     if spec.cuda_graphs and spec.verify_mode == "prefill":
-        events.append(WarningEvent("runner", "verify runs eagerly: prefill attention mode is not graph-capturable", spec.t0))
+        events.append(WarningEvent(SOURCE_RUNNER, eager_warning("verify", EAGER_EXTEND), spec.t0))
     events.append(_step(spec, clock, 0, "prefill", {"prefill": 4.0 * spec.decode_ms}, (1,) * spec.batch_size))
     for i in range(spec.plain_steps):
-        graph = {"decode": "replay" if spec.cuda_graphs else "eager: cuda graphs off"}
+        graph = {"decode": REPLAY if spec.cuda_graphs else EAGER_OFF}
         events.append(_step(spec, clock, 1 + i, "decode", {"decode": _jitter(rng, spec.decode_ms)}, (1,) * spec.batch_size, graph))
     for i in range(spec.cycles):
         index = 1 + spec.plain_steps + i
@@ -141,8 +144,8 @@ def _spec_cycle(spec: SyntheticSpec, rng: random.Random, clock: list[float], ind
         "accept": _jitter(rng, 0.3),
         "draft_extend": _jitter(rng, 1.8),
     }
-    on = "replay" if spec.cuda_graphs else "eager: cuda graphs off"
-    graph = {"draft": on, "verify": on if spec.verify_mode == "decode" else PREFILL_EAGER, "draft_extend": on}
+    on = REPLAY if spec.cuda_graphs else EAGER_OFF
+    graph = {"draft": on, "verify": on if spec.verify_mode == "decode" else EAGER_EXTEND, "draft_extend": on}
     return _step(spec, clock, index, "spec", phase_ms, accept, graph, spec.num_steps + 1)
 
 

@@ -215,7 +215,7 @@ class OurSystem:
         self.spec = _engine_spec(cfg, ctx)
         self.ctx = ctx
         self.drafter = ctx.make_drafter(self.spec) if cfg.speculative and ctx.make_drafter else None
-        net = getattr(self.drafter, "net", None)
+        net = self.drafter.net if self.drafter is not None else None
         if cfg.graphs:
             self.runner = CudaGraphRunner.for_engine(ctx.target, self.spec, self.drafter, max_len=ctx.max_len,
                                                      buckets=ctx.batch_sizes)

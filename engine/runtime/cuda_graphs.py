@@ -43,21 +43,24 @@ from typing import Callable
 
 import torch
 
+from eaglelab.engine.runtime.contracts import Drafter
 from eaglelab.engine.runtime.kv_cache import KVCache
 from eaglelab.engine.model.model import Transformer
 from eaglelab.engine.runtime.observer import GraphCaptureStats, Observer
-from eaglelab.engine.runtime.runner import CYCLE_PHASES
+from eaglelab.engine.runtime.reasons import (
+    EAGER_EXTEND,
+    EAGER_HOST_DRAFTER,
+    EAGER_NO_CUDA,
+    EAGER_NO_FORWARD,
+    EAGER_OFF,
+    EAGER_PREFILL,
+    REPLAY,
+)
+from eaglelab.engine.runtime.runner import FORWARD_PHASES
 from eaglelab.engine.runtime.spec_config import SpecConfig
 
 DEFAULT_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 
-REPLAY = "replay"
-EAGER_OFF = "eager: CUDA graphs off"
-EAGER_NO_CUDA = "eager: no CUDA device"
-EAGER_PREFILL = "eager: prefill (prompt shapes vary)"
-EAGER_EXTEND = "eager: attention mode prefill (extend shapes vary)"
-EAGER_HOST_DRAFTER = "eager: host-side drafter (no forward)"
-EAGER_NO_FORWARD = "eager: no forward this cycle"
 
 
 
@@ -161,10 +164,11 @@ class CudaGraphRunner:
         self._foreign = "eager: cache not the graph runner's"
 
     @classmethod
-    def for_engine(cls, target: Transformer, spec: SpecConfig, drafter=None, **kw) -> "CudaGraphRunner":
+    def for_engine(cls, target: Transformer, spec: SpecConfig, drafter: Drafter | None = None, **kw) -> "CudaGraphRunner":
         """A runner for an Engine given its drafter (an Eagle3Proposer, an NgramDrafter or None)."""
-        net = getattr(drafter, "net", None) if spec.enabled else None
-        taps = tuple(getattr(drafter, "target_taps", ()) or ()) if spec.enabled else ()
+        use = drafter if spec.enabled else None
+        net = use.net if use is not None else None
+        taps = use.target_taps if use is not None else ()
         return cls(target, net, spec=spec, taps=taps, enabled=spec.cuda_graphs, **kw)
 
     # ---- static buffers and capture ------------------------------------------------------------
@@ -245,7 +249,7 @@ class CudaGraphRunner:
         key = (name, b, T)
         mem0, t0 = self._reserved(), time.perf_counter()
         ins = self._static_inputs(name, b, T)
-        tp = getattr(self.target, "tp", None)
+        tp = self.target.tp
         try:
             # Under TP, all-reduces captured here get CUDA events captured with them (timed per replay).
             with tp.capture(key) if tp is not None else contextlib.nullcontext():
@@ -359,7 +363,7 @@ class CudaGraphRunner:
     def graph_status(self, kind: str, attention_mode: str, batch: int) -> dict[str, str]:
         """Per phase of the cycle just run: "replay" or "eager: <reason>" (reset after reading)."""
         out = {}
-        for phase in CYCLE_PHASES[kind]:
+        for phase in FORWARD_PHASES[kind]:
             default = EAGER_HOST_DRAFTER if phase.startswith("draft") and self.drafter is None else EAGER_NO_FORWARD
             out[phase] = self._status.get(phase, self.disabled_reason or default)
         self._status.clear()

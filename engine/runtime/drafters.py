@@ -1,15 +1,17 @@
-"""Drafters behind one interface: EAGLE-3 and n-gram (prompt lookup).
+"""Drafters behind one interface (:class:`~eaglelab.engine.runtime.contracts.Drafter`): EAGLE-3 and
+n-gram (prompt lookup).
 
-A drafter has three calls, driven by :class:`eaglelab.engine.runtime.generate.Engine`:
+A drafter has three calls, driven by :class:`eaglelab.engine.runtime.generate.Engine`, each given a
+read-only :class:`~eaglelab.engine.runtime.contracts.DraftView` of the batch:
 
-- ``begin(batch, prompt_ids, aux, runner)`` after the target's prefill (EAGLE-3: draft-extend
+- ``begin(view, prompt_ids, aux, runner)`` after the target's prefill (EAGLE-3: draft-extend
   over the prompt with the target's aux features);
-- ``propose(batch, runner) -> DraftTree`` the draft steps;
-- ``commit(batch, acceptance, verify_aux, runner)`` after acceptance (EAGLE-3: draft-extend over
+- ``propose(view, runner) -> DraftTree`` the draft steps;
+- ``commit(view, acceptance, verify_aux, runner)`` after acceptance (EAGLE-3: draft-extend over
   the accepted tokens).
 
 ``target_taps`` lists the HF ``output_hidden_states`` indices the target must return as aux
-features (empty for drafters that need none).
+features (empty for drafters that need none); ``net`` is the network the runner's ``draft`` runs.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import torch
 
 from eaglelab.engine.runtime.acceptance import Acceptance
+from eaglelab.engine.runtime.contracts import DraftView, Runner
 from eaglelab.engine.model.eagle3 import Eagle3Drafter
 from eaglelab.engine.runtime.kv_cache import KVCache
 from eaglelab.engine.model.layers import prefix_mask
@@ -31,17 +34,18 @@ class NgramDrafter:
     """
 
     target_taps: tuple[int, ...] = ()
+    net = None  # drafts on the host: no network for the runner
 
     def __init__(self, spec: SpecConfig, max_ngram: int = 4, min_ngram: int = 1) -> None:
         assert spec.topk == 1, "the n-gram drafter drafts chains (topk 1)"
         self.spec, self.max_ngram, self.min_ngram = spec, max_ngram, min_ngram
         self._history: list[list[int]] = []
 
-    def begin(self, st, prompt_ids, aux, runner) -> None:
+    def begin(self, st: DraftView, prompt_ids, aux, runner: Runner) -> None:
         self._history = [list(p) for p in st.prompts]
         self._seen = [0] * len(st.prompts)
 
-    def propose(self, st, runner) -> DraftTree:
+    def propose(self, st: DraftView, runner: Runner) -> DraftTree:
         n_out = st.n_out.tolist()
         drafts = []
         for b, hist in enumerate(self._history):
@@ -61,7 +65,7 @@ class NgramDrafter:
                     return follow + [follow[-1]] * (k - len(follow))
         return [hist[-1]] * k  # no match: a cheap guess, verified like any other
 
-    def commit(self, st, acc: Acceptance, aux, runner) -> None:
+    def commit(self, st: DraftView, acc: Acceptance, aux, runner: Runner) -> None:
         pass
 
 
@@ -77,10 +81,10 @@ class Eagle3Proposer:
         self.cache: KVCache | None = None
 
     # after prefill: extend over the prompt (features of x_p paired with the token x_{p+1})
-    def begin(self, st, prompt_ids: torch.Tensor, aux: torch.Tensor, runner) -> None:
+    def begin(self, st: DraftView, prompt_ids: torch.Tensor, aux: torch.Tensor, runner: Runner) -> None:
         B, T = prompt_ids.shape
         cfg, dev = self.net.config, prompt_ids.device
-        S = st.cache.max_len + self.spec.num_steps * self.spec.topk + 2
+        S = st.cache_len + self.spec.num_steps * self.spec.topk + 2
         dtype = self.net.fc.weight.dtype
         self.cache = KVCache(1, B, cfg.num_kv_heads, S, cfg.head_dim, dtype=dtype, device=dev)
         nxt = torch.cat([prompt_ids[:, 1:], prompt_ids[:, :1]], dim=1).clone()  # [B, T]
@@ -97,7 +101,7 @@ class Eagle3Proposer:
         self.next_hidden = hidden[rows, index]  # [B, H]
         self.next_logp = torch.log_softmax(logits[rows, index], dim=-1)  # [B, V_draft]
 
-    def propose(self, st, runner) -> DraftTree:
+    def propose(self, st: DraftView, runner: Runner) -> DraftTree:
         builder = TreeBuilder(st.root, self.spec.topk, token_map=self._map)
         frontier = builder.step(self.next_logp)
         hidden = self.next_hidden[:, None]  # [B, 1, H]; the root's features
@@ -113,7 +117,7 @@ class Eagle3Proposer:
         return builder.finish(self.spec.draft_tokens)
 
     # after acceptance: extend over root, d1..dk (features) paired with d1..dk, bonus (tokens)
-    def commit(self, st, acc: Acceptance, aux: torch.Tensor, runner) -> None:
+    def commit(self, st: DraftView, acc: Acceptance, aux: torch.Tensor, runner: Runner) -> None:
         B, D1 = acc.path.shape
         dev = aux.device
         path = acc.path.clamp(min=0)  # [B, D+1]

@@ -23,10 +23,12 @@ from typing import Callable
 import torch
 
 from eaglelab.engine.runtime.acceptance import Acceptance, greedy_accept, rejection_accept
+from eaglelab.engine.runtime.contracts import DraftView, Drafter, Runner
 from eaglelab.engine.runtime.kv_cache import KVCache
 from eaglelab.engine.model.layers import prefix_mask
 from eaglelab.engine.model.model import Transformer
 from eaglelab.engine.runtime.observer import CycleStats, Observer, RunInfo, RunSummary
+from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA, EAGER_NO_RUNNER, EAGER_OFF, SOURCE_RUNNER, eager_warning
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.runtime.sampling import SamplingParams, probs_from_logits, sample
 from eaglelab.engine.runtime.spec_config import SpecConfig
@@ -50,6 +52,10 @@ class Batch:
     prompts: list[list[int]]
     max_new: int
     prompt_lens: torch.Tensor  # [B]
+
+    def view(self) -> DraftView:
+        """What a drafter may read of this batch (the same tensors; drafters never write them)."""
+        return DraftView(self.root, self.lengths, self.out, self.n_out, self.prompts, self.cache.max_len)
 
 
 @dataclass
@@ -85,24 +91,28 @@ class Engine:
         target: Transformer,
         *,
         eos_token_ids: tuple[int, ...] = (),
-        drafter=None,
+        drafter: Drafter | None = None,
         spec: SpecConfig = SpecConfig(),
         observer: Observer | None = None,
-        runner=None,
+        runner: Runner | None = None,
         run_info: dict | None = None,
     ) -> None:
+        """``run_info``: what :class:`RunInfo` cannot know from the model ("model", "digest",
+        "eaglelab_version", and "baseline": True for a plain run recorded beside a speculative one)."""
         assert spec.enabled == (drafter is not None), "a drafter is needed exactly when spec.algorithm != 'none'"
         self.target, self.drafter, self.spec = target, drafter, spec
         self.observer = observer
         param = next(target.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.eos = torch.tensor(sorted(eos_token_ids) or [-1], device=self.device)
-        self.runner = runner or EagerRunner(target, getattr(drafter, "net", None))
+        self.runner: Runner = runner or EagerRunner(target, drafter.net if drafter else None,
+                                                   reason=_eager_reason(spec, self.device))
         self.run_info = run_info or {}
         if target.tp is not None:  # this engine's observer times the group's all-reduces (None: untimed)
             observe_allreduce(target.tp, observer)
         self.clock = PhaseClock(self.device, enabled=observer is not None, tp=target.tp)
         self._cycle = 0
+        self._warned: set[str] = set()
 
     # ---- public ------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -116,6 +126,7 @@ class Engine:
     ) -> GenerationResult:
         assert prompts and all(prompts), "every prompt needs at least one token"
         self._cycle = 0
+        self._warned.clear()
         self._announce(len(prompts))
         t0 = time.perf_counter()
         st = self._prefill(prompts, max_new_tokens, sampling, generator)
@@ -160,15 +171,14 @@ class Engine:
         self._append(st, first[:, None], torch.ones_like(lens))
         if self.drafter is not None:
             with self.clock.phase("draft_extend"):
-                self.drafter.begin(st, ids, aux, self.runner)
+                self.drafter.begin(st.view(), ids, aux, self.runner)
         self._emit("prefill", st, accept=None)
         return st
 
     def _make_cache(self, batch: int, max_len: int) -> KVCache:
         """The runner's static cache when it offers one (CUDA graphs bind fixed buffers; it may be
         longer than asked), else a fresh cache of exactly ``max_len`` slots."""
-        make = getattr(self.runner, "make_cache", None)
-        cache = make(batch, max_len, self.observer) if make is not None else None
+        cache = self.runner.make_cache(batch, max_len, self.observer)
         if cache is not None:
             return cache
         cfg = self.target.config
@@ -176,7 +186,7 @@ class Engine:
         return KVCache(cfg.num_layers, batch, local_kv, max_len, cfg.head_dim, dtype=self.dtype, device=self.device)
 
     def _taps(self) -> tuple[int, ...]:
-        return tuple(getattr(self.drafter, "target_taps", ()) or ())
+        return self.drafter.target_taps if self.drafter is not None else ()
 
     # ---- plain decoding ----------------------------------------------------------------------
     def _decode_step(self, st: Batch, sampling, generator) -> None:
@@ -193,7 +203,7 @@ class Engine:
     def _spec_cycle(self, st: Batch, sampling: SamplingParams, generator) -> tuple[torch.Tensor, torch.Tensor]:
         active = ~st.done
         with self.clock.phase("draft"):
-            tree = self.drafter.propose(st, self.runner)
+            tree = self.drafter.propose(st.view(), self.runner)
         with self.clock.phase("verify"):
             hidden, aux = self._verify(st, tree)
             logits = self.target.logits(hidden)  # [B, N, V]
@@ -205,7 +215,7 @@ class Engine:
             self._compact(st, acc)
             self._append(st, acc.tokens.clamp(min=0), acc.accept_len)
         with self.clock.phase("draft_extend"):
-            self.drafter.commit(st, acc, aux, self.runner)
+            self.drafter.commit(st.view(), acc, aux, self.runner)
         self._advance(st, active, acc.accept_len, acc.bonus)
         self._emit("spec", st, accept=acc, active=active, tree_nodes=tree.num_nodes)
         return acc.accept_len, active  # read on the host once, at the end of the run
@@ -294,7 +304,7 @@ class Engine:
             model_config=self.target.config.to_dict(),
             versions={"torch": torch.__version__, "python": platform.python_version(),
                       "eaglelab": info.get("eaglelab_version", ""), "platform": sys.platform},
-            tp_size=self.target.tp.world_size if self.target.tp else 1,
+            tp_size=self.target.tp.world_size if self.target.tp else 1, baseline=bool(info.get("baseline", False)),
         ))
 
     def _emit(self, kind: str, st: Batch, accept: Acceptance | None, active=None, tree_nodes: int = 0) -> None:
@@ -309,12 +319,30 @@ class Engine:
             acc_len = tuple(lens[b] for b in rows)
             positions = tuple(tuple(p for p in paths[b][1: lens[b]] if p >= 0) for b in rows)
         B = st.lengths.shape[0]
+        graph = self.runner.graph_status(kind, self.spec.attention_mode, B)
+        self._warn_eager(graph)
         self.observer.on_cycle(CycleStats(
             index=self._cycle, kind=kind, phase_ms=phase_ms, accept_len=acc_len, accepted_positions=positions,
             num_draft_tokens=tree_nodes, verify_tokens=tree_nodes * len(acc_len),
-            graph=self.runner.graph_status(kind, self.spec.attention_mode, B),
+            graph=graph,
             active_rows=len(acc_len) if accept is not None else int((~st.done).sum()),
         ))
+
+
+    def _warn_eager(self, graph: dict[str, str]) -> None:
+        """Tell the observer, once per run, of each forward that ran eagerly when nobody chose it."""
+        for phase, status in graph.items():
+            message = eager_warning(phase, status)
+            if message is not None and message not in self._warned:
+                self._warned.add(message)
+                self.observer.on_warning(SOURCE_RUNNER, message)
+
+
+def _eager_reason(spec: SpecConfig, device: torch.device) -> str:
+    """Why the default (eager) runner replays no graph: graphs off, no CUDA, or no graph runner given."""
+    if not spec.cuda_graphs:
+        return EAGER_OFF
+    return EAGER_NO_CUDA if device.type != "cuda" else EAGER_NO_RUNNER
 
 
 def _next_token(logits: torch.Tensor, sampling: SamplingParams, generator) -> torch.Tensor:

@@ -39,6 +39,7 @@ class RunInfo:
     model_config: dict[str, Any]  # ModelConfig as a dict
     versions: dict[str, str]  # {"torch": ..., "python": ..., "eaglelab": ...}
     tp_size: int = 1
+    baseline: bool = False  # a plain-decoding run recorded beside the speculative run it measures
 
 
 @dataclass(frozen=True)
@@ -96,7 +97,7 @@ class RunSummary:
     generated_tokens: int
     seconds: float  # wall time from the first prefill to the last token
     cycles: int  # decode steps (plain) or speculative cycles
-    mean_accept_len: float | None  # None for plain decoding
+    mean_accept_len: float | None = None  # None for plain decoding
     stop_reasons: tuple[str, ...] = ()  # per row: "eos" | "length"
 
 

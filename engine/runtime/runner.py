@@ -1,26 +1,34 @@
-"""Runners: how each forward of the loop is executed. The eager runner calls the modules directly;
-the CUDA-graph runner (``engine/runtime/cuda_graphs.py``) replays captured graphs where it can and falls
-back to these eager calls, saying why.
+"""Runners: how each forward of the loop is executed (the :class:`~eaglelab.engine.runtime.contracts.Runner`
+protocol). The eager runner calls the modules directly; the CUDA-graph runner (``cuda_graphs.py``)
+replays captured graphs where it can and falls back to these eager calls, saying why.
 """
 
 from __future__ import annotations
 
 import torch
 
-from eaglelab.engine.runtime.kv_cache import KVCache
+from torch import nn
+
 from eaglelab.engine.model.model import Transformer
+from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.runtime.observer import Observer
+from eaglelab.engine.runtime.reasons import EAGER_OFF
 
 # The forwards each kind of cycle runs, as graph_status reports them.
-CYCLE_PHASES: dict[str, tuple[str, ...]] = {
+FORWARD_PHASES: dict[str, tuple[str, ...]] = {
     "prefill": ("prefill",), "decode": ("decode",), "spec": ("draft", "verify", "draft_extend"),
 }
 
 
 class EagerRunner:
-    """Every forward runs eagerly."""
+    """Every forward runs eagerly; ``reason`` is the graph status it reports (why no graphs)."""
 
-    def __init__(self, target: Transformer, drafter=None) -> None:
-        self.target, self.drafter = target, drafter
+    def __init__(self, target: Transformer, drafter: nn.Module | None = None, reason: str = EAGER_OFF) -> None:
+        self.target, self.drafter, self.reason = target, drafter, reason
+
+    def make_cache(self, batch: int, max_len: int, observer: Observer | None = None) -> KVCache | None:
+        """No static cache: the engine allocates one per run."""
+        return None
 
     def prefill(self, cache: KVCache, ids, positions, mask, taps):
         """Prompt forward: ids/positions [B, T] at slots = positions. -> (hidden, aux)."""
@@ -45,4 +53,4 @@ class EagerRunner:
 
     def graph_status(self, kind: str, attention_mode: str, batch: int) -> dict[str, str]:
         """Per phase of this cycle: "replay" or "eager: <reason>"."""
-        return {p: "eager: CUDA graphs off" for p in CYCLE_PHASES[kind]}
+        return {p: self.reason for p in FORWARD_PHASES[kind]}

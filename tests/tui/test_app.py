@@ -13,7 +13,7 @@ from typing import Any, Awaitable, Callable
 import pytest
 from rich.console import Console
 
-from eaglelab.probes.events import AllReduce, Step
+from eaglelab.probes.events import EAGER_EXTEND, AllReduce, Step, eager_warning
 from eaglelab.probes.record import RecordWriter
 from eaglelab.tui import fmt
 from eaglelab.tui.app import EagleLabApp
@@ -80,13 +80,13 @@ def test_replay_shows_the_records_numbers(tmp_path: Path) -> None:
         graphs = plain(app.query_one(GraphStatus).renderable_for(app.view))
         verify_line = next(line for line in graphs.splitlines() if line.strip().startswith("verify"))
         assert verify_line.split()[1:4] == ["eager", "0", str(len(spec))]
-        assert f"verify eager: verify in prefill attention mode (extend) is not captured ({len(spec)})" in graphs
+        assert f"verify {EAGER_EXTEND} ({len(spec)})" in graphs
         table = app.query_one(AllReduceTable)
         assert table.row_count == 3 * 2
         first = [r for r in reduces if r.layer == 0 and r.site == "attn"]
         assert table.get_row_at(0)[:3] == [0, "attn", len(first)]
         assert table.get_row_at(0)[4] == f"{sum(r.ms for r in first):.2f}"
-        assert any("not graph-capturable" in line for line in app.query_one(WarningLog).lines_text)
+        assert any(eager_warning("verify", EAGER_EXTEND) in line for line in app.query_one(WarningLog).lines_text)
         shot = app.save_screenshot("replay.svg", str(tmp_path))
         svg = Path(shot).read_text()
         assert "accept&#160;length&#160;per&#160;verify" in svg or "accept length per verify" in svg

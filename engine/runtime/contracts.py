@@ -1,0 +1,96 @@
+"""The engine's contracts with its collaborators, as types: :class:`Drafter` and :class:`Runner`
+(the third, :class:`~eaglelab.engine.runtime.observer.Observer`, is in ``observer.py``).
+
+A drafter proposes tokens and never touches the engine's state: it reads a :class:`DraftView`
+(the few tensors it needs, read-only by contract) and runs its network through the runner. A runner
+decides how each forward executes (eagerly, or by replaying a captured CUDA graph) and reports
+which it did per phase (:mod:`eaglelab.engine.runtime.reasons`). The engine is written against
+these protocols only; ``drafters.py`` (EAGLE-3, n-gram), ``runner.py`` (eager) and
+``cuda_graphs.py`` hold the implementations.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from eaglelab.engine.runtime.acceptance import Acceptance
+    from eaglelab.engine.runtime.kv_cache import KVCache
+    from eaglelab.engine.runtime.observer import Observer
+    from eaglelab.engine.runtime.tree import DraftTree
+
+
+@dataclass(frozen=True)
+class DraftView:
+    """What a drafter may read of the batch being generated: the engine's own tensors, never written.
+
+    Per row b: ``lengths[b]`` tokens are in the target's KV cache (``cache_len`` slots in all) and
+    ``root[b]``, the last token emitted, is not yet; ``out[b, :n_out[b]]`` are the tokens emitted
+    so far (the prompt not included; it is ``prompts[b]``).
+    """
+
+    root: torch.Tensor  # [B]
+    lengths: torch.Tensor  # [B]
+    out: torch.Tensor  # [B, max_out]
+    n_out: torch.Tensor  # [B]
+    prompts: list[list[int]]
+    cache_len: int
+
+
+@runtime_checkable
+class Drafter(Protocol):
+    """Proposes a draft tree per cycle; driven by :class:`~eaglelab.engine.runtime.generate.Engine`.
+
+    ``target_taps`` lists the HF ``output_hidden_states`` indices the target must return as aux
+    features (empty for a drafter that needs none); ``net`` is the network ``runner.draft`` runs
+    (None for a drafter that drafts on the host).
+    """
+
+    target_taps: tuple[int, ...]
+    net: nn.Module | None
+
+    def begin(self, view: DraftView, prompt_ids: torch.Tensor, aux: torch.Tensor | None, runner: Runner) -> None:
+        """After the target's prefill of ``prompt_ids`` [B, T] (aux features [B, T, taps * H])."""
+
+    def propose(self, view: DraftView, runner: Runner) -> DraftTree:
+        """The draft steps: a tree of N tokens per row, node 0 the root."""
+
+    def commit(self, view: DraftView, acc: Acceptance, aux: torch.Tensor | None, runner: Runner) -> None:
+        """After acceptance, before the engine advances (``view.lengths`` is still the cycle's start);
+        ``aux`` [B, N, taps * H] are the verify's aux features."""
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """Executes the loop's forwards. Shapes: B rows, T prompt tokens, N tree nodes, S cache slots."""
+
+    def make_cache(self, batch: int, max_len: int, observer: Observer | None) -> KVCache | None:
+        """The runner's own static cache for a run (graphs bind fixed buffers), or None: the engine
+        allocates one of exactly ``max_len`` slots."""
+
+    def prefill(self, cache: KVCache, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
+                taps: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Prompt forward: ids/positions [B, T] at slots = positions. -> (hidden [B, T, H], aux)."""
+
+    def decode(self, cache: KVCache, tokens: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """One token per row at slot = position. -> hidden [B, 1, H]."""
+
+    def verify(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+               mask: torch.Tensor, taps: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Fixed-shape tree verify over the whole cache (attention mode ``decode``): mask [B, N, S]."""
+
+    def verify_extend(self, cache: KVCache, tokens: torch.Tensor, positions: torch.Tensor, slots: torch.Tensor,
+                      mask: torch.Tensor, taps: tuple[int, ...], kv_len: int) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Extend-style verify over the used prefix only (attention mode ``prefill``): mask [B, N, kv_len]."""
+
+    def draft(self, name: str, cache: KVCache, tokens: torch.Tensor, feats: torch.Tensor, positions: torch.Tensor,
+              slots: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A drafter forward (``name``: "draft" or "draft_extend"). -> (hidden, draft logits)."""
+
+    def graph_status(self, kind: str, attention_mode: str, batch: int) -> dict[str, str]:
+        """Per forward of the cycle just run: :data:`~eaglelab.engine.runtime.reasons.REPLAY` or
+        ``"eager: <reason>"``."""
