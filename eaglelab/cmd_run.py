@@ -108,12 +108,10 @@ def _run(args: argparse.Namespace, tp) -> int:
     baseline = None
     if session.spec.enabled and args.compare:
         err.print("[dim]running plain decoding on the same prompt for comparison ...[/]")
-        plain_bus, _ = session.observer(always=True)
-        plain_probes = ConsoleSummary(console, print_on_finish=False)
-        plain_bus.subscribe(plain_probes)
-        baseline = session.plain_engine(observer=plain_bus).generate(
+        # On the same bus: the record keeps it as this run's baseline (the TUI's "verify x decode"),
+        # the summary takes its decode cost; the run's own figures do not change.
+        baseline = session.plain_engine(observer=observer).generate(
             [ids], args.max_new_tokens, session.sampling, session.generator())
-        probes.decode_ms = plain_probes.totals.mean_phase_ms("decode")
     summary_rows(console, session, result, baseline, ar_summary)
     if session.spec.enabled:
         probes.show()  # per-phase costs, graph status and the verdict

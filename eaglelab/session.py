@@ -64,13 +64,15 @@ class Session:
         g.manual_seed(self.args.seed)
         return g
 
-    def run_info(self) -> dict[str, Any]:
+    def run_info(self, baseline: bool = False) -> dict[str, Any]:
         from eaglelab import __version__
 
-        return {"model": self.target.name, "digest": self.target.digest, "eaglelab_version": __version__}
+        return {"model": self.target.name, "digest": self.target.digest, "eaglelab_version": __version__,
+                "baseline": baseline}
 
-    def engine(self, observer=None, spec=None, drafter=None):
-        """The engine for this session (speculative when a drafter was chosen)."""
+    def engine(self, observer=None, spec=None, drafter=None, baseline: bool = False):
+        """The engine for this session (speculative when a drafter was chosen); ``baseline`` marks
+        its runs as the plain baseline of a speculative run in the records they write."""
         from eaglelab.engine.runtime.generate import Engine
 
         spec = spec or self.spec
@@ -79,14 +81,16 @@ class Session:
         engine = Engine(
             self.target.model, eos_token_ids=self.target.tokenizer.eos_token_ids if self.target.tokenizer else
             self.target.config.eos_token_ids, drafter=drafter if spec.enabled else None, spec=spec,
-            observer=observer, runner=runner, run_info=self.run_info(),
+            observer=observer, runner=runner, run_info=self.run_info(baseline),
         )
         return engine
 
     def plain_engine(self, observer=None):
+        """Plain decoding with the same model and graph setting: the baseline of a speculative run."""
         from eaglelab.engine.runtime.spec_config import SpecConfig
 
-        return self.engine(observer=observer, spec=SpecConfig(cuda_graphs=self.spec.cuda_graphs), drafter=None)
+        return self.engine(observer=observer, spec=SpecConfig(cuda_graphs=self.spec.cuda_graphs), drafter=None,
+                           baseline=True)
 
     def observer(self, record: str | None = None, tensorboard: str | None = None, always: bool = False):
         """A probe bus with the requested sinks (None when nothing asks for one), and a closer."""

@@ -46,7 +46,12 @@ MAIN_PHASE: dict[str, str] = {"decode": "decode", "spec": "verify"}
 
 @dataclass
 class RunTotals:
-    """Running totals of one run, fed with engine stats or with events (duck-typed alike)."""
+    """Running totals of one run, fed with engine stats or with events (duck-typed alike).
+
+    A plain-decoding baseline recorded beside the run (a ``run_started`` with ``baseline`` set,
+    up to its ``run_finished``) is folded into :attr:`baseline` instead: it lends the run its
+    decode cost (:attr:`decode_ms`) and changes none of the run's own figures.
+    """
 
     info: RunInfo | RunStarted | None = None
     finished: RunSummary | RunFinished | None = None
@@ -64,13 +69,20 @@ class RunTotals:
     captures: list[GraphCaptureStats | GraphCaptured] = field(default_factory=list)
     allreduce: dict[tuple[int, str, str], list[float]] = field(default_factory=dict)
     warnings: list[tuple[str, str]] = field(default_factory=list)
+    baseline: RunTotals | None = None
+    in_baseline: bool = False  # between the baseline's start and its finish
 
     def observe_run_start(self, info: RunInfo | RunStarted) -> None:
-        """Remember what the run is."""
+        """Remember what the run is (or open the baseline's totals)."""
+        if info.baseline:
+            self.baseline, self.in_baseline = RunTotals(info=info), True
+            return
         self.info = info
 
     def observe_cycle(self, stats: CycleStats | Step) -> None:
         """Count one cycle: phases, graph status, tokens, acceptance."""
+        if self.in_baseline:
+            return self.baseline.observe_cycle(stats)  # type: ignore[union-attr]
         kind = stats.kind
         self.cycles_by_kind[kind] = self.cycles_by_kind.get(kind, 0) + 1
         self.tokens_by_kind[kind] = self.tokens_by_kind.get(kind, 0) + int(sum(stats.accept_len))
@@ -98,10 +110,14 @@ class RunTotals:
 
     def observe_graph_captured(self, stats: GraphCaptureStats | GraphCaptured) -> None:
         """Keep one captured graph."""
+        if self.in_baseline:
+            return self.baseline.observe_graph_captured(stats)  # type: ignore[union-attr]
         self.captures.append(stats)
 
     def observe_allreduce(self, stats: AllReduceStats | AllReduce) -> None:
         """Add one all-reduce to its (layer, site, phase) totals: [count, ms, bytes]."""
+        if self.in_baseline:
+            return self.baseline.observe_allreduce(stats)  # type: ignore[union-attr]
         entry = self.allreduce.setdefault((stats.layer, stats.site, stats.phase), [0, 0.0, 0])
         entry[0] += 1
         entry[1] += stats.ms
@@ -109,14 +125,28 @@ class RunTotals:
 
     def observe_warning(self, source: str, message: str) -> None:
         """Keep one warning."""
+        if self.in_baseline:
+            return self.baseline.observe_warning(source, message)  # type: ignore[union-attr]
         self.warnings.append((source, message))
 
     def observe_run_end(self, summary: RunSummary | RunFinished) -> None:
-        """Remember the engine's totals."""
+        """Remember the engine's totals (or close the baseline's)."""
+        if self.in_baseline:
+            self.baseline.observe_run_end(summary)  # type: ignore[union-attr]
+            self.in_baseline = False
+            return
         self.finished = summary
 
-    def observe_event(self, event: Event) -> None:
-        """Dispatch an event (from a record or a live bus) to the matching ``observe_*``."""
+    def observe_event(self, event: Event) -> bool:
+        """Dispatch an event (from a record or a live bus) to the matching ``observe_*``.
+
+        Returns False when the event belonged to a recorded baseline (folded into :attr:`baseline`).
+        """
+        own = not self.in_baseline and not (isinstance(event, RunStarted) and event.baseline)
+        self._dispatch(event)
+        return own
+
+    def _dispatch(self, event: Event) -> None:
         if isinstance(event, Step):
             self.observe_cycle(event)
         elif isinstance(event, AllReduce):
@@ -137,6 +167,14 @@ class RunTotals:
         keys = [k for k in self.phase_ms_sum if k[1] == phase and (kind is None or k[0] == kind)]
         n = sum(self.phase_ms_count[k] for k in keys)
         return sum(self.phase_ms_sum[k] for k in keys) / n if n else None
+
+    @property
+    def decode_ms(self) -> float | None:
+        """Mean plain decode step: the run's own decode steps, else its recorded baseline's."""
+        own = self.mean_phase_ms("decode", kind="decode")
+        if own is None and self.baseline is not None:
+            return self.baseline.mean_phase_ms("decode", kind="decode")
+        return own
 
     def phases_seen(self) -> list[str]:
         """Phase names that appeared, first-seen order."""

@@ -29,7 +29,13 @@ from eaglelab.engine.runtime.observer import (
 )
 from eaglelab.engine.runtime.reasons import (  # the graph statuses and warnings events carry
     EAGER_EXTEND,
+    EAGER_HOST_DRAFTER,
+    EAGER_NO_CUDA,
+    EAGER_NO_FORWARD,
+    EAGER_NO_RUNNER,
     EAGER_OFF,
+    EAGER_PREFILL,
+    EXPECTED_EAGER,
     REPLAY,
     SOURCE_RUNNER,
     eager_warning,
@@ -52,7 +58,13 @@ __all__ = [
     "from_json",
     "REPLAY",
     "EAGER_OFF",
+    "EAGER_NO_CUDA",
+    "EAGER_NO_RUNNER",
+    "EAGER_PREFILL",
     "EAGER_EXTEND",
+    "EAGER_HOST_DRAFTER",
+    "EAGER_NO_FORWARD",
+    "EXPECTED_EAGER",
     "SOURCE_RUNNER",
     "eager_warning",
 ]

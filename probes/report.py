@@ -5,7 +5,8 @@ throughput, the share of decode steps on CUDA graphs, how many prefill and decod
 lines, for SGLang) there were, and plain-words verdicts. For a record, "decode lines" counts
 plain decode steps plus speculative cycles, "prefill lines" counts prefills; the economics verdict
 (:mod:`eaglelab.probes.economics`) is given when the plain-decode cost is known, from plain decode
-steps in the same record or from ``decode_ms``.
+steps in the same record (the run's own, or the baseline ``eaglelab run --record`` writes beside it)
+or from ``decode_ms``.
 """
 
 from __future__ import annotations
@@ -120,7 +121,7 @@ def summarise_record(path: str | Path, *, decode_ms: float | None = None, expect
         notes.append(f"{result.skipped_lines} line(s) could not be read and were skipped")
     if not steps:
         notes.append("no steps in this record")
-    baseline = decode_ms if decode_ms is not None else totals.mean_phase_ms("decode", kind="decode")
+    baseline = decode_ms if decode_ms is not None else totals.decode_ms
     verdicts = record_verdicts(totals, baseline, expected_accept_len)
     return Report(
         source="eaglelab-record",
@@ -169,7 +170,7 @@ def economics_inputs(
     ``decode_ms`` defaults to the mean decode time of the run's own plain decode steps.
     """
     if decode_ms is None:
-        decode_ms = totals.mean_phase_ms("decode", kind="decode")
+        decode_ms = totals.decode_ms
     accept_len = totals.acceptance.mean_accept_len
     draft = totals.mean_phase_ms("draft", kind="spec")
     verify = totals.mean_phase_ms("verify", kind="spec")
@@ -202,7 +203,7 @@ def dominant_verify_graph(totals: RunTotals) -> str | None:
 def record_verdicts(totals: RunTotals, decode_ms: float | None = None, expected_accept_len: float = 2.0) -> list[str]:
     """Plain-words findings for a run: economics (or acceptance alone), eager fallbacks, warnings."""
     if decode_ms is None:
-        decode_ms = totals.mean_phase_ms("decode", kind="decode")
+        decode_ms = totals.decode_ms
     verdicts: list[str] = []
     inputs = economics_inputs(totals, decode_ms, expected_accept_len)
     accept_len = totals.acceptance.mean_accept_len

@@ -42,9 +42,9 @@ class ConsoleSummary:
         self.expected_accept_len = expected_accept_len
 
     def __call__(self, event: Event) -> None:
-        """Bus subscriber entry point."""
-        self.totals.observe_event(event)
-        if isinstance(event, RunFinished) and self.print_on_finish:
+        """Bus subscriber entry point (a recorded plain baseline only lends its decode cost)."""
+        own = self.totals.observe_event(event)
+        if own and isinstance(event, RunFinished) and self.print_on_finish:
             self.show()
 
     def verdicts(self) -> list[str]:
@@ -88,8 +88,9 @@ class TensorBoardSink:
         self.totals = RunTotals()
 
     def __call__(self, event: Event) -> None:
-        """Bus subscriber entry point."""
-        self.totals.observe_event(event)
+        """Bus subscriber entry point (a recorded plain baseline writes no scalars)."""
+        if not self.totals.observe_event(event):
+            return
         if isinstance(event, Step):
             self._step(event)
         elif isinstance(event, RunStarted):

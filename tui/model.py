@@ -13,7 +13,9 @@ figures ``eaglelab report`` prints; this module adds what only a live screen nee
 windows, per-step histories for sparklines, and per-layer all-reduce rows.
 
 A ``run_started`` arriving after a run's steps starts a new run (a record appended to twice):
-the view then shows the latest run only and counts it in :attr:`RunView.runs_seen`.
+the view then shows the latest run only and counts it in :attr:`RunView.runs_seen`. A plain
+baseline recorded beside a speculative run (``eaglelab run --record``, ``baseline`` set) is no
+new run: it only gives the "verify x decode" figure its decode cost (:attr:`RunView.decode_ms`).
 """
 
 from __future__ import annotations
@@ -150,7 +152,7 @@ class RunView:
     phases: tuple[PhaseRow, ...] = ()
     cycle_ms: float | None = None  # mean speculative cycle (or plain decode step)
     cycle_ms_history: tuple[float, ...] = ()  # ms of each decode step / spec cycle
-    decode_ms: float | None = None  # mean plain decode step, when the record has some
+    decode_ms: float | None = None  # mean plain decode step: the run's own, else its recorded baseline's
     prefill_ms: float | None = None
     graphs: tuple[GraphRow, ...] = ()
     replay_fraction: float | None = None
@@ -244,11 +246,12 @@ class RunModel:
     def apply(self, event: Event) -> None:
         """Fold one event into the state."""
         self.events += 1
-        if isinstance(event, RunStarted):
+        if isinstance(event, RunStarted) and not event.baseline:
             if self._steps_seen or self.totals.finished is not None:
                 self._reset_run()
             self.runs_seen += 1
-        self.totals.observe_event(event)
+        if not self.totals.observe_event(event):
+            return  # the plain baseline recorded beside the run: only its decode cost is shown
         if isinstance(event, Step):
             self._observe_step(event)
         elif isinstance(event, AllReduce):
@@ -315,7 +318,7 @@ class RunModel:
             phases=self._phase_rows(),
             cycle_ms=self._cycle_ms(),
             cycle_ms_history=tuple(self._cycle_history),
-            decode_ms=t.mean_phase_ms("decode", kind="decode"),
+            decode_ms=t.decode_ms,
             prefill_ms=t.mean_phase_ms("prefill", kind="prefill"),
             graphs=self._graph_rows(),
             replay_fraction=t.replay_fraction,

@@ -27,7 +27,7 @@ from eaglelab.engine.runtime.contracts import DraftView, Drafter, Runner
 from eaglelab.engine.runtime.kv_cache import KVCache
 from eaglelab.engine.model.layers import prefix_mask
 from eaglelab.engine.model.model import Transformer
-from eaglelab.engine.runtime.observer import CycleStats, Observer, RunInfo, RunSummary
+from eaglelab.engine.runtime.observer import CycleStats, Observer, RunInfo, RunSummary, json_values
 from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA, EAGER_NO_RUNNER, EAGER_OFF, SOURCE_RUNNER, eager_warning
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.runtime.sampling import SamplingParams, probs_from_logits, sample
@@ -300,8 +300,8 @@ class Engine:
         info = dict(self.run_info)
         self.observer.on_run_start(RunInfo(
             model=info.get("model", "?"), model_digest=info.get("digest", ""), device=dev,
-            dtype=str(self.dtype).replace("torch.", ""), batch_size=batch, spec=self.spec.to_dict(),
-            model_config=self.target.config.to_dict(),
+            dtype=str(self.dtype).replace("torch.", ""), batch_size=batch, spec=json_values(self.spec.to_dict()),
+            model_config=json_values(self.target.config.to_dict()),
             versions={"torch": torch.__version__, "python": platform.python_version(),
                       "eaglelab": info.get("eaglelab_version", ""), "platform": sys.platform},
             tp_size=self.target.tp.world_size if self.target.tp else 1, baseline=bool(info.get("baseline", False)),

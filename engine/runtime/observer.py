@@ -35,8 +35,8 @@ class RunInfo:
     device: str  # e.g. "cuda:0 (NVIDIA H200)" or "cpu"
     dtype: str  # "float32" | "bfloat16" | ...
     batch_size: int
-    spec: dict[str, Any]  # SpecConfig as a dict ({"algorithm": "none"} for plain decoding)
-    model_config: dict[str, Any]  # ModelConfig as a dict
+    spec: dict[str, Any]  # SpecConfig as a dict ({"algorithm": "none"} for plain decoding); JSON values
+    model_config: dict[str, Any]  # ModelConfig as a dict of JSON values (lists, not tuples: see json_values)
     versions: dict[str, str]  # {"torch": ..., "python": ..., "eaglelab": ...}
     tp_size: int = 1
     baseline: bool = False  # a plain-decoding run recorded beside the speculative run it measures
@@ -99,6 +99,16 @@ class RunSummary:
     cycles: int  # decode steps (plain) or speculative cycles
     mean_accept_len: float | None = None  # None for plain decoding
     stop_reasons: tuple[str, ...] = ()  # per row: "eos" | "length"
+
+
+def json_values(value: Any) -> Any:
+    """``value`` with every tuple made a list, recursively: what a record reads back (the free-form
+    dicts of :class:`RunInfo` hold these, so the engine's stats and the recorded events are equal)."""
+    if isinstance(value, dict):
+        return {k: json_values(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_values(v) for v in value]
+    return value
 
 
 @runtime_checkable

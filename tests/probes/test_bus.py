@@ -120,3 +120,24 @@ def test_aggregate_off_keeps_no_totals_and_close_reaches_sinks() -> None:
     _drive(bus)
     bus.close()
     assert bus.totals is None and closed == [True]
+
+
+def test_a_baseline_run_on_the_same_bus_only_lends_its_decode_cost():
+    """The plain baseline `eaglelab run` sends to the run's bus: its steps, warnings and totals go to
+    ``totals.baseline``; the run's decode cost comes from it; the run's own figures do not move."""
+    import dataclasses
+
+    bus = ProbeBus()
+    _drive(bus)
+    before = (bus.totals.generated_tokens, bus.totals.cycles, bus.totals.seconds, list(bus.totals.warnings))
+    assert bus.totals.decode_ms is None
+    bus.on_run_start(dataclasses.replace(INFO, spec={"algorithm": "none"}, baseline=True))
+    for i, ms in enumerate((10.0, 14.0)):
+        bus.on_cycle(CycleStats(i + 1, "decode", {"decode": ms}, accept_len=(1,)))
+    bus.on_warning("runner", "the baseline's")
+    bus.on_run_end(RunSummary(3, 2, 0.03, 2, None))
+    t = bus.totals
+    assert (t.generated_tokens, t.cycles, t.seconds, t.warnings) == before
+    assert t.decode_ms == pytest.approx(12.0) and not t.in_baseline
+    assert t.baseline is not None and t.baseline.warnings == [("runner", "the baseline's")]
+    assert t.observe_event(ev.Step(9, "decode", {"decode": 1.0})) is True

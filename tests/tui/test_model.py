@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 
@@ -141,6 +142,22 @@ def test_second_run_started_resets_the_view():
     assert view.runs_seen == 2
     assert view.spec_cycles == 1 and view.mean_accept_len == pytest.approx(1.0)
     assert not view.finished
+
+
+def test_a_recorded_baseline_lends_its_decode_cost_and_nothing_else():
+    """`eaglelab run --record` writes the plain baseline after the speculative run: the view keeps
+    the speculative run's figures and takes the baseline's mean decode (12 ms) for verify x decode."""
+    spec_run = [started(), spec_step(1, (4,), verify=30.0), RunFinished(1, 4, 1.0, 1, 4.0)]
+    plain = dataclasses.replace(started(algorithm="none"), baseline=True)
+    baseline = [plain, Step(index=1, kind="decode", phase_ms={"decode": 10.0}, accept_len=(1,)),
+                Step(index=2, kind="decode", phase_ms={"decode": 14.0}, accept_len=(1,)),
+                WarningEvent("runner", "only the baseline's"), RunFinished(1, 2, 2.0, 2)]
+    for events in (spec_run + baseline, baseline + spec_run):  # either order
+        view = reduce_events(events)
+        assert view.runs_seen == 1 and view.finished and view.header.speculative
+        assert view.decode_ms == pytest.approx(12.0) and view.verify_over_decode == pytest.approx(2.5)
+        assert (view.spec_cycles, view.decode_steps, view.generated_tokens, view.run_seconds) == (1, 0, 4, 1.0)
+        assert view.warnings == () and view.cycle_ms_history == (30.0,)
 
 
 def test_finished_uses_engine_wall_time():
