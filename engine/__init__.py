@@ -1,5 +1,7 @@
 """eaglelab.engine: models, KV cache, drafters, tree, verify, the speculative loop, CUDA graphs,
 tensor parallelism, loading, training and the checkpoint/data formats.
 
-Imports nothing of eaglelab's other packages; observers plug in through :mod:`.observer`.
+Four sub-packages: ``runtime`` (the loop and its contracts), ``model``, ``formats``, ``training``.
+Imports nothing of eaglelab's other packages; observers plug in through :mod:`.runtime.observer`,
+drafters and runners through :mod:`.runtime.contracts`.
 """

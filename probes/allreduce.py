@@ -48,11 +48,6 @@ class SiteStats:
     ranks: int
 
     @property
-    def total_transfer_ms(self) -> float:
-        """Transfer time summed over calls."""
-        return self.transfer_ms * self.calls
-
-    @property
     def bus_gbps(self) -> float | None:
         """Bytes per call over the transfer estimate, GB/s (None when no time was measured)."""
         return self.nbytes / self.transfer_ms / 1e6 if self.transfer_ms > 0 else None

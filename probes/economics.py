@@ -8,7 +8,8 @@ commits ``accept_len`` tokens (bonus included) per row; plain decoding commits o
     break-even verify_ms  = accept_len * decode_ms - (draft_ms + accept_ms + extend_ms)
     verify/decode ratio   = verify_ms / decode_ms
 
-Worked example (the deployment in ARCHITECTURE.md): decode 12 ms, draft 3, verify 29.5 (eager
+Worked example (an SGLang deployment whose verify ran as an eager extend, ~29-30 ms for 3
+tokens against a ~12 ms graph-replayed decode): decode 12 ms, draft 3, verify 29.5 (eager
 extend), accept 0.5, extend 2, accept length 2.5 -> cycle 35 ms, speedup 30/35 = 0.86x,
 break-even verify 24.5 ms, ratio 2.46: verify is the cause.
 

@@ -5,7 +5,8 @@ shows both ``Capture cuda graph end`` and ``The server is fired up and ready to 
 
 Only ``/v1/models`` is polled: it does not generate. ``/health`` may run a 1-token generation and
 ``/health_generate`` always does; sent while the server warms up, those run as eager prefills and
-delay readiness (ARCHITECTURE.md), so this module never calls them. 503 and refused connections
+delay readiness (seen on SGLang deployments: the server reports "cuda graph: False" for them), so
+this module never calls them. 503 and refused connections
 simply mean "not yet". Standard library only (``urllib``).
 """
 

@@ -6,7 +6,7 @@ Everything runs in one process on the same prompts and batch sizes:
     plain-graphs         plain greedy decoding, the 1-token decode replayed from CUDA graphs
     spec-prefill         speculative, verify in attention mode prefill (eager extend), no graphs
     spec-prefill-graphs  the same with the drafter's forwards captured (verify stays eager: the
-                         configuration of the slow SGLang deployment in ARCHITECTURE.md)
+                         configuration of an SGLang deployment that ran slower than plain decoding)
     spec-decode          speculative, verify in attention mode decode, no graphs
     spec-decode-graphs   the same with verify and the drafter's forwards captured
     hf                   HF transformers ``generate`` (greedy, eager), the peer

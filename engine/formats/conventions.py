@@ -4,7 +4,8 @@ Everything here speaks in **HF indices**: positions in HF transformers' ``output
 tuple ``hs`` for a target with ``L`` decoder layers. ``hs[0]`` is the embedding output, ``hs[i]``
 (1 <= i <= L) the output of decoder layer ``i-1`` (``hs[L]`` after the final norm).
 
-Conventions (see CONVENTIONS.md):
+Conventions (from each project's model code: SGLang ``models/llama.py``, vLLM ``models/llama.py``,
+the EAGLE reference ``modeling_llama_kv.py``):
 
 * ``"sglang"`` (SGLang, SpecForge ``eagle_config``): id ``k`` = output of layer ``k`` = ``hs[k+1]``;
   ``-1`` is the embedding output ``hs[0]``.

@@ -87,11 +87,6 @@ def attend(
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], enable_gqa=gqa)
 
 
-def causal_mask(batch: int, t: int, device: torch.device | str) -> torch.Tensor:
-    """[B, T, T] lower-triangular mask."""
-    return torch.ones(t, t, dtype=torch.bool, device=device).tril().expand(batch, t, t)
-
-
 def prefix_mask(slots: torch.Tensor, kv_len: int) -> torch.Tensor:
     """Mask [B, T, S] letting the token written at slot s see every slot <= s (causal over the cache).
 

@@ -54,6 +54,3 @@ class KVCache:
         for buf in (self.k, self.v):
             moved = buf[:, rows, :, src]  # [B, N, L, KVH, D]
             buf[:, rows, :, dst] = moved
-
-    def nbytes(self) -> int:
-        return 2 * self.k.numel() * self.k.element_size()

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from eaglelab.probes.economics import EconomicsInputs, analyse
 
-# The verify-cost deployment (ARCHITECTURE.md): eager extend verify, 29.5 ms against a 12 ms decode.
+# The verify-cost deployment: eager extend verify, 29.5 ms against a 12 ms decode.
 EAGER_VERIFY = EconomicsInputs(
     decode_ms=12.0, draft_ms=3.0, verify_ms=29.5, accept_ms=0.5, extend_ms=2.0, accept_len=2.5,
     verify_graph="eager: attention mode prefill", attention_mode="prefill", expected_accept_len=2.0,

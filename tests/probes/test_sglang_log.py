@@ -1,6 +1,6 @@
 """SGLang log parsing: every line format we know, absent figures as None, start-up and health checks.
 
-The sample lines are written for these tests from the format description in CONVENTIONS.md.
+The sample lines are written for these tests from SGLang's decode/prefill log format.
 """
 
 from __future__ import annotations

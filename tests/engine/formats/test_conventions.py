@@ -20,7 +20,7 @@ from eaglelab.engine.formats.conventions import (
 
 
 def test_sglang_id_is_output_of_layer_k():
-    """The 61-layer case from CONVENTIONS.md: [2, 30, 58] in SGLang = hs[3], hs[31], hs[59]."""
+    """The 61-layer (Kimi/DeepSeek) case: [2, 30, 58] in SGLang = hs[3], hs[31], hs[59]."""
     assert ids_to_hf_indices([2, 30, 58], "sglang") == (3, 31, 59)
     assert ids_to_hf_indices([2, 30, 58], "vllm") == (2, 30, 58)
     assert ids_to_hf_indices([2, 30, 58], "eagle") == (2, 30, 58)
