@@ -23,7 +23,7 @@ class RankFailure:
 
 def spawn_ranks(fn: Callable[..., Any], world_size: int, *args: Any, backend: str = "gloo",
                 timeout_s: float = 120.0, start_method: str | None = None) -> list[Any]:
-    """Run ``fn(tp, *args)`` in ``world_size`` local processes joined in one TP group (tests, examples).
+    """Run ``fn(tp, *args)`` in ``world_size`` local processes joined in one TP group.
 
     Returns each rank's result in rank order (results must pickle); a rank whose ``fn`` raised
     gives a :class:`RankFailure`. ``start_method`` defaults to ``fork`` for gloo on Linux while

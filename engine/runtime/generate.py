@@ -105,7 +105,7 @@ class Engine:
         param = next(target.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.eos = torch.tensor(sorted(eos_token_ids) or [-1], device=self.device)
-        self.runner: Runner = runner or EagerRunner(target, drafter.net if drafter else None,
+        self.runner: Runner = runner or EagerRunner(target, drafter.net if drafter is not None else None,
                                                    reason=_eager_reason(spec, self.device))
         self.run_info = run_info or {}
         if target.tp is not None:  # this engine's observer times the group's all-reduces (None: untimed)
