@@ -361,7 +361,7 @@ def _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, 
     from dataclasses import asdict
 
     from eaglelab import __version__
-    from eaglelab.engine.training.train import save_drafter
+    from eaglelab.engine.training.train import drafter_size_bytes, save_drafter
 
     last = result.logs[-1] if result.logs else None
     provenance = {
@@ -371,6 +371,9 @@ def _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, 
         "aux_layer_ids_sglang": sglang_ids,
         "final": {"loss": last.loss, "step_acc": list(last.step_acc)} if last else None,
         "online": bool(args.online), "device": _device_name(device), "train_seconds": round(trainer.seconds, 1),
+        "distill_seconds": round(sum(r.get("seconds", 0.0) for r in (manifest or {}).get("runs", [])), 1) or None,
+        "parameters": sum(p.numel() for p in trainer.net.parameters()),
+        "size_bytes": drafter_size_bytes(trainer.net, save_dtype),
         "data_counts": (manifest or {}).get("counts"), "prompts": _prompts_manifest(manifest),
         "heldout_samples": len(trainer.heldout) if trainer.heldout is not None else 0,
         "acceptance": asdict(result.evals[-1]) if result.evals else None,

@@ -40,7 +40,7 @@ class TokenData:
                 found[idx] = (t["tokens"][off[r]: off[r + 1]], plen)
         order = sorted(found)  # row i answers the i-th prompt present: the same order on every machine
         self.indices = order
-        self.rows = [found[i][0] for i in order]
+        self.rows = [found[i][0].to(torch.int32) for i in order]
         self.prompt_lens = [found[i][1] for i in order]
         self.lengths = [int(r.numel()) for r in self.rows]
         self.paths = paths

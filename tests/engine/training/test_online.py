@@ -69,6 +69,7 @@ def test_distilled_answers_equal_plain_greedy_of_each_prompt_alone(tmp_path):
         alone = Engine(model, eos_token_ids=EOS).generate([p], 10).tokens[0]
         assert got[i] == p + alone, i
     t = read_shard(shard_paths(tmp_path / "d")[0])
+    assert t["tokens"].dtype == torch.uint16  # a vocabulary under 65536 ids: half the bytes
     assert t["prompt_lens"].tolist() == [len(ps[i]) for i in t["indices"].tolist()]
 
 

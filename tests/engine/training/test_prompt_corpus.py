@@ -116,6 +116,7 @@ def test_prompts_distill_train_online_through_the_cli(few_modules, tmp_path):
     card = json.loads((out / "eaglelab_training.json").read_text())
     assert card["online"] and card["heldout_samples"] == 4 and card["prompts"]["count"] == 40
     assert card["data_counts"]["samples"] == m["counts"]["samples"] and card["train_seconds"] > 0
+    assert card["distill_seconds"] > 0 and card["parameters"] > 0 and card["size_bytes"] > 0
     assert len(card["acceptance"]["accept_len"]) == 3 and card["acceptance"]["anchors"] > 0
     ev = EventAccumulator(str(tmp_path / "tb"))
     ev.Reload()
