@@ -19,7 +19,7 @@
 # .carry/drafter_b and set TRAIN_C_S=0 to bench it.
 #
 # Knobs (seconds unless said): DISTILL_S (270) TRAIN_B_S (120) TRAIN_C_S (330) BENCH_S (150 per run),
-# N_PROMPTS (50000) MAX_NEW (256) DISTILL_BS (512) TRAIN_BS (64 sequences) EPOCHS (1) LR (6e-4),
+# N_PROMPTS (50000) MAX_NEW (256) DISTILL_BS (512) TRAIN_BS (32 sequences) EPOCHS (1) LR (6e-4),
 # BENCH_PROMPTS (80) BENCH_NEW (128).
 #
 # Bench configs and why:
@@ -36,7 +36,7 @@ EL="python3 -m eaglelab"
 D=eaglelab/drafters/smollm2-135m-eagle3
 DATA=~/distill CK=~/ck
 COMMON_TRAIN=(--online --target default --data "$DATA" --out "$D" --checkpoint-dir "$CK"
-  --epochs "${EPOCHS:-1}" --batch-size "${TRAIN_BS:-64}" --lr "${LR:-6e-4}" --warmup-ratio 0.02 --max-grad-norm 0.5
+  --epochs "${EPOCHS:-1}" --batch-size "${TRAIN_BS:-32}" --lr "${LR:-6e-4}" --warmup-ratio 0.02 --max-grad-norm 0.5
   --ttt-length 7 --draft-vocab-size 8192 --max-length 1024 --checkpoint-every 200 --log-every 20
   --eval-every 100 --eval-samples 512 --tensorboard "$OUT/tb" --device cuda --dtype bfloat16 --save-dtype bfloat16)
 
