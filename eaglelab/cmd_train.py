@@ -324,10 +324,10 @@ def _train_loop(trainer, tb_dir, console):
 
         def on_eval(ev) -> None:
             rates = " ".join(f"{r:.2f}" for r in ev.per_position)
-            k = min(3, len(ev.accept_len))
-            bar.console.print(f"eval step {ev.step}: accept length chain {k} {ev.chain(k):.2f}, "
-                              f"chain {len(ev.accept_len)} {ev.accept_len[-1]:.2f}; per position {rates} "
-                              f"({ev.anchors} anchors)")
+            k, K = min(3, len(ev.accept_len)), len(ev.accept_len)
+            longest = f", chain {K} {ev.chain(K):.2f}" if K > k else ""
+            bar.console.print(f"eval step {ev.step}: accepted length chain {k} {ev.chain(k):.2f}{longest}; "
+                              f"per position {rates} ({ev.anchors} held-out anchors)")
             if writer is not None:
                 _eval_scalars(writer, ev)
 
