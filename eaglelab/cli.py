@@ -18,7 +18,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "eaglelab.cmd_bench",
     "eaglelab.cmd_check_wiring",
     "eaglelab.cmd_tui",
+    "eaglelab.cmd_prompts",
     "eaglelab.cmd_capture",
+    "eaglelab.cmd_distill",
     "eaglelab.cmd_train",
 )
 

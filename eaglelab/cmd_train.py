@@ -9,6 +9,13 @@ convention) and model.safetensors (fc, midlayer.*, norm, lm_head, d2t, t2d).
 
 Data from `eaglelab capture` carries a manifest naming the target and the layers; data written by
 SpecForge needs --model, and --layer-ids when it was not captured at SpecForge's default layers.
+
+--online trains on token ids only (`eaglelab distill` output): the target (--target, default the
+one the data names) computes its aux and final hidden states for every batch on the training
+device. --time-limit stops at a step boundary with a checkpoint, so a long run goes in pieces
+(--resume continues bit-identically). --eval-every N measures the simulated accepted length and
+per-position acceptance on a held-out split (--eval-samples) and prints it, and writes it to
+TensorBoard with --tensorboard.
 """
 
 from __future__ import annotations
@@ -23,9 +30,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "train", help="train an EAGLE-3 drafter (training-time test) on SpecForge-format data",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--data", required=True, metavar="DIR", help="data directory (rows_*/data_*.ckpt)")
+    p.add_argument("--data", required=True, metavar="DIR",
+                   help="data directory: rows_*/data_*.ckpt (SpecForge), or shards/ from `eaglelab distill` with --online")
+    p.add_argument("--online", action="store_true",
+                   help="the data is token ids only; the target computes the hidden states per batch")
     p.add_argument("--out", required=True, metavar="DIR", help="where the drafter is written")
-    p.add_argument("--model", default=None, help="the target (default: the one named by the data's manifest)")
+    p.add_argument("--model", "--target", dest="model", default=None,
+                   help="the target (default: the one named by the data's manifest)")
     p.add_argument("--layer-ids", default=None, metavar="IDS", help="aux ids of data without a manifest (default: SpecForge's)")
     p.add_argument("--convention", default="sglang", choices=("sglang", "vllm", "eagle"), help="how --layer-ids count")
     p.add_argument("--epochs", type=int, default=2)
@@ -46,6 +57,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", nargs="?", const="latest", default=None, metavar="CKPT",
                    help="resume from the newest checkpoint (or the one named)")
     p.add_argument("--log-every", type=int, default=10)
+    p.add_argument("--time-limit", type=float, default=None, metavar="S",
+                   help="stop (with a checkpoint) at the step boundary before S seconds of training")
+    p.add_argument("--eval-every", type=int, default=0, metavar="N",
+                   help="simulated acceptance on the held-out split every N steps (0 = off)")
+    p.add_argument("--eval-samples", type=int, default=256, metavar="N",
+                   help="samples held out of training for --eval-every (default 256)")
     p.add_argument("--tensorboard", default=None, metavar="DIR", help="write TensorBoard scalars to DIR")
     p.add_argument("--init-lm-head", default="target", choices=("target", "random"),
                    help="start lm_head/norm from the target's rows of the draft vocabulary (default) or at random")
@@ -69,33 +86,87 @@ def run(args: argparse.Namespace) -> int:
     console = Console(stderr=True, highlight=False)
     if not Path(args.data).is_dir():
         raise EagleLabError("no such data directory", file=args.data, field="--data",
-                            hint="point at the output of `eaglelab capture` (or SpecForge offline data)")
+                            hint="point at the output of `eaglelab capture` or `eaglelab distill` (or SpecForge offline data)")
     device, device_reason = _pick_device(args.device)
     autocast = _autocast(args.dtype, device)
-    manifest = read_manifest(args.data)
+    manifest = _read_data_manifest(args)
     model_arg = _model_arg(args, manifest)
-    head = TargetHead.load(model_arg, device=device)
     _check_identity(manifest, model_arg, args.data)
-    sglang_ids = _layer_ids(args, manifest, head.config.num_layers)
-    counts, lengths = _scan(args.data, head.config.vocab_size, console)
-    data = SampleSet(args.data, lengths)
+    if args.online:
+        target, data, counts = _online(args, model_arg, device, autocast, console)
+        head = TargetHead.from_model(target.model)
+        sglang_ids = _layer_ids(args, manifest, head.config.num_layers)
+        states = _states(target.model, sglang_ids)
+    else:
+        head, states = TargetHead.load(model_arg, device=device), None
+        sglang_ids = _layer_ids(args, manifest, head.config.num_layers)
+        counts, lengths = _scan(args.data, head.config.vocab_size, console)
+        data = SampleSet(args.data, lengths)
+    data, heldout = _split(args, data)
     dv = _vocab(args, counts, head.config.vocab_size, console)
     cfg = TrainConfig(
         epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, ttt_length=args.ttt_length,
         step_decay=args.step_decay, warmup_ratio=args.warmup_ratio, max_grad_norm=args.max_grad_norm,
         weight_decay=args.weight_decay, max_length=args.max_length, seed=args.seed,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every, max_steps=args.max_steps,
-        autocast=autocast, init_lm_head=args.init_lm_head,
+        autocast=autocast, init_lm_head=args.init_lm_head, time_limit=args.time_limit, eval_every=args.eval_every,
     )
-    trainer = _trainer(args, head, data, dv, len(sglang_ids), cfg, device, console)
+    trainer = _trainer(args, head, data, dv, len(sglang_ids), cfg, device, console, states, heldout)
     save_dtype = parse_dtype(args.save_dtype)
     _announce(console, head, data, dv, sglang_ids, trainer, device, device_reason, autocast, save_dtype)
     result = _train_loop(trainer, args.tensorboard, console)
-    if trainer.checkpoint_dir is not None and cfg.checkpoint_every:
+    if trainer.checkpoint_dir is not None and (cfg.checkpoint_every or result.stopped_by_time):
         trainer.save_checkpoint()
-    out = _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, result)
+    if result.stopped_by_time:
+        console.print(f"stopped at the time limit after step {trainer.step}/{trainer.total_steps}; "
+                      f"continue with the same command and --resume")
+    out = _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, result, device)
     _report_saved(out, head, console)
     return 0
+
+
+def _read_data_manifest(args):
+    """The data's manifest: distill.json (online) or manifest.json (capture), None for SpecForge's own."""
+    from eaglelab.engine.training import capture, distill
+
+    return distill.read_manifest(args.data) if args.online else capture.read_manifest(args.data)
+
+
+def _online(args, model_arg: str, device, autocast, console):
+    """The target (in the compute dtype, on the training device), the token data, answer-token counts."""
+    from eaglelab.engine.formats.loader import load_target
+    from eaglelab.engine.training.online import TokenData
+
+    with console.status("reading the distill shards ..."):
+        data = TokenData(args.data)
+    dtype = "bfloat16" if autocast == "bfloat16" else "float32"
+    target = load_target(model_arg, device=device, dtype=dtype, with_tokenizer=False)
+    return target, data, data.token_counts(target.config.vocab_size)
+
+
+def _states(model, sglang_ids: list[int]):
+    """The target computing the aux states at ``sglang_ids`` (hs[k+1]) and its final hidden state."""
+    from eaglelab.engine.formats.conventions import ids_to_hf_indices
+    from eaglelab.engine.training.capture import check_layer_ids
+    from eaglelab.engine.training.online import TargetStates
+
+    hf = ids_to_hf_indices(tuple(sglang_ids), "sglang")
+    check_layer_ids(hf, model.config.num_layers)
+    return TargetStates(model, hf)
+
+
+def _split(args, data):
+    """(training set, held-out set or None): --eval-samples samples set aside when --eval-every is on."""
+    from eaglelab.engine.errors import ConfigError
+    from eaglelab.engine.training.online import Subset, split_heldout
+
+    if not args.eval_every:
+        return data, None
+    if not 1 <= args.eval_samples < len(data):
+        raise ConfigError("cannot hold out that many samples", field="--eval-samples", found=args.eval_samples,
+                          expected=f"1..{len(data) - 1} (the data has {len(data)})")
+    train, held = split_heldout(len(data), args.eval_samples, args.seed)
+    return Subset(data, train), Subset(data, held)
 
 
 def _autocast(name: str, device) -> str | None:
@@ -174,21 +245,22 @@ def _vocab(args, counts, vocab_size: int, console):
     return build_draft_vocab(counts, size)
 
 
-def _trainer(args, head, data, dv, num_aux: int, cfg, device, console):
+def _trainer(args, head, data, dv, num_aux: int, cfg, device, console, states=None, heldout=None):
     from eaglelab.engine.errors import CheckpointError
-    from eaglelab.engine.formats.specforge_data import read_sample
+    from eaglelab.engine.formats.specforge_data import list_samples, read_sample
     from eaglelab.engine.training.train import Trainer, drafter_config, latest_checkpoint, new_drafter
 
-    first = read_sample(data.paths[0])
-    width = first.aux_hidden_state.shape[-1]
-    if width != num_aux * head.config.hidden_size:
-        raise CheckpointError("aux_hidden_state width disagrees with the layer ids and the target", file=data.paths[0],
-                              field="aux_hidden_state", found=width,
-                              expected=f"{num_aux} x {head.config.hidden_size} = {num_aux * head.config.hidden_size}")
+    if states is None:
+        first_path = list_samples(args.data)[0]
+        width = read_sample(first_path).aux_hidden_state.shape[-1]
+        if width != num_aux * head.config.hidden_size:
+            raise CheckpointError("aux_hidden_state width disagrees with the layer ids and the target", file=first_path,
+                                  field="aux_hidden_state", found=width,
+                                  expected=f"{num_aux} x {head.config.hidden_size} = {num_aux * head.config.hidden_size}")
     dcfg = drafter_config(head.config, num_aux, dv.size)
     net = new_drafter(dcfg, head, dv.mapping, seed=cfg.seed, init_lm_head=cfg.init_lm_head)
     ck_dir = _checkpoint_dir(args, console)
-    trainer = Trainer(net, head, data, cfg, device=device, checkpoint_dir=ck_dir)
+    trainer = Trainer(net, head, data, cfg, device=device, checkpoint_dir=ck_dir, states=states, heldout=heldout)
     if args.resume:
         path = latest_checkpoint(ck_dir) if args.resume == "latest" else Path(args.resume)
         if path is None:
@@ -221,8 +293,10 @@ def _announce(console, head, data, dv, ids, trainer, device, device_reason, auto
     console.print(f"[bold]train[/] EAGLE-3 drafter for {head.config.architecture} "
                   f"(hidden {head.config.hidden_size}, {head.config.num_layers} layers) on {device} ({device_reason}), "
                   f"compute {autocast or 'float32'}")
-    console.print(f"  {len(data)} samples, {sum(data.lengths)} tokens; aux ids {ids} (SGLang convention); "
-                  f"{trainer.total_steps} steps ({trainer.batches_per_epoch}/epoch)")
+    held = f", {len(trainer.heldout)} held out for acceptance every {trainer.cfg.eval_every} steps" if trainer.heldout else ""
+    online = "; online: the target computes the states per batch" if trainer.states is not None else ""
+    console.print(f"  {len(data)} samples, {sum(data.lengths)} tokens{held}; aux ids {ids} (SGLang convention); "
+                  f"{trainer.total_steps} steps ({trainer.batches_per_epoch}/epoch){online}")
     console.print(f"  draft vocabulary {dv.size}: covers {dv.coverage:.2%} of the assistant tokens")
     console.print(f"  drafter: {sum(p.numel() for p in trainer.net.parameters()) / 1e6:.2f} M parameters, "
                   f"{size / 2**20:.1f} MiB in {str(save_dtype).replace('torch.', '')}")
@@ -248,8 +322,17 @@ def _train_loop(trainer, tb_dir, console):
             if writer is not None:
                 _scalars(writer, log)
 
+        def on_eval(ev) -> None:
+            rates = " ".join(f"{r:.2f}" for r in ev.per_position)
+            k, K = min(3, len(ev.accept_len)), len(ev.accept_len)
+            longest = f", chain {K} {ev.chain(K):.2f}" if K > k else ""
+            bar.console.print(f"eval step {ev.step}: accepted length chain {k} {ev.chain(k):.2f}{longest}; "
+                              f"per position {rates} ({ev.anchors} held-out anchors)")
+            if writer is not None:
+                _eval_scalars(writer, ev)
+
         try:
-            result = trainer.train(on_log=on_log)
+            result = trainer.train(on_log=on_log, on_eval=on_eval)
         finally:
             if writer is not None:
                 writer.close()
@@ -267,11 +350,18 @@ def _scalars(writer, log) -> None:
         writer.add_scalar(f"train/acc_step{i}", acc, log.step)
 
 
-def _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, result) -> Path:
+def _eval_scalars(writer, ev) -> None:
+    for k, length in enumerate(ev.accept_len, 1):
+        writer.add_scalar(f"eval/accept_len_chain{k}", length, ev.step)
+    for i, rate in enumerate(ev.per_position):
+        writer.add_scalar(f"eval/accept_rate_pos{i}", rate, ev.step)
+
+
+def _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, result, device) -> Path:
     from dataclasses import asdict
 
     from eaglelab import __version__
-    from eaglelab.engine.training.train import save_drafter
+    from eaglelab.engine.training.train import drafter_size_bytes, save_drafter
 
     last = result.logs[-1] if result.logs else None
     provenance = {
@@ -280,9 +370,37 @@ def _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, 
         "train_config": asdict(trainer.cfg), "draft_vocab": {"size": dv.size, "coverage": dv.coverage},
         "aux_layer_ids_sglang": sglang_ids,
         "final": {"loss": last.loss, "step_acc": list(last.step_acc)} if last else None,
+        "online": bool(args.online), "device": _device_name(device), "train_seconds": round(trainer.seconds, 1),
+        "distill_seconds": round(sum(r.get("seconds", 0.0) for r in (manifest or {}).get("runs", [])), 1) or None,
+        "parameters": sum(p.numel() for p in trainer.net.parameters()),
+        "size_bytes": drafter_size_bytes(trainer.net, save_dtype),
+        "data_counts": (manifest or {}).get("counts"), "prompts": _prompts_manifest(manifest),
+        "heldout_samples": len(trainer.heldout) if trainer.heldout is not None else 0,
+        "acceptance": asdict(result.evals[-1]) if result.evals else None,
     }
     return save_drafter(trainer.net, args.out, target=head.config, sglang_layer_ids=sglang_ids, dtype=save_dtype,
                         provenance=provenance)
+
+
+def _device_name(device) -> str:
+    import torch
+
+    return str(device) + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
+
+
+def _prompts_manifest(manifest) -> dict | None:
+    """Sources and counts of the prompts the data answers (the prompts' manifest.json, when found)."""
+    import json
+
+    src = (manifest or {}).get("prompts_file")
+    if not src:
+        return None
+    path = Path(src)
+    path = (path if path.is_dir() else path.parent) / "manifest.json"
+    if not path.exists():
+        return {"file": src}
+    m = json.loads(path.read_text())
+    return {"file": src, "count": m.get("count"), "sources": m.get("sources"), "overlap_check": m.get("overlap_check")}
 
 
 def _report_saved(out: Path, head, console) -> None:

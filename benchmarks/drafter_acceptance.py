@@ -1,0 +1,107 @@
+"""Acceptance of a drafter at batch 1: mean accepted length, per-position acceptance, speed against
+plain decoding in the same run, on MT-bench (first turns) or HumanEval (a second held-out set).
+
+    python benchmarks/drafter_acceptance.py --set mtbench --steps 3 --topk 1 --draft-tokens 4 --json OUT.json
+    python benchmarks/drafter_acceptance.py --set humaneval --humaneval FILE.jsonl.gz ...
+
+Each prompt runs greedy, speculative then plain, with EOS honoured; the outputs must be identical
+(speculation is lossless) and the script says so. Per-position acceptance is conditional:
+``rate_i = P(accepted length >= i + 2 | accepted length >= i + 1)`` over all cycles, i.e. the share of
+cycles that got draft position i accepted among those that reached it (depth i of the tree).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import platform
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from eaglelab.bench.harness import mtbench_first_turns, tokenize_prompts
+from eaglelab.session import add_engine_args, build_session
+
+
+def questions(which: str, n: int, humaneval: str | None, mtbench: str | None) -> list[str]:
+    if which == "mtbench":
+        return mtbench_first_turns(n, mtbench)
+    from eaglelab.engine.formats.assets import HUMANEVAL_PROBLEMS, asset_path
+
+    path = Path(humaneval) if humaneval else asset_path(HUMANEVAL_PROBLEMS)
+    with gzip.open(path, "rt") as f:
+        probs = [json.loads(line)["prompt"] for line in f if line.strip()]
+    return ["Complete this Python function:\n\n" + p for p in probs[:n]]
+
+
+def per_position(lens: list[int], depth: int) -> list[float]:
+    """Conditional acceptance per draft position from accepted lengths (bonus included)."""
+    out = []
+    for i in range(depth):
+        reached = sum(1 for a in lens if a >= i + 1)
+        out.append(sum(1 for a in lens if a >= i + 2) / reached if reached else 0.0)
+    return out
+
+
+def timed(engine, prompt: list[int], max_new: int, device) -> tuple[object, float]:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    t0 = time.perf_counter()
+    res = engine.generate([prompt], max_new)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return res, time.perf_counter() - t0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_engine_args(p)
+    p.add_argument("--set", choices=("mtbench", "humaneval"), default="mtbench")
+    p.add_argument("--prompts", type=int, default=80)
+    p.add_argument("--humaneval", default=None, metavar="FILE", help="HumanEval.jsonl.gz (default: the asset)")
+    p.add_argument("--questions", default=None, metavar="FILE", help="an MT-bench question.jsonl (default: the asset)")
+    p.add_argument("--max-prompt-tokens", type=int, default=1024)
+    p.add_argument("--json", default=None, metavar="OUT")
+    args = p.parse_args()
+    s = build_session(args, log=lambda m: print(m, file=sys.stderr))
+    if not s.spec.enabled:
+        raise SystemExit("needs a drafter (--draft)")
+    device = s.target.device
+    texts = questions(args.set, args.prompts, args.humaneval, args.questions)
+    ids, how = tokenize_prompts(texts, s.target.tokenizer, s.target.config.vocab_size, args.max_prompt_tokens)
+    spec_engine, plain_engine = s.engine(), s.plain_engine()
+    timed(spec_engine, ids[0], 16, device), timed(plain_engine, ids[0], 16, device)  # warm-up, graph capture
+    lens, spec_s, plain_s, tokens, same = [], 0.0, 0.0, 0, 0
+    for prompt in ids:
+        r_spec, t_spec = timed(spec_engine, prompt, args.max_new_tokens, device)
+        r_plain, t_plain = timed(plain_engine, prompt, args.max_new_tokens, device)
+        lens += [a for cyc in r_spec.accept_lens for a in cyc]
+        spec_s, plain_s = spec_s + t_spec, plain_s + t_plain
+        tokens += r_spec.generated_tokens
+        same += r_spec.tokens == r_plain.tokens
+    report = {
+        "set": args.set, "prompts": len(ids), "prompt_tokens": how, "spec": s.spec.to_dict(), "spec_label": s.spec_label,
+        "device": s.device_label, "dtype": s.dtype_name, "torch": torch.__version__, "python": platform.python_version(),
+        "max_new_tokens": args.max_new_tokens, "cycles": len(lens),
+        "mean_accept_len": sum(lens) / len(lens) if lens else None,
+        "per_position_acceptance": per_position(lens, s.spec.num_steps),
+        "accept_len_histogram": {k: lens.count(k) for k in sorted(set(lens))},
+        "spec_tok_s": tokens / spec_s, "plain_tok_s": tokens / plain_s, "speedup": plain_s / spec_s,
+        "identical_outputs": f"{same}/{len(ids)}",
+    }
+    rates = " ".join(f"{r:.2f}" for r in report["per_position_acceptance"])
+    print(f"{args.set} {len(ids)} prompts, {s.spec_label}, {s.device_label} {s.dtype_name}: mean accepted length "
+          f"{report['mean_accept_len']:.3f} (bonus included, {len(lens)} cycles); per position {rates}; "
+          f"spec {report['spec_tok_s']:.1f} tok/s vs plain {report['plain_tok_s']:.1f} tok/s = {report['speedup']:.2f}x; "
+          f"identical outputs {report['identical_outputs']}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
