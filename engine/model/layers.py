@@ -59,6 +59,11 @@ class Kernels:
 EAGER_KERNELS = Kernels()
 
 
+def _version(t: torch.Tensor) -> int:
+    """In-place writes seen so far (inference tensors keep no count: 0)."""
+    return 0 if t.is_inference() else t._version
+
+
 class FusedLinear:
     """One matmul for several projections of the same input (q/k/v, gate/up).
 
@@ -77,7 +82,7 @@ class FusedLinear:
         """x [..., in] -> one output per projection [..., out_i]."""
         if torch.is_grad_enabled():
             return tuple(lin(x) for lin in self.linears)
-        key = tuple((lin.weight.data_ptr(), lin.weight._version) for lin in self.linears)
+        key = tuple((lin.weight.data_ptr(), _version(lin.weight)) for lin in self.linears)
         if key != self._key:
             self._fuse(key)
         y = F.linear(x, self.weight, self.bias)

@@ -69,3 +69,12 @@ def test_fused_projections_follow_their_weights():
     grads[0].sum().backward()
     assert attn.q_proj.weight.grad is not None
     assert EAGER_KERNELS.compiled is False
+
+
+def test_fused_projections_of_inference_tensors():
+    """Weights made under inference_mode keep no version counter: the fused matmul still runs."""
+    with torch.inference_mode():
+        model = build_scale_model("tiny", seed=3).model
+        x = torch.randn(1, 2, model.config.hidden_size)
+        q, _, _ = model.layers[0].self_attn.qkv(x)
+        assert torch.allclose(q, model.layers[0].self_attn.q_proj(x), atol=1e-6)
