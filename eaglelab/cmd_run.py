@@ -136,6 +136,9 @@ def summary_rows(console, session, result, baseline, allreduce=None) -> None:
         ("generated tokens", f"{result.generated_tokens} (stopped: {', '.join(result.stop_reasons)})"),
         ("speed", f"{result.tokens_per_second:.1f} tok/s over {result.seconds:.2f} s"),
     ]
+    setup = result.setup_seconds + (baseline.setup_seconds if baseline is not None else 0.0)
+    if setup > 0:
+        rows.append(("setup", f"{setup:.2f} s capturing CUDA graphs and compiling [dim](once; not in tok/s)[/]"))
     if session.spec.enabled:
         rows.append(("speculation", session.spec_label))
         if result.mean_accept_len is not None:

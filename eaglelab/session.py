@@ -31,7 +31,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     s.add_argument("--attention-mode", default="decode", choices=("decode", "prefill"),
                    help="verify as a fixed-shape decode over the static cache, or as an eager extend")
     s.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
-                   help="capture decode/draft/verify in CUDA graphs (default: on with CUDA)")
+                   help="capture each phase of a cycle in one CUDA graph per batch bucket (default: on with CUDA)")
+    s.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the layers' RMSNorm/rotary/SwiGLU inside the graphs; compiled once, cached "
+                        "on disk under the eaglelab cache (default: on with CUDA graphs)")
     s.add_argument("--serving", choices=("sglang", "vllm"), default=None,
                    help="read the drafter's aux layer ids as this engine would (default: the checkpoint format's)")
 
@@ -56,6 +59,7 @@ class Session:
     drafter: Any = None
     notes: list[str] = field(default_factory=list)
     runner_factory: Callable[..., Any] | None = None
+    kernels: Any = None  # the layers' elementwise kernels (compiled with --compile), shared by every engine
 
     def generator(self):
         import torch
@@ -77,7 +81,7 @@ class Session:
 
         spec = spec or self.spec
         drafter = drafter if drafter is not None else self.drafter
-        runner = self.runner_factory(spec, drafter) if self.runner_factory else None
+        runner = self.runner_factory(spec, drafter) if self.runner_factory else self._eager_runner(spec, drafter)
         engine = Engine(
             self.target.model, eos_token_ids=self.target.tokenizer.eos_token_ids if self.target.tokenizer else
             self.target.config.eos_token_ids, drafter=drafter if spec.enabled else None, spec=spec,
@@ -85,12 +89,23 @@ class Session:
         )
         return engine
 
+    def _eager_runner(self, spec, drafter):
+        """An eager runner with the session's compiled kernels (None: the engine's own runner)."""
+        from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA, EAGER_OFF
+        from eaglelab.engine.runtime.runner import EagerRunner
+
+        if self.kernels is None:
+            return None
+        net = drafter.net if spec.enabled and drafter is not None else None
+        return EagerRunner(self.target.model, net, reason=EAGER_NO_CUDA if spec.cuda_graphs else EAGER_OFF,
+                           kernels=self.kernels)
+
     def plain_engine(self, observer=None):
         """Plain decoding with the same model and graph setting: the baseline of a speculative run."""
         from eaglelab.engine.runtime.spec_config import SpecConfig
 
-        return self.engine(observer=observer, spec=SpecConfig(cuda_graphs=self.spec.cuda_graphs), drafter=None,
-                           baseline=True)
+        spec = SpecConfig(cuda_graphs=self.spec.cuda_graphs, compile=self.spec.compile)
+        return self.engine(observer=observer, spec=spec, drafter=None, baseline=True)
 
     def observer(self, record: str | None = None, tensorboard: str | None = None, always: bool = False):
         """A probe bus with the requested sinks (None when nothing asks for one), and a closer."""
@@ -143,21 +158,30 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
     label = str(device) + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
     session = Session(args, target, label, device_reason, dtype_name, dtype_reason, None, "", sampling)
     _choose_drafter(session, log)
+    if session.spec.compile:
+        from eaglelab.engine.formats.assets import cache_dir
+        from eaglelab.engine.runtime.compile import compiled_kernels, inductor_cache_dir
+
+        session.kernels = compiled_kernels(cache_dir(), log)
+        session.notes.append(f"compile: RMSNorm/rotary/SwiGLU with torch.compile on first use, cached in "
+                             f"{inductor_cache_dir(cache_dir())}")
     if session.spec.cuda_graphs and device.type == "cuda":
         session.runner_factory = _graph_runner_factory(session)
-        session.notes.append("CUDA graphs: decode/draft/verify captured per batch bucket; fallbacks say why")
+        session.notes.append("CUDA graphs: each phase of a cycle captured as one graph, lazily per batch bucket; "
+                             "fallbacks say why")
     return session
 
 
 def _graph_runner_factory(s: Session) -> Callable[..., Any]:
     """Builds a CUDA-graph runner per engine, its static cache sized for prompts up to 1024 tokens
     plus --max-new-tokens (longer runs fall back to eager and say so)."""
+    from eaglelab.engine.model.layers import EAGER_KERNELS
     from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
 
     max_len = -(-(s.args.max_new_tokens + 1024 + 2 * 64) // 256) * 256
 
     def make(spec, drafter):
-        return CudaGraphRunner.for_engine(s.target.model, spec, drafter, max_len=max_len)
+        return CudaGraphRunner.for_engine(s.target.model, spec, drafter, max_len=max_len, kernels=s.kernels or EAGER_KERNELS)
 
     return make
 
@@ -201,6 +225,7 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
     a = s.args
     draft = a.draft
     graphs = a.cuda_graphs if a.cuda_graphs is not None else s.target.device.type == "cuda"
+    compile_ = a.compile if getattr(a, "compile", None) is not None else graphs
     if draft == "default":
         shipped = shipped_drafter_dir()
         if shipped is not None and a.model == "default":
@@ -211,13 +236,13 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
             why = "no drafter ships for this model" if a.model != "default" else "no shipped drafter installed"
             s.notes.append(f"drafter: n-gram ({why})")
     if draft == "none":
-        s.spec = SpecConfig(cuda_graphs=graphs)
+        s.spec = SpecConfig(cuda_graphs=graphs, compile=compile_)
         s.spec_label = "off"
         return
     if draft == "ngram":
         steps = a.steps if a.steps is not None else 4
         s.spec = SpecConfig("ngram", num_steps=steps, topk=1, num_draft_tokens=a.draft_tokens or 0,
-                            attention_mode=a.attention_mode, cuda_graphs=graphs)
+                            attention_mode=a.attention_mode, cuda_graphs=graphs, compile=compile_)
         s.drafter = NgramDrafter(s.spec)
     else:
         if not Path(draft).exists():
@@ -226,7 +251,7 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
         topk = a.topk if a.topk is not None else 1
         steps = a.steps if a.steps is not None else (5 if topk > 1 else 3)
         s.spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=a.draft_tokens or 0,
-                            attention_mode=a.attention_mode, cuda_graphs=graphs)
+                            attention_mode=a.attention_mode, cuda_graphs=graphs, compile=compile_)
         s.drafter = Eagle3Proposer(net, s.spec, taps)
         s.notes.append(f"aux taps: {reason}")
     sp = s.spec

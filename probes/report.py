@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.engine.errors import EagleLabError
+from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA, EXPECTED_EAGER
 from eaglelab.probes.bus import RunTotals
 from eaglelab.probes.economics import EconomicsInputs, analyse
 from eaglelab.probes.events import Step
@@ -220,13 +221,32 @@ def record_verdicts(totals: RunTotals, decode_ms: float | None = None, expected_
                 "speedup unknown: no plain-decode steps in this record; compare against a baseline "
                 "(eaglelab bench) or pass --decode-ms"
             )
-    spec_and_decode = totals.cycles
-    for key, count in sorted(totals.eager_reasons.items(), key=lambda kv: -kv[1]):
-        phase, reason = key.split(": ", 1)
-        verdicts.append(f"{phase} ran eagerly in {count} of {spec_and_decode or count} steps: {reason}")
+    verdicts += _eager_verdicts(totals.eager_reasons, totals.cycles)
     for source, message in dict.fromkeys(totals.warnings):
         verdicts.append(f"warning from {source}: {message}")
     return verdicts
+
+
+# Eager runs by design or that nobody can change here: not findings (graphs turned off, a CPU,
+# the prompt's varying shape, a drafter with no network).
+NOT_ACTIONABLE = EXPECTED_EAGER | {EAGER_NO_CUDA}
+
+
+def _eager_verdicts(eager_reasons: dict[str, int], steps: int) -> list[str]:
+    """One line per eager reason the user can act on, naming every phase it hit."""
+    by_reason: dict[str, list[tuple[str, int]]] = {}
+    for key, count in sorted(eager_reasons.items(), key=lambda kv: -kv[1]):
+        phase, reason = key.split(": ", 1)
+        if f"eager: {reason}" not in NOT_ACTIONABLE:
+            by_reason.setdefault(reason, []).append((phase, count))
+    lines = []
+    for reason, hits in by_reason.items():
+        if len(hits) == 1:
+            phase, count = hits[0]
+            lines.append(f"{phase} ran eagerly in {count} of {steps or count} steps: {reason}")
+        else:
+            lines.append(f"{', '.join(p for p, _ in hits)} ran eagerly: {reason}")
+    return lines
 
 
 def _acceptance_words(accept_len: float, expected: float) -> str:

@@ -40,6 +40,7 @@ from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.kv_cache import KVCache
 from eaglelab.engine.model.layers import prefix_mask
 from eaglelab.engine.runtime.observer import BaseObserver, CycleStats
+from eaglelab.engine.model.layers import EAGER_KERNELS
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from eaglelab.engine.runtime.tree import chain_tree, tree_attention_mask
@@ -58,15 +59,20 @@ class BenchConfig:
     graphs: bool
     peer: bool = False  # HF transformers generate
     description: str = ""
+    compile: bool = False  # torch.compile'd RMSNorm/rotary/SwiGLU inside the graphs
 
 
 CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
     BenchConfig("plain-eager", False, "decode", False, description="plain greedy, eager"),
     BenchConfig("plain-graphs", False, "decode", True, description="plain greedy, CUDA graphs"),
+    BenchConfig("plain-compile", False, "decode", True, compile=True,
+                description="plain greedy, CUDA graphs + torch.compile'd layers"),
     BenchConfig("spec-prefill", True, "prefill", False, description="speculative, verify as eager extend"),
     BenchConfig("spec-prefill-graphs", True, "prefill", True, description="speculative, drafter captured, verify eager extend"),
     BenchConfig("spec-decode", True, "decode", False, description="speculative, decode-mode verify, eager"),
     BenchConfig("spec-decode-graphs", True, "decode", True, description="speculative, decode-mode verify, CUDA graphs"),
+    BenchConfig("spec-compile", True, "decode", True, compile=True,
+                description="speculative, decode-mode verify, CUDA graphs + torch.compile'd layers"),
     BenchConfig("hf", False, "decode", False, peer=True, description="HF transformers generate (eager)"),
 )}
 
@@ -121,6 +127,18 @@ class BenchContext:
     peer: Callable[[], Any] | None = None  # builds the HF peer: -> generate(groups, max_new) callable
     peer_skip: str | None = None
     log: Callable[[str], None] = lambda m: None
+    compiled: Any = None  # the compiled Kernels, built on the first config that asks
+
+    def kernels(self, compile_: bool):
+        """The layers' kernels for a config: compiled ones (built once, shared) or the eager ones."""
+        if not compile_:
+            return EAGER_KERNELS
+        if self.compiled is None:
+            from eaglelab.engine.formats.assets import cache_dir
+            from eaglelab.engine.runtime.compile import compiled_kernels
+
+            self.compiled = compiled_kernels(cache_dir(), self.log)
+        return self.compiled
 
     @property
     def device(self) -> torch.device:
@@ -170,25 +188,27 @@ def _sync(device: torch.device) -> None:
 
 
 def _sweep(generate: Callable, groups, max_new: int, device) -> tuple[int, float, list[int], list[list[int]]]:
-    """Generate every group; -> (tokens, seconds, accept lengths, per-row outputs)."""
+    """Generate every group; -> (tokens, seconds, accept lengths, per-row outputs). Graph capture and
+    compilation inside a call (``setup_seconds``) are not generation time, as in ``eaglelab run``."""
     _sync(device)
     t0 = time.perf_counter()
-    tokens, accepts, outputs = 0, [], []
+    tokens, accepts, outputs, setup = 0, [], [], 0.0
     for g in groups:
         res = generate(g, max_new)
+        setup += getattr(res, "setup_seconds", 0.0)  # the HF peer's result has none
         tokens += sum(len(t) for t in res.tokens)
         accepts += [a for cyc in getattr(res, "accept_lens", []) for a in cyc]
         outputs += res.tokens
     _sync(device)
-    return tokens, time.perf_counter() - t0, accepts, outputs
+    return tokens, time.perf_counter() - t0 - setup, accepts, outputs
 
 
 def _engine_spec(cfg: BenchConfig, ctx: BenchContext) -> SpecConfig:
     if not cfg.speculative:
-        return SpecConfig(cuda_graphs=cfg.graphs)
+        return SpecConfig(cuda_graphs=cfg.graphs, compile=cfg.compile)
     s = ctx.spec
     return SpecConfig(s.algorithm, num_steps=s.num_steps, topk=s.topk, num_draft_tokens=s.num_draft_tokens,
-                      attention_mode=cfg.attention_mode, cuda_graphs=cfg.graphs)
+                      attention_mode=cfg.attention_mode, cuda_graphs=cfg.graphs, compile=cfg.compile)
 
 
 class FixedCacheEagerRunner(EagerRunner):
@@ -218,8 +238,7 @@ class OurSystem:
         net = self.drafter.net if self.drafter is not None else None
         if cfg.graphs:
             self.runner = CudaGraphRunner.for_engine(ctx.target, self.spec, self.drafter, max_len=ctx.max_len,
-                                                     buckets=ctx.batch_sizes)
-            self.runner.capture()
+                                                     buckets=ctx.batch_sizes, kernels=ctx.kernels(cfg.compile))
         else:
             self.runner = FixedCacheEagerRunner(ctx.target, net, ctx.max_len)
 
@@ -269,7 +288,6 @@ def run_config(cfg: BenchConfig, ctx: BenchContext) -> tuple[list[BenchRow], dic
         system = OurSystem(cfg, ctx)
         gen = lambda g, m: system.engine().generate(g, m)  # noqa: E731
         observed = lambda obs: (lambda g, m: system.engine(obs).generate(g, m))  # noqa: E731
-        captures = system.capture_stats()
     rows, outputs = [], {}
     for b in ctx.batch_sizes:
         repeats = 1 if cfg.peer else ctx.repeats
@@ -277,6 +295,8 @@ def run_config(cfg: BenchConfig, ctx: BenchContext) -> tuple[list[BenchRow], dic
         rows.append(row)
         outputs[b] = outs
         ctx.log(f"  batch {b:>3}: {row.tok_per_s:8.1f} tok/s")
+    if not cfg.peer:
+        captures = system.capture_stats()  # graphs are captured lazily, by the warm-up calls
     return rows, outputs, captures
 
 

@@ -21,12 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from eaglelab.engine.errors import CheckpointError
 from eaglelab.engine.runtime.kv_cache import KVCache
-from eaglelab.engine.model.layers import RMSNorm, Rotary, apply_rotary, attend
+from eaglelab.engine.model.layers import EAGER_KERNELS, FusedLinear, Kernels, RMSNorm, Rotary, attend
 
 
 @dataclass(frozen=True)
@@ -61,14 +60,15 @@ class Eagle3Attention(nn.Module):
         self.k_proj = nn.Linear(2 * H, cfg.num_kv_heads * D, bias=False)
         self.v_proj = nn.Linear(2 * H, cfg.num_kv_heads * D, bias=False)
         self.o_proj = nn.Linear(cfg.num_heads * D, H, bias=False)
+        self.qkv = FusedLinear(self.q_proj, self.k_proj, self.v_proj)
 
-    def forward(self, x, cos, sin, cache: KVCache | None, slots, mask) -> torch.Tensor:
+    def forward(self, x, cos, sin, cache: KVCache | None, slots, mask, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.num_heads, self.head_dim)  # [B, T, NH, D]
-        k = self.k_proj(x).view(B, T, self.num_kv_heads, self.head_dim)  # [B, T, KVH, D]
-        v = self.v_proj(x).view(B, T, self.num_kv_heads, self.head_dim)
-        q = apply_rotary(q.transpose(1, 2), cos, sin)
-        k = apply_rotary(k.transpose(1, 2), cos, sin)
+        q, k, v = self.qkv(x)  # one matmul (separate ones while training)
+        q = q.view(B, T, self.num_heads, self.head_dim)  # [B, T, NH, D]
+        k = k.view(B, T, self.num_kv_heads, self.head_dim)  # [B, T, KVH, D]
+        v = v.view(B, T, self.num_kv_heads, self.head_dim)
+        q, k = kernels.rotary(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
         if cache is None:
             out = attend(q, k, v.transpose(1, 2), mask)
         else:
@@ -84,9 +84,11 @@ class Eagle3MLP(nn.Module):
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+        self.gate_up = FusedLinear(self.gate_proj, self.up_proj)
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+    def forward(self, x: torch.Tensor, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
+        gate, up = self.gate_up(x)
+        return self.down_proj(kernels.swiglu(gate, up))
 
 
 class Eagle3MidLayer(nn.Module):
@@ -99,12 +101,12 @@ class Eagle3MidLayer(nn.Module):
         self.mlp = Eagle3MLP(cfg)
         self.norm_before_residual = cfg.norm_before_residual
 
-    def forward(self, embeds, feats, cos, sin, cache, slots, mask) -> torch.Tensor:
-        g = self.hidden_norm(feats)
+    def forward(self, embeds, feats, cos, sin, cache, slots, mask, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
+        g = self.hidden_norm(feats, kernels)
         residual = g if self.norm_before_residual else feats
-        x = torch.cat([self.input_layernorm(embeds), g], dim=-1)  # [B, T, 2H]
-        h = residual + self.self_attn(x, cos, sin, cache, slots, mask)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        x = torch.cat([self.input_layernorm(embeds, kernels), g], dim=-1)  # [B, T, 2H]
+        h = residual + self.self_attn(x, cos, sin, cache, slots, mask, kernels)
+        return h + self.mlp(self.post_attention_layernorm(h, kernels), kernels)
 
 
 class Eagle3Drafter(nn.Module):
@@ -142,6 +144,7 @@ class Eagle3Drafter(nn.Module):
         cache: KVCache | None = None,
         slots: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
+        kernels: Kernels = EAGER_KERNELS,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens [B, T] (the NEXT tokens), feats [B, T, H], positions [B, T].
 
@@ -149,8 +152,8 @@ class Eagle3Drafter(nn.Module):
         """
         embeds = self.embed(tokens).to(feats.dtype)  # [B, T, H]
         cos, sin = self.rotary(positions, feats.dtype)
-        out = self.midlayer(embeds, feats, cos, sin, cache, slots, mask)  # [B, T, H]
-        return out, self.lm_head(self.norm(out)).float()
+        out = self.midlayer(embeds, feats, cos, sin, cache, slots, mask, kernels)  # [B, T, H]
+        return out, self.lm_head(self.norm(out, kernels)).float()
 
     def reset_buffers(self) -> None:
         from eaglelab.engine.model.layers import rope_inv_freq

@@ -1,10 +1,14 @@
 """Building blocks shared by the target model and the EAGLE-3 drafter: RMSNorm, rotary embedding,
-grouped-query attention over a static KV cache, the SwiGLU MLP.
+grouped-query attention over a static KV cache, the SwiGLU MLP, fused projections, and the
+:class:`Kernels` a forward runs its elementwise work with (eager here; ``engine/runtime/compile.py``
+builds a ``torch.compile``'d set).
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -19,11 +23,77 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+    def forward(self, x: torch.Tensor, kernels: "Kernels | None" = None) -> torch.Tensor:
+        return (kernels or EAGER_KERNELS).rms_norm(x, self.weight, self.eps)
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """x [..., H] normalised in float32, cast back, times weight [H] (HF Llama's order)."""
+    dtype = x.dtype
+    x32 = x.float()
+    x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * x32.to(dtype)
+
+
+def rotary_qk(q: torch.Tensor, k: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """q [B, NH, T, D] and k [B, KVH, T, D] rotated by cos/sin [B, 1, T, D]."""
+    return apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
+
+
+def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
+    """silu(gate) * up, [..., I]."""
+    return F.silu(gate) * up
+
+
+@dataclass(frozen=True)
+class Kernels:
+    """The elementwise work of a layer (RMSNorm, rotary, SwiGLU). The eager set is the reference;
+    a compiled set fuses each into one or two kernels (same maths, same dtypes)."""
+
+    rms_norm: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor] = rms_norm
+    rotary: Callable[..., tuple[torch.Tensor, torch.Tensor]] = rotary_qk
+    swiglu: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = swiglu
+    compiled: bool = False
+
+
+EAGER_KERNELS = Kernels()
+
+
+def _version(t: torch.Tensor) -> int:
+    """In-place writes seen so far (inference tensors keep no count: 0)."""
+    return 0 if t.is_inference() else t._version
+
+
+class FusedLinear:
+    """One matmul for several projections of the same input (q/k/v, gate/up).
+
+    Keeps a concatenated copy of their weights (and biases), rebuilt when a weight is replaced or
+    changed in place (``.to()``, a new load). With gradients on, runs the projections separately so
+    training sees its own parameters.
+    """
+
+    def __init__(self, *linears: nn.Module) -> None:
+        self.linears = linears
+        self._key: tuple = ()
+        self.weight: torch.Tensor | None = None
+        self.bias: torch.Tensor | None = None
+
+    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """x [..., in] -> one output per projection [..., out_i]."""
+        if torch.is_grad_enabled():
+            return tuple(lin(x) for lin in self.linears)
+        key = tuple((lin.weight.data_ptr(), _version(lin.weight)) for lin in self.linears)
+        if key != self._key:
+            self._fuse(key)
+        y = F.linear(x, self.weight, self.bias)
+        return y.split([lin.weight.shape[0] for lin in self.linears], dim=-1)
+
+    def _fuse(self, key: tuple) -> None:
+        with torch.inference_mode(False), torch.no_grad():
+            self.weight = torch.cat([lin.weight.detach() for lin in self.linears])  # [sum out, in]
+            biases = [lin.bias for lin in self.linears]
+            self.bias = torch.cat([b.detach() for b in biases]) if all(b is not None for b in biases) else None
+        self._key = key
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> torch.Tensor:

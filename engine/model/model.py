@@ -12,12 +12,11 @@ output, ``hs[i]`` the residual stream after decoder layer ``i-1``, ``hs[L]`` aft
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.runtime.kv_cache import KVCache
-from eaglelab.engine.model.layers import RMSNorm, Rotary, apply_rotary, attend, rope_inv_freq
+from eaglelab.engine.model.layers import EAGER_KERNELS, FusedLinear, Kernels, RMSNorm, Rotary, attend, rope_inv_freq
 from eaglelab.engine.model.tp_layers import (
     ColumnParallelLinear,
     ParallelLMHead,
@@ -46,16 +45,18 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         else:
             self.q_norm = self.k_norm = None
+        self.qkv = FusedLinear(self.q_proj, self.k_proj, self.v_proj)
 
-    def forward(self, x, cos, sin, cache: KVCache | None, slots, mask, kv_len: int | None = None) -> torch.Tensor:
+    def forward(self, x, cos, sin, cache: KVCache | None, slots, mask, kv_len: int | None = None,
+                kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
         B, T, _ = x.shape
-        q = self.q_proj(x).view(B, T, self.local_heads, self.head_dim)  # [B, T, NH, D]
-        k = self.k_proj(x).view(B, T, self.local_kv_heads, self.head_dim)  # [B, T, KVH, D]
-        v = self.v_proj(x).view(B, T, self.local_kv_heads, self.head_dim)
+        q, k, v = self.qkv(x)  # one matmul: [B, T, (NH + 2 KVH) * D] split
+        q = q.view(B, T, self.local_heads, self.head_dim)  # [B, T, NH, D]
+        k = k.view(B, T, self.local_kv_heads, self.head_dim)  # [B, T, KVH, D]
+        v = v.view(B, T, self.local_kv_heads, self.head_dim)
         if self.q_norm is not None:
-            q, k = self.q_norm(q), self.k_norm(k)
-        q = apply_rotary(q.transpose(1, 2), cos, sin)  # [B, NH, T, D]
-        k = apply_rotary(k.transpose(1, 2), cos, sin)  # [B, KVH, T, D]
+            q, k = self.q_norm(q, kernels), self.k_norm(k, kernels)
+        q, k = kernels.rotary(q.transpose(1, 2), k.transpose(1, 2), cos, sin)  # [B, NH, T, D], [B, KVH, T, D]
         if cache is None:
             out = attend(q, k, v.transpose(1, 2), mask)
         else:
@@ -80,9 +81,11 @@ class DenseMLP(nn.Module):
         self.gate_proj = ColumnParallelLinear(cfg.hidden_size, inter, False, tp, "gate_proj")
         self.up_proj = ColumnParallelLinear(cfg.hidden_size, inter, False, tp, "up_proj")
         self.down_proj = RowParallelLinear(inter, cfg.hidden_size, tp, "down_proj")
+        self.gate_up = FusedLinear(self.gate_proj, self.up_proj)
 
-    def forward(self, x: torch.Tensor, reduce: bool = True) -> torch.Tensor:
-        y = self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))  # [B, T, H] (partial under TP)
+    def forward(self, x: torch.Tensor, reduce: bool = True, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
+        gate, up = self.gate_up(x)  # one matmul: [B, T, 2I] split
+        y = self.down_proj(kernels.swiglu(gate, up))  # [B, T, H] (partial under TP)
         if self.tp and reduce:
             y = self.tp.all_reduce(y, self.layer, "mlp")
         return y
@@ -101,9 +104,9 @@ class DecoderLayer(nn.Module):
         else:
             self.mlp = DenseMLP(cfg, layer, tp)
 
-    def forward(self, x, cos, sin, cache, slots, mask, kv_len=None) -> torch.Tensor:
-        x = x + self.self_attn(self.input_layernorm(x), cos, sin, cache, slots, mask, kv_len)
-        return x + self.mlp(self.post_attention_layernorm(x))
+    def forward(self, x, cos, sin, cache, slots, mask, kv_len=None, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x, kernels), cos, sin, cache, slots, mask, kv_len, kernels)
+        return x + self.mlp(self.post_attention_layernorm(x, kernels), kernels=kernels)
 
 
 class Transformer(nn.Module):
@@ -137,6 +140,7 @@ class Transformer(nn.Module):
         mask: torch.Tensor | None = None,
         taps: tuple[int, ...] = (),
         kv_len: int | None = None,
+        kernels: Kernels = EAGER_KERNELS,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """Run the decoder stack.
 
@@ -152,10 +156,10 @@ class Transformer(nn.Module):
         if 0 in taps:
             tapped[0] = x
         for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, cache, slots, mask, kv_len)
+            x = layer(x, cos, sin, cache, slots, mask, kv_len, kernels)
             if i + 1 in taps and i + 1 < len(self.layers):
                 tapped[i + 1] = x
-        x = self.norm(x)
+        x = self.norm(x, kernels)
         if len(self.layers) in taps:
             tapped[len(self.layers)] = x
         aux = torch.cat([tapped[i] for i in taps], dim=-1) if taps else None

@@ -39,6 +39,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from eaglelab.engine.model.config import ModelConfig
+from eaglelab.engine.model.layers import EAGER_KERNELS, Kernels
 from eaglelab.engine.model.model import DenseMLP
 from eaglelab.engine.runtime.tp_group import TPGroup
 
@@ -166,13 +167,13 @@ class MoEBlock(nn.Module):
         shared = m.expert_intermediate_size * m.num_shared_experts
         self.shared_experts = DenseMLP(cfg, layer, tp, intermediate=shared) if shared else None
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
         B, T, H = x.shape
         flat = x.reshape(B * T, H)  # [N, H]
         weights, idx = self.gate(flat)  # [N, k], [N, k]
         y = self.experts(flat, weights, idx)  # [N, H] (partial under TP)
         if self.shared_experts is not None:
-            y = y + self.shared_experts(flat, reduce=False)
+            y = y + self.shared_experts(flat, reduce=False, kernels=kernels)
         y = y.view(B, T, H)
         if self.tp:
             y = self.tp.all_reduce(y, self.layer, "moe")

@@ -13,6 +13,8 @@ Presets (``SCALE_PRESETS``):
   hidden 7168, 64 heads (GQA with 8 KV heads in place of MLA), sigmoid top-8 routing and vocab,
   with 32 routed experts of width 512 plus one shared expert; ~33 B parameters, ~65 GB in bf16.
   Needs the MoE block (``engine/model/moe.py``); without it the preset says so.
+- ``smollm2-135m``: SmolLM2-135M-Instruct's shape (30 layers, hidden 576, 9/3 heads, intermediate
+  1536, vocab 49152, tied embeddings): the default model's costs without its GGUF.
 - ``tiny``: 4 layers, hidden 64, vocab 512, for tests.
 """
 
@@ -38,6 +40,13 @@ _LLAMA31_8B: dict[str, Any] = {
     "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
 }
 
+_SMOLLM2_135M: dict[str, Any] = {
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama",
+    "vocab_size": 49152, "hidden_size": 576, "intermediate_size": 1536, "num_hidden_layers": 30,
+    "num_attention_heads": 9, "num_key_value_heads": 3, "rms_norm_eps": 1e-5, "rope_theta": 100000.0,
+    "max_position_embeddings": 8192, "tie_word_embeddings": True, "bos_token_id": 1, "eos_token_id": 2,
+}
+
 _TINY: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama",
     "vocab_size": 512, "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 4,
@@ -45,7 +54,7 @@ _TINY: dict[str, Any] = {
     "max_position_embeddings": 4096, "tie_word_embeddings": False,
 }
 
-SCALE_PRESETS: tuple[str, ...] = ("llama3.1-8b", "kimi-like", "tiny")
+SCALE_PRESETS: tuple[str, ...] = ("llama3.1-8b", "kimi-like", "smollm2-135m", "tiny")
 
 
 @dataclass(frozen=True)
@@ -64,6 +73,8 @@ def scale_config(name: str) -> dict[str, Any]:
         return dict(_LLAMA31_8B)
     if name == "tiny":
         return dict(_TINY)
+    if name == "smollm2-135m":
+        return dict(_SMOLLM2_135M)
     if name == "kimi-like":
         try:
             from eaglelab.engine.model.moe import kimi_like_config

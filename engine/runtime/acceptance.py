@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from eaglelab.engine.runtime.sampling import sample
+from eaglelab.engine.runtime.sampling import exponential_noise, sample_with
 from eaglelab.engine.runtime.tree import DraftTree
 
 
@@ -64,7 +64,8 @@ def greedy_accept(tree: DraftTree, target_logits: Tensor) -> Acceptance:
     return _commit(tree, last, bonus)
 
 
-def rejection_accept(tree: DraftTree, target_probs: Tensor, generator: torch.Generator | None = None) -> Acceptance:
+def rejection_accept(tree: DraftTree, target_probs: Tensor, generator: torch.Generator | None = None, *,
+                     uniform: Tensor | None = None, race: Tensor | None = None) -> Acceptance:
     """Lossless tree rejection sampling of deterministic draft candidates.
 
     ``target_probs [B, N, V]`` is the target's (filtered, tempered) next-token distribution after
@@ -73,22 +74,39 @@ def rejection_accept(tree: DraftTree, target_probs: Tensor, generator: torch.Gen
     c with p = target_probs[c]; otherwise p(c) is set to 0 and the next child is tried. When no
     child is accepted the bonus is drawn from the residual p. The committed tokens are then
     distributed exactly as if drawn from the target one by one.
+
+    Computed for every node at once (no loop over nodes): child i of node u, tried after its
+    earlier siblings were rejected, is accepted when ``uniform_i * (sum p_u - mass of the earlier
+    siblings) < p_u(token_i)`` (a sibling repeating an earlier sibling's token has mass 0); the
+    first accepted child of each node is the chosen one, and the path follows chosen children.
+    ``uniform [B, N]`` and ``race [B, V]`` (Exp(1) draws for the bonus) are drawn from
+    ``generator`` unless given (a captured graph takes them as inputs).
     """
-    batch, nodes, _ = target_probs.shape
-    uniform = torch.rand(batch, nodes, generator=generator, device=target_probs.device)  # [B, N]
-    cur = torch.zeros(batch, dtype=torch.long, device=target_probs.device)  # [B] current node
-    residual = target_probs[:, 0].float()  # [B, V]
-    for i in range(1, nodes):  # parents come before children: one pass visits every child in order
-        tok = tree.tokens[:, i : i + 1]  # [B, 1]
-        p_tok = residual.gather(1, tok).squeeze(1)  # [B]
-        is_child = tree.parents[:, i] == cur  # [B]
-        accept = is_child & (uniform[:, i] * residual.sum(dim=-1) < p_tok)  # [B]
-        reject = is_child & ~accept
-        residual = residual.scatter(1, tok, torch.where(reject, 0.0, p_tok)[:, None])
-        residual = torch.where(accept[:, None], target_probs[:, i].float(), residual)
-        cur = torch.where(accept, i, cur)
-    bonus = sample(residual, generator)  # [B]
-    return _commit(tree, cur, bonus)
+    batch, nodes, vocab = target_probs.shape
+    dev = target_probs.device
+    if uniform is None:
+        uniform = torch.rand(batch, nodes, generator=generator, device=dev)  # [B, N]
+    if race is None:
+        race = exponential_noise((batch, vocab), dev, generator)  # [B, V]
+    probs = target_probs.float()
+    parent = tree.parents.clamp(min=0)  # [B, N]
+    p_tok = probs.reshape(batch, nodes * vocab).gather(1, parent * vocab + tree.tokens)  # [B, N] p_parent(token)
+    ids = torch.arange(nodes, device=dev)
+    is_child = tree.parents >= 0  # [B, N]
+    earlier_sib = (tree.parents[:, :, None] == tree.parents[:, None, :]) & (ids[None, :] < ids[:, None])  # [B, N, N]
+    earlier_sib &= is_child[:, :, None] & is_child[:, None, :]
+    repeat = (earlier_sib & (tree.tokens[:, :, None] == tree.tokens[:, None, :])).any(-1)  # [B, N]
+    p_tok = torch.where(repeat, 0.0, p_tok)
+    prior = (earlier_sib.float() * p_tok[:, None, :]).sum(-1)  # [B, N] mass of the earlier siblings
+    total = probs.sum(-1).gather(1, parent)  # [B, N] sum of p at the parent
+    accept = is_child & (uniform * (total - prior) < p_tok)  # [B, N]
+    chosen = accept & ~(earlier_sib & accept[:, None, :]).any(-1)  # the first accepted child
+    reached = ~(tree.mask & ~(chosen | ~is_child)[:, None, :]).any(-1)  # [B, N] every ancestor chosen
+    last = torch.argmax(torch.where(reached, tree.depth, -1), dim=1)  # [B]; one chosen path
+    residual = probs.gather(1, last[:, None, None].expand(batch, 1, vocab)).squeeze(1)  # [B, V]
+    tried = torch.zeros_like(residual).scatter_add_(1, tree.tokens, (tree.parents == last[:, None]).float())
+    bonus = sample_with(torch.where(tried > 0, 0.0, residual), race)  # [B]; every child of last rejected
+    return _commit(tree, last, bonus)
 
 
 def _commit(tree: DraftTree, last: Tensor, bonus: Tensor) -> Acceptance:

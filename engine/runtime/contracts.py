@@ -12,12 +12,13 @@ these protocols only; ``drafters.py`` (EAGLE-3, n-gram), ``runner.py`` (eager) a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Callable, Hashable, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from eaglelab.engine.model.layers import Kernels
     from eaglelab.engine.runtime.acceptance import Acceptance
     from eaglelab.engine.runtime.kv_cache import KVCache
     from eaglelab.engine.runtime.observer import Observer
@@ -66,7 +67,23 @@ class Drafter(Protocol):
 
 @runtime_checkable
 class Runner(Protocol):
-    """Executes the loop's forwards. Shapes: B rows, T prompt tokens, N tree nodes, S cache slots."""
+    """Executes the loop's forwards. Shapes: B rows, T prompt tokens, N tree nodes, S cache slots.
+
+    ``kernels`` are the layers' elementwise kernels the phases run with (eager or compiled);
+    ``setup_seconds`` sums the time spent capturing graphs and compiling (kept out of tok/s).
+    """
+
+    kernels: Kernels
+    setup_seconds: float
+
+    def phase(self, name: str, fn: Callable[..., tuple], inputs: dict[str, torch.Tensor],
+              caches: tuple[KVCache, ...] = (), variant: Hashable = None) -> tuple:
+        """A whole phase of the cycle, ``fn(**inputs)`` (batch-major tensors in and out), which may
+        write only ``caches``; the graph runner replays it as one CUDA graph per batch bucket."""
+
+    def make_draft_cache(self, batch: int, max_len: int, kv_heads: int, head_dim: int,
+                         dtype: torch.dtype) -> KVCache:
+        """The drafter's KV cache for a run (the graph runner's static one when it fits)."""
 
     def make_cache(self, batch: int, max_len: int, observer: Observer | None) -> KVCache | None:
         """The runner's own static cache for a run (graphs bind fixed buffers), or None: the engine

@@ -39,11 +39,12 @@ import contextlib
 import time
 from collections import Counter
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Hashable
 
 import torch
 
 from eaglelab.engine.runtime.contracts import Drafter
+from eaglelab.engine.model.layers import EAGER_KERNELS, Kernels
 from eaglelab.engine.runtime.kv_cache import KVCache
 from eaglelab.engine.model.model import Transformer
 from eaglelab.engine.runtime.observer import GraphCaptureStats, Observer
@@ -118,6 +119,18 @@ class _Graph:
         return tuple(None if o is None else o[:batch].clone() for o in self.outputs)
 
 
+def _static_copy(inputs: dict[str, torch.Tensor], b: int) -> dict[str, torch.Tensor]:
+    """Static input buffers of ``b`` rows holding ``inputs`` (then pad rows): warm-ups see real data."""
+    out = {}
+    for name, v in inputs.items():
+        buf = torch.empty((b, *v.shape[1:]), dtype=v.dtype, device=v.device)
+        buf[: v.shape[0]].copy_(v)
+        if v.shape[0] < b:
+            _pad_rows(name, buf[v.shape[0]:])
+        out[name] = buf
+    return out
+
+
 def _pad_rows(name: str, rows: torch.Tensor) -> None:
     """Harmless pad inputs: token 0 at position/slot 0, attending to slot 0 only, zero features."""
     rows.zero_()
@@ -140,6 +153,7 @@ class CudaGraphRunner:
         plan: GraphPlan | None = None,
         enabled: bool = True,
         warmup: int = 2,
+        kernels: Kernels = EAGER_KERNELS,
     ) -> None:
         """``drafter`` is the drafter network (an Eagle3Drafter) or None; ``taps`` the aux taps the
         engine passes to verify; ``max_len`` the static cache's slots (a run needing more runs eagerly).
@@ -148,7 +162,7 @@ class CudaGraphRunner:
         param = next(target.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.plan = plan or GraphPlan.for_spec(spec, drafter is not None, max_len, buckets)
-        self.warmup = warmup
+        self.warmup, self.kernels = warmup, kernels
         self.disabled_reason = None if enabled else EAGER_OFF
         if enabled and self.device.type != "cuda":
             self.disabled_reason = EAGER_NO_CUDA
@@ -162,6 +176,8 @@ class CudaGraphRunner:
         self._pool = None
         self._status: dict[str, str] = {}
         self._foreign = "eager: cache not the graph runner's"
+        self._observer: Observer | None = None
+        self.setup_seconds = 0.0  # time spent capturing (compiles included), summed; the engine keeps it out of tok/s
 
     @classmethod
     def for_engine(cls, target: Transformer, spec: SpecConfig, drafter: Drafter | None = None, **kw) -> "CudaGraphRunner":
@@ -177,9 +193,10 @@ class CudaGraphRunner:
         return max(self.plan.buckets)
 
     def make_cache(self, batch: int, max_len: int, observer: Observer | None = None) -> KVCache | None:
-        """The static target cache for a run of ``batch`` rows needing ``max_len`` slots, capturing
-        the graphs on first use; None (the engine then allocates its own, and the run is eager)
-        when graphs are off or the run does not fit. Sends the capture stats to ``observer``.
+        """The static target cache for a run of ``batch`` rows needing ``max_len`` slots; None (the
+        engine then allocates its own, and the run is eager) when graphs are off or the run does not
+        fit. Graphs are captured lazily, on the first call that needs them (a batch-1 run captures
+        bucket 1 only); each capture's stats go to ``observer``.
         """
         if self.disabled_reason is not None:
             return None
@@ -189,11 +206,18 @@ class CudaGraphRunner:
         if max_len > self.plan.max_len:
             self._foreign = f"eager: run needs {max_len} cache slots > graph capacity {self.plan.max_len}"
             return None
-        self.capture()
-        if observer is not None:
-            for stats in self.capture_stats:
-                observer.on_graph_captured(stats)
+        self._observer = observer
+        if self.cache is None:
+            self._allocate_caches()
         return self.cache
+
+    def make_draft_cache(self, batch: int, max_len: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> KVCache:
+        """The static drafter cache when it has this shape (phase graphs bind it), else a new one."""
+        own = self.draft_cache
+        if own is not None and batch <= own.batch_size and own.max_len == max_len \
+                and own.k.shape[2] == kv_heads and own.k.shape[4] == head_dim and own.k.dtype == dtype:
+            return own
+        return KVCache(1, batch, kv_heads, max_len, head_dim, dtype=dtype, device=self.device)
 
     @torch.inference_mode()
     def capture(self) -> list[GraphCaptureStats]:
@@ -201,10 +225,12 @@ class CudaGraphRunner:
         if self._captured or self.disabled_reason is not None:
             return self.capture_stats
         self._captured = True
-        self._allocate_caches()
+        if self.cache is None:
+            self._allocate_caches()
         for b in sorted(self.plan.buckets, reverse=True):  # largest first: it sizes the shared pool
             for name, width in self._planned():
-                self._capture_one(name, b, width)
+                if (name, b, width) not in self._graphs and (name, b, width) not in self._failed:
+                    self._capture_one(name, b, width)
         return self.capture_stats
 
     def _planned(self) -> list[tuple[str, int]]:
@@ -239,29 +265,50 @@ class CudaGraphRunner:
         return ins
 
     def _forward_fn(self, name: str, ins: dict[str, torch.Tensor]) -> Callable[[], tuple]:
+        k = self.kernels
         if name == "decode":
-            return lambda: (self.target(ins["tokens"], ins["slots"], self.cache, ins["slots"], ins["mask"])[0],)
+            return lambda: (self.target(ins["tokens"], ins["slots"], self.cache, ins["slots"], ins["mask"], kernels=k)[0],)
         if name == "verify":
-            return lambda: self.target(ins["tokens"], ins["positions"], self.cache, ins["slots"], ins["mask"], self.taps)
-        return lambda: self.drafter(ins["tokens"], ins["feats"], ins["positions"], self.draft_cache, ins["slots"], ins["mask"])
+            return lambda: self.target(ins["tokens"], ins["positions"], self.cache, ins["slots"], ins["mask"], self.taps,
+                                       kernels=k)
+        return lambda: self.drafter(ins["tokens"], ins["feats"], ins["positions"], self.draft_cache, ins["slots"],
+                                    ins["mask"], kernels=k)
 
     def _capture_one(self, name: str, b: int, T: int) -> None:
-        key = (name, b, T)
-        mem0, t0 = self._reserved(), time.perf_counter()
         ins = self._static_inputs(name, b, T)
+        cache = self.cache if name in ("decode", "verify") else self.draft_cache
+        self._capture((name, b, T), name, b, ins, self._forward_fn(name, ins), (cache,))
+
+    def _capture(self, key: tuple, name: str, b: int, ins: dict[str, torch.Tensor], fn: Callable[[], tuple],
+                 caches: tuple[KVCache | None, ...]) -> None:
+        """Capture ``fn`` (reading the static inputs ``ins``) under ``key``; a failure is kept as a reason.
+
+        Warm-up runs write into ``caches`` (rows < b): those rows are saved before and restored after,
+        so a capture in the middle of a run (lazy capture) leaves the run's state as it was.
+        """
+        mem0, t0 = self._reserved(), time.perf_counter()
         tp = self.target.tp
+        saved = [(c, c.k[:, :b].clone(), c.v[:, :b].clone()) for c in caches if c is not None]
         try:
             # Under TP, all-reduces captured here get CUDA events captured with them (timed per replay).
             with tp.capture(key) if tp is not None else contextlib.nullcontext():
-                graph, outputs = self._record(self._forward_fn(name, ins))
+                graph, outputs = self._record(fn)
         except RuntimeError as exc:
             self._failed[key] = f"eager: capture failed ({str(exc).splitlines()[0][:120]})"
             return
+        finally:
+            for c, k, v in saved:
+                c.k[:, :b].copy_(k)
+                c.v[:, :b].copy_(v)
+            self.setup_seconds += time.perf_counter() - t0
         on_replay = (lambda: tp.replayed(key)) if tp is not None else None
         self._graphs[key] = _Graph(ins, tuple(outputs), graph, on_replay)
-        self.capture_stats.append(GraphCaptureStats(
+        stats = GraphCaptureStats(
             name=name, batch_size=b, seconds=time.perf_counter() - t0, memory_bytes=max(0, self._reserved() - mem0),
-        ))
+        )
+        self.capture_stats.append(stats)
+        if self._observer is not None:
+            self._observer.on_graph_captured(stats)
 
     def _reserved(self) -> int:
         """Device memory reserved by the caching allocator (graph pools included), after a sync."""
@@ -277,6 +324,8 @@ class CudaGraphRunner:
         stream.wait_stream(torch.cuda.current_stream(dev))
         try:
             with torch.cuda.stream(stream):
+                if self.kernels.compiled:
+                    fn()  # compiles (or loads) the kernels; compilers may sync, so before sync detection
                 _warm_up(fn, self.warmup)
             torch.cuda.current_stream(dev).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
@@ -297,6 +346,9 @@ class CudaGraphRunner:
         key = (name, bucket_for(batch, self.plan.buckets), T)
         if key in self._failed:
             return self._failed[key]
+        if key not in self._graphs and (name, T) in self._planned():
+            self._capture_one(name, key[1], T)  # lazily: only the buckets a run needs
+            return self._failed.get(key)
         if key not in self._graphs:
             return f"eager: {name} shape [B, {T}] not captured"
         return None
@@ -309,6 +361,41 @@ class CudaGraphRunner:
             self.fallbacks[(phase, reason)] += 1
             return eager()
         return self._graphs[(name, bucket_for(batch, self.plan.buckets), T)].run(values, batch)
+
+    def _why_eager_phase(self, batch: int, caches: tuple[KVCache, ...]) -> str | None:
+        if self.disabled_reason is not None:
+            return self.disabled_reason
+        if batch > self.max_batch:
+            return f"eager: batch {batch} above the largest bucket {self.max_batch}"
+        if self.cache is None or any(c is not self.cache and c is not self.draft_cache for c in caches):
+            return self._foreign
+        return None
+
+    def phase(self, name: str, fn: Callable[..., tuple], inputs: dict[str, torch.Tensor],
+              caches: tuple[KVCache, ...] = (), variant: Hashable = None) -> tuple:
+        """A whole phase ``fn(**inputs) -> tuple of [B, ...] tensors`` as ONE graph per batch bucket.
+
+        ``fn`` may only read ``inputs`` (batch-major tensors) and fixed state, and write ``caches``
+        (which must be this runner's static caches); ``variant`` names what else ``fn`` depends on
+        (sampling settings, tree shape). Captured on first use, replayed after; eager, with the
+        reason, where it cannot replay.
+        """
+        batch = next(iter(inputs.values())).shape[0]
+        reason = self._why_eager_phase(batch, caches)
+        key: tuple = ()
+        if reason is None:
+            b = bucket_for(batch, self.plan.buckets)
+            assert b is not None
+            key = ("phase", name, b, variant, tuple((k, tuple(v.shape[1:]), v.dtype) for k, v in inputs.items()))
+            if key not in self._graphs and key not in self._failed:
+                ins = _static_copy(inputs, b)
+                self._capture(key, name, b, ins, lambda: tuple(fn(**ins)), caches)
+            reason = self._failed.get(key)
+        self._status[name] = reason or REPLAY
+        if reason is not None:
+            self.fallbacks[(name, reason)] += 1
+            return tuple(fn(**inputs))
+        return self._graphs[key].run(inputs, batch)
 
     def _eager_status(self, phase: str, reason: str) -> None:
         self._status[phase] = reason
@@ -361,12 +448,12 @@ class CudaGraphRunner:
         return own
 
     def graph_status(self, kind: str, attention_mode: str, batch: int) -> dict[str, str]:
-        """Per phase of the cycle just run: "replay" or "eager: <reason>" (reset after reading)."""
+        """Per phase of the cycle just run: "replay" or "eager: <reason>" (the last call of each phase;
+        every phase of a cycle runs each cycle, so reading does not reset it)."""
         out = {}
         for phase in FORWARD_PHASES[kind]:
             default = EAGER_HOST_DRAFTER if phase.startswith("draft") and self.drafter is None else EAGER_NO_FORWARD
             out[phase] = self._status.get(phase, self.disabled_reason or default)
-        self._status.clear()
         return out
 
 

@@ -21,8 +21,7 @@ import torch
 from eaglelab.engine.runtime.acceptance import Acceptance
 from eaglelab.engine.runtime.contracts import DraftView, Runner
 from eaglelab.engine.model.eagle3 import Eagle3Drafter
-from eaglelab.engine.runtime.kv_cache import KVCache
-from eaglelab.engine.model.layers import prefix_mask
+from eaglelab.engine.model.layers import EAGER_KERNELS, prefix_mask
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from eaglelab.engine.runtime.tree import DraftTree, TreeBuilder, chain_tree
 
@@ -78,15 +77,16 @@ class Eagle3Proposer:
         )
         self.net, self.spec, self.target_taps = net, spec, tuple(target_taps)
         self._map = net.token_map()
-        self.cache: KVCache | None = None
+        self.cache = None  # the drafter's KV cache (the runner's static one under CUDA graphs), from begin()
+        self.kernels = EAGER_KERNELS
 
     # after prefill: extend over the prompt (features of x_p paired with the token x_{p+1})
     def begin(self, st: DraftView, prompt_ids: torch.Tensor, aux: torch.Tensor, runner: Runner) -> None:
         B, T = prompt_ids.shape
         cfg, dev = self.net.config, prompt_ids.device
         S = st.cache_len + self.spec.num_steps * self.spec.topk + 2
-        dtype = self.net.fc.weight.dtype
-        self.cache = KVCache(1, B, cfg.num_kv_heads, S, cfg.head_dim, dtype=dtype, device=dev)
+        self.cache = runner.make_draft_cache(B, S, cfg.num_kv_heads, cfg.head_dim, self.net.fc.weight.dtype)
+        self.kernels = runner.kernels  # the phases below run with the runner's (maybe compiled) kernels
         nxt = torch.cat([prompt_ids[:, 1:], prompt_ids[:, :1]], dim=1).clone()  # [B, T]
         rows = torch.arange(B, device=dev)
         nxt[rows, st.lengths - 1] = st.root
@@ -102,30 +102,44 @@ class Eagle3Proposer:
         self.next_logp = torch.log_softmax(logits[rows, index], dim=-1)  # [B, V_draft]
 
     def propose(self, st: DraftView, runner: Runner) -> DraftTree:
-        builder = TreeBuilder(st.root, self.spec.topk, token_map=self._map)
-        frontier = builder.step(self.next_logp)
-        hidden = self.next_hidden[:, None]  # [B, 1, H]; the root's features
-        K, dev = self.spec.topk, st.root.device
-        B, S = st.root.shape[0], self.cache.max_len
+        """Every draft step, top-k and the tree: one phase (one graph per batch bucket)."""
+        ins = {"root": st.root, "lengths": st.lengths, "hidden": self.next_hidden, "logp": self.next_logp}
+        tokens, parents, depth, mask = runner.phase("draft", self._draft, ins, (self.cache,), (id(self), self.spec))
+        return DraftTree(tokens, parents, depth, mask, max_depth=self.spec.num_steps)
+
+    def _draft(self, root, lengths, hidden, logp):
+        """root/lengths [B], hidden [B, H] and logp [B, V_draft] at the root -> the tree's tensors."""
+        builder = TreeBuilder(root, self.spec.topk, token_map=self._map)
+        frontier = builder.step(logp)
+        hidden = hidden[:, None]  # [B, 1, H]; the root's features
+        K, dev = self.spec.topk, root.device
+        B, S = root.shape[0], self.cache.max_len
         for depth in range(1, self.spec.num_steps):
             feats = hidden.gather(1, frontier.parent_slot[..., None].expand(-1, -1, hidden.shape[-1]))
-            positions = (st.lengths + depth - 1)[:, None].expand(B, K)  # [B, K]
-            slots = st.lengths[:, None] + (depth - 1) * K + torch.arange(K, device=dev)  # [B, K]
-            mask = _draft_mask(st.lengths, frontier.mask, S)  # [B, K, S]
-            hidden, logits = runner.draft("draft", self.cache, frontier.tokens, feats, positions, slots, mask)
+            positions = (lengths + depth - 1)[:, None].expand(B, K)  # [B, K]
+            slots = lengths[:, None] + (depth - 1) * K + torch.arange(K, device=dev)  # [B, K]
+            mask = _draft_mask(lengths, frontier.mask, S)  # [B, K, S]
+            hidden, logits = self.net(frontier.tokens, feats, positions, self.cache, slots, mask, self.kernels)
             frontier = builder.step(torch.log_softmax(logits, dim=-1))
-        return builder.finish(self.spec.draft_tokens)
+        tree = builder.finish(self.spec.draft_tokens)
+        return tree.tokens, tree.parents, tree.depth, tree.mask
 
     # after acceptance: extend over root, d1..dk (features) paired with d1..dk, bonus (tokens)
     def commit(self, st: DraftView, acc: Acceptance, aux: torch.Tensor, runner: Runner) -> None:
-        B, D1 = acc.path.shape
-        dev = aux.device
-        path = acc.path.clamp(min=0)  # [B, D+1]
-        feats = self.net.fuse(aux.gather(1, path[..., None].expand(-1, -1, aux.shape[-1])))  # [B, D+1, H]
-        positions = st.lengths[:, None] + torch.arange(D1, device=dev)  # [B, D+1]
-        hidden, logits = runner.draft("draft_extend", self.cache, acc.tokens.clamp(min=0), feats, positions,
-                                      positions, prefix_mask(positions, self.cache.max_len))
-        self._take(hidden, logits, acc.accept_len - 1)
+        """The draft-extend over the accepted tokens: one phase (one graph per batch bucket)."""
+        ins = {"tokens": acc.tokens, "path": acc.path, "aux": aux, "lengths": st.lengths, "accept_len": acc.accept_len}
+        self.next_hidden, self.next_logp = runner.phase("draft_extend", self._extend, ins, (self.cache,), id(self))
+
+    def _extend(self, tokens, path, aux, lengths, accept_len):
+        """Accepted tokens/path [B, D+1], verify aux [B, N, nH] -> the next root's hidden [B, H], logp."""
+        D1 = path.shape[1]
+        feats = self.net.fuse(aux.gather(1, path.clamp(min=0)[..., None].expand(-1, -1, aux.shape[-1])))  # [B, D+1, H]
+        positions = lengths[:, None] + torch.arange(D1, device=aux.device)  # [B, D+1]
+        hidden, logits = self.net(tokens.clamp(min=0), feats, positions, self.cache, positions,
+                                  prefix_mask(positions, self.cache.max_len), self.kernels)
+        rows = torch.arange(hidden.shape[0], device=hidden.device)
+        index = accept_len - 1
+        return hidden[rows, index], torch.log_softmax(logits[rows, index], dim=-1)  # [B, H], [B, V_draft]
 
 
 def _draft_mask(prefix_len: torch.Tensor, frontier_mask: torch.Tensor, kv_len: int) -> torch.Tensor:

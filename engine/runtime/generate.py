@@ -30,10 +30,10 @@ from eaglelab.engine.model.model import Transformer
 from eaglelab.engine.runtime.observer import CycleStats, Observer, RunInfo, RunSummary, json_values
 from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA, EAGER_NO_RUNNER, EAGER_OFF, SOURCE_RUNNER, eager_warning
 from eaglelab.engine.runtime.runner import EagerRunner
-from eaglelab.engine.runtime.sampling import SamplingParams, probs_from_logits, sample
+from eaglelab.engine.runtime.sampling import SamplingParams, exponential_noise, probs_from_logits, sample, sample_with
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from eaglelab.engine.runtime.timing import PhaseClock, observe_allreduce
-from eaglelab.engine.runtime.tree import tree_attention_mask
+from eaglelab.engine.runtime.tree import DraftTree, tree_attention_mask
 
 StreamFn = Callable[[int, list[int]], None]  # (row, new token ids)
 
@@ -65,9 +65,10 @@ class GenerationResult:
     tokens: list[list[int]]  # per row, the generated ids (EOS included when it ended the row)
     stop_reasons: list[str]  # per row: "eos" | "length"
     prompt_tokens: int
-    seconds: float
+    seconds: float  # generation time: wall time of the run less setup_seconds
     cycles: int
     accept_lens: list[list[int]] = field(default_factory=list)  # per cycle, per active row (spec only)
+    setup_seconds: float = 0.0  # graph capture and compilation that happened during the run (not in tok/s)
 
     @property
     def generated_tokens(self) -> int:
@@ -128,6 +129,7 @@ class Engine:
         self._cycle = 0
         self._warned.clear()
         self._announce(len(prompts))
+        setup0 = self.runner.setup_seconds
         t0 = time.perf_counter()
         st = self._prefill(prompts, max_new_tokens, sampling, generator)
         accepted: list[tuple[torch.Tensor, torch.Tensor]] = []  # per cycle (accept_len, active), on device
@@ -142,8 +144,8 @@ class Engine:
                 self._decode_step(st, sampling, generator)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
-        seconds = time.perf_counter() - t0
-        return self._finish(st, seconds, accepted)
+        setup = self.runner.setup_seconds - setup0  # lazy captures and compiles: timed apart, never in tok/s
+        return self._finish(st, time.perf_counter() - t0 - setup, accepted, setup)
 
     # ---- prefill -----------------------------------------------------------------------------
     def _prefill(self, prompts, max_new, sampling, generator) -> Batch:
@@ -191,13 +193,29 @@ class Engine:
     # ---- plain decoding ----------------------------------------------------------------------
     def _decode_step(self, st: Batch, sampling, generator) -> None:
         with self.clock.phase("decode"):
-            slots = st.lengths[:, None]  # [B, 1]
-            hidden = self.runner.decode(st.cache, st.root[:, None], slots, prefix_mask(slots, st.cache.max_len))
-            nxt = _next_token(self.target.logits(hidden[:, 0]), sampling, generator)  # [B]
+            ins = {"root": st.root, "lengths": st.lengths, **self._noise(st, 1, sampling, generator)}
+            (nxt,) = self.runner.phase("decode", self._decode_fn(st.cache, sampling), ins, (st.cache,), sampling)
         active, one = ~st.done, torch.ones_like(nxt)
         self._append(st, nxt[:, None], one)
         self._advance(st, active, one, nxt)
         self._emit("decode", st, accept=None)
+
+    def _decode_fn(self, cache: KVCache, sampling: SamplingParams):
+        """The decode phase: the root's forward at slot = position = length, then the next token."""
+        def decode(root, lengths, uniform=None, race=None):
+            slots = lengths[:, None]  # [B, 1]
+            hidden, _ = self.target(root[:, None], slots, cache, slots, prefix_mask(slots, cache.max_len),
+                                    kernels=self.runner.kernels)  # [B, 1, H]
+            return (_pick(self.target.logits(hidden[:, 0]), sampling, race),)  # [B]
+        return decode
+
+    def _noise(self, st: Batch, nodes: int, sampling: SamplingParams, generator) -> dict[str, torch.Tensor]:
+        """The random draws a sampling phase consumes (none when greedy), drawn outside any graph."""
+        if sampling.greedy:
+            return {}
+        B, V = st.root.shape[0], self.target.config.vocab_size
+        return {"uniform": torch.rand(B, nodes, generator=generator, device=self.device),
+                "race": exponential_noise((B, V), self.device, generator)}
 
     # ---- speculative cycle -------------------------------------------------------------------
     def _spec_cycle(self, st: Batch, sampling: SamplingParams, generator) -> tuple[torch.Tensor, torch.Tensor]:
@@ -205,14 +223,9 @@ class Engine:
         with self.clock.phase("draft"):
             tree = self.drafter.propose(st.view(), self.runner)
         with self.clock.phase("verify"):
-            hidden, aux = self._verify(st, tree)
-            logits = self.target.logits(hidden)  # [B, N, V]
+            logits, aux = self._verify(st, tree)  # [B, N, V]
         with self.clock.phase("accept"):
-            if sampling.greedy:
-                acc = greedy_accept(tree, logits)
-            else:
-                acc = rejection_accept(tree, probs_from_logits(logits, sampling), generator)
-            self._compact(st, acc)
+            acc = self._accept(st, tree, logits, sampling, generator)
             self._append(st, acc.tokens.clamp(min=0), acc.accept_len)
         with self.clock.phase("draft_extend"):
             self.drafter.commit(st.view(), acc, aux, self.runner)
@@ -220,18 +233,51 @@ class Engine:
         self._emit("spec", st, accept=acc, active=active, tree_nodes=tree.num_nodes)
         return acc.accept_len, active  # read on the host once, at the end of the run
 
-    def _verify(self, st: Batch, tree):
+    def _verify(self, st: Batch, tree: DraftTree):
+        """The target over the tree at slots lengths..lengths+N-1. -> (logits [B, N, V], aux or None)."""
+        if self.spec.attention_mode == "decode":  # fixed shapes over the whole static cache: one graph
+            ins = {"lengths": st.lengths, **_tree_inputs(tree)}
+            logits, aux = self.runner.phase("verify", self._verify_fn(st.cache, tree.max_depth), ins, (st.cache,),
+                                            (self._taps(), tree.max_depth))
+            return logits, aux
         N = tree.num_nodes
         slots = st.lengths[:, None] + torch.arange(N, device=self.device)  # [B, N]
-        positions = tree.positions(st.lengths)  # [B, N]
-        if self.spec.attention_mode == "decode":  # fixed shapes over the whole static cache
-            mask = tree_attention_mask(st.lengths, tree, st.cache.max_len)
-            return self.runner.verify(st.cache, tree.tokens, positions, slots, mask, self._taps())
         kv_len = int(st.lengths.max()) + N  # host sync: the extend path sizes itself per call
         mask = tree_attention_mask(st.lengths, tree, kv_len)
-        return self.runner.verify_extend(st.cache, tree.tokens, positions, slots, mask, self._taps(), kv_len)
+        hidden, aux = self.runner.verify_extend(st.cache, tree.tokens, tree.positions(st.lengths), slots, mask,
+                                                self._taps(), kv_len)
+        return self.target.logits(hidden), aux
 
-    def _compact(self, st: Batch, acc: Acceptance) -> None:
+    def _verify_fn(self, cache: KVCache, max_depth: int):
+        def verify(lengths, tokens, parents, depth, mask):
+            tree = DraftTree(tokens, parents, depth, mask, max_depth)
+            slots = lengths[:, None] + torch.arange(tree.num_nodes, device=lengths.device)  # [B, N]
+            attn = tree_attention_mask(lengths, tree, cache.max_len)  # [B, N, S]
+            hidden, aux = self.target(tokens, tree.positions(lengths), cache, slots, attn, self._taps(),
+                                      kernels=self.runner.kernels)  # [B, N, H]
+            return self.target.logits(hidden), aux
+        return verify
+
+    def _accept(self, st: Batch, tree: DraftTree, logits, sampling: SamplingParams, generator) -> Acceptance:
+        """Acceptance and KV compaction, one phase (one graph)."""
+        ins = {"lengths": st.lengths, "logits": logits, **_tree_inputs(tree),
+               **self._noise(st, tree.num_nodes, sampling, generator)}
+        fn = self._accept_fn(st.cache, sampling, tree.max_depth)
+        accept_len, path, tokens, bonus = self.runner.phase("accept", fn, ins, (st.cache,), (sampling, tree.max_depth))
+        return Acceptance(accept_len=accept_len, path=path, tokens=tokens, bonus=bonus)
+
+    def _accept_fn(self, cache: KVCache, sampling: SamplingParams, max_depth: int):
+        def accept(lengths, logits, tokens, parents, depth, mask, uniform=None, race=None):
+            tree = DraftTree(tokens, parents, depth, mask, max_depth)
+            if sampling.greedy:
+                acc = greedy_accept(tree, logits)
+            else:
+                acc = rejection_accept(tree, probs_from_logits(logits, sampling), uniform=uniform, race=race)
+            self._compact(cache, lengths, acc)
+            return acc.accept_len, acc.path, acc.tokens, acc.bonus
+        return accept
+
+    def _compact(self, cache: KVCache, lengths: torch.Tensor, acc: Acceptance) -> None:
         """Move the accepted path's KV (tree node i at slot len+i) onto slots len..len+k.
 
         A chain's accepted path is already nodes 0..k at slots len..len+k: nothing to move.
@@ -239,10 +285,10 @@ class Engine:
         if self.spec.topk == 1:
             return
         D1 = acc.path.shape[1]
-        steps = torch.arange(D1, device=self.device)
+        steps = torch.arange(D1, device=lengths.device)
         src = torch.where(acc.path >= 0, acc.path, steps)  # [B, D+1]
-        base = st.lengths[:, None]
-        st.cache.copy_slots(base + src, base + steps)
+        base = lengths[:, None]
+        cache.copy_slots(base + src, base + steps)
 
     # ---- bookkeeping -------------------------------------------------------------------------
     def _append(self, st: Batch, toks: torch.Tensor, count: torch.Tensor) -> None:
@@ -274,19 +320,20 @@ class Engine:
                 stream(b, st.out[b, old:new].tolist())
         return n_out
 
-    def _finish(self, st: Batch, seconds: float, accepted) -> GenerationResult:
+    def _finish(self, st: Batch, seconds: float, accepted, setup: float) -> GenerationResult:
         accept_lens = [lens[act].tolist() for lens, act in accepted]
         n_out = st.n_out.tolist()
         tokens = [st.out[b, : n_out[b]].tolist() for b in range(len(n_out))]
         reasons = ["eos" if e else "length" for e in st.hit_eos.tolist()]
         res = GenerationResult(
             tokens=tokens, stop_reasons=reasons, prompt_tokens=int(st.prompt_lens.sum()),
-            seconds=seconds, cycles=self._cycle, accept_lens=accept_lens,
+            seconds=seconds, cycles=self._cycle, accept_lens=accept_lens, setup_seconds=setup,
         )
         if self.observer is not None:
             self.observer.on_run_end(RunSummary(
                 prompt_tokens=res.prompt_tokens, generated_tokens=res.generated_tokens, seconds=seconds,
                 cycles=res.cycles, mean_accept_len=res.mean_accept_len, stop_reasons=tuple(reasons),
+                setup_seconds=setup,
             ))
         return res
 
@@ -343,6 +390,17 @@ def _eager_reason(spec: SpecConfig, device: torch.device) -> str:
     if not spec.cuda_graphs:
         return EAGER_OFF
     return EAGER_NO_CUDA if device.type != "cuda" else EAGER_NO_RUNNER
+
+
+def _tree_inputs(tree: DraftTree) -> dict[str, torch.Tensor]:
+    return {"tokens": tree.tokens, "parents": tree.parents, "depth": tree.depth, "mask": tree.mask}
+
+
+def _pick(logits: torch.Tensor, sampling: SamplingParams, race: torch.Tensor | None) -> torch.Tensor:
+    """[B, V] -> [B]: argmax when greedy, else the race over the processed distribution."""
+    if sampling.greedy:
+        return logits.argmax(-1)
+    return sample_with(probs_from_logits(logits, sampling), race)
 
 
 def _next_token(logits: torch.Tensor, sampling: SamplingParams, generator) -> torch.Tensor:

@@ -95,10 +95,11 @@ class RunSummary:
 
     prompt_tokens: int
     generated_tokens: int
-    seconds: float  # wall time from the first prefill to the last token
+    seconds: float  # wall time from the first prefill to the last token, less setup_seconds
     cycles: int  # decode steps (plain) or speculative cycles
     mean_accept_len: float | None = None  # None for plain decoding
     stop_reasons: tuple[str, ...] = ()  # per row: "eos" | "length"
+    setup_seconds: float = 0.0  # CUDA-graph capture and compilation during the run (kept out of seconds)
 
 
 def json_values(value: Any) -> Any:

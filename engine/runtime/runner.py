@@ -5,11 +5,15 @@ replays captured graphs where it can and falls back to these eager calls, saying
 
 from __future__ import annotations
 
+from typing import Callable, Hashable
+
 import torch
 
 from torch import nn
 
+from eaglelab.engine.model.layers import EAGER_KERNELS, Kernels
 from eaglelab.engine.model.model import Transformer
+from eaglelab.engine.runtime.compile import compile_report
 from eaglelab.engine.runtime.kv_cache import KVCache
 from eaglelab.engine.runtime.observer import Observer
 from eaglelab.engine.runtime.reasons import EAGER_OFF
@@ -23,12 +27,28 @@ FORWARD_PHASES: dict[str, tuple[str, ...]] = {
 class EagerRunner:
     """Every forward runs eagerly; ``reason`` is the graph status it reports (why no graphs)."""
 
-    def __init__(self, target: Transformer, drafter: nn.Module | None = None, reason: str = EAGER_OFF) -> None:
-        self.target, self.drafter, self.reason = target, drafter, reason
+    def __init__(self, target: Transformer, drafter: nn.Module | None = None, reason: str = EAGER_OFF,
+                 kernels: Kernels = EAGER_KERNELS) -> None:
+        self.target, self.drafter, self.reason, self.kernels = target, drafter, reason, kernels
 
     def make_cache(self, batch: int, max_len: int, observer: Observer | None = None) -> KVCache | None:
         """No static cache: the engine allocates one per run."""
         return None
+
+    @property
+    def setup_seconds(self) -> float:
+        """Seconds spent compiling so far (nothing is captured here); kept out of tok/s."""
+        return compile_report(self.kernels)[0]
+
+    def phase(self, name: str, fn: Callable[..., tuple], inputs: dict[str, torch.Tensor],
+              caches: tuple[KVCache, ...] = (), variant: Hashable = None) -> tuple:
+        """A whole phase of the cycle: here simply ``fn(**inputs)`` (the graph runner captures it)."""
+        return tuple(fn(**inputs))
+
+    def make_draft_cache(self, batch: int, max_len: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> KVCache:
+        """A drafter KV cache (one layer) of this shape, on the target's device."""
+        device = next(self.target.parameters()).device
+        return KVCache(1, batch, kv_heads, max_len, head_dim, dtype=dtype, device=device)
 
     def prefill(self, cache: KVCache, ids, positions, mask, taps):
         """Prompt forward: ids/positions [B, T] at slots = positions. -> (hidden, aux)."""

@@ -67,8 +67,18 @@ def sample(probs: Tensor, generator: torch.Generator | None = None) -> Tensor:
     step that some torch versions do on the host (a sync). ``generator`` must live on
     ``probs.device``.
     """
-    race = torch.empty_like(probs, dtype=torch.float32).exponential_(1.0, generator=generator)
-    race.clamp_(min=torch.finfo(torch.float32).tiny)  # never divide by an exact zero draw
+    return sample_with(probs, exponential_noise(probs.shape, probs.device, generator))
+
+
+def exponential_noise(shape, device, generator: torch.Generator | None = None) -> Tensor:
+    """Float32 Exp(1) draws of ``shape`` (kept > 0): the randomness :func:`sample_with` consumes.
+    Drawn outside captured graphs, so a graph replays deterministically on whatever was drawn."""
+    race = torch.empty(shape, dtype=torch.float32, device=device).exponential_(1.0, generator=generator)
+    return race.clamp_(min=torch.finfo(torch.float32).tiny)  # never divide by an exact zero draw
+
+
+def sample_with(probs: Tensor, race: Tensor) -> Tensor:
+    """The exponential race ``argmax(p / E)`` over given draws ``race`` (see :func:`sample`)."""
     return torch.argmax(probs.float() / race, dim=-1)
 
 

@@ -143,7 +143,7 @@ def _fail_inside_forward(tp) -> str:
     """Rank 0 (the store's host) raises in layer 1's MLP, after layer 0's all-reduces."""
     model = build(MOE, tp)
     if tp.rank == 0:
-        def broken(x):
+        def broken(x, **kw):
             raise RuntimeError("expert kernel exploded")
         model.layers[1].mlp.forward = broken
     with tp.guard("generate"):

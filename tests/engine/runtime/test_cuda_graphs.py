@@ -66,6 +66,13 @@ class EmulatedRunner(CudaGraphRunner):
         return EmulatedGraph(fn, outputs), outputs
 
 
+def _phase_graph(runner, name, bucket):
+    """The one graph captured for phase ``name`` in ``bucket``."""
+    found = [g for k, g in runner._graphs.items() if k[0] == "phase" and k[1] == name and k[2] == bucket]
+    assert len(found) == 1, sorted(str(k) for k in runner._graphs)
+    return found[0]
+
+
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
@@ -146,9 +153,9 @@ def test_plain_replay_matches_eager_and_pads_to_the_bucket(tiny, batch):
     assert cycles[0].graph == {"prefill": EAGER_PREFILL}
     assert [c.graph for c in cycles[1:]] == [{"decode": REPLAY}] * 7
     bucket = bucket_for(batch, (1, 2, 4))
-    assert runner._graphs[("decode", bucket, 1)].graph.replays == 7
-    # one decode graph per bucket, reported to the observer
-    assert sorted((s.name, s.batch_size) for s in eng.observer.captures) == [("decode", 1), ("decode", 2), ("decode", 4)]
+    assert _phase_graph(runner, "decode", bucket).graph.replays == 7
+    # lazily: one decode graph, for the bucket this run needed, reported to the observer
+    assert [(s.name, s.batch_size) for s in eng.observer.captures] == [("decode", bucket)]
 
 
 @pytest.mark.parametrize("kind", ["ngram", "eagle3"])
@@ -168,9 +175,9 @@ def test_spec_replay_matches_eager(tiny, kind, mode):
     for g in graphs:
         assert g["verify"] == verify and g["draft_extend"] == draft
         assert g["draft"] == (draft if kind == "ngram" else REPLAY)
-    if kind == "eagle3":  # the drafter ran on the runner's static cache, not the proposer's own
-        assert runner.draft_cache is not None and drafter.cache is not runner.draft_cache
-        assert runner.draft_cache.k.abs().sum() > 0 and drafter.cache.k.abs().sum() == 0
+    if kind == "eagle3":  # the proposer drafted on the runner's static cache (the graphs bind it)
+        assert runner.draft_cache is not None and drafter.cache is runner.draft_cache
+        assert _phase_graph(runner, "draft", 4).graph.replays == len(graphs)
         assert runner.fallbacks[("draft_extend", "eager: draft_extend shape [B, 7] not captured")] == 1  # the prompt
 
 
@@ -181,7 +188,8 @@ def test_eagle3_tree_replay_matches_eager(tiny):
     out = _engine(tiny, spec, drafter, runner).generate(PROMPTS[1:3], 8)
     ref = _engine(tiny, spec, _drafter(tiny, spec, "eagle3"), EagerRunner(tiny, drafter.net)).generate(PROMPTS[1:3], 8)
     assert out.tokens == ref.tokens
-    assert runner._graphs[("draft", 2, 2)].graph.replays > 0 and runner._graphs[("verify", 2, 5)].graph.replays > 0
+    for phase in ("draft", "verify", "accept", "draft_extend"):
+        assert _phase_graph(runner, phase, 2).graph.replays > 0, phase
 
 
 def test_batch_above_the_largest_bucket_runs_eager(tiny):
@@ -190,7 +198,7 @@ def test_batch_above_the_largest_bucket_runs_eager(tiny):
     eng = _engine(tiny, spec, None, runner)
     eng.generate(PROMPTS[:3], 3)
     assert eng.observer.cycles[1].graph == {"decode": "eager: batch 3 above the largest bucket 2"}
-    assert not runner._captured  # nothing was needed
+    assert runner.capture_stats == []  # nothing was needed
 
 
 def test_a_run_longer_than_the_static_cache_runs_eager(tiny):
@@ -208,9 +216,8 @@ def test_pad_rows_are_reset_and_never_leak(tiny):
     eng = _engine(tiny, spec, None, runner)
     eng.generate(PROMPTS[:2], 4)
     out = eng.generate(PROMPTS[2:3], 4)
-    ins = runner._graphs[("decode", 2, 1)].inputs
-    assert ins["tokens"][1].tolist() == [0] and ins["slots"][1].tolist() == [0]
-    assert ins["mask"][1, 0].nonzero().flatten().tolist() == [0]
+    ins = _phase_graph(runner, "decode", 2).inputs
+    assert ins["root"][1].tolist() == 0 and ins["lengths"][1].tolist() == 0
     ref = _engine(tiny, spec, None, EagerRunner(tiny)).generate(PROMPTS[2:3], 4)
     assert out.tokens == ref.tokens
 
