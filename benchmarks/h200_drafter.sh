@@ -14,10 +14,11 @@
 #            resume training bit-identically, export the drafter to $OUT/drafter, bench it (chain, trees,
 #            MT-bench and HumanEval, batch 1, against plain decoding in the same run)
 #
-# Files in ~ survive only back-to-back calls. Call B also returns the token-id shards ($OUT/distill, ~35 MB)
-# and a drafter exported at its last step ($OUT/drafter_b): if the machine went cold, carry the shards as
+# Files in ~ survive only back-to-back calls. Call B also returns the token-id shards ($OUT/distill.tar, ~35 MB)
+# and a drafter exported at its last step ($OUT/drafter_b): if the machine went cold, unpack the shards into
 # .carry/distill and C starts training afresh on them (TRAIN_C_S long), or carry the drafter as
-# .carry/drafter_b and set TRAIN_C_S=0 to bench it.
+# .carry/drafter_b and set TRAIN_C_S=0 to bench it. (benchmarks/h200_batch.sh is the lead's three-call
+# batch built on the same commands.)
 #
 # Knobs (seconds unless said): DISTILL_S (270) TRAIN_B_S (120) TRAIN_C_S (330) BENCH_S (150 per run),
 # N_PROMPTS (50000) MAX_NEW (256) DISTILL_BS (512) TRAIN_BS (32 sequences) EPOCHS (1) LR (6e-4),
@@ -65,7 +66,7 @@ stage_b() {
   log train-b
   timeout $(( ${TRAIN_B_S:-120} + 120 )) $EL train "${COMMON_TRAIN[@]}" --time-limit "${TRAIN_B_S:-120}" 2>&1 | tail -25
   cp -r "$D" "$OUT/drafter_b"
-  mkdir -p "$OUT/distill" && cp -r "$DATA/shards" "$DATA/distill.json" "$OUT/distill/"
+  tar -cf "$OUT/distill.tar" -C "$DATA" shards distill.json  # one file: the device tool returns few
   log done-b
 }
 

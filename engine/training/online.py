@@ -71,10 +71,8 @@ class TokenData:
 
     def token_counts(self, vocab_size: int) -> torch.Tensor:
         """How often each token id appears as an answer token: [vocab_size] int64 (the draft vocabulary)."""
-        counts = torch.zeros(vocab_size, dtype=torch.long)
-        for row, p in zip(self.rows, self.prompt_lens):
-            counts += torch.bincount(row[p:].long(), minlength=vocab_size)[:vocab_size]
-        return counts
+        answers = torch.cat([row[p:] for row, p in zip(self.rows, self.prompt_lens)]).long()
+        return torch.bincount(answers, minlength=vocab_size)[:vocab_size]
 
 
 @dataclass
