@@ -294,27 +294,46 @@ def _print(console, report, rows, micro) -> None:
         console.print(line)
 
 
-def _rows_table(rows, base) -> Any:
+def _table(title: str):
+    """A table that fits an 80-column terminal: no vertical rules, one space between columns."""
+    from rich import box
     from rich.table import Table
 
-    t = Table(title=f"end to end (speedup over {base})", title_justify="left")
-    for col in ("config", "batch", "tok/s", "accept len", "decode ms", "verify ms", "verify/decode", "draft ms",
-                "extend ms", "speedup", "same tokens", "graphs"):
-        t.add_column(col, justify="left" if col in ("config", "graphs") else "right")
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 2, 0, 0))
+
+
+def _rows_table(rows, base) -> Any:
+    """Two tables, each readable at 80 columns: speed per configuration, then its phase costs."""
+    from rich.console import Group
+
+    speed = _table(f"end to end (speedup over {base})")
+    for col in ("config", "batch", "tok/s", "speedup", "accept len", "same tokens"):
+        speed.add_column(col, justify="left" if col == "config" else "right", no_wrap=col != "same tokens")
+    cost = _table("phase costs, ms per cycle")
+    for col in ("config", "batch", "decode", "verify", "v/decode", "draft", "extend", "graphs"):
+        cost.add_column(col, justify="left" if col in ("config", "graphs") else "right", no_wrap=col != "graphs")
     last = None
     for r in sorted(rows, key=lambda r: r.batch):
         if last is not None and r.batch != last:
-            t.add_section()
+            speed.add_section()
+            cost.add_section()
         last = r.batch
         if r.skipped:
-            t.add_row(r.config, str(r.batch), *["-"] * 9, f"[dim]skipped: {r.skipped}[/]")
+            speed.add_row(r.config, str(r.batch), "-", "-", "-", f"[dim]skipped: {r.skipped}[/]")
             continue
-        graphs = " ".join(f"{_SHORT.get(p, p)}:{'R' if st == 'replay' else 'E'}" for p, st in r.graph.items())
-        t.add_row(r.config, str(r.batch), _f(r.tok_per_s, "{:.1f}"), _f(r.mean_accept_len), _f(r.decode_ms, "{:.3f}"),
-                  _f(r.verify_ms, "{:.3f}"), _f(r.verify_over_decode), _f(r.draft_ms, "{:.3f}"),
-                  _f(r.extend_ms, "{:.3f}"), _f(r.speedup, "{:.2f}x"), _f(r.same_tokens_as_plain_eager, "{:.0%}"),
-                  graphs)
-    return t
+        speed.add_row(r.config, str(r.batch), _f(r.tok_per_s, "{:.1f}"), _f(r.speedup, "{:.2f}x"),
+                      _f(r.mean_accept_len), _f(r.same_tokens_as_plain_eager, "{:.0%}"))
+        cost.add_row(r.config, str(r.batch), _f(r.decode_ms, "{:.3f}"), _f(r.verify_ms, "{:.3f}"),
+                     _f(r.verify_over_decode), _f(r.draft_ms, "{:.3f}"), _f(r.extend_ms, "{:.3f}"), _graphs_cell(r.graph))
+    return Group(speed, cost)
+
+
+def _graphs_cell(graph: dict[str, str]) -> str:
+    """"R" when every phase replayed, "E" when none did, else the phases with their letter."""
+    marks = {p: "R" if st == "replay" else "E" for p, st in graph.items()}
+    if len(set(marks.values())) <= 1:
+        return next(iter(marks.values()), "-")
+    return " ".join(f"{_SHORT.get(p, p)}:{m}" for p, m in marks.items())
 
 
 _SHORT = {"decode": "dec", "draft": "draft", "verify": "ver", "draft_extend": "ext"}
@@ -330,23 +349,30 @@ def _eager_reasons(rows) -> list[str]:
     return [f"  E = {why}: {', '.join(sorted(where))}" for why, where in seen.items()]
 
 
-def _micro_table(micro) -> Any:
-    from rich.table import Table
+_CALL = {("decode", True): "decode/graph", ("decode", False): "decode/eager", ("prefill", False): "extend/eager",
+         ("prefill", True): "extend/graph"}
 
-    widths = sorted({m.tokens for m in micro})
-    t = Table(title="micro: ms per call (x 1-token decode, graph-captured where possible)", title_justify="left")
-    t.add_column("batch", justify="right")
-    t.add_column("call")
+
+def _micro_table(micro) -> Any:
+    """Per batch and kind of call: the 1-token decode's ms, then each verify width as x that decode."""
+    widths = sorted({m.tokens for m in micro if m.tokens > 1})
+    t = _table("micro: verify of N tokens / 1-token decode")
+    t.add_column("batch", justify="right", no_wrap=True)
+    t.add_column("verify", no_wrap=True)
+    t.add_column("dec ms", justify="right", no_wrap=True)
     for n in widths:
-        t.add_column("decode" if n == 1 else f"N={n}", justify="right")
+        t.add_column(f"N={n}", justify="right", no_wrap=True, min_width=4)
     for b in sorted({m.batch for m in micro}):
-        kinds = sorted({(m.attention_mode, m.graphs) for m in micro if m.batch == b}, key=lambda k: (k[0] != "decode", not k[1]))
+        base = [m for m in micro if m.batch == b and m.tokens == 1 and m.over_decode == 1.0]
+        base_ms = _f(base[0].ms, "{:.3f}") if base else "-"
+        kinds = sorted({(m.attention_mode, m.graphs) for m in micro if m.batch == b and m.tokens > 1},
+                       key=lambda k: (k[0] != "decode", not k[1]))
         for mode, g in kinds:
             cells = []
             for n in widths:
                 hit = [m for m in micro if (m.batch, m.tokens, m.attention_mode, m.graphs) == (b, n, mode, g)]
-                cells.append(f"{hit[0].ms:.3f} ({hit[0].over_decode:.2f}x)" if hit else "")
-            t.add_row(str(b), f"{mode} mode, {'graphs' if g else 'eager'}", *cells)
+                cells.append(f"{hit[0].over_decode:.2f}" if hit and hit[0].over_decode is not None else "")
+            t.add_row(str(b), _CALL.get((mode, g), mode), base_ms, *cells)
         t.add_section()
     return t
 
