@@ -1,7 +1,8 @@
 """``eaglelab bench``: plain, speculative and HF decoding side by side on MT-bench prompts.
 
-Configurations (``--configs``): plain-eager, plain-graphs, spec-prefill, spec-prefill-graphs,
-spec-decode, spec-decode-graphs, hf. Graph configurations need CUDA (skipped on CPU, and the
+Configurations (``--configs``): plain-eager, plain-graphs, plain-compile, spec-prefill,
+spec-prefill-graphs, spec-decode, spec-decode-graphs, spec-compile, hf (``*-compile``: graphs with
+torch.compile'd layers). Graph configurations need CUDA (skipped on CPU, and the
 speedup baseline is then plain-eager). ``--scale-model`` swaps the target for a random-weight
 model of a named real shape (cost measurements only: acceptance on random weights means nothing).
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
+
+from eaglelab.session import add_model_args
 
 GPU_DEFAULTS = {"batch_sizes": "1,2,4,8,16,32", "prompts": 8, "max_new_tokens": 64, "repeats": 2,
                 "micro_batch_sizes": "1,8,32"}
@@ -22,25 +25,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="benchmark plain vs speculative decoding (graphs on/off, both verify modes) vs HF generate",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    m = p.add_argument_group("model")
-    m.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), an HF directory or a .gguf file")
-    m.add_argument("--scale-model", default=None, metavar="NAME",
-                   help="random weights of a named shape instead of --model: llama3.1-8b | kimi-like | tiny")
-    m.add_argument("--draft", default="default",
-                   help="default | ngram | none | PATH (scale models: default = a random EAGLE-3 drafter, for cost)")
-    m.add_argument("--steps", type=int, default=None, help="draft steps per cycle")
-    m.add_argument("--topk", type=int, default=None, help="children per tree node (1 = chain)")
-    m.add_argument("--draft-tokens", type=int, default=None, help="tokens verified per cycle, root included")
-    m.add_argument("--serving", choices=("sglang", "vllm"), default=None, help="aux-id convention for the drafter")
-    m.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    m.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
+    add_model_args(p, max_new_tokens=None, max_new_help="tokens per row, EOS ignored (default CUDA 64, CPU 32)")
+    p.add_argument("--scale-model", default=None, metavar="NAME",
+                   help="random weights of a named shape instead of --model (--draft default: a random EAGLE-3 "
+                        "drafter, for cost): llama3.1-8b | kimi-like | smollm2-135m | tiny")
+    # Greedy, and each configuration chooses graphs, compile and the verify mode: not flags here.
+    p.set_defaults(temperature=0.0, top_k=0, top_p=1.0, attention_mode="decode", cuda_graphs=False, compile=False)
     w = p.add_argument_group("workload")
     w.add_argument("--configs", default=None, help="comma list (default: all; graph configs only on CUDA)")
     w.add_argument("--batch-sizes", default=None, help=f"comma list (default CUDA {GPU_DEFAULTS['batch_sizes']}, "
                                                         f"CPU {CPU_DEFAULTS['batch_sizes']})")
     w.add_argument("--prompts", type=int, default=None, help="MT-bench questions used (first turns; default CUDA 8, CPU 2)")
     w.add_argument("--questions", default=None, metavar="FILE", help="an MT-bench question.jsonl (default: the packaged one)")
-    w.add_argument("--max-new-tokens", type=int, default=None, help="tokens per row, EOS ignored (default CUDA 64, CPU 32)")
     w.add_argument("--max-prompt-tokens", type=int, default=512, help="cut longer prompts")
     w.add_argument("--repeats", type=int, default=None, help="timed calls per point, each on the next prompt group; the median counts (default 2; HF: 1)")
     w.add_argument("--micro", action=argparse.BooleanOptionalAction, default=True,
@@ -51,7 +47,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                               f"CPU {CPU_DEFAULTS['micro_batch_sizes']})")
     w.add_argument("--hbm-tbps", type=float, default=None,
                    help="memory bandwidth for the weight-bandwidth bound (default: 4.3, an H200's, on CUDA; none on CPU)")
-    w.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, metavar="OUT", help="write the full report as JSON")
     p.set_defaults(func=run)
 
@@ -161,12 +156,8 @@ def _model_setup(args, device, dtype_name, max_new, log) -> dict[str, Any]:
     from eaglelab.bench import harness as B
     from eaglelab.session import build_session
 
-    ns = argparse.Namespace(
-        model=args.model, device=str(device), dtype=dtype_name, temperature=0.0, top_k=0, top_p=1.0, seed=args.seed,
-        max_new_tokens=max_new, draft=args.draft, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens,
-        attention_mode="decode", cuda_graphs=False, serving=args.serving,
-    )
-    s = build_session(ns, log=log)
+    args.max_new_tokens = max_new  # the device's bench default, resolved
+    s = build_session(args, log=log)
     target = s.target
     peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(target.path, target.device, target.dtype), target.device)  # noqa: E731
     return dict(target=target.model, tokenizer=target.tokenizer, spec=s.spec, make_drafter=_drafter_factory(s.drafter),
@@ -199,18 +190,17 @@ def _scale_drafter(args, model):
     from eaglelab.engine.errors import EagleLabError
     from eaglelab.engine.model.scale_models import random_eagle3
     from eaglelab.engine.runtime.spec_config import SpecConfig
+    from eaglelab.session import tree_spec
 
     draft = args.draft
     if draft == "none":
         return SpecConfig(), None, "drafter: none"
     if draft == "ngram":
-        spec = SpecConfig("ngram", num_steps=args.steps or 4, topk=1, num_draft_tokens=args.draft_tokens or 0)
-        return spec, NgramDrafter, "drafter: n-gram"
+        return tree_spec("ngram", args.steps, args.topk, args.draft_tokens), NgramDrafter, "drafter: n-gram"
     if draft != "default":
         raise EagleLabError("scale models take --draft default | ngram | none", field="--draft", found=draft)
     net, taps = random_eagle3(model, seed=args.seed + 1)
-    topk = args.topk or 1
-    spec = SpecConfig("eagle3", num_steps=args.steps or 3, topk=topk, num_draft_tokens=args.draft_tokens or 0)
+    spec = tree_spec("eagle3", args.steps, args.topk, args.draft_tokens)
     return spec, (lambda sp: Eagle3Proposer(net, sp, taps)), f"drafter: random EAGLE-3 of the target's width, taps hs{list(taps)}"
 
 
