@@ -1,7 +1,8 @@
 """``eaglelab bench``: plain, speculative and HF decoding side by side on MT-bench prompts.
 
-Configurations (``--configs``): plain-eager, plain-graphs, spec-prefill, spec-prefill-graphs,
-spec-decode, spec-decode-graphs, hf. Graph configurations need CUDA (skipped on CPU, and the
+Configurations (``--configs``): plain-eager, plain-graphs, plain-compile, spec-prefill,
+spec-prefill-graphs, spec-decode, spec-decode-graphs, spec-compile, hf (``*-compile``: graphs with
+torch.compile'd layers). Graph configurations need CUDA (skipped on CPU, and the
 speedup baseline is then plain-eager). ``--scale-model`` swaps the target for a random-weight
 model of a named real shape (cost measurements only: acceptance on random weights means nothing).
 """
@@ -10,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 from typing import Any
+
+from eaglelab.session import add_model_args
 
 GPU_DEFAULTS = {"batch_sizes": "1,2,4,8,16,32", "prompts": 8, "max_new_tokens": 64, "repeats": 2,
                 "micro_batch_sizes": "1,8,32"}
@@ -22,25 +25,18 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="benchmark plain vs speculative decoding (graphs on/off, both verify modes) vs HF generate",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    m = p.add_argument_group("model")
-    m.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), an HF directory or a .gguf file")
-    m.add_argument("--scale-model", default=None, metavar="NAME",
-                   help="random weights of a named shape instead of --model: llama3.1-8b | kimi-like | tiny")
-    m.add_argument("--draft", default="default",
-                   help="default | ngram | none | PATH (scale models: default = a random EAGLE-3 drafter, for cost)")
-    m.add_argument("--steps", type=int, default=None, help="draft steps per cycle")
-    m.add_argument("--topk", type=int, default=None, help="children per tree node (1 = chain)")
-    m.add_argument("--draft-tokens", type=int, default=None, help="tokens verified per cycle, root included")
-    m.add_argument("--serving", choices=("sglang", "vllm"), default=None, help="aux-id convention for the drafter")
-    m.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    m.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
+    add_model_args(p, max_new_tokens=None, max_new_help="tokens per row, EOS ignored (default CUDA 64, CPU 32)")
+    p.add_argument("--scale-model", default=None, metavar="NAME",
+                   help="random weights of a named shape instead of --model (--draft default: a random EAGLE-3 "
+                        "drafter, for cost): llama3.1-8b | kimi-like | smollm2-135m | tiny")
+    # Greedy, and each configuration chooses graphs, compile and the verify mode: not flags here.
+    p.set_defaults(temperature=0.0, top_k=0, top_p=1.0, attention_mode="decode", cuda_graphs=False, compile=False)
     w = p.add_argument_group("workload")
     w.add_argument("--configs", default=None, help="comma list (default: all; graph configs only on CUDA)")
     w.add_argument("--batch-sizes", default=None, help=f"comma list (default CUDA {GPU_DEFAULTS['batch_sizes']}, "
                                                         f"CPU {CPU_DEFAULTS['batch_sizes']})")
     w.add_argument("--prompts", type=int, default=None, help="MT-bench questions used (first turns; default CUDA 8, CPU 2)")
     w.add_argument("--questions", default=None, metavar="FILE", help="an MT-bench question.jsonl (default: the packaged one)")
-    w.add_argument("--max-new-tokens", type=int, default=None, help="tokens per row, EOS ignored (default CUDA 64, CPU 32)")
     w.add_argument("--max-prompt-tokens", type=int, default=512, help="cut longer prompts")
     w.add_argument("--repeats", type=int, default=None, help="timed calls per point, each on the next prompt group; the median counts (default 2; HF: 1)")
     w.add_argument("--micro", action=argparse.BooleanOptionalAction, default=True,
@@ -51,7 +47,6 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                               f"CPU {CPU_DEFAULTS['micro_batch_sizes']})")
     w.add_argument("--hbm-tbps", type=float, default=None,
                    help="memory bandwidth for the weight-bandwidth bound (default: 4.3, an H200's, on CUDA; none on CPU)")
-    w.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None, metavar="OUT", help="write the full report as JSON")
     p.set_defaults(func=run)
 
@@ -161,12 +156,8 @@ def _model_setup(args, device, dtype_name, max_new, log) -> dict[str, Any]:
     from eaglelab.bench import harness as B
     from eaglelab.session import build_session
 
-    ns = argparse.Namespace(
-        model=args.model, device=str(device), dtype=dtype_name, temperature=0.0, top_k=0, top_p=1.0, seed=args.seed,
-        max_new_tokens=max_new, draft=args.draft, steps=args.steps, topk=args.topk, draft_tokens=args.draft_tokens,
-        attention_mode="decode", cuda_graphs=False, serving=args.serving,
-    )
-    s = build_session(ns, log=log)
+    args.max_new_tokens = max_new  # the device's bench default, resolved
+    s = build_session(args, log=log)
     target = s.target
     peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(target.path, target.device, target.dtype), target.device)  # noqa: E731
     return dict(target=target.model, tokenizer=target.tokenizer, spec=s.spec, make_drafter=_drafter_factory(s.drafter),
@@ -199,18 +190,17 @@ def _scale_drafter(args, model):
     from eaglelab.engine.errors import EagleLabError
     from eaglelab.engine.model.scale_models import random_eagle3
     from eaglelab.engine.runtime.spec_config import SpecConfig
+    from eaglelab.session import tree_spec
 
     draft = args.draft
     if draft == "none":
         return SpecConfig(), None, "drafter: none"
     if draft == "ngram":
-        spec = SpecConfig("ngram", num_steps=args.steps or 4, topk=1, num_draft_tokens=args.draft_tokens or 0)
-        return spec, NgramDrafter, "drafter: n-gram"
+        return tree_spec("ngram", args.steps, args.topk, args.draft_tokens), NgramDrafter, "drafter: n-gram"
     if draft != "default":
         raise EagleLabError("scale models take --draft default | ngram | none", field="--draft", found=draft)
     net, taps = random_eagle3(model, seed=args.seed + 1)
-    topk = args.topk or 1
-    spec = SpecConfig("eagle3", num_steps=args.steps or 3, topk=topk, num_draft_tokens=args.draft_tokens or 0)
+    spec = tree_spec("eagle3", args.steps, args.topk, args.draft_tokens)
     return spec, (lambda sp: Eagle3Proposer(net, sp, taps)), f"drafter: random EAGLE-3 of the target's width, taps hs{list(taps)}"
 
 
@@ -294,27 +284,46 @@ def _print(console, report, rows, micro) -> None:
         console.print(line)
 
 
-def _rows_table(rows, base) -> Any:
+def _table(title: str):
+    """A table that fits an 80-column terminal: no vertical rules, one space between columns."""
+    from rich import box
     from rich.table import Table
 
-    t = Table(title=f"end to end (speedup over {base})", title_justify="left")
-    for col in ("config", "batch", "tok/s", "accept len", "decode ms", "verify ms", "verify/decode", "draft ms",
-                "extend ms", "speedup", "same tokens", "graphs"):
-        t.add_column(col, justify="left" if col in ("config", "graphs") else "right")
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 2, 0, 0))
+
+
+def _rows_table(rows, base) -> Any:
+    """Two tables, each readable at 80 columns: speed per configuration, then its phase costs."""
+    from rich.console import Group
+
+    speed = _table(f"end to end (speedup over {base})")
+    for col in ("config", "batch", "tok/s", "speedup", "accept len", "same tokens"):
+        speed.add_column(col, justify="left" if col == "config" else "right", no_wrap=col != "same tokens")
+    cost = _table("phase costs, ms per cycle")
+    for col in ("config", "batch", "decode", "verify", "v/decode", "draft", "extend", "graphs"):
+        cost.add_column(col, justify="left" if col in ("config", "graphs") else "right", no_wrap=col != "graphs")
     last = None
     for r in sorted(rows, key=lambda r: r.batch):
         if last is not None and r.batch != last:
-            t.add_section()
+            speed.add_section()
+            cost.add_section()
         last = r.batch
         if r.skipped:
-            t.add_row(r.config, str(r.batch), *["-"] * 9, f"[dim]skipped: {r.skipped}[/]")
+            speed.add_row(r.config, str(r.batch), "-", "-", "-", f"[dim]skipped: {r.skipped}[/]")
             continue
-        graphs = " ".join(f"{_SHORT.get(p, p)}:{'R' if st == 'replay' else 'E'}" for p, st in r.graph.items())
-        t.add_row(r.config, str(r.batch), _f(r.tok_per_s, "{:.1f}"), _f(r.mean_accept_len), _f(r.decode_ms, "{:.3f}"),
-                  _f(r.verify_ms, "{:.3f}"), _f(r.verify_over_decode), _f(r.draft_ms, "{:.3f}"),
-                  _f(r.extend_ms, "{:.3f}"), _f(r.speedup, "{:.2f}x"), _f(r.same_tokens_as_plain_eager, "{:.0%}"),
-                  graphs)
-    return t
+        speed.add_row(r.config, str(r.batch), _f(r.tok_per_s, "{:.1f}"), _f(r.speedup, "{:.2f}x"),
+                      _f(r.mean_accept_len), _f(r.same_tokens_as_plain_eager, "{:.0%}"))
+        cost.add_row(r.config, str(r.batch), _f(r.decode_ms, "{:.3f}"), _f(r.verify_ms, "{:.3f}"),
+                     _f(r.verify_over_decode), _f(r.draft_ms, "{:.3f}"), _f(r.extend_ms, "{:.3f}"), _graphs_cell(r.graph))
+    return Group(speed, cost)
+
+
+def _graphs_cell(graph: dict[str, str]) -> str:
+    """"R" when every phase replayed, "E" when none did, else the phases with their letter."""
+    marks = {p: "R" if st == "replay" else "E" for p, st in graph.items()}
+    if len(set(marks.values())) <= 1:
+        return next(iter(marks.values()), "-")
+    return " ".join(f"{_SHORT.get(p, p)}:{m}" for p, m in marks.items())
 
 
 _SHORT = {"decode": "dec", "draft": "draft", "verify": "ver", "draft_extend": "ext"}
@@ -330,23 +339,30 @@ def _eager_reasons(rows) -> list[str]:
     return [f"  E = {why}: {', '.join(sorted(where))}" for why, where in seen.items()]
 
 
-def _micro_table(micro) -> Any:
-    from rich.table import Table
+_CALL = {("decode", True): "decode/graph", ("decode", False): "decode/eager", ("prefill", False): "extend/eager",
+         ("prefill", True): "extend/graph"}
 
-    widths = sorted({m.tokens for m in micro})
-    t = Table(title="micro: ms per call (x 1-token decode, graph-captured where possible)", title_justify="left")
-    t.add_column("batch", justify="right")
-    t.add_column("call")
+
+def _micro_table(micro) -> Any:
+    """Per batch and kind of call: the 1-token decode's ms, then each verify width as x that decode."""
+    widths = sorted({m.tokens for m in micro if m.tokens > 1})
+    t = _table("micro: verify of N tokens / 1-token decode")
+    t.add_column("batch", justify="right", no_wrap=True)
+    t.add_column("verify", no_wrap=True)
+    t.add_column("dec ms", justify="right", no_wrap=True)
     for n in widths:
-        t.add_column("decode" if n == 1 else f"N={n}", justify="right")
+        t.add_column(f"N={n}", justify="right", no_wrap=True, min_width=4)
     for b in sorted({m.batch for m in micro}):
-        kinds = sorted({(m.attention_mode, m.graphs) for m in micro if m.batch == b}, key=lambda k: (k[0] != "decode", not k[1]))
+        base = [m for m in micro if m.batch == b and m.tokens == 1 and m.over_decode == 1.0]
+        base_ms = _f(base[0].ms, "{:.3f}") if base else "-"
+        kinds = sorted({(m.attention_mode, m.graphs) for m in micro if m.batch == b and m.tokens > 1},
+                       key=lambda k: (k[0] != "decode", not k[1]))
         for mode, g in kinds:
             cells = []
             for n in widths:
                 hit = [m for m in micro if (m.batch, m.tokens, m.attention_mode, m.graphs) == (b, n, mode, g)]
-                cells.append(f"{hit[0].ms:.3f} ({hit[0].over_decode:.2f}x)" if hit else "")
-            t.add_row(str(b), f"{mode} mode, {'graphs' if g else 'eager'}", *cells)
+                cells.append(f"{hit[0].over_decode:.2f}" if hit and hit[0].over_decode is not None else "")
+            t.add_row(str(b), _CALL.get((mode, g), mode), base_ms, *cells)
         t.add_section()
     return t
 

@@ -12,31 +12,54 @@ from typing import Any, Callable
 DRAFT_CHOICES = "default | ngram | none | PATH"
 
 
+DEFAULT_MAX_NEW_TOKENS = 128  # run, trace, the TUI (bench measures fewer: its own device-dependent defaults)
+
+
 def add_engine_args(p: argparse.ArgumentParser) -> None:
-    """The flags every generating command takes."""
-    g = p.add_argument_group("model and decoding")
-    g.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), an HF directory or a .gguf file")
-    g.add_argument("--max-new-tokens", type=int, default=128)
+    """The flags every generating command takes: the model and drafter, then how to decode."""
+    add_model_args(p, max_new_tokens=DEFAULT_MAX_NEW_TOKENS)
+    g = p.add_argument_group("decoding")
     g.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     g.add_argument("--top-p", type=float, default=1.0)
     g.add_argument("--top-k", type=int, default=0)
-    g.add_argument("--seed", type=int, default=0)
-    g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    g.add_argument("--dtype", default="auto", help="auto | float32 | bfloat16 | float16")
-    s = p.add_argument_group("speculation")
-    s.add_argument("--draft", default="default", help=f"{DRAFT_CHOICES} (default: the drafter shipped for the default model)")
-    s.add_argument("--steps", type=int, default=None, help="draft steps per cycle")
-    s.add_argument("--topk", type=int, default=None, help="children per tree node (1 = chain)")
-    s.add_argument("--draft-tokens", type=int, default=None, help="tokens verified per cycle, root included")
-    s.add_argument("--attention-mode", default="decode", choices=("decode", "prefill"),
+    g.add_argument("--attention-mode", default="decode", choices=("decode", "prefill"),
                    help="verify as a fixed-shape decode over the static cache, or as an eager extend")
-    s.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
+    g.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="capture each phase of a cycle in one CUDA graph per batch bucket (default: on with CUDA)")
-    s.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+    g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile the layers' RMSNorm/rotary/SwiGLU inside the graphs; compiled once, cached "
                         "on disk under the eaglelab cache (default: on with CUDA graphs)")
+
+
+def add_model_args(p: argparse.ArgumentParser, max_new_tokens: int | None, max_new_help: str = "") -> None:
+    """The model, device, dtype and drafter flags (``run`` and ``bench`` alike), declared once."""
+    g = p.add_argument_group("model")
+    g.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), an HF directory or a .gguf file")
+    g.add_argument("--max-new-tokens", type=int, default=max_new_tokens, help=max_new_help or None)
+    g.add_argument("--seed", type=int, default=0)
+    g.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    g.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
+    s = p.add_argument_group("speculation")
+    s.add_argument("--draft", default="default", help=f"{DRAFT_CHOICES} (default: the drafter shipped for the default model)")
+    s.add_argument("--steps", type=int, default=None, help="draft steps per cycle (default: 3 for a chain, 5 for a "
+                                                            "tree; n-gram 4)")
+    s.add_argument("--topk", type=int, default=None, help="children per tree node (default 1 = chain)")
+    s.add_argument("--draft-tokens", type=int, default=None, help="tokens verified per cycle, root included")
     s.add_argument("--serving", choices=("sglang", "vllm"), default=None,
                    help="read the drafter's aux layer ids as this engine would (default: the checkpoint format's)")
+
+
+def tree_spec(algorithm: str, steps: int | None, topk: int | None, draft_tokens: int | None, **kw: Any):
+    """The :class:`SpecConfig` for a drafter kind and the tree flags: every tree default in one place
+    (EAGLE-3: 3 steps for a chain, 5 for a tree; n-gram: a chain of 4)."""
+    from eaglelab.engine.runtime.spec_config import SpecConfig
+
+    if algorithm == "ngram":
+        return SpecConfig("ngram", num_steps=steps if steps is not None else 4, topk=1,
+                          num_draft_tokens=draft_tokens or 0, **kw)
+    topk = topk if topk is not None else 1
+    steps = steps if steps is not None else (5 if topk > 1 else 3)
+    return SpecConfig(algorithm, num_steps=steps, topk=topk, num_draft_tokens=draft_tokens or 0, **kw)
 
 
 def shipped_drafter_dir() -> Path | None:
@@ -225,7 +248,7 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
     a = s.args
     draft = a.draft
     graphs = a.cuda_graphs if a.cuda_graphs is not None else s.target.device.type == "cuda"
-    compile_ = a.compile if getattr(a, "compile", None) is not None else graphs
+    compile_ = a.compile if a.compile is not None else graphs
     if draft == "default":
         shipped = shipped_drafter_dir()
         if shipped is not None and a.model == "default":
@@ -239,19 +262,15 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
         s.spec = SpecConfig(cuda_graphs=graphs, compile=compile_)
         s.spec_label = "off"
         return
+    modes = dict(attention_mode=a.attention_mode, cuda_graphs=graphs, compile=compile_)
     if draft == "ngram":
-        steps = a.steps if a.steps is not None else 4
-        s.spec = SpecConfig("ngram", num_steps=steps, topk=1, num_draft_tokens=a.draft_tokens or 0,
-                            attention_mode=a.attention_mode, cuda_graphs=graphs, compile=compile_)
+        s.spec = tree_spec("ngram", a.steps, a.topk, a.draft_tokens, **modes)
         s.drafter = NgramDrafter(s.spec)
     else:
         if not Path(draft).exists():
             raise EagleLabError("no such drafter", field="--draft", found=draft, expected=DRAFT_CHOICES)
         net, taps, reason = load_eagle3(draft, s.target.model, serving=a.serving, warn=log)
-        topk = a.topk if a.topk is not None else 1
-        steps = a.steps if a.steps is not None else (5 if topk > 1 else 3)
-        s.spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=a.draft_tokens or 0,
-                            attention_mode=a.attention_mode, cuda_graphs=graphs, compile=compile_)
+        s.spec = tree_spec("eagle3", a.steps, a.topk, a.draft_tokens, **modes)
         s.drafter = Eagle3Proposer(net, s.spec, taps)
         s.notes.append(f"aux taps: {reason}")
     sp = s.spec

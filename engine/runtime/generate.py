@@ -4,12 +4,16 @@ State lives in fixed device buffers (:class:`Batch`); positions advance in one p
 (:meth:`Engine._advance`). Per row: ``lengths[b]`` tokens are in the target's KV cache and
 ``root[b]``, the last token emitted, is not yet (the next decode step or verify computes it).
 
-A speculative cycle::
+A speculative cycle (each phase one ``runner.phase``: one CUDA graph per batch bucket under the
+graph runner, so a cycle is four graph launches, the emitted-token bookkeeping and the stop check)::
 
     draft         the drafter proposes a tree of N tokens per row (node 0 = root)
-    verify        the target runs all N at slots lengths..lengths+N-1, positions lengths+depth
+    verify        the target runs all N at slots lengths..lengths+N-1, positions lengths+depth; logits
     accept        greedy / rejection acceptance; accepted KV compacted onto consecutive slots
     draft_extend  the drafter catches up on the accepted tokens with the target's aux features
+
+Graph capture and compilation that happen during a run (lazily, on first use) are timed apart
+(``setup_seconds``) and never counted in the run's seconds or tok/s.
 """
 
 from __future__ import annotations
