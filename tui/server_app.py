@@ -14,6 +14,7 @@ probable cause. Keys: ``q`` quit, ``p`` pause / resume the display, ``r`` start 
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
@@ -67,6 +68,7 @@ class ServerApp(App[int]):
         self._shown_problem: str | None = None
         self._written_statuses = 0
         self._economics_cause: str | None = None
+        self._graph_hint = False
 
     def _new_model(self) -> ServerModel:
         return ServerModel(baseline_tokens_per_s=self.baseline_tokens_per_s, expected_accept_len=self.expected_accept_len)
@@ -115,7 +117,11 @@ class ServerApp(App[int]):
         self.view = view
         self.query_one(ServerStatus).show(view, self._source_line(), self.feed.problem)
         self._show_cards(view)
-        self.query_one(AcceptHistogram).show(view.run)
+        histogram = self.query_one(AcceptHistogram)
+        if view.engine == "sglang":  # SGLang exposes the mean accepted length, not per-position counts
+            histogram.update(Text("SGLang reports the mean accepted length only: no histogram", style="dim"))
+        else:
+            histogram.show(view.run)
         self.query_one(RankTable).show(view)
         self.query_one(GraphStatus).show(view.run)
         self._log_news(view)
@@ -139,7 +145,13 @@ class ServerApp(App[int]):
         if e is None:
             value, detail = fmt.DASH, "waiting for an accepted length"
         elif e.speedup is None:
-            value, detail = "speedup ?", "pass --baseline-tok-s" if not self.baseline_tokens_per_s else "no throughput yet"
+            value = "speedup ?"
+            if not self.baseline_tokens_per_s:
+                detail = "pass --baseline-tok-s"
+            elif run.recent_tokens_per_s == 0:
+                detail = "server idle: nothing generated since the last figure"
+            else:
+                detail = "no throughput figure yet"
         else:
             value = f"{e.speedup:.2f}x plain decoding"
             detail = f"break-even accepted length {e.break_even_accept_len:.2f}"
@@ -151,6 +163,10 @@ class ServerApp(App[int]):
         for status in view.statuses[self._written_statuses :]:
             log.note("server", status, style="yellow")
         self._written_statuses = len(view.statuses)
+        if view.engine == "vllm" and isinstance(self.feed, MetricsPoller) and not self._graph_hint:
+            log.note("server", "vLLM's /metrics has no CUDA-graph figures: start vLLM with --cudagraph-metrics "
+                     "and follow its log (eaglelab tui --log FILE --follow) to see the runtime mode")
+            self._graph_hint = True
         e = view.economics
         cause = e.cause if e is not None else None
         if e is not None and cause != self._economics_cause and cause != "speedup_unknown":

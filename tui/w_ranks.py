@@ -30,7 +30,8 @@ class RankTable(Static):
         if not view.ranks:
             return Text("no rank has reported yet", style="dim")
         table = Table(box=None, padding=(0, 1), show_edge=False, header_style="bold dim", pad_edge=False)
-        for name in ("rank", "accept len", "latest", "accept rate", "tok/s", "CUDA graph", "running"):
+        # accepted length (mean, latest), accept rate, tok/s, share of decode passes on CUDA graphs, running requests
+        for name in ("rank", "len", "latest", "rate", "tok/s", "graphs", "running"):
             table.add_column(name, justify="left" if name == "rank" else "right", no_wrap=True)
         for row in view.ranks:
             table.add_row(

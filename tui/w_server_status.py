@@ -26,6 +26,9 @@ class ServerStatus(Static):
             text.append(f"{ENGINE_NAMES.get(view.engine, view.engine)} server", style="bold")
             ranks = f" · {len(view.ranks)} rank(s)" if view.ranks else ""
             text.append(f" · {view.model or 'model ?'}{ranks}", style="dim")
+            if view.graph_modes:
+                modes = ", ".join(f"{mode} {passes:.0f}" for mode, passes in view.graph_modes)
+                text.append(f" · CUDA-graph runtime modes: {modes}")
         text.append("\n" + source, style="italic")
         text.append(f" · {view.updates} update(s)")
         if view.resets:
