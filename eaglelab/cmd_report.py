@@ -45,17 +45,22 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Summarise FILE; 0 on success (user errors raise EagleLabError, exit 2)."""
     import json
+    from contextlib import nullcontext
+
+    from rich.console import Console
 
     from eaglelab.probes.report import render, summarise
+    from eaglelab.probes.server_report import is_url
 
-    report = summarise(
-        args.file, decode_ms=args.decode_ms, expected_accept_len=args.expected_accept_len,
-        baseline_tok_s=args.baseline_tok_s, window_s=args.window,
-    )
+    waiting = is_url(args.file) and args.window > 0
+    status = Console(stderr=True).status(f"reading {args.file} twice, {args.window:g} s apart") if waiting else nullcontext()
+    with status:
+        report = summarise(
+            args.file, decode_ms=args.decode_ms, expected_accept_len=args.expected_accept_len,
+            baseline_tok_s=args.baseline_tok_s, window_s=args.window,
+        )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
         return 0
-    from rich.console import Console
-
     Console().print(render(report))
     return 0

@@ -26,8 +26,9 @@ attention; gauges set at every decode log (every 40 decode steps by default):
 - counter ``sglang:cuda_graph_passes_total{mode="decode_cuda_graph"|"decode_none"}``;
 - counter ``sglang:generation_tokens_total`` (the tokenizer manager's, without rank labels).
 
-Rates come from counter deltas between two polls; a counter that went down means the server
-restarted, and the figures start again from that poll.
+Rates come from counter deltas between two polls; a counter that went down (or, where the
+exporter writes them, newer ``*_created`` times) means the server restarted, and the figures start
+again from that poll.
 """
 
 from __future__ import annotations
@@ -92,6 +93,8 @@ class Scrape:
     model: str | None
     ranks: dict[str, RankScrape]
     server_counters: dict[str, float] = field(default_factory=dict)  # counters without rank labels
+    # ``*_created`` samples by series: when each counter was made (a series made anew = a restart)
+    created: dict[tuple[str, tuple[tuple[str, str], ...]], float] = field(default_factory=dict)
 
     @property
     def has_spec_metrics(self) -> bool:
@@ -119,7 +122,9 @@ def parse_scrape(text: str, t: float) -> Scrape:
     reader = _read_vllm if engine == "vllm" else _read_sglang
     for sample in page.samples:
         reader(sample, ranks, server)
-    return Scrape(engine=engine, t=t, model=model, ranks=ranks, server_counters=server)
+    created = {(s.name, s.labels): s.value for s in page.samples
+               if s.name.endswith("_created") and s.name.startswith(engine + ":")}
+    return Scrape(engine=engine, t=t, model=model, ranks=ranks, server_counters=server, created=created)
 
 
 def _garbage_words(text: str, page: Exposition) -> str:
@@ -288,6 +293,9 @@ def went_back(previous: Scrape, current: Scrape) -> str | None:
     for name, old_value, new_value in pairs:
         if old_value is not None and new_value < old_value:
             return f"{name} went from {old_value:g} to {new_value:g}"
+    for series, made in current.created.items():  # a restart caught after the counters passed the old values
+        if series in previous.created and made > previous.created[series]:
+            return f"{series[0]} was created anew"
     return None
 
 

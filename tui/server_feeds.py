@@ -50,7 +50,7 @@ class _Queue:
 class MetricsPoller(_Queue):
     """GETs ``url`` (a ``/metrics`` page) every ``interval_s`` and turns the pages into updates."""
 
-    def __init__(self, url: str, *, interval_s: float = 1.0, timeout_s: float = 5.0, clock: Clock = time.monotonic) -> None:
+    def __init__(self, url: str, *, interval_s: float = 1.0, timeout_s: float = 3.0, clock: Clock = time.monotonic) -> None:
         super().__init__()
         self.url = url
         self.interval_s = interval_s

@@ -100,6 +100,15 @@ def test_a_restarted_vllm_server_starts_the_figures_over() -> None:
     assert not after.reset and after.readings[0].accept_len is None  # idle: nothing drafted since
 
 
+def test_a_restart_is_caught_by_created_times_after_counters_passed_the_old_values() -> None:
+    watch = MetricsWatch()
+    watch.observe(page("vllm_metrics_1.txt"), 0.0)
+    later = page("vllm_metrics_2.txt").replace("1764520000.0", "1764520900.0")  # counters made anew
+    update = watch.observe(later, 60.0)
+    assert update.reset and "created anew" in (update.status or "")
+    assert update.readings[0].accept_len == pytest.approx(1 + 2830 / 1700)  # the new process's since-start
+
+
 def simulate_vllm_counters(cycles: list[int], k: int) -> tuple[str, AcceptanceStats]:
     """A vLLM page for chain cycles with accepted lengths ``cycles`` (bonus included), k draft tokens.
 
