@@ -24,6 +24,15 @@ from dataclasses import dataclass
 
 CAUSES: tuple[str, ...] = ("pays", "acceptance_low", "verify_eager", "cycle_costly", "speedup_unknown")
 
+# Eager passes are blamed once they are this common: a few (prefills, batches above the captured
+# sizes) are normal and do not explain a slow deployment.
+EAGER_SHARE_BLAMED = 0.1
+
+_GRAPH_ADVICE = {
+    "sglang": "try a decode-style verify (--speculative-attention-mode decode) or a larger --cuda-graph-max-bs",
+    "vllm": "check --compilation-config cudagraph_mode (FULL graphs for decode) and the capture sizes",
+}
+
 
 @dataclass(frozen=True)
 class LiveEconomics:
@@ -50,6 +59,7 @@ def live_economics(
     baseline_tokens_per_s: float | None = None,
     expected_accept_len: float = 2.0,
     cuda_graph_share: float | None = None,
+    engine: str | None = None,
 ) -> LiveEconomics:
     """The verdict for a server's mean accepted length and throughput (see the module docstring)."""
     assert accept_len >= 1.0, f"accepted length counts the bonus token, so it is >= 1; got {accept_len}"
@@ -76,12 +86,12 @@ def live_economics(
     head = f"speculation is slower than plain decoding: {figures}; "
     if low:
         cause, why = "acceptance_low", _acceptance_words(accept_len, expected_accept_len)
-    elif cuda_graph_share is not None and cuda_graph_share < 1.0:
+    elif cuda_graph_share is not None and 1.0 - cuda_graph_share >= EAGER_SHARE_BLAMED:
         cause = "verify_eager"
+        advice = _GRAPH_ADVICE.get(engine or "", "capture verify in CUDA graphs (decode-style attention)")
         why = (
             f"{1 - cuda_graph_share:.0%} of decode passes ran without a CUDA graph: verify runs eagerly "
-            "(extend attention, or a batch above the captured sizes); try a decode-style verify "
-            "(SGLang --speculative-attention-mode decode) or larger capture sizes"
+            f"(extend attention, or batches above the captured sizes); {advice}"
         )
     else:
         cause = "cycle_costly"

@@ -130,7 +130,7 @@ def _report(
     if totals.accept_len is not None:
         economics = live_economics(
             totals.accept_len, totals.tokens_per_s, baseline_tokens_per_s=baseline,
-            expected_accept_len=expected, cuda_graph_share=totals.cuda_graph_share,
+            expected_accept_len=expected, cuda_graph_share=totals.cuda_graph_share, engine=totals.engine,
         )
         verdicts.insert(0, economics.verdict)
     for row in totals.rank_rows():

@@ -110,7 +110,7 @@ class ServerModel:
         return live_economics(
             max(t.recent_accept_len, 1.0), t.recent_tokens_per_s,
             baseline_tokens_per_s=self.baseline_tokens_per_s, expected_accept_len=self.expected_accept_len,
-            cuda_graph_share=t.cuda_graph_share,
+            cuda_graph_share=t.cuda_graph_share, engine=t.engine,
         )
 
 

@@ -36,7 +36,7 @@ def drive(app: ServerApp, script: Callable[[Any], Awaitable[None]]) -> None:
     asyncio.run(main())
 
 
-async def wait_for(pilot: Any, condition: Callable[[], bool], timeout_s: float = 10.0) -> None:
+async def wait_for(pilot: Any, condition: Callable[[], bool], timeout_s: float = 20.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
