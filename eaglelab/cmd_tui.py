@@ -28,7 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("record", nargs="?", metavar="RECORD", help="a run record (.jsonl) written by `eaglelab run --record`")
     p.add_argument("run_args", nargs="*", metavar="RUN_ARGS", help=argparse.SUPPRESS)
-    p.add_argument("--follow", action="store_true", help="tail RECORD as it is written (waits for it to appear)")
+    p.add_argument("--follow", action="store_true", help="tail RECORD (or --log FILE) as it is written (waits for it to appear)")
     p.add_argument(
         "--speed", type=float, default=None, metavar="X",
         help="replay at X times the recorded pace; 0 shows the whole record at once (default 0; --demo: 1)",
@@ -138,6 +138,6 @@ def app_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             raise EagleLabError(
                 "not an eaglelab run record", file=path,
                 found=f"{found.skipped_lines} lines, none of them an event", expected="JSONL events",
-                hint="write one with eaglelab run PROMPT --record run.jsonl (eaglelab report reads SGLang logs)",
+                hint="write one with eaglelab run PROMPT --record run.jsonl; for a vLLM or SGLang log use --log FILE",
             )
     return {"record": path, "follow": args.follow, "speed": 0.0 if args.speed is None else args.speed}

@@ -33,6 +33,7 @@ again from that poll.
 
 from __future__ import annotations
 
+import math
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -121,7 +122,8 @@ def parse_scrape(text: str, t: float) -> Scrape:
     model = next((s.label("model_name") for s in page.samples if s.label("model_name")), None)
     reader = _read_vllm if engine == "vllm" else _read_sglang
     for sample in page.samples:
-        reader(sample, ranks, server)
+        if math.isfinite(sample.value):  # a NaN or infinite counter says nothing we can use
+            reader(sample, ranks, server)
     created = {(s.name, s.labels): s.value for s in page.samples
                if s.name.endswith("_created") and s.name.startswith(engine + ":")}
     return Scrape(engine=engine, t=t, model=model, ranks=ranks, server_counters=server, created=created)

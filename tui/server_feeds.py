@@ -71,6 +71,9 @@ class MetricsPoller(_Queue):
         except MetricsError as exc:
             self._fail(f"not a metrics page: {exc}")
             return
+        except Exception as exc:  # an answer this reader did not foresee: shown, and the watch goes on
+            self._fail(f"could not read the answer ({type(exc).__name__}: {exc}); please report it")
+            return
         self.problem = None
         self.last_ok = self.clock()
         self._put(update)

@@ -155,6 +155,14 @@ def test_vllm_counters_convert_to_our_acceptance_definitions(data: st.DataObject
     assert dict(totals.histogram) == pytest.approx(expected)
 
 
+def test_non_finite_values_are_ignored() -> None:
+    text = page("vllm_metrics_1.txt").replace("vllm:spec_decode_num_accepted_tokens_total{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} 1980.0",
+                                             "vllm:spec_decode_num_accepted_tokens_total{engine=\"0\",model_name=\"meta-llama/Llama-3.1-8B-Instruct\"} NaN")
+    assert "NaN" in text
+    (r,) = MetricsWatch().observe(text, 0.0).readings
+    assert r.accept_len is None and r.drafts == 1200
+
+
 def test_histogram_from_reach_worked_example() -> None:
     assert histogram_from_reach(10, (6, 2)) == (4, 4, 2)
 
