@@ -197,7 +197,7 @@ def update_between(previous: Scrape | None, current: Scrape) -> ServerUpdate:
     return ServerUpdate(
         engine=current.engine,
         t=current.t,
-        readings=tuple(r for r in readings if r is not None),
+        readings=tuple(readings),
         gen_tokens_per_s=_server_throughput(previous, current, dt),
         model=current.model,
         status=None if current.has_spec_metrics else _no_spec_words(current.engine),
@@ -247,7 +247,9 @@ def _sglang_reading(rank: RankScrape, before: RankScrape | None, dt: float | Non
     g, c = rank.gauges, rank.counters
     b = before.counters if before is not None else None
     graphs, eager = _delta(c, b, "passes:decode_cuda_graph"), _delta(c, b, "passes:decode_none")
-    if graphs is None and eager is None and "is_cuda_graph" in g and not idle:
+    if graphs is not None or eager is not None:  # a mode never seen has no series yet: 0 passes
+        graphs, eager = graphs or 0.0, eager or 0.0
+    elif "is_cuda_graph" in g and not idle:
         graphs, eager = (1.0, 0.0) if g["is_cuda_graph"] >= 0.5 else (0.0, 1.0)  # one batch seen
     accept_len = g.get("accept_len")
     return ServerReading(
@@ -255,8 +257,8 @@ def _sglang_reading(rank: RankScrape, before: RankScrape | None, dt: float | Non
         accept_len=accept_len if accept_len is not None and accept_len >= 1.0 and not idle else None,
         accept_rate=g.get("accept_rate") if accept_len is not None and accept_len >= 1.0 and not idle else None,
         gen_tokens_per_s=g.get("gen_throughput") if not idle else None,
-        cuda_graph_passes=graphs if graphs is not None or eager is not None else None,
-        eager_passes=eager if graphs is not None or eager is not None else None,
+        cuda_graph_passes=graphs,
+        eager_passes=eager,
         running_reqs=g.get("running"),
     )
 

@@ -189,6 +189,13 @@ def test_sglang_gauges_are_our_figures_and_graph_passes_come_from_deltas() -> No
     assert update.gen_tokens_per_s == pytest.approx(900 / 10)
 
 
+def test_sglang_mode_never_seen_counts_zero_passes() -> None:
+    """prometheus_client shows a labelled series only once used: no decode_none line, no eager pass."""
+    text = "\n".join(line for line in page("sglang_metrics_1.txt").split("\n") if 'mode="decode_none"' not in line)
+    (r,) = MetricsWatch().observe(text, 0.0).readings
+    assert (r.cuda_graph_passes, r.eager_passes) == (400, 0) and r.cuda_graph_share == 1.0
+
+
 def test_sglang_idle_server_reports_no_stale_acceptance() -> None:
     """Its gauges keep the last decode interval's values; with no token generated they are not news."""
     watch = MetricsWatch()
