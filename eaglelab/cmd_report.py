@@ -1,4 +1,5 @@
-"""``eaglelab report FILE``: summarise a run record (JSONL) or an SGLang server log.
+"""``eaglelab report FILE|URL``: summarise a run record (JSONL), an SGLang or vLLM server log, a saved
+``/metrics`` page, or a running vLLM / SGLang server (its URL: /metrics is read twice, --window apart).
 
 Prints mean accepted length, generation throughput, the share of decode steps on CUDA graphs,
 prefill and decode counts and verdicts; ``--json`` prints one JSON object instead.
@@ -13,11 +14,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``report`` subcommand."""
     p = subparsers.add_parser(
         "report",
-        help="summarise a run record or an SGLang log (accept length, tok/s, CUDA graphs, verdicts)",
+        help="summarise a run record, a server log, or a server's /metrics (accept length, tok/s, verdicts)",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("file", metavar="FILE", help="an eaglelab run record (.jsonl) or an SGLang server log")
+    p.add_argument(
+        "file", metavar="FILE|URL",
+        help="a run record (.jsonl), an SGLang or vLLM log, a saved /metrics page, or a server URL",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.add_argument(
         "--decode-ms", metavar="MS", type=float, default=None,
@@ -27,20 +31,36 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--expected-accept-len", metavar="A", type=float, default=2.0,
         help="mean accepted length this drafter should reach (default 2)",
     )
+    p.add_argument(
+        "--baseline-tok-s", metavar="T", type=float, default=None,
+        help="a server's plain-decoding throughput at the same load, for the speedup verdict",
+    )
+    p.add_argument(
+        "--window", metavar="S", type=float, default=5.0,
+        help="a server URL: seconds between the two reads of /metrics (0: read once; default 5)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Summarise FILE; 0 on success (user errors raise EagleLabError, exit 2)."""
     import json
+    from contextlib import nullcontext
+
+    from rich.console import Console
 
     from eaglelab.probes.report import render, summarise
+    from eaglelab.probes.server_report import is_url
 
-    report = summarise(args.file, decode_ms=args.decode_ms, expected_accept_len=args.expected_accept_len)
+    waiting = is_url(args.file) and args.window > 0
+    status = Console(stderr=True).status(f"reading {args.file} twice, {args.window:g} s apart") if waiting else nullcontext()
+    with status:
+        report = summarise(
+            args.file, decode_ms=args.decode_ms, expected_accept_len=args.expected_accept_len,
+            baseline_tok_s=args.baseline_tok_s, window_s=args.window,
+        )
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
         return 0
-    from rich.console import Console
-
     Console().print(render(report))
     return 0

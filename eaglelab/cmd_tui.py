@@ -4,6 +4,10 @@
   eaglelab tui RUN.jsonl --follow        tail a record while `eaglelab run --record RUN.jsonl` writes it
   eaglelab tui --live -- "Hi" --steps 3  start `eaglelab run "Hi" --steps 3 --record <tmp>` and follow it
   eaglelab tui --demo                    a synthetic run (no model needed)
+  eaglelab tui --server URL              watch a vLLM or SGLang server through its /metrics
+  eaglelab tui --log FILE --follow       watch a vLLM or SGLang server log as it is written
+
+A server's speedup needs its plain-decoding throughput at the same load: --baseline-tok-s.
 
 Keys: q quit, p pause / resume, r restart the replay (or re-read a followed record).
 """
@@ -24,22 +28,66 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     p.add_argument("record", nargs="?", metavar="RECORD", help="a run record (.jsonl) written by `eaglelab run --record`")
     p.add_argument("run_args", nargs="*", metavar="RUN_ARGS", help=argparse.SUPPRESS)
-    p.add_argument("--follow", action="store_true", help="tail RECORD as it is written (waits for it to appear)")
+    p.add_argument("--follow", action="store_true", help="tail RECORD (or --log FILE) as it is written (waits for it to appear)")
     p.add_argument(
         "--speed", type=float, default=None, metavar="X",
         help="replay at X times the recorded pace; 0 shows the whole record at once (default 0; --demo: 1)",
     )
     p.add_argument("--live", action="store_true", help="run `eaglelab run` with the arguments after `--` and follow it")
     p.add_argument("--demo", action="store_true", help="replay a synthetic EAGLE-3 run (eager verify, tp 2)")
+    p.add_argument("--server", metavar="URL", help="poll a vLLM or SGLang server's /metrics (http://HOST:PORT)")
+    p.add_argument("--log", metavar="FILE", help="read a vLLM or SGLang server log (with --follow: keep tailing it)")
+    p.add_argument("--interval", type=float, default=1.0, metavar="S", help="--server: seconds between polls (default 1)")
+    p.add_argument(
+        "--baseline-tok-s", type=float, default=None, metavar="T",
+        help="--server/--log: the server's plain-decoding throughput at the same load, for the speedup verdict",
+    )
+    p.add_argument(
+        "--expected-accept-len", type=float, default=2.0, metavar="A",
+        help="--server/--log: mean accepted length the drafter should reach (default 2)",
+    )
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Start the app on the chosen source; returns 0 when the user quits."""
+    if args.server is not None or args.log is not None:
+        from eaglelab.tui.server_app import ServerApp
+
+        ServerApp(**server_app_kwargs(args)).run()
+        return 0
     from eaglelab.tui.app import EagleLabApp
 
     EagleLabApp(**app_kwargs(args)).run()
     return 0
+
+
+def server_app_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """The :class:`ServerApp` keyword arguments for ``--server`` / ``--log`` (user errors raise)."""
+    from pathlib import Path
+
+    from eaglelab.engine.errors import EagleLabError
+    from eaglelab.probes.server_metrics import metrics_url
+    from eaglelab.tui.server_feeds import LogFollower, MetricsPoller
+
+    others = [name for name, on in (("RECORD", args.record), ("--live", args.live), ("--demo", args.demo),
+                                    ("--server", args.server), ("--log", args.log)) if on]
+    if len(others) > 1 or args.run_args:
+        raise EagleLabError("choose one source", field="--server/--log", found=" ".join(others),
+                            expected="a server URL, or a server log")
+    for name, value in (("--interval", args.interval), ("--baseline-tok-s", args.baseline_tok_s),
+                        ("--expected-accept-len", args.expected_accept_len)):
+        if value is not None and not value > 0:
+            raise EagleLabError("must be a positive number", field=name, found=value)
+    if args.server is not None:
+        feed: MetricsPoller | LogFollower = MetricsPoller(metrics_url(args.server), interval_s=args.interval)
+    else:
+        path = Path(args.log)
+        if not args.follow and not path.is_file():
+            raise EagleLabError("no such log", file=path, found="a directory" if path.is_dir() else "missing",
+                                hint="use --follow to wait for a log that a server is about to write")
+        feed = LogFollower(path, follow=args.follow)
+    return {"feed": feed, "baseline_tokens_per_s": args.baseline_tok_s, "expected_accept_len": args.expected_accept_len}
 
 
 def app_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -90,6 +138,6 @@ def app_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             raise EagleLabError(
                 "not an eaglelab run record", file=path,
                 found=f"{found.skipped_lines} lines, none of them an event", expected="JSONL events",
-                hint="write one with eaglelab run PROMPT --record run.jsonl (eaglelab report reads SGLang logs)",
+                hint="write one with eaglelab run PROMPT --record run.jsonl; for a vLLM or SGLang log use --log FILE",
             )
     return {"record": path, "follow": args.follow, "speed": 0.0 if args.speed is None else args.speed}

@@ -1,4 +1,5 @@
-"""Summarise a run: an eaglelab run record (JSONL) or an SGLang server log, detected automatically.
+"""Summarise a run: an eaglelab run record (JSONL) or an SGLang server log, detected automatically;
+servers' ``/metrics`` (a URL or a saved page) and vLLM logs go through :mod:`eaglelab.probes.server_report`.
 
 Both give the same headline figures (:class:`Report`): mean accepted length, generation
 throughput, the share of decode steps on CUDA graphs, how many prefill and decode steps (log
@@ -24,7 +25,7 @@ from eaglelab.probes.events import Step
 from eaglelab.probes.record import read_record
 from eaglelab.probes.sglang_log import SglangLogScanner, SglangLogSummary, parse_line
 
-SOURCES = ("eaglelab-record", "sglang-log")
+SOURCES = ("eaglelab-record", "sglang-log", "vllm-log", "vllm-metrics", "sglang-metrics")
 _SNIFF_LINES = 200
 
 
@@ -100,8 +101,26 @@ def _head_lines(path: Path) -> list[str]:
     return head.decode("utf-8", errors="replace").split("\n")[:_SNIFF_LINES]
 
 
-def summarise(path: str | Path, *, decode_ms: float | None = None, expected_accept_len: float = 2.0) -> Report:
-    """Detect what the file is and summarise it."""
+def summarise(
+    path: str | Path,
+    *,
+    decode_ms: float | None = None,
+    expected_accept_len: float = 2.0,
+    baseline_tok_s: float | None = None,
+    window_s: float = 5.0,
+) -> Report:
+    """Detect what ``path`` is (a record, an SGLang or vLLM log, a saved ``/metrics`` page, or a
+    server's URL) and summarise it; ``baseline_tok_s`` and ``window_s`` apply to servers only."""
+    from eaglelab.probes import server_report
+
+    server = dict(baseline_tok_s=baseline_tok_s, expected_accept_len=expected_accept_len)
+    if server_report.is_url(str(path)):
+        return server_report.summarise_url(str(path), window_s=window_s, **server)
+    kind = server_report.detect(_head_lines(Path(path)))
+    if kind == "metrics":
+        return server_report.summarise_metrics_file(path, **server)
+    if kind == "vllm-log":
+        return server_report.summarise_vllm_log(path, **server)
     if detect_source(path) == "eaglelab-record":
         return summarise_record(path, decode_ms=decode_ms, expected_accept_len=expected_accept_len)
     return summarise_sglang_log(path, expected_accept_len=expected_accept_len)
@@ -325,8 +344,8 @@ def render(report: Report) -> Any:
         ("accept rate", _fmt(report.accept_rate_mean, "{:.1%}")),
         ("generation throughput", _fmt(report.gen_throughput_mean, "{:.1f} tok/s")),
         ("decode steps on CUDA graphs", _fmt(report.cuda_graph_fraction, "{:.0%}")),
-        ("decode lines" if report.source == "sglang-log" else "decode steps + spec cycles", _fmt(report.decode_lines, "{}")),
-        ("prefill lines" if report.source == "sglang-log" else "prefills", _fmt(report.prefill_lines, "{}")),
+        (_COUNT_LABELS.get(report.source, "decode steps + spec cycles"), _fmt(report.decode_lines, "{}")),
+        ("prefill lines" if report.source != "eaglelab-record" else "prefills", _fmt(report.prefill_lines, "{}")),
     ]
     for phase, ms in (report.details.get("phase_ms_mean") or {}).items():
         rows.append((f"{phase} (mean)", f"{ms:.2f} ms"))
@@ -338,6 +357,10 @@ def render(report: Report) -> Any:
     for note in report.notes:
         parts.append(Text("note: " + note, style="dim"))
     return Group(*parts)
+
+
+_COUNT_LABELS = {"sglang-log": "decode lines", "vllm-log": "statistics lines", "vllm-metrics": "metrics pages read",
+                 "sglang-metrics": "metrics pages read"}
 
 
 def _fmt(value: float | int | None, pattern: str) -> str:
