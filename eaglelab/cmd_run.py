@@ -23,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="when speculating, also run plain decoding on the same prompt and report the speedup",
     )
     p.add_argument("--record", metavar="FILE", help="write a JSONL run record (replay it with `eaglelab tui`)")
+    p.add_argument("--force", action="store_true", help="replace an existing run record named by --record")
     p.add_argument("--tensorboard", metavar="DIR", help="write TensorBoard scalars to DIR")
     p.add_argument("--tp", type=int, default=1, metavar="N",
                    help="tensor-parallel ranks (NCCL on GPU, gloo on CPU); launch as "

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.engine.errors import ConfigError, read_json_object
+from eaglelab.engine.formats.validate import check_int, check_real, real_number
 
 # HF architectures we run, and the family they map to.
 ARCHITECTURES: dict[str, str] = {
@@ -145,8 +146,8 @@ class ModelConfig:
                 raise ConfigError("must be a positive integer", file=source, field=key, found=d[key])
         family = ARCHITECTURES[arch]
         heads = d["num_attention_heads"]
-        kv_heads = d.get("num_key_value_heads") or heads
-        head_dim = d.get("head_dim") or d["hidden_size"] // heads
+        kv_heads = check_int(d.get("num_key_value_heads") or heads, source, "num_key_value_heads", low=1)
+        head_dim = check_int(d.get("head_dim") or d["hidden_size"] // heads, source, "head_dim", low=1)
         if heads % kv_heads:
             raise ConfigError(
                 "num_attention_heads must be a multiple of num_key_value_heads",
@@ -176,7 +177,11 @@ class ModelConfig:
         }
         rope_theta = d.get("rope_theta")
         if rope_theta is None:
-            rope_theta = ((d.get("rope_parameters") or {}).get("rope_theta")) or 10000.0
+            rope_params = d.get("rope_parameters")
+            rope_theta = (rope_params.get("rope_theta") if isinstance(rope_params, dict) else None) or 10000.0
+        rope_theta = check_real(rope_theta, source, "rope_theta", low=0.0, low_open=True)
+        eps = real_number(d, "rms_norm_eps", source, default=1e-6 if family != "llama" else 1e-5, low=0.0, high=1.0, low_open=True)
+        max_pos = check_int(d.get("max_position_embeddings", 2048), source, "max_position_embeddings", low=1)
         return cls(
             architecture=arch,
             family=family,
@@ -187,10 +192,10 @@ class ModelConfig:
             num_heads=heads,
             num_kv_heads=kv_heads,
             head_dim=head_dim,
-            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6 if family != "llama" else 1e-5)),
-            rope_theta=float(rope_theta),
+            rms_norm_eps=eps,
+            rope_theta=rope_theta,
             rope_scaling=tuple(sorted(rope_scaling.items())) if rope_scaling else None,
-            max_position_embeddings=int(d.get("max_position_embeddings", 2048)),
+            max_position_embeddings=max_pos,
             tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
             attention_bias=bool(d.get("attention_bias", family == "qwen2")),
             qk_norm=family == "qwen3",

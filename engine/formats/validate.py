@@ -1,0 +1,142 @@
+"""One place for the checks every file reader shares: types, ranges, finite values, sizes.
+
+Each check either returns the value it checked (converted to the type wanted) or raises a
+:class:`~eaglelab.engine.errors.ConfigError` / :class:`~eaglelab.engine.errors.CheckpointError`
+that names the file, the field, what was found, what was expected and what to do. Readers call
+these instead of ``float(d.get(...))``, which turns ``"abc"`` into a traceback and ``NaN`` into a
+model that silently produces garbage.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from eaglelab.engine.errors import CheckpointError, ConfigError, EagleLabError
+
+_MISSING = object()
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """A found value as the user wrote it, cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def real_number(
+    d: Mapping[str, Any],
+    key: str,
+    source: str | Path,
+    *,
+    default: Any = _MISSING,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    prefix: str = "",
+) -> float:
+    """``d[key]`` as a finite float in [low, high] (``low_open``: strictly above ``low``)."""
+    value = d.get(key)
+    if value is None:
+        if default is _MISSING:
+            raise ConfigError("missing field", file=source, field=prefix + key, hint="add it (see the model's card)")
+        value = default
+    return check_real(value, source, prefix + key, low=low, high=high, low_open=low_open)
+
+
+def check_real(value: Any, source: str | Path | None, field: str, *, low: float | None = None,
+               high: float | None = None, low_open: bool = False, error: type[EagleLabError] = ConfigError) -> float:
+    """A finite number (not a bool, not a string) within the bounds given."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise error("must be a number", file=source, field=field, found=_shown(value), expected=_range(low, high, low_open))
+    number = float(value)
+    if not math.isfinite(number):
+        raise error("must be a finite number", file=source, field=field, found=_shown(value),
+                    expected=_range(low, high, low_open), hint="NaN and infinities make every output garbage; fix the value")
+    too_low = low is not None and (number <= low if low_open else number < low)
+    if too_low or (high is not None and number > high):
+        raise error("out of range", file=source, field=field, found=_shown(value), expected=_range(low, high, low_open))
+    return number
+
+
+def check_int(value: Any, source: str | Path | None, field: str, *, low: int | None = None,
+              high: int | None = None, error: type[EagleLabError] = ConfigError) -> int:
+    """An integer (not a bool, not a float) within [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise error("must be an integer", file=source, field=field, found=_shown(value), expected=_range(low, high, False))
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise error("out of range", file=source, field=field, found=value, expected=_range(low, high, False))
+    return value
+
+
+def _range(low: float | None, high: float | None, low_open: bool) -> str:
+    if low is None and high is None:
+        return "a finite number"
+    if high is None:
+        return f"{'>' if low_open else '>='} {low:g}"
+    if low is None:
+        return f"<= {high:g}"
+    return f"{low:g} {'<' if low_open else '<='} value <= {high:g}"
+
+
+def check_text(value: Any, source: str | Path | None, field: str, *, max_len: int = 10_000) -> str:
+    """A string of at most ``max_len`` characters."""
+    if not isinstance(value, str):
+        raise ConfigError("must be a string", file=source, field=field, found=_shown(value))
+    if len(value) > max_len:
+        raise ConfigError("too long", file=source, field=field, found=f"{len(value)} characters", expected=f"<= {max_len}")
+    return value
+
+
+def check_finite_tensor(tensor: Any, source: str | Path, name: str, *, hint: str | None = None) -> None:
+    """A floating tensor holds no NaN or infinity (integer and bool tensors always pass)."""
+    import torch
+
+    if not torch.is_floating_point(tensor) or tensor.numel() == 0:
+        return
+    bad = (~torch.isfinite(tensor)).sum().item()
+    if bad:
+        kind = "NaN" if torch.isnan(tensor).any().item() else "infinite"
+        raise CheckpointError(
+            f"holds {bad} non-finite value(s) ({kind} among them)", file=source, field=name,
+            found=f"{bad} of {tensor.numel()} values", expected="finite numbers only",
+            hint=hint or "the weights are corrupt or came from a diverged training run: re-export or retrain them",
+        )
+
+
+def check_integer_tensor(tensor: Any, source: str | Path, name: str, *, low: int | None = None,
+                         high: int | None = None) -> None:
+    """An integer tensor (int32/int64) whose values lie in [low, high]."""
+    import torch
+
+    if tensor.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
+        raise CheckpointError("must hold integers", file=source, field=name, found=str(tensor.dtype).replace("torch.", ""),
+                              expected="int64", hint="re-save it with .long(); a float copy loses exact offsets")
+    if tensor.numel() == 0:
+        return
+    lo, hi = int(tensor.min().item()), int(tensor.max().item())
+    if (low is not None and lo < low) or (high is not None and hi > high):
+        raise CheckpointError("values out of range", file=source, field=name, found=f"{lo}..{hi}",
+                              expected=_range(low, high, False))
+
+
+def listed_weight_files(directory: Path, files: Iterable[Path]) -> tuple[list[Path], list[Path]]:
+    """(files to read, files ignored): with a ``model.safetensors.index.json``, only the shards it lists
+    are read, so a stale shard left in the directory cannot override real weights."""
+    files = sorted(files)
+    index = directory / "model.safetensors.index.json"
+    if not index.exists():
+        return files, []
+    from eaglelab.engine.errors import read_json_object
+
+    raw = read_json_object(index)
+    weight_map = raw.get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise ConfigError("must map tensor names to shard file names", file=index, field="weight_map",
+                          found=_shown(weight_map), hint="re-save the checkpoint, or delete the index if it is stale")
+    listed = set(weight_map.values())
+    missing = sorted(name for name in listed if not (directory / name).is_file())
+    if missing:
+        raise CheckpointError("names shard files that are not in the directory", file=index, field="weight_map",
+                              found=", ".join(missing[:5]), hint="copy the missing shards, or re-save the checkpoint")
+    return [f for f in files if f.name in listed], [f for f in files if f.name not in listed]
