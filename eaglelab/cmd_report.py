@@ -38,9 +38,22 @@ def run(args: argparse.Namespace) -> int:
 
     report = summarise(args.file, decode_ms=args.decode_ms, expected_accept_len=args.expected_accept_len)
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(finite_json(report.to_json()), indent=2, allow_nan=False))
         return 0
     from rich.console import Console
 
     Console().print(render(report))
     return 0
+
+
+def finite_json(value: object) -> object:
+    """``value`` with every NaN or infinity replaced by None: ``NaN`` is not JSON, and readers choke on it."""
+    import math
+
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value

@@ -183,7 +183,7 @@ class _LineDecoder:
         if not text:
             return None
         try:
-            obj = json.loads(text)
+            obj = json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int)
         except ValueError:
             self.skipped += 1
             return None
@@ -201,6 +201,21 @@ class _LineDecoder:
             name = str(obj.get("type"))
             self.unknown_types[name] = self.unknown_types.get(name, 0) + 1
         return event
+
+
+MAX_JSON_INT = 1 << 53  # beyond this an integer in a record is damage (and would overflow counters)
+
+
+def _refuse_constant(name: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity`` are not JSON: a line holding one is skipped."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _bounded_int(text: str) -> int:
+    value = int(text)
+    if abs(value) > MAX_JSON_INT:
+        raise ValueError(f"integer {text[:20]}... out of range")
+    return value
 
 
 def read_record(path: str | Path) -> RecordReadResult:

@@ -28,6 +28,7 @@ from typing import Iterator
 import torch
 
 from eaglelab.engine.errors import CheckpointError
+from eaglelab.engine.formats.validate import check_finite_tensor, check_integer_tensor
 
 ROWS_PER_DIR = 2000
 _DATA_NAME = re.compile(r"^data_(\d+)\.ckpt(\.gz)?$")
@@ -112,8 +113,12 @@ def read_sample(path: str | Path) -> Sample:
         if not isinstance(obj.get(key), torch.Tensor):
             raise CheckpointError("missing tensor", file=path, field=key,
                                   expected="input_ids, loss_mask, hidden_state, aux_hidden_state")
+    check_integer_tensor(obj["input_ids"], path, "input_ids", low=0)
     ids = obj["input_ids"].reshape(-1).long()  # [T]
     t = ids.shape[0]
+    if t == 0:
+        raise CheckpointError("holds no tokens", file=path, field="input_ids", found="0 tokens", expected=">= 1",
+                              hint="drop the empty sample from the directory (or recapture it)")
     mask = obj.get("loss_mask")
     mask = mask.reshape(-1) if isinstance(mask, torch.Tensor) else torch.ones(t, dtype=torch.long)  # [T]
     aux = _as_batch_seq(obj["aux_hidden_state"], t, path, "aux_hidden_state")
@@ -124,6 +129,11 @@ def read_sample(path: str | Path) -> Sample:
     if hs is not None and aux.shape[-1] % hs.shape[-1]:
         raise CheckpointError("width is not a multiple of hidden_state's", file=path, field="aux_hidden_state",
                               found=aux.shape[-1], expected=f"n x {hs.shape[-1]}")
+    for key, x in (("aux_hidden_state", aux), ("hidden_state", hs)):
+        if x is not None and not torch.is_floating_point(x):
+            raise CheckpointError("must hold floating-point states", file=path, field=key, found=str(x.dtype))
+        if x is not None:
+            check_finite_tensor(x, path, key, hint="the target overflowed or the file is damaged: recapture this sample")
     return Sample(ids, mask, hs, aux, path)
 
 

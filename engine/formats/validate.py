@@ -140,3 +140,25 @@ def listed_weight_files(directory: Path, files: Iterable[Path]) -> tuple[list[Pa
         raise CheckpointError("names shard files that are not in the directory", file=index, field="weight_map",
                               found=", ".join(missing[:5]), hint="copy the missing shards, or re-save the checkpoint")
     return [f for f in files if f.name in listed], [f for f in files if f.name not in listed]
+
+
+def load_tensor_dict(path: str | Path, *, what: str, required: Iterable[str] = (), hint: str | None = None) -> dict:
+    """``torch.load(weights_only=True)`` of a file that must hold a dict with ``required`` keys; any
+    failure (not a torch file, a pickle of objects, truncated, the wrong content) is a CheckpointError."""
+    import pickle
+    import zipfile
+
+    import torch
+
+    path = Path(path)
+    try:
+        obj = torch.load(path, weights_only=True, map_location="cpu")
+    except (pickle.UnpicklingError, RuntimeError, OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        raise CheckpointError(f"cannot be read as {what} ({first})", file=path, hint=hint) from None
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"is not {what}", file=path, found=type(obj).__name__, expected="a dict", hint=hint)
+    missing = [key for key in required if key not in obj]
+    if missing:
+        raise CheckpointError(f"is not {what}: keys missing", file=path, found=", ".join(missing), hint=hint)
+    return obj

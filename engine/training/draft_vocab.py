@@ -108,6 +108,9 @@ def read_ids_and_mask(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     ids = obj["input_ids"].reshape(-1).long().clone()
     mask = obj.get("loss_mask")
     mask = mask.reshape(-1).clone() if isinstance(mask, torch.Tensor) else torch.ones_like(ids)
+    if mask.numel() != ids.numel():
+        raise CheckpointError("length differs from input_ids", file=path, field="loss_mask", found=mask.numel(),
+                              expected=ids.numel(), hint="the sample is damaged: recapture it")
     return ids, mask
 
 
