@@ -187,7 +187,10 @@ class _LineDecoder:
         except ValueError:
             self.skipped += 1
             return None
-        if isinstance(obj, dict) and obj.get("type") == HEADER_TYPE:
+        if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):  # not an event (a list, a number type ...)
+            self.skipped += 1
+            return None
+        if obj.get("type") == HEADER_TYPE:
             if self.schema_version is None:
                 self.schema_version = obj.get("schema_version")
             return None

@@ -42,6 +42,7 @@ from eaglelab.engine.formats.validate import (
     check_finite_tensor,
     check_integer_tensor,
     check_real,
+    check_rope_scaling,
     listed_weight_files,
     real_number,
 )
@@ -238,6 +239,7 @@ def detect_format(raw: Mapping[str, Any], config_file: str | Path = "config.json
                               found=kind, expected="eagle3")
         return "speculators"
     archs = raw.get("architectures") or []
+    archs = archs if isinstance(archs, list) else [archs]
     if any("eagle3" in str(a).lower() for a in archs) or "eagle_config" in raw or "draft_vocab_size" in raw:
         return "sglang"
     raise ConfigError(
@@ -272,9 +274,7 @@ def _llama_fields(d: Mapping[str, Any], source: Path, prefix: str = "") -> dict[
     hidden = _get_int(d, "hidden_size", source, prefix=prefix)
     heads = _get_int(d, "num_attention_heads", source, prefix=prefix)
     kv_heads = _get_int(d, "num_key_value_heads", source, default=heads, prefix=prefix)
-    rope_scaling = d.get("rope_scaling")
-    if rope_scaling is not None and not isinstance(rope_scaling, dict):
-        raise ConfigError("must be an object or null", file=source, field=prefix + "rope_scaling", found=rope_scaling)
+    rope_scaling = check_rope_scaling(d.get("rope_scaling"), source, prefix + "rope_scaling")
     mpe = d.get("max_position_embeddings")
     if mpe is not None and (isinstance(mpe, bool) or not isinstance(mpe, int) or mpe <= 0):
         raise ConfigError("must be a positive integer", file=source, field=prefix + "max_position_embeddings", found=mpe)
@@ -346,7 +346,7 @@ def _normalise_speculators(raw: dict[str, Any], source: Path) -> dict[str, Any]:
     if ids is None and isinstance(eagle, dict):
         ids = _ids_from(eagle.get("eagle_aux_hidden_state_layer_ids"), source, IDS_FIELD_EAGLE_CONFIG)
         ids_field = IDS_FIELD_EAGLE_CONFIG if ids is not None else None
-    verifier = ((raw.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
+    verifier = _object(_object(raw.get("speculators_config")).get("verifier")).get("name_or_path")
     draft_vocab = raw.get("draft_vocab_size")
     nbr = raw.get("norm_before_residual")
     fields.update(
@@ -361,6 +361,11 @@ def _normalise_speculators(raw: dict[str, Any], source: Path) -> dict[str, Any]:
         verifier=str(verifier) if verifier else None,
     )
     return fields
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    """An optional nested object; anything else reads as empty (its fields then count as absent)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _opt_int(raw: Mapping[str, Any], key: str, source: Path) -> int | None:

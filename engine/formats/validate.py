@@ -145,20 +145,58 @@ def listed_weight_files(directory: Path, files: Iterable[Path]) -> tuple[list[Pa
 def load_tensor_dict(path: str | Path, *, what: str, required: Iterable[str] = (), hint: str | None = None) -> dict:
     """``torch.load(weights_only=True)`` of a file that must hold a dict with ``required`` keys; any
     failure (not a torch file, a pickle of objects, truncated, the wrong content) is a CheckpointError."""
-    import pickle
-    import zipfile
-
-    import torch
-
     path = Path(path)
-    try:
-        obj = torch.load(path, weights_only=True, map_location="cpu")
-    except (pickle.UnpicklingError, RuntimeError, OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as exc:
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
-        raise CheckpointError(f"cannot be read as {what} ({first})", file=path, hint=hint) from None
+    obj = torch_load(path, what=what, hint=hint)
     if not isinstance(obj, dict):
         raise CheckpointError(f"is not {what}", file=path, found=type(obj).__name__, expected="a dict", hint=hint)
     missing = [key for key in required if key not in obj]
     if missing:
         raise CheckpointError(f"is not {what}: keys missing", file=path, found=", ".join(missing), hint=hint)
     return obj
+
+
+ROPE_TYPES = (None, "default", "llama3", "linear")
+
+
+def check_rope_scaling(value: Any, source: str | Path, field: str = "rope_scaling") -> dict | None:
+    """``rope_scaling``: null, or an object of a supported type whose factors are finite and positive."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ConfigError("must be an object or null", file=source, field=field, found=_shown(value))
+    kind = value.get("rope_type", value.get("type"))
+    if not isinstance(kind, (str, type(None))) or kind not in ROPE_TYPES:
+        raise ConfigError("unsupported rope scaling", file=source, field=field + ".rope_type", found=_shown(kind),
+                          expected="default | llama3 | linear")
+    if kind in ("linear", "llama3"):
+        real_number(value, "factor", source, low=0.0, low_open=True, prefix=field + ".")
+    if kind == "llama3":
+        low = real_number(value, "low_freq_factor", source, default=1.0, low=0.0, low_open=True, prefix=field + ".")
+        high = real_number(value, "high_freq_factor", source, default=4.0, low=0.0, low_open=True, prefix=field + ".")
+        real_number(value, "original_max_position_embeddings", source, default=8192, low=1.0, prefix=field + ".")
+        if high <= low:
+            raise ConfigError("must be larger than low_freq_factor", file=source, field=field + ".high_freq_factor",
+                              found=high, expected=f"> {low}")
+    return value
+
+
+def torch_load(path: str | Path, *, what: str, hint: str | None = None, data: bytes | None = None) -> Any:
+    """``torch.load(weights_only=True)`` of a user's file (or of its ``data``, already read).
+
+    Damaged bytes make torch's reader fail in many ways (``UnpicklingError``, ``RuntimeError``, but
+    also ``IndexError``, ``struct.error``, ``UnicodeDecodeError`` ...): every one of them means "this
+    file cannot be read", so every one becomes a CheckpointError naming the file.
+    """
+    import io
+
+    import torch
+
+    try:
+        source = io.BytesIO(data) if data is not None else path
+        return torch.load(source, weights_only=True, map_location="cpu")
+    except OSError:
+        raise  # the path itself (missing, a directory, no permission): the CLI reports it as such
+    except Exception as exc:  # noqa: BLE001 - any failure to decode untrusted bytes; reported, not hidden
+        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200] or type(exc).__name__
+        raise CheckpointError(f"cannot be read as {what} ({type(exc).__name__}: {first})", file=path,
+                              hint=hint or "the file is truncated, damaged or not what eaglelab expects: regenerate it") from None
