@@ -22,6 +22,7 @@ runs for a health check) seen before the server was ready.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -178,6 +179,8 @@ def _value(name: str, text: str) -> object:
     try:
         number = float(text.rstrip("%").strip())
     except ValueError:
+        return None
+    if not math.isfinite(number):  # "nan" / "inf" printed by a broken counter: the figure is absent
         return None
     if name in _INTS:
         return int(number)

@@ -348,6 +348,8 @@ def test_a_long_log_line_without_separators_is_read_in_one_pass() -> None:
     item = parse_line("Decode batch, " + "a" * 400_000)
     assert item is not None and item.raw == {}
     assert _pairs("a" * 100 + ", accept len: 2.5, #token: 7, 12 x: 3") == {"accept len": "2.5", "#token": "7", "x": "3"}
+    nan = parse_line("Prefill batch, #new-seq: nan, #new-token: inf, token usage: -inf, accept len: 2")
+    assert (nan.new_seq, nan.new_token, nan.token_usage) == (None, None, None)  # found by the property sweep
     cut = parse_line("Decode batch, accept len: 2.5, " + "b" * (2 * MAX_LINE_CHARS) + ", #token: 7")
     assert cut.accept_len == 2.5 and cut.num_token is None  # read up to MAX_LINE_CHARS only
 
