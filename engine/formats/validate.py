@@ -188,6 +188,7 @@ def torch_load(path: str | Path, *, what: str, hint: str | None = None, data: by
     file cannot be read", so every one becomes a CheckpointError naming the file.
     """
     import io
+    import pickle
 
     import torch
 
@@ -196,7 +197,17 @@ def torch_load(path: str | Path, *, what: str, hint: str | None = None, data: by
         return torch.load(source, weights_only=True, map_location="cpu")
     except OSError:
         raise  # the path itself (missing, a directory, no permission): the CLI reports it as such
+    except pickle.UnpicklingError as exc:  # objects outside the allow-list: never unpickled
+        raise CheckpointError(f"cannot be read with weights_only=True ({_first_line(exc)})", file=path,
+                              hint="eaglelab loads only tensors and plain containers; re-save it as a dict of tensors") from None
     except Exception as exc:  # noqa: BLE001 - any failure to decode untrusted bytes; reported, not hidden
-        first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200] or type(exc).__name__
-        raise CheckpointError(f"cannot be read as {what} ({type(exc).__name__}: {first})", file=path,
+        raise CheckpointError(f"cannot be read as {what} ({type(exc).__name__}: {_first_line(exc)})", file=path,
                               hint=hint or "the file is truncated, damaged or not what eaglelab expects: regenerate it") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, terminal colour codes removed, at most 200 characters."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    return (text.splitlines() or [type(exc).__name__])[0][:200]
