@@ -64,7 +64,7 @@ RULES: dict[str, Rule] = {
     "top_k": _count(0, MAX_COUNT),
     "tp": _count(1, 4096),
     "samples": _count(),
-    "prompts": _count(),
+    "prompts": _count(1, MAX_COUNT, "capture", "bench"),
     "repeats": _count(),
     "batch_size": _count(1, 65536),
     "epochs": _count(),
@@ -73,6 +73,11 @@ RULES: dict[str, Rule] = {
     "max_steps": _count(),
     "checkpoint_every": _count(0),
     "log_every": _count(),
+    "eval_every": _count(0),
+    "eval_samples": _count(),
+    "count": _count(),
+    "limit": _count(),
+    "time_limit": _real(0.0, 365 * 24 * 3600.0, low_open=True),
     "seed": _count(0, MAX_SEED),
     "temperature": _real(0.0, 100.0),
     "top_p": _real(0.0, 1.0, low_open=True),
@@ -129,7 +134,9 @@ def validate(args: argparse.Namespace) -> None:
                 if isinstance(item, str):
                     check_text(dest, item)
         rule = RULES.get(dest)
-        if rule is None or value is None or isinstance(value, bool) or (rule.commands and command not in rule.commands):
+        if rule is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue  # no rule, unset, or another command's flag of the same name (distill --prompts FILE)
+        if rule.commands and command not in rule.commands:
             continue
         check_value(dest, value, rule)
     for check in OUTPUT_CHECKS.get(command, ()):
@@ -192,6 +199,8 @@ OUTPUT_CHECKS: dict[str, tuple[Callable[[argparse.Namespace], None], ...]] = {
     "trace": (_dir_output("logdir"),),
     "capture": (_dir_output("out"),),
     "train": (_train_out, _dir_output("tensorboard"), _dir_output("checkpoint_dir")),
+    "prompts": (_dir_output("out"),),
+    "distill": (_dir_output("out"),),
 }
 
 
