@@ -30,9 +30,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="eaglelab",
         description="A workbench for EAGLE-3 speculative decoding.",
     )
+    parser.add_argument("--debug", action="store_true", help="show the full traceback of an internal error")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)
+    for command in sub.choices.values():  # `eaglelab run ... --debug` works too
+        command.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
 
@@ -43,8 +46,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.print_help()
         return 2
     from eaglelab.errors import run_guarded
+    from eaglelab.flags import validate
 
-    return run_guarded(args.func, args)
+    def checked(a: argparse.Namespace) -> int | None:  # flags first: nothing loads before they pass
+        validate(a)
+        return a.func(a)
+
+    return run_guarded(checked, args, argv)
 
 
 if __name__ == "__main__":

@@ -60,7 +60,20 @@ def run(args: argparse.Namespace) -> int:
             baseline_tok_s=args.baseline_tok_s, window_s=args.window,
         )
     if args.json:
-        print(json.dumps(report.to_json(), indent=2))
+        print(json.dumps(finite_json(report.to_json()), indent=2, allow_nan=False))
         return 0
     Console().print(render(report))
     return 0
+
+
+def finite_json(value: object) -> object:
+    """``value`` with every NaN or infinity replaced by None: ``NaN`` is not JSON, and readers choke on it."""
+    import math
+
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_json(v) for v in value]
+    return value

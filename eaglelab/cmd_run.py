@@ -23,6 +23,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="when speculating, also run plain decoding on the same prompt and report the speedup",
     )
     p.add_argument("--record", metavar="FILE", help="write a JSONL run record (replay it with `eaglelab tui`)")
+    p.add_argument("--force", action="store_true", help="replace an existing run record named by --record")
     p.add_argument("--tensorboard", metavar="DIR", help="write TensorBoard scalars to DIR")
     p.add_argument("--tp", type=int, default=1, metavar="N",
                    help="tensor-parallel ranks (NCCL on GPU, gloo on CPU); launch as "
@@ -61,6 +62,9 @@ def join_tp(n: int, device: str):
 def _run(args: argparse.Namespace, tp) -> int:
     from rich.console import Console
 
+    from eaglelab.engine.errors import EagleLabError
+    from eaglelab.engine.runtime.limits import check_context
+
     quiet = tp is not None and tp.rank != 0  # only rank 0 prints, streams and writes records
     console = Console(highlight=False, quiet=quiet)
     err = Console(stderr=True, highlight=False, quiet=quiet)
@@ -68,6 +72,9 @@ def _run(args: argparse.Namespace, tp) -> int:
     tok = session.target.tokenizer
     assert tok is not None
     ids = tok.encode(args.prompt) if args.raw else tok.chat_ids(args.prompt, system=args.system)
+    if not ids:
+        raise EagleLabError("gives no tokens", field="PROMPT", found=repr(args.prompt), hint="give a prompt with text")
+    check_context(session.target.config, len(ids), args.max_new_tokens)
 
     from eaglelab.probes.sinks import ConsoleSummary
 

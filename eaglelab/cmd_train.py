@@ -120,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
     if result.stopped_by_time:
         console.print(f"stopped at the time limit after step {trainer.step}/{trainer.total_steps}; "
                       f"continue with the same command and --resume")
+    _check_finite(trainer.net, args.out)
     out = _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, result, device)
     _report_saved(out, head, console)
     return 0
@@ -355,6 +356,19 @@ def _eval_scalars(writer, ev) -> None:
         writer.add_scalar(f"eval/accept_len_chain{k}", length, ev.step)
     for i, rate in enumerate(ev.per_position):
         writer.add_scalar(f"eval/accept_rate_pos{i}", rate, ev.step)
+
+
+def _check_finite(net, out: str) -> None:
+    """A drafter with NaN weights is never written: training diverged or the data held non-finite values."""
+    import torch
+
+    from eaglelab.engine.errors import EagleLabError
+
+    for name, tensor in net.state_dict().items():
+        if torch.is_floating_point(tensor) and not bool(torch.isfinite(tensor).all()):
+            raise EagleLabError("training diverged: the drafter's weights hold NaN or infinity; nothing was written",
+                                file=out, field=name, hint="lower --lr or --max-grad-norm, and check the data "
+                                "(eaglelab check-wiring DRAFT --data DIR reads every sample)")
 
 
 def _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, result, device) -> Path:

@@ -134,6 +134,12 @@ def app_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         from eaglelab.probes.record import read_record
 
         found = read_record(path)
+        if not found.events and not found.skipped_lines:
+            raise EagleLabError(
+                "the run record holds no events", file=path, found="an empty file" if found.schema_version is None
+                else "a header and nothing else (the run stopped before its first step)",
+                hint="replay a record of a run that started, or use --follow to wait for one being written",
+            )
         if not found.events and found.skipped_lines:
             raise EagleLabError(
                 "not an eaglelab run record", file=path,

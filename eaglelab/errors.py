@@ -1,31 +1,127 @@
-"""How the CLI reports a user's mistake: a clear message, no traceback, a non-zero exit."""
+"""How the CLI ends a command that failed: a clear message, no traceback, a known exit code.
+
+Exit codes: 2 for a user's mistake (a bad flag, a file that cannot be used: :class:`EagleLabError`,
+or an ``OSError`` on a path the user gave), 130 for Ctrl-C, and :data:`INTERNAL_ERROR_EXIT` for
+anything else, which is eaglelab's bug: a short "internal error" report with the command, the
+versions and where to report it (``--debug`` or ``EAGLELAB_DEBUG=1`` shows the traceback instead).
+A command given ``--json`` gets its error as one JSON object on stdout as well.
+"""
 
 from __future__ import annotations
 
+import json
+import os
+import platform
 import sys
 from typing import Any, Callable
 
+USER_ERROR_EXIT = 2
+INTERNAL_ERROR_EXIT = 3
+INTERRUPTED_EXIT = 130
 
-def run_guarded(func: Callable[[Any], int | None], args: Any) -> int:
-    """Run a command function; turn user errors into a message on stderr and exit code 2."""
-    from rich.console import Console
 
+def run_guarded(func: Callable[[Any], int | None], args: Any, argv: list[str] | None = None) -> int:
+    """Run a command function; every way it can fail ends in a message and an exit code, never a traceback
+    (unless ``args.debug``)."""
     from eaglelab.engine.errors import EagleLabError
 
+    debug = bool(getattr(args, "debug", False)) or os.environ.get("EAGLELAB_DEBUG") == "1"
     try:
-        rc = func(args)
+        return int(func(args) or 0)
     except EagleLabError as exc:
-        from rich.markup import escape
-
-        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-        return 2
+        return _user_error(args, str(exc), exc)
     except KeyboardInterrupt:
-        Console(stderr=True).print("[yellow]interrupted[/]")
-        return 130
-    except OSError as exc:  # a path the user gave: missing, a directory, not writable, ...
-        from rich.markup import escape
-
+        _stderr().print("[yellow]interrupted[/]")
+        return INTERRUPTED_EXIT
+    except OSError as exc:  # a path the user gave: missing, a directory, not writable, disk full ...
         what = "no such file" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc))
-        Console(stderr=True).print(f"[bold red]error:[/] {escape(str(exc.filename))}: {escape(what)}", highlight=False)
-        return 2
-    return int(rc or 0)
+        where = f"{exc.filename}: " if exc.filename else ""
+        return _user_error(args, f"{where}{what}", exc)
+    except Exception as exc:  # noqa: BLE001 - anything else is our bug: report it, do not hide it
+        if debug:
+            raise
+        return _internal_error(args, exc, argv)
+
+
+def _stderr() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False)
+
+
+def _user_error(args: Any, message: str, exc: BaseException) -> int:
+    from rich.markup import escape
+
+    if getattr(args, "json", False):
+        print(json.dumps(error_object(message, exc, USER_ERROR_EXIT)))
+    _stderr().print(f"[bold red]error:[/] {escape(message)}")
+    return USER_ERROR_EXIT
+
+
+def error_object(message: str, exc: BaseException | None, exit_code: int) -> dict[str, Any]:
+    """The JSON object a ``--json`` command prints when it fails."""
+    file = getattr(exc, "file", None) or getattr(exc, "filename", None)
+    return {"verdict": "error", "exit_code": exit_code, "error": message, "file": str(file) if file else None,
+            "field": getattr(exc, "field", None)}
+
+
+def internal_error_report(exc: BaseException, argv: list[str] | None = None) -> str:
+    """The plain-text report of an unexpected exception: what failed, the command, versions, where to report."""
+    frame = _last_frame(exc)
+    command = " ".join(["eaglelab", *(sys.argv[1:] if argv is None else argv)])
+    lines = [
+        f"internal error: {type(exc).__name__}: {str(exc)[:500]}",
+        f"  command:  {command[:500]}",
+        f"  where:    {frame}",
+        f"  versions: {versions()}",
+        f"  this is a bug in eaglelab, not in your input: please report it to {where_to_report()} with these lines",
+        "  (run the same command with --debug, or EAGLELAB_DEBUG=1, to see the full traceback)",
+    ]
+    return "\n".join(lines)
+
+
+def _internal_error(args: Any, exc: BaseException, argv: list[str] | None) -> int:
+    from rich.markup import escape
+
+    report = internal_error_report(exc, argv)
+    if getattr(args, "json", False):
+        print(json.dumps(error_object(report.splitlines()[0], exc, INTERNAL_ERROR_EXIT)))
+    _stderr().print(f"[bold red]{escape(report)}[/]")
+    return INTERNAL_ERROR_EXIT
+
+
+def _last_frame(exc: BaseException) -> str:
+    tb = exc.__traceback__
+    if tb is None:
+        return "unknown"
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    code = tb.tb_frame.f_code
+    return f"{os.path.basename(code.co_filename)}:{tb.tb_lineno} in {code.co_name}"
+
+
+def versions() -> str:
+    """eaglelab, Python, torch (when loaded), platform: one line."""
+    from eaglelab import __version__
+
+    parts = [f"eaglelab {__version__}", f"python {platform.python_version()}"]
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        parts.append(f"torch {getattr(torch, '__version__', '?')}")
+    parts.append(f"{platform.system()} {platform.machine()}")
+    return ", ".join(parts)
+
+
+def where_to_report() -> str:
+    """The issue tracker named in the installed package's metadata, else a plain description."""
+    from importlib import metadata
+
+    try:
+        urls = metadata.metadata("eaglelab").get_all("Project-URL") or []
+    except metadata.PackageNotFoundError:
+        urls = []
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() in ("issues", "bug tracker", "tracker", "bugs"):
+            return url.strip()
+    return "the eaglelab issue tracker"

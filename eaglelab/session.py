@@ -141,7 +141,7 @@ class Session:
         if record:
             from eaglelab.probes.record import RecordWriter
 
-            writer = RecordWriter(record)
+            writer = RecordWriter(record, mode="replace" if getattr(self.args, "force", False) else "new")
             bus.subscribe(writer)
             closers.append(writer.close)
         if tensorboard:

@@ -26,6 +26,7 @@ from eaglelab.engine.errors import EagleLabError
 from eaglelab.probes.sglang_log import LogItem, Marker, SglangLogScanner
 
 MODELS_PATH = "/v1/models"
+MAX_ANSWER_BYTES = 1 << 20  # a model list is a few hundred bytes
 _GENERATING_PATHS = ("/health", "/health_generate", "/generate", "/v1/completions", "/v1/chat/completions")
 
 
@@ -66,7 +67,11 @@ class ReadinessResult:
 
 def models_url(url: str) -> str:
     """``<base>/v1/models`` for a server URL; refuses generating endpoints and scheme-less URLs."""
-    parsed = urllib.parse.urlparse(url)
+    try:
+        parsed = urllib.parse.urlparse(url)
+        parsed.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
+    except ValueError as exc:
+        raise EagleLabError(f"not a valid URL ({exc})", field="URL", found=url, expected="http://HOST:PORT") from None
     if parsed.scheme not in ("http", "https") or not parsed.netloc:
         raise EagleLabError(
             "the server URL needs a scheme and a host", field="URL", found=url,
@@ -87,13 +92,29 @@ def models_url(url: str) -> str:
     return base + MODELS_PATH
 
 
+def is_models_answer(body: bytes) -> bool:
+    """An OpenAI-style model list: a JSON object with a ``data`` list (what SGLang's /v1/models returns)."""
+    import json
+
+    if len(body) > MAX_ANSWER_BYTES:
+        return False
+    try:
+        obj = json.loads(body.decode("utf-8"))
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and isinstance(obj.get("data"), list)
+
+
 def probe_models(url: str, timeout_s: float = 5.0) -> HttpProbe:
     """GET ``url`` (a ``/v1/models`` URL) once; never raises for network trouble."""
     request = urllib.request.Request(url, method="GET", headers={"Accept": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=timeout_s) as response:
             status = int(response.status)
-            return HttpProbe(200 <= status < 300, status, str(status))
+            body = response.read(MAX_ANSWER_BYTES + 1)
+        if 200 <= status < 300 and not is_models_answer(body):
+            return HttpProbe(False, status, f"{status} but not an OpenAI /v1/models answer (another server on this port?)")
+        return HttpProbe(200 <= status < 300, status, str(status))
     except urllib.error.HTTPError as exc:
         return HttpProbe(False, exc.code, f"{exc.code} {exc.reason}")
     except urllib.error.URLError as exc:

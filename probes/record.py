@@ -49,16 +49,54 @@ def header_line(created: float | None = None) -> dict[str, Any]:
     }
 
 
-class RecordWriter:
-    """Appends events to a JSONL record; usable as a bus subscriber and as a context manager.
+WRITE_MODES = ("append", "new", "replace")
 
-    A new (or empty) file gets a header line first. Appending to a file whose last line was cut
-    off by a crash starts on a fresh line, so the old fragment stays one skipped line.
+
+def is_record_file(path: str | Path) -> bool:
+    """Does the file start with an eaglelab record header? (Reads its first line only, at most 64 KiB.)"""
+    with open(path, "rb") as f:
+        first = f.readline(1 << 16)
+    try:
+        obj = json.loads(first.decode("utf-8"))
+    except ValueError:
+        return False
+    return isinstance(obj, dict) and obj.get("type") == HEADER_TYPE and obj.get("format") == RECORD_FORMAT
+
+
+def check_record_output(path: str | Path, *, mode: str = "new") -> None:
+    """Refuse to write a record where it would damage what the user has: into a file that is not a
+    record (any mode), or into an existing record in mode ``"new"``. Call it before the work starts."""
+    assert mode in WRITE_MODES, f"unknown record write mode {mode!r}"
+    path = Path(path)
+    if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+        return
+    if path.is_dir():
+        raise EagleLabError("is a directory", file=path, field="--record", expected="a .jsonl file",
+                            hint="name a file, e.g. --record run.jsonl")
+    if not is_record_file(path):
+        raise EagleLabError("is not an eaglelab run record: refusing to write into it", file=path, field="--record",
+                            found="a file without the record header", hint="name a new file, e.g. --record run.jsonl")
+    if mode == "new":
+        raise EagleLabError("already holds a run: a second run would mix with it in one report", file=path,
+                            field="--record", hint="name a new file, or pass --force to replace this record")
+
+
+class RecordWriter:
+    """Writes events to a JSONL record; usable as a bus subscriber and as a context manager.
+
+    ``mode``: ``"append"`` (default) adds to an existing record, ``"new"`` refuses an existing one,
+    ``"replace"`` starts it over; all three refuse a file that is not a record
+    (:func:`check_record_output`). A new (or empty) file gets a header line first. Appending to a
+    file whose last line was cut off by a crash starts on a fresh line, so the old fragment stays
+    one skipped line.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, mode: str = "append") -> None:
         self.path = Path(path)
+        check_record_output(self.path, mode=mode)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        if mode == "replace":
+            self.path.write_bytes(b"")
         needs_newline = _ends_without_newline(self.path)
         self._file: IO[str] | None = open(self.path, "a", encoding="utf-8")
         if needs_newline:
@@ -145,11 +183,14 @@ class _LineDecoder:
         if not text:
             return None
         try:
-            obj = json.loads(text)
+            obj = json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int)
         except ValueError:
             self.skipped += 1
             return None
-        if isinstance(obj, dict) and obj.get("type") == HEADER_TYPE:
+        if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):  # not an event (a list, a number type ...)
+            self.skipped += 1
+            return None
+        if obj.get("type") == HEADER_TYPE:
             if self.schema_version is None:
                 self.schema_version = obj.get("schema_version")
             return None
@@ -163,6 +204,21 @@ class _LineDecoder:
             name = str(obj.get("type"))
             self.unknown_types[name] = self.unknown_types.get(name, 0) + 1
         return event
+
+
+MAX_JSON_INT = 1 << 53  # beyond this an integer in a record is damage (and would overflow counters)
+
+
+def _refuse_constant(name: str) -> Any:
+    """``NaN``, ``Infinity`` and ``-Infinity`` are not JSON: a line holding one is skipped."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _bounded_int(text: str) -> int:
+    value = int(text)
+    if abs(value) > MAX_JSON_INT:
+        raise ValueError(f"integer {text[:20]}... out of range")
+    return value
 
 
 def read_record(path: str | Path) -> RecordReadResult:

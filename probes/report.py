@@ -141,6 +141,9 @@ def summarise_record(path: str | Path, *, decode_ms: float | None = None, expect
         notes.append(f"{result.skipped_lines} line(s) could not be read and were skipped")
     if not steps:
         notes.append("no steps in this record")
+    if not totals.finished:
+        notes.append("the run did not finish: no run_finished event (killed, crashed, or still being written); "
+                     "figures cover only what was recorded")
     baseline = decode_ms if decode_ms is not None else totals.decode_ms
     verdicts = record_verdicts(totals, baseline, expected_accept_len)
     return Report(
@@ -167,6 +170,7 @@ def _record_details(totals: RunTotals, schema_version: object, decode_ms: float 
             phase_ms[phase] = mean
     return {
         "schema_version": schema_version,
+        "finished": bool(totals.finished),
         "model": info.model if info else None,
         "device": info.device if info else None,
         "spec": dict(info.spec) if info else None,

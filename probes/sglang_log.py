@@ -22,6 +22,7 @@ runs for a health check) seen before the server was ready.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,8 @@ GRAPH_CAPTURED_MARKER = "Capture cuda graph end"
 READY_MARKER = "The server is fired up and ready to roll!"
 
 _HEAD = re.compile(r"\b(Decode|Prefill) batch(?: \[\d+\])?[.,]\s*")
-_PAIR = re.compile(r"([#A-Za-z][^:,]*?):\s*([^,]*)")
+_KEY_START = re.compile(r"[#A-Za-z]")
+MAX_LINE_CHARS = 16_384  # a batch line is < 1 KiB; longer lines are read up to this many characters
 _SGLANG_STAMP = re.compile(
     r"\[(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2}(?:[.,]\d+)?)((?:\s+[A-Z]{2}\d+)*)\s*\]"
 )
@@ -119,7 +121,9 @@ LogItem = BatchLine | Marker | HealthRequest
 
 
 def parse_line(text: str, line_no: int = 0) -> LogItem | None:
-    """Parse one log line; None for lines that are none of the above."""
+    """Parse one log line; None for lines that are none of the above. Work is linear in the line's
+    length, and lines past :data:`MAX_LINE_CHARS` are read only that far."""
+    text = text[:MAX_LINE_CHARS]
     head = _HEAD.search(text)
     if head is not None:
         return _batch_line(text, head, line_no)
@@ -136,7 +140,7 @@ def parse_line(text: str, line_no: int = 0) -> LogItem | None:
 
 def _batch_line(text: str, head: re.Match[str], line_no: int) -> BatchLine:
     stamp, ranks = _timestamp(text[: head.start()])
-    raw = {k.strip().lower(): v.strip() for k, v in _PAIR.findall(text[head.end() :])}
+    raw = _pairs(text[head.end() :])
     values: dict[str, object] = {}
     for key, value in raw.items():
         name = _FIELDS.get(key)
@@ -144,6 +148,18 @@ def _batch_line(text: str, head: re.Match[str], line_no: int) -> BatchLine:
             values[name] = _value(name, value)
     kind = head.group(1).lower()
     return BatchLine(kind=kind, line_no=line_no, timestamp=stamp, ranks=ranks, raw=raw, **values)  # type: ignore[arg-type]
+
+
+def _pairs(text: str) -> dict[str, str]:
+    """``key: value`` pairs separated by commas (first pair of a key wins), in one linear pass.
+    A key starts at its first letter or ``#``; a segment without a colon is no pair."""
+    raw: dict[str, str] = {}
+    for segment in text.split(","):
+        key, colon, value = segment.partition(":")
+        start = _KEY_START.search(key)
+        if colon and start is not None:
+            raw.setdefault(key[start.start() :].strip().lower(), value.strip())
+    return raw
 
 
 def _timestamp(prefix: str) -> tuple[str | None, dict[str, int]]:
@@ -163,6 +179,8 @@ def _value(name: str, text: str) -> object:
     try:
         number = float(text.rstrip("%").strip())
     except ValueError:
+        return None
+    if not math.isfinite(number):  # "nan" / "inf" printed by a broken counter: the figure is absent
         return None
     if name in _INTS:
         return int(number)

@@ -38,6 +38,14 @@ from eaglelab.engine.formats.conventions import (
     tappable_hf_range,
 )
 from eaglelab.engine.errors import CheckpointError, ConfigError, read_json_object
+from eaglelab.engine.formats.validate import (
+    check_finite_tensor,
+    check_integer_tensor,
+    check_real,
+    check_rope_scaling,
+    listed_weight_files,
+    real_number,
+)
 
 FORMATS: tuple[str, ...] = ("sglang", "speculators")
 SEVERITIES: tuple[str, ...] = ("error", "warning", "info")
@@ -151,6 +159,17 @@ class DraftCheckpoint:
         """All tensors under their normalised names."""
         return {name: _read_tensor(info, device) for name, info in self.tensors.items()}
 
+    def check_values(self) -> None:
+        """Every tensor finite; d2t integer offsets, t2d a bool (or 0/1) mask. Raises CheckpointError."""
+        for name, info in self.tensors.items():
+            tensor = _read_tensor(info, "cpu")
+            if name == "d2t":
+                check_integer_tensor(tensor, info.file, info.source_name)
+            elif name == "t2d" and tensor.dtype != torch_bool():
+                check_integer_tensor(tensor, info.file, info.source_name, low=0, high=1)
+            else:
+                check_finite_tensor(tensor, info.file, info.source_name)
+
     def expected_shapes(self, num_aux: int | None = None) -> dict[str, tuple[int, ...]]:
         """Tensor shapes this config implies (``num_aux``: the ids' count, 3 when none are given)."""
         if num_aux is None:
@@ -184,7 +203,7 @@ def read_draft_checkpoint(path: str | Path) -> DraftCheckpoint:
     fmt = detect_format(raw, config_file)
     tensors, files = _scan_weights(path, fmt)
     fields = _normalise_sglang(raw, config_file) if fmt == "sglang" else _normalise_speculators(raw, config_file)
-    return DraftCheckpoint(
+    ck = DraftCheckpoint(
         path=path,
         format=fmt,
         config_file=config_file,
@@ -193,6 +212,14 @@ def read_draft_checkpoint(path: str | Path) -> DraftCheckpoint:
         weight_files=files,
         **fields,
     )
+    ck.check_values()
+    return ck
+
+
+def torch_bool() -> Any:
+    import torch
+
+    return torch.bool
 
 
 def _read_json(config_file: Path) -> dict[str, Any]:
@@ -212,6 +239,7 @@ def detect_format(raw: Mapping[str, Any], config_file: str | Path = "config.json
                               found=kind, expected="eagle3")
         return "speculators"
     archs = raw.get("architectures") or []
+    archs = archs if isinstance(archs, list) else [archs]
     if any("eagle3" in str(a).lower() for a in archs) or "eagle_config" in raw or "draft_vocab_size" in raw:
         return "sglang"
     raise ConfigError(
@@ -246,9 +274,7 @@ def _llama_fields(d: Mapping[str, Any], source: Path, prefix: str = "") -> dict[
     hidden = _get_int(d, "hidden_size", source, prefix=prefix)
     heads = _get_int(d, "num_attention_heads", source, prefix=prefix)
     kv_heads = _get_int(d, "num_key_value_heads", source, default=heads, prefix=prefix)
-    rope_scaling = d.get("rope_scaling")
-    if rope_scaling is not None and not isinstance(rope_scaling, dict):
-        raise ConfigError("must be an object or null", file=source, field=prefix + "rope_scaling", found=rope_scaling)
+    rope_scaling = check_rope_scaling(d.get("rope_scaling"), source, prefix + "rope_scaling")
     mpe = d.get("max_position_embeddings")
     if mpe is not None and (isinstance(mpe, bool) or not isinstance(mpe, int) or mpe <= 0):
         raise ConfigError("must be a positive integer", file=source, field=prefix + "max_position_embeddings", found=mpe)
@@ -259,12 +285,28 @@ def _llama_fields(d: Mapping[str, Any], source: Path, prefix: str = "") -> dict[
         head_dim=_get_int(d, "head_dim", source, default=hidden // heads, prefix=prefix),
         intermediate_size=_get_int(d, "intermediate_size", source, prefix=prefix),
         num_hidden_layers=_get_int(d, "num_hidden_layers", source, default=1, prefix=prefix),
-        rms_norm_eps=float(d.get("rms_norm_eps", 1e-6)),
-        rope_theta=float(d.get("rope_theta", (d.get("rope_parameters") or {}).get("rope_theta", 10000.0))),
+        rms_norm_eps=real_number(d, "rms_norm_eps", source, default=1e-6, low=0.0, high=1.0, low_open=True, prefix=prefix),
+        rope_theta=_rope_theta(d, source, prefix),
         rope_scaling=MappingProxyType(dict(rope_scaling)) if rope_scaling else None,
         max_position_embeddings=mpe,
         vocab_size=_get_int(d, "vocab_size", source, prefix=prefix),
     )
+
+
+def _rope_theta(d: Mapping[str, Any], source: Path, prefix: str) -> float:
+    params = d.get("rope_parameters")
+    nested = params.get("rope_theta") if isinstance(params, dict) else None
+    value = d.get("rope_theta") if d.get("rope_theta") is not None else nested
+    return check_real(10000.0 if value is None else value, source, prefix + "rope_theta", low=0.0, low_open=True)
+
+
+def _draft_vocab(raw: Mapping[str, Any], source: Path, vocab_size: int) -> int:
+    size = _get_int(raw, "draft_vocab_size", source, default=DEFAULT_DRAFT_VOCAB)
+    if raw.get("draft_vocab_size") is not None and size > vocab_size:
+        raise ConfigError("larger than the vocabulary it is drawn from", file=source, field="draft_vocab_size",
+                          found=size, expected=f"<= vocab_size ({vocab_size})",
+                          hint="the draft vocabulary is a subset of the target's: fix draft_vocab_size or vocab_size")
+    return size
 
 
 def _normalise_sglang(raw: dict[str, Any], source: Path) -> dict[str, Any]:
@@ -280,7 +322,7 @@ def _normalise_sglang(raw: dict[str, Any], source: Path) -> dict[str, Any]:
     draft_vocab = raw.get("draft_vocab_size")
     fields.update(
         target_hidden_size=_opt_int(raw, "target_hidden_size", source),
-        draft_vocab_size=_get_int(raw, "draft_vocab_size", source, default=DEFAULT_DRAFT_VOCAB),
+        draft_vocab_size=_draft_vocab(raw, source, fields["vocab_size"]),
         draft_vocab_size_given=draft_vocab is not None,
         aux_layer_ids=ids,
         aux_convention="sglang" if ids is not None else None,
@@ -304,12 +346,12 @@ def _normalise_speculators(raw: dict[str, Any], source: Path) -> dict[str, Any]:
     if ids is None and isinstance(eagle, dict):
         ids = _ids_from(eagle.get("eagle_aux_hidden_state_layer_ids"), source, IDS_FIELD_EAGLE_CONFIG)
         ids_field = IDS_FIELD_EAGLE_CONFIG if ids is not None else None
-    verifier = ((raw.get("speculators_config") or {}).get("verifier") or {}).get("name_or_path")
+    verifier = _object(_object(raw.get("speculators_config")).get("verifier")).get("name_or_path")
     draft_vocab = raw.get("draft_vocab_size")
     nbr = raw.get("norm_before_residual")
     fields.update(
         target_hidden_size=_opt_int(raw, "target_hidden_size", source),
-        draft_vocab_size=_get_int(raw, "draft_vocab_size", source, default=DEFAULT_DRAFT_VOCAB),
+        draft_vocab_size=_draft_vocab(raw, source, fields["vocab_size"]),
         draft_vocab_size_given=draft_vocab is not None,
         aux_layer_ids=ids,
         aux_convention="vllm" if ids is not None else None,
@@ -319,6 +361,11 @@ def _normalise_speculators(raw: dict[str, Any], source: Path) -> dict[str, Any]:
         verifier=str(verifier) if verifier else None,
     )
     return fields
+
+
+def _object(value: Any) -> Mapping[str, Any]:
+    """An optional nested object; anything else reads as empty (its fields then count as absent)."""
+    return value if isinstance(value, dict) else {}
 
 
 def _opt_int(raw: Mapping[str, Any], key: str, source: Path) -> int | None:
@@ -341,7 +388,7 @@ def normalise_tensor_name(name: str, fmt: str) -> str:
 
 
 def _weight_files(path: Path) -> list[Path]:
-    files = sorted(path.glob("*.safetensors"))
+    files, _stale = listed_weight_files(path, path.glob("*.safetensors"))  # shards the index does not list are not read
     if not files and any(path.glob("*.bin")):
         raise CheckpointError(
             "only pickled *.bin weights found",

@@ -18,9 +18,8 @@ from __future__ import annotations
 
 import gzip
 import io
-import pickle
 import re
-import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -28,6 +27,7 @@ from typing import Iterator
 import torch
 
 from eaglelab.engine.errors import CheckpointError
+from eaglelab.engine.formats.validate import check_finite_tensor, check_integer_tensor, torch_load
 
 ROWS_PER_DIR = 2000
 _DATA_NAME = re.compile(r"^data_(\d+)\.ckpt(\.gz)?$")
@@ -86,20 +86,16 @@ def list_samples(data_dir: str | Path) -> list[Path]:
 
 def _load(path: Path) -> object:
     """``torch.load(weights_only=True)`` of a .ckpt or .ckpt.gz; user-facing error on failure."""
-    hint = "the file is truncated or corrupt: regenerate it (or drop it from the directory)"
-    try:
-        if path.name.endswith(".gz"):
+    hint = ("eaglelab loads only tensors and plain containers: the sample is truncated or corrupt, or not a dict of "
+            "tensors; regenerate it (or drop it from the directory)")
+    if path.name.endswith(".gz"):
+        try:
             with gzip.open(path, "rb") as f:
-                return torch.load(io.BytesIO(f.read()), weights_only=True, map_location="cpu")
-        with open(path, "rb") as f:
-            return torch.load(f, weights_only=True, map_location="cpu")
-    except pickle.UnpicklingError as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "unpickling failed"
-        raise CheckpointError(f"cannot be read with weights_only=True ({first[:200]})", file=path,
-                              hint="eaglelab loads only tensors and plain containers; re-save the sample as a dict of tensors") from None
-    except (RuntimeError, EOFError, OSError, zipfile.BadZipFile, ValueError, KeyError) as exc:
-        reason = str(exc).split(". ")[0][:200] or type(exc).__name__
-        raise CheckpointError(f"cannot be read ({reason})", file=path, hint=hint) from None
+                data = f.read()
+        except (EOFError, gzip.BadGzipFile, zlib.error) as exc:
+            raise CheckpointError(f"cannot be decompressed ({exc})", file=path, hint=hint) from None
+        return torch_load(path, what="a SpecForge sample", hint=hint, data=data)
+    return torch_load(path, what="a SpecForge sample", hint=hint)
 
 
 def read_sample(path: str | Path) -> Sample:
@@ -112,8 +108,12 @@ def read_sample(path: str | Path) -> Sample:
         if not isinstance(obj.get(key), torch.Tensor):
             raise CheckpointError("missing tensor", file=path, field=key,
                                   expected="input_ids, loss_mask, hidden_state, aux_hidden_state")
+    check_integer_tensor(obj["input_ids"], path, "input_ids", low=0)
     ids = obj["input_ids"].reshape(-1).long()  # [T]
     t = ids.shape[0]
+    if t == 0:
+        raise CheckpointError("holds no tokens", file=path, field="input_ids", found="0 tokens", expected=">= 1",
+                              hint="drop the empty sample from the directory (or recapture it)")
     mask = obj.get("loss_mask")
     mask = mask.reshape(-1) if isinstance(mask, torch.Tensor) else torch.ones(t, dtype=torch.long)  # [T]
     aux = _as_batch_seq(obj["aux_hidden_state"], t, path, "aux_hidden_state")
@@ -124,6 +124,11 @@ def read_sample(path: str | Path) -> Sample:
     if hs is not None and aux.shape[-1] % hs.shape[-1]:
         raise CheckpointError("width is not a multiple of hidden_state's", file=path, field="aux_hidden_state",
                               found=aux.shape[-1], expected=f"n x {hs.shape[-1]}")
+    for key, x in (("aux_hidden_state", aux), ("hidden_state", hs)):
+        if x is not None and not torch.is_floating_point(x):
+            raise CheckpointError("must hold floating-point states", file=path, field=key, found=str(x.dtype))
+        if x is not None:
+            check_finite_tensor(x, path, key, hint="the target overflowed or the file is damaged: recapture this sample")
     return Sample(ids, mask, hs, aux, path)
 
 

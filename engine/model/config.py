@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.engine.errors import ConfigError, read_json_object
+from eaglelab.engine.formats.validate import check_int, check_real, check_rope_scaling, real_number
 
 # HF architectures we run, and the family they map to.
 ARCHITECTURES: dict[str, str] = {
@@ -115,10 +116,14 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str | Path = "config.json") -> "ModelConfig":
         archs = d.get("architectures") or []
-        arch = archs[0] if archs else None
+        arch = (archs[0] if archs else None) if isinstance(archs, list) else archs
+        if arch is not None and not isinstance(arch, str):
+            raise ConfigError("must be a list of architecture names", file=source, field="architectures",
+                              found=repr(archs)[:80], expected=" | ".join(sorted(ARCHITECTURES)))
         if arch is None:
+            model_type = d.get("model_type", "")
             family = {"llama": "llama", "mistral": "llama", "qwen2": "qwen2", "qwen3": "qwen3"}.get(
-                d.get("model_type", ""), None
+                model_type if isinstance(model_type, str) else "", None
             )
             if family is None:
                 raise ConfigError(
@@ -145,8 +150,8 @@ class ModelConfig:
                 raise ConfigError("must be a positive integer", file=source, field=key, found=d[key])
         family = ARCHITECTURES[arch]
         heads = d["num_attention_heads"]
-        kv_heads = d.get("num_key_value_heads") or heads
-        head_dim = d.get("head_dim") or d["hidden_size"] // heads
+        kv_heads = check_int(d.get("num_key_value_heads") or heads, source, "num_key_value_heads", low=1)
+        head_dim = check_int(d.get("head_dim") or d["hidden_size"] // heads, source, "head_dim", low=1)
         if heads % kv_heads:
             raise ConfigError(
                 "num_attention_heads must be a multiple of num_key_value_heads",
@@ -155,20 +160,14 @@ class ModelConfig:
                 found=kv_heads,
                 expected=f"a divisor of {heads}",
             )
-        rope_scaling = d.get("rope_scaling")
-        if rope_scaling is not None and not isinstance(rope_scaling, dict):
-            raise ConfigError("must be an object or null", file=source, field="rope_scaling", found=rope_scaling)
-        rope_type = (rope_scaling or {}).get("rope_type", (rope_scaling or {}).get("type"))
-        if rope_type not in (None, "default", "llama3", "linear"):
-            raise ConfigError(
-                "unsupported rope scaling",
-                file=source,
-                field="rope_scaling.rope_type",
-                found=rope_type,
-                expected="default | llama3 | linear",
-            )
+        rope_scaling = check_rope_scaling(d.get("rope_scaling"), source)
         eos = d.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else ((eos,) if isinstance(eos, int) else ())
+        for token in eos_ids:
+            check_int(token, source, "eos_token_id", low=0, high=d["vocab_size"] - 1)
+        bos = d.get("bos_token_id")
+        if bos is not None:
+            check_int(bos, source, "bos_token_id", low=0, high=d["vocab_size"] - 1)
         known = set(_REQUIRED) | {
             "architectures", "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta",
             "rope_scaling", "max_position_embeddings", "tie_word_embeddings", "attention_bias",
@@ -176,7 +175,11 @@ class ModelConfig:
         }
         rope_theta = d.get("rope_theta")
         if rope_theta is None:
-            rope_theta = ((d.get("rope_parameters") or {}).get("rope_theta")) or 10000.0
+            rope_params = d.get("rope_parameters")
+            rope_theta = (rope_params.get("rope_theta") if isinstance(rope_params, dict) else None) or 10000.0
+        rope_theta = check_real(rope_theta, source, "rope_theta", low=0.0, low_open=True)
+        eps = real_number(d, "rms_norm_eps", source, default=1e-6 if family != "llama" else 1e-5, low=0.0, high=1.0, low_open=True)
+        max_pos = check_int(d.get("max_position_embeddings", 2048), source, "max_position_embeddings", low=1)
         return cls(
             architecture=arch,
             family=family,
@@ -187,10 +190,10 @@ class ModelConfig:
             num_heads=heads,
             num_kv_heads=kv_heads,
             head_dim=head_dim,
-            rms_norm_eps=float(d.get("rms_norm_eps", 1e-6 if family != "llama" else 1e-5)),
-            rope_theta=float(rope_theta),
+            rms_norm_eps=eps,
+            rope_theta=rope_theta,
             rope_scaling=tuple(sorted(rope_scaling.items())) if rope_scaling else None,
-            max_position_embeddings=int(d.get("max_position_embeddings", 2048)),
+            max_position_embeddings=max_pos,
             tie_word_embeddings=bool(d.get("tie_word_embeddings", False)),
             attention_bias=bool(d.get("attention_bias", family == "qwen2")),
             qk_norm=family == "qwen3",
@@ -207,17 +210,19 @@ def _moe_from_dict(d: dict[str, Any], source: str | Path) -> MoEConfig:
         if key not in d:
             raise ConfigError("missing MoE field", file=source, field=key, hint="DeepSeek-V3 / Kimi-K2 configs carry it")
     scoring = d.get("scoring_func", "sigmoid")
-    if scoring not in ("sigmoid", "softmax"):
+    if not isinstance(scoring, str) or scoring not in ("sigmoid", "softmax"):
         raise ConfigError("unsupported gating", file=source, field="scoring_func", found=scoring, expected="sigmoid | softmax")
+    experts = check_int(d["n_routed_experts"], source, "n_routed_experts", low=1)
+    groups = check_int(d.get("n_group", 1) or 1, source, "n_group", low=1, high=experts)
     return MoEConfig(
-        num_experts=d["n_routed_experts"],
-        top_k=d["num_experts_per_tok"],
-        expert_intermediate_size=d["moe_intermediate_size"],
-        num_shared_experts=d.get("n_shared_experts", 1) or 0,
-        first_dense_layers=d.get("first_k_dense_replace", 0),
+        num_experts=experts,
+        top_k=check_int(d["num_experts_per_tok"], source, "num_experts_per_tok", low=1, high=experts),
+        expert_intermediate_size=check_int(d["moe_intermediate_size"], source, "moe_intermediate_size", low=1),
+        num_shared_experts=check_int(d.get("n_shared_experts", 1) or 0, source, "n_shared_experts", low=0),
+        first_dense_layers=check_int(d.get("first_k_dense_replace", 0), source, "first_k_dense_replace", low=0),
         scoring=scoring,
-        n_group=d.get("n_group", 1) or 1,
-        topk_group=d.get("topk_group", 1) or 1,
-        routed_scaling_factor=float(d.get("routed_scaling_factor", 1.0)),
+        n_group=groups,
+        topk_group=check_int(d.get("topk_group", 1) or 1, source, "topk_group", low=1, high=groups),
+        routed_scaling_factor=real_number(d, "routed_scaling_factor", source, default=1.0, low=0.0, low_open=True),
         norm_topk_prob=bool(d.get("norm_topk_prob", True)),
     )

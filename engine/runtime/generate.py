@@ -29,6 +29,7 @@ import torch
 from eaglelab.engine.runtime.acceptance import Acceptance, greedy_accept, rejection_accept
 from eaglelab.engine.runtime.contracts import DraftView, Drafter, Runner
 from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.runtime.limits import check_memory, kv_cache_bytes
 from eaglelab.engine.model.layers import prefix_mask
 from eaglelab.engine.model.model import Transformer
 from eaglelab.engine.runtime.observer import CycleStats, Observer, RunInfo, RunSummary, json_values
@@ -189,6 +190,7 @@ class Engine:
             return cache
         cfg = self.target.config
         local_kv = self.target.layers[0].self_attn.local_kv_heads
+        check_memory(kv_cache_bytes(cfg, batch, max_len, self.dtype, local_kv), self.device, "the KV cache")
         return KVCache(cfg.num_layers, batch, local_kv, max_len, cfg.head_dim, dtype=self.dtype, device=self.device)
 
     def _taps(self) -> tuple[int, ...]:

@@ -14,7 +14,6 @@ Worked example: counts ``[5, 0, 9, 1]`` and a draft vocabulary of 2 keep target 
 
 from __future__ import annotations
 
-import pickle
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable
@@ -100,14 +99,17 @@ def read_ids_and_mask(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
         return s.input_ids, s.loss_mask
     try:
         obj = torch.load(path, mmap=True, weights_only=True, map_location="cpu")
-    except (RuntimeError, pickle.UnpicklingError, OSError, EOFError, ValueError):
-        s = read_sample(path)  # a bad or old-format file: the full reader explains what is wrong
+    except Exception:  # noqa: BLE001 - any bad file: the full reader explains what is wrong, naming it
+        s = read_sample(path)
         return s.input_ids, s.loss_mask
     if not isinstance(obj, dict) or not isinstance(obj.get("input_ids"), torch.Tensor):
         raise CheckpointError("missing tensor", file=path, field="input_ids")
     ids = obj["input_ids"].reshape(-1).long().clone()
     mask = obj.get("loss_mask")
     mask = mask.reshape(-1).clone() if isinstance(mask, torch.Tensor) else torch.ones_like(ids)
+    if mask.numel() != ids.numel():
+        raise CheckpointError("length differs from input_ids", file=path, field="loss_mask", found=mask.numel(),
+                              expected=ids.numel(), hint="the sample is damaged: recapture it")
     return ids, mask
 
 

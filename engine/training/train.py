@@ -40,6 +40,7 @@ from torch import nn
 from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.model.eagle3 import Eagle3Config, Eagle3Drafter
 from eaglelab.engine.errors import CheckpointError, ConfigError
+from eaglelab.engine.formats.validate import load_tensor_dict
 from eaglelab.engine.model.layers import apply_rotary, attend
 from eaglelab.engine.formats.specforge_data import VocabMapping, list_samples, read_sample
 
@@ -385,6 +386,9 @@ class TrainResult:
     stopped_by_time: bool = False
 
 
+CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "position", "rng", "num_samples")
+
+
 class Trainer:
     """Owns the drafter, optimizer, scheduler and the data position; :meth:`train` runs the loop.
 
@@ -542,12 +546,17 @@ class Trainer:
         return path
 
     def load_checkpoint(self, path: str | Path) -> None:
+        try:
+            self._restore(path)
+        except (RuntimeError, ValueError, KeyError, TypeError, AttributeError) as exc:  # a dict of the wrong things
+            raise CheckpointError(f"does not fit this drafter and optimizer ({str(exc).splitlines()[0][:200]})",
+                                  file=path, hint="resume only from checkpoints of the same `eaglelab train` run") from None
+
+    def _restore(self, path: str | Path) -> None:
         """Restore a state written by :meth:`save_checkpoint` (``weights_only`` load)."""
         path = Path(path)
-        try:
-            state = torch.load(path, weights_only=True, map_location="cpu")
-        except (RuntimeError, OSError, EOFError) as exc:
-            raise CheckpointError(f"cannot read the training checkpoint ({str(exc)[:200]})", file=path) from None
+        state = load_tensor_dict(path, what="a training checkpoint", required=CHECKPOINT_KEYS,
+                                 hint="resume from a step_*.pt file that `eaglelab train` wrote")
         if state.get("num_samples") != len(self.data):
             raise CheckpointError("the checkpoint was trained on other data", file=path, field="num_samples",
                                   found=state.get("num_samples"), expected=len(self.data),

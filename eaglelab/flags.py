@@ -1,0 +1,218 @@
+"""Flag values checked before any model loads: counts, finite numbers, text, and output paths.
+
+argparse checks a flag's type (``--steps x`` is refused); this layer checks its value, so
+``--max-new-tokens 0``, ``--interval nan`` or ``--prompts -3`` end in a message naming the flag,
+what was found and what is expected (exit 2) instead of a traceback, a hang or a silent default.
+One table, :data:`RULES`, keyed by the argparse destination; a rule applies to every command that
+has the flag unless it names commands. Output paths are checked here too, before the work starts:
+a run that took an hour must not fail at its last step because ``--out`` is a file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from eaglelab.engine.errors import EagleLabError
+
+MAX_COUNT = 1_000_000  # any count flag above this is a typo, and would allocate or loop without end
+MAX_TOKENS = 1 << 20  # --max-new-tokens and friends: further bounded by the model's context window
+MAX_SEED = (1 << 63) - 1
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a flag's value must be: an int or a finite float within [low, high] (``low_open``: > low)."""
+
+    kind: str  # "int" | "float"
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    commands: tuple[str, ...] = ()  # empty: every command that has the flag
+
+    def expected(self) -> str:
+        lo = "" if self.low is None else f"{'>' if self.low_open else '>='} {_num(self.low)}"
+        hi = "" if self.high is None else f"<= {_num(self.high)}"
+        kind = "an integer" if self.kind == "int" else "a finite number"
+        return " ".join(p for p in (kind, lo, "and" if lo and hi else "", hi) if p)
+
+
+def _num(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def _count(low: int = 1, high: int = MAX_COUNT, *commands: str) -> Rule:
+    return Rule("int", low, high, commands=commands)
+
+
+def _real(low: float | None = None, high: float | None = None, *, low_open: bool = False) -> Rule:
+    return Rule("float", low, high, low_open)
+
+
+RULES: dict[str, Rule] = {
+    "max_new_tokens": _count(1, MAX_TOKENS),
+    "max_tokens": _count(2, MAX_TOKENS),
+    "max_length": _count(2, MAX_TOKENS),
+    "max_prompt_tokens": _count(1, MAX_TOKENS),
+    "micro_context": _count(1, MAX_TOKENS),
+    "steps": _count(1, 64),
+    "topk": _count(1, 64),
+    "draft_tokens": _count(0, 4096),
+    "top_k": _count(0, MAX_COUNT),
+    "tp": _count(1, 4096),
+    "samples": _count(),
+    "prompts": _count(1, MAX_COUNT, "capture", "bench"),
+    "repeats": _count(),
+    "batch_size": _count(1, 65536),
+    "epochs": _count(),
+    "ttt_length": _count(1, 64),
+    "draft_vocab_size": _count(1, 1 << 24),
+    "max_steps": _count(),
+    "checkpoint_every": _count(0),
+    "log_every": _count(),
+    "eval_every": _count(0),
+    "eval_samples": _count(),
+    "count": _count(),
+    "limit": _count(),
+    "time_limit": _real(0.0, 365 * 24 * 3600.0, low_open=True),
+    "seed": _count(0, MAX_SEED),
+    "temperature": _real(0.0, 100.0),
+    "top_p": _real(0.0, 1.0, low_open=True),
+    "timeout": _real(0.0, 7 * 24 * 3600.0, low_open=True),
+    "interval": _real(0.0, 3600.0, low_open=True),
+    "decode_ms": _real(0.0, 1e6, low_open=True),
+    "expected_accept_len": _real(0.0, 1e4, low_open=True),
+    "hbm_tbps": _real(0.0, 1e3, low_open=True),
+    "speed": _real(0.0, 1e6),
+    "lr": _real(0.0, 10.0, low_open=True),
+    "step_decay": _real(0.0, 1.0, low_open=True),
+    "warmup_ratio": _real(0.0, 1.0),
+    "max_grad_norm": _real(0.0, 1e6, low_open=True),
+    "weight_decay": _real(0.0, 10.0),
+}
+
+
+def flag_name(dest: str) -> str:
+    """``max_new_tokens`` -> ``--max-new-tokens`` (positionals: upper case)."""
+    return dest.upper() if dest in _POSITIONALS else "--" + dest.replace("_", "-")
+
+
+_POSITIONALS = {"prompt", "url", "file", "record", "draft_dir", "logdir"}
+
+
+def check_value(dest: str, value: Any, rule: Rule) -> None:
+    """Raise :class:`EagleLabError` when ``value`` breaks ``rule``."""
+    name = flag_name(dest)
+    if rule.kind == "float" and not math.isfinite(value):
+        raise EagleLabError("must be a finite number", field=name, found=value, expected=rule.expected())
+    too_low = rule.low is not None and (value <= rule.low if rule.low_open else value < rule.low)
+    if too_low or (rule.high is not None and value > rule.high):
+        raise EagleLabError("out of range", field=name, found=value, expected=rule.expected())
+
+
+def check_text(dest: str, value: str) -> None:
+    """Text a user typed must be valid Unicode (a non-UTF-8 byte arrives as a lone surrogate)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise EagleLabError("is not valid UTF-8 text", field=flag_name(dest),
+                            found=f"byte {value[exc.start]!r} at character {exc.start}",
+                            hint="pass the text in UTF-8 (check the terminal's or the file's encoding)") from None
+
+
+def validate(args: argparse.Namespace) -> None:
+    """Check every flag of the parsed command line; raises :class:`EagleLabError` on the first bad one."""
+    command = getattr(args, "command", None) or ""
+    for dest, value in sorted(vars(args).items()):
+        if isinstance(value, str):
+            check_text(dest, value)
+        elif isinstance(value, list):
+            for item in value:
+                if isinstance(item, str):
+                    check_text(dest, item)
+        rule = RULES.get(dest)
+        if rule is None or isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue  # no rule, unset, or another command's flag of the same name (distill --prompts FILE)
+        if rule.commands and command not in rule.commands:
+            continue
+        check_value(dest, value, rule)
+    for check in OUTPUT_CHECKS.get(command, ()):
+        check(args)
+    for check in COMMAND_CHECKS.get(command, ()):
+        check(args)
+
+
+# ---- output paths, checked before the work starts ----------------------------------------------------
+
+
+def _record_output(args: argparse.Namespace) -> None:
+    if getattr(args, "record", None):
+        from eaglelab.probes.record import check_record_output
+
+        check_record_output(args.record, mode="replace" if getattr(args, "force", False) else "new")
+
+
+def _dir_output(dest: str) -> Callable[[argparse.Namespace], None]:
+    def check(args: argparse.Namespace) -> None:
+        value = getattr(args, dest, None)
+        if value:
+            check_output_dir(value, flag_name(dest))
+
+    return check
+
+
+def check_output_dir(path: str | Path, flag: str) -> None:
+    """An output directory: absent (it will be made) or a directory; its nearest existing parent writable."""
+    import os
+
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise EagleLabError("is a file, not a directory", file=path, field=flag, expected="a directory (new or existing)",
+                            hint="pick another path; eaglelab does not overwrite your files")
+    parent = path
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise EagleLabError("cannot be written here", file=parent, field=flag, found="no write permission",
+                            hint="pick a directory you can write to")
+
+
+def _train_out(args: argparse.Namespace) -> None:
+    check_output_dir(args.out, "--out")
+    out = Path(args.out)
+    if not out.is_dir():
+        return
+    ours = {"config.json", "model.safetensors", "model.safetensors.index.json", "eaglelab_training.json", "checkpoints"}
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in ours and not p.name.endswith(".safetensors"))
+    if foreign:
+        raise EagleLabError("holds files that are not a drafter's", file=out, field="--out",
+                            found=", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else ""),
+                            expected="a new directory, or one an earlier `eaglelab train` wrote",
+                            hint="pick a new directory: train writes config.json and *.safetensors there")
+
+
+OUTPUT_CHECKS: dict[str, tuple[Callable[[argparse.Namespace], None], ...]] = {
+    "run": (_record_output, _dir_output("tensorboard")),
+    "trace": (_dir_output("logdir"),),
+    "capture": (_dir_output("out"),),
+    "train": (_train_out, _dir_output("tensorboard"), _dir_output("checkpoint_dir")),
+    "prompts": (_dir_output("out"),),
+    "distill": (_dir_output("out"),),
+}
+
+
+# ---- values that only make sense together ---------------------------------------------------------------
+
+
+def _run_prompt(args: argparse.Namespace) -> None:
+    if args.raw and not args.prompt:
+        raise EagleLabError("is empty: with --raw there is nothing to feed the model", field="PROMPT", found='""',
+                            hint="give a prompt, or drop --raw to send an empty user message through the chat template")
+
+
+COMMAND_CHECKS: dict[str, tuple[Callable[[argparse.Namespace], None], ...]] = {
+    "run": (_run_prompt,),
+}

@@ -1,0 +1,213 @@
+"""One place for the checks every file reader shares: types, ranges, finite values, sizes.
+
+Each check either returns the value it checked (converted to the type wanted) or raises a
+:class:`~eaglelab.engine.errors.ConfigError` / :class:`~eaglelab.engine.errors.CheckpointError`
+that names the file, the field, what was found, what was expected and what to do. Readers call
+these instead of ``float(d.get(...))``, which turns ``"abc"`` into a traceback and ``NaN`` into a
+model that silently produces garbage.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from eaglelab.engine.errors import CheckpointError, ConfigError, EagleLabError
+
+_MISSING = object()
+
+
+def _shown(value: Any, limit: int = 80) -> str:
+    """A found value as the user wrote it, cut to ``limit`` characters."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def real_number(
+    d: Mapping[str, Any],
+    key: str,
+    source: str | Path,
+    *,
+    default: Any = _MISSING,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    prefix: str = "",
+) -> float:
+    """``d[key]`` as a finite float in [low, high] (``low_open``: strictly above ``low``)."""
+    value = d.get(key)
+    if value is None:
+        if default is _MISSING:
+            raise ConfigError("missing field", file=source, field=prefix + key, hint="add it (see the model's card)")
+        value = default
+    return check_real(value, source, prefix + key, low=low, high=high, low_open=low_open)
+
+
+def check_real(value: Any, source: str | Path | None, field: str, *, low: float | None = None,
+               high: float | None = None, low_open: bool = False, error: type[EagleLabError] = ConfigError) -> float:
+    """A finite number (not a bool, not a string) within the bounds given."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise error("must be a number", file=source, field=field, found=_shown(value), expected=_range(low, high, low_open))
+    number = float(value)
+    if not math.isfinite(number):
+        raise error("must be a finite number", file=source, field=field, found=_shown(value),
+                    expected=_range(low, high, low_open), hint="NaN and infinities make every output garbage; fix the value")
+    too_low = low is not None and (number <= low if low_open else number < low)
+    if too_low or (high is not None and number > high):
+        raise error("out of range", file=source, field=field, found=_shown(value), expected=_range(low, high, low_open))
+    return number
+
+
+def check_int(value: Any, source: str | Path | None, field: str, *, low: int | None = None,
+              high: int | None = None, error: type[EagleLabError] = ConfigError) -> int:
+    """An integer (not a bool, not a float) within [low, high]."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise error("must be an integer", file=source, field=field, found=_shown(value), expected=_range(low, high, False))
+    if (low is not None and value < low) or (high is not None and value > high):
+        raise error("out of range", file=source, field=field, found=value, expected=_range(low, high, False))
+    return value
+
+
+def _range(low: float | None, high: float | None, low_open: bool) -> str:
+    if low is None and high is None:
+        return "a finite number"
+    if high is None:
+        return f"{'>' if low_open else '>='} {low:g}"
+    if low is None:
+        return f"<= {high:g}"
+    return f"{low:g} {'<' if low_open else '<='} value <= {high:g}"
+
+
+def check_text(value: Any, source: str | Path | None, field: str, *, max_len: int = 10_000) -> str:
+    """A string of at most ``max_len`` characters."""
+    if not isinstance(value, str):
+        raise ConfigError("must be a string", file=source, field=field, found=_shown(value))
+    if len(value) > max_len:
+        raise ConfigError("too long", file=source, field=field, found=f"{len(value)} characters", expected=f"<= {max_len}")
+    return value
+
+
+def check_finite_tensor(tensor: Any, source: str | Path, name: str, *, hint: str | None = None) -> None:
+    """A floating tensor holds no NaN or infinity (integer and bool tensors always pass)."""
+    import torch
+
+    if not torch.is_floating_point(tensor) or tensor.numel() == 0:
+        return
+    bad = (~torch.isfinite(tensor)).sum().item()
+    if bad:
+        kind = "NaN" if torch.isnan(tensor).any().item() else "infinite"
+        raise CheckpointError(
+            f"holds {bad} non-finite value(s) ({kind} among them)", file=source, field=name,
+            found=f"{bad} of {tensor.numel()} values", expected="finite numbers only",
+            hint=hint or "the weights are corrupt or came from a diverged training run: re-export or retrain them",
+        )
+
+
+def check_integer_tensor(tensor: Any, source: str | Path, name: str, *, low: int | None = None,
+                         high: int | None = None) -> None:
+    """An integer tensor (int32/int64) whose values lie in [low, high]."""
+    import torch
+
+    if tensor.dtype not in (torch.int64, torch.int32, torch.int16, torch.uint8, torch.int8):
+        raise CheckpointError("must hold integers", file=source, field=name, found=str(tensor.dtype).replace("torch.", ""),
+                              expected="int64", hint="re-save it with .long(); a float copy loses exact offsets")
+    if tensor.numel() == 0:
+        return
+    lo, hi = int(tensor.min().item()), int(tensor.max().item())
+    if (low is not None and lo < low) or (high is not None and hi > high):
+        raise CheckpointError("values out of range", file=source, field=name, found=f"{lo}..{hi}",
+                              expected=_range(low, high, False))
+
+
+def listed_weight_files(directory: Path, files: Iterable[Path]) -> tuple[list[Path], list[Path]]:
+    """(files to read, files ignored): with a ``model.safetensors.index.json``, only the shards it lists
+    are read, so a stale shard left in the directory cannot override real weights."""
+    files = sorted(files)
+    index = directory / "model.safetensors.index.json"
+    if not index.exists():
+        return files, []
+    from eaglelab.engine.errors import read_json_object
+
+    raw = read_json_object(index)
+    weight_map = raw.get("weight_map")
+    if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
+        raise ConfigError("must map tensor names to shard file names", file=index, field="weight_map",
+                          found=_shown(weight_map), hint="re-save the checkpoint, or delete the index if it is stale")
+    listed = set(weight_map.values())
+    missing = sorted(name for name in listed if not (directory / name).is_file())
+    if missing:
+        raise CheckpointError("names shard files that are not in the directory", file=index, field="weight_map",
+                              found=", ".join(missing[:5]), hint="copy the missing shards, or re-save the checkpoint")
+    return [f for f in files if f.name in listed], [f for f in files if f.name not in listed]
+
+
+def load_tensor_dict(path: str | Path, *, what: str, required: Iterable[str] = (), hint: str | None = None) -> dict:
+    """``torch.load(weights_only=True)`` of a file that must hold a dict with ``required`` keys; any
+    failure (not a torch file, a pickle of objects, truncated, the wrong content) is a CheckpointError."""
+    path = Path(path)
+    obj = torch_load(path, what=what, hint=hint)
+    if not isinstance(obj, dict):
+        raise CheckpointError(f"is not {what}", file=path, found=type(obj).__name__, expected="a dict", hint=hint)
+    missing = [key for key in required if key not in obj]
+    if missing:
+        raise CheckpointError(f"is not {what}: keys missing", file=path, found=", ".join(missing), hint=hint)
+    return obj
+
+
+ROPE_TYPES = (None, "default", "llama3", "linear")
+
+
+def check_rope_scaling(value: Any, source: str | Path, field: str = "rope_scaling") -> dict | None:
+    """``rope_scaling``: null, or an object of a supported type whose factors are finite and positive."""
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        raise ConfigError("must be an object or null", file=source, field=field, found=_shown(value))
+    kind = value.get("rope_type", value.get("type"))
+    if not isinstance(kind, (str, type(None))) or kind not in ROPE_TYPES:
+        raise ConfigError("unsupported rope scaling", file=source, field=field + ".rope_type", found=_shown(kind),
+                          expected="default | llama3 | linear")
+    if kind in ("linear", "llama3"):
+        real_number(value, "factor", source, low=0.0, low_open=True, prefix=field + ".")
+    if kind == "llama3":
+        low = real_number(value, "low_freq_factor", source, default=1.0, low=0.0, low_open=True, prefix=field + ".")
+        high = real_number(value, "high_freq_factor", source, default=4.0, low=0.0, low_open=True, prefix=field + ".")
+        real_number(value, "original_max_position_embeddings", source, default=8192, low=1.0, prefix=field + ".")
+        if high <= low:
+            raise ConfigError("must be larger than low_freq_factor", file=source, field=field + ".high_freq_factor",
+                              found=high, expected=f"> {low}")
+    return value
+
+
+def torch_load(path: str | Path, *, what: str, hint: str | None = None, data: bytes | None = None) -> Any:
+    """``torch.load(weights_only=True)`` of a user's file (or of its ``data``, already read).
+
+    Damaged bytes make torch's reader fail in many ways (``UnpicklingError``, ``RuntimeError``, but
+    also ``IndexError``, ``struct.error``, ``UnicodeDecodeError`` ...): every one of them means "this
+    file cannot be read", so every one becomes a CheckpointError naming the file.
+    """
+    import io
+    import pickle
+
+    import torch
+
+    try:
+        source = io.BytesIO(data) if data is not None else path
+        return torch.load(source, weights_only=True, map_location="cpu")
+    except OSError:
+        raise  # the path itself (missing, a directory, no permission): the CLI reports it as such
+    except pickle.UnpicklingError as exc:  # objects outside the allow-list: never unpickled
+        raise CheckpointError(f"cannot be read with weights_only=True ({_first_line(exc)})", file=path,
+                              hint="eaglelab loads only tensors and plain containers; re-save it as a dict of tensors") from None
+    except Exception as exc:  # noqa: BLE001 - any failure to decode untrusted bytes; reported, not hidden
+        raise CheckpointError(f"cannot be read as {what} ({type(exc).__name__}: {_first_line(exc)})", file=path,
+                              hint=hint or "the file is truncated, damaged or not what eaglelab expects: regenerate it") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of an exception's message, terminal colour codes removed, at most 200 characters."""
+    import re
+
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip()
+    return (text.splitlines() or [type(exc).__name__])[0][:200]
