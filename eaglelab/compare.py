@@ -17,7 +17,8 @@ from eaglelab.probes.economics import Economics, analyse
 from eaglelab.probes.report import dominant_verify_graph, economics_inputs, record_verdicts
 
 
-_EAGER_LINE = re.compile(r"^\w+ ran eagerly in \d+ of \d+ steps")
+# Per-phase eager fallbacks and the runner's warnings about them: the "verify graph" row says it.
+_EAGER_LINE = re.compile(r"^(\w+ ran eagerly in \d+ of \d+ steps|warning from runner: )")
 
 
 @dataclass(frozen=True)
@@ -98,7 +99,7 @@ def measure(session: Any, label: str, spec: Any, drafter: Any, prompt_ids: Seque
         identical_to_plain=tokens == baseline.tokens,
         economics=analyse(inputs) if inputs is not None else None,
         verdicts=tuple(v for v in record_verdicts(totals, baseline.decode_ms, expected_accept_len)
-                       if not _EAGER_LINE.match(v)),  # per-phase eager fallbacks: the graph row says it
+                       if not _EAGER_LINE.match(v)),
     )
 
 

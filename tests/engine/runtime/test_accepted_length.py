@@ -55,6 +55,7 @@ class OracleDrafter:
     """Proposes the target's own greedy continuation (known in advance): every draft is accepted."""
 
     target_taps: tuple[int, ...] = ()
+    net = None  # no network: it runs on the host
 
     def __init__(self, spec: SpecConfig, future: list[int]) -> None:
         self.spec, self.future = spec, future
