@@ -2,7 +2,8 @@
 
 Each phase of the loop is a ``record_function`` range named as the events name it (``prefill``,
 ``decode``, ``draft``, ``verify``, ``accept``, ``draft_extend``). The trace is written by
-``tensorboard_trace_handler`` (TensorBoard's profiler plugin reads DIR), opens in Perfetto /
+``tensorboard_trace_handler``; TensorBoard shows it through its PyTorch profiler plugin
+(``torch-tb-profiler``, a dependency: Overview, Operator and Trace views of DIR); it opens in Perfetto /
 chrome://tracing, and carries ``distributedInfo`` so Holistic Trace Analysis accepts it.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import gzip
+import importlib.util
 import json
 from pathlib import Path
 
@@ -47,7 +49,10 @@ def run(args: argparse.Namespace) -> int:
         add_distributed_info(path, rank=0, world_size=session.target.model.tp.world_size if session.target.model.tp else 1)
     err.print(f"{result.generated_tokens} tokens, {result.tokens_per_second:.1f} tok/s (profiler on)")
     for path in written:
-        err.print(f"trace: {path}  (Perfetto: ui.perfetto.dev; tensorboard --logdir {logdir})")
+        err.print(f"trace: {path}  (Perfetto: ui.perfetto.dev; tensorboard --logdir {logdir}, PYTORCH_PROFILER tab)")
+    if written and importlib.util.find_spec("torch_tb_profiler") is None:
+        err.print("[yellow]TensorBoard shows this trace only with its PyTorch profiler plugin, which is not installed "
+                  "here: pip install torch-tb-profiler (Perfetto opens the file as is)[/]")
     return 0 if written else 1
 
 

@@ -238,6 +238,22 @@ def _pick_dtype(name: str, device) -> tuple[str, str]:
     return str(parse_dtype(name)).replace("torch.", ""), "as asked"
 
 
+def resolve_draft(draft: str, model: str, field: str = "--draft") -> tuple[str, str | None]:
+    """The drafter a ``--draft`` value names ("default" | "ngram" | "none" | a directory), with a note
+    on what "default" chose. "default" is the drafter shipped for the default model, else n-gram."""
+    from eaglelab.engine.errors import EagleLabError
+
+    if draft == "default":
+        shipped = shipped_drafter_dir()
+        if shipped is not None and model == "default":
+            return str(shipped), "drafter: the EAGLE-3 drafter shipped for SmolLM2-135M-Instruct"
+        why = "no drafter ships for this model" if model != "default" else "no shipped drafter installed"
+        return "ngram", f"drafter: n-gram ({why})"
+    if draft in ("ngram", "none") or Path(draft).exists():
+        return draft, None
+    raise EagleLabError("no such drafter", field=field, found=draft, expected=DRAFT_CHOICES)
+
+
 def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
     """Resolve --draft and the spec flags into ``s.spec`` and ``s.drafter``."""
     from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
@@ -249,15 +265,9 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
     draft = a.draft
     graphs = a.cuda_graphs if a.cuda_graphs is not None else s.target.device.type == "cuda"
     compile_ = a.compile if a.compile is not None else graphs
-    if draft == "default":
-        shipped = shipped_drafter_dir()
-        if shipped is not None and a.model == "default":
-            draft = str(shipped)
-            s.notes.append("drafter: the EAGLE-3 drafter shipped for SmolLM2-135M-Instruct")
-        else:
-            draft = "ngram"
-            why = "no drafter ships for this model" if a.model != "default" else "no shipped drafter installed"
-            s.notes.append(f"drafter: n-gram ({why})")
+    draft, note = resolve_draft(a.draft, a.model)
+    if note:
+        s.notes.append(note)
     if draft == "none":
         s.spec = SpecConfig(cuda_graphs=graphs, compile=compile_)
         s.spec_label = "off"
@@ -267,8 +277,6 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
         s.spec = tree_spec("ngram", a.steps, a.topk, a.draft_tokens, **modes)
         s.drafter = NgramDrafter(s.spec)
     else:
-        if not Path(draft).exists():
-            raise EagleLabError("no such drafter", field="--draft", found=draft, expected=DRAFT_CHOICES)
         net, taps, reason = load_eagle3(draft, s.target.model, serving=a.serving, warn=log)
         s.spec = tree_spec("eagle3", a.steps, a.topk, a.draft_tokens, **modes)
         s.drafter = Eagle3Proposer(net, s.spec, taps)

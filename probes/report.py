@@ -323,6 +323,8 @@ def _log_details(s: SglangLogSummary) -> dict[str, Any]:
         "ready_line": s.ready_line,
         "prefills_before_ready": s.prefills_before_ready,
         "health_check_prefills_before_ready": s.health_check_prefills_before_ready,
+        "health_requests_before_ready": s.health_requests_before_ready,
+        "eager_health_check_prefill_lines": list(s.eager_health_check_prefill_lines),
         "health_generate_requests": s.health_generate_requests,
         "first_timestamp": s.first_timestamp,
         "last_timestamp": s.last_timestamp,

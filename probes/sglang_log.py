@@ -16,8 +16,10 @@ reported as ``None``, never 0.
 
 Markers: ``Capture cuda graph end`` (target graphs captured) and ``The server is fired up and ready
 to roll!`` (warm-up done). Health checks: ``/health`` and ``/health_generate`` in the HTTP access
-log, and prefills of exactly one new token in one sequence (the 1-token probe generation SGLang
-runs for a health check) seen before the server was ready.
+log. A prefill is the generation a health check ran when it is a single sequence of exactly one new
+token seen before the server was ready (the 1-token probe SGLang sends), or a single-sequence
+prefill logged at most ``HEALTH_WINDOW`` lines before a health check answered 200 (the access line is
+written when the response goes out, after its generation; a 503 generated nothing).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ _ANY_STAMP = re.compile(
 _RANK = re.compile(r"([A-Z]{2})(\d+)")
 _ACCESS = re.compile(r'"(?:GET|POST|HEAD) (/health(?:_generate)?)(?:\?\S*)? HTTP/[\d.]+"\s+(\d{3})')
 _ELAPSED = re.compile(r"[Tt]ime elapsed:\s*([\d.]+)\s*s")
+HEALTH_WINDOW = 2  # lines between a health check's prefill and its "200" access line
 
 # Printed key (lower case) -> attribute; the first key present wins for an attribute.
 _FIELDS: dict[str, str] = {
@@ -210,6 +213,7 @@ class SglangLogSummary:
     first_timestamp: str | None
     last_timestamp: str | None
     warnings: tuple[str, ...] = ()
+    eager_health_check_prefill_lines: tuple[int, ...] = ()  # every eager health-check prefill, before or after ready
 
 
 @dataclass
@@ -227,6 +231,7 @@ class SglangLogScanner:
     health_generate_requests: int = 0
     first_timestamp: str | None = None
     last_timestamp: str | None = None
+    health_prefill_lines: dict[int, BatchLine] = field(default_factory=dict)  # line -> a health check's prefill
 
     def feed(self, text: str) -> LogItem | None:
         """Read one line; returns what it was (or None)."""
@@ -239,7 +244,19 @@ class SglangLogScanner:
         elif isinstance(item, HealthRequest):
             self.health_generate_requests += item.path == "/health_generate"
             self.health_requests_before_ready += self.ready is None
+            if item.status == 200:
+                self._claim_prefill_for(item)
         return item
+
+    def _claim_prefill_for(self, request: HealthRequest) -> None:
+        """The single-sequence prefill just before a health check's 200 is the generation it ran (never one
+        from before the ready marker: the server answers health checks 503 until it is ready)."""
+        for line in reversed(self.batches[-HEALTH_WINDOW:]):
+            if self.ready is not None and line.line_no < self.ready.line_no:
+                return
+            if line.kind == "prefill" and line.new_seq in (1, None) and request.line_no - line.line_no <= HEALTH_WINDOW:
+                self._mark_health_prefill(line)
+                return
 
     def feed_all(self, lines: Iterable[str]) -> "SglangLogScanner":
         """Read many lines; returns self."""
@@ -254,6 +271,13 @@ class SglangLogScanner:
             return
         self.prefills_before_ready += 1
         if line.looks_like_health_check:
+            self._mark_health_prefill(line)
+
+    def _mark_health_prefill(self, line: BatchLine) -> None:
+        if line.line_no in self.health_prefill_lines:
+            return
+        self.health_prefill_lines[line.line_no] = line
+        if self.ready is None or line.line_no < self.ready.line_no:
             self.health_prefills_before_ready += 1
             self.eager_health_prefills_before_ready += line.cuda_graph is not True
 
@@ -293,6 +317,8 @@ class SglangLogScanner:
             health_generate_requests=self.health_generate_requests,
             first_timestamp=self.first_timestamp,
             last_timestamp=self.last_timestamp,
+            eager_health_check_prefill_lines=tuple(
+                n for n, b in sorted(self.health_prefill_lines.items()) if b.cuda_graph is not True),
         )
         return _with_warnings(summary, saw_startup=self.graph_captured is not None or self.ready is not None)
 
@@ -312,10 +338,24 @@ def _with_warnings(s: SglangLogSummary, *, saw_startup: bool) -> SglangLogSummar
             "was ready, without CUDA graph; they delay warm-up: poll /v1/models instead of /health or "
             "/health_generate (e.g. eaglelab wait-ready URL)"
         )
+    after_ready = len(s.eager_health_check_prefill_lines) - s.eager_health_check_prefills_before_ready
+    if after_ready > 0:
+        lines = ", ".join(str(n) for n in s.eager_health_check_prefill_lines)
+        warnings.append(
+            f"{after_ready} health-check generation(s) ran as eager prefills (graph: False; log line(s) {lines}): "
+            "every generating health check takes a scheduler turn from real traffic; check readiness with "
+            "/v1/models (eaglelab wait-ready URL) and liveness without generating"
+        )
+    if s.health_requests_before_ready and s.ready_line is not None:
+        warnings.append(
+            f"{s.health_requests_before_ready} health check(s) polled the server while it was still warming up "
+            f"(before line {s.ready_line}, 'fired up and ready to roll'); wait for readiness with "
+            "eaglelab wait-ready URL (polls /v1/models and the log) before sending health checks or traffic"
+        )
     if s.health_generate_requests:
         warnings.append(
             f"{s.health_generate_requests} request(s) to /health_generate: each runs a generation on "
-            "the server; readiness checks should use /v1/models"
+            "the server; readiness checks should use /v1/models (eaglelab wait-ready URL)"
         )
     if s.cuda_graph_fraction is not None and s.cuda_graph_fraction < 1.0:
         warnings.append(

@@ -232,12 +232,12 @@ class Engine:
             logits, aux = self._verify(st, tree)  # [B, N, V]
         with self.clock.phase("accept"):
             acc = self._accept(st, tree, logits, sampling, generator)
-            self._append(st, acc.tokens.clamp(min=0), acc.accept_len)
+            committed = self._append(st, acc.tokens.clamp(min=0), acc.accept_len)  # [B] the accepted length
         with self.clock.phase("draft_extend"):
             self.drafter.commit(st.view(), acc, aux, self.runner)
         self._advance(st, active, acc.accept_len, acc.bonus)
-        self._emit("spec", st, accept=acc, active=active, tree_nodes=tree.num_nodes)
-        return acc.accept_len, active  # read on the host once, at the end of the run
+        self._emit("spec", st, accept=acc, active=active, tree_nodes=tree.num_nodes, committed=committed)
+        return committed, active  # read on the host once, at the end of the run
 
     def _verify(self, st: Batch, tree: DraftTree):
         """The target over the tree at slots lengths..lengths+N-1. -> (logits [B, N, V], aux or None)."""
@@ -297,8 +297,11 @@ class Engine:
         cache.copy_slots(base + src, base + steps)
 
     # ---- bookkeeping -------------------------------------------------------------------------
-    def _append(self, st: Batch, toks: torch.Tensor, count: torch.Tensor) -> None:
-        """Emit up to count[b] tokens of toks [B, K] per active row, stopping at EOS and max_new."""
+    def _append(self, st: Batch, toks: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
+        """Emit up to count[b] tokens of toks [B, K] per active row, stopping at EOS and max_new.
+
+        Returns the tokens emitted per row [B]: for a verify step this is the *accepted length*
+        (bonus included, cut after the first EOS or at max_new, as SGLang counts it)."""
         K = toks.shape[1]
         k = torch.arange(K, device=self.device)
         valid = (k < count[:, None]) & ~st.done[:, None] & (k < (st.max_new - st.n_out)[:, None])
@@ -310,6 +313,7 @@ class Engine:
         st.n_out += keep.sum(1)
         st.hit_eos |= (is_eos & keep).any(1)
         st.done |= st.hit_eos | (st.n_out >= st.max_new)
+        return keep.sum(1)
 
     def _advance(self, st: Batch, active: torch.Tensor, committed: torch.Tensor, root: torch.Tensor) -> None:
         """The one place positions move: active rows gain ``committed`` cached tokens, a new root."""
@@ -360,7 +364,8 @@ class Engine:
             tp_size=self.target.tp.world_size if self.target.tp else 1, baseline=bool(info.get("baseline", False)),
         ))
 
-    def _emit(self, kind: str, st: Batch, accept: Acceptance | None, active=None, tree_nodes: int = 0) -> None:
+    def _emit(self, kind: str, st: Batch, accept: Acceptance | None, active=None, tree_nodes: int = 0,
+              committed: torch.Tensor | None = None) -> None:
         if self.observer is None:
             return
         phase_ms = self.clock.collect()
@@ -368,7 +373,8 @@ class Engine:
         positions: tuple[tuple[int, ...], ...] = ()
         if accept is not None and active is not None:
             rows = active.nonzero().flatten().tolist()
-            lens, paths = accept.accept_len.tolist(), accept.path.tolist()
+            lens = (committed if committed is not None else accept.accept_len).tolist()
+            paths = accept.path.tolist()
             acc_len = tuple(lens[b] for b in rows)
             positions = tuple(tuple(p for p in paths[b][1: lens[b]] if p >= 0) for b in rows)
         B = st.lengths.shape[0]

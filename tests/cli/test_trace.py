@@ -1,20 +1,91 @@
-"""`eaglelab trace` writes a profiler trace holding one range per phase, with distributedInfo."""
+"""`eaglelab trace` writes a profiler trace holding one range per phase, with distributedInfo, and
+TensorBoard (with its PyTorch profiler plugin, a dependency) serves its Overview, Operator and Trace views."""
 
 from __future__ import annotations
 
+import gzip
 import json
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
 
 import pytest
 
+PHASES = {"prefill", "draft", "verify", "accept", "draft_extend"}
 
-@pytest.mark.slow
-def test_trace_has_phase_ranges(tmp_path, default_target):
+
+@pytest.fixture(scope="module")
+def trace_logdir(tmp_path_factory, default_target) -> Path:
     from eaglelab.cli import main
 
-    rc = main(["trace", "--logdir", str(tmp_path), "--max-new-tokens", "5", "--draft", "ngram", "Count: 1 2 3 1 2 3"])
+    logdir = tmp_path_factory.mktemp("tb")
+    rc = main(["trace", "--logdir", str(logdir / "run1"), "--max-new-tokens", "5", "--draft", "ngram",
+               "Count: 1 2 3 1 2 3"])
     assert rc == 0
-    (trace_file,) = list(tmp_path.glob("*.pt.trace.json"))
+    return logdir
+
+
+@pytest.mark.slow
+def test_trace_has_phase_ranges(trace_logdir):
+    (trace_file,) = list((trace_logdir / "run1").glob("*.pt.trace.json"))
     trace = json.loads(trace_file.read_text())
     names = {e.get("name") for e in trace["traceEvents"]}
-    assert {"prefill", "draft", "verify", "accept", "draft_extend"} <= names
+    assert PHASES <= names
     assert trace["distributedInfo"]["rank"] == 0
+
+
+@pytest.mark.slow
+def test_tensorboard_profiler_plugin_serves_the_trace(trace_logdir):
+    """TensorBoard on loopback, queried through the plugin's own HTTP endpoints, as its web page does."""
+    port = _free_port()
+    server = subprocess.Popen(
+        [sys.executable, "-m", "tensorboard.main", "--logdir", str(trace_logdir), "--host", "127.0.0.1",
+         "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    base = f"http://127.0.0.1:{port}/data/plugin/pytorch_profiler"
+    try:
+        runs = _wait_for_runs(base, server)
+        assert runs == ["run1"]
+        assert _get(f"{base}/views?run=run1") == ["Overview", "Operator", "Trace"]
+        (worker,) = _get(f"{base}/workers?run=run1&view=Overview")
+        (span,) = _get(f"{base}/spans?run=run1&worker={worker}")
+        where = f"run=run1&worker={worker}&span={span}"
+        overview = _get(f"{base}/overview?{where}")
+        assert {"title": "Device Type", "value": "CPU"} in overview["environments"]
+        ops = [row[0] for row in _get(f"{base}/operation?{where}&group_by=Operation")["host_total_time"]["rows"]]
+        assert "aten::linear" in ops
+        events = _get(f"{base}/trace?{where}")["traceEvents"]
+        assert PHASES <= {e.get("name") for e in events}  # our per-phase ranges in the Trace view
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _get(url: str):
+    with urllib.request.urlopen(url, timeout=60) as r:
+        body = r.read()
+    if body[:2] == b"\x1f\x8b":  # the Trace view is served gzipped
+        body = gzip.decompress(body)
+    return json.loads(body)
+
+
+def _wait_for_runs(base: str, server: subprocess.Popen, timeout_s: float = 180.0) -> list[str]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert server.poll() is None, "tensorboard exited"
+        try:
+            got = _get(f"{base}/runs")
+            if got["runs"] and not got["loading"]:
+                return got["runs"]
+        except OSError:
+            pass
+        time.sleep(1.0)
+    raise AssertionError(f"tensorboard did not load the trace in {timeout_s:.0f} s")

@@ -190,3 +190,26 @@ def test_empty_log_and_missing_file(tmp_path: Path) -> None:
     assert (s.decode_lines, s.prefill_lines, s.gen_throughput_mean) == (0, 0, None)
     with pytest.raises(EagleLabError):
         read_sglang_log(tmp_path / "missing.log")
+
+
+# Real logs, as posted in public SGLang threads (sources in each file's header).
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "data"
+
+
+def test_real_log_health_checks_during_warm_up_are_flagged() -> None:
+    """sgl-project/sglang PR #30047: /health_generate polled during warm-up (503), then a health-check
+    generation logged as a prefill with "npu graph: False" (line 9 of the file)."""
+    s = read_sglang_log(EXAMPLES / "sglang_health_checks_during_warmup.log")
+    assert (s.prefill_lines, s.decode_lines, s.ready_line) == (2, 0, 8)
+    assert s.eager_health_check_prefill_lines == (9,)  # not line 6: the server's own warm-up request
+    assert s.health_requests_before_ready == 1 and s.health_generate_requests == 2
+    assert any("ran as eager prefills (graph: False; log line(s) 9)" in w and "eaglelab wait-ready" in w
+               for w in s.warnings)
+    assert any("polled the server while it was still warming up (before line 8" in w for w in s.warnings)
+
+
+def test_real_log_without_health_checks_has_nothing_to_flag() -> None:
+    """sgl-project/sglang issue #36081: eager long prefills are normal, the speculative decode is on graphs."""
+    s = read_sglang_log(EXAMPLES / "sglang_serving_no_health_checks.log")
+    assert (s.accept_len_mean, s.accept_rate_mean, s.cuda_graph_fraction) == (5.51, 0.90, 1.0)
+    assert s.eager_health_check_prefill_lines == () and s.warnings == ()
