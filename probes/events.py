@@ -286,5 +286,6 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "dict[str, float]": lambda v: {str(k): _float(x) for k, x in _dict(v).items()},
     "tuple[int, ...]": lambda v: tuple(_int(x) for x in _seq(v)),
     "tuple[str, ...]": lambda v: tuple(_str(x) for x in _seq(v)),
+    "tuple[bool, ...]": lambda v: tuple(_bool(x) for x in _seq(v)),
     "tuple[tuple[int, ...], ...]": lambda v: tuple(tuple(_int(x) for x in _seq(r)) for r in _seq(v)),
 }
