@@ -323,3 +323,37 @@ def vllm_speculative_config(steps: int, draft_path: str = "DRAFTER") -> str:
     """vLLM's ``--speculative-config`` (its EAGLE proposer drafts a chain of ``steps`` tokens)."""
     return ("--speculative-config '{\"method\": \"eagle3\", \"model\": \"" + draft_path
             + "\", \"num_speculative_tokens\": " + str(steps) + "}'")
+
+
+class _CostLike(Protocol):
+    """What :func:`costs_from_events` reads: an events ``PhaseCost``."""
+
+    phase: str
+    batch: int
+    ms: float
+    tokens: int
+    steps: int
+    topk: int
+
+
+def costs_from_events(events: Iterable[_CostLike]) -> dict[int, PhaseCosts]:
+    """Per batch size, the :class:`PhaseCosts` that ``PhaseCost`` events describe (a later event
+    for the same phase and key wins). Batch sizes without a decode cost are left out."""
+    by: dict[int, dict[str, dict]] = {}
+    for e in events:
+        slot = by.setdefault(e.batch, {"verify": {}, "draft": {}, "draft_extend": {}, "accept": {}, "single": {}})
+        if e.phase == "verify":
+            slot["verify"][e.tokens] = e.ms
+        elif e.phase in ("draft", "draft_extend", "accept"):
+            slot[e.phase][(e.steps, e.topk)] = e.ms
+        else:
+            slot["single"][e.phase] = e.ms
+    out = {}
+    for batch, s in sorted(by.items()):
+        if s["single"].get("decode", 0) > 0:
+            out[batch] = PhaseCosts(
+                batch=batch, decode_ms=s["single"]["decode"], verify_ms=s["verify"], draft_ms=s["draft"],
+                extend_ms=s["draft_extend"], accept_ms=s["accept"], prefill_ms=s["single"].get("prefill", 0.0),
+                begin_ms=s["single"].get("begin", 0.0),
+            )
+    return out

@@ -146,3 +146,17 @@ def test_paste_lines_spell_the_servers_flags() -> None:
                                              "--speculative-num-draft-tokens 3")
     assert T.vllm_speculative_config(2, "/d") == (
         "--speculative-config '{\"method\": \"eagle3\", \"model\": \"/d\", \"num_speculative_tokens\": 2}'")
+
+
+def test_costs_from_events_group_by_batch_and_key() -> None:
+    ev = lambda phase, batch, ms, **kw: SimpleNamespace(phase=phase, batch=batch, ms=ms, tokens=kw.get("tokens", 0),  # noqa: E731
+                                                       steps=kw.get("steps", 0), topk=kw.get("topk", 0))
+    got = T.costs_from_events([
+        ev("decode", 1, 10.0), ev("verify", 1, 12.0, tokens=3), ev("draft", 1, 2.0, steps=2, topk=1),
+        ev("draft_extend", 1, 2.5, steps=2, topk=1), ev("accept", 1, 0.5, steps=2, topk=1), ev("prefill", 1, 40.0),
+        ev("verify", 8, 20.0, tokens=3),  # no decode at batch 8: left out
+    ])
+    assert list(got) == [1]
+    c = got[1]
+    assert c.covers(2, 1, 3) and not c.covers(3, 1, 4)
+    assert (c.decode_ms, c.verify_ms, c.prefill_ms, c.begin_ms) == (10.0, {3: 12.0}, 40.0, 0.0)
