@@ -81,3 +81,24 @@ def test_tune_refuses_the_ngram_drafter(capsys):
     rc = main(["tune", "--draft", "ngram", "--device", "cpu"])
     err = " ".join(capsys.readouterr().err.split())
     assert rc == 2 and "--draft" in err and "EAGLE-3" in err
+
+
+@pytest.mark.slow
+def test_tune_on_the_real_model_predicts_the_winners_accepted_length_within_10_percent(tmp_path, default_target):
+    """A small pass on SmolLM2-135M with the shipped drafter (CPU): the chosen configuration's
+    predicted accepted length is within 10% of what its real run measures on the same prompts;
+    the record it wrote gives the same acceptance table through --from."""
+    out, rec, again = tmp_path / "tune.json", tmp_path / "tune.jsonl", tmp_path / "again.json"
+    rc = main(["tune", "--device", "cpu", "--steps", "1,2,3", "--topk", "1,2", "--draft-tokens", "2,3,4,6",
+               "--prompts", "3", "--max-new-tokens", "32", "--cost-tokens", "6", "--confirm", "1",
+               "--record", str(rec), "--json", str(out)])
+    assert rc == 0
+    report = json.loads(out.read_text())
+    plain, winner = report["confirmation"]
+    assert plain["steps"] == 0 and plain["measured_tok_per_s"] > 0
+    best = report["predictions"]["1"][0]
+    assert (winner["steps"], winner["topk"], winner["draft_tokens"]) == (best["steps"], best["topk"], best["draft_tokens"])
+    predicted, measured = winner["predicted_accept_len"], winner["measured_accept_len"]
+    assert abs(predicted - measured) <= 0.10 * measured, (predicted, measured)
+    assert main(["tune", "--from", str(rec), "--json", str(again)]) == 0
+    assert json.loads(again.read_text())["acceptance"] == report["acceptance"]
