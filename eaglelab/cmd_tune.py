@@ -318,7 +318,8 @@ def _print(console, report) -> None:
 
     hw = report["hardware"]
     where = hw.get("gpu") or hw.get("cpu") or ""
-    console.print(f"[bold]eaglelab tune[/]  {report['model']}  on {hw['device']} {f'({where})' if where else ''}, {hw['dtype']}")
+    where = f" ({where})" if where else ""
+    console.print(f"[bold]eaglelab tune[/]  {report['model']}  on {hw['device']}{where}, {hw['dtype']}")
     for n in report.get("notes", []):
         console.print(f"[dim]  {n}[/]")
     _show(console, _acceptance_table(report["acceptance"]))
@@ -338,7 +339,8 @@ def _print(console, report) -> None:
     console.print(f"  SGLang: {sglang_flags(s, k, n, path)}")
     chain = _best_chain(report)
     if chain is not None:
-        note = "" if k == 1 else f"  [dim](vLLM's EAGLE drafts a chain: its best predicted chain, {chain} steps)[/]"
+        plural = "s" if chain != 1 else ""
+        note = "" if k == 1 else f"  [dim](vLLM's EAGLE drafts a chain: the best predicted chain, {chain} step{plural})[/]"
         console.print(f"  vLLM:   {vllm_speculative_config(chain, path)}{note}")
 
 

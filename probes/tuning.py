@@ -300,15 +300,26 @@ def predict(table: AcceptanceTable, costs: PhaseCosts, steps: int, topk: int, dr
     )
 
 
+def distinct_configs(table: AcceptanceTable, configs: Iterable[tuple[int, int, int]]) -> list[tuple[int, int, int]]:
+    """The configurations left once those that draft the same steps and keep the same tree as one
+    with a smaller topk are dropped: (1 step, topk 2, 2 tokens) keeps only the root's top-1, as
+    the 1-step chain does, at the same cost; only measurement noise could tell them apart."""
+    seen: dict[tuple[int, int, tuple[RankPath, ...]], tuple[int, int, int]] = {}
+    for c in sorted(set(configs), key=lambda c: (c[1], c[0], c[2])):
+        key = (c[0], c[2], tuple(sglang_tree(table, *c)))
+        seen.setdefault(key, c)
+    return sorted(seen.values(), key=lambda c: (c[1], c[0], c[2]))
+
+
 def rank_configs(table: AcceptanceTable, costs: PhaseCosts, configs: Iterable[tuple[int, int, int]]) -> list[Prediction]:
-    """Predictions for every measured configuration, fastest first (ties: fewer draft tokens first)."""
-    preds = [predict(table, costs, *c) for c in configs if costs.covers(*c)]
+    """Predictions for every measured, distinct configuration, fastest first (ties: fewer draft tokens first)."""
+    preds = [predict(table, costs, *c) for c in distinct_configs(table, configs) if costs.covers(*c)]
     return sorted(preds, key=lambda p: (-p.tok_per_s, p.draft_tokens, p.steps, p.topk))
 
 
 def rank_by_accept_len(table: AcceptanceTable, configs: Iterable[tuple[int, int, int]]) -> list[tuple[tuple[int, int, int], float]]:
     """Without costs: expected accepted length per configuration, highest first."""
-    got = [(c, expected_accept_len(table, *c)) for c in configs]
+    got = [(c, expected_accept_len(table, *c)) for c in distinct_configs(table, configs)]
     return sorted(got, key=lambda x: (-x[1], x[0][2]))
 
 

@@ -84,7 +84,7 @@ def test_tune_refuses_the_ngram_drafter(capsys):
 
 
 @pytest.mark.slow
-def test_tune_on_the_real_model_predicts_the_winners_accepted_length_within_10_percent(tmp_path, default_target):
+def test_tune_on_the_real_model_predicts_the_winners_accepted_length_within_10_percent(tmp_path, default_target, one_thread):
     """A small pass on SmolLM2-135M with the shipped drafter (CPU): the chosen configuration's
     predicted accepted length is within 10% of what its real run measures on the same prompts;
     the record it wrote gives the same acceptance table through --from."""

@@ -132,7 +132,13 @@ def test_ranking_prefers_the_cheap_short_chain_when_acceptance_falls_off() -> No
     ranked = T.rank_configs(table, _costs(), configs)
     assert (ranked[0].steps, ranked[0].topk, ranked[0].draft_tokens) == (1, 1, 2)
     assert [p.tok_per_s for p in ranked] == sorted((p.tok_per_s for p in ranked), reverse=True)
-    assert len(ranked) == len(configs)
+    assert len(ranked) == len(T.distinct_configs(table, configs)) < len(configs)
+
+
+def test_configurations_that_keep_the_same_tree_with_a_larger_topk_are_dropped() -> None:
+    """(1, 2, 2) keeps the root's top-1 like the chain (1, 1, 2); (2, 2, 2) drafts a step more: kept."""
+    got = T.distinct_configs(_table(), [(1, 1, 2), (1, 2, 2), (2, 2, 2), (1, 2, 3)])
+    assert got == [(1, 1, 2), (1, 2, 3), (2, 2, 2)]
 
 
 def test_grid_lists_valid_trees_only() -> None:
