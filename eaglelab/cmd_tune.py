@@ -334,7 +334,7 @@ def _print(console, report) -> None:
     if best is None:
         return
     s, k, n = best
-    console.print(f"[bold]winner[/]: {s} steps, topk {k}, {n} draft tokens")
+    console.print(f"[bold]winner[/]: {s} step{'s' if s != 1 else ''}, topk {k}, {n} draft tokens")
     path = report.get("draft_path") or "DRAFTER"
     console.print(f"  SGLang: {sglang_flags(s, k, n, path)}")
     chain = _best_chain(report)
@@ -414,7 +414,7 @@ def _by_len_table(rows) -> Any:
 
 def _confirm_table(rows) -> Any:
     t = _table_of("predicted vs measured, real runs (end to end, prefill included; the same prompts)",
-                  ("batch", "steps/topk/N", "E[a] pred", "measured", "error", "tok/s pred", "measured", "error"))
+                  ("batch", "steps/topk/N", "E\\[a] pred", "measured", "error", "tok/s pred", "measured", "error"))
     for r in rows:
         name = "plain" if r["steps"] == 0 else f"{r['steps']}/{r['topk']}/{r['draft_tokens']}"
         a_p, a_m = r["predicted_accept_len"], r["measured_accept_len"]
