@@ -16,6 +16,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "eaglelab.cmd_wait_ready",
     "eaglelab.cmd_report",
     "eaglelab.cmd_bench",
+    "eaglelab.cmd_tune",
     "eaglelab.cmd_check_wiring",
     "eaglelab.cmd_tui",
     "eaglelab.cmd_prompts",

@@ -258,7 +258,6 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
     """Resolve --draft and the spec flags into ``s.spec`` and ``s.drafter``."""
     from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
     from eaglelab.engine.model.eagle3 import load_eagle3
-    from eaglelab.engine.errors import EagleLabError
     from eaglelab.engine.runtime.spec_config import SpecConfig
 
     a = s.args

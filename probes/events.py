@@ -52,6 +52,7 @@ __all__ = [
     "AllReduce",
     "WarningEvent",
     "RunFinished",
+    "PhaseCost",
     "EVENT_TYPES",
     "EventDecodeError",
     "to_json",
@@ -184,10 +185,30 @@ class RunFinished(RunSummary):
         return self.generated_tokens / self.seconds if self.seconds > 0 else None
 
 
-Event = Union[RunStarted, Step, GraphCaptured, AllReduce, WarningEvent, RunFinished]
+@dataclass(frozen=True)
+class PhaseCost:
+    """One measured phase cost at a batch size (written by ``eaglelab tune``, read by ``tune --from``).
+
+    ``phase``: ``decode`` (one plain step, loop included), ``verify`` (of ``tokens`` per row),
+    ``draft`` / ``draft_extend`` / ``accept`` (one cycle with ``steps`` and ``topk``; ``accept``
+    includes the engine's per-cycle bookkeeping), ``prefill`` or ``begin`` (the drafter's extend
+    over the prompt). Milliseconds, medians over the measured calls or cycles.
+    """
+
+    type: ClassVar[str] = "phase_cost"
+    phase: str
+    batch: int
+    ms: float
+    tokens: int = 0
+    steps: int = 0
+    topk: int = 0
+    t: float = 0.0
+
+
+Event = Union[RunStarted, Step, GraphCaptured, AllReduce, WarningEvent, RunFinished, PhaseCost]
 
 EVENT_TYPES: dict[str, type] = {
-    cls.type: cls for cls in (RunStarted, Step, GraphCaptured, AllReduce, WarningEvent, RunFinished)
+    cls.type: cls for cls in (RunStarted, Step, GraphCaptured, AllReduce, WarningEvent, RunFinished, PhaseCost)
 }
 
 
@@ -286,5 +307,6 @@ _CONVERTERS: dict[str, Callable[[Any], Any]] = {
     "dict[str, float]": lambda v: {str(k): _float(x) for k, x in _dict(v).items()},
     "tuple[int, ...]": lambda v: tuple(_int(x) for x in _seq(v)),
     "tuple[str, ...]": lambda v: tuple(_str(x) for x in _seq(v)),
+    "tuple[bool, ...]": lambda v: tuple(_bool(x) for x in _seq(v)),
     "tuple[tuple[int, ...], ...]": lambda v: tuple(tuple(_int(x) for x in _seq(r)) for r in _seq(v)),
 }

@@ -124,3 +124,19 @@ def _commit(tree: DraftTree, last: Tensor, bonus: Tensor) -> Acceptance:
     tokens = torch.cat([drafts, drafts.new_full((batch, 1), -1)], dim=1)  # [B, D+1]
     tokens = torch.where(levels[None, :] == (accept_len - 1)[:, None], bonus[:, None], tokens)
     return Acceptance(accept_len=accept_len, path=path, tokens=tokens, bonus=bonus)
+
+
+def path_ranks(tree: DraftTree, acc: Acceptance) -> tuple[Tensor, Tensor]:
+    """Sibling ranks along each accepted path, and whether its last node had drafted children.
+
+    -> ``ranks [B, D]`` (1-based rank of the accepted node at depth 1..D, 0 past the path) and
+    ``open [B]`` bool (the deepest accepted node was expanded, so the next depth was offered and
+    missed). What a tuner needs to estimate acceptance per depth and rank from a wide tree.
+    """
+    batch, nodes = tree.tokens.shape
+    rank = tree.rank if tree.rank is not None else torch.zeros_like(tree.tokens)  # [B, N]
+    on_path = acc.path[:, 1:]  # [B, D]
+    ranks = torch.where(on_path >= 0, rank.gather(1, on_path.clamp(min=0)) + 1, 0)  # [B, D]
+    ids = torch.arange(nodes, device=tree.tokens.device)
+    has_child = (tree.parents[:, :, None] == ids).any(dim=1)  # [B, N]
+    return ranks, has_child.gather(1, acc.last_node[:, None]).squeeze(1)

@@ -26,7 +26,7 @@ from typing import Callable
 
 import torch
 
-from eaglelab.engine.runtime.acceptance import Acceptance, greedy_accept, rejection_accept
+from eaglelab.engine.runtime.acceptance import Acceptance, greedy_accept, path_ranks, rejection_accept
 from eaglelab.engine.runtime.contracts import DraftView, Drafter, Runner
 from eaglelab.engine.runtime.kv_cache import KVCache
 from eaglelab.engine.runtime.limits import check_memory, kv_cache_bytes
@@ -236,7 +236,7 @@ class Engine:
         with self.clock.phase("draft_extend"):
             self.drafter.commit(st.view(), acc, aux, self.runner)
         self._advance(st, active, acc.accept_len, acc.bonus)
-        self._emit("spec", st, accept=acc, active=active, tree_nodes=tree.num_nodes, committed=committed)
+        self._emit("spec", st, accept=acc, active=active, tree=tree, committed=committed)
         return committed, active  # read on the host once, at the end of the run
 
     def _verify(self, st: Batch, tree: DraftTree):
@@ -364,19 +364,26 @@ class Engine:
             tp_size=self.target.tp.world_size if self.target.tp else 1, baseline=bool(info.get("baseline", False)),
         ))
 
-    def _emit(self, kind: str, st: Batch, accept: Acceptance | None, active=None, tree_nodes: int = 0,
+    def _emit(self, kind: str, st: Batch, accept: Acceptance | None, active=None, tree=None,
               committed: torch.Tensor | None = None) -> None:
         if self.observer is None:
             return
         phase_ms = self.clock.collect()
         acc_len: tuple[int, ...] = ()
         positions: tuple[tuple[int, ...], ...] = ()
+        ranks: tuple[tuple[int, ...], ...] = ()
+        opened: tuple[bool, ...] = ()
         if accept is not None and active is not None:
             rows = active.nonzero().flatten().tolist()
             lens = (committed if committed is not None else accept.accept_len).tolist()
             paths = accept.path.tolist()
             acc_len = tuple(lens[b] for b in rows)
             positions = tuple(tuple(p for p in paths[b][1: lens[b]] if p >= 0) for b in rows)
+            rank_t, open_t = path_ranks(tree, accept)
+            rank_rows, open_rows = rank_t.tolist(), open_t.tolist()
+            ranks = tuple(tuple(rank_rows[b][: lens[b] - 1]) for b in rows)
+            opened = tuple(bool(open_rows[b]) for b in rows)
+        tree_nodes = tree.num_nodes if tree is not None else 0
         B = st.lengths.shape[0]
         graph = self.runner.graph_status(kind, self.spec.attention_mode, B)
         self._warn_eager(graph)
@@ -385,6 +392,7 @@ class Engine:
             num_draft_tokens=tree_nodes, verify_tokens=tree_nodes * len(acc_len),
             graph=graph,
             active_rows=len(acc_len) if accept is not None else int((~st.done).sum()),
+            accepted_ranks=ranks, path_open=opened,
         ))
 
 

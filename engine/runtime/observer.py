@@ -50,7 +50,9 @@ class CycleStats:
     included (SGLang's "accept len"): a plain decode step commits 1, a spec cycle 1..num_draft+1.
     ``accepted_positions[b]`` lists the draft-tree node indices (1-based; 0 is the root, the last
     committed token) that row b accepted, in path order. ``graph[phase]`` is ``"replay"`` or
-    ``"eager: <reason>"``. Times are milliseconds, measured with CUDA events on GPU and
+    ``"eager: <reason>"``. ``accepted_ranks[b]`` gives, for the same nodes, each one's 1-based rank
+    among its siblings (1 = the drafter's top choice), and ``path_open[b]`` whether the deepest
+    accepted node had drafted children (so the next depth was offered and rejected). Times are milliseconds, measured with CUDA events on GPU and
     ``time.perf_counter`` on CPU.
     """
 
@@ -63,6 +65,8 @@ class CycleStats:
     verify_tokens: int = 0  # tokens the target ran in this cycle's verify, summed over rows
     graph: dict[str, str] = field(default_factory=dict)
     active_rows: int = 0  # rows still generating when the cycle began
+    accepted_ranks: tuple[tuple[int, ...], ...] = ()
+    path_open: tuple[bool, ...] = ()
 
 
 @dataclass(frozen=True)

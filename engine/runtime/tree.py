@@ -46,6 +46,7 @@ class DraftTree:
     depth: Tensor  # [B, N] long; 0 for the root
     mask: Tensor  # [B, N, N] bool; mask[b, i, j]: j is i or an ancestor of i
     max_depth: int = -1
+    rank: Tensor | None = None  # [B, N] long; 0-based rank among its siblings (0 for the root); None = all 0
 
     def __post_init__(self) -> None:
         batch, nodes = self.tokens.shape
@@ -53,6 +54,7 @@ class DraftTree:
         assert self.depth.shape == (batch, nodes), f"depth {tuple(self.depth.shape)} != {(batch, nodes)}"
         assert self.mask.shape == (batch, nodes, nodes), f"mask {tuple(self.mask.shape)} != {(batch, nodes, nodes)}"
         assert self.mask.dtype == torch.bool, f"mask must be bool, got {self.mask.dtype}"
+        assert self.rank is None or self.rank.shape == (batch, nodes), f"rank {tuple(self.rank.shape)} != {(batch, nodes)}"
         if self.max_depth < 0:
             object.__setattr__(self, "max_depth", int(self.depth.max()))
 
@@ -71,14 +73,15 @@ class DraftTree:
         return base[:, None] + self.depth
 
 
-def make_tree(tokens: Tensor, parents: Tensor, max_depth: int | None = None) -> DraftTree:
+def make_tree(tokens: Tensor, parents: Tensor, max_depth: int | None = None, rank: Tensor | None = None) -> DraftTree:
     """A :class:`DraftTree` from ``tokens [B, N]`` and ``parents [B, N]`` (parents before children).
 
     ``max_depth`` bounds the depth (it saves work and a host sync); ``None`` means N - 1.
+    ``rank [B, N]``: each node's 0-based rank among its siblings, when known.
     """
     steps = tokens.shape[1] - 1 if max_depth is None else max_depth
     depth, mask = _ancestry(parents, steps)
-    return DraftTree(tokens=tokens, parents=parents, depth=depth, mask=mask, max_depth=steps)
+    return DraftTree(tokens=tokens, parents=parents, depth=depth, mask=mask, max_depth=steps, rank=rank)
 
 
 def chain_tree(tokens: Tensor) -> DraftTree:
@@ -244,7 +247,10 @@ class TreeBuilder:
         parents = torch.cat([parents.new_full((batch, 1), -1), parents], dim=1)  # [B, N]
         tokens = self._cat(self._tokens, self._root.new_zeros(batch, 0))  # [B, M]
         tokens = torch.cat([self._root[:, None], tokens.gather(1, keep)], dim=1)  # [B, N]
-        return make_tree(tokens, parents, max_depth=len(self._depths))
+        sibling = self._cat([torch.arange(t.shape[1], device=device) % self.topk for t in self._tokens],
+                            keep.new_zeros(0))  # [M]
+        rank = torch.cat([keep.new_zeros(batch, 1), sibling[keep]], dim=1)  # [B, N]; candidate f*K + r has rank r
+        return make_tree(tokens, parents, max_depth=len(self._depths), rank=rank)
 
     def _ranked_candidates(self, count: int) -> Tensor:
         """Indices ``[B, count]`` of the best candidates, sorted by (depth, rank)."""

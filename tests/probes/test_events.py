@@ -40,7 +40,7 @@ def test_schema_version_is_one() -> None:
 def test_every_event_type_has_a_distinct_name() -> None:
     names = [cls.type for cls in ev.EVENT_TYPES.values()]
     assert sorted(names) == sorted(
-        ["run_started", "step", "graph_captured", "allreduce", "warning", "run_finished"]
+        ["run_started", "step", "graph_captured", "allreduce", "warning", "run_finished", "phase_cost"]
     )
 
 
@@ -51,6 +51,8 @@ def test_built_from_engine_stats_round_trip_through_json_text() -> None:
         phase_ms={"draft": 3.0, "verify": 29.5, "accept": 0.5, "draft_extend": 2.0},
         accept_len=(3, 1),
         accepted_positions=((1, 2), ()),
+        accepted_ranks=((1, 2), ()),
+        path_open=(False, True),
         num_draft_tokens=4,
         verify_tokens=8,
         graph={"verify": "eager: attention mode prefill", "draft": "replay"},
@@ -63,6 +65,7 @@ def test_built_from_engine_stats_round_trip_through_json_text() -> None:
         ev.AllReduce.from_stats(AllReduceStats(5, "mlp", 4096, 0.03, 0, 2, "verify", True), t=4.0),
         ev.WarningEvent("graphs", "verify ran eagerly", t=5.0),
         ev.RunFinished.from_summary(RunSummary(10, 64, 1.6, 20, 3.2, ("eos", "length")), t=6.0),
+        ev.PhaseCost("verify", 4, 12.5, tokens=8, t=7.0),
     ]
     for event in built:
         text = json.dumps(ev.to_json(event))
@@ -71,7 +74,7 @@ def test_built_from_engine_stats_round_trip_through_json_text() -> None:
     step = built[1]
     assert step.tokens == 4
     assert step.cycle_ms == pytest.approx(35.0)
-    assert built[-1].tokens_per_s == pytest.approx(40.0)
+    assert built[-2].tokens_per_s == pytest.approx(40.0)
 
 
 def test_to_json_carries_the_type_and_lists() -> None:

@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eaglelab.engine.runtime.acceptance import Acceptance, greedy_accept, rejection_accept
+from eaglelab.engine.runtime.acceptance import Acceptance, greedy_accept, rejection_accept, path_ranks
 from eaglelab.engine.runtime.sampling import SamplingParams, probs_from_logits, sample
 from eaglelab.engine.runtime.tree import DraftTree, TreeBuilder, chain_tree, make_tree, tree_attention_mask
 
@@ -339,3 +339,16 @@ def test_cuda_tree_and_acceptance_are_sync_free_and_capturable() -> None:
         assert torch.equal(getattr(eager[4], name), getattr(captured[4], name)), name
     accept_len = captured[5].accept_len
     assert bool(((accept_len >= 1) & (accept_len <= steps + 1)).all())
+
+
+def test_path_ranks_give_sibling_ranks_and_whether_the_path_could_go_deeper() -> None:
+    """Tree 9 -> 4 (rank 1) -> 5 (rank 1), 9 -> 7 (rank 2). Target argmax per node decides the path:
+    [4, 5, 1, 8] accepts 4, 5 (ranks 1, 1; node 5 has no children: closed); [7, ...] accepts 7
+    (rank 2, closed); [3, ...] accepts nothing (the root had children: open)."""
+    tree = make_tree(torch.tensor([[9, 4, 7, 5]] * 3), torch.tensor([[-1, 0, 0, 1]] * 3), max_depth=2,
+                     rank=torch.tensor([[0, 0, 1, 0]] * 3))
+    pred = torch.tensor([[4, 5, 1, 8], [7, 0, 0, 0], [3, 0, 0, 0]])
+    acc = greedy_accept(tree, torch.nn.functional.one_hot(pred, 10).float())
+    ranks, opened = path_ranks(tree, acc)
+    assert ranks.tolist() == [[1, 1], [2, 0], [0, 0]]
+    assert opened.tolist() == [False, False, True]

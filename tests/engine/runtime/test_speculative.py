@@ -228,3 +228,33 @@ def test_shipped_drafter_is_lossless_and_beats_chance(default_target, topk, step
     plain = Engine(default_target.model, eos_token_ids=eos).generate(ids, 40)
     assert out.tokens == plain.tokens
     assert out.mean_accept_len > 1.8
+
+
+def test_cycles_report_sibling_ranks_of_the_accepted_path(target):
+    """A full tree (topk 4, 3 steps, all 37 nodes kept): depth-1 nodes are the root's children
+    in rank order, so the first accepted node index is its rank; a path as deep as the tree cannot
+    go deeper (closed); a path that accepted nothing was offered depth 1 (open)."""
+    from eaglelab.engine.runtime.observer import BaseObserver
+
+    class Cycles(BaseObserver):
+        def __init__(self):
+            self.seen = []
+
+        def on_cycle(self, stats):
+            self.seen.append(stats)
+
+    obs = Cycles()
+    spec = SpecConfig("eagle3", num_steps=3, topk=4, num_draft_tokens=1 + 4 + 2 * 16)
+    drafter = Eagle3Proposer(random_drafter(target, 5, draft_vocab=CFG["vocab_size"]), spec, TAPS)
+    Engine(target, drafter=drafter, spec=spec, observer=obs).generate(PROMPTS, 40)
+    rows = [(a, pos, r, o) for c in obs.seen if c.kind == "spec"
+            for a, pos, r, o in zip(c.accept_len, c.accepted_positions, c.accepted_ranks, c.path_open)]
+    assert sum(a > 1 for a, *_ in rows) >= 3 and any(r and r[0] > 1 for _, _, r, _ in rows)
+    for a, pos, ranks, is_open in rows:
+        assert len(ranks) == a - 1 and all(1 <= r <= 4 for r in ranks)
+        if ranks:
+            assert ranks[0] == pos[0]
+        if a == 1:
+            assert is_open
+        if a == 4:
+            assert not is_open

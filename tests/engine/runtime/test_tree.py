@@ -117,6 +117,15 @@ def test_builder_matches_sglang_reference(shape) -> None:
     assert torch.equal(tree.tokens[:, 0], root)
     for b in range(batch):
         assert _node_paths(tree, b) == _reference_tree(b, steps, topk, vocab, num_draft, seed)
+        assert tree.rank[b].tolist() == [_sibling_rank(p, b, vocab, seed) for p in _node_paths(tree, b)]
+
+
+def _sibling_rank(path: Path, row: int, vocab: int, seed: int) -> int:
+    """0-based rank of the path's last token among the drafter's choices after its parent path."""
+    if not path:
+        return 0
+    lp = _logprobs_for(path[:-1], row, vocab, seed, ties=False)
+    return sorted(range(vocab), key=lambda t: -lp[t]).index(path[-1])
 
 
 @settings(max_examples=60, deadline=None)
@@ -170,6 +179,7 @@ def test_worked_example() -> None:
     assert tree.tokens.tolist() == [[9, a, b, c]]
     assert tree.parents.tolist() == [[-1, 0, 0, 1]]
     assert tree.depth.tolist() == [[0, 1, 1, 2]]
+    assert tree.rank.tolist() == [[0, 0, 1, 0]]  # b is the root's second choice
     assert builder.finish(7).tokens.tolist() == [[9, a, b, c, e, d, f]]
 
 
