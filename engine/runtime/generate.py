@@ -183,9 +183,7 @@ class Engine:
         cache = self.runner.make_cache(batch, max_len, self.observer)
         if cache is not None:
             return cache
-        cfg = self.target.config
-        local_kv = self.target.layers[0].self_attn.local_kv_heads
-        return KVCache(cfg.num_layers, batch, local_kv, max_len, cfg.head_dim, dtype=self.dtype, device=self.device)
+        return self.target.make_cache(batch, max_len, dtype=self.dtype, device=self.device)
 
     def _taps(self) -> tuple[int, ...]:
         return self.drafter.target_taps if self.drafter is not None else ()
