@@ -47,6 +47,7 @@ class StreamedStates:
 
     hidden_states: list[torch.Tensor]  # L+1 x [B, T, H] on the CPU (hs[L] after the final norm)
     next_tokens: torch.Tensor  # [B, T] argmax of the target's logits at each position
+    draft_logprobs: torch.Tensor | None  # [B, T, len(vocab_ids)] log-softmax over vocab_ids, if asked
     seconds_per_layer: list[float]
     peak_bytes: int  # the most parameter bytes resident at once (layers + embedding + head)
 
@@ -111,9 +112,11 @@ class StreamedTarget:
 
     # ---- the pass ----------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def run(self, input_ids: torch.Tensor, progress: LayerProgress | None = None) -> StreamedStates:
+    def run(self, input_ids: torch.Tensor, progress: LayerProgress | None = None,
+            vocab_ids: torch.Tensor | None = None) -> StreamedStates:
         """All HF hidden states and the greedy next tokens for ``input_ids`` [B, T] (causal; right
-        padding is harmless: no real token attends to a later one)."""
+        padding is harmless: no real token attends to a later one); with ``vocab_ids`` [V'] also the
+        log-softmax of the logits restricted to those ids (a drafter's vocabulary)."""
         import time
 
         cfg = self.config
@@ -141,10 +144,10 @@ class StreamedTarget:
                 seconds.append(time.perf_counter() - t0)
                 if progress is not None:
                     progress(i + 1, cfg.num_layers, seconds[-1])
-        states[-1], top1, head_bytes = self._finish(x)
-        return StreamedStates(states, top1, seconds, max(peak, resident + head_bytes))
+        states[-1], top1, logp, head_bytes = self._finish(x, vocab_ids)
+        return StreamedStates(states, top1, logp, seconds, max(peak, resident + head_bytes))
 
-    def _finish(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, int]:
+    def _finish(self, x: torch.Tensor, vocab_ids: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, int]:
         """The final norm (hs[L] is taken after it, as HF does) and the head's argmax."""
         cfg = self.config
         norm = self._build(lambda: RMSNorm(cfg.hidden_size, cfg.rms_norm_eps), "norm.")
@@ -153,8 +156,13 @@ class StreamedTarget:
             weight = self.embed_tokens.weight
         else:
             weight = self._build(lambda: ParallelLMHead(cfg.hidden_size, cfg.vocab_size, None, cfg.num_layers), "lm_head.").weight
-        top1 = torch.cat([nn.functional.linear(chunk, weight).argmax(-1) for chunk in x.split(1)])  # [B, T]
-        return x.cpu(), top1.cpu(), weight.numel() * weight.element_size()
+        top1, logp = [], []
+        for row in x.split(1):  # [1, T, V] logits at a time
+            logits = nn.functional.linear(row, weight).float()
+            top1.append(logits.argmax(-1).cpu())
+            if vocab_ids is not None:
+                logp.append(logits[..., vocab_ids.to(logits.device)].log_softmax(-1).cpu())
+        return x.cpu(), torch.cat(top1), torch.cat(logp) if logp else None, weight.numel() * weight.element_size()
 
 
 def _nbytes(module: nn.Module) -> int:
