@@ -35,7 +35,7 @@ from eaglelab.engine.formats.loader import copy_sharded, parse_dtype, read_tenso
 from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.model.layers import RMSNorm, Rotary
 from eaglelab.engine.model.model import DecoderLayer
-from eaglelab.engine.model.parallel import ParallelLMHead, VocabParallelEmbedding
+from eaglelab.engine.model.tp_layers import ParallelLMHead, VocabParallelEmbedding
 
 LayerProgress = Callable[[int, int, float], None]  # (layers done, total, seconds for the last one)
 FP8_BLOCK = 128
