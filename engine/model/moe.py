@@ -197,7 +197,7 @@ _KIMI_K2 = dict(
 
 # Widths cut to fit. "gpu": Kimi-K2's hidden size (so the same all-reduce bytes per token), depth,
 # heads and MLA sizes, top-8 routing and vocabulary, with 32 routed experts of width 512 instead of
-# 384 of width 2048 (~33 B parameters, ~66 GB in bf16: one H200). "cpu": small enough for a 2-core
+# 384 of width 2048 (30.7 B parameters, 61 GB in bf16: one H200). "cpu": small enough for a 2-core
 # CPU, with the default model's vocabulary so its tokenizer can print the (random) text.
 # num_key_value_heads / head_dim do not shape MLA; they size a random EAGLE-3 drafter for the target.
 KIMI_LIKE_WIDTHS: dict[str, dict[str, int]] = {
