@@ -43,6 +43,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --data: also run the eaglelab engine with this drafter (as --serving reads its ids) and "
                         "compare the aux features it really feeds the drafter with the data, slot by slot")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
+    from eaglelab.check_wiring_search import add_arguments
+
+    add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -66,6 +69,10 @@ def _run(args: argparse.Namespace) -> int:
     if args.samples < 1 or args.max_tokens < 2:
         raise EagleLabError("--samples must be >= 1 and --max-tokens >= 2", field="--samples/--max-tokens",
                             found=f"{args.samples}/{args.max_tokens}")
+    if args.search:
+        from eaglelab.check_wiring_search import run_search
+
+        return run_search(args)
     ckpt = read_draft_checkpoint(args.draft_dir)
     target_config, states_fn, target_name = _target(args)
     report = check_wiring(
@@ -162,16 +169,24 @@ def _target(args: argparse.Namespace) -> tuple[Any, Any, str | None]:
 
     model_dir = resolve_model_dir(name)
     label = "SmolLM2-135M-Instruct" if name == "default" else str(model_dir)
-    return ModelConfig.from_json(model_dir / "config.json"), (_LazyStates(name, args.device, args.dtype) if args.data else None), label
+    states = (_LazyStates(name, args.device, args.dtype, stream=model_dir if args.stream else None) if args.data else None)
+    return ModelConfig.from_json(model_dir / "config.json"), states, label
 
 
 class _LazyStates:
     """``all_hidden_states`` of the target, loaded on first use; states come back on the CPU."""
 
-    def __init__(self, name: str, device: str, dtype: str) -> None:
-        self.name, self.device, self.dtype, self.model = name, device, dtype, None
+    def __init__(self, name: str, device: str, dtype: str, stream: Path | None = None) -> None:
+        self.name, self.device, self.dtype, self.model, self.stream = name, device, dtype, None, stream
 
     def __call__(self, input_ids: Any) -> Any:
+        if self.stream is not None:  # one decoder layer in memory at a time
+            from eaglelab.check_wiring_search import ProgressLine
+            from eaglelab.engine.formats.streamed import StreamedTarget
+
+            st = StreamedTarget(self.stream, device=self.device, dtype=self.dtype)
+            with ProgressLine(f"{self.stream.name}: decoder layer {{p}} of {st.config.num_layers}", False) as tick:
+                return st.run(input_ids, progress=lambda i, n, s: tick(i, 0)).hidden_states
         if self.model is None:
             from eaglelab.engine.formats.loader import load_target
 

@@ -223,9 +223,8 @@ class FixedCacheEagerRunner(EagerRunner):
     def make_cache(self, batch: int, max_len: int, observer=None) -> KVCache | None:
         if max_len > self.max_len:
             return None
-        cfg, p = self.target.config, next(self.target.parameters())
-        kv = self.target.layers[0].self_attn.local_kv_heads
-        return KVCache(cfg.num_layers, batch, kv, self.max_len, cfg.head_dim, dtype=p.dtype, device=p.device)
+        p = next(self.target.parameters())
+        return self.target.make_cache(batch, self.max_len, dtype=p.dtype, device=p.device)
 
 
 class OurSystem:
@@ -375,10 +374,7 @@ class _MicroBench:
         if self.graph_runner is not None and self.graph_runner.make_cache(max(batch_sizes), S) is not None:
             self.cache = self.graph_runner.cache
         else:
-            cfg = target.config
-            kv = target.layers[0].self_attn.local_kv_heads
-            self.cache = KVCache(cfg.num_layers, max(batch_sizes), kv, S, cfg.head_dim,
-                                 dtype=next(target.parameters()).dtype, device=dev)
+            self.cache = target.make_cache(max(batch_sizes), S, dtype=next(target.parameters()).dtype, device=dev)
         self._fill(max(batch_sizes))
 
     @torch.inference_mode()

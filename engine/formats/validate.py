@@ -155,7 +155,7 @@ def load_tensor_dict(path: str | Path, *, what: str, required: Iterable[str] = (
     return obj
 
 
-ROPE_TYPES = (None, "default", "llama3", "linear")
+ROPE_TYPES = (None, "default", "llama3", "linear", "yarn")
 
 
 def check_rope_scaling(value: Any, source: str | Path, field: str = "rope_scaling") -> dict | None:
@@ -167,8 +167,8 @@ def check_rope_scaling(value: Any, source: str | Path, field: str = "rope_scalin
     kind = value.get("rope_type", value.get("type"))
     if not isinstance(kind, (str, type(None))) or kind not in ROPE_TYPES:
         raise ConfigError("unsupported rope scaling", file=source, field=field + ".rope_type", found=_shown(kind),
-                          expected="default | llama3 | linear")
-    if kind in ("linear", "llama3"):
+                          expected="default | llama3 | linear | yarn")
+    if kind in ("linear", "llama3", "yarn"):
         real_number(value, "factor", source, low=0.0, low_open=True, prefix=field + ".")
     if kind == "llama3":
         low = real_number(value, "low_freq_factor", source, default=1.0, low=0.0, low_open=True, prefix=field + ".")

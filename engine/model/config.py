@@ -51,6 +51,27 @@ class MoEConfig:
 
 
 @dataclass(frozen=True)
+class MLAConfig:
+    """DeepSeek-V2/V3 multi-head latent attention sizes (HF ``DeepseekV3Config`` field names)."""
+
+    kv_lora_rank: int  # width of the compressed KV latent c_kv (what the cache stores, with k_pe)
+    qk_nope_head_dim: int  # per-head query/key width without rotary
+    qk_rope_head_dim: int  # per-head query width with rotary; k_pe is one such vector shared by all heads
+    v_head_dim: int
+    q_lora_rank: int | None = None  # None: q_proj straight from the hidden state
+    rope_interleave: bool = True  # rotary dims stored as pairs (x0, x1), (x2, x3) ... (DeepSeek's layout)
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def cache_dim(self) -> int:
+        """Values per token per layer in the compressed cache: c_kv then k_pe."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+
+@dataclass(frozen=True)
 class ModelConfig:
     """What the target model is. Built by :meth:`from_dict` / :meth:`from_json`."""
 
@@ -74,6 +95,7 @@ class ModelConfig:
     eos_token_ids: tuple[int, ...] = ()
     torch_dtype: str = "float32"
     moe: MoEConfig | None = None
+    mla: MLAConfig | None = None  # DeepSeek-V3 attention (set when config.json has kv_lora_rank)
     extra: tuple[tuple[str, Any], ...] = field(default=(), compare=False, repr=False)
 
     # ---- derived sizes ------------------------------------------------------------------------
@@ -84,6 +106,11 @@ class ModelConfig:
     @property
     def kv_size(self) -> int:
         return self.num_kv_heads * self.head_dim
+
+    @property
+    def rope_dim(self) -> int:
+        """Width the rotary embedding turns: the head dim, or MLA's qk_rope_head_dim."""
+        return self.mla.qk_rope_head_dim if self.mla is not None else self.head_dim
 
     @property
     def rope_scaling_dict(self) -> dict[str, Any] | None:
@@ -152,6 +179,9 @@ class ModelConfig:
         heads = d["num_attention_heads"]
         kv_heads = check_int(d.get("num_key_value_heads") or heads, source, "num_key_value_heads", low=1)
         head_dim = check_int(d.get("head_dim") or d["hidden_size"] // heads, source, "head_dim", low=1)
+        mla = _mla_from_dict(d, source) if family == "deepseek_v3" and d.get("kv_lora_rank") else None
+        if mla is not None and heads % kv_heads:  # MLA has no KV heads; the field only shapes a random drafter
+            kv_heads = heads
         if heads % kv_heads:
             raise ConfigError(
                 "num_attention_heads must be a multiple of num_key_value_heads",
@@ -160,7 +190,11 @@ class ModelConfig:
                 found=kv_heads,
                 expected=f"a divisor of {heads}",
             )
-        rope_scaling = check_rope_scaling(d.get("rope_scaling"), source)
+        rope_scaling = d.get("rope_scaling")
+        params = d.get("rope_parameters")
+        if rope_scaling is None and isinstance(params, dict) and params.get("rope_type", "default") != "default":
+            rope_scaling = {k: v for k, v in params.items() if k != "rope_theta"}  # transformers >= 5 writes it here
+        rope_scaling = check_rope_scaling(rope_scaling, source)
         eos = d.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else ((eos,) if isinstance(eos, int) else ())
         for token in eos_ids:
@@ -172,6 +206,7 @@ class ModelConfig:
             "architectures", "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta",
             "rope_scaling", "max_position_embeddings", "tie_word_embeddings", "attention_bias",
             "bos_token_id", "eos_token_id", "torch_dtype", "dtype", "model_type",
+            "kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim", "rope_interleave",
         }
         rope_theta = d.get("rope_theta")
         if rope_theta is None:
@@ -201,8 +236,27 @@ class ModelConfig:
             eos_token_ids=eos_ids,
             torch_dtype=str(d.get("torch_dtype") or d.get("dtype") or "float32"),
             moe=_moe_from_dict(d, source) if family == "deepseek_v3" else None,
+            mla=mla,
             extra=tuple(sorted((k, str(v)) for k, v in d.items() if k not in known)),
         )
+
+
+def _mla_from_dict(d: dict[str, Any], source: str | Path) -> MLAConfig:
+    for key in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
+        if not isinstance(d.get(key), int) or isinstance(d.get(key), bool) or d[key] <= 0:
+            raise ConfigError("missing or not a positive integer (multi-head latent attention needs it)", file=source,
+                              field=key, found=d.get(key), hint="copy it from the model's original config.json")
+    if d["qk_rope_head_dim"] % 2:
+        raise ConfigError("must be even (rotary turns pairs)", file=source, field="qk_rope_head_dim", found=d["qk_rope_head_dim"])
+    if d.get("attention_bias"):
+        raise ConfigError("attention biases are not supported with multi-head latent attention", file=source,
+                          field="attention_bias", found=True, expected="false (as in DeepSeek-V3 and Kimi-K2)")
+    q_rank = d.get("q_lora_rank")
+    return MLAConfig(
+        kv_lora_rank=d["kv_lora_rank"], qk_nope_head_dim=d["qk_nope_head_dim"], qk_rope_head_dim=d["qk_rope_head_dim"],
+        v_head_dim=d["v_head_dim"], q_lora_rank=int(q_rank) if q_rank else None,
+        rope_interleave=bool(d.get("rope_interleave", True)),
+    )
 
 
 def _moe_from_dict(d: dict[str, Any], source: str | Path) -> MoEConfig:

@@ -1,5 +1,6 @@
 """The target model: one implementation for the Llama family (Llama 3.x, SmolLM2, Qwen2, Qwen3),
-with a DeepSeek-style MoE block for Kimi-like targets (``engine/model/moe.py``).
+with a DeepSeek-style MoE block (``engine/model/moe.py``) and multi-head latent attention
+(``engine/model/mla.py``) for DeepSeek-V3 / Kimi-like targets.
 
 Shapes: B batch, T new tokens, S cache length, H hidden, NH/KVH heads, D head dim, V vocab.
 
@@ -95,7 +96,12 @@ class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig, layer: int, tp: TPGroup | None) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Attention(cfg, layer, tp)
+        if cfg.mla is not None:
+            from eaglelab.engine.model.mla import MLAttention
+
+            self.self_attn: nn.Module = MLAttention(cfg, layer, tp)
+        else:
+            self.self_attn = Attention(cfg, layer, tp)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         if cfg.is_moe_layer(layer):
             from eaglelab.engine.model.moe import MoEBlock
@@ -121,12 +127,20 @@ class Transformer(nn.Module):
         self.lm_head = ParallelLMHead(cfg.hidden_size, cfg.vocab_size, tp, cfg.num_layers)  # all-gather "head"
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
-        self.rotary = Rotary(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling_dict)
+        self.rotary = Rotary(cfg.rope_dim, cfg.rope_theta, cfg.rope_scaling_dict)
+
+    def make_cache(self, batch: int, max_len: int, *, dtype: torch.dtype, device: torch.device | str) -> KVCache:
+        """A KV cache of ``max_len`` slots for this model on this rank: K and V per local KV head,
+        or (MLA) one compressed [kv_lora_rank + qk_rope_head_dim] row per token."""
+        cfg, attn = self.config, self.layers[0].self_attn
+        if cfg.mla is not None:
+            return KVCache(cfg.num_layers, batch, 1, max_len, cfg.mla.cache_dim, dtype=dtype, device=device, with_v=False)
+        return KVCache(cfg.num_layers, batch, attn.local_kv_heads, max_len, cfg.head_dim, dtype=dtype, device=device)
 
     def reset_buffers(self) -> None:
         """Recompute non-persistent buffers (after building on the meta device) and re-tie the head."""
         cfg = self.config
-        inv = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling_dict)
+        inv = rope_inv_freq(cfg.rope_dim, cfg.rope_theta, cfg.rope_scaling_dict)
         self.rotary.inv_freq = inv.to(self.embed_tokens.weight.device)
         if cfg.tie_word_embeddings:
             self.lm_head.weight = self.embed_tokens.weight

@@ -25,9 +25,8 @@ the arrival skew the all-reduce probe measures stays a property of the hardware,
 The router (``gate``) is replicated: every rank routes identically. Routed and shared outputs are
 summed before the block's single all-reduce (site ``"moe"``).
 
-Attention stays grouped-query: multi-head latent attention (DeepSeek-V3's MLA) is NOT implemented,
-so real DeepSeek-V3 / Kimi-K2 checkpoints do not load; the ``kimi-like`` configs below use GQA
-with Kimi-K2's layer count, head count, routing and all-reduce sizes.
+The attention of these targets is multi-head latent attention (``engine/model/mla.py``), chosen
+by ``kv_lora_rank`` in config.json; the ``kimi-like`` configs below use it with Kimi-K2's sizes.
 """
 
 from __future__ import annotations
@@ -182,24 +181,31 @@ class MoEBlock(nn.Module):
 
 # ---- the kimi-like scale model ---------------------------------------------------------------
 
-# Kimi-K2 (moonshotai/Kimi-K2-Instruct config.json): 61 layers, hidden 7168, 64 heads (MLA),
+# Kimi-K2 (moonshotai/Kimi-K2-Instruct config.json): 61 layers, hidden 7168, 64 heads of MLA
+# (q rank 1536, kv rank 512, nope 128 + rope 64, v 128; YaRN factor 32 over 4096 positions),
 # dense first layer (intermediate 18432), 384 routed experts of width 2048, top-8, one shared
 # expert, sigmoid routing with a correction bias, one expert group, scaling 2.827, vocab 163840.
 _KIMI_K2 = dict(
     num_hidden_layers=61, hidden_size=7168, intermediate_size=18432, num_attention_heads=64,
     n_routed_experts=384, moe_intermediate_size=2048, num_experts_per_tok=8, n_shared_experts=1,
     first_k_dense_replace=1, n_group=1, topk_group=1, routed_scaling_factor=2.827, vocab_size=163840,
+    q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+    max_position_embeddings=131072,
+    rope_scaling={"type": "yarn", "factor": 32.0, "original_max_position_embeddings": 4096, "beta_fast": 1.0,
+                  "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 1.0},
 )
 
 # Widths cut to fit. "gpu": Kimi-K2's hidden size (so the same all-reduce bytes per token), depth,
-# heads, top-8 routing and vocabulary, with 32 routed experts of width 512 instead of 384 of width
-# 2048 (~33 B parameters, ~65 GB in bf16: one H200). "cpu": small enough for a 2-core CPU, with
-# the default model's vocabulary so its tokenizer can print the (random) text.
+# heads and MLA sizes, top-8 routing and vocabulary, with 32 routed experts of width 512 instead of
+# 384 of width 2048 (30.7 B parameters, 61 GB in bf16: one H200). "cpu": small enough for a 2-core
+# CPU, with the default model's vocabulary so its tokenizer can print the (random) text.
+# num_key_value_heads / head_dim do not shape MLA; they size a random EAGLE-3 drafter for the target.
 KIMI_LIKE_WIDTHS: dict[str, dict[str, int]] = {
     "gpu": dict(n_routed_experts=32, moe_intermediate_size=512, num_key_value_heads=8, head_dim=128),
     "cpu": dict(hidden_size=128, intermediate_size=256, num_attention_heads=4, num_key_value_heads=2,
                 head_dim=32, n_routed_experts=16, moe_intermediate_size=64, num_experts_per_tok=4,
-                vocab_size=49152),
+                vocab_size=49152, q_lora_rank=48, kv_lora_rank=32, qk_nope_head_dim=16, qk_rope_head_dim=8,
+                v_head_dim=16),
 }
 
 
@@ -207,7 +213,7 @@ def kimi_like_config(width: str = "gpu", **overrides: Any) -> dict[str, Any]:
     """The HF ``config.json`` dict of a Kimi-K2-shaped model with widths cut (``width``: gpu | cpu).
 
     61 layers, layer 0 dense and the rest MoE (sigmoid routing with correction bias, top-k,
-    one shared expert), grouped-query attention in place of MLA (not implemented). Any field can
+    one shared expert), multi-head latent attention with YaRN rope. Any field can
     be overridden, e.g. ``kimi_like_config("gpu", num_hidden_layers=8)``. Parse the result with
     ``ModelConfig.from_dict``; the weights are the caller's (random for a scale model).
     """
@@ -224,13 +230,13 @@ def kimi_like_config(width: str = "gpu", **overrides: Any) -> dict[str, Any]:
         "hidden_act": "silu",
         "rms_norm_eps": 1e-6,
         "rope_theta": 50000.0,
-        "max_position_embeddings": 4096,
         "tie_word_embeddings": False,
         "attention_bias": False,
         "bos_token_id": 1,
         "eos_token_id": 2,
         "torch_dtype": "bfloat16",
     }
+    d["rope_scaling"] = dict(_KIMI_K2["rope_scaling"])  # a fresh copy the caller may edit
     d.update(KIMI_LIKE_WIDTHS[width])
     d.update(overrides)
     return d

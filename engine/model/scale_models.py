@@ -10,8 +10,9 @@ Presets (``SCALE_PRESETS``):
 - ``llama3.1-8b``: Llama 3.1 8B (32 layers, hidden 4096, 32/8 heads, intermediate 14336,
   vocab 128256, llama3 rope scaling); 8.0 B parameters, 16 GB in bf16.
 - ``kimi-like``: :func:`eaglelab.engine.model.moe.kimi_like_config` ("gpu" widths): Kimi-K2's 61 layers,
-  hidden 7168, 64 heads (GQA with 8 KV heads in place of MLA), sigmoid top-8 routing and vocab,
-  with 32 routed experts of width 512 plus one shared expert; ~33 B parameters, ~65 GB in bf16.
+  hidden 7168, 64 heads of multi-head latent attention (Kimi-K2's ranks and YaRN rope), sigmoid top-8
+  routing and vocab, with 32 routed experts of width 512 plus one shared expert; 30.7 B parameters,
+  61 GB in bf16.
   Needs the MoE block (``engine/model/moe.py``); without it the preset says so.
 - ``smollm2-135m``: SmolLM2-135M-Instruct's shape (30 layers, hidden 576, 9/3 heads, intermediate
   1536, vocab 49152, tied embeddings): the default model's costs without its GGUF.

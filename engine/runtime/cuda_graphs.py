@@ -242,9 +242,8 @@ class CudaGraphRunner:
         return out
 
     def _allocate_caches(self) -> None:
-        cfg, B = self.target.config, self.max_batch
-        kv = self.target.layers[0].self_attn.local_kv_heads
-        self.cache = KVCache(cfg.num_layers, B, kv, self.plan.max_len, cfg.head_dim, dtype=self.dtype, device=self.device)
+        B = self.max_batch
+        self.cache = self.target.make_cache(B, self.plan.max_len, dtype=self.dtype, device=self.device)
         if self.drafter is not None:
             dc = self.drafter.config
             self.draft_cache = KVCache(1, B, dc.num_kv_heads, draft_cache_len(self.plan.max_len, self.spec),

@@ -189,9 +189,10 @@ class Engine:
         if cache is not None:
             return cache
         cfg = self.target.config
-        local_kv = self.target.layers[0].self_attn.local_kv_heads
-        check_memory(kv_cache_bytes(cfg, batch, max_len, self.dtype, local_kv), self.device, "the KV cache")
-        return KVCache(cfg.num_layers, batch, local_kv, max_len, cfg.head_dim, dtype=self.dtype, device=self.device)
+        if cfg.mla is None:  # an MLA cache is one compressed row per token: small
+            local_kv = self.target.layers[0].self_attn.local_kv_heads
+            check_memory(kv_cache_bytes(cfg, batch, max_len, self.dtype, local_kv), self.device, "the KV cache")
+        return self.target.make_cache(batch, max_len, dtype=self.dtype, device=self.device)
 
     def _taps(self) -> tuple[int, ...]:
         return self.drafter.target_taps if self.drafter is not None else ()

@@ -4,6 +4,9 @@ Layout per layer: ``k[layer]`` and ``v[layer]`` are ``[B, KVH, S, D]`` (batch sl
 max length x head dim). Writes go to explicit cache slots ``[B, T]`` chosen by the caller;
 nothing here tracks lengths, so "rolling back" rejected tokens is just not counting them: the
 next write lands on the same slots and the attention mask never shows slots past a row's length.
+
+A cache built with ``with_v=False`` holds ``k`` only: multi-head latent attention caches one
+compressed row per token (``engine/model/mla.py``) that serves as both key and value.
 """
 
 from __future__ import annotations
@@ -24,25 +27,28 @@ class KVCache:
         *,
         dtype: torch.dtype,
         device: torch.device | str,
+        with_v: bool = True,
     ) -> None:
         shape = (num_layers, batch_size, num_kv_heads, max_len, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)  # [L, B, KVH, S, D]
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros(shape, dtype=dtype, device=device) if with_v else None
         self.batch_size = batch_size
         self.max_len = max_len
         self._rows = torch.arange(batch_size, device=device)[:, None]  # [B, 1]
 
-    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-        """Store ``k``/``v`` [B, T, KVH, D] at cache slots ``slots`` [B, T] of ``layer``."""
+    def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None) -> None:
+        """Store ``k``/``v`` [B, T, KVH, D] at cache slots ``slots`` [B, T] of ``layer`` (``v`` None
+        without a V buffer)."""
         rows = self._rows[: slots.shape[0]]
         self.k[layer][rows, :, slots] = k
-        self.v[layer][rows, :, slots] = v
+        if self.v is not None:
+            self.v[layer][rows, :, slots] = v
 
-    def layer(self, layer: int, batch: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The full buffers of one layer, ``[B, KVH, S, D]`` each (first ``batch`` rows)."""
-        if batch is None:
-            return self.k[layer], self.v[layer]
-        return self.k[layer, :batch], self.v[layer, :batch]
+    def layer(self, layer: int, batch: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The full buffers of one layer, ``[B, KVH, S, D]`` each (first ``batch`` rows; V None
+        without a V buffer)."""
+        b = self.k.shape[1] if batch is None else batch
+        return self.k[layer, :b], (None if self.v is None else self.v[layer, :b])
 
     def copy_slots(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Move entries within each row, for all layers: slot ``src[b, i]`` -> ``dst[b, i]``.
@@ -51,6 +57,6 @@ class KVCache:
         ``src``/``dst`` are [B, N]; pairs with src == dst are harmless.
         """
         rows = self._rows[: src.shape[0]]
-        for buf in (self.k, self.v):
+        for buf in (self.k, self.v) if self.v is not None else (self.k,):
             moved = buf[:, rows, :, src]  # [B, N, L, KVH, D]
             buf[:, rows, :, dst] = moved
