@@ -104,8 +104,8 @@ class Eagle3Proposer:
     def propose(self, st: DraftView, runner: Runner) -> DraftTree:
         """Every draft step, top-k and the tree: one phase (one graph per batch bucket)."""
         ins = {"root": st.root, "lengths": st.lengths, "hidden": self.next_hidden, "logp": self.next_logp}
-        tokens, parents, depth, mask = runner.phase("draft", self._draft, ins, (self.cache,), (id(self), self.spec))
-        return DraftTree(tokens, parents, depth, mask, max_depth=self.spec.num_steps)
+        tokens, parents, depth, mask, rank = runner.phase("draft", self._draft, ins, (self.cache,), (id(self), self.spec))
+        return DraftTree(tokens, parents, depth, mask, max_depth=self.spec.num_steps, rank=rank)
 
     def _draft(self, root, lengths, hidden, logp):
         """root/lengths [B], hidden [B, H] and logp [B, V_draft] at the root -> the tree's tensors."""
@@ -122,7 +122,7 @@ class Eagle3Proposer:
             hidden, logits = self.net(frontier.tokens, feats, positions, self.cache, slots, mask, self.kernels)
             frontier = builder.step(torch.log_softmax(logits, dim=-1))
         tree = builder.finish(self.spec.draft_tokens)
-        return tree.tokens, tree.parents, tree.depth, tree.mask
+        return tree.tokens, tree.parents, tree.depth, tree.mask, tree.rank
 
     # after acceptance: extend over root, d1..dk (features) paired with d1..dk, bonus (tokens)
     def commit(self, st: DraftView, acc: Acceptance, aux: torch.Tensor, runner: Runner) -> None:
