@@ -114,7 +114,7 @@ def _context(args, settings, n_prompts: int):
     ns = argparse.Namespace(
         model=args.model, device=args.device, dtype=args.dtype, temperature=0.0, top_k=0, top_p=1.0, seed=args.seed,
         max_new_tokens=settings.new_tokens, draft=args.draft, steps=None, topk=None, draft_tokens=None,
-        attention_mode="decode", cuda_graphs=False, serving=args.serving,
+        attention_mode="decode", cuda_graphs=False, compile=False, serving=args.serving,
     )
     if args.draft in ("ngram", "none"):
         raise EagleLabError("tune measures a tree drafter", field="--draft", found=args.draft,
