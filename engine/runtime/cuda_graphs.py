@@ -287,7 +287,8 @@ class CudaGraphRunner:
         """
         mem0, t0 = self._reserved(), time.perf_counter()
         tp = self.target.tp
-        saved = [(c, c.k[:, :b].clone(), c.v[:, :b].clone()) for c in caches if c is not None]
+        saved = [(c, c.k[:, :b].clone(), None if c.v is None else c.v[:, :b].clone())  # MLA caches hold no V
+                 for c in caches if c is not None]
         try:
             # Under TP, all-reduces captured here get CUDA events captured with them (timed per replay).
             with tp.capture(key) if tp is not None else contextlib.nullcontext():
@@ -298,7 +299,8 @@ class CudaGraphRunner:
         finally:
             for c, k, v in saved:
                 c.k[:, :b].copy_(k)
-                c.v[:, :b].copy_(v)
+                if v is not None:
+                    c.v[:, :b].copy_(v)
             self.setup_seconds += time.perf_counter() - t0
         on_replay = (lambda: tp.replayed(key)) if tp is not None else None
         self._graphs[key] = _Graph(ins, tuple(outputs), graph, on_replay)
