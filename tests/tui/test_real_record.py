@@ -75,7 +75,7 @@ def test_every_panel_shows_the_real_records_figures(record, tmp_path):
         assert "cpu · float32" in status and "eagle3 steps 3" in status and "finished" in status
         assert "run 2 of" not in status  # the baseline is not a second run
         assert app.query_one("#acceptance", MetricCard).value_text == f"{sum(rows) / len(rows):.2f} tokens / verify"
-        assert app.query_one("#throughput", MetricCard).detail_text.endswith(f"{sum(e.tokens for e in steps)} tokens")
+        assert app.query_one("#throughput", MetricCard).detail_text.endswith(f"{spec_run[-1].generated_tokens} tokens")
         assert app.query_one("#cycle", MetricCard).detail_text == f"{len(cycles)} cycles · verify {ratio:.2f}× decode"
         hist = plain(AcceptHistogram.renderable_for(app.view, 60))
         for a in range(1, 5):
