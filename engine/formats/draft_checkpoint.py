@@ -319,17 +319,22 @@ def _normalise_sglang(raw: dict[str, Any], source: Path) -> dict[str, Any]:
     if ids is None:
         ids = _ids_from(raw.get(IDS_FIELD_TOP), source, IDS_FIELD_TOP)
         ids_field = IDS_FIELD_TOP if ids is not None else None
-    draft_vocab = raw.get("draft_vocab_size")
+    return _with_draft_fields(fields, raw, source, ids, ids_field, "sglang", eagle_config_present=eagle is not None,
+                              norm_before_residual=None, verifier=None)
+
+
+def _with_draft_fields(fields: dict[str, Any], raw: dict[str, Any], source: Path, ids, ids_field: str | None,
+                       convention: str, **extra: Any) -> dict[str, Any]:
+    """The drafter-level fields both formats share (the Llama layer fields are already in ``fields``):
+    target width, draft vocabulary, the aux ids with the convention their format counts them in."""
     fields.update(
         target_hidden_size=_opt_int(raw, "target_hidden_size", source),
         draft_vocab_size=_draft_vocab(raw, source, fields["vocab_size"]),
-        draft_vocab_size_given=draft_vocab is not None,
+        draft_vocab_size_given=raw.get("draft_vocab_size") is not None,
         aux_layer_ids=ids,
-        aux_convention="sglang" if ids is not None else None,
+        aux_convention=convention if ids is not None else None,
         aux_ids_field=ids_field,
-        eagle_config_present=eagle is not None,
-        norm_before_residual=None,
-        verifier=None,
+        **extra,
     )
     return fields
 
@@ -347,20 +352,10 @@ def _normalise_speculators(raw: dict[str, Any], source: Path) -> dict[str, Any]:
         ids = _ids_from(eagle.get("eagle_aux_hidden_state_layer_ids"), source, IDS_FIELD_EAGLE_CONFIG)
         ids_field = IDS_FIELD_EAGLE_CONFIG if ids is not None else None
     verifier = _object(_object(raw.get("speculators_config")).get("verifier")).get("name_or_path")
-    draft_vocab = raw.get("draft_vocab_size")
     nbr = raw.get("norm_before_residual")
-    fields.update(
-        target_hidden_size=_opt_int(raw, "target_hidden_size", source),
-        draft_vocab_size=_draft_vocab(raw, source, fields["vocab_size"]),
-        draft_vocab_size_given=draft_vocab is not None,
-        aux_layer_ids=ids,
-        aux_convention="vllm" if ids is not None else None,
-        aux_ids_field=ids_field,
-        eagle_config_present=isinstance(eagle, dict),
-        norm_before_residual=bool(nbr) if nbr is not None else None,
-        verifier=str(verifier) if verifier else None,
-    )
-    return fields
+    return _with_draft_fields(fields, raw, source, ids, ids_field, "vllm", eagle_config_present=isinstance(eagle, dict),
+                              norm_before_residual=bool(nbr) if nbr is not None else None,
+                              verifier=str(verifier) if verifier else None)
 
 
 def _object(value: Any) -> Mapping[str, Any]:
