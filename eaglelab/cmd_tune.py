@@ -109,13 +109,15 @@ def _context(args, settings, n_prompts: int):
     from eaglelab.cmd_bench import _drafter_factory
     from eaglelab.engine.errors import EagleLabError
     from eaglelab.engine.runtime.drafters import Eagle3Proposer
-    from eaglelab.session import build_session
+    from eaglelab.session import add_engine_args, build_session
 
-    ns = argparse.Namespace(
-        model=args.model, device=args.device, dtype=args.dtype, temperature=0.0, top_k=0, top_p=1.0, seed=args.seed,
-        max_new_tokens=settings.new_tokens, draft=args.draft, steps=None, topk=None, draft_tokens=None,
-        attention_mode="decode", cuda_graphs=False, compile=False, serving=args.serving,
-    )
+    # The session's own flags, parsed (not a forged Namespace): a flag added there gets its default here too.
+    engine_flags = argparse.ArgumentParser(add_help=False)
+    add_engine_args(engine_flags)
+    ns = engine_flags.parse_args(
+        ["--model", args.model, "--device", args.device, "--dtype", args.dtype, "--seed", str(args.seed),
+         "--max-new-tokens", str(settings.new_tokens), "--draft", args.draft, "--no-cuda-graphs", "--no-compile"]
+        + (["--serving", args.serving] if args.serving else []))
     if args.draft in ("ngram", "none"):
         raise EagleLabError("tune measures a tree drafter", field="--draft", found=args.draft,
                             expected="default | PATH of an EAGLE-3 drafter")
