@@ -6,6 +6,11 @@ its hidden states. The output is SpecForge's offline format (rows_*/data_*.ckpt)
 manifest.json (target identity, layer ids and convention, dtype, chat template, counts),
 prompts.jsonl (the prompts used) and vocab_mapping/vocab_mapping.pt (the draft vocabulary).
 Running it again on the same --out resumes: existing samples are kept.
+
+With --stream the target runs one decoder layer at a time from its safetensors (memory-mapped), for
+targets larger than memory; its responses then come from --prompts-file (JSONL with "prompt" and
+"response" per line, e.g. the target's answers from the server that serves it), since generating
+with a streamed target would read every weight once per token. Each batch reads every layer once.
 """
 
 from __future__ import annotations
@@ -40,12 +45,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--draft-vocab-size", type=int, default=8192, help="size of the draft vocabulary written (default 8192)")
     p.add_argument("--compress", action="store_true", help="write data_*.ckpt.gz")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--stream", action="store_true",
+                   help="run the target one decoder layer at a time from its safetensors (for targets larger than memory); "
+                        "needs --prompts-file with a \"response\" per line")
     p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16 | float16")
     p.set_defaults(func=run)
 
 
-def read_prompts_file(path: str) -> list[str]:
-    """Prompts from a text file (one per line) or JSONL ({"prompt"|"text"|"turns"[0]: ...})."""
+def read_prompts_file(path: str) -> list[tuple[str, str | None]]:
+    """(prompt, response or None) from a text file (one prompt per line) or JSONL
+    ({"prompt"|"text"|"turns"[0]: ..., optionally "response": ...})."""
     import json
 
     from eaglelab.engine.errors import ConfigError
@@ -53,22 +62,26 @@ def read_prompts_file(path: str) -> list[str]:
     file = Path(path)
     if not file.exists():
         raise ConfigError("no such prompts file", file=file)
-    out = []
+    out: list[tuple[str, str | None]] = []
     for n, line in enumerate(file.read_text().splitlines(), 1):
         line = line.strip()
         if not line:
             continue
         if not (path.endswith(".jsonl") or line.startswith("{")):
-            out.append(line)
+            out.append((line, None))
             continue
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ConfigError(f"line {n} is not JSON ({exc.msg})", file=file) from None
-        text = obj.get("prompt") or obj.get("text") or (obj.get("turns") or [None])[0]
+        text = obj.get("prompt") or obj.get("text") or (obj.get("turns") or [None])[0] if isinstance(obj, dict) else None
         if not isinstance(text, str):
             raise ConfigError(f"line {n} has no prompt", file=file, expected='"prompt", "text" or "turns"')
-        out.append(text)
+        response = obj.get("response")
+        if response is not None and not isinstance(response, str):
+            raise ConfigError(f"line {n}: the response must be a string", file=file, field="response",
+                              found=type(response).__name__)
+        out.append((text, response))
     if not out:
         raise ConfigError("no prompts in the file", file=file)
     return out
@@ -91,49 +104,46 @@ def run(args: argparse.Namespace) -> int:
 
     from rich.console import Console
 
-    from eaglelab.engine.training.capture import CaptureSettings, default_layer_ids, read_manifest, target_identity, write_manifest
+    from eaglelab.engine.training.capture import check_layer_ids, read_manifest, write_manifest
     from eaglelab.engine.training.draft_vocab import build_draft_vocab, scan_data
-    from eaglelab.engine.errors import ConfigError
-    from eaglelab.engine.formats.loader import load_target
+    from eaglelab.engine.formats.loader import resolve_model_dir
     from eaglelab.engine.formats.specforge_data import write_vocab_mapping
-    from eaglelab.engine.training.train_prompts import TrainPrompt, build_prompts
+    from eaglelab.engine.model.config import ModelConfig
     from eaglelab.session import _pick_device, _pick_dtype
 
     console = Console(stderr=True, highlight=False)
+    pairs = _prompt_pairs(args)
+    model_dir = resolve_model_dir(args.model)
+    config = ModelConfig.from_json(model_dir / "config.json")
+    settings = _settings(args, config.num_layers)
+    check_layer_ids(settings.hf_indices, config.num_layers)  # before any weight is read
+    out = Path(args.out)
+    _check_resume(out, read_manifest(out), settings, console)
     device, device_reason = _pick_device(args.device)
     dtype, dtype_reason = _pick_dtype(args.dtype, device)
-    target = load_target(args.model, device=device, dtype=dtype)
-    if target.tokenizer is None:
-        raise ConfigError("the target has no tokenizer", file=target.path, hint="capture needs tokenizer.json")
-    L = target.config.num_layers
-    ids = parse_ids(args.layer_ids)
-    convention = args.convention if ids is not None else "sglang"
-    ids = ids if ids is not None else default_layer_ids(L)
-    settings = CaptureSettings(layer_ids=ids, convention=convention, max_new_tokens=args.max_new_tokens,
-                               batch_size=args.batch_size, temperature=args.temperature, seed=args.seed,
-                               max_length=args.max_length, compress=args.compress)
-    out = Path(args.out)
-    if args.prompts_file:
-        prompts = [TrainPrompt(t, "file") for t in read_prompts_file(args.prompts_file)]
-    else:
-        prompts = build_prompts(args.prompts, seed=args.seed)
-    _check_resume(out, read_manifest(out), settings, console)
+    target = (_Streamed(model_dir, device, dtype, console) if args.stream
+              else _InMemory(args.model, device, dtype, console))
     tok = target.tokenizer
-    prompt_ids = [tok.chat_ids(p.text, system=args.system) for p in prompts]
+    prompt_ids = [tok.chat_ids(p, system=args.system) for p, _ in pairs]
+    responses = _response_ids(tok, pairs)
     out.mkdir(parents=True, exist_ok=True)
     with open(out / "prompts.jsonl", "w") as f:
-        for i, p in enumerate(prompts):
-            f.write(json.dumps({"index": i, "source": p.source, "prompt": p.text}) + "\n")
-    console.print(f"[bold]capture[/] {target.name} on {device} ({device_reason}), {dtype} ({dtype_reason})")
-    console.print(f"  {len(prompts)} prompts, layer ids {list(ids)} ({convention}) = hs{list(settings.hf_indices)}, "
-                  f"responses up to {args.max_new_tokens} tokens, batches of {args.batch_size}")
-    identity = target_identity(target.model, target.path, target.name)
+        for i, (p, source) in enumerate(zip(pairs, _sources(args, pairs))):
+            f.write(json.dumps({"index": i, "source": source, "prompt": p[0]} | ({"response": p[1]} if p[1] is not None else {})) + "\n")
+    how = "streamed one decoder layer at a time" if args.stream else "in memory"
+    console.print(f"[bold]capture[/] {target.name} {how} on {device} ({device_reason}), {dtype} ({dtype_reason})")
+    console.print(f"  {len(pairs)} prompts, layer ids {list(settings.layer_ids)} ({settings.convention}) = hs{list(settings.hf_indices)}, "
+                  + ("responses from --prompts-file" if responses is not None else f"responses up to {args.max_new_tokens} tokens")
+                  + f", batches of {args.batch_size}")
+    identity = target.identity()
     identity["model_arg"] = str(args.model)
     extra = {"prompts_file": "prompts.jsonl", "prompt_source": args.prompts_file or "eaglelab.engine.training.train_prompts",
              "system_prompt": args.system}
-    summary = _run_capture(target, prompt_ids, out, settings, identity, extra, console)
-    counts, _ = scan_data(out, target.config.vocab_size)
-    size = min(args.draft_vocab_size, target.config.vocab_size)
+    if responses is not None:  # the target's own answers only if the file says so: not vouched for here
+        extra |= {"self_distillation": False, "responses_source": args.prompts_file}
+    summary = target.capture(prompt_ids, responses, out, settings, identity, extra)
+    counts, _ = scan_data(out, config.vocab_size)
+    size = min(args.draft_vocab_size, config.vocab_size)
     dv = build_draft_vocab(counts, size)
     write_vocab_mapping(out, dv.mapping)
     manifest = read_manifest(out) or {}
@@ -147,6 +157,133 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _prompt_pairs(args: argparse.Namespace) -> list[tuple[str, str | None]]:
+    """(prompt, given response or None): from --prompts-file, else the built-in training prompts."""
+    from eaglelab.engine.errors import ConfigError
+    from eaglelab.engine.training.train_prompts import build_prompts
+
+    if args.prompts_file:
+        pairs = read_prompts_file(args.prompts_file)
+    else:
+        pairs = [(p.text, None) for p in build_prompts(args.prompts, seed=args.seed)]
+    given = sum(r is not None for _, r in pairs)
+    if args.stream and given < len(pairs):
+        raise ConfigError(
+            "--stream needs the target's responses: a layer-streamed target cannot generate", field="--prompts-file",
+            file=args.prompts_file, found=f"{given} of {len(pairs)} prompts with a response",
+            expected='JSONL with {"prompt": ..., "response": ...} on every line',
+            hint="collect the responses from the server that serves the target (the same chat template), or drop --stream")
+    if 0 < given < len(pairs):
+        raise ConfigError("some prompts have a response and some do not", file=args.prompts_file, field="response",
+                          found=f"{given} of {len(pairs)}", expected="all or none",
+                          hint="give every prompt its response, or none (the target then writes them)")
+    return pairs
+
+
+def _sources(args: argparse.Namespace, pairs: list) -> list[str]:
+    from eaglelab.engine.training.train_prompts import build_prompts
+
+    if args.prompts_file:
+        return ["file"] * len(pairs)
+    return [p.source for p in build_prompts(args.prompts, seed=args.seed)]
+
+
+def _response_ids(tok, pairs: list[tuple[str, str | None]]) -> list[list[int]] | None:
+    """Given responses as token ids, each ending in the end-of-turn token as a generated one would."""
+    if pairs[0][1] is None:
+        return None
+    end = list(tok.eos_token_ids[:1])
+    return [tok.encode(r) + end for _, r in pairs]
+
+
+def _settings(args: argparse.Namespace, num_layers: int):
+    from eaglelab.engine.training.capture import CaptureSettings, default_layer_ids
+
+    ids = parse_ids(args.layer_ids)
+    convention = args.convention if ids is not None else "sglang"
+    return CaptureSettings(layer_ids=ids if ids is not None else default_layer_ids(num_layers), convention=convention,
+                           max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, temperature=args.temperature,
+                           seed=args.seed, max_length=args.max_length, compress=args.compress)
+
+
+class _InMemory:
+    """The whole target loaded; it writes its own responses unless they are given."""
+
+    def __init__(self, model: str, device, dtype, console) -> None:
+        from eaglelab.engine.errors import ConfigError
+        from eaglelab.engine.formats.loader import load_target
+
+        self.target, self.console = load_target(model, device=device, dtype=dtype), console
+        if self.target.tokenizer is None:
+            raise ConfigError("the target has no tokenizer", file=self.target.path, hint="capture needs tokenizer.json")
+        self.tokenizer, self.name = self.target.tokenizer, self.target.name
+
+    def identity(self) -> dict:
+        from eaglelab.engine.training.capture import target_identity
+
+        return target_identity(self.target.model, self.target.path, self.target.name)
+
+    def capture(self, prompt_ids, responses, out, settings, identity, extra):
+        from eaglelab.engine.training.capture import capture
+
+        with _Bar(self.console, len(prompt_ids)) as tick:
+            return capture(self.target.model, prompt_ids, out, settings, eos_token_ids=self.tokenizer.eos_token_ids,
+                           responses=responses, identity=identity, chat_template=self.tokenizer.chat_template,
+                           extra=extra, progress=tick)
+
+
+class _Streamed:
+    """The target read one decoder layer at a time (only the safetensors headers are read here)."""
+
+    def __init__(self, model_dir: Path, device, dtype, console) -> None:
+        from eaglelab.engine.formats.streamed import StreamedTarget
+        from eaglelab.engine.formats.tokenizer import Tokenizer
+
+        self.model_dir, self.console, self.name = model_dir, console, model_dir.name
+        self.streamed = StreamedTarget(model_dir, device=device, dtype=dtype)
+        self.tokenizer = Tokenizer(model_dir, self.streamed.config.eos_token_ids)
+
+    def identity(self) -> dict:
+        from eaglelab.engine.training.capture import target_identity
+
+        return target_identity(self.streamed, self.model_dir, self.name, full_hash=False)
+
+    def capture(self, prompt_ids, responses, out, settings, identity, extra):
+        from eaglelab.engine.training.capture import capture_streamed
+
+        L = self.streamed.config.num_layers
+        with _Bar(self.console, len(prompt_ids), layers=L) as (tick, layer_tick):
+            return capture_streamed(self.streamed, prompt_ids, responses, out, settings, identity=identity,
+                                    chat_template=self.tokenizer.chat_template, extra=extra, progress=tick,
+                                    layer_progress=layer_tick)
+
+
+class _Bar:
+    """Rich progress: prompts done; with ``layers``, also the decoder layer of the current batch's pass."""
+
+    def __init__(self, console, prompts: int, layers: int | None = None) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+        self.layers = layers
+        self.bar = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                            TimeRemainingColumn(), console=console, transient=False)
+        self.task = self.bar.add_task("prompts", total=prompts)
+        self.layer_task = self.bar.add_task("decoder layers (this batch)", total=layers) if layers else None
+
+    def __enter__(self):
+        self.bar.__enter__()
+        return self.prompts_done if self.layer_task is None else (self.prompts_done, self.layer_done)
+
+    def prompts_done(self, stage: str, done: int, total: int) -> None:
+        self.bar.update(self.task, completed=done, total=total)
+
+    def layer_done(self, i: int, n: int, seconds: float) -> None:
+        self.bar.update(self.layer_task, completed=i, total=n, description=f"decoder layers (this batch, {seconds:.2f} s/layer)")
+
+    def __exit__(self, *exc) -> None:
+        self.bar.__exit__(*exc)
+
+
 def _check_resume(out: Path, manifest, settings, console) -> None:
     """Resuming into a directory captured with other layers would mix data: refuse."""
     from eaglelab.engine.errors import ConfigError
@@ -158,18 +295,3 @@ def _check_resume(out: Path, manifest, settings, console) -> None:
                           field="hf_indices", found=manifest.get("hf_indices"), expected=list(settings.hf_indices),
                           hint="use another --out, or the same --layer-ids")
     console.print(f"[dim]resuming into {out}: existing samples are kept[/]")
-
-
-def _run_capture(target, prompt_ids, out, settings, identity, extra, console):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
-
-    from eaglelab.engine.training.capture import capture
-
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  TimeRemainingColumn(), console=console, transient=False) as bar:
-        task = bar.add_task("prompts", total=len(prompt_ids))
-        return capture(
-            target.model, prompt_ids, out, settings, eos_token_ids=target.tokenizer.eos_token_ids,
-            identity=identity, chat_template=target.tokenizer.chat_template, extra=extra,
-            progress=lambda stage, done, total: bar.update(task, completed=done, total=total),
-        )

@@ -78,3 +78,22 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+def shard_checkpoint(model_dir: Path, shards: int) -> Path:
+    """Split ``model_dir``'s single model.safetensors into ``shards`` files plus the index that
+    transformers writes (``weight_map``: tensor name -> shard file)."""
+    from safetensors.torch import load_file, save_file
+
+    single = model_dir / "model.safetensors"
+    tensors = load_file(str(single))
+    names = sorted(tensors)
+    weight_map = {}
+    for k in range(shards):
+        part = names[k::shards]
+        file = f"model-{k + 1:05d}-of-{shards:05d}.safetensors"
+        save_file({n: tensors[n] for n in part}, str(model_dir / file))
+        weight_map |= {n: file for n in part}
+    single.unlink()
+    (model_dir / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+    return model_dir

@@ -113,10 +113,15 @@ class StreamedTarget:
     # ---- the pass ----------------------------------------------------------------------------------------
     @torch.inference_mode()
     def run(self, input_ids: torch.Tensor, progress: LayerProgress | None = None,
-            vocab_ids: torch.Tensor | None = None) -> StreamedStates:
+            vocab_ids: torch.Tensor | None = None, keep: tuple[int, ...] | None = None) -> StreamedStates:
         """All HF hidden states and the greedy next tokens for ``input_ids`` [B, T] (causal; right
         padding is harmless: no real token attends to a later one); with ``vocab_ids`` [V'] also the
-        log-softmax of the logits restricted to those ids (a drafter's vocabulary)."""
+        log-softmax of the logits restricted to those ids (a drafter's vocabulary).
+
+        ``keep``: HF indices whose states to hold (default all L+1); the others are dropped as soon as
+        the next layer has run, so a capture of 3 taps of a 61-layer target holds 4 states, not 62.
+        ``hidden_states[i]`` is then an empty tensor for every ``i`` not kept (hs[L], after the final
+        norm, always comes back)."""
         import time
 
         cfg = self.config
@@ -124,7 +129,12 @@ class StreamedTarget:
         x = self.embed_tokens(ids)  # [B, T, H]
         rotary = Rotary(cfg.rope_dim, cfg.rope_theta, cfg.rope_scaling_dict).to(self.device)
         cos, sin = rotary(torch.arange(ids.shape[1], device=self.device).expand_as(ids), x.dtype)
-        states, seconds = [x.cpu()], []
+        wanted = set(range(cfg.num_layers + 1) if keep is None else keep)
+
+        def hold(i: int, state: torch.Tensor) -> torch.Tensor:
+            return state.cpu() if i in wanted else torch.empty(0)
+
+        states, seconds = [hold(0, x)], []
         resident = _nbytes(self.embed_tokens)
         peak = resident
         with ThreadPoolExecutor(max_workers=1) as pool:
@@ -135,7 +145,7 @@ class StreamedTarget:
                 if self.prefetch and i + 1 < cfg.num_layers:
                     pending = pool.submit(self._layer, i + 1)  # read the next layer while this one runs
                 x = layer(x, cos, sin, None, None, None)  # [B, T, H]
-                states.append(x.cpu())
+                states.append(hold(i + 1, x))
                 peak = max(peak, resident + _nbytes(layer) * (2 if self.prefetch and i + 1 < cfg.num_layers else 1))
                 del layer
                 gc.collect()

@@ -111,9 +111,12 @@ def _sha256_files(files: list[Path]) -> str:
     return h.hexdigest()
 
 
-def target_identity(model: Transformer, model_dir: Path | None = None, name: str | None = None) -> dict[str, Any]:
+def target_identity(model: Transformer, model_dir: Path | None = None, name: str | None = None,
+                    full_hash: bool = True) -> dict[str, Any]:
     """Config and weights digests of the target: of its files when ``model_dir`` is given, else of
-    the in-memory config and parameters."""
+    the in-memory config and parameters (``model`` needs only ``.config`` with ``model_dir``).
+    ``full_hash=False``: the weights digest covers each file's name, size and first MiB, not every
+    byte (hashing a 1T-parameter checkpoint would read 2 TB once more)."""
     cfg = model.config
     ident: dict[str, Any] = {
         "name": name or (model_dir.name if model_dir else "in-memory"),
@@ -125,7 +128,12 @@ def target_identity(model: Transformer, model_dir: Path | None = None, name: str
         from eaglelab.engine.formats.loader import safetensors_files
 
         ident["config_sha256"] = hashlib.sha256((model_dir / "config.json").read_bytes()).hexdigest()
-        ident["weights_sha256"] = _sha256_files(safetensors_files(model_dir))
+        if full_hash:
+            ident["weights_sha256"] = _sha256_files(safetensors_files(model_dir))
+        else:
+            from eaglelab.engine.formats.loader import model_digest
+
+            ident["weights_digest"] = model_digest(model_dir)  # names, sizes and first MiB of the shards
         return ident
     ident["config_sha256"] = hashlib.sha256(json.dumps(cfg.to_dict(), sort_keys=True, default=str).encode()).hexdigest()
     h = hashlib.sha256()
@@ -174,12 +182,8 @@ def forward_states(
     """One padded causal forward over ``sequences`` ([T_i] each); yields per sequence the final
     hidden [1, T_i, H] and the aux states [1, T_i, n*H], on the CPU in the model's dtype."""
     device = next(model.parameters()).device
-    T = max(int(s.numel()) for s in sequences)
-    ids = torch.zeros(len(sequences), T, dtype=torch.long)
-    for b, s in enumerate(sequences):
-        ids[b, : s.numel()] = s
-    ids = ids.to(device)  # [B, T]; right padding never affects earlier positions (causal)
-    positions = torch.arange(T, device=device).expand_as(ids)
+    ids = _padded(sequences).to(device)  # [B, T]; right padding never affects earlier positions (causal)
+    positions = torch.arange(ids.shape[1], device=device).expand_as(ids)
     hidden, aux = model(ids, positions, taps=hf_indices)  # [B, T, H], [B, T, n*H]
     hidden, aux = hidden.cpu(), aux.cpu()
     for b, s in enumerate(sequences):
@@ -194,6 +198,20 @@ def _exists(out_dir: Path, index: int) -> bool:
     return sample_path(out_dir, index).exists() or sample_path(out_dir, index, compress=True).exists()
 
 
+StatesFn = Callable[[list[torch.Tensor], tuple[int, ...]], Iterator[tuple[torch.Tensor, torch.Tensor]]]
+ResponsesFn = Callable[[list[int], int], list[list[int]]]  # (prompt indices, seed salt) -> responses
+
+
+@dataclass(frozen=True)
+class _Target:
+    """What the capture loop needs of a target: its depth and dtype, how to respond, how to read states."""
+
+    num_layers: int
+    dtype: torch.dtype
+    respond: ResponsesFn
+    states: StatesFn
+
+
 def capture(
     model: Transformer,
     prompts: list[list[int]],
@@ -201,6 +219,7 @@ def capture(
     settings: CaptureSettings,
     *,
     eos_token_ids: tuple[int, ...],
+    responses: list[list[int]] | None = None,
     identity: dict[str, Any] | None = None,
     chat_template: str | None = None,
     extra: dict[str, Any] | None = None,
@@ -208,45 +227,102 @@ def capture(
 ) -> CaptureSummary:
     """Generate responses and capture states for ``prompts`` (token ids, chat template applied),
     writing sample ``i`` for prompt ``i``. Samples already in ``out_dir`` are kept (resume).
+    ``responses`` (token ids, one per prompt): use these instead of generating.
 
     Prompts are batched by length (``settings.batch_size`` per batch); generation and the forward
     both run batched on the model's device.
     """
+    def respond(chunk: list[int], salt: int) -> list[list[int]]:
+        if responses is not None:
+            return [list(responses[i]) for i in chunk]
+        room = settings.max_length - max(len(prompts[i]) for i in chunk)
+        return generate_responses(
+            model, [prompts[i] for i in chunk], eos_token_ids=eos_token_ids,
+            max_new_tokens=max(1, min(settings.max_new_tokens, room)), temperature=settings.temperature,
+            seed=settings.seed + salt,
+        )
+
+    target = _Target(model.config.num_layers, next(model.parameters()).dtype, respond,
+                     lambda seqs, hf: forward_states(model, seqs, hf))
+    return _capture(target, prompts, out_dir, settings, identity or target_identity(model), chat_template, extra, progress)
+
+
+def capture_streamed(
+    streamed: Any,
+    prompts: list[list[int]],
+    responses: list[list[int]],
+    out_dir: str | Path,
+    settings: CaptureSettings,
+    *,
+    identity: dict[str, Any],
+    chat_template: str | None = None,
+    extra: dict[str, Any] | None = None,
+    progress: ProgressFn | None = None,
+    layer_progress: Callable[[int, int, float], None] | None = None,
+) -> CaptureSummary:
+    """:func:`capture` with the target run one decoder layer at a time (``streamed``: a
+    :class:`~eaglelab.engine.formats.streamed.StreamedTarget`), for targets larger than memory.
+
+    The responses are given (one per prompt): generating them would need one pass over all the
+    weights per token, so they come from where the target is served. Each batch of
+    ``settings.batch_size`` prompts costs one read of every layer; the samples written are those of
+    :func:`capture` given the same responses."""
+    if len(responses) != len(prompts):
+        raise ConfigError("one response per prompt", field="responses", found=len(responses), expected=len(prompts))
+    target = _Target(streamed.config.num_layers, streamed.dtype, lambda chunk, salt: [list(responses[i]) for i in chunk],
+                     lambda seqs, hf: streamed_states(streamed, seqs, hf, layer_progress))
+    return _capture(target, prompts, out_dir, settings, identity, chat_template, extra, progress)
+
+
+def streamed_states(streamed: Any, sequences: list[torch.Tensor], hf_indices: tuple[int, ...],
+                    layer_progress: Callable[[int, int, float], None] | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """:func:`forward_states` through a streamed target: only the taps and hs[L] are held."""
+    ids = _padded(sequences)  # [B, T]
+    L = streamed.config.num_layers
+    hs = streamed.run(ids, progress=layer_progress, keep=tuple(hf_indices) + (L,)).hidden_states
+    aux = torch.cat([hs[h] for h in hf_indices], -1)  # [B, T, n*H]
+    for b, s in enumerate(sequences):
+        t = int(s.numel())
+        yield hs[L][b: b + 1, :t].clone(), aux[b: b + 1, :t].clone()
+
+
+def _padded(sequences: list[torch.Tensor]) -> torch.Tensor:
+    """[T_i] each -> [B, max T], right-padded with 0 (causal: padding never reaches earlier positions)."""
+    ids = torch.zeros(len(sequences), max(int(s.numel()) for s in sequences), dtype=torch.long)
+    for b, s in enumerate(sequences):
+        ids[b, : s.numel()] = s
+    return ids
+
+
+def _capture(target: _Target, prompts, out_dir, settings, identity, chat_template, extra, progress) -> CaptureSummary:
+    """The loop both captures share: batches by length, resume, manifest."""
     out_dir = Path(out_dir)
-    cfg = model.config
     hf = settings.hf_indices
-    check_layer_ids(hf, cfg.num_layers)
-    identity = identity or target_identity(model)
+    check_layer_ids(hf, target.num_layers)
     todo = [i for i in range(len(prompts)) if not _exists(out_dir, i)]
     skipped = len(prompts) - len(todo)
     todo.sort(key=lambda i: (len(prompts[i]), i))  # similar lengths share a batch
-    write_manifest(out_dir, _manifest(model, settings, identity, chat_template, extra, status="incomplete"))
+    write_manifest(out_dir, _manifest(target.dtype, settings, identity, chat_template, extra, status="incomplete"))
     dropped, done = 0, 0
     bs = settings.batch_size
     for start in range(0, len(todo), bs):
         chunk = [i for i in todo[start: start + bs] if len(prompts[i]) < settings.max_length]
         dropped += len(todo[start: start + bs]) - len(chunk)
         if chunk:
-            dropped += _capture_chunk(model, prompts, chunk, out_dir, settings, eos_token_ids, hf, start)
+            dropped += _capture_chunk(target, prompts, chunk, out_dir, settings, hf, start)
         done += len(todo[start: start + bs])
         if progress:
             progress("capture", done, len(todo))
     return finish_manifest(out_dir, skipped=skipped, dropped=dropped)
 
 
-def _capture_chunk(model, prompts, chunk, out_dir, settings, eos_token_ids, hf, salt) -> int:
-    """Generate, forward and write one batch of prompts; returns how many were dropped."""
-    room = settings.max_length - max(len(prompts[i]) for i in chunk)
-    responses = generate_responses(
-        model, [prompts[i] for i in chunk], eos_token_ids=eos_token_ids,
-        max_new_tokens=max(1, min(settings.max_new_tokens, room)), temperature=settings.temperature,
-        seed=settings.seed + salt,
-    )
-    keep = [(i, r) for i, r in zip(chunk, responses) if r]
+def _capture_chunk(target: _Target, prompts, chunk, out_dir, settings, hf, salt) -> int:
+    """Respond to, forward and write one batch of prompts; returns how many were dropped."""
+    keep = [(i, r) for i, r in zip(chunk, target.respond(chunk, salt)) if r]
     if not keep:
         return len(chunk)
     examples = [build_example(prompts[i], r, settings.max_length) for i, r in keep]
-    states = forward_states(model, [ids for ids, _ in examples], hf)
+    states = target.states([ids for ids, _ in examples], hf)
     for (i, _), (ids, mask), (hidden, aux) in zip(keep, examples, states):
         write_sample(out_dir, i, {"input_ids": ids, "loss_mask": mask, "hidden_state": hidden,
                                   "aux_hidden_state": aux}, compress=settings.compress)
@@ -256,8 +332,7 @@ def _capture_chunk(model, prompts, chunk, out_dir, settings, eos_token_ids, hf, 
 # ---- manifest ------------------------------------------------------------------------------------
 
 
-def _manifest(model, settings: CaptureSettings, identity, chat_template, extra, status: str) -> dict[str, Any]:
-    dtype = str(next(model.parameters()).dtype).replace("torch.", "")
+def _manifest(dtype: torch.dtype, settings: CaptureSettings, identity, chat_template, extra, status: str) -> dict[str, Any]:
     return {
         "manifest_version": MANIFEST_VERSION,
         "format": "specforge-offline",
@@ -267,7 +342,7 @@ def _manifest(model, settings: CaptureSettings, identity, chat_template, extra, 
         "layer_id_convention": settings.convention,
         "hf_indices": list(settings.hf_indices),
         "sglang_layer_ids": [h - 1 for h in settings.hf_indices],
-        "dtype": dtype,
+        "dtype": str(dtype).replace("torch.", ""),
         "chat_template": chat_template,
         "generation": {"max_new_tokens": settings.max_new_tokens, "temperature": settings.temperature,
                        "seed": settings.seed, "batch_size": settings.batch_size, "max_length": settings.max_length},
