@@ -31,12 +31,21 @@ def run_search(args: argparse.Namespace) -> int:
     if not args.target:
         raise EagleLabError("--search runs the target", field="--target", hint="pass --target default or an HF model directory")
     model_dir = resolve_model_dir(args.target)
+    _check_fit(args, model_dir)
     report = search_report(args, model_dir)
     if args.json:
         print(json.dumps(report.to_json()))
     else:
         render(report, args.target)
     return report.exit_code
+
+
+def _check_fit(args: argparse.Namespace, model_dir: Path) -> None:
+    """A drafter made for another target (hidden size, vocabulary, layer count) is refused before the target loads."""
+    from eaglelab.engine.formats.draft_checkpoint import check_fits_target, read_draft_checkpoint
+    from eaglelab.engine.model.config import ModelConfig
+
+    check_fits_target(read_draft_checkpoint(args.draft_dir), ModelConfig.from_json(model_dir / "config.json"), args.target)
 
 
 def search_report(args: argparse.Namespace, model_dir: Path) -> Any:

@@ -116,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
     model_dir = resolve_model_dir(args.model)
     config = ModelConfig.from_json(model_dir / "config.json")
     settings = _settings(args, config.num_layers)
-    check_layer_ids(settings.hf_indices, config.num_layers)  # before any weight is read
+    check_layer_ids(settings.hf_indices, config.num_layers, convention=settings.convention,
+                    source=model_dir / "config.json")  # before any weight is read
     out = Path(args.out)
     _check_resume(out, read_manifest(out), settings, console)
     device, device_reason = _pick_device(args.device)

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
+    from eaglelab.engine.formats.draft_checkpoint import check_fits_target, read_draft_checkpoint
     from eaglelab.engine.errors import EagleLabError
     from eaglelab.probes.wiring import check_wiring
 
@@ -75,6 +75,8 @@ def _run(args: argparse.Namespace) -> int:
         return run_search(args)
     ckpt = read_draft_checkpoint(args.draft_dir)
     target_config, states_fn, target_name = _target(args)
+    if target_config is not None:  # before any weight is read: a drafter for another target is exit 2
+        check_fits_target(ckpt, target_config, target_name or "")
     report = check_wiring(
         ckpt, target_config=target_config, hidden_states_fn=states_fn, data_dir=args.data, serving=args.serving,
         sglang_version=args.sglang_version, max_samples=args.samples, max_tokens=args.max_tokens,

@@ -445,6 +445,52 @@ def _validate(ck: DraftCheckpoint, target: TargetShape | None) -> list[Finding]:
     return out
 
 
+ANOTHER_TARGET = "pass the drafter trained for this target, or the target it was trained for"
+UNFIT_CODES = {  # findings that mean: this drafter cannot run on the target (code -> what to do)
+    "target_hidden": ANOTHER_TARGET,
+    "vocab_size": ANOTHER_TARGET,
+    "draft_vocab": "re-export the drafter: its config and weights come from different runs",
+}
+
+
+def check_fits_target(ck: DraftCheckpoint, target: TargetShape, target_name: str) -> None:
+    """Raise when the drafter cannot run on ``target`` at all (nothing to check numerically): its aux width
+    is not the target's hidden size, its vocabulary is not the target's, its draft-vocabulary tensors
+    disagree with ``draft_vocab_size``, or a tap id names no layer (>= ``num_layers`` in either convention)."""
+    for f in _validate(ck, target):
+        if f.severity == "error" and f.code in UNFIT_CODES:
+            info = ck.tensors.get(f.field)
+            error = CheckpointError if info is not None else ConfigError
+            lead = "the drafter cannot run" if f.code == "draft_vocab" else f"the drafter does not fit the target {target_name}"
+            raise error(f"{lead}: {f.message}", file=info.file if info is not None else ck.config_file, field=f.field,
+                        found=_unfit_found(ck, f), expected=_unfit_expected(target, f),
+                        hint=f"{f.hint}: {UNFIT_CODES[f.code]}")
+    beyond = [i for i in ck.aux_layer_ids or () if i >= target.num_layers]
+    if beyond:
+        conv = ck.aux_convention or "sglang"
+        raise ConfigError(
+            f"the drafter's tap ids name no layer of the target {target_name} ({target.num_layers} layers)",
+            file=ck.config_file, field=ck.aux_ids_field or IDS_FIELD_TOP, found=f"{list(ck.aux_layer_ids or ())} ({conv} convention)",
+            expected=f"ids below {target.num_layers} (SGLang ids 0..{target.num_layers - 2}, vLLM ids 1..{target.num_layers - 1})",
+            hint=f"the drafter was made for a deeper target: {ANOTHER_TARGET}")
+
+
+def _unfit_found(ck: DraftCheckpoint, f: Finding) -> object:
+    if f.code == "target_hidden":
+        return ck.aux_hidden_size
+    if f.code == "vocab_size":
+        return ck.vocab_size
+    return f"shape {list(ck.shape(f.field) or ())}"
+
+
+def _unfit_expected(target: TargetShape, f: Finding) -> object:
+    if f.code == "target_hidden":
+        return f"the target's hidden size, {target.hidden_size}"
+    if f.code == "vocab_size":
+        return f"the target's vocab_size, {target.vocab_size}"
+    return f.message.split("expected ", 1)[-1]
+
+
 def _check_ids_present(ck: DraftCheckpoint, target: TargetShape | None) -> list[Finding]:
     if ck.aux_layer_ids is not None:
         if ck.format == "sglang" and ck.aux_ids_field == IDS_FIELD_TOP:

@@ -97,21 +97,15 @@ def resolve_model_dir(model: str | Path) -> Path:
 
 
 def safetensors_files(model_dir: Path) -> list[Path]:
-    """The weight files of a model directory (sharded via the index file, or a single file)."""
-    index = model_dir / "model.safetensors.index.json"
-    if index.exists():
-        try:
-            weight_map = json.loads(index.read_text())["weight_map"]
-        except (json.JSONDecodeError, KeyError) as exc:
-            raise CheckpointError(f"bad index file ({exc})", file=index, field="weight_map") from None
-        files = sorted({model_dir / f for f in weight_map.values()})
-    else:
-        files = sorted(model_dir.glob("*.safetensors"))
+    """The weight files of a model directory: the shards its ``model.safetensors.index.json`` lists (all
+    present), or its single ``*.safetensors`` file."""
+    from eaglelab.engine.formats.validate import listed_weight_files, several_shards_need_an_index
+
+    found = sorted(model_dir.glob("*.safetensors"))
+    several_shards_need_an_index(model_dir, found)
+    files, _stale = listed_weight_files(model_dir, found)  # an index naming an absent shard is refused here
     if not files:
         raise CheckpointError("no *.safetensors weights", file=model_dir, hint="save the model with safetensors")
-    for f in files:
-        if not f.exists():
-            raise CheckpointError("weight file named by the index is missing", file=f)
     return files
 
 
@@ -119,8 +113,11 @@ def read_tensors(files: list[Path]) -> dict[str, tuple[Path, object]]:
     """Name -> (file, lazy handle) over all files, opening each safely."""
     from safetensors import SafetensorError, safe_open
 
+    from eaglelab.engine.formats.validate import check_safetensors_size
+
     handles: dict[str, tuple[Path, object]] = {}
     for f in files:
+        check_safetensors_size(f)
         try:
             h = safe_open(str(f), framework="pt", device="cpu")
             keys = list(h.keys())

@@ -138,8 +138,56 @@ def listed_weight_files(directory: Path, files: Iterable[Path]) -> tuple[list[Pa
     missing = sorted(name for name in listed if not (directory / name).is_file())
     if missing:
         raise CheckpointError("names shard files that are not in the directory", file=index, field="weight_map",
-                              found=", ".join(missing[:5]), hint="copy the missing shards, or re-save the checkpoint")
+                              found=", ".join(missing[:5]), expected="every shard the index names, beside it",
+                              hint="copy the missing shards, or re-save the checkpoint")
     return [f for f in files if f.name in listed], [f for f in files if f.name not in listed]
+
+
+def several_shards_need_an_index(directory: Path, files: list[Path]) -> None:
+    """Without ``model.safetensors.index.json`` a directory may hold one weight file only: with several,
+    nothing says which shard is current, and a stale copy would silently mix with the real weights."""
+    if len(files) > 1 and not (directory / "model.safetensors.index.json").exists():
+        names = ", ".join(f.name for f in files[:4]) + (", ..." if len(files) > 4 else "")
+        raise CheckpointError(
+            "several safetensors shards but no index", file=directory / "model.safetensors.index.json",
+            field="weight_map", found=f"no index file; {len(files)} shards: {names}",
+            expected="model.safetensors.index.json mapping each tensor to its shard",
+            hint="copy model.safetensors.index.json from where the shards came from (it is saved with them), "
+                 "or keep a single .safetensors file in the directory")
+
+
+def check_safetensors_size(path: Path) -> None:
+    """A safetensors file is as long as its header says (8-byte length, JSON header, then the data up to
+    the largest ``data_offsets`` end): a download or copy cut short is named as such, before any read."""
+    import json
+    import struct
+
+    size = path.stat().st_size
+    truncated = "the download or copy was cut short: fetch this file again (compare its size with the source's)"
+    with open(path, "rb") as fh:
+        head = fh.read(8)
+        if len(head) < 8:
+            raise CheckpointError("is truncated: shorter than a safetensors header", file=path, field="header",
+                                  found=f"{size} bytes", expected="at least 8 bytes", hint=truncated)
+        (n,) = struct.unpack("<Q", head)
+        if n > size - 8:
+            raise CheckpointError("is truncated: the file ends inside its safetensors header", file=path,
+                                  field="header", found=f"{size} bytes", expected=f"at least {8 + n} bytes", hint=truncated)
+        try:
+            header = json.loads(fh.read(n))
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            return  # not a size problem: safetensors' own reader reports the damage
+    ends = {name: meta["data_offsets"][1] for name, meta in header.items()
+            if isinstance(meta, dict) and isinstance(meta.get("data_offsets"), list) and len(meta["data_offsets"]) == 2
+            and isinstance(meta["data_offsets"][1], int)}
+    if not ends:
+        return
+    last = max(ends, key=ends.__getitem__)
+    need = 8 + n + ends[last]
+    if size < need:
+        raise CheckpointError("is truncated: shorter than its safetensors header says", file=path,
+                              field=f"data_offsets of {last}", found=f"{size} bytes",
+                              expected=f"{need} bytes ({need - size} missing)", hint=truncated)
 
 
 def load_tensor_dict(path: str | Path, *, what: str, required: Iterable[str] = (), hint: str | None = None) -> dict:

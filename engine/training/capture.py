@@ -82,18 +82,23 @@ def default_layer_ids(num_layers: int) -> tuple[int, ...]:
     return default_ids(num_layers, "sglang")
 
 
-def check_layer_ids(hf: tuple[int, ...], num_layers: int, field_name: str = "--layer-ids") -> None:
-    """Taps must be decoder-layer outputs a serving engine can capture: HF indices 1..L-1, distinct."""
+def check_layer_ids(hf: tuple[int, ...], num_layers: int, field_name: str = "--layer-ids", *,
+                    convention: str = "sglang", source: str | Path | None = None) -> None:
+    """Taps must be decoder-layer outputs a serving engine can capture: HF indices 1..L-1, distinct.
+    ``convention``: how the ids the user wrote count layers (for the hint); ``source``: the target's config."""
     bad = [h for h in hf if not 1 <= h <= num_layers - 1]
     if bad or len(set(hf)) != len(hf) or not hf:
+        first = 0 if convention == "sglang" else 1  # the ids naming hs[1] .. hs[L-1]
         raise ConfigError(
-            "layer ids name no tappable layer, the embedding output, or a layer twice", field=field_name,
-            found=f"HF indices {list(hf)}", expected=f"distinct HF indices in 1..{num_layers - 1}",
-            hint="ids in the SGLang convention count decoder-layer outputs from 0 (hs[k+1])",
+            "layer ids name no tappable layer, the embedding output, or a layer twice", file=source, field=field_name,
+            found=f"HF indices {list(hf)}", expected=f"distinct HF indices in 1..{num_layers - 1} ({convention} ids "
+            f"{first}..{num_layers - 2 + first} for this {num_layers}-layer target)",
+            hint="ids in the SGLang convention count decoder-layer outputs from 0 (hs[k+1])" if convention == "sglang"
+            else f"ids in the {convention} convention name hs[k], the input of decoder layer k",
         )
     if list(hf) != sorted(hf):
         raise ConfigError(
-            "layer ids must be ascending", field=field_name, found=list(hf), expected=sorted(hf),
+            "layer ids must be ascending", file=source, field=field_name, found=list(hf), expected=sorted(hf),
             hint="serving engines concatenate the aux states in layer order; the data must too",
         )
 
