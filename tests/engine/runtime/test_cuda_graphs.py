@@ -241,3 +241,53 @@ def test_cuda_graphs_give_the_eager_tokens(kind):
         replayed = [v for c in eng.observer.cycles[1:] for v in c.graph.values()]
         assert REPLAY in replayed and not runner._failed, runner._failed
         assert len(eng.observer.captures) == len(runner.capture_stats) > 0
+
+
+# ---- MLA targets: the cache is K-only (one compressed row per token, no V buffer) ------------------
+@pytest.fixture(scope="module")
+def mla():
+    from eaglelab.engine.model.moe import kimi_like_config
+    from tests.conftest import random_model
+
+    model = random_model(kimi_like_config("cpu", num_hidden_layers=3, vocab_size=512), seed=3, std=0.1)
+    assert model.config.mla is not None
+    return model
+
+
+def test_capture_restores_the_rows_of_a_k_only_mla_cache(mla):
+    """Warm-up runs write into the static cache; a capture in the middle of a run (lazy) puts rows < b
+    back as they were, whether the capture succeeds or fails, and never touches a V buffer it lacks."""
+    runner = EmulatedRunner.for_engine(mla, SpecConfig(cuda_graphs=True), None, max_len=16, buckets=(1, 3))
+    cache = runner.make_cache(2, 16)
+    assert cache is runner.cache and cache.v is None and cache.k.shape[1] == 3
+    cache.k.normal_()
+    before = cache.k.clone()
+
+    def scribble():  # what a warm-up run does: write the rows it runs on
+        cache.k[:, :2].fill_(7.0)
+        return (cache.k[0, :2, 0, 0, :1].clone(),)
+
+    def broken():
+        cache.k[:, :2].fill_(3.0)
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    runner._capture(("phase", "decode", 2, 1), "decode", 2, {}, scribble, (cache, None))
+    assert torch.equal(cache.k, before) and ("phase", "decode", 2, 1) in runner._graphs
+    runner._capture(("phase", "decode", 3, 1), "decode", 2, {}, broken, (cache,))
+    assert torch.equal(cache.k, before)
+    assert runner._failed[("phase", "decode", 3, 1)] == "eager: capture failed (operation not permitted when stream is capturing)"
+
+
+@pytest.mark.parametrize("kind", ["plain", "eagle3"])
+def test_mla_replay_matches_eager(mla, kind):
+    """kimi-like shapes (MLA + MoE): the graph runner's replay gives the eager tokens, plain and speculative."""
+    spec = SpecConfig("none" if kind == "plain" else "eagle3", num_steps=3, topk=1, attention_mode="decode", cuda_graphs=True)
+    drafter = None if kind == "plain" else _drafter(mla, spec, kind)
+    runner = EmulatedRunner.for_engine(mla, spec, drafter, max_len=64, buckets=(1, 2, 4))
+    eng = _engine(mla, spec, drafter, runner)
+    out = eng.generate(PROMPTS[:3], 8)
+    ref_drafter = None if kind == "plain" else _drafter(mla, spec, kind)
+    ref = _engine(mla, spec, ref_drafter, EagerRunner(mla, getattr(ref_drafter, "net", None))).generate(PROMPTS[:3], 8)
+    assert out.tokens == ref.tokens
+    assert runner.cache.v is None and runner.capture_stats, "the MLA cache was captured on"
+    assert all(REPLAY in c.graph.values() for c in eng.observer.cycles[1:])
