@@ -291,3 +291,24 @@ def test_mla_replay_matches_eager(mla, kind):
     assert out.tokens == ref.tokens
     assert runner.cache.v is None and runner.capture_stats, "the MLA cache was captured on"
     assert all(REPLAY in c.graph.values() for c in eng.observer.cycles[1:])
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("kind", ["plain", "eagle3"])
+def test_cuda_graphs_on_an_mla_target_give_the_eager_tokens(mla, kind):
+    """Real CUDA graphs over the K-only MLA cache (the kimi-like capture that failed on the H200)."""
+    model = mla.to("cuda")
+    try:
+        spec = SpecConfig("none" if kind == "plain" else "eagle3", num_steps=3, attention_mode="decode", cuda_graphs=True)
+        drafter = None if kind == "plain" else _drafter(model, spec, kind)
+        runner = CudaGraphRunner.for_engine(model, spec, drafter, max_len=64, buckets=(1, 2, 4))
+        eng = _engine(model, spec, drafter, runner)
+        out = eng.generate(PROMPTS[:3], 12)
+        assert not runner._failed, runner._failed
+        assert all(REPLAY in c.graph.values() for c in eng.observer.cycles[1:])
+        ref_drafter = None if kind == "plain" else _drafter(model, spec, kind)
+        ref = _engine(model, spec, ref_drafter, EagerRunner(model, getattr(ref_drafter, "net", None)))
+        assert out.tokens == ref.generate(PROMPTS[:3], 12).tokens
+    finally:
+        mla.to("cpu")
