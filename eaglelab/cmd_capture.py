@@ -100,14 +100,10 @@ def parse_ids(text: str | None) -> tuple[int, ...] | None:
 
 def run(args: argparse.Namespace) -> int:
     """Capture; 0 on success."""
-    import json
-
     from rich.console import Console
 
-    from eaglelab.engine.training.capture import check_layer_ids, read_manifest, write_manifest
-    from eaglelab.engine.training.draft_vocab import build_draft_vocab, scan_data
+    from eaglelab.engine.training.capture import check_layer_ids, read_manifest
     from eaglelab.engine.formats.loader import resolve_model_dir
-    from eaglelab.engine.formats.specforge_data import write_vocab_mapping
     from eaglelab.engine.model.config import ModelConfig
     from eaglelab.session import _pick_device, _pick_dtype
 
@@ -125,12 +121,9 @@ def run(args: argparse.Namespace) -> int:
     target = (_Streamed(model_dir, device, dtype, console) if args.stream
               else _InMemory(args.model, device, dtype, console))
     tok = target.tokenizer
-    prompt_ids = [tok.chat_ids(p, system=args.system) for p, _ in pairs]
+    prompt_ids = [tok.chat_ids(p, system=args.system) for p, _, _ in pairs]
     responses = _response_ids(tok, pairs)
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "prompts.jsonl", "w") as f:
-        for i, (p, source) in enumerate(zip(pairs, _sources(args, pairs))):
-            f.write(json.dumps({"index": i, "source": source, "prompt": p[0]} | ({"response": p[1]} if p[1] is not None else {})) + "\n")
+    _write_prompts(out, pairs)
     how = "streamed one decoder layer at a time" if args.stream else "in memory"
     console.print(f"[bold]capture[/] {target.name} {how} on {device} ({device_reason}), {dtype} ({dtype_reason})")
     console.print(f"  {len(pairs)} prompts, layer ids {list(settings.layer_ids)} ({settings.convention}) = hs{list(settings.hf_indices)}, "
@@ -143,13 +136,7 @@ def run(args: argparse.Namespace) -> int:
     if responses is not None:  # the target's own answers only if the file says so: not vouched for here
         extra |= {"self_distillation": False, "responses_source": args.prompts_file}
     summary = target.capture(prompt_ids, responses, out, settings, identity, extra)
-    counts, _ = scan_data(out, config.vocab_size)
-    size = min(args.draft_vocab_size, config.vocab_size)
-    dv = build_draft_vocab(counts, size)
-    write_vocab_mapping(out, dv.mapping)
-    manifest = read_manifest(out) or {}
-    manifest["draft_vocab"] = {"size": size, "coverage": dv.coverage, "distinct_assistant_tokens": dv.distinct_tokens}
-    write_manifest(out, manifest)
+    size, dv = _write_draft_vocab(out, config.vocab_size, args.draft_vocab_size)
     console.print(f"wrote {summary.samples} samples ({summary.tokens} tokens, {summary.assistant_tokens} assistant) to {out}"
                   + (f"; kept {summary.skipped_existing} from before" if summary.skipped_existing else "")
                   + (f"; dropped {summary.dropped} prompts (too long or empty responses)" if summary.dropped else ""))
@@ -158,16 +145,43 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _prompt_pairs(args: argparse.Namespace) -> list[tuple[str, str | None]]:
-    """(prompt, given response or None): from --prompts-file, else the built-in training prompts."""
+def _write_prompts(out: Path, pairs: list[tuple[str, str | None, str]]) -> None:
+    """prompts.jsonl: each prompt used, its source and its given response (if any)."""
+    import json
+
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "prompts.jsonl", "w") as f:
+        for i, (prompt, response, source) in enumerate(pairs):
+            given = {"response": response} if response is not None else {}
+            f.write(json.dumps({"index": i, "source": source, "prompt": prompt} | given) + "\n")
+
+
+def _write_draft_vocab(out: Path, vocab_size: int, wanted: int):
+    """vocab_mapping.pt from the assistant tokens of the data, recorded in the manifest. -> (size, DraftVocab)."""
+    from eaglelab.engine.formats.specforge_data import write_vocab_mapping
+    from eaglelab.engine.training.capture import read_manifest, write_manifest
+    from eaglelab.engine.training.draft_vocab import build_draft_vocab, scan_data
+
+    counts, _ = scan_data(out, vocab_size)
+    size = min(wanted, vocab_size)
+    dv = build_draft_vocab(counts, size)
+    write_vocab_mapping(out, dv.mapping)
+    manifest = read_manifest(out) or {}
+    manifest["draft_vocab"] = {"size": size, "coverage": dv.coverage, "distinct_assistant_tokens": dv.distinct_tokens}
+    write_manifest(out, manifest)
+    return size, dv
+
+
+def _prompt_pairs(args: argparse.Namespace) -> list[tuple[str, str | None, str]]:
+    """(prompt, given response or None, source): from --prompts-file, else the built-in training prompts."""
     from eaglelab.engine.errors import ConfigError
     from eaglelab.engine.training.train_prompts import build_prompts
 
     if args.prompts_file:
-        pairs = read_prompts_file(args.prompts_file)
+        pairs = [(p, r, "file") for p, r in read_prompts_file(args.prompts_file)]
     else:
-        pairs = [(p.text, None) for p in build_prompts(args.prompts, seed=args.seed)]
-    given = sum(r is not None for _, r in pairs)
+        pairs = [(p.text, None, p.source) for p in build_prompts(args.prompts, seed=args.seed)]
+    given = sum(r is not None for _, r, _ in pairs)
     if args.stream and given < len(pairs):
         raise ConfigError(
             "--stream needs the target's responses: a layer-streamed target cannot generate", field="--prompts-file",
@@ -181,20 +195,12 @@ def _prompt_pairs(args: argparse.Namespace) -> list[tuple[str, str | None]]:
     return pairs
 
 
-def _sources(args: argparse.Namespace, pairs: list) -> list[str]:
-    from eaglelab.engine.training.train_prompts import build_prompts
-
-    if args.prompts_file:
-        return ["file"] * len(pairs)
-    return [p.source for p in build_prompts(args.prompts, seed=args.seed)]
-
-
-def _response_ids(tok, pairs: list[tuple[str, str | None]]) -> list[list[int]] | None:
+def _response_ids(tok, pairs: list[tuple[str, str | None, str]]) -> list[list[int]] | None:
     """Given responses as token ids, each ending in the end-of-turn token as a generated one would."""
     if pairs[0][1] is None:
         return None
     end = list(tok.eos_token_ids[:1])
-    return [tok.encode(r) + end for _, r in pairs]
+    return [tok.encode(r) + end for _, r, _ in pairs]
 
 
 def _settings(args: argparse.Namespace, num_layers: int):
