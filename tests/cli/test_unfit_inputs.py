@@ -128,6 +128,13 @@ def test_check_wiring_refuses_a_drafter_made_for_another_target(valid, tmp_path,
     assert str(drafter) in err
 
 
+@pytest.mark.parametrize("case", ["hidden size", "SGLang ids >= layers"])
+def test_the_tap_search_refuses_a_drafter_made_for_another_target_before_loading_it(valid, tmp_path, capsys, case):
+    make, field, said = UNFIT[case]
+    argv = ["check-wiring", str(make(valid, tmp_path)), "--target", str(valid.target), "--search", "--stream"]
+    _assert_exit_2(run_cli(argv, capsys), argv, f"field '{field}'", *said)
+
+
 # ---- damaged sharded targets: check-wiring and capture ------------------------------------------------------
 
 
