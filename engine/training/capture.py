@@ -23,7 +23,7 @@ import json
 import platform
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
@@ -31,6 +31,9 @@ from eaglelab.engine.formats.conventions import CONVENTIONS, default_ids, ids_to
 from eaglelab.engine.errors import ConfigError, read_json_object
 from eaglelab.engine.model.model import Transformer
 from eaglelab.engine.formats.specforge_data import sample_path, write_sample
+
+if TYPE_CHECKING:
+    from eaglelab.engine.formats.streamed import StreamedTarget
 
 MANIFEST_NAME = "manifest.json"
 MANIFEST_VERSION = 1
@@ -253,7 +256,7 @@ def capture(
 
 
 def capture_streamed(
-    streamed: Any,
+    streamed: StreamedTarget,
     prompts: list[list[int]],
     responses: list[list[int]],
     out_dir: str | Path,
@@ -279,7 +282,7 @@ def capture_streamed(
     return _capture(target, prompts, out_dir, settings, identity, chat_template, extra, progress)
 
 
-def streamed_states(streamed: Any, sequences: list[torch.Tensor], hf_indices: tuple[int, ...],
+def streamed_states(streamed: StreamedTarget, sequences: list[torch.Tensor], hf_indices: tuple[int, ...],
                     layer_progress: Callable[[int, int, float], None] | None = None) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """:func:`forward_states` through a streamed target: only the taps and hs[L] are held."""
     ids = _padded(sequences)  # [B, T]
