@@ -49,8 +49,12 @@ stage_a() {
     python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"; } > "$R/gpu.txt" 2>&1
   mkdir -p ~/m ~/shipped && cp .carry/m1/smolpart_00 ~/m/ && cp -r $SHIPPED/. ~/shipped/ && log "part 1 + shipped drafter parked"
   TAIL=40 run tp_scale 420 bash benchmarks/tp_h200x2.sh "$R/tp"
-  CUDA_VISIBLE_DEVICES=0 run kimi_graphs 90 $EL bench --scale-model kimi-like --dtype bfloat16 --batch-sizes 1 --prompts 2 \
-    --max-new-tokens 32 --configs plain-eager,plain-graphs,spec-decode-graphs --json "$R/kimi_like_graphs.json"
+  export CUDA_VISIBLE_DEVICES=0
+  run pytest_mla_graphs 60 python3 -m pytest -m gpu -q -p no:cacheprovider tests/engine/runtime/test_cuda_graphs.py -k mla
+  run kimi_graphs 90 $EL bench --scale-model kimi-like --device cuda --dtype bfloat16 --draft default --batch-sizes 1 \
+    --prompts 1 --repeats 1 --no-micro --max-new-tokens 16 --configs plain-eager,plain-graphs,spec-decode-graphs \
+    --json "$R/kimi_like_graphs.json"
+  unset CUDA_VISIBLE_DEVICES
 }
 
 stage_b() {
