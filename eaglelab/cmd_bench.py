@@ -5,6 +5,9 @@ spec-prefill-graphs, spec-decode, spec-decode-graphs, spec-compile, hf (``*-comp
 torch.compile'd layers). Graph configurations need CUDA (skipped on CPU, and the
 speedup baseline is then plain-eager). ``--scale-model`` swaps the target for a random-weight
 model of a named real shape (cost measurements only: acceptance on random weights means nothing).
+``--tp N`` runs the same harness over N tensor-parallel ranks (launch with ``torchrun
+--nproc-per-node N -m eaglelab bench --tp N ...``; rank 0 prints and writes the JSON) and adds where
+the all-reduces go: their share of a decode and a verify step, per-site cost, arrival skew.
 """
 
 from __future__ import annotations
@@ -48,20 +51,47 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--hbm-tbps", type=float, default=None,
                    help="memory bandwidth for the weight-bandwidth bound (default: 4.3, an H200's, on CUDA; none on CPU)")
     p.add_argument("--json", default=None, metavar="OUT", help="write the full report as JSON")
+    p.add_argument("--tp", type=int, default=None, metavar="N",
+                   help="tensor-parallel ranks; launch as `torchrun --nproc-per-node N -m eaglelab bench --tp N ...` "
+                        "(default configs then: plain-eager, plain-graphs, spec-decode-graphs; no HF peer). Any --tp, "
+                        "1 included, seeds a scale model's weights per tensor, so --tp 1 and --tp N hold the same model")
     p.set_defaults(func=run)
 
 
+TP_CONFIGS = "plain-eager,plain-graphs,spec-decode-graphs"
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.tp is None or args.tp == 1:
+        bench(args, None)
+        return 0
+    from eaglelab.cmd_run import join_tp
+
+    tp = join_tp(args.tp, args.device)
+    try:
+        with tp.guard("eaglelab bench"):  # a rank that fails makes every rank stop with its error
+            bench(args, tp)
+    finally:
+        tp.close()
+    return 0
+
+
+def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Run the bench on this rank (``tp``: its group, or None). -> (report, outputs per config and
+    batch). Under TP every rank measures; only rank 0 prints and writes the JSON."""
     import torch
     from rich.console import Console
 
     from eaglelab.bench import harness as B
 
-    console, err = Console(highlight=False), Console(stderr=True, highlight=False)
+    quiet = tp is not None and tp.rank != 0
+    console, err = Console(highlight=False, quiet=quiet), Console(stderr=True, highlight=False, quiet=quiet)
     log = lambda msg: err.print(f"[dim]{msg}[/]")  # noqa: E731
     torch.manual_seed(args.seed)
+    if tp is not None and args.configs is None:
+        args.configs = TP_CONFIGS
     configs = _configs(args)
-    setup = _setup(args, log)
+    setup = _setup(args, log, tp)
     ctx = setup["ctx"]
     rows, outputs, captures = [], {}, {}
     if not args.micro_only:
@@ -80,11 +110,19 @@ def run(args: argparse.Namespace) -> int:
     hbm = args.hbm_tbps if args.hbm_tbps is not None else (4.3 if ctx.device.type == "cuda" else 0.0)
     head = B.headline(rows, micro, setup["weight_bytes"], hbm)
     report = _report(args, setup, rows, micro, captures, head)
+    if tp is not None:
+        from eaglelab.bench.tp import tp_section
+
+        report["tp"] = tp_section(ctx, tp, rows, args.micro_context, log)
     _print(console, report, rows, micro)
-    if args.json:
+    if tp is not None:
+        from eaglelab.bench.tp import print_tp
+
+        print_tp(console, report["tp"], rows)
+    if args.json and not quiet:
         B.write_json(args.json, report)
         console.print(f"[dim]wrote {args.json}[/]")
-    return 0
+    return report, outputs
 
 
 def _release(device) -> None:
@@ -124,24 +162,30 @@ def _int_list(text: str, field: str) -> tuple[int, ...]:
     return vals
 
 
-def _setup(args, log) -> dict[str, Any]:
+def _setup(args, log, tp=None) -> dict[str, Any]:
     """Load (or build) the target and drafter, the prompts, and the bench context."""
+    import torch
+
     from eaglelab.bench import harness as B
     from eaglelab.session import _pick_device, _pick_dtype
 
     device, device_reason = _pick_device(args.device)
+    if tp is not None and device.type == "cuda":  # one GPU per rank, as torchrun numbers them
+        device = torch.device("cuda", tp.local_rank)
+        device_reason += f"; tensor parallel rank {tp.rank} of {tp.world_size} on GPU {tp.local_rank}"
     dtype_name, dtype_reason = _pick_dtype(args.dtype, device)
     d = GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS
     batch_sizes = _int_list(args.batch_sizes or d["batch_sizes"], "--batch-sizes")
     n_prompts = args.prompts or d["prompts"]
     max_new = args.max_new_tokens or d["max_new_tokens"]
     texts = B.mtbench_first_turns(n_prompts, args.questions)
-    built = _scale_setup(args, device, dtype_name, log) if args.scale_model else _model_setup(args, device, dtype_name, max_new, log)
+    built = (_scale_setup(args, device, dtype_name, log, tp) if args.scale_model
+             else _model_setup(args, device, dtype_name, max_new, log, tp))
     prompts, how = B.tokenize_prompts(texts, built["tokenizer"], built["target"].config.vocab_size, args.max_prompt_tokens)
     ctx = B.BenchContext(
         target=built["target"], spec=built["spec"], make_drafter=built["make_drafter"], prompts=prompts,
         max_new_tokens=max_new, batch_sizes=batch_sizes, repeats=args.repeats or d["repeats"],
-        peer=built["peer"], peer_skip=built.get("peer_skip"), log=log,
+        peer=built["peer"], peer_skip=built.get("peer_skip"), log=log, tp=tp,
     )
     notes = built["notes"] + [f"prompts: {len(prompts)} MT-bench first turns, {how}; "
                               f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",
@@ -151,31 +195,42 @@ def _setup(args, log) -> dict[str, Any]:
                 device_reason=device_reason, dtype_reason=dtype_reason, dtype_name=dtype_name)
 
 
-def _model_setup(args, device, dtype_name, max_new, log) -> dict[str, Any]:
+def _model_setup(args, device, dtype_name, max_new, log, tp=None) -> dict[str, Any]:
     from eaglelab.engine.model.scale_models import decode_weight_bytes
     from eaglelab.bench import harness as B
     from eaglelab.session import build_session
 
     args.max_new_tokens = max_new  # the device's bench default, resolved
-    s = build_session(args, log=log)
+    s = build_session(args, log=log, tp=tp)
     target = s.target
+    if tp is not None:
+        return dict(target=target.model, tokenizer=target.tokenizer, spec=s.spec, make_drafter=_drafter_factory(s.drafter),
+                    peer=None, peer_skip=_TP_PEER_SKIP, name=f"{target.name} ({target.config.num_layers} layers)",
+                    notes=list(s.notes), weight_bytes=decode_weight_bytes(target.model))
     peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(target.path, target.device, target.dtype), target.device)  # noqa: E731
     return dict(target=target.model, tokenizer=target.tokenizer, spec=s.spec, make_drafter=_drafter_factory(s.drafter),
                 peer=peer, name=f"{target.name} ({target.config.num_layers} layers)", notes=list(s.notes),
                 weight_bytes=decode_weight_bytes(target.model))
 
 
-def _scale_setup(args, device, dtype_name, log) -> dict[str, Any]:
+_TP_PEER_SKIP = "HF peer skipped under --tp (it runs on one GPU; compare with a --tp 1 run)"
+
+
+def _scale_setup(args, device, dtype_name, log, tp=None) -> dict[str, Any]:
     from eaglelab.engine.formats.loader import parse_dtype
     from eaglelab.engine.model.scale_models import build_scale_model, decode_weight_bytes
     from eaglelab.bench import harness as B
 
     dtype = parse_dtype(dtype_name)
     log(f"building {args.scale_model} with random weights on {device} ({dtype_name}) ...")
-    sm = build_scale_model(args.scale_model, device=device, dtype=dtype, seed=args.seed)
+    # --tp (even 1): each full tensor drawn from its own seeded generator, so every TP size holds the same model
+    per_tensor = args.tp is not None
+    sm = build_scale_model(args.scale_model, device=device, dtype=dtype, seed=args.seed, tp=tp, per_tensor_seed=per_tensor)
     spec, make_drafter, draft_note = _scale_drafter(args, sm.model)
     peer, peer_skip = None, None
-    if sm.config.moe is None:
+    if tp is not None:
+        peer_skip = _TP_PEER_SKIP
+    elif sm.config.moe is None:
         peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(sm.hf_config, device, dtype), device)  # noqa: E731
     else:
         peer_skip = "HF peer skipped: our kimi-like is GQA DeepSeek-V3 (not an HF architecture), and a 2nd copy would not fit"

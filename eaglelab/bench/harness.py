@@ -98,6 +98,7 @@ class BenchRow:
     same_tokens_as_plain_eager: float | None = None  # share of rows identical to plain-eager's
     graph: dict[str, str] = field(default_factory=dict)  # phase -> most common "replay" | "eager: why"
     skipped: str | None = None
+    allreduce: dict[str, Any] | None = None  # --tp: the observed call's collectives (eaglelab/bench/tp.py)
 
 
 @dataclass(frozen=True)
@@ -128,6 +129,7 @@ class BenchContext:
     peer_skip: str | None = None
     log: Callable[[str], None] = lambda m: None
     compiled: Any = None  # the compiled Kernels, built on the first config that asks
+    tp: Any = None  # TPGroup under --tp: every rank runs every call; the observed call also times collectives
 
     def kernels(self, compile_: bool):
         """The layers' kernels for a config: compiled ones (built once, shared) or the eager ones."""
@@ -157,9 +159,13 @@ class PhaseCollector(BaseObserver):
 
     def __init__(self) -> None:
         self.cycles: list[CycleStats] = []
+        self.allreduces: list[Any] = []  # AllReduceStats (TP runs)
 
     def on_cycle(self, stats: CycleStats) -> None:
         self.cycles.append(stats)
+
+    def on_allreduce(self, stats) -> None:
+        self.allreduces.append(stats)
 
     def median_ms(self, phase: str, kind: str) -> float | None:
         vals = [c.phase_ms[phase] for c in self.cycles if c.kind == kind and phase in c.phase_ms]
@@ -267,10 +273,16 @@ def measure(generate: Callable, observed: Callable | None, cfg: BenchConfig, ctx
                mean_accept_len=sum(accepts) / len(accepts) if accepts else None)
     if observed is not None:
         col = PhaseCollector()
+        if ctx.tp is not None:
+            ctx.tp.arrivals = []
         observed(col)(groups[0], min(32, M))
         row.update(decode_ms=col.median_ms("decode", "decode"), verify_ms=col.median_ms("verify", "spec"),
                    draft_ms=col.median_ms("draft", "spec"), extend_ms=col.median_ms("draft_extend", "spec"),
                    accept_ms=col.median_ms("accept", "spec"), graph=col.graph_summary())
+        if ctx.tp is not None:
+            from eaglelab.bench.tp import observed_collectives
+
+            row["allreduce"] = observed_collectives(ctx.tp, col.allreduces, col.cycles)
     return BenchRow(**row), first or []
 
 

@@ -166,8 +166,11 @@ def copy_sharded(model: nn.Module, read: TensorSource, source: str) -> None:
         tensors = []
         for part in names:
             got = read(part)
+            tied = name == "lm_head.weight" and getattr(model, "config", None) is not None and model.config.tie_word_embeddings
+            if got is None and tied:  # a head not shared with the (replicated, TP) embedding: the same table's rows
+                got = read("embed_tokens.weight")
             if got is None:
-                if name == "lm_head.weight" and getattr(model, "config", None) is not None and model.config.tie_word_embeddings:
+                if tied:
                     break
                 raise CheckpointError(
                     "missing tensor", file=source, field=part, hint="the checkpoint does not match config.json"

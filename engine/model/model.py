@@ -118,15 +118,15 @@ class DecoderLayer(nn.Module):
 class Transformer(nn.Module):
     """The target. Parameter names follow HF checkpoints with the ``model.`` prefix dropped."""
 
-    def __init__(self, cfg: ModelConfig, tp: TPGroup | None = None) -> None:
+    def __init__(self, cfg: ModelConfig, tp: TPGroup | None = None, replicate_embedding: bool = True) -> None:
         super().__init__()
         self.config, self.tp = cfg, tp
-        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, tp)  # all-reduce "embed"
+        # under TP: replicated (no collective) unless asked for the vocab-parallel lookup (all-reduce "embed")
+        self.embed_tokens = VocabParallelEmbedding(cfg.vocab_size, cfg.hidden_size, tp, replicate_embedding)
         self.layers = nn.ModuleList(DecoderLayer(cfg, i, tp) for i in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = ParallelLMHead(cfg.hidden_size, cfg.vocab_size, tp, cfg.num_layers)  # all-gather "head"
-        if cfg.tie_word_embeddings:
-            self.lm_head.weight = self.embed_tokens.weight
+        self._tie()
         self.rotary = Rotary(cfg.rope_dim, cfg.rope_theta, cfg.rope_scaling_dict)
 
     def make_cache(self, batch: int, max_len: int, *, dtype: torch.dtype, device: torch.device | str) -> KVCache:
@@ -142,7 +142,12 @@ class Transformer(nn.Module):
         cfg = self.config
         inv = rope_inv_freq(cfg.rope_dim, cfg.rope_theta, cfg.rope_scaling_dict)
         self.rotary.inv_freq = inv.to(self.embed_tokens.weight.device)
-        if cfg.tie_word_embeddings:
+        self._tie()
+
+    def _tie(self) -> None:
+        """Share the head with the embedding when tied and both hold the same rows (under TP the
+        embedding is whole and the head a vocab shard: the head then has its own copy of its rows)."""
+        if self.config.tie_word_embeddings and self.lm_head.weight.shape == self.embed_tokens.weight.shape:
             self.lm_head.weight = self.embed_tokens.weight
 
     def forward(

@@ -30,6 +30,7 @@ from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.model.eagle3 import Eagle3Config, Eagle3Drafter
 from eaglelab.engine.errors import ConfigError
 from eaglelab.engine.model.model import Transformer
+from eaglelab.engine.runtime.tp_group import TPGroup
 
 _LLAMA31_8B: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama",
@@ -89,11 +90,23 @@ def scale_config(name: str) -> dict[str, Any]:
 
 
 def build_scale_model(name: str, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32,
-                      seed: int = 0) -> ScaleModel:
-    """Preset ``name`` with random weights (normal, std 0.02; norms 1), built straight on ``device``."""
+                      seed: int = 0, tp: TPGroup | None = None, per_tensor_seed: bool = False) -> ScaleModel:
+    """Preset ``name`` with random weights (normal, std 0.02; norms 1), built straight on ``device``.
+
+    With ``tp`` (or ``per_tensor_seed``), each full tensor is drawn from a generator seeded by its
+    name and this rank keeps its slice (:func:`randomize_sharded_`): every TP size holds the same
+    model, so TP=1 and TP=N runs of one seed give the same tokens.
+    """
     hf = scale_config(name)
     cfg = ModelConfig.from_dict(hf, source=f"scale preset {name}")
     device = torch.device(device)
+    if tp is not None or per_tensor_seed:
+        with torch.device("meta"):
+            net = Transformer(cfg, tp)
+        net = net.to(dtype).to_empty(device=device)
+        randomize_sharded_(net, seed)
+        net.reset_buffers()
+        return ScaleModel(name, net.eval(), cfg, hf)
     if device.type == "cpu":  # small enough to build in place (and skips the meta kernels' imports)
         net = Transformer(cfg).to(dtype)
     else:  # build on meta, then allocate on the device in its dtype: no float32 copy of a large model
@@ -119,6 +132,32 @@ def randomize_(module: torch.nn.Module, seed: int, std: float = 0.02) -> None:
             p.fill_(1.0)
         else:
             p.zero_()
+
+
+@torch.no_grad()
+def randomize_sharded_(model: Transformer, seed: int, std: float = 0.02) -> None:
+    """Fill a (sharded or single-process) target in place: every full checkpoint tensor is drawn on
+    the model's device in its dtype from a generator seeded by (seed, name), and this rank keeps its
+    slice; matrices ~ N(0, std), norm weights 1, other vectors 0. One full tensor at a time is held."""
+    import zlib
+
+    from eaglelab.engine.formats.loader import checkpoint_shapes, copy_sharded
+
+    shapes = checkpoint_shapes(model.config)
+    p = next(model.parameters())
+
+    def read(name: str) -> tuple[torch.Tensor, str] | None:
+        shape = shapes.get(name)
+        if shape is None:
+            return None
+        if len(shape) < 2:
+            full = (torch.ones if "norm" in name else torch.zeros)(shape, dtype=p.dtype, device=p.device)
+        else:
+            g = torch.Generator(device=p.device).manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+            full = torch.empty(shape, dtype=p.dtype, device=p.device).normal_(0.0, std, generator=g)
+        return full, f"random seed {seed}"
+
+    copy_sharded(model, read, f"random weights (seed {seed})")
 
 
 def default_taps(num_layers: int) -> tuple[int, ...]:

@@ -3,30 +3,32 @@
 With ``tp=None`` (a single process) every layer here is a plain linear and no collective runs.
 Column-parallel linears split their output features over ranks, row-parallel ones their input
 features; the model calls :meth:`TPGroup.all_reduce` visibly in its forward after each
-row-parallel projection (attention output, MLP / MoE output): two all-reduces per layer, plus one
-for the embedding and an all-gather of the logits.
+row-parallel projection (attention output, MLP / MoE output): two all-reduces per layer and an
+all-gather of the logits (the embedding is replicated: no collective).
 
 What is sharded and what is not, and why:
 
 - Attention heads (q/k/v column-parallel by head, o row-parallel), dense MLP and shared experts
   (gate/up column-parallel, down row-parallel), routed experts (each expert's intermediate width
   split, see ``engine/model/moe.py``).
-- The embedding and the LM head are **sharded over the vocabulary** (as SGLang does), ceil(V / world)
-  rows per rank. Replicating them was the alternative (no collective, bitwise head logits); it loses
+- The embedding is **replicated** (no collective: see :class:`VocabParallelEmbedding`); a tied
+  model's head then keeps its own vocab shard of the same table (loaded from the embedding's
+  tensor), since the two no longer have one shape.
+- The LM head is **sharded over the vocabulary** (as SGLang does), ceil(V / world)
+  rows per rank. Replicating it was the alternative (no collective, bitwise head logits); it loses
   on time as soon as the head's weight read dominates its collective's latency. Measured with 2 gloo
   ranks on CPU, default model (V 49152, H 576), median of 50: one decode token, full head 25-28 ms,
   half head + logits all-gather 15-18 ms; 8 tokens (a verify), 85-87 ms against 55-56 ms. On an
   H200 (bf16, one token, the head matmul alone): default model 32 us full, 24 us half; Kimi-K2's
   head (V 163840, H 7168, 2.3 GB) 560 us full, 334 us half, 97 us an eighth, against an all-gather
   of a few tens of microseconds over NVLink (not measured here: one GPU was lent).
-  Costs: the logits all-gather (B*T*V values per forward, site ``"head"``) and one all-reduce of the
-  embedded rows (B*T*H, site ``"embed"``, exact: one row plus zeros); tied models share the shard.
+  Cost: the logits all-gather (B*T*V values per forward, site ``"head"``).
 - The EAGLE-3 drafter is **replicated** (built per rank from the same weights, see
   ``session.py``): it is one decoder layer whose work is tiny next to the target's; sharding it
   would add two all-reduces per draft step (num_steps per cycle) whose latency exceeds the compute
   saved, and its inputs (token ids, the target's aux hidden states, which are full-width after the
   target's all-reduces) are already identical on every rank, so every rank drafts the same tree.
-  Its one collective is the lookup in the target's (vocab-sharded) embedding it shares.
+  With the replicated embedding it shares, a draft step runs no collective at all.
 """
 
 from __future__ import annotations
@@ -81,21 +83,27 @@ def _vocab_shard(vocab: int, tp: TPGroup | None) -> int:
 
 
 class VocabParallelEmbedding(nn.Module):
-    """Token embedding, vocabulary split over ranks: [ceil(V / world), H] per rank.
+    """Token embedding under TP: replicated (the default) or split over the vocabulary.
 
-    Each rank looks up the ids in its range (zero rows for the others) and the all-reduce
-    (site ``"embed"``, layer -1) assembles every row: exact, a sum of one row and zeros.
+    Replicated (``replicate=True``): every rank holds the whole [V, H] table and looks its ids up
+    with no collective. The table is read one row per token, so its size costs memory, not time;
+    the vocab-parallel lookup's all-reduce (site ``"embed"``, layer -1) was the first collective
+    of every forward, the one that absorbed the ranks' arrival skew, and every draft step of the
+    replicated drafter paid it too. Vocab-parallel (``replicate=False``): [ceil(V / world), H] per
+    rank, each rank looks up the ids in its range (zero rows for the others) and the all-reduce
+    assembles every row: exact, a sum of one row and zeros.
     """
 
-    def __init__(self, vocab_size: int, hidden_size: int, tp: TPGroup | None) -> None:
+    def __init__(self, vocab_size: int, hidden_size: int, tp: TPGroup | None, replicate: bool = True) -> None:
         super().__init__()
         self.tp, self.vocab_size = tp, vocab_size
-        self.local_vocab = _vocab_shard(vocab_size, tp)
-        self.start = tp.rank * self.local_vocab if tp else 0
+        self.replicated = tp is not None and replicate
+        self.local_vocab = vocab_size if self.replicated else _vocab_shard(vocab_size, tp)
+        self.start = tp.rank * self.local_vocab if tp and not self.replicated else 0
         self.weight = nn.Parameter(torch.empty(self.local_vocab, hidden_size))
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
-        if self.tp is None:
+        if self.tp is None or self.replicated:
             return nn.functional.embedding(ids, self.weight)  # [B, T, H]
         local = ids - self.start
         outside = (local < 0) | (local >= self.local_vocab)  # [B, T]
@@ -104,8 +112,9 @@ class VocabParallelEmbedding(nn.Module):
         return self.tp.all_reduce(x, EMBED_LAYER, "embed")
 
     def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
-        """This rank's rows of the full [V, H] table (zero-padded to world * local rows)."""
-        return _vocab_rows(full, self.tp, self.local_vocab)
+        """This rank's rows of the full [V, H] table (all of them when replicated; else zero-padded
+        to world * local rows)."""
+        return full if self.replicated else _vocab_rows(full, self.tp, self.local_vocab)
 
 
 class ParallelLMHead(nn.Module):

@@ -72,6 +72,12 @@ class TPGroup:
     _capturing: Any = field(default=None, repr=False)
     _broken: BaseException | None = field(default=None, repr=False)
     _phase_depth: int = field(default=0, repr=False)
+    # Measurement switches (the bench's, off by default): ``noop`` skips every collective (the tensor
+    # keeps this rank's partial values: same shapes and kernels, wrong numbers) to time a step without
+    # its all-reduces; ``arrivals``, when a list, gets (wall-clock ms on entering, on leaving, layer,
+    # site) for each collective (one host, one clock: comparable across ranks).
+    noop: bool = field(default=False, repr=False)
+    arrivals: list[tuple[float, float, int, str]] | None = field(default=None, repr=False)
 
     # ---- the all-reduce ----------------------------------------------------------------------
     def all_reduce(self, x: torch.Tensor, layer: int, site: str) -> torch.Tensor:
@@ -88,6 +94,16 @@ class TPGroup:
 
     def _collective(self, run: Callable[[], Any], nbytes: int, layer: int, site: str) -> None:
         """Run one collective; with the probe on, time it (wall clock on CPU, CUDA events on GPU)."""
+        if self.arrivals is not None:
+            enter = time.time() * 1e3
+            self._timed(run, nbytes, layer, site)
+            self.arrivals.append((enter, time.time() * 1e3, layer, site))
+        else:
+            self._timed(run, nbytes, layer, site)
+
+    def _timed(self, run: Callable[[], Any], nbytes: int, layer: int, site: str) -> None:
+        if self.noop:
+            return
         if self.hook is None:
             run()
             return
@@ -119,6 +135,16 @@ class TPGroup:
         """(start, length) of this rank's part of ``size`` split as evenly as possible (the first
         ``size % world`` ranks get one more)."""
         return even_split(size, self.world_size, self.rank, what)
+
+    @contextlib.contextmanager
+    def collectives_off(self) -> Iterator[None]:
+        """Inside the block every collective is a no-op (graphs captured inside keep none): for
+        timing a step without its all-reduces on the same ranks. Outputs are wrong meanwhile."""
+        previous, self.noop = self.noop, True
+        try:
+            yield
+        finally:
+            self.noop = previous
 
     # ---- phases and timings ------------------------------------------------------------------
     @contextlib.contextmanager

@@ -33,8 +33,8 @@ MOE = kimi_like_config(
 PROMPTS = [[5, 6, 7, 8, 9, 5, 6, 7], [40, 41, 42, 40, 41]]
 
 
-def build(cfg_dict: dict, tp) -> Transformer:
-    model = Transformer(ModelConfig.from_dict(cfg_dict), tp)
+def build(cfg_dict: dict, tp, replicate_embedding: bool = True) -> Transformer:
+    model = Transformer(ModelConfig.from_dict(cfg_dict), tp, replicate_embedding)
     load_random(model, seed=1, std=0.2)  # large enough that logits are far from ties
     return model.eval()
 
@@ -82,12 +82,19 @@ def _equivalence(tp) -> dict:
             "local_heads": (sharded.layers[0].self_attn.local_heads, sharded.layers[0].self_attn.local_kv_heads),
             "local_vocab": (sharded.embed_tokens.weight.shape[0], sharded.lm_head.weight.shape[0]),
             "tied": sharded.lm_head.weight is sharded.embed_tokens.weight,
+            "single_tied": single.lm_head.weight is single.embed_tokens.weight,
             "checksum": float(got.double().sum()),
             "tokens_single": greedy_runs(single)["plain"],
             "tokens_tp": greedy_runs(sharded),
         }
         if name == "moe":
             out[name]["local_expert_width"] = sharded.layers[1].mlp.experts.gate_proj.shape[1]
+    single, vocab_parallel = build(DENSE, None), build(DENSE, tp, replicate_embedding=False)  # all-reduce, not a copy
+    with torch.no_grad():
+        ref, got = single.logits(single(ids, pos)[0]), vocab_parallel.logits(vocab_parallel(ids, pos)[0])
+    out["vocab_parallel"] = {"max_diff": float((ref - got).abs().max()),
+                             "local_vocab": (vocab_parallel.embed_tokens.weight.shape[0], vocab_parallel.lm_head.weight.shape[0]),
+                             "tied": vocab_parallel.lm_head.weight is vocab_parallel.embed_tokens.weight}
     return out
 
 
@@ -103,20 +110,29 @@ def equivalence() -> list[dict]:
 def test_tp_logits_equal_single_process(equivalence, name):
     """Batch 2 x 40 tokens (and x 3): TP=2 logits equal one process's to 1e-5 in float32, on both ranks.
 
-    The vocabulary (101, odd) splits 51 + 50 for the embedding and the head; heads split by GQA group:
-    4 heads / 2 KV -> 2+2 / 1+1; 3 / 3 (like SmolLM2's 9 / 3) -> 2+1 / 2+1; 4 / 1 -> 2+2, KV copied."""
+    The embedding is replicated (all 101 rows on each rank); the head's vocabulary (101, odd) splits
+    51 + 50 (and a zero pad row), a tied model's head keeping its own shard of the table; heads split
+    by GQA group: 4 heads / 2 KV -> 2+2 / 1+1; 3 / 3 (like SmolLM2's 9 / 3) -> 2+1 / 2+1; 4 / 1 ->
+    2+2, KV copied."""
     for rank in equivalence:
         r = rank[name]
         assert r["logit_scale"] > 0.5  # the comparison is not between zeros
         assert r["max_diff"] < 1e-5 and r["max_diff_short"] < 1e-5, r
-        assert r["local_vocab"] == (51, 51)  # 101 rows split as 51 + 50 and one zero pad row
-        assert r["tied"] == (name != "moe")
+        assert r["local_vocab"] == (101, 51)
+        assert not r["tied"] and r["single_tied"] == (name != "moe")  # one process still shares the table
     heads = [rank[name]["local_heads"] for rank in equivalence]
     assert heads == {"dense": [(2, 1), (2, 1)], "uneven": [(2, 2), (1, 1)], "mqa": [(2, 1), (2, 1)],
                      "moe": [(2, 1), (2, 1)]}[name]
     assert equivalence[0][name]["checksum"] == equivalence[1][name]["checksum"]  # ranks agree bitwise
     if name == "moe":
         assert equivalence[0]["moe"]["local_expert_width"] == 8  # 16 split over 2 ranks
+
+
+def test_tp_vocab_parallel_embedding_equals_single_process(equivalence):
+    """The vocab-parallel lookup (51 + 50 rows and an all-reduce) stays exact, and ties its head."""
+    for rank in equivalence:
+        r = rank["vocab_parallel"]
+        assert r["max_diff"] < 1e-5 and r["local_vocab"] == (51, 51) and r["tied"], r
 
 
 @pytest.mark.parametrize("name", ["dense", "uneven", "mqa", "moe"])
