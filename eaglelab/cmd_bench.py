@@ -55,6 +55,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="tensor-parallel ranks; launch as `torchrun --nproc-per-node N -m eaglelab bench --tp N ...` "
                         "(default configs then: plain-eager, plain-graphs, spec-decode-graphs; no HF peer). Any --tp, "
                         "1 included, seeds a scale model's weights per tensor, so --tp 1 and --tp N hold the same model")
+    p.add_argument("--tp-check", action="store_true",
+                   help="debug: assert every cycle that the ranks' replicated drafters drafted the same tree")
     p.set_defaults(func=run)
 
 
@@ -68,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from eaglelab.cmd_run import join_tp
 
     tp = join_tp(args.tp, args.device)
+    tp.check_replicas = args.tp_check
     try:
         with tp.guard("eaglelab bench"):  # a rank that fails makes every rank stop with its error
             bench(args, tp)

@@ -28,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--tp", type=int, default=1, metavar="N",
                    help="tensor-parallel ranks (NCCL on GPU, gloo on CPU); launch as "
                         "`torchrun --nproc-per-node N -m eaglelab run --tp N ...`; rank 0 prints")
+    p.add_argument("--tp-check", action="store_true",
+                   help="debug: assert every cycle that each rank's replicated drafter drafted the same tree "
+                        "(one host sync and a checksum gather per cycle)")
     p.set_defaults(func=run)
 
 
@@ -35,6 +38,7 @@ def run(args: argparse.Namespace) -> int:
     if args.tp == 1:
         return _run(args, None)
     tp = join_tp(args.tp, args.device)
+    tp.check_replicas = args.tp_check
     try:
         with tp.guard("eaglelab run"):  # a rank that fails makes every rank stop with its error
             return _run(args, tp)
@@ -101,8 +105,9 @@ def _run(args: argparse.Namespace, tp) -> int:
             console.print(text[len(printed[0]):], end="", markup=False)
             printed[0] = text
 
-    result = engine.generate([ids], args.max_new_tokens, session.sampling, session.generator(),
-                             stream=None if quiet else stream)
+    # Every rank streams (a quiet console prints nothing): the same host work between cycles on every
+    # rank, so none reaches the next forward's first collective late and makes the others wait.
+    result = engine.generate([ids], args.max_new_tokens, session.sampling, session.generator(), stream=stream)
     console.print()
     ar_summary = None
     if allreduce is not None:  # every rank's timings, published on rank 0's bus (into the record)

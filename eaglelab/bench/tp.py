@@ -15,7 +15,10 @@ Three measurements, each made the same way on every rank (every rank runs every 
   host, one clock), paired across ranks by call order: max - min per call, grouped by where the call
   sits in a forward (the first collective of a forward, the other layers', the logits all-gather),
   with the rank that arrived last. On a GPU this is the host's arrival (kernel launches are
-  asynchronous): it shows host work that one rank does and the others do not.
+  asynchronous): it shows host work that one rank does and the others do not. A graph replay runs its
+  collectives with no host in between, so there the host-side point is the replay's launch
+  ("graph replay launch"); the engine syncs the host once per cycle (its stop check), so a rank
+  that launches late makes the other wait at the graph's first collective.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ class SkewGroup:
     rank did in between (max - min of entry i - exit i-1: ``host_work_ms``), give or take their
     overlap; the first call of a run has no predecessor (carried 0)."""
 
-    where: str  # "first of forward" | "layers" | "logits all-gather"
+    where: str  # "first of forward" | "layers" | "logits all-gather" | "graph replay launch"
     calls: int
     mean_ms: float
     median_ms: float
@@ -128,6 +131,8 @@ def per_layer(events: list[Any]) -> dict[str, dict[str, list[float]]]:
 
 
 def _where(layer: int, site: str, first_layer: int) -> str:
+    if site.startswith("graph"):
+        return "graph replay launch"
     if site == "head":
         return "logits all-gather"
     if site == "embed" or (layer == first_layer and site == "attn"):
@@ -158,7 +163,7 @@ def arrival_skew(arrivals_by_rank: list[list[tuple[float, float, int, str]]]) ->
         vals.append((spread(enters), carried, work))
         last[enters.index(max(enters))] += 1
     out = []
-    for w in ("first of forward", "layers", "logits all-gather"):
+    for w in ("first of forward", "layers", "logits all-gather", "graph replay launch"):
         if w in groups:
             v, c = groups[w]
             skews = [x[0] for x in v]

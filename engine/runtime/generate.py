@@ -229,6 +229,8 @@ class Engine:
         active = ~st.done
         with self.clock.phase("draft"):
             tree = self.drafter.propose(st.view(), self.runner)
+        if self.target.tp is not None and self.target.tp.check_replicas:  # debug: the replicated drafter agrees
+            self.target.tp.assert_same(tree.tokens, f"draft tokens of cycle {self._cycle}")
         with self.clock.phase("verify"):
             logits, aux = self._verify(st, tree)  # [B, N, V]
         with self.clock.phase("accept"):

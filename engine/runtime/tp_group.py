@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+import zlib
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Callable, Iterator
@@ -78,6 +79,9 @@ class TPGroup:
     # site) for each collective (one host, one clock: comparable across ranks).
     noop: bool = field(default=False, repr=False)
     arrivals: list[tuple[float, float, int, str]] | None = field(default=None, repr=False)
+    # Debug (``--tp-check``): the engine asserts that replicated work (the drafter's tree) is the same
+    # on every rank, with one host sync and a gather of a checksum per cycle.
+    check_replicas: bool = False
 
     # ---- the all-reduce ----------------------------------------------------------------------
     def all_reduce(self, x: torch.Tensor, layer: int, site: str) -> torch.Tensor:
@@ -173,7 +177,11 @@ class TPGroup:
             self._capturing = previous
 
     def replayed(self, key: Any) -> None:
-        """After a replay of graph ``key``: its captured all-reduce events are read at the next flush."""
+        """After a replay of graph ``key``: its captured all-reduce events are read at the next flush
+        (and, when arrivals are kept, the replay's launch is one: where the ranks' host loops meet)."""
+        if self.arrivals is not None:
+            now = time.time() * 1e3
+            self.arrivals.append((now, now, -2, f"graph {key[0] if isinstance(key, tuple) else key}"))
         for timer in self._graph_timers.get(key, ()):
             self._pending.append((timer, self.phase, True))
 
@@ -190,6 +198,14 @@ class TPGroup:
         pending[-1][0].end.synchronize()
         for timer, phase, in_graph in pending:
             self.hook(timer.layer, timer.site, timer.nbytes, timer.start.elapsed_time(timer.end), phase, in_graph)
+
+    def assert_same(self, t: torch.Tensor, what: str) -> None:
+        """Debug check that ``t`` is bitwise the same on every rank (a CRC32 of its bytes, gathered
+        over the side group: one host sync). Raises AssertionError on every rank when not."""
+        data = t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()
+        digests = self.gather_objects(zlib.crc32(data))
+        assert len(set(digests)) == 1, (
+            f"{what} differ across ranks (CRC32 per rank {digests}): replicated work diverged")
 
     # ---- failures ----------------------------------------------------------------------------
     @contextlib.contextmanager

@@ -183,6 +183,29 @@ def test_failing_rank_makes_every_rank_raise(scenario, failing, message):
     assert f"rank {failing} of 2 failed during generate: {message}" in other.message
 
 
+def _replica_check(tp, diverge: bool) -> list[list[int]]:
+    """EAGLE-3 under TP with the debug replica check on; with ``diverge`` rank 1's drafter differs."""
+    model = build(DENSE, tp)
+    eagle = random_drafter(model)
+    if diverge and tp.rank == 1:
+        with torch.no_grad():
+            eagle.net.fc.weight.mul_(-1.0)
+    tp.check_replicas = True
+    return Engine(model, drafter=eagle, spec=eagle.spec).generate(PROMPTS, 10).tokens
+
+
+def test_replica_check_passes_when_drafts_agree_and_names_the_divergence():
+    """--tp-check: replicated drafters that agree pass (and still give the single-process tokens);
+    a rank whose drafter differs makes every rank raise at the first cycle, naming the draft tokens."""
+    ok = spawn_ranks(_replica_check, 2, False)
+    assert ok[0] == ok[1] and not isinstance(ok[0], RankFailure), ok
+    assert ok[0] == greedy_runs(build(DENSE, None))["plain"]
+    bad = spawn_ranks(_replica_check, 2, True)
+    for r in bad:
+        assert isinstance(r, RankFailure) and r.type_name == "AssertionError", r
+        assert "draft tokens of cycle 0 differ across ranks" in r.message
+
+
 def test_tp_error_is_a_user_facing_error():
     """TPError prints through the CLI's EagleLabError path (no traceback)."""
     from eaglelab.engine.errors import EagleLabError
@@ -234,12 +257,11 @@ def _cuda_timing(tp) -> dict:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 def test_cuda_event_timing_eager_and_inside_graph_replays():
-    """Per forward: embed + 2 per layer + head, eager (CUDA events) and from each graph replay
+    """Per forward: 2 per layer + head (the embedding is replicated), eager (CUDA events) and from each graph replay
     (events captured into the graph, in_graph=True, phase of the replay); warm-up untimed."""
     (r,) = spawn_ranks(_cuda_timing, 1, backend="nccl", timeout_s=120)
     assert not isinstance(r, RankFailure), r
-    want = [(-1, "embed", 3 * 32 * 4)] + [(i, s, 3 * 32 * 4) for i in range(3) for s in ("attn", "mlp")] + [
-        (3, "head", 3 * 101 * 4)]
+    want = [(i, s, 3 * 32 * 4) for i in range(3) for s in ("attn", "mlp")] + [(3, "head", 3 * 101 * 4)]
     assert r["n_pending"] == len(want)
     assert [e[:3] for e in r["eager"]] == want
     assert all(e[3] == "prefill" and not e[4] and e[5] > 0 for e in r["eager"])
