@@ -60,11 +60,12 @@ def main(argv: list[str] | None = None) -> int:
     hw = many["hardware"]
     print(f"{many['settings']['model']}, {hw.get('gpu') or hw.get('cpu')}, {hw['dtype']}, torch {hw['torch']}")
     table = rows(one, many)
-    if a.markdown:
-        print("| " + " | ".join(head) + " |")
-        print("|" + "---|" * len(head))
+    if a.markdown:  # the README's columns: the shape first
+        shape = many["settings"].get("scale_model") or many["settings"]["model"]
+        print("| " + " | ".join(["shape", *head]) + " |")
+        print("|" + "---|" * (len(head) + 1))
         for r in table:
-            print("| " + " | ".join(r) + " |")
+            print("| " + " | ".join([shape, *r]) + " |")
     else:
         widths = [max(len(x) for x in col) for col in zip(head, *table)]
         for r in [head, *table]:
