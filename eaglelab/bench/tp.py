@@ -24,6 +24,7 @@ Three measurements, each made the same way on every rank (every rank runs every 
 from __future__ import annotations
 
 import contextlib
+import gc
 import statistics
 from collections import Counter
 from dataclasses import dataclass
@@ -95,7 +96,10 @@ def allreduce_share(target, tp, batch_sizes: tuple[int, ...], verify_tokens: int
                         timed[(noop, g, b, step)] = _time_call(fn, dev, warmup, iters)
                         if not noop and not g:
                             counts[(b, step)] = _count_collectives(tp, fn)
-            del mb
+            del mb  # its cache and graph pool go back before the next set is built
+            gc.collect()
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
     rows = []
     for b in batch_sizes:
         for g in modes:
