@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Tensor parallelism on two H200s (device kind nvidia-h200-x2), one device call, run from the repo root:
 #
-#   PART=scale  bash benchmarks/tp_h200x2.sh $OUT/tp    (<= ~7.5 min)  TP=1 vs TP=2, batch 1 and 8,
+#   PART=scale  bash benchmarks/tp_h200x2.sh $OUT/tp    (<= ~6.8 min)  TP=1 vs TP=2, batch 1 and 8,
 #               plain (eager, graphs) and speculative (decode-mode verify, graphs), llama3.1-8b shape and
 #               kimi-like (random weights, per-tensor seeds: TP=1 and TP=2 hold the same model), bf16
 #   PART=record bash benchmarks/tp_h200x2.sh $OUT/tp    (<= 90 s)  a TP=2 run record of the REAL default
-#               model (and a TP=1 one to compare), for the TUI's all-reduce panel; needs the GGUF (below)
+#               model with the shipped drafter (and a TP=1 one before it, to compare), for the TUI's
+#               all-reduce panel; each run also decodes plainly and prints spec / plain; needs the GGUF
 #   PART=all    both, scale first
 # Narrower: PART=llama8b or PART=kimi (one shape of the scale part); PART=smoke runs the scale part's
 # commands on CPU (gloo, the tiny shape, float32) to check the script without a GPU. COMPILE=1 adds plain-compile and
@@ -60,10 +61,10 @@ CONFIGS=plain-eager,plain-graphs,spec-decode-graphs
 [ "${COMPILE:-0}" = 1 ] && CONFIGS=$CONFIGS,plain-compile,spec-compile
 TR="torchrun --standalone --nproc-per-node 2"
 
-bench_shape() {  # shape max_new limit_tp1 limit_tp2
-  local shape=$1 max_new=$2 l1=$3 l2=$4
+bench_shape() {  # shape max_new repeats limit_tp1 limit_tp2  (each bench rewrites its JSON after every config,
+  local shape=$1 max_new=$2 reps=$3 l1=$4 l2=$5  # so one cut short by its limit keeps what it measured)
   local common=(--scale-model "$shape" --device "${DEV:-cuda}" --dtype "${DT:-bfloat16}" --questions "$Q" --prompts 2 --batch-sizes 1,8
-                --max-new-tokens "$max_new" --repeats 2 --configs "$CONFIGS" --no-micro --micro-context 256)
+                --max-new-tokens "$max_new" --repeats "$reps" --configs "$CONFIGS" --no-micro --micro-context 256)
   CUDA_VISIBLE_DEVICES=0 run "${shape}_tp1" "$l1" python3 -m eaglelab bench --tp 1 "${common[@]}" --json "$DIR/${shape}_tp1.json"
   run "${shape}_tp2" "$l2" $TR -m eaglelab bench --tp 2 "${common[@]}" --json "$DIR/${shape}_tp2.json"
   if [ -f "$DIR/${shape}_tp1.json" ] && [ -f "$DIR/${shape}_tp2.json" ]; then
@@ -83,17 +84,18 @@ part_record() {
   fi
   local prompt="Explain in a short paragraph why the sky is blue."
   local args=(--device cuda --max-new-tokens 128 --force)
+  # TP=1 first: one process converts the GGUF into the cache (two ranks converting at once would race)
+  TAIL=25 CUDA_VISIBLE_DEVICES=0 run record_tp1 40 python3 -m eaglelab run "${args[@]}" --record "$DIR/record_tp1.jsonl" "$prompt"
   TAIL=25 run record_tp2 50 $TR -m eaglelab run --tp 2 "${args[@]}" --record "$DIR/record_tp2.jsonl" "$prompt"
-  TAIL=25 CUDA_VISIBLE_DEVICES=0 run record_tp1 35 python3 -m eaglelab run "${args[@]}" --record "$DIR/record_tp1.jsonl" "$prompt"
 }
 
-case "$PART" in
-  scale)   bench_shape llama3.1-8b 48 80 110; bench_shape kimi-like 32 110 130 ;;
-  llama8b) bench_shape llama3.1-8b 48 80 110 ;;
-  kimi)    bench_shape kimi-like 32 110 130 ;;
+case "$PART" in  # scale: 75 + 105 + 95 + 110 s of limits, within the 420 s the lead's batch gives this part
+  scale)   bench_shape llama3.1-8b 48 2 75 105; bench_shape kimi-like 32 1 95 110 ;;
+  llama8b) bench_shape llama3.1-8b 48 2 75 105 ;;
+  kimi)    bench_shape kimi-like 32 1 95 110 ;;
   record)  part_record ;;
-  smoke)   DEV=cpu DT=float32 CONFIGS=plain-eager,spec-decode bench_shape tiny 8 60 90 ;;  # CPU check of this script
-  all)     bench_shape llama3.1-8b 48 80 110; bench_shape kimi-like 32 110 130; part_record ;;
+  all)     bench_shape llama3.1-8b 48 2 75 105; bench_shape kimi-like 32 1 95 110; part_record ;;
+  smoke)   DEV=cpu DT=float32 CONFIGS=plain-eager,spec-decode bench_shape tiny 8 1 60 90 ;;  # CPU check of this script
   *)       echo "PART must be scale, llama8b, kimi, record, all or smoke (got $PART)"; exit 2 ;;
 esac
 log "done"

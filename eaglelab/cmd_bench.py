@@ -96,6 +96,13 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
     configs = _configs(args)
     setup = _setup(args, log, tp)
     ctx = setup["ctx"]
+    hbm = args.hbm_tbps if args.hbm_tbps is not None else (4.3 if ctx.device.type == "cuda" else 0.0)
+    write = bool(args.json) and not quiet
+    section = None
+    if tp is not None:  # first: the figure, kept even if a later configuration runs out of time
+        from eaglelab.bench.tp import tp_section
+
+        section = tp_section(ctx, tp, args.micro_context, log)
     rows, outputs, captures = [], {}, {}
     if not args.micro_only:
         for name in configs:
@@ -103,6 +110,10 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
             rows += got
             outputs[name], captures[name] = outs, caps
             _release(ctx.device)
+            if write:  # a partial report after each configuration (a run cut short keeps what it measured)
+                done = B.finish_rows(rows, outputs)
+                partial = _report(args, setup, done, [], captures, B.headline(done, [], setup["weight_bytes"], hbm))
+                B.write_json(args.json, {**partial, "partial": True, **({"tp": section} if section else {})})
         rows = B.finish_rows(rows, outputs)
     micro = []
     if args.micro or args.micro_only:
@@ -110,19 +121,16 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
         cuda = ctx.device.type == "cuda"
         micro = B.micro_measure(ctx.target, setup["micro_batch_sizes"], context=args.micro_context, log=log,
                                 iters=20 if cuda else 3, warmup=3 if cuda else 1)
-    hbm = args.hbm_tbps if args.hbm_tbps is not None else (4.3 if ctx.device.type == "cuda" else 0.0)
     head = B.headline(rows, micro, setup["weight_bytes"], hbm)
     report = _report(args, setup, rows, micro, captures, head)
-    if tp is not None:
-        from eaglelab.bench.tp import tp_section
-
-        report["tp"] = tp_section(ctx, tp, rows, args.micro_context, log)
+    if section is not None:
+        report["tp"] = section
     _print(console, report, rows, micro)
-    if tp is not None:
+    if section is not None:
         from eaglelab.bench.tp import print_tp
 
-        print_tp(console, report["tp"], rows)
-    if args.json and not quiet:
+        print_tp(console, section, rows)
+    if write:
         B.write_json(args.json, report)
         console.print(f"[dim]wrote {args.json}[/]")
     return report, outputs

@@ -229,7 +229,7 @@ def _phase_share(events: list[Any], cycles: list[Any], world: int) -> dict[str, 
     return {p: inside[p] / spent[p] for p in sorted(inside) if spent.get(p)}
 
 
-def tp_section(ctx, tp, rows, context: int, log=lambda m: None) -> dict[str, Any]:
+def tp_section(ctx, tp, context: int, log=lambda m: None) -> dict[str, Any]:
     """The report's ``tp`` part: the group, the no-op comparison per batch size, and how the
     embedding and drafter are laid out."""
     from dataclasses import asdict
