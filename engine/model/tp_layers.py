@@ -86,7 +86,8 @@ class VocabParallelEmbedding(nn.Module):
     """Token embedding under TP: replicated (the default) or split over the vocabulary.
 
     Replicated (``replicate=True``): every rank holds the whole [V, H] table and looks its ids up
-    with no collective. The table is read one row per token, so its size costs memory, not time;
+    with no collective. The table is read one row per token, so its size costs memory, not time
+    (Kimi-K2's 163840 x 7168 table: 2.3 GB per rank in bf16; Llama 3.1 8B's: 1.05 GB);
     the vocab-parallel lookup's all-reduce (site ``"embed"``, layer -1) was the first collective
     of every forward, the one that absorbed the ranks' arrival skew, and every draft step of the
     replicated drafter paid it too. Vocab-parallel (``replicate=False``): [ceil(V / world), H] per
