@@ -97,3 +97,87 @@ def test_bench_tp_without_torchrun_is_a_user_error(capsys, monkeypatch):
     rc = main(["bench", "--tp", "2", "--scale-model", "tiny", "--device", "cpu"])
     err = capsys.readouterr().err
     assert rc != 0 and "--tp" in err and "torchrun" in err and "Traceback" not in err
+
+
+# ---- the arrival-skew reduction (pure functions) --------------------------------------------------
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from eaglelab.bench.tp import arrival_skew, skew_verdict  # noqa: E402
+
+
+def test_arrival_skew_groups_calls_and_names_the_late_rank():
+    """Two forwards of 2 layers over 2 ranks; rank 1 enters every forward's first collective 0.5 ms
+    late (host work before it), then both leave together: worked example of every figure.
+
+    rank 0 enters/leaves at  0/1, 1/2, 2/3, 3/4 (layer 0 attn, mlp, layer 1 attn, head), then 10/11 ...
+    rank 1 enters at 0.5 on each first-of-forward call, leaves with rank 0."""
+    def forward(t0: float, late: float):
+        return [(t0 + late, t0 + 1, 0, "attn"), (t0 + 1, t0 + 2, 0, "mlp"), (t0 + 2, t0 + 3, 1, "attn"),
+                (t0 + 3, t0 + 4, 1, "mlp"), (t0 + 4, t0 + 5, 2, "head")]
+    r0 = forward(0, 0) + forward(10, 0)
+    r1 = forward(0, 0.5) + forward(10, 0.5)
+    groups = {g.where: g for g in arrival_skew([r0, r1])}
+    first = groups["first of forward"]
+    assert first.calls == 2 and first.mean_ms == pytest.approx(0.5) and first.last_rank == {1: 2}
+    assert first.carried_ms == 0.0  # both left the previous collective together
+    assert first.host_work_ms == pytest.approx(0.25)  # the second forward's gap differs by 0.5; the first has none
+    assert groups["layers"].calls == 6 and groups["layers"].max_ms == 0.0
+    assert groups["logits all-gather"].calls == 2
+    verdict = skew_verdict(list(groups.values()), 2)
+    assert verdict.startswith("100% of the summed skew is at the 'first of forward' collectives")
+
+
+arrival = st.tuples(st.floats(0, 5), st.floats(0, 5))  # (host work before, time inside)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.lists(arrival, min_size=6, max_size=6), min_size=2, max_size=4))
+def test_arrival_skew_is_bounded_by_what_was_carried_plus_host_work(ranks):
+    """Per call, entry spread <= spread of the previous exits + spread of the host work in between
+    (enter = previous exit + work); so the group means obey it too, and every figure is >= 0."""
+    sites = [(0, "attn"), (0, "mlp"), (1, "attn"), (1, "mlp"), (2, "head"), (0, "attn")]
+    seqs = []
+    for calls in ranks:
+        t, seq = 0.0, []
+        for (work, inside), (layer, site) in zip(calls, sites):
+            seq.append((t + work, t + work + inside, layer, site))
+            t += work + inside
+        seqs.append(seq)
+    groups = arrival_skew(seqs)
+    assert sum(g.calls for g in groups) == 6
+    for g in groups:
+        assert 0 <= g.median_ms <= g.max_ms and 0 <= g.mean_ms <= g.max_ms
+        assert g.mean_ms <= g.carried_ms + g.host_work_ms + 1e-9 or g.where == "first of forward"
+        assert sum(g.last_rank.values()) == g.calls
+
+
+# ---- on CUDA: the no-op comparison with graphs ------------------------------------------------------
+
+def _share_on_cuda(tp):
+    import torch
+
+    from eaglelab.bench.tp import allreduce_share
+    from eaglelab.engine.model.scale_models import build_scale_model
+
+    sm = build_scale_model("tiny", device=torch.device("cuda", tp.local_rank), dtype=torch.bfloat16, tp=tp)
+    rows = allreduce_share(sm.model, tp, (1, 2), 4, context=32, warmup=2, iters=5)
+    return [(r.batch, r.step, r.graphs, r.collectives, r.with_ms, r.without_ms) for r in rows]
+
+
+@pytest.mark.gpu
+def test_allreduce_share_captures_graphs_with_and_without_collectives():
+    """NCCL ranks (2 GPUs if there, else 1): decode and verify, eager and from graphs, with and without
+    their collectives; graphs captured inside collectives_off replay without any."""
+    import torch
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    world = min(2, torch.cuda.device_count())
+    results = spawn_ranks(_share_on_cuda, world, backend="nccl", timeout_s=180)
+    for r in results:
+        assert not isinstance(r, RankFailure), r
+        assert {(b, s, g) for b, s, g, *_ in r} == {(b, s, g) for b in (1, 2) for s in ("decode", "verify")
+                                                    for g in (False, True)}
+        assert all(n == 9 and w > 0 and wo > 0 for *_, n, w, wo in r)
