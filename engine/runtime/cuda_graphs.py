@@ -301,6 +301,8 @@ class CudaGraphRunner:
                 c.k[:, :b].copy_(k)
                 if v is not None:
                     c.v[:, :b].copy_(v)
+            if tp is not None:  # ranks finish a capture at different times: meet here (set-up time), not
+                tp.check(f"capture of {name} graph")  # at the next replay's first collective (skew)
             self.setup_seconds += time.perf_counter() - t0
         on_replay = (lambda: tp.replayed(key)) if tp is not None else None
         self._graphs[key] = _Graph(ins, tuple(outputs), graph, on_replay)

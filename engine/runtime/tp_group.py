@@ -339,6 +339,12 @@ def init_tp(
                             timeout=timeout)
     side = dist.new_group(backend="gloo", timeout=timeout)
     store = dist.PrefixStore("eaglelab/tp/", dist.distributed_c10d._get_default_store())
+    # The communicator sets itself up on its first collective (NCCL: hundreds of ms, unevenly per rank):
+    # do it here, so the first forward's first all-reduce does not absorb it as arrival skew.
+    warm = torch.zeros(1, device=torch.device("cuda", local_rank) if backend == "nccl" else "cpu")
+    dist.all_reduce(warm)
+    if backend == "nccl":
+        torch.cuda.synchronize(local_rank)
     return TPGroup(rank, world_size, local_rank=local_rank, backend=backend, side=side, store=store)
 
 
