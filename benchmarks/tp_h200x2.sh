@@ -57,7 +57,9 @@ PY
   log "no .carry/assets/question.jsonl: prompts from $Q (8 generic first turns)"
 fi
 
-CONFIGS=plain-eager,plain-graphs,spec-decode-graphs
+# graphs first: a bench cut short by its limit keeps the configurations it finished (its JSON is rewritten
+# after each), and the eager one (the probe's per-site figures) is the slowest
+CONFIGS=plain-graphs,spec-decode-graphs,plain-eager
 [ "${COMPILE:-0}" = 1 ] && CONFIGS=$CONFIGS,plain-compile,spec-compile
 TR="torchrun --standalone --nproc-per-node 2"
 
