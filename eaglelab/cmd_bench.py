@@ -91,9 +91,7 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
     console, err = Console(highlight=False, quiet=quiet), Console(stderr=True, highlight=False, quiet=quiet)
     log = lambda msg: err.print(f"[dim]{msg}[/]")  # noqa: E731
     torch.manual_seed(args.seed)
-    if tp is not None and args.configs is None:
-        args.configs = TP_CONFIGS
-    configs = _configs(args)
+    configs = _configs(args, default=TP_CONFIGS if tp is not None else None)
     setup = _setup(args, log, tp)
     ctx = setup["ctx"]
     hbm = args.hbm_tbps if args.hbm_tbps is not None else (4.3 if ctx.device.type == "cuda" else 0.0)
@@ -148,13 +146,15 @@ def _release(device) -> None:
 
 
 # ---- setup -----------------------------------------------------------------------------------------
-def _configs(args) -> list[str]:
+def _configs(args, default: str | None = None) -> list[str]:
+    """The --configs names (checked), else ``default`` (a comma list), else every configuration."""
     from eaglelab.engine.errors import EagleLabError
     from eaglelab.bench.harness import CONFIGS
 
-    if args.configs is None:
+    text = args.configs or default
+    if text is None:
         return list(CONFIGS)
-    names = [c.strip() for c in args.configs.split(",") if c.strip()]
+    names = [c.strip() for c in text.split(",") if c.strip()]
     for n in names:
         if n not in CONFIGS:
             raise EagleLabError("unknown configuration", field="--configs", found=n, expected=", ".join(CONFIGS))
