@@ -198,35 +198,45 @@ def skew_verdict(groups: list[SkewGroup], world: int) -> str:
 
 
 def observed_collectives(tp, events: list[Any], cycles: list[Any]) -> dict[str, Any]:
-    """Every rank's probe events and arrivals of one observed call, gathered (a collective on the
-    gloo side group: every rank calls it at the same point), reduced to the bench's figures."""
+    """Every rank's probe events, arrivals and phase times of one observed call, gathered (a
+    collective on the gloo side group: every rank calls it at the same point), reduced to the
+    bench's figures."""
     from dataclasses import asdict
 
     arrivals, tp.arrivals = tp.arrivals or [], None
-    parts = tp.gather_objects((events, arrivals))
-    all_events = [e for ev, _ in parts for e in ev]
-    skew = arrival_skew([arr for _, arr in parts])
+    parts = tp.gather_objects((events, arrivals, _phase_totals(cycles)))
+    all_events = [e for ev, _, _ in parts for e in ev]
+    skew = arrival_skew([arr for _, arr, _ in parts])
     return {
         "sites": allreduce_sites(all_events),
         "per_layer": per_layer(all_events),
-        "phase_share": _phase_share(all_events, cycles, tp.world_size),
+        "phase_share": _phase_share([(ev, spent) for ev, _, spent in parts]),
         "arrival_skew": [asdict(g) for g in skew],
         "skew_verdict": skew_verdict(skew, tp.world_size),
     }
 
 
-def _phase_share(events: list[Any], cycles: list[Any], world: int) -> dict[str, float]:
-    """phase -> the share of its time (per-cycle phase ms, summed) spent inside collectives
-    (each rank's own time in them, averaged over ranks): the probe's eager view of the share."""
-    inside: dict[str, float] = {}
-    for e in events:
-        if not e.in_graph:
-            inside[e.phase] = inside.get(e.phase, 0.0) + e.ms / world
+def _phase_totals(cycles: list[Any]) -> dict[str, float]:
     spent: dict[str, float] = {}
     for c in cycles:
         for phase, ms in c.phase_ms.items():
             spent[phase] = spent.get(phase, 0.0) + ms
-    return {p: inside[p] / spent[p] for p in sorted(inside) if spent.get(p)}
+    return spent
+
+
+def _phase_share(per_rank: list[tuple[list[Any], dict[str, float]]]) -> dict[str, float]:
+    """phase -> the share of its time spent inside collectives (eager forwards): each rank's time
+    in them over that rank's own time in the phase (same clock), averaged over ranks."""
+    shares: dict[str, list[float]] = {}
+    for events, spent in per_rank:
+        inside: dict[str, float] = {}
+        for e in events:
+            if not e.in_graph:
+                inside[e.phase] = inside.get(e.phase, 0.0) + e.ms
+        for p, ms in inside.items():
+            if spent.get(p):
+                shares.setdefault(p, []).append(ms / spent[p])
+    return {p: statistics.fmean(v) for p, v in sorted(shares.items())}
 
 
 def tp_section(ctx, tp, context: int, log=lambda m: None) -> dict[str, Any]:
