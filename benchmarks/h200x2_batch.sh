@@ -48,13 +48,13 @@ stage_a() {
   { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader; nvidia-smi topo -m;
     python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"; } > "$R/gpu.txt" 2>&1
   mkdir -p ~/m ~/shipped && cp .carry/m1/smolpart_00 ~/m/ && cp -r $SHIPPED/. ~/shipped/ && log "part 1 + shipped drafter parked"
-  TAIL=40 run tp_scale 420 bash benchmarks/tp_h200x2.sh "$R/tp"
   export CUDA_VISIBLE_DEVICES=0
   run pytest_mla_graphs 60 python3 -m pytest -m gpu -q -p no:cacheprovider tests/engine/runtime/test_cuda_graphs.py -k mla
   run kimi_graphs 90 $EL bench --scale-model kimi-like --device cuda --dtype bfloat16 --draft default --batch-sizes 1 \
     --prompts 1 --repeats 1 --no-micro --max-new-tokens 16 --configs plain-eager,plain-graphs,spec-decode-graphs \
     --json "$R/kimi_like_graphs.json"
   unset CUDA_VISIBLE_DEVICES
+  TAIL=40 run tp_scale 420 bash benchmarks/tp_h200x2.sh "$R/tp"
 }
 
 stage_b() {
@@ -64,7 +64,7 @@ stage_b() {
   ( export CUDA_VISIBLE_DEVICES=1; STAGE=1 timeout 470 bash benchmarks/h200_drafter2.sh "$R/drafter" > "$R/drafter_stage1.txt" 2>&1 ) &
   local bg=$!
   export CUDA_VISIBLE_DEVICES=0
-  TAIL=40 run speed_compile 240 bash benchmarks/compile_h200.sh "$R/speed"
+  OUT="$R/speed" TAIL=40 run speed_compile 240 bash benchmarks/compile_check.sh
   TAIL=10 run probe_overhead 70 python3 benchmarks/probe_overhead.py --device cuda
   wait $bg; log "drafter stage 1 rc=$?"; tail -30 "$R/drafter_stage1.txt"
 }
