@@ -48,12 +48,16 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 @dataclass(frozen=True)
 class Kernels:
     """The elementwise work of a layer (RMSNorm, rotary, SwiGLU). The eager set is the reference;
-    a compiled set fuses each into one or two kernels (same maths, same dtypes)."""
+    a compiled set fuses each into one or two kernels (same maths, same dtypes), and offers
+    ``compile_phase`` to compile whole phases."""
 
     rms_norm: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor] = rms_norm
     rotary: Callable[..., tuple[torch.Tensor, torch.Tensor]] = rotary_qk
     swiglu: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = swiglu
     compiled: bool = False
+    # Under CUDA graphs: wraps a whole phase's function (label, fn) -> compiled fn; the phase then
+    # runs these pieces eagerly inside it and the compiler fuses across them. None: not compiled.
+    compile_phase: Callable[[str, Callable], Callable] | None = None
 
 
 EAGER_KERNELS = Kernels()
@@ -82,9 +86,11 @@ class FusedLinear:
         """x [..., in] -> one output per projection [..., out_i]."""
         if torch.is_grad_enabled():
             return tuple(lin(x) for lin in self.linears)
-        key = tuple((lin.weight.data_ptr(), _version(lin.weight)) for lin in self.linears)
-        if key != self._key:
-            self._fuse(key)
+        if not torch.compiler.is_compiling():  # a compiled phase runs eagerly first: its fused copy is current
+            key = tuple((lin.weight.data_ptr(), _version(lin.weight)) for lin in self.linears)
+            if key != self._key:
+                self._fuse(key)
+        assert self.weight is not None, "FusedLinear: compiled before one eager call fused the weights"
         y = F.linear(x, self.weight, self.bias)
         return y.split([lin.weight.shape[0] for lin in self.linears], dim=-1)
 

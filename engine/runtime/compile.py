@@ -1,38 +1,49 @@
-"""``torch.compile`` of a layer's elementwise work (RMSNorm, rotary, SwiGLU), composed with our
-CUDA-graph capture.
+"""``torch.compile`` composed with our CUDA-graph capture.
 
-Each piece is compiled on its own with inductor's default mode, which launches plain kernels (no
-CUDA graphs of its own): the graph runner's warm-up compiles them, and its capture records the
-fused kernels inside the one graph per phase. Matmuls and attention stay cuBLAS / SDPA. Weights are
-arguments, so one compiled kernel serves every layer (no per-layer recompiles).
+Two ways, both with inductor's default mode (plain kernels, no CUDA graphs of its own):
+
+- **whole phases** (under CUDA graphs): the graph runner compiles each phase it captures (decode,
+  verify, draft, draft_extend, accept: the whole decoder stack and the sampling, tree and cache work
+  around it) once per (phase, batch bucket), with static shapes and without graph breaks. Its warm-up
+  compiles; its capture records inductor's fused kernels inside the one graph per phase. The KV cache
+  is written in place (the cache's per-layer views compile to in-place scatters, not copies).
+- **elementwise pieces** (eager runs): RMSNorm, rotary and SwiGLU, each compiled on its own; weights
+  are arguments, so one compiled kernel serves every layer.
 
 Inductor's caches go to ``<eaglelab cache>/inductor`` (unless ``TORCHINDUCTOR_CACHE_DIR`` is set),
-so a second run loads the kernels instead of compiling them. When a piece cannot compile (no
-compiler, an unsupported backend) it runs eagerly and the reason is kept, like a graph fallback.
+so a second run loads the kernels instead of compiling them. What cannot compile (no compiler, an
+operation dynamo cannot trace in one graph) runs eagerly and the reason is kept and logged, like a
+graph fallback.
 """
 
 from __future__ import annotations
 
 import os
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
 from eaglelab.engine.model.layers import Kernels, rms_norm, rotary_qk, swiglu
 
+# Every (phase, bucket) compiles the same phase function (one code object) with other shapes and
+# other captured state: more entries than dynamo's default limit of 8, which would run eagerly.
+RECOMPILE_LIMIT = 256
+
 
 class CompileLog:
     """Says once that compilation started (before the first piece compiles), then each piece's time."""
 
-    def __init__(self, log: Callable[[str], None] | None) -> None:
-        self.log, self.started = log, False
+    def __init__(self, log: Callable[[str], None] | None,
+                 what: str = "the layers' RMSNorm/rotary/SwiGLU") -> None:
+        self.log, self.what, self.started = log, what, False
 
     def start(self) -> None:
         if self.log is not None and not self.started:
             self.started = True
-            self.log("compiling the layers' RMSNorm/rotary/SwiGLU with torch.compile (once; cached on disk) ...")
+            self.log(f"compiling {self.what} with torch.compile (once; cached on disk) ...")
 
     def __call__(self, message: str) -> None:
         if self.log is not None:
@@ -40,33 +51,65 @@ class CompileLog:
 
 
 class CompiledOrEager:
-    """A compiled callable that falls back to its eager original, once and for good, saying why."""
+    """A compiled callable that falls back to its eager original, once and for good, saying why.
 
-    def __init__(self, name: str, fn: Callable, log: Callable[[str], None] | CompileLog | None = None) -> None:
+    ``options`` go to ``torch.compile`` (for a whole phase: ``fullgraph=True, dynamic=False``).
+    """
+
+    def __init__(self, name: str, fn: Callable, log: Callable[[str], None] | CompileLog | None = None,
+                 **options: Any) -> None:
         self.name, self.eager = name, fn
         self.log = log if isinstance(log, CompileLog) else CompileLog(log)
-        self.compiled = torch.compile(fn, dynamic=None)
+        self.compiled = torch.compile(fn, **({"dynamic": None} | options))
         self.reason: str | None = None
         self.compile_seconds = 0.0
         self._ready = False
 
-    def __call__(self, *args):
+    def __call__(self, *args, **kwargs):
         if self.reason is not None:
-            return self.eager(*args)
-        if self._ready:
-            return self.compiled(*args)
+            return self.eager(*args, **kwargs)
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            if self._ready:
+                return self.compiled(*args, **kwargs)
+            return self._first_call(args, kwargs)
+
+    def _first_call(self, args: tuple, kwargs: dict):
         self.log.start()
         t0 = time.perf_counter()
         try:  # the first call compiles (or loads from the on-disk cache)
-            out = self.compiled(*args)
+            out = self.compiled(*args, **kwargs)
         except Exception as exc:  # noqa: BLE001 - any compiler failure means: run eagerly, and say why
-            self.reason = f"eager: {self.name} did not compile ({type(exc).__name__}: {str(exc).splitlines()[0][:100]})"
+            self.reason = f"eager: {self.name} did not compile ({type(exc).__name__}: {_first_line(exc)})"
             self.log(self.reason)
-            return self.eager(*args)
+            return self.eager(*args, **kwargs)
         self.compile_seconds += time.perf_counter() - t0
         self._ready = True
         self.log(f"  compiled {self.name} in {self.compile_seconds:.1f} s")
         return out
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[0][:100] if lines else ""
+
+
+@dataclass
+class PhaseCompiler:
+    """Compiles whole phases for the CUDA-graph runner: ``compiler(label, fn)`` -> a callable that
+    compiles on first use (static shapes, one graph, no graph breaks) or runs ``fn`` eagerly, saying
+    why. Keeps every phase it made, for :func:`compile_report`."""
+
+    log: CompileLog
+    mode: str | None = None  # torch.compile mode; None = inductor's default (no CUDA graphs of its own)
+    made: list[CompiledOrEager] = field(default_factory=list)
+
+    def __call__(self, label: str, fn: Callable) -> CompiledOrEager:
+        options: dict[str, Any] = {"fullgraph": True, "dynamic": False}
+        if self.mode is not None:
+            options["mode"] = self.mode
+        phase = CompiledOrEager(label, fn, self.log, **options)
+        self.made.append(phase)
+        return phase
 
 
 def inductor_cache_dir(root: Path) -> Path:
@@ -84,19 +127,24 @@ def inductor_cache_dir(root: Path) -> Path:
     return path
 
 
-def compiled_kernels(cache_root: Path, log: Callable[[str], None] | None = None) -> Kernels:
-    """The compiled :class:`Kernels` (compiled lazily, on first use)."""
+def compiled_kernels(cache_root: Path, log: Callable[[str], None] | None = None, mode: str | None = None) -> Kernels:
+    """The compiled :class:`Kernels` (compiled lazily, on first use): whole phases under CUDA graphs
+    (``mode`` as torch.compile takes it), the elementwise pieces in eager runs."""
     inductor_cache_dir(cache_root)
     said = CompileLog(log)
+    phases = PhaseCompiler(CompileLog(log, "each phase (decoder stack + sampling) per batch bucket"), mode)
     return Kernels(
         rms_norm=CompiledOrEager("rms_norm", rms_norm, said),
         rotary=CompiledOrEager("rotary", rotary_qk, said),
         swiglu=CompiledOrEager("swiglu", swiglu, said),
         compiled=True,
+        compile_phase=phases,
     )
 
 
 def compile_report(kernels: Kernels) -> tuple[float, list[str]]:
-    """Seconds spent compiling so far, and the reasons of the pieces that run eagerly."""
+    """Seconds spent compiling so far, and the reasons of the pieces and phases that run eagerly."""
     parts = [k for k in (kernels.rms_norm, kernels.rotary, kernels.swiglu) if isinstance(k, CompiledOrEager)]
+    if isinstance(kernels.compile_phase, PhaseCompiler):
+        parts += kernels.compile_phase.made
     return sum(p.compile_seconds for p in parts), [p.reason for p in parts if p.reason]

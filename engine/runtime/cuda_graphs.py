@@ -162,7 +162,11 @@ class CudaGraphRunner:
         param = next(target.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.plan = plan or GraphPlan.for_spec(spec, drafter is not None, max_len, buckets)
-        self.warmup, self.kernels = warmup, kernels
+        # --compile: each captured phase is compiled whole (per bucket); inside it the layers run their
+        # eager pieces and inductor fuses across them. Eager fallbacks run the eager pieces too.
+        self.compile_phase = kernels.compile_phase
+        self.warmup = warmup
+        self.kernels = EAGER_KERNELS if self.compile_phase is not None else kernels
         self.disabled_reason = None if enabled else EAGER_OFF
         if enabled and self.device.type != "cuda":
             self.disabled_reason = EAGER_NO_CUDA
@@ -276,11 +280,18 @@ class CudaGraphRunner:
     def _capture_one(self, name: str, b: int, T: int) -> None:
         ins = self._static_inputs(name, b, T)
         cache = self.cache if name in ("decode", "verify") else self.draft_cache
-        self._capture((name, b, T), name, b, ins, self._forward_fn(name, ins), (cache,))
+        eager = self._forward_fn(name, ins)
+        run = self._compiled(f"{name} [b={b}, T={T}]", eager)
+        self._capture((name, b, T), name, b, ins, run, (cache,), None if run is eager else eager)
+
+    def _compiled(self, label: str, fn: Callable[..., tuple]) -> Callable[..., tuple]:
+        """``fn`` compiled whole (static shapes) under --compile, else ``fn`` itself."""
+        return fn if self.compile_phase is None else self.compile_phase(label, fn)
 
     def _capture(self, key: tuple, name: str, b: int, ins: dict[str, torch.Tensor], fn: Callable[[], tuple],
-                 caches: tuple[KVCache | None, ...]) -> None:
+                 caches: tuple[KVCache | None, ...], eager: Callable[[], tuple] | None = None) -> None:
         """Capture ``fn`` (reading the static inputs ``ins``) under ``key``; a failure is kept as a reason.
+        ``eager`` is ``fn``'s uncompiled original when ``fn`` is compiled (see :meth:`_record`).
 
         Warm-up runs write into ``caches`` (rows < b): those rows are saved before and restored after,
         so a capture in the middle of a run (lazy capture) leaves the run's state as it was.
@@ -292,7 +303,7 @@ class CudaGraphRunner:
         try:
             # Under TP, all-reduces captured here get CUDA events captured with them (timed per replay).
             with tp.capture(key) if tp is not None else contextlib.nullcontext():
-                graph, outputs = self._record(fn)
+                graph, outputs = self._record(fn, eager)
         except RuntimeError as exc:
             self._failed[key] = f"eager: capture failed ({str(exc).splitlines()[0][:120]})"
             return
@@ -318,8 +329,12 @@ class CudaGraphRunner:
         torch.cuda.synchronize(self.device)
         return torch.cuda.memory_reserved(self.device)
 
-    def _record(self, fn: Callable[[], tuple]):
-        """Warm ``fn`` up on a side stream, then capture it into the shared pool. -> (graph, outputs)."""
+    def _record(self, fn: Callable[[], tuple], eager: Callable[[], tuple] | None = None):
+        """Warm ``fn`` up on a side stream, then capture it into the shared pool. -> (graph, outputs).
+
+        A compiled ``fn`` first runs ``eager`` (lazy state such as fused weights is built outside the
+        compiler), then compiles (or loads) on its first call, before sync detection: compilers may sync.
+        """
         dev = self.device
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
@@ -327,7 +342,9 @@ class CudaGraphRunner:
         stream.wait_stream(torch.cuda.current_stream(dev))
         try:
             with torch.cuda.stream(stream):
-                if self.kernels.compiled:
+                if eager is not None:
+                    eager()
+                if eager is not None or self.kernels.compiled:
                     fn()  # compiles (or loads) the kernels; compilers may sync, so before sync detection
                 _warm_up(fn, self.warmup)
             torch.cuda.current_stream(dev).wait_stream(stream)
@@ -392,7 +409,9 @@ class CudaGraphRunner:
             key = ("phase", name, b, variant, tuple((k, tuple(v.shape[1:]), v.dtype) for k, v in inputs.items()))
             if key not in self._graphs and key not in self._failed:
                 ins = _static_copy(inputs, b)
-                self._capture(key, name, b, ins, lambda: tuple(fn(**ins)), caches)
+                run = self._compiled(f"{name} [b={b}]", fn)
+                self._capture(key, name, b, ins, lambda: tuple(run(**ins)), caches,
+                              None if run is fn else lambda: tuple(fn(**ins)))
             reason = self._failed.get(key)
         self._status[name] = reason or REPLAY
         if reason is not None:

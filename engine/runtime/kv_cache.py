@@ -32,6 +32,11 @@ class KVCache:
         shape = (num_layers, batch_size, num_kv_heads, max_len, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)  # [L, B, KVH, S, D]
         self.v = torch.zeros(shape, dtype=dtype, device=device) if with_v else None
+        # Per-layer views [B, KVH, S, D] of the same storage. Writes and reads go through them, so a
+        # torch.compile'd forward mutates each layer's buffer in place (a write through
+        # ``k[layer]`` compiles to a copy of the whole layer and a copy back of the whole cache).
+        self.k_layers = self.k.unbind(0)
+        self.v_layers = self.v.unbind(0) if self.v is not None else None
         self.batch_size = batch_size
         self.max_len = max_len
         self._rows = torch.arange(batch_size, device=device)[:, None]  # [B, 1]
@@ -40,15 +45,15 @@ class KVCache:
         """Store ``k``/``v`` [B, T, KVH, D] at cache slots ``slots`` [B, T] of ``layer`` (``v`` None
         without a V buffer)."""
         rows = self._rows[: slots.shape[0]]
-        self.k[layer][rows, :, slots] = k
-        if self.v is not None:
-            self.v[layer][rows, :, slots] = v
+        self.k_layers[layer][rows, :, slots] = k
+        if self.v_layers is not None:
+            self.v_layers[layer][rows, :, slots] = v
 
     def layer(self, layer: int, batch: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The full buffers of one layer, ``[B, KVH, S, D]`` each (first ``batch`` rows; V None
         without a V buffer)."""
         b = self.k.shape[1] if batch is None else batch
-        return self.k[layer, :b], (None if self.v is None else self.v[layer, :b])
+        return self.k_layers[layer][:b], (None if self.v_layers is None else self.v_layers[layer][:b])
 
     def copy_slots(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Move entries within each row, for all layers: slot ``src[b, i]`` -> ``dst[b, i]``.

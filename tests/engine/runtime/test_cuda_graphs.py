@@ -61,7 +61,9 @@ class EmulatedRunner(CudaGraphRunner):
     def _reserved(self) -> int:
         return 0
 
-    def _record(self, fn):
+    def _record(self, fn, eager=None):
+        if eager is not None:
+            eager()
         outputs = fn()
         return EmulatedGraph(fn, outputs), outputs
 
