@@ -2,7 +2,7 @@
 
 Configurations (``--configs``): plain-eager, plain-graphs, plain-compile, spec-prefill,
 spec-prefill-graphs, spec-decode, spec-decode-graphs, spec-compile, hf (``*-compile``: graphs with
-torch.compile'd layers). Graph configurations need CUDA (skipped on CPU, and the
+torch.compile'd phases). Graph configurations need CUDA (skipped on CPU, and the
 speedup baseline is then plain-eager). ``--scale-model`` swaps the target for a random-weight
 model of a named real shape (cost measurements only: acceptance on random weights means nothing).
 ``--tp N`` runs the same harness over N tensor-parallel ranks (launch with ``torchrun
@@ -45,6 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--micro", action=argparse.BooleanOptionalAction, default=True,
                    help="also time a 1-token decode against verifies of 2..8 tokens")
     w.add_argument("--micro-only", action="store_true", help="only the micro-measure")
+    w.add_argument("--compile-mode", default="default", choices=("default", "max-autotune-no-cudagraphs"),
+                   help="torch.compile mode of the *-compile configs (max-autotune-no-cudagraphs: inductor tunes "
+                        "its matmul and kernel choices per shape; longer first compile, cached)")
     w.add_argument("--micro-context", type=int, default=256, help="tokens in the cache during the micro-measure")
     w.add_argument("--micro-batch-sizes", default=None, help=f"comma list (default CUDA {GPU_DEFAULTS['micro_batch_sizes']}, "
                                                               f"CPU {CPU_DEFAULTS['micro_batch_sizes']})")
@@ -197,6 +200,7 @@ def _setup(args, log, tp=None) -> dict[str, Any]:
         target=built["target"], spec=built["spec"], make_drafter=built["make_drafter"], prompts=prompts,
         max_new_tokens=max_new, batch_sizes=batch_sizes, repeats=args.repeats or d["repeats"],
         peer=built["peer"], peer_skip=built.get("peer_skip"), log=log, tp=tp,
+        compile_mode=None if args.compile_mode == "default" else args.compile_mode,
     )
     notes = built["notes"] + [f"prompts: {len(prompts)} MT-bench first turns, {how}; "
                               f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",

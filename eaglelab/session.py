@@ -27,8 +27,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="capture each phase of a cycle in one CUDA graph per batch bucket (default: on with CUDA)")
     g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="torch.compile the layers' RMSNorm/rotary/SwiGLU inside the graphs; compiled once, cached "
-                        "on disk under the eaglelab cache (default: on with CUDA graphs)")
+                   help="torch.compile each captured phase whole (once per batch bucket; eager runs: the layers' "
+                        "RMSNorm/rotary/SwiGLU), cached on disk under the eaglelab cache (default: on with CUDA graphs)")
 
 
 def add_model_args(p: argparse.ArgumentParser, max_new_tokens: int | None, max_new_help: str = "") -> None:
@@ -186,7 +186,7 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
         from eaglelab.engine.runtime.compile import compiled_kernels, inductor_cache_dir
 
         session.kernels = compiled_kernels(cache_dir(), log)
-        session.notes.append(f"compile: RMSNorm/rotary/SwiGLU with torch.compile on first use, cached in "
+        session.notes.append(f"compile: each captured phase with torch.compile on first use, cached in "
                              f"{inductor_cache_dir(cache_dir())}")
     if session.spec.cuda_graphs and device.type == "cuda":
         session.runner_factory = _graph_runner_factory(session)

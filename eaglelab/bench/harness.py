@@ -59,20 +59,20 @@ class BenchConfig:
     graphs: bool
     peer: bool = False  # HF transformers generate
     description: str = ""
-    compile: bool = False  # torch.compile'd RMSNorm/rotary/SwiGLU inside the graphs
+    compile: bool = False  # each captured phase torch.compile'd whole
 
 
 CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
     BenchConfig("plain-eager", False, "decode", False, description="plain greedy, eager"),
     BenchConfig("plain-graphs", False, "decode", True, description="plain greedy, CUDA graphs"),
     BenchConfig("plain-compile", False, "decode", True, compile=True,
-                description="plain greedy, CUDA graphs + torch.compile'd layers"),
+                description="plain greedy, CUDA graphs + torch.compile'd phases"),
     BenchConfig("spec-prefill", True, "prefill", False, description="speculative, verify as eager extend"),
     BenchConfig("spec-prefill-graphs", True, "prefill", True, description="speculative, drafter captured, verify eager extend"),
     BenchConfig("spec-decode", True, "decode", False, description="speculative, decode-mode verify, eager"),
     BenchConfig("spec-decode-graphs", True, "decode", True, description="speculative, decode-mode verify, CUDA graphs"),
     BenchConfig("spec-compile", True, "decode", True, compile=True,
-                description="speculative, decode-mode verify, CUDA graphs + torch.compile'd layers"),
+                description="speculative, decode-mode verify, CUDA graphs + torch.compile'd phases"),
     BenchConfig("hf", False, "decode", False, peer=True, description="HF transformers generate (eager)"),
 )}
 
@@ -130,6 +130,7 @@ class BenchContext:
     log: Callable[[str], None] = lambda m: None
     compiled: Any = None  # the compiled Kernels, built on the first config that asks
     tp: Any = None  # TPGroup under --tp: every rank runs every call; the observed call also times collectives
+    compile_mode: str | None = None  # torch.compile mode (None: inductor's default)
 
     def kernels(self, compile_: bool):
         """The layers' kernels for a config: compiled ones (built once, shared) or the eager ones."""
@@ -139,7 +140,7 @@ class BenchContext:
             from eaglelab.engine.formats.assets import cache_dir
             from eaglelab.engine.runtime.compile import compiled_kernels
 
-            self.compiled = compiled_kernels(cache_dir(), self.log)
+            self.compiled = compiled_kernels(cache_dir(), self.log, self.compile_mode)
         return self.compiled
 
     @property

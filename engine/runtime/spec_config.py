@@ -29,7 +29,7 @@ class SpecConfig:
     num_draft_tokens: int = 0  # 0 = auto: num_steps + 1 for a chain, else required
     attention_mode: str = "decode"
     cuda_graphs: bool = False
-    compile: bool = False  # torch.compile the layers' elementwise work (RMSNorm, rotary, SwiGLU)
+    compile: bool = False  # torch.compile each captured phase whole (eager runs: RMSNorm, rotary, SwiGLU)
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:

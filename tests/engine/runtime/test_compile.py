@@ -1,15 +1,21 @@
-"""torch.compile of the layers' elementwise work: lossless (the eager tokens), composed with phase
-graphs, cached on disk, and a compiler failure falls back to eager with its reason."""
+"""torch.compile composed with the phase graphs: whole phases compiled per bucket are lossless (the
+eager tokens; speculation == plain greedy), write the KV cache in place, are cached on disk, and what
+cannot compile runs eagerly with its reason; the elementwise pieces of eager runs likewise."""
 
 from __future__ import annotations
 
 import os
+import re
 
 import pytest
 import torch
 
-from eaglelab.engine.model.layers import EAGER_KERNELS, rms_norm
-from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
+from torch._inductor.utils import run_and_get_code
+
+from eaglelab.engine.model.config import ModelConfig
+from eaglelab.engine.model.layers import EAGER_KERNELS, prefix_mask, rms_norm
+from eaglelab.engine.model.model import Transformer
+from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3, randomize_, scale_config
 from eaglelab.engine.runtime.compile import CompiledOrEager, compile_report, compiled_kernels
 from eaglelab.engine.runtime.drafters import Eagle3Proposer
 from eaglelab.engine.runtime.generate import Engine
@@ -22,23 +28,95 @@ PROMPTS = [[5, 9, 33, 7, 5, 9, 33], [100, 2, 3]]
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-@pytest.mark.slow  # inductor compiles three small kernels on the CPU (about a minute here)
-def test_compiled_kernels_give_the_eager_tokens_inside_phase_graphs(tmp_path, monkeypatch):
+def _spec_engine(model, spec, runner, observer=None):
+    net, taps = random_eagle3(model, seed=5, draft_vocab=256)
+    return Engine(model, drafter=Eagle3Proposer(net, spec, taps), spec=spec, runner=runner(net, taps), observer=observer)
+
+
+@pytest.mark.slow  # inductor compiles the decode phase of a 4-layer model on the CPU (about a minute here)
+def test_compiled_decode_phase_gives_the_eager_tokens(tmp_path, monkeypatch):
+    """Plain greedy decoding, float32: the compiled decode phase (replayed as a graph) == eager decoding."""
     monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)  # unset again after the test
     model = build_scale_model("tiny", seed=3).model
-    spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, cuda_graphs=True, compile=True)
-    net, taps = random_eagle3(model, seed=5, draft_vocab=256)
-    ref = Engine(model, drafter=Eagle3Proposer(net, spec, taps), spec=spec, runner=EagerRunner(model, net))
+    spec = SpecConfig(cuda_graphs=True, compile=True)
     kernels = compiled_kernels(tmp_path)
-    runner = EmulatedRunner.for_engine(model, spec, Eagle3Proposer(net, spec, taps), max_len=64, buckets=(2,),
-                                       kernels=kernels)
-    eng = Engine(model, drafter=Eagle3Proposer(net, spec, taps), spec=spec, runner=runner, observer=Recorder())
+    runner = EmulatedRunner.for_engine(model, spec, None, max_len=64, buckets=(2,), kernels=kernels)
+    eng = Engine(model, spec=spec, runner=runner, observer=Recorder())
     out = eng.generate(PROMPTS, 8)
-    assert out.tokens == ref.generate(PROMPTS, 8).tokens
+    assert out.tokens == Engine(model, spec=spec, runner=EagerRunner(model)).generate(PROMPTS, 8).tokens
     seconds, reasons = compile_report(kernels)
     assert reasons == [] and seconds > 0
-    assert all(v == REPLAY for c in eng.observer.cycles[1:] for v in c.graph.values())
+    assert [p.name for p in kernels.compile_phase.made] == ["decode [b=2]"]
+    assert runner.kernels is EAGER_KERNELS, "inside a compiled phase the layers run their eager pieces"
+    assert all(c.graph == {"decode": REPLAY} for c in eng.observer.cycles[1:])
     assert os.environ["TORCHINDUCTOR_CACHE_DIR"] == str(tmp_path / "inductor"), "inductor's cache: the eaglelab cache"
+
+
+@pytest.mark.slow  # four phases (draft, verify, accept, draft_extend) compile on the CPU: a few minutes here
+def test_compiled_speculation_gives_plain_greedy_tokens(tmp_path, monkeypatch):
+    """EAGLE-3 greedy speculation with every phase compiled and replayed == plain greedy eager decoding."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    model = build_scale_model("tiny", seed=3).model
+    spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, cuda_graphs=True, compile=True)
+    kernels = compiled_kernels(tmp_path)
+    eng = _spec_engine(model, spec, lambda net, taps: EmulatedRunner.for_engine(
+        model, spec, Eagle3Proposer(net, spec, taps), max_len=64, buckets=(2,), kernels=kernels), Recorder())
+    out = eng.generate(PROMPTS, 10)
+    plain = Engine(model, spec=SpecConfig(), runner=EagerRunner(model)).generate(PROMPTS, 10)
+    assert out.tokens == plain.tokens
+    assert compile_report(kernels)[1] == []
+    assert sorted(p.name for p in kernels.compile_phase.made) == [
+        "accept [b=2]", "draft [b=2]", "draft_extend [b=2]", "verify [b=2]"]
+    assert all(v == REPLAY for c in eng.observer.cycles[1:] for v in c.graph.values())
+
+
+@pytest.mark.slow  # compiles a one-layer decode on the CPU (about half a minute here)
+def test_compiled_forward_writes_the_kv_cache_in_place(tmp_path, monkeypatch):
+    """The compiled forward scatters the new K/V into the cache buffers: no buffer of a cache layer's
+    shape, no copy of the cache back into itself (writing through ``k[layer]`` compiled to both)."""
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    cfg = ModelConfig.from_dict({**scale_config("tiny"), "num_hidden_layers": 2}, source="test")
+    model = Transformer(cfg)
+    randomize_(model, 3)
+    cache = model.make_cache(2, 48, dtype=torch.float32, device="cpu")  # layer buffers [2, 2, 48, 16]
+
+    def decode(root, lengths):
+        slots = lengths[:, None]  # [B, 1]
+        return model(root[:, None], slots, cache, slots, prefix_mask(slots, cache.max_len))[0]
+
+    root, lengths = torch.tensor([3, 4]), torch.tensor([5, 7])
+    with torch.inference_mode():
+        ref = decode(root, lengths)
+        k_ref = cache.k.clone()
+        cache.k.zero_()
+        out, (code,) = run_and_get_code(torch.compile(decode, fullgraph=True, dynamic=False), root, lengths)
+    assert torch.allclose(out, ref, atol=1e-5) and torch.allclose(cache.k, k_ref, atol=1e-6)
+    call = code.split("def call")[1]  # the generated host code: its buffers and kernel launches
+    assert "assert_size_stride(arg" in call and "48, 16)" in call, "the cache buffers are inputs"
+    assert not re.search(r"empty_strided\w*\(\([^)]*48, 16\)", call), "a buffer of a cache layer's size: a copy"
+    assert ".copy_(" not in call and "aten.copy_" not in call
+
+
+def test_a_phase_that_cannot_compile_runs_eagerly_in_its_graph_and_says_why(tmp_path):
+    """A phase dynamo cannot trace in one graph (here: a host read) runs eagerly, still captured, with the reason."""
+    logged = []
+    kernels = compiled_kernels(tmp_path, logged.append)
+    model = build_scale_model("tiny", seed=3).model
+    runner = EmulatedRunner.for_engine(model, SpecConfig(cuda_graphs=True), None, max_len=16, buckets=(2,),
+                                       kernels=kernels)
+    runner.make_cache(2, 16)
+
+    def phase(x):
+        return (x * len(x.tolist()),)  # .tolist(): a graph break, not allowed in a whole-phase compile
+
+    x = torch.arange(4.0).view(2, 2)
+    (y,) = runner.phase("odd", phase, {"x": x})
+    assert torch.equal(y, x * 2)
+    (reason,) = compile_report(kernels)[1]
+    assert reason.startswith("eager: odd [b=2] did not compile (") and logged[-1] == reason
+    assert "compiling each phase" in logged[0]
+    assert torch.equal(runner.phase("odd", phase, {"x": x + 1})[0], (x + 1) * 2)
+    assert runner._status["odd"] == REPLAY and len(runner.capture_stats) == 1  # captured: the eager phase replays
 
 
 def test_a_piece_that_cannot_compile_runs_eagerly_and_says_why():
@@ -81,3 +159,32 @@ def test_fused_projections_of_inference_tensors():
         x = torch.randn(1, 2, model.config.hidden_size)
         q, _, _ = model.layers[0].self_attn.qkv(x)
         assert torch.allclose(q, model.layers[0].self_attn.q_proj(x), atol=1e-6)
+
+
+# ---- GPU: real graphs around compiled phases ---------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("kind", ["plain", "eagle3"])
+def test_compiled_phases_inside_cuda_graphs_give_the_eager_tokens(kind, tmp_path, monkeypatch):
+    """float32 on the GPU: every phase compiled (no fallback), captured and replayed == eager tokens;
+    EAGLE-3 speculation == plain greedy."""
+    from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    model = build_scale_model("tiny", device="cuda", seed=3).model
+    kernels = compiled_kernels(tmp_path)
+    plain = Engine(model, spec=SpecConfig(), runner=EagerRunner(model)).generate(PROMPTS, 12)
+    if kind == "plain":
+        spec = SpecConfig(cuda_graphs=True, compile=True)
+        runner = CudaGraphRunner.for_engine(model, spec, None, max_len=64, buckets=(1, 2), kernels=kernels)
+        eng = Engine(model, spec=spec, runner=runner, observer=Recorder())
+    else:
+        spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, cuda_graphs=True, compile=True)
+        eng = _spec_engine(model, spec, lambda net, taps: CudaGraphRunner.for_engine(
+            model, spec, Eagle3Proposer(net, spec, taps), max_len=64, buckets=(1, 2), kernels=kernels), Recorder())
+        runner = eng.runner
+    assert eng.generate(PROMPTS, 12).tokens == plain.tokens
+    alone = Engine(model, spec=SpecConfig(), runner=EagerRunner(model)).generate(PROMPTS[:1], 12)
+    assert eng.generate(PROMPTS[:1], 12).tokens == alone.tokens  # bucket 1: its own compiled phases
+    assert compile_report(kernels)[1] == [] and not runner._failed, runner._failed
+    assert all(v == REPLAY for c in eng.observer.cycles[1:] for v in c.graph.values())
