@@ -4,17 +4,18 @@
 #
 #   PYTHONPATH=$PWD OUT=/some/dir timeout 235 bash benchmarks/compile_check.sh
 #
-# One bench run per model shape (random weights, bfloat16): plain-graphs, plain-compile,
-# spec-decode-graphs, spec-compile. SmolLM2-135M shape at batch 1 and 8, Llama-3.1-8B shape at
-# batch 1. Each compile's time is printed once ("compiled decode [b=1] in ... s") and kept out of
-# tok/s. The inductor cache starts empty on a fresh machine: these are cold-compile times.
+# Bench runs (random weights, bfloat16), each comparing plain-graphs, plain-compile,
+# spec-decode-graphs and spec-compile: SmolLM2-135M shape at batch 1, Llama-3.1-8B shape at batch 1,
+# SmolLM2-135M shape at batch 8 (one run per point: a slow compile costs only its own point). Each
+# compile's time is printed once ("compiled decode [b=1] in ... s") and kept out of tok/s. The inductor cache starts empty on a fresh machine: these are cold-compile times.
 # Figures go to $OUT/compile_*.json, the logs to $OUT/compile_*.txt.
 # COMPILE_MODE=max-autotune-no-cudagraphs (optional, a second run) lets inductor tune its matmuls for the
 # skinny decode shapes; its files are then named compile_*_autotune.*.
 set -u
 OUT=${OUT:-/tmp/compile_check}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 EAGLELAB_CACHE=${EAGLELAB_CACHE:-/tmp/elcache}
+# The cache sits in the ignored runs/ folder: on a machine still warm, a second run loads the kernels.
+export PYTHONUNBUFFERED=1 EAGLELAB_CACHE=${EAGLELAB_CACHE:-$PWD/runs/elcache}
 for p in engine probes tui; do [ -e eaglelab/$p ] || ln -sfn ../$p eaglelab/$p; done
 T0=$(date +%s)
 log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/compile_log.txt"; }
@@ -25,10 +26,13 @@ MODE=${COMPILE_MODE:-default}
 SUF=$([ "$MODE" = default ] || echo _autotune)
 EL="python3 -m eaglelab bench --draft default --prompts 2 --repeats 2 --seed 0 --dtype bfloat16 --no-micro --compile-mode $MODE"
 CONFIGS=plain-graphs,plain-compile,spec-decode-graphs,spec-compile
-log "bench smollm2-135m shape, bf16, batch 1 and 8"
-timeout 140 $EL --scale-model smollm2-135m --batch-sizes 1,8 --max-new-tokens 64 --configs $CONFIGS \
-  --json "$OUT/compile_smollm2_bf16$SUF.json" 2>&1 | tee "$OUT/compile_smollm2_bf16$SUF.txt" | grep -v "^\s*$" | tail -60
-log "bench llama3.1-8b shape, bf16, batch 1"
-timeout 85 $EL --scale-model llama3.1-8b --batch-sizes 1 --max-new-tokens 32 --configs $CONFIGS \
-  --json "$OUT/compile_llama8b_bf16$SUF.json" 2>&1 | tee "$OUT/compile_llama8b_bf16$SUF.txt" | grep -v "^\s*$" | tail -40
+bench() {  # NAME SECONDS ARGS...: one bench run, its JSON and its log under $OUT
+  local name=$1 secs=$2; shift 2
+  log "bench $name (timeout ${secs}s)"
+  timeout "$secs" $EL "$@" --configs $CONFIGS --json "$OUT/compile_$name$SUF.json" 2>&1 \
+    | tee "$OUT/compile_$name$SUF.txt" | grep -v "^\s*$" | tail -45
+}
+bench smollm2_bf16_bs1 95 --scale-model smollm2-135m --batch-sizes 1 --max-new-tokens 64
+bench llama8b_bf16_bs1 75 --scale-model llama3.1-8b --batch-sizes 1 --max-new-tokens 32
+bench smollm2_bf16_bs8 55 --scale-model smollm2-135m --batch-sizes 8 --max-new-tokens 64
 log "done"
