@@ -64,7 +64,7 @@ stage_b() {
   ( export CUDA_VISIBLE_DEVICES=1; STAGE=1 timeout 470 bash benchmarks/h200_drafter2.sh "$R/drafter" > "$R/drafter_stage1.txt" 2>&1 ) &
   local bg=$!
   export CUDA_VISIBLE_DEVICES=0
-  OUT="$R/speed" TAIL=40 run speed_compile 240 bash benchmarks/compile_check.sh
+  OUT="$R/speed" TAIL=40 run speed_compile 320 bash benchmarks/compile_check.sh
   TAIL=10 run probe_overhead 70 python3 benchmarks/probe_overhead.py --device cuda
   wait $bg; log "drafter stage 1 rc=$?"; tail -30 "$R/drafter_stage1.txt"
 }
