@@ -64,6 +64,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--eval-samples", type=int, default=256, metavar="N",
                    help="samples held out of training for --eval-every (default 256)")
     p.add_argument("--tensorboard", default=None, metavar="DIR", help="write TensorBoard scalars to DIR")
+    p.add_argument("--init-from", default=None, metavar="DIR",
+                   help="warm start: begin from this trained drafter (same target and aux ids; its draft-head rows "
+                        "carry over to the tokens both draft vocabularies hold)")
+    p.add_argument("--total-steps", type=int, default=None, metavar="N",
+                   help="the run's length in optimizer steps: the LR schedule decays to 0 at N and training stops "
+                        "there (default: epochs x batches per epoch)")
     p.add_argument("--init-lm-head", default="target", choices=("target", "random"),
                    help="start lm_head/norm from the target's rows of the draft vocabulary (default) or at random")
     p.add_argument("--save-dtype", default="bfloat16", help="dtype of the written weights (default bfloat16)")
@@ -110,8 +116,9 @@ def run(args: argparse.Namespace) -> int:
         weight_decay=args.weight_decay, max_length=args.max_length, seed=args.seed,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every, max_steps=args.max_steps,
         autocast=autocast, init_lm_head=args.init_lm_head, time_limit=args.time_limit, eval_every=args.eval_every,
+        total_steps=args.total_steps,
     )
-    trainer = _trainer(args, head, data, dv, len(sglang_ids), cfg, device, console, states, heldout)
+    trainer, init = _trainer(args, head, data, dv, sglang_ids, cfg, device, console, states, heldout)
     save_dtype = parse_dtype(args.save_dtype)
     _announce(console, head, data, dv, sglang_ids, trainer, device, device_reason, autocast, save_dtype)
     result = _train_loop(trainer, args.tensorboard, console)
@@ -121,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"stopped at the time limit after step {trainer.step}/{trainer.total_steps}; "
                       f"continue with the same command and --resume")
     _check_finite(trainer.net, args.out)
-    out = _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, result, device)
+    out = _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, result, device, init)
     _report_saved(out, head, console)
     return 0
 
@@ -246,11 +253,14 @@ def _vocab(args, counts, vocab_size: int, console):
     return build_draft_vocab(counts, size)
 
 
-def _trainer(args, head, data, dv, num_aux: int, cfg, device, console, states=None, heldout=None):
+def _trainer(args, head, data, dv, sglang_ids: list[int], cfg, device, console, states=None, heldout=None):
+    """The trainer (fresh, warm-started with --init-from, or resumed) and the warm start's facts (or None)."""
     from eaglelab.engine.errors import CheckpointError
     from eaglelab.engine.formats.specforge_data import list_samples, read_sample
     from eaglelab.engine.training.train import Trainer, drafter_config, latest_checkpoint, new_drafter
+    from eaglelab.engine.training.warm_start import warm_start
 
+    num_aux = len(sglang_ids)
     if states is None:
         first_path = list_samples(args.data)[0]
         width = read_sample(first_path).aux_hidden_state.shape[-1]
@@ -260,6 +270,11 @@ def _trainer(args, head, data, dv, num_aux: int, cfg, device, console, states=No
                                   expected=f"{num_aux} x {head.config.hidden_size} = {num_aux * head.config.hidden_size}")
     dcfg = drafter_config(head.config, num_aux, dv.size)
     net = new_drafter(dcfg, head, dv.mapping, seed=cfg.seed, init_lm_head=cfg.init_lm_head)
+    init = None
+    if args.init_from:
+        init = warm_start(net, args.init_from, sglang_ids)
+        console.print(f"warm start from {init.path}: {init.tensors} tensors, {init.head_rows_copied} draft-head rows "
+                      f"carried over, {init.head_rows_new} new (the target's rows)")
     ck_dir = _checkpoint_dir(args, console)
     trainer = Trainer(net, head, data, cfg, device=device, checkpoint_dir=ck_dir, states=states, heldout=heldout)
     if args.resume:
@@ -268,7 +283,7 @@ def _trainer(args, head, data, dv, num_aux: int, cfg, device, console, states=No
             raise CheckpointError("nothing to resume from", file=ck_dir, hint="train without --resume first")
         trainer.load_checkpoint(path)
         console.print(f"resumed from {path} at step {trainer.step}/{trainer.total_steps}")
-    return trainer
+    return trainer, init
 
 
 def _checkpoint_dir(args, console) -> Path:
@@ -371,7 +386,7 @@ def _check_finite(net, out: str) -> None:
                                 "(eaglelab check-wiring DRAFT --data DIR reads every sample)")
 
 
-def _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, result, device) -> Path:
+def _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, result, device, init=None) -> Path:
     from dataclasses import asdict
 
     from eaglelab import __version__
@@ -391,6 +406,7 @@ def _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, 
         "data_counts": (manifest or {}).get("counts"), "prompts": _prompts_manifest(manifest),
         "heldout_samples": len(trainer.heldout) if trainer.heldout is not None else 0,
         "acceptance": asdict(result.evals[-1]) if result.evals else None,
+        "init_from": asdict(init) if init is not None else None,
     }
     return save_drafter(trainer.net, args.out, target=head.config, sglang_layer_ids=sglang_ids, dtype=save_dtype,
                         provenance=provenance)

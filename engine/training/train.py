@@ -70,6 +70,7 @@ class TrainConfig:
     init_lm_head: str = "target"  # "target": rows of the target's lm_head and final norm; "random"
     time_limit: float | None = None  # seconds of this run; stops at the step boundary before overrunning
     eval_every: int = 0  # steps between simulated-acceptance evaluations on the held-out split; 0 = off
+    total_steps: int | None = None  # the run's length: the schedule ends (LR 0) here; None = epochs x batches
 
     def __post_init__(self) -> None:
         for name in ("epochs", "batch_size", "ttt_length", "max_length", "log_every"):
@@ -81,6 +82,8 @@ class TrainConfig:
             raise ConfigError("must be > 0 seconds", field="--time-limit", found=self.time_limit)
         if self.eval_every < 0:
             raise ConfigError("must be >= 0", field="--eval-every", found=self.eval_every)
+        if self.total_steps is not None and self.total_steps < 1:
+            raise ConfigError("must be >= 1", field="--total-steps", found=self.total_steps)
         if self.init_lm_head not in ("target", "random"):
             raise ConfigError("unknown init", field="--init-lm-head", found=self.init_lm_head, expected="target | random")
 
@@ -413,7 +416,7 @@ class Trainer:
         self.opt = torch.optim.AdamW(self.params, lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay,
                                      fused=self.device.type == "cuda")
         self.batches_per_epoch = math.ceil(len(data) / cfg.batch_size)
-        self.total_steps = cfg.epochs * self.batches_per_epoch
+        self.total_steps = cfg.total_steps or cfg.epochs * self.batches_per_epoch
         warmup = int(cfg.warmup_ratio * self.total_steps)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, cosine_with_warmup(self.total_steps, warmup))
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0

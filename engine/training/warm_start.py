@@ -1,0 +1,84 @@
+"""Warm start: a new drafter begins from a trained one (``eaglelab train --init-from DIR``).
+
+Every tensor but the draft head is copied as is; shapes must match (same target, same number of
+aux states). The draft vocabulary may differ between the two (new data, another size): the head's
+row of a draft token is then taken from the old drafter when the old vocabulary has that target
+token, and keeps the new drafter's initialisation (the target's own lm_head row) when it does not::
+
+    new draft id j -> target id t = j + d2t_new[j]
+    old has t (t2d_old[t]) -> lm_head_new[j] = lm_head_old[old draft id of t]
+    else                   -> lm_head_new[j] unchanged
+
+The aux ids must be the same in both: ``fc`` was trained on the features of those layers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from eaglelab.engine.errors import CheckpointError
+
+
+@dataclass(frozen=True)
+class WarmStart:
+    """What a warm start copied."""
+
+    path: str
+    tensors: int  # tensors copied whole
+    head_rows_copied: int  # draft-head rows taken from the old drafter
+    head_rows_new: int  # rows of draft tokens the old vocabulary lacks (kept at their initialisation)
+
+
+def head_rows(old_token_map: torch.Tensor, new_token_map: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(new draft ids, old draft ids) of the target tokens both vocabularies hold, in new-id order.
+    token maps: [V_draft] target ids of each draft id."""
+    old_of = torch.full((vocab_size,), -1, dtype=torch.long)
+    old_of[old_token_map.long()] = torch.arange(old_token_map.numel())
+    src = old_of[new_token_map.long()]  # [V_new] old draft id or -1
+    keep = src >= 0
+    return torch.nonzero(keep).squeeze(1), src[keep]
+
+
+def warm_start(net, path: str | Path, sglang_layer_ids: list[int]) -> WarmStart:
+    """Copy the drafter at ``path`` into ``net`` (a fresh :class:`Eagle3Drafter`, vocabulary set)."""
+    from eaglelab.engine.formats.conventions import convert_ids
+    from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
+
+    ck = read_draft_checkpoint(path)
+    if not ck.has_weights:
+        raise CheckpointError("no weights (*.safetensors) in the drafter directory", file=ck.path, field="--init-from")
+    if ck.aux_layer_ids is not None:
+        old_ids = list(convert_ids(ck.aux_layer_ids, ck.aux_convention or "sglang", "sglang"))
+        if sorted(old_ids) != sorted(sglang_layer_ids):
+            raise CheckpointError("the drafter was trained on other aux layers", file=ck.config_file,
+                                  field="eagle_aux_hidden_state_layer_ids", found=old_ids, expected=list(sglang_layer_ids),
+                                  hint="warm-start only from a drafter of the same taps (or train from scratch)")
+    state = ck.load_state_dict()
+    own = dict(net.named_parameters())
+    copied = 0
+    with torch.no_grad():
+        for name, param in own.items():
+            if name == "lm_head.weight":
+                continue
+            if name not in state:
+                raise CheckpointError("missing tensor", file=ck.path, field=name, hint="an EAGLE-3 drafter needs it")
+            if tuple(state[name].shape) != tuple(param.shape):
+                raise CheckpointError("wrong tensor shape for a warm start", file=ck.path, field=name,
+                                      found=list(state[name].shape), expected=list(param.shape),
+                                      hint="warm-start from a drafter of the same target and shape")
+            param.copy_(state[name].to(param.dtype))
+            copied += 1
+        if "lm_head.weight" not in state or "d2t" not in state:
+            raise CheckpointError("missing tensor", file=ck.path, field="lm_head.weight" if "lm_head.weight" not in state else "d2t")
+        old_head, old_d2t = state["lm_head.weight"], state["d2t"].long()
+        if old_head.shape[0] != old_d2t.numel() or old_head.shape[1] != net.lm_head.weight.shape[1]:
+            raise CheckpointError("wrong tensor shape for a warm start", file=ck.path, field="lm_head.weight",
+                                  found=list(old_head.shape), expected=[old_d2t.numel(), net.lm_head.weight.shape[1]])
+        old_map = torch.arange(old_d2t.numel()) + old_d2t
+        new_ids, old_ids = head_rows(old_map, net.token_map().cpu(), net.config.vocab_size)
+        net.lm_head.weight[new_ids.to(net.lm_head.weight.device)] = old_head[old_ids].to(net.lm_head.weight)
+    n_new = net.lm_head.weight.shape[0]
+    return WarmStart(str(path), copied, int(new_ids.numel()), n_new - int(new_ids.numel()))
