@@ -10,7 +10,11 @@ Sources (every one available on a machine with no network beyond the package reg
 * ``docstrings``: docstrings of every importable standard-library module (and of the installed
   packages named in :data:`PACKAGE_ROOTS`), with questions about the documented callables;
 * ``text_tasks``: paragraphs of those docstrings and passages under text tasks (summarise, title,
-  rewrite, extract, quiz).
+  rewrite, extract, quiz);
+* ``chat``: conversational requests of the eight chat-benchmark kinds composed from slots we wrote
+  (:mod:`~eaglelab.engine.training.chat_prompts`: letters, stories, role-play, puzzles, maths, code,
+  extraction from a generated passage, explanations), endless like ``tasks``; the largest share,
+  so the target's answers look like the chat answers a drafter is measured on.
 
 :func:`build_corpus` draws ``count`` distinct prompts with a per-source share, deduplicated on a
 normalised form, then removes every prompt that shares a 13-word window (or its whole text) with
@@ -33,13 +37,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
+from eaglelab.engine.training.chat_prompts import chat_prompts
 from eaglelab.engine.training.train_prompts import PYDOC_TEMPLATES, SEED_TOPICS, TEMPLATES, _chunks
 
-CORPUS_VERSION = 1
+CORPUS_VERSION = 2  # 2: the chat source, new default shares
 NGRAM = 13  # words: the usual contamination window
-SOURCES: tuple[str, ...] = ("self_instruct", "tasks", "pydoc", "docstrings", "text_tasks")
-DEFAULT_SHARE: dict[str, float] = {"self_instruct": 0.33, "tasks": 0.2, "docstrings": 0.26,
-                                   "text_tasks": 0.16, "pydoc": 0.05}
+SOURCES: tuple[str, ...] = ("self_instruct", "tasks", "pydoc", "docstrings", "text_tasks", "chat")
+ENDLESS: tuple[str, ...] = ("tasks", "chat")  # random composers: drawn up to a multiple of their quota
+DEFAULT_SHARE: dict[str, float] = {"chat": 0.55, "self_instruct": 0.1, "tasks": 0.12, "docstrings": 0.12,
+                                   "text_tasks": 0.08, "pydoc": 0.03}
 PACKAGE_ROOTS: tuple[str, ...] = ("numpy", "scipy", "sympy", "networkx", "torch", "rich", "jinja2", "yaml", "packaging",
                                   "requests", "jsonschema", "attr", "pygments", "hypothesis", "click")
 SKIP_MODULES = re.compile(r"(^|\.)(test|tests|idlelib|tkinter|turtle|turtledemo|antigravity|this|__main__|lib2to3|"
@@ -361,8 +367,15 @@ def text_tasks(rng: random.Random) -> Iterator[CorpusPrompt]:
                                qual.split(".")[0])
 
 
+def chat(rng: random.Random) -> Iterator[CorpusPrompt]:
+    """Conversational requests of the eight chat kinds in turn (endless; the caller stops)."""
+    for kind, text in chat_prompts(rng):
+        yield CorpusPrompt(text, "chat", kind)
+
+
 GENERATORS: dict[str, Callable[[random.Random], Iterator[CorpusPrompt]]] = {
     "self_instruct": self_instruct, "tasks": tasks, "pydoc": pydoc, "docstrings": docstrings, "text_tasks": text_tasks,
+    "chat": chat,
 }
 
 
@@ -443,7 +456,7 @@ def build_corpus(count: int, overlap: OverlapIndex, *, seed: int = 0, share: dic
     dups, overlaps = 0, {s: 0 for s in SOURCES}
     for src in sorted(SOURCES, key=lambda s: s == "tasks"):  # tasks last: it takes the shortfall
         rng = random.Random(f"{seed}:{src}")
-        pool = _take(GENERATORS[src](rng), quotas[src] if src == "tasks" else None)
+        pool = _take(GENERATORS[src](rng), quotas[src] if src in ENDLESS else None)
         rng.shuffle(pool)
         want = quotas[src] if src != "tasks" else count - len(picked)
         got = 0
@@ -474,7 +487,7 @@ def build_corpus(count: int, overlap: OverlapIndex, *, seed: int = 0, share: dic
 
 
 def _take(gen: Iterator[CorpusPrompt], limit: int | None) -> list[CorpusPrompt]:
-    """All of a finite source; for the endless ``tasks``, 3x its quota (duplicates are expected)."""
+    """All of a finite source; for an endless one, 3x its quota (duplicates are expected)."""
     if limit is None:
         return list(gen)
     return [next(gen) for _ in range(3 * limit + 100)]
