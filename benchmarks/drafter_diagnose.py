@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from drafter_acceptance import per_position, questions  # noqa: E402
 
 from eaglelab.bench.harness import tokenize_prompts  # noqa: E402
+from eaglelab.engine.training.acceptance_sim import walk  # noqa: E402
 from eaglelab.session import add_engine_args, build_session  # noqa: E402
 
 
@@ -53,16 +54,6 @@ def simulated(s, prompt: list[int], answer: list[int], steps: int):
 def chain_len(hits_row: torch.Tensor) -> int:
     """Accepted length (bonus included) of a chain with these per-step hits."""
     return 1 + int(hits_row.long().cumprod(0).sum())
-
-
-def walk(hits: torch.Tensor, valid: torch.Tensor, start: int) -> list[int]:
-    """Accepted lengths of the engine's cycles replayed on the simulation: anchor p, then p + a."""
-    lens, p = [], start
-    while p < valid.numel() and bool(valid[p]):
-        a = chain_len(hits[p])
-        lens.append(a)
-        p += a
-    return lens
 
 
 def _mean(xs: list[int]) -> float:
@@ -93,7 +84,7 @@ def main() -> int:
         answer = res.tokens[0]
         engine_lens += [a for cyc in res.accept_lens for a in cyc]
         hits, valid = simulated(s, prompt, answer, k)
-        walk_lens += walk(hits, valid, len(prompt) - 1)
+        walk_lens += walk(hits, valid, len(prompt) - 1, k)  # the engine's cycles, replayed
         uniform += [chain_len(h) for h in hits[valid]]
         if t2d is not None:
             outside += int((~t2d[torch.tensor(answer)]).sum())

@@ -1,7 +1,8 @@
 """``eaglelab prompts``: build the training prompts offline, never from the benchmarks.
 
-Mixes self-instruct seed topics, templated tasks, Python's reference manual and the docstrings of the
-standard library and installed packages; deduplicates them; drops every prompt that shares a 13-word
+Mixes conversational requests of the eight chat kinds (writing, role-play, reasoning, maths, coding,
+extraction, STEM, humanities; the largest share), self-instruct seed topics, templated tasks, Python's
+reference manual and the docstrings of the standard library and installed packages; deduplicates them; drops every prompt that shares a 13-word
 window with an MT-bench question or a HumanEval problem. Writes DIR/prompts.jsonl.gz and
 DIR/manifest.json (sources, counts, the overlap check). The answers come later, from the target
 itself: ``eaglelab distill``.

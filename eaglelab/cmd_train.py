@@ -272,9 +272,10 @@ def _trainer(args, head, data, dv, sglang_ids: list[int], cfg, device, console, 
     net = new_drafter(dcfg, head, dv.mapping, seed=cfg.seed, init_lm_head=cfg.init_lm_head)
     init = None
     if args.init_from:
-        init = warm_start(net, args.init_from, sglang_ids)
+        init = warm_start(net, args.init_from, sglang_ids, head.lm_head_weight)
+        mapped = f" (the target's rows mapped, fit error {init.map_rel_error:.0%})" if init.head_rows_new else ""
         console.print(f"warm start from {init.path}: {init.tensors} tensors, {init.head_rows_copied} draft-head rows "
-                      f"carried over, {init.head_rows_new} new (the target's rows)")
+                      f"carried over, {init.head_rows_new} new{mapped}")
     ck_dir = _checkpoint_dir(args, console)
     trainer = Trainer(net, head, data, cfg, device=device, checkpoint_dir=ck_dir, states=states, heldout=heldout)
     if args.resume:
@@ -342,7 +343,8 @@ def _train_loop(trainer, tb_dir, console):
             rates = " ".join(f"{r:.2f}" for r in ev.per_position)
             k, K = min(3, len(ev.accept_len)), len(ev.accept_len)
             longest = f", chain {K} {ev.chain(K):.2f}" if K > k else ""
-            bar.console.print(f"eval step {ev.step}: accepted length chain {k} {ev.chain(k):.2f}{longest}; "
+            cycles = f" (over the engine's cycles: chain {k} {ev.cycle_len[k - 1]:.2f})" if ev.cycle_len else ""
+            bar.console.print(f"eval step {ev.step}: accepted length chain {k} {ev.chain(k):.2f}{longest}{cycles}; "
                               f"per position {rates} ({ev.anchors} held-out anchors)")
             if writer is not None:
                 _eval_scalars(writer, ev)
@@ -369,6 +371,8 @@ def _scalars(writer, log) -> None:
 def _eval_scalars(writer, ev) -> None:
     for k, length in enumerate(ev.accept_len, 1):
         writer.add_scalar(f"eval/accept_len_chain{k}", length, ev.step)
+    for k, length in enumerate(ev.cycle_len, 1):
+        writer.add_scalar(f"eval/cycle_len_chain{k}", length, ev.step)
     for i, rate in enumerate(ev.per_position):
         writer.add_scalar(f"eval/accept_rate_pos{i}", rate, ev.step)
 

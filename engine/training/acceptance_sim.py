@@ -14,6 +14,12 @@ k drafted positions are all answer tokens (loss mask 1).
 
 Per-position acceptance is conditional, as the engine reports it: ``rate_i = P(hit_i | hit_<i)``.
 
+Two averages: ``accept_len`` is over EVERY valid anchor; ``cycle_len`` walks each answer the way the
+engine does (first anchor: the last prompt position; next: + the accepted length) and averages over
+those cycles only, the engine's own figure. Cycles land more often where drafting is hard (a cycle
+there covers fewer tokens), so ``cycle_len`` < ``accept_len`` on the same data; compare a benchmark's
+accepted length with ``cycle_len``.
+
 Worked example, k = 3, hits at one anchor (1, 1, 0): accept_len = 1 + 1 + 1 + 0 = 3; hits
 (0, 1, 1): accept_len = 1 (a miss ends the chain).
 """
@@ -34,6 +40,7 @@ class AcceptanceEval:
     anchors: int
     accept_len: tuple[float, ...]  # [k-1] mean accepted length (bonus included) of a chain of k = 1..K steps
     per_position: tuple[float, ...]  # [K] P(draft i accepted | drafts < i accepted)
+    cycle_len: tuple[float, ...] = ()  # [K] mean accepted length over the engine's cycles, chain of k = 1..K
 
     def chain(self, k: int) -> float:
         """Mean accepted length of a chain of ``k`` draft steps."""
@@ -45,17 +52,48 @@ def chain_hits(hits: torch.Tensor) -> torch.Tensor:
     return hits.float().cumprod(dim=1)
 
 
-def summarise(step: int, hits: torch.Tensor) -> AcceptanceEval:
-    """Accepted lengths for every chain length and conditional per-position rates from hits [N, K]."""
+def summarise(step: int, hits: torch.Tensor, cycles: list[list[int]] | None = None) -> AcceptanceEval:
+    """Accepted lengths for every chain length and conditional per-position rates from hits [N, K];
+    ``cycles[k-1]``: the accepted lengths of the engine-like walk with a chain of k (see :func:`walk`)."""
     alive = chain_hits(hits)  # [N, K]
     N, K = alive.shape
+    cycle = tuple(sum(c) / len(c) if c else 1.0 for c in cycles) if cycles is not None else ()
     if N == 0:
-        return AcceptanceEval(step, 0, tuple([1.0] * K), tuple([0.0] * K))
+        return AcceptanceEval(step, 0, tuple([1.0] * K), tuple([0.0] * K), cycle)
     reach = alive.sum(0)  # [K] anchors whose chain got past step i
     before = torch.cat([torch.tensor([float(N)]), reach[:-1]])  # [K] anchors that tried step i
     lens = 1.0 + alive.cumsum(dim=1).mean(0)  # [K] chain of k = i+1 steps
     rates = reach / before.clamp(min=1.0)
-    return AcceptanceEval(step, N, tuple(lens.tolist()), tuple(rates.tolist()))
+    return AcceptanceEval(step, N, tuple(lens.tolist()), tuple(rates.tolist()), cycle)
+
+
+def walk(hits: torch.Tensor, valid: torch.Tensor, start: int, k: int) -> list[int]:
+    """Accepted lengths of the engine's cycles with a chain of ``k`` over one answer: anchor ``start``
+    (the last prompt position), then + each accepted length, while the anchor is valid.
+    hits bool [n, K], valid bool [n]."""
+    alive = chain_hits(hits[:, :k]).sum(1).long().tolist()  # [n] accepted drafts at each anchor
+    ok = valid.tolist()
+    lens, p = [], start
+    while 0 <= p < len(ok) and ok[p]:
+        lens.append(1 + alive[p])
+        p += lens[-1]
+    return lens
+
+
+def batch_cycles(hit: torch.Tensor, valid: torch.Tensor, loss_mask: torch.Tensor) -> list[list[int]]:
+    """Per chain length k = 1..K, the engine-like cycles' accepted lengths over every row of a batch.
+    hit [B, n, K], valid [B, n], loss_mask [B, T] (the answer starts at its first 1)."""
+    B, _, K = hit.shape
+    hit, valid, lm = hit.cpu(), valid.cpu(), loss_mask.cpu()
+    out: list[list[int]] = [[] for _ in range(K)]
+    for b in range(B):
+        answer = torch.nonzero(lm[b] > 0)
+        if answer.numel() == 0:
+            continue
+        start = int(answer[0]) - 1  # the last prompt position: the engine's first anchor
+        for k in range(1, K + 1):
+            out[k - 1] += walk(hit[b], valid[b], start, k)
+    return out
 
 
 @torch.no_grad()
@@ -99,8 +137,13 @@ def simulate(net, batches: Iterable, head_weight: torch.Tensor, steps: int, step
     """The simulated acceptance over ``batches`` (TrainBatches with states) for chains up to ``steps``."""
     was = net.training
     net.eval()
+    hits, cycles = [], [[] for _ in range(steps)]
     try:
-        hits = [batch_hits(net, b, head_weight, steps).cpu() for b in batches]
+        for b in batches:
+            hit, valid = anchor_hits(net, b, head_weight, steps)
+            hits.append(hit[valid].cpu())
+            for k, lens in enumerate(batch_cycles(hit, valid, b.loss_mask)):
+                cycles[k] += lens
     finally:
         net.train(was)
-    return summarise(step, torch.cat(hits) if hits else torch.zeros(0, steps, dtype=torch.bool))
+    return summarise(step, torch.cat(hits) if hits else torch.zeros(0, steps, dtype=torch.bool), cycles)

@@ -3,11 +3,19 @@
 Every tensor but the draft head is copied as is; shapes must match (same target, same number of
 aux states). The draft vocabulary may differ between the two (new data, another size): the head's
 row of a draft token is then taken from the old drafter when the old vocabulary has that target
-token, and keeps the new drafter's initialisation (the target's own lm_head row) when it does not::
+token; a token the old vocabulary lacks gets the target's lm_head row mapped into the drafter's
+space by the least-squares linear map M [H, H] that takes the target's rows of the shared tokens to
+the old drafter's rows::
 
     new draft id j -> target id t = j + d2t_new[j]
     old has t (t2d_old[t]) -> lm_head_new[j] = lm_head_old[old draft id of t]
-    else                   -> lm_head_new[j] unchanged
+    else                   -> lm_head_new[j] = lm_head_target[t] @ M,
+                              M = argmin ||lm_head_target[shared] @ M - lm_head_old[shared]||
+
+Why the map: a trained drafter's final norm and rows drift from the target's, so the target's rows as
+they are give the new tokens huge logits. Measured on SmolLM2-135M answers, the shipped drafter warm-
+started into a 12,288-token vocabulary: TTT loss 132 with the target's rows, 47 with zero rows, 19.0
+with the mapped rows, against 18.1 for the shipped drafter itself (the rows it has fit the map to 14%).
 
 The aux ids must be the same in both: ``fc`` was trained on the features of those layers.
 """
@@ -29,7 +37,8 @@ class WarmStart:
     path: str
     tensors: int  # tensors copied whole
     head_rows_copied: int  # draft-head rows taken from the old drafter
-    head_rows_new: int  # rows of draft tokens the old vocabulary lacks (kept at their initialisation)
+    head_rows_new: int  # rows of draft tokens the old vocabulary lacks (the target's rows, mapped)
+    map_rel_error: float | None  # ||T M - old|| / ||old|| over the shared rows (None: no new rows)
 
 
 def head_rows(old_token_map: torch.Tensor, new_token_map: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -42,8 +51,16 @@ def head_rows(old_token_map: torch.Tensor, new_token_map: torch.Tensor, vocab_si
     return torch.nonzero(keep).squeeze(1), src[keep]
 
 
-def warm_start(net, path: str | Path, sglang_layer_ids: list[int]) -> WarmStart:
-    """Copy the drafter at ``path`` into ``net`` (a fresh :class:`Eagle3Drafter`, vocabulary set)."""
+def row_map(target_rows: torch.Tensor, old_rows: torch.Tensor) -> tuple[torch.Tensor, float]:
+    """The least-squares M [H, H] with target_rows @ M ~ old_rows (both [n, H]), and its relative error."""
+    a, b = target_rows.double(), old_rows.double()
+    m = torch.linalg.lstsq(a, b).solution
+    return m, float((a @ m - b).norm() / b.norm().clamp(min=1e-12))
+
+
+def warm_start(net, path: str | Path, sglang_layer_ids: list[int], target_head: torch.Tensor) -> WarmStart:
+    """Copy the drafter at ``path`` into ``net`` (a fresh :class:`Eagle3Drafter`, vocabulary set);
+    ``target_head`` [V, H]: the target's lm_head, for the rows of tokens the old vocabulary lacks."""
     from eaglelab.engine.formats.conventions import convert_ids
     from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
 
@@ -78,7 +95,15 @@ def warm_start(net, path: str | Path, sglang_layer_ids: list[int]) -> WarmStart:
             raise CheckpointError("wrong tensor shape for a warm start", file=ck.path, field="lm_head.weight",
                                   found=list(old_head.shape), expected=[old_d2t.numel(), net.lm_head.weight.shape[1]])
         old_map = torch.arange(old_d2t.numel()) + old_d2t
-        new_ids, old_ids = head_rows(old_map, net.token_map().cpu(), net.config.vocab_size)
-        net.lm_head.weight[new_ids.to(net.lm_head.weight.device)] = old_head[old_ids].to(net.lm_head.weight)
-    n_new = net.lm_head.weight.shape[0]
-    return WarmStart(str(path), copied, int(new_ids.numel()), n_new - int(new_ids.numel()))
+        new_map = net.token_map().cpu()
+        new_ids, old_ids = head_rows(old_map, new_map, net.config.vocab_size)
+        head = net.lm_head.weight  # [V_new, H]
+        fresh = torch.ones(head.shape[0], dtype=torch.bool)
+        fresh[new_ids] = False
+        err = None
+        if bool(fresh.any()):
+            tgt = target_head.detach().float().cpu()  # [V, H]
+            m, err = row_map(tgt[old_map], old_head.float())
+            head[fresh.to(head.device)] = (tgt[new_map[fresh]].double() @ m).to(head)
+        head[new_ids.to(head.device)] = old_head[old_ids].to(head)
+    return WarmStart(str(path), copied, int(new_ids.numel()), int(fresh.sum()), err)

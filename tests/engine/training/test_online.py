@@ -15,7 +15,15 @@ from eaglelab.engine.errors import CheckpointError
 from eaglelab.engine.runtime.drafters import Eagle3Proposer
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.spec_config import SpecConfig
-from eaglelab.engine.training.acceptance_sim import AcceptanceEval, anchor_hits, chain_hits, simulate, summarise
+from eaglelab.engine.training.acceptance_sim import (
+    AcceptanceEval,
+    anchor_hits,
+    batch_cycles,
+    chain_hits,
+    simulate,
+    summarise,
+    walk,
+)
 from eaglelab.engine.training.capture import CaptureSettings, capture
 from eaglelab.engine.training.distill import DistillSettings, Distiller, read_shard, shard_paths
 from eaglelab.engine.training.draft_vocab import build_draft_vocab, scan_data
@@ -195,6 +203,19 @@ def test_summary_worked_example():
     assert ev.chain(3) == 2.0
 
 
+def test_walk_worked_example():
+    """Anchors 0..5, chain of 2: at 0 both hit (accept 3) -> anchor 3: first misses (1) -> anchor 4:
+    one hit (2) -> anchor 6: past the valid anchors, the walk ends. A chain of 1 reads only step 0."""
+    hits = torch.tensor([[1, 1], [0, 0], [1, 1], [0, 1], [1, 0], [1, 1]], dtype=torch.bool)
+    valid = torch.ones(6, dtype=torch.bool)
+    assert walk(hits, valid, 0, 2) == [3, 1, 2]
+    assert walk(hits, valid, 0, 1) == [2, 2, 2]
+    valid[3] = False
+    assert walk(hits, valid, 0, 2) == [3]
+    ev = summarise(0, hits, [walk(hits, torch.ones(6, dtype=torch.bool), 0, k) for k in (1, 2)])
+    assert ev.cycle_len == (2.0, 2.0) and ev.chain(2) == pytest.approx(1 + (2 + 0 + 2 + 0 + 1 + 2) / 6)  # cycles < anchors
+
+
 def test_simulated_acceptance_equals_the_engine_chain(tmp_path):
     """On the engine's own greedy output, the simulated accepted length at each cycle's anchor equals
     what the engine accepted in that cycle (chain of 3, a briefly trained drafter)."""
@@ -218,12 +239,16 @@ def test_simulated_acceptance_equals_the_engine_chain(tmp_path):
         hit, valid = anchor_hits(net, batch, model.lm_head.weight, 3)
         alive = chain_hits(hit[0])  # [n, 3]
         anchor = len(p) - 1
-        for acc in (a[0] for a in res.accept_lens):
+        engine = [a[0] for a in res.accept_lens]
+        for acc in engine:
             if anchor >= valid.shape[1] or not valid[0, anchor]:
                 break
             assert 1 + int(alive[anchor].sum()) == acc, (anchor, acc)
             anchor += acc
             checked += 1
+        walked = walk(hit[0], valid[0], len(p) - 1, 3)  # the training eval's cycles: the engine's, while valid
+        assert walked == engine[: len(walked)] and len(walked) >= 1
+        assert batch_cycles(hit, valid, mask)[2] == walked
     assert checked >= 8
 
 

@@ -45,12 +45,17 @@ def test_head_rows_pair_the_same_target_tokens(data):
 
 
 def test_warm_start_copies_the_body_and_maps_head_rows(tmp_path):
+    """Shared tokens keep the old rows; new tokens get the target's rows through the linear map that
+    takes the target's rows to the old ones: exact when the old head IS a linear map of the target's."""
     model = random_model(CFG, seed=0)
-    old = drafter(model, 48, seed=1, init="random")
+    old = drafter(model, 96, seed=1, init="random")  # 96 shared-or-old rows >= hidden 64: M is determined
+    target = model.lm_head.weight.detach()  # [V, H]
+    a = torch.randn(target.shape[1], target.shape[1], generator=torch.Generator().manual_seed(3)) * 0.3
+    with torch.no_grad():
+        old.lm_head.weight.copy_(target[old.token_map()] @ a)
     save_drafter(old, tmp_path / "old", target=model.config, sglang_layer_ids=IDS, dtype=torch.float32)
-    new = drafter(model, 64, seed=2)  # another vocabulary, larger; head rows = the target's
-    before = new.lm_head.weight.detach().clone()
-    ws = warm_start(new, tmp_path / "old", IDS)
+    new = drafter(model, 120, seed=2)  # another vocabulary, larger
+    ws = warm_start(new, tmp_path / "old", IDS, target)
 
     for name, p in old.named_parameters():
         if name != "lm_head.weight":
@@ -62,9 +67,9 @@ def test_warm_start_copies_the_body_and_maps_head_rows(tmp_path):
             shared += 1
             assert torch.equal(new.lm_head.weight[j], old.lm_head.weight[old_of[t]])
         else:
-            assert torch.equal(new.lm_head.weight[j], before[j])  # kept: the target's row
-    assert (ws.head_rows_copied, ws.head_rows_new) == (shared, 64 - shared)
-    assert 0 < shared < 64
+            torch.testing.assert_close(new.lm_head.weight[j], target[t] @ a, rtol=1e-4, atol=1e-4)
+    assert (ws.head_rows_copied, ws.head_rows_new) == (shared, 120 - shared)
+    assert 64 <= shared < 120 and ws.map_rel_error < 1e-4
 
 
 def test_warm_start_same_vocabulary_reproduces_the_drafter(tmp_path):
@@ -72,7 +77,8 @@ def test_warm_start_same_vocabulary_reproduces_the_drafter(tmp_path):
     old = drafter(model, 48, seed=1, init="random")
     save_drafter(old, tmp_path / "old", target=model.config, sglang_layer_ids=IDS, dtype=torch.float32)
     new = drafter(model, 48, seed=1)
-    warm_start(new, tmp_path / "old", IDS)
+    ws = warm_start(new, tmp_path / "old", IDS, model.lm_head.weight)
+    assert ws.head_rows_new == 0 and ws.map_rel_error is None
     assert all(torch.equal(a, b) for a, b in zip(new.state_dict().values(), old.state_dict().values()))
 
 
@@ -81,11 +87,11 @@ def test_warm_start_refuses_other_taps_and_shapes(tmp_path):
     old = drafter(model, 48, seed=1)
     save_drafter(old, tmp_path / "old", target=model.config, sglang_layer_ids=IDS, dtype=torch.float32)
     with pytest.raises(CheckpointError, match="other aux layers") as e:
-        warm_start(drafter(model, 48, seed=1), tmp_path / "old", [0, 1, 3])
+        warm_start(drafter(model, 48, seed=1), tmp_path / "old", [0, 1, 3], model.lm_head.weight)
     assert "eagle_aux_hidden_state_layer_ids" in str(e.value)
     wide = random_model(tiny_config(vocab_size=VOCAB, intermediate_size=CFG["intermediate_size"] * 2), seed=0)
     with pytest.raises(CheckpointError, match="wrong tensor shape") as e:
-        warm_start(drafter(wide, 48, seed=1), tmp_path / "old", IDS)
+        warm_start(drafter(wide, 48, seed=1), tmp_path / "old", IDS, wide.lm_head.weight)
     assert "mlp" in str(e.value)
     with pytest.raises(EagleLabError, match="nothing"):
-        warm_start(drafter(model, 48, seed=1), tmp_path / "nothing", IDS)
+        warm_start(drafter(model, 48, seed=1), tmp_path / "nothing", IDS, model.lm_head.weight)
