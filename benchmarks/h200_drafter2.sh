@@ -11,11 +11,11 @@
 # the checkpoint): the two calls must follow each other while the machine is warm.
 #
 # Why these numbers (H200, last session: distill 55k new tok/s at batch 512, training ~12 steps/s at batch 32):
-#   N_PROMPTS 100000 x MAX_NEW 192: ~15M answer tokens, ~280 s of distill (the whole 150k would not fit with
-#     training); the prompt file is shuffled, so the first 100k keep every source's share.
+#   N_PROMPTS 90000 x MAX_NEW 192: ~15M answer tokens, ~270 s of distill (the whole 150k would not fit with
+#     training); the prompt file is shuffled, so the first 90k keep every source's share.
 #   VOCAB 12288: the shipped 8,192 leaves ~1/5 of the target's MT-bench answer tokens outside the draft vocabulary
 #     (benchmarks/drafter_diagnose.py); 12,288 is the most that keeps the drafter under 25 MB in bf16 (24.5 MB).
-#   TOTAL_STEPS 3600 at batch 32 (~115k sequences, ~1.2 epochs): the LR schedule ends (LR 0) at the last step of
+#   TOTAL_STEPS 3600 at batch 32 (~115k sequences, ~1.3 epochs): the LR schedule ends (LR 0) at the last step of
 #     TRAIN1_S + TRAIN2_S seconds of training at ~12 steps/s; warm start from the shipped drafter, LR 3e-4.
 #   Benches: chain 3 (--steps 3 --topk 1 --draft-tokens 4, the chain) and tree 6/4/16 on MT-bench, chain 3 on
 #     HumanEval, 50 prompts x 128 new tokens at batch 1, each against plain decoding in the same run; the shipped
@@ -49,7 +49,7 @@ stage_1() {
   { nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader; echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-}"; } > "$RES/gpu.txt" 2>&1
   cp "${PROMPTS:-.carry/prompts}/manifest.json" "$RES/prompts_manifest.json" 2>/dev/null
   TAIL=6 run distill $(( ${DISTILL_S:-290} + 60 )) $EL distill --prompts "${PROMPTS:-.carry/prompts}" --out "$DATA" \
-    --limit "${N_PROMPTS:-100000}" --max-new-tokens "${MAX_NEW:-192}" --batch-size "${DISTILL_BS:-512}" \
+    --limit "${N_PROMPTS:-90000}" --max-new-tokens "${MAX_NEW:-192}" --batch-size "${DISTILL_BS:-512}" \
     --max-prompt-tokens 512 --time-limit "${DISTILL_S:-290}" --device "$DEV" --dtype "$DT"
   cp "$DATA/distill.json" "$RES/" 2>/dev/null
   TAIL=20 run train_1 $(( ${TRAIN1_S:-80} + 70 )) $EL train "${TRAIN[@]}" --time-limit "${TRAIN1_S:-80}"
