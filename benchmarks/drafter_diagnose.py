@@ -67,6 +67,8 @@ def main() -> int:
     p.add_argument("--prompts", type=int, default=16)
     p.add_argument("--humaneval", default=None, metavar="FILE")
     p.add_argument("--questions", default=None, metavar="FILE")
+    p.add_argument("--corpus", default=None, metavar="FILE",
+                   help="prompts from an `eaglelab prompts` file instead (spread evenly over it): training-like data")
     p.add_argument("--max-prompt-tokens", type=int, default=1024)
     p.add_argument("--json", default=None, metavar="OUT")
     args = p.parse_args()
@@ -74,7 +76,14 @@ def main() -> int:
     if not s.spec.enabled or not hasattr(s.drafter, "net"):
         raise SystemExit("needs an EAGLE-3 drafter (--draft)")
     k = s.spec.num_steps
-    texts = questions(args.set, args.prompts, args.humaneval, args.questions)
+    if args.corpus:
+        from eaglelab.engine.training.prompt_corpus import read_corpus
+
+        recs = read_corpus(args.corpus)
+        texts = [recs[i * len(recs) // args.prompts]["prompt"] for i in range(min(args.prompts, len(recs)))]
+        args.set = f"corpus {args.corpus}"
+    else:
+        texts = questions(args.set, args.prompts, args.humaneval, args.questions)
     ids, _ = tokenize_prompts(texts, s.target.tokenizer, s.target.config.vocab_size, args.max_prompt_tokens)
     t2d = s.drafter.net.t2d.bool().cpu() if hasattr(s.drafter.net, "t2d") else None
     engine_lens, walk_lens, uniform, outside, answer_tokens = [], [], [], 0, 0
