@@ -13,8 +13,8 @@
 # Why these numbers (H200, last session: distill 55k new tok/s at batch 512, training ~12 steps/s at batch 32):
 #   N_PROMPTS 90000 x MAX_NEW 192: ~15M answer tokens, ~270 s of distill (the whole 150k would not fit with
 #     training); the prompt file is shuffled, so the first 90k keep every source's share.
-#   VOCAB 12288: the shipped 8,192 leaves ~1/5 of the target's MT-bench answer tokens outside the draft vocabulary
-#     (benchmarks/drafter_diagnose.py); 12,288 is the most that keeps the drafter under 25 MB in bf16 (24.5 MB).
+#   VOCAB 12288: the shipped 8,192 leaves 8.3% of the target's MT-bench answer tokens outside the draft vocabulary
+#     (18% on writing, 17% on extraction; benchmarks/drafter_diagnose.py); 12,288 is the most that keeps the drafter under 25 MB in bf16 (24.5 MB).
 #   TOTAL_STEPS 3600 at batch 32 (~115k sequences, ~1.3 epochs): the LR schedule ends (LR 0) at the last step of
 #     TRAIN1_S + TRAIN2_S seconds of training at ~12 steps/s; warm start from the shipped drafter, LR 3e-4.
 #   Benches: chain 3 (--steps 3 --topk 1 --draft-tokens 4, the chain) and tree 6/4/16 on MT-bench, chain 3 on
