@@ -23,6 +23,7 @@
 set -u
 STAGE=${STAGE:?set STAGE=A, B or C}
 export PYTHONUNBUFFERED=1 EAGLELAB_CACHE=/root/elcache
+export TOTAL_STEPS=${TOTAL_STEPS:-3300} TRAIN1_S=${TRAIN1_S:-70} TRAIN2_S=${TRAIN2_S:-200}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 T0=$(date +%s)
 R=$OUT/r; mkdir -p "$R"
@@ -75,8 +76,13 @@ stage_c() {
   export CUDA_VISIBLE_DEVICES=0
   TAIL=40 run tune 300 $EL tune --device cuda --batch-sizes 1,8 --record "$R/h200_smollm2_tune.jsonl" --json "$R/h200_smollm2_tune.json"
   run tune_from_record 60 $EL tune --from "$R/h200_smollm2_tune.jsonl"
-  TAIL=40 run bench_smollm2 170 $EL bench --model default --steps 3 --topk 1 --draft-tokens 4 --batch-sizes 1,8 --prompts 8 \
-    --max-new-tokens 128 --configs plain-graphs,plain-compile,spec-decode-graphs,spec-compile,hf \
+  # the default-model bench with the new drafter when stage 2 has exported it by then, else the shipped one
+  local draft=default
+  for _ in $(seq 90); do [ -f "$R/drafter/export/model.safetensors.index.json" ] && break; sleep 1; done
+  [ -f "$R/drafter/export/model.safetensors.index.json" ] && draft=$HOME/drafter2/drafter
+  log "bench_smollm2 drafter: $draft"
+  TAIL=40 run bench_smollm2 170 $EL bench --model default --draft "$draft" --steps 3 --topk 1 --draft-tokens 4 \
+    --batch-sizes 1,8 --prompts 8 --max-new-tokens 128 --configs plain-graphs,plain-compile,spec-decode-graphs,spec-compile,hf \
     --micro --micro-batch-sizes 1 --json "$R/h200_smollm2_bench.json"
   wait $bg; log "drafter stage 2 rc=$?"; tail -40 "$R/drafter_stage2.txt"
 }
