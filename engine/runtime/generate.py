@@ -33,6 +33,7 @@ from eaglelab.engine.runtime.limits import check_memory, kv_cache_bytes
 from eaglelab.engine.model.layers import prefix_mask
 from eaglelab.engine.model.model import Transformer
 from eaglelab.engine.runtime.observer import CycleStats, Observer, RunInfo, RunSummary, json_values
+from eaglelab.engine.runtime.readback import Staged, Stager
 from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA, EAGER_NO_RUNNER, EAGER_OFF, SOURCE_RUNNER, eager_warning
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.runtime.sampling import SamplingParams, exponential_noise, probs_from_logits, sample, sample_with
@@ -119,6 +120,8 @@ class Engine:
         self.clock = PhaseClock(self.device, enabled=observer is not None, tp=target.tp)
         self._cycle = 0
         self._warned: set[str] = set()
+        self._stager = Stager(self.device)  # the observer's one device-to-host copy per cycle
+        self._pending: _Pending | None = None
 
     # ---- public ------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -133,6 +136,7 @@ class Engine:
         assert prompts and all(prompts), "every prompt needs at least one token"
         self._cycle = 0
         self._warned.clear()
+        self._pending = None
         self._announce(len(prompts))
         setup0 = self.runner.setup_seconds
         t0 = time.perf_counter()
@@ -149,6 +153,7 @@ class Engine:
                 self._decode_step(st, sampling, generator)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
+        self._flush_observed()
         setup = self.runner.setup_seconds - setup0  # lazy captures and compiles: timed apart, never in tok/s
         return self._finish(st, time.perf_counter() - t0 - setup, accepted, setup)
 
@@ -179,7 +184,7 @@ class Engine:
         if self.drafter is not None:
             with self.clock.phase("draft_extend"):
                 self.drafter.begin(st.view(), ids, aux, self.runner)
-        self._emit("prefill", st, accept=None)
+        self._emit("prefill", st, {"active": ~st.done})
         return st
 
     def _make_cache(self, batch: int, max_len: int) -> KVCache:
@@ -205,7 +210,7 @@ class Engine:
         active, one = ~st.done, torch.ones_like(nxt)
         self._append(st, nxt[:, None], one)
         self._advance(st, active, one, nxt)
-        self._emit("decode", st, accept=None)
+        self._emit("decode", st, {"active": ~st.done})
 
     def _decode_fn(self, cache: KVCache, sampling: SamplingParams):
         """The decode phase: the root's forward at slot = position = length, then the next token."""
@@ -234,12 +239,12 @@ class Engine:
         with self.clock.phase("verify"):
             logits, aux = self._verify(st, tree)  # [B, N, V]
         with self.clock.phase("accept"):
-            acc = self._accept(st, tree, logits, sampling, generator)
+            acc, ranks = self._accept(st, tree, logits, sampling, generator)
             committed = self._append(st, acc.tokens.clamp(min=0), acc.accept_len)  # [B] the accepted length
         with self.clock.phase("draft_extend"):
             self.drafter.commit(st.view(), acc, aux, self.runner)
         self._advance(st, active, acc.accept_len, acc.bonus)
-        self._emit("spec", st, accept=acc, active=active, tree=tree, committed=committed)
+        self._emit("spec", st, {"active": active, "committed": committed, "path": acc.path, **ranks}, tree.num_nodes)
         return committed, active  # read on the host once, at the end of the run
 
     def _verify(self, st: Batch, tree: DraftTree):
@@ -267,23 +272,32 @@ class Engine:
             return self.target.logits(hidden), aux
         return verify
 
-    def _accept(self, st: Batch, tree: DraftTree, logits, sampling: SamplingParams, generator) -> Acceptance:
-        """Acceptance and KV compaction, one phase (one graph)."""
+    def _accept(self, st: Batch, tree: DraftTree, logits, sampling: SamplingParams,
+                generator) -> tuple[Acceptance, dict[str, torch.Tensor]]:
+        """Acceptance and KV compaction, one phase (one graph). With an observer the same phase also
+        computes the accepted path's sibling ranks [B, D] and whether it stayed open [B] (no eager
+        kernels for the probes); else the dict is empty."""
         ins = {"lengths": st.lengths, "logits": logits, **_tree_inputs(tree),
                **self._noise(st, tree.num_nodes, sampling, generator)}
-        fn = self._accept_fn(st.cache, sampling, tree.max_depth)
-        accept_len, path, tokens, bonus = self.runner.phase("accept", fn, ins, (st.cache,), (sampling, tree.max_depth))
-        return Acceptance(accept_len=accept_len, path=path, tokens=tokens, bonus=bonus)
+        observed = self.observer is not None
+        if observed:
+            ins["rank"] = tree.rank if tree.rank is not None else torch.zeros_like(tree.tokens)
+        fn = self._accept_fn(st.cache, sampling, tree.max_depth, observed)
+        out = self.runner.phase("accept", fn, ins, (st.cache,), (sampling, tree.max_depth, observed))
+        accept_len, path, tokens, bonus = out[:4]
+        ranks = {"ranks": out[4], "open": out[5]} if observed else {}
+        return Acceptance(accept_len=accept_len, path=path, tokens=tokens, bonus=bonus), ranks
 
-    def _accept_fn(self, cache: KVCache, sampling: SamplingParams, max_depth: int):
-        def accept(lengths, logits, tokens, parents, depth, mask, uniform=None, race=None):
-            tree = DraftTree(tokens, parents, depth, mask, max_depth)
+    def _accept_fn(self, cache: KVCache, sampling: SamplingParams, max_depth: int, observed: bool):
+        def accept(lengths, logits, tokens, parents, depth, mask, uniform=None, race=None, rank=None):
+            tree = DraftTree(tokens, parents, depth, mask, max_depth, rank)
             if sampling.greedy:
                 acc = greedy_accept(tree, logits)
             else:
                 acc = rejection_accept(tree, probs_from_logits(logits, sampling), uniform=uniform, race=race)
             self._compact(cache, lengths, acc)
-            return acc.accept_len, acc.path, acc.tokens, acc.bonus
+            seen = path_ranks(tree, acc) if observed else ()
+            return acc.accept_len, acc.path, acc.tokens, acc.bonus, *seen
         return accept
 
     def _compact(self, cache: KVCache, lengths: torch.Tensor, acc: Acceptance) -> None:
@@ -367,37 +381,48 @@ class Engine:
             tp_size=self.target.tp.world_size if self.target.tp else 1, baseline=bool(info.get("baseline", False)),
         ))
 
-    def _emit(self, kind: str, st: Batch, accept: Acceptance | None, active=None, tree=None,
-              committed: torch.Tensor | None = None) -> None:
+    def _emit(self, kind: str, st: Batch, readback: dict[str, torch.Tensor], tree_nodes: int = 0) -> None:
+        """Queue this cycle's stats for the observer: its device tensors go to the host in one copy
+        (``readback``: "active" [B], and for a spec cycle "committed", "path", "ranks", "open"); the
+        previous cycle's stats are built and delivered now, while the device runs this one."""
         if self.observer is None:
             return
-        phase_ms = self.clock.collect()
+        batch = st.lengths.shape[0]
+        pending = _Pending(index=self._cycle, kind=kind, marks=self.clock.take(), tree_nodes=tree_nodes,
+                           graph=self.runner.graph_status(kind, self.spec.attention_mode, batch),
+                           staged=self._stager.stage(readback))
+        previous, self._pending = self._pending, pending
+        if previous is not None:
+            self._deliver(previous)
+        if self.target.tp is not None:  # graphs replayed next cycle re-record the all-reduce events: no lag
+            self._flush_observed()
+
+    def _flush_observed(self) -> None:
+        """Deliver the stats still queued (at the end of a run)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            self._deliver(pending)
+
+    def _deliver(self, p: "_Pending") -> None:
+        """Build one cycle's :class:`CycleStats` from its readback and hand it to the observer."""
+        got = p.staged.read()
+        active = [b for b, (a,) in enumerate(got["active"]) if a]
         acc_len: tuple[int, ...] = ()
         positions: tuple[tuple[int, ...], ...] = ()
         ranks: tuple[tuple[int, ...], ...] = ()
         opened: tuple[bool, ...] = ()
-        if accept is not None and active is not None:
-            rows = active.nonzero().flatten().tolist()
-            lens = (committed if committed is not None else accept.accept_len).tolist()
-            paths = accept.path.tolist()
-            acc_len = tuple(lens[b] for b in rows)
-            positions = tuple(tuple(p for p in paths[b][1: lens[b]] if p >= 0) for b in rows)
-            rank_t, open_t = path_ranks(tree, accept)
-            rank_rows, open_rows = rank_t.tolist(), open_t.tolist()
-            ranks = tuple(tuple(rank_rows[b][: lens[b] - 1]) for b in rows)
-            opened = tuple(bool(open_rows[b]) for b in rows)
-        tree_nodes = tree.num_nodes if tree is not None else 0
-        B = st.lengths.shape[0]
-        graph = self.runner.graph_status(kind, self.spec.attention_mode, B)
-        self._warn_eager(graph)
+        if p.kind == "spec":
+            lens = [n for (n,) in got["committed"]]
+            acc_len = tuple(lens[b] for b in active)
+            positions = tuple(tuple(n for n in got["path"][b][1: lens[b]] if n >= 0) for b in active)
+            ranks = tuple(tuple(got["ranks"][b][: lens[b] - 1]) for b in active)
+            opened = tuple(bool(got["open"][b][0]) for b in active)
+        self._warn_eager(p.graph)
         self.observer.on_cycle(CycleStats(
-            index=self._cycle, kind=kind, phase_ms=phase_ms, accept_len=acc_len, accepted_positions=positions,
-            num_draft_tokens=tree_nodes, verify_tokens=tree_nodes * len(acc_len),
-            graph=graph,
-            active_rows=len(acc_len) if accept is not None else int((~st.done).sum()),
-            accepted_ranks=ranks, path_open=opened,
+            index=p.index, kind=p.kind, phase_ms=self.clock.elapsed(p.marks), accept_len=acc_len,
+            accepted_positions=positions, num_draft_tokens=p.tree_nodes, verify_tokens=p.tree_nodes * len(acc_len),
+            graph=p.graph, active_rows=len(active), accepted_ranks=ranks, path_open=opened,
         ))
-
 
     def _warn_eager(self, graph: dict[str, str]) -> None:
         """Tell the observer, once per run, of each forward that ran eagerly when nobody chose it."""
@@ -406,6 +431,18 @@ class Engine:
             if message is not None and message not in self._warned:
                 self._warned.add(message)
                 self.observer.on_warning(SOURCE_RUNNER, message)
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A cycle's stats waiting for their readback (delivered one cycle later)."""
+
+    index: int
+    kind: str
+    marks: list  # the phase clock's marks, read when delivered
+    graph: dict[str, str]
+    tree_nodes: int
+    staged: Staged
 
 
 def _eager_reason(spec: SpecConfig, device: torch.device) -> str:

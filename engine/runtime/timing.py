@@ -2,8 +2,8 @@
 
 A disabled clock costs one attribute check per phase: no event, no range, no host sync.
 An enabled clock records events around each phase (never inside a captured graph: the engine
-times around graph replays) and reads them once per cycle in :meth:`PhaseClock.collect`, after
-the engine's own end-of-cycle synchronisation.
+times around graph replays); the engine takes a cycle's marks at its end (:meth:`PhaseClock.take`) and
+reads them (:meth:`PhaseClock.elapsed`) one cycle later, when they have long completed.
 
 Under tensor parallelism the same clock tags each all-reduce with the phase running and hands the
 group's CUDA-event timings to the observer at each ``collect``; :func:`observe_allreduce` connects
@@ -54,15 +54,25 @@ class PhaseClock:
     def collect(self) -> dict[str, float]:
         """Milliseconds per phase since the last collect (phases repeated in a cycle are summed);
         under TP, also hands the all-reduce timings recorded since the last collect to the observer."""
-        out: dict[str, float] = {}
-        if self.cuda and self._open:
-            self._open[-1][2].synchronize()  # type: ignore[union-attr]
-        for name, a, b in self._open:
-            ms = a.elapsed_time(b) if self.cuda else (b - a) * 1e3  # type: ignore[union-attr,operator]
-            out[name] = out.get(name, 0.0) + ms
-        self._open.clear()
+        return self.elapsed(self.take())
+
+    def take(self) -> list[tuple[str, object, object]]:
+        """The phase marks since the last take, unread (CUDA events may still be pending; read them
+        with :meth:`elapsed` later). Under TP the all-reduce timings are handed over now: a graph
+        replayed next cycle re-records their events."""
+        marks, self._open = self._open, []
         if self.tp is not None:
             self.tp.flush_timings()
+        return marks
+
+    def elapsed(self, marks: list[tuple[str, object, object]]) -> dict[str, float]:
+        """Milliseconds per phase of ``marks`` (from :meth:`take`), repeated phases summed."""
+        out: dict[str, float] = {}
+        if self.cuda and marks:
+            marks[-1][2].synchronize()  # type: ignore[union-attr]
+        for name, a, b in marks:
+            ms = a.elapsed_time(b) if self.cuda else (b - a) * 1e3  # type: ignore[union-attr,operator]
+            out[name] = out.get(name, 0.0) + ms
         return out
 
 

@@ -1,0 +1,62 @@
+"""What the observer reads back of a cycle: one device-to-host copy per cycle, read one cycle later.
+
+Building a cycle's stats needs a few small device tensors on the host (rows still active, accepted
+lengths, paths, sibling ranks). Reading each with ``.tolist()`` costs a host sync apiece, and on a
+GPU every sync drains the queue of graph replays. Instead the engine packs them into one int64
+tensor ``[B, W]`` per cycle (:meth:`Stager.stage`), copied with ``non_blocking=True`` into pinned
+host memory behind an event, and builds the stats once the *next* cycle has been launched
+(:meth:`Staged.read`), so the host's work on them (stats, events, sinks) overlaps the device's work.
+
+Example: ``stage({"active": done [B] bool, "path": [B, 3]})`` packs ``[B, 4]``; ``read()`` gives
+``{"active": [[1], [0]], "path": [[0, 1, -1], [0, 2, 3]]}`` for B = 2.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class Staged:
+    """One cycle's packed tensors on their way to the host."""
+
+    host: torch.Tensor  # [B, W] int64; pinned host memory on CUDA
+    columns: dict[str, tuple[int, int]]  # name -> (first column, width)
+    ready: torch.cuda.Event | None  # recorded after the copy (None on CPU: nothing in flight)
+
+    def read(self) -> dict[str, list[list[int]]]:
+        """Per name, per row, that tensor's values: the cycle's one readback (on CUDA it waits for the
+        copy, which a cycle later has long finished)."""
+        if self.ready is not None:
+            self.ready.synchronize()
+        rows = self.host.tolist()
+        return {name: [row[a: a + w] for row in rows] for name, (a, w) in self.columns.items()}
+
+
+class Stager:
+    """Packs a cycle's tensors and starts their copy to the host; counts the copies it made."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.copies = 0
+
+    def stage(self, tensors: dict[str, torch.Tensor]) -> Staged:
+        """``tensors``: each [B] or [B, k], integer or bool, on the engine's device."""
+        columns: dict[str, tuple[int, int]] = {}
+        parts, at = [], 0
+        for name, t in tensors.items():
+            part = t.reshape(t.shape[0], -1).long()  # [B, k]
+            columns[name] = (at, part.shape[1])
+            parts.append(part)
+            at += part.shape[1]
+        packed = torch.cat(parts, dim=1)  # [B, W], a snapshot: graph outputs are overwritten next cycle
+        self.copies += 1
+        if not self.cuda:
+            return Staged(packed, columns, None)
+        host = torch.empty(packed.shape, dtype=torch.long, pin_memory=True)  # the caching host allocator reuses it
+        host.copy_(packed, non_blocking=True)
+        ready = torch.cuda.Event()
+        ready.record()
+        return Staged(host, columns, ready)
