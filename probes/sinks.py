@@ -84,7 +84,8 @@ class TensorBoardSink:
         from torch.utils.tensorboard import SummaryWriter
 
         self.logdir = Path(logdir)
-        self.writer = SummaryWriter(log_dir=str(self.logdir), flush_secs=flush_secs)
+        # a deep queue: a step never waits for the writer thread (the default of 10 blocks the engine)
+        self.writer = SummaryWriter(log_dir=str(self.logdir), flush_secs=flush_secs, max_queue=4096)
         self.totals = RunTotals()
 
     def __call__(self, event: Event) -> None:
@@ -104,19 +105,27 @@ class TensorBoardSink:
             self.writer.flush()
 
     def _step(self, step: Step) -> None:
-        w, i = self.writer, step.index
-        for phase, ms in step.phase_ms.items():
-            w.add_scalar(f"phase_ms/{phase}", ms, i)
-        if step.kind == "prefill":
-            return
+        """All of a step's scalars as one summary event (one protobuf and one queued write per step,
+        not one per scalar: it is host work done every cycle)."""
+        from tensorboard.compat.proto.summary_pb2 import Summary
+
+        scalars = {f"phase_ms/{phase}": ms for phase, ms in step.phase_ms.items()}
+        if step.kind != "prefill":
+            scalars.update(self._step_scalars(step))
+        values = [Summary.Value(tag=tag, simple_value=float(v)) for tag, v in scalars.items()]
+        self.writer.file_writer.add_summary(Summary(value=values), step.index)
+
+    def _step_scalars(self, step: Step) -> dict[str, float]:
+        out: dict[str, float] = {}
         if step.cycle_ms > 0:
-            w.add_scalar("throughput/tok_s", step.tokens * 1000.0 / step.cycle_ms, i)
+            out["throughput/tok_s"] = step.tokens * 1000.0 / step.cycle_ms
         active = [a for a in step.accept_len if a > 0]
         if step.kind == "spec" and active:
-            w.add_scalar("accept_len/step", sum(active) / len(active), i)
-            w.add_scalar("accept_len/mean", self.totals.acceptance.mean_accept_len or 0.0, i)
+            out["accept_len/step"] = sum(active) / len(active)
+            out["accept_len/mean"] = self.totals.acceptance.mean_accept_len or 0.0
         if self.totals.replay_fraction is not None:
-            w.add_scalar("graph/replay_fraction", self.totals.replay_fraction, i)
+            out["graph/replay_fraction"] = self.totals.replay_fraction
+        return out
 
     def close(self) -> None:
         """Flush and close the event file."""
