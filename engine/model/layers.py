@@ -69,37 +69,58 @@ def _version(t: torch.Tensor) -> int:
 
 
 class FusedLinear:
-    """One matmul for several projections of the same input (q/k/v, gate/up).
+    """One matmul for one or several projections of the same input (q/k/v, gate/up; o, down, the head).
 
-    Keeps a concatenated copy of their weights (and biases), rebuilt when a weight is replaced or
-    changed in place (``.to()``, a new load). With gradients on, runs the projections separately so
-    training sees its own parameters.
+    On CUDA: several projections get a concatenated copy of their weights (and biases); a single one
+    uses its own weight. On CPU: one transposed, contiguous copy ``[in, sum out]`` for all of them,
+    because MKL's GEMM for a few rows (the verify's M = N tree nodes) runs far slower on the
+    ``x W^T`` layout than on ``x Wt`` (measured by ``benchmarks/cpu_verify.py``). The copies are
+    rebuilt when a weight is replaced or changed in place (``.to()``, a new load). With gradients on,
+    the projections run separately so training sees its own parameters.
     """
 
     def __init__(self, *linears: nn.Module) -> None:
         self.linears = linears
-        self._key: tuple = ()
-        self.weight: torch.Tensor | None = None
-        self.bias: torch.Tensor | None = None
+        self._fused: dict[bool, tuple[tuple, torch.Tensor, torch.Tensor | None]] = {}  # layout -> (key, w, b)
+        self.transpose_on_cpu = True  # False keeps the x W^T layout on CPU too (to measure against it)
 
     def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """x [..., in] -> one output per projection [..., out_i]."""
         if torch.is_grad_enabled():
             return tuple(lin(x) for lin in self.linears)
-        if not torch.compiler.is_compiling():  # a compiled phase runs eagerly first: its fused copy is current
-            key = tuple((lin.weight.data_ptr(), _version(lin.weight)) for lin in self.linears)
-            if key != self._key:
-                self._fuse(key)
-        assert self.weight is not None, "FusedLinear: compiled before one eager call fused the weights"
-        y = F.linear(x, self.weight, self.bias)
-        return y.split([lin.weight.shape[0] for lin in self.linears], dim=-1)
+        transposed = x.device.type == "cpu" and self.transpose_on_cpu
+        if len(self.linears) == 1 and not transposed:  # nothing to fuse or transpose
+            lin = self.linears[0]
+            return (F.linear(x, lin.weight, lin.bias),)
+        weight, bias = self._weights(transposed)
+        if transposed:
+            x2 = x.reshape(-1, x.shape[-1])  # [M, in]
+            y = x2 @ weight if bias is None else torch.addmm(bias, x2, weight)  # [M, sum out]
+            y = y.view(*x.shape[:-1], y.shape[-1])
+        else:
+            y = F.linear(x, weight, bias)
+        return y.split([lin.weight.shape[0] for lin in self.linears], dim=-1) if len(self.linears) > 1 else (y,)
 
-    def _fuse(self, key: tuple) -> None:
-        with torch.inference_mode(False), torch.no_grad():
-            self.weight = torch.cat([lin.weight.detach() for lin in self.linears])  # [sum out, in]
-            biases = [lin.bias for lin in self.linears]
-            self.bias = torch.cat([b.detach() for b in biases]) if all(b is not None for b in biases) else None
-        self._key = key
+    def _weights(self, transposed: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The fused weight, [sum out, in] or (transposed) [in, sum out], and bias, rebuilt when stale."""
+        held = self._fused.get(transposed)
+        if torch.compiler.is_compiling():  # a compiled phase runs eagerly first: its fused copy is current
+            assert held is not None, "FusedLinear: compiled before one eager call fused the weights"
+            return held[1], held[2]
+        key = tuple((lin.weight.data_ptr(), _version(lin.weight)) for lin in self.linears)
+        if held is None or held[0] != key:
+            with torch.inference_mode(False), torch.no_grad():
+                weight = torch.cat([lin.weight.detach() for lin in self.linears])  # [sum out, in]
+                weight = weight.t().contiguous() if transposed else weight
+                biases = [lin.bias for lin in self.linears]
+                bias = torch.cat([b.detach() for b in biases]) if all(b is not None for b in biases) else None
+            held = self._fused[transposed] = (key, weight, bias)
+        return held[1], held[2]
+
+
+def fused_linears(model: nn.Module) -> list[FusedLinear]:
+    """Every :class:`FusedLinear` a model's modules hold (to set their CPU layout in a measurement)."""
+    return [v for m in model.modules() for v in vars(m).values() if isinstance(v, FusedLinear)]
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling: dict | None) -> torch.Tensor:

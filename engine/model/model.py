@@ -47,6 +47,7 @@ class Attention(nn.Module):
         else:
             self.q_norm = self.k_norm = None
         self.qkv = FusedLinear(self.q_proj, self.k_proj, self.v_proj)
+        self.o = FusedLinear(self.o_proj)
 
     def forward(self, x, cos, sin, cache: KVCache | None, slots, mask, kv_len: int | None = None,
                 kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
@@ -66,7 +67,7 @@ class Attention(nn.Module):
             if kv_len is not None:  # eager paths may attend over the used prefix only
                 k_all, v_all = k_all[:, :, :kv_len], v_all[:, :, :kv_len]
             out = attend(q, k_all, v_all, mask)
-        out = self.o_proj(out.transpose(1, 2).reshape(B, T, -1))  # [B, T, H] (partial under TP)
+        (out,) = self.o(out.transpose(1, 2).reshape(B, T, -1))  # [B, T, H] (partial under TP)
         if self.tp:
             out = self.tp.all_reduce(out, self.layer, "attn")
         return out
@@ -83,10 +84,11 @@ class DenseMLP(nn.Module):
         self.up_proj = ColumnParallelLinear(cfg.hidden_size, inter, False, tp, "up_proj")
         self.down_proj = RowParallelLinear(inter, cfg.hidden_size, tp, "down_proj")
         self.gate_up = FusedLinear(self.gate_proj, self.up_proj)
+        self.down = FusedLinear(self.down_proj)
 
     def forward(self, x: torch.Tensor, reduce: bool = True, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
         gate, up = self.gate_up(x)  # one matmul: [B, T, 2I] split
-        y = self.down_proj(kernels.swiglu(gate, up))  # [B, T, H] (partial under TP)
+        (y,) = self.down(kernels.swiglu(gate, up))  # [B, T, H] (partial under TP)
         if self.tp and reduce:
             y = self.tp.all_reduce(y, self.layer, "mlp")
         return y
@@ -128,6 +130,7 @@ class Transformer(nn.Module):
         self.lm_head = ParallelLMHead(cfg.hidden_size, cfg.vocab_size, tp, cfg.num_layers)  # all-gather "head"
         self._tie()
         self.rotary = Rotary(cfg.rope_dim, cfg.rope_theta, cfg.rope_scaling_dict)
+        self.head = FusedLinear(self.lm_head)  # without TP: the head's matmul in the device's fast layout
 
     def make_cache(self, batch: int, max_len: int, *, dtype: torch.dtype, device: torch.device | str) -> KVCache:
         """A KV cache of ``max_len`` slots for this model on this rank: K and V per local KV head,
@@ -186,7 +189,9 @@ class Transformer(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., H] -> [..., V], in float32."""
-        return self.lm_head(hidden).float()
+        if self.tp is not None:  # vocab-parallel: the head all-gathers its shards
+            return self.lm_head(hidden).float()
+        return self.head(hidden)[0].float()
 
     @torch.no_grad()
     def all_hidden_states(self, input_ids: torch.Tensor) -> list[torch.Tensor]:

@@ -131,6 +131,7 @@ class ParallelLMHead(nn.Module):
         self.tp, self.vocab_size, self.layer = tp, vocab_size, layer
         self.local_vocab = _vocab_shard(vocab_size, tp)
         self.weight = nn.Parameter(torch.empty(self.local_vocab, hidden_size))
+        self.bias = None  # what a linear offers (the fused matmul reads it)
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         y = nn.functional.linear(hidden, self.weight)  # [..., V_local]
@@ -188,6 +189,7 @@ class RowParallelLinear(nn.Module):
         self.tp = tp
         self.cols = cols or (tp.split(in_features, what or "in_features") if tp else (0, in_features))
         self.weight = nn.Parameter(torch.empty(out_features, self.cols[1]))
+        self.bias = None  # added by the caller after the reduction (none in our models)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return nn.functional.linear(x, self.weight)
