@@ -98,3 +98,28 @@ def test_stager_packs_and_reads_back_each_tensor():
                            "n": torch.tensor([2, 3], dtype=torch.int32)})
     assert staged.read() == {"active": [[1], [0]], "path": [[0, 1, -1], [0, 2, 3]], "n": [[2], [3]]}
     assert stager.copies == 1
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_with_cuda_graphs_an_observer_adds_one_pinned_readback_per_cycle(monkeypatch):
+    """On the GPU the readback is a non_blocking copy into pinned memory, read a cycle later."""
+    from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
+    from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
+
+    model = build_scale_model("tiny", device="cuda", seed=3).model
+    spec = SpecConfig("eagle3", num_steps=3, attention_mode="decode", cuda_graphs=True)
+    counted = []
+    for observer in (None, Collect()):
+        net, taps = random_eagle3(model, seed=5, draft_vocab=256)
+        drafter = Eagle3Proposer(net, spec, taps)
+        runner = CudaGraphRunner.for_engine(model, spec, drafter, max_len=64, buckets=(1, 2, 4))
+        engine = Engine(model, drafter=drafter, spec=spec, runner=runner, observer=observer)
+        engine.generate(PROMPTS[:2], 12)  # captures the graphs
+        with monkeypatch.context() as m:
+            counts = _counting(m)
+            out = engine.generate(PROMPTS[:2], 12)
+        counted.append(sum(counts.values()))
+    assert counted[1] - counted[0] == out.cycles + 1
+    assert [list(c.accept_len) for c in observer.cycles[-out.cycles:]] == out.accept_lens
+    assert all(v == "replay" for c in observer.cycles[-out.cycles:] for v in c.graph.values())
