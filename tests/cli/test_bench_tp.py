@@ -148,7 +148,8 @@ def test_arrival_skew_is_bounded_by_what_was_carried_plus_host_work(ranks):
     groups = arrival_skew(seqs)
     assert sum(g.calls for g in groups) == 6
     for g in groups:
-        assert 0 <= g.median_ms <= g.max_ms and 0 <= g.mean_ms <= g.max_ms
+        slack = 1e-9 * max(1.0, g.max_ms)  # a mean of equal values may round one ulp above them
+        assert 0 <= g.median_ms <= g.max_ms + slack and 0 <= g.mean_ms <= g.max_ms + slack
         assert g.mean_ms <= g.carried_ms + g.host_work_ms + 1e-9 or g.where == "first of forward"
         assert sum(g.last_rank.values()) == g.calls
 
