@@ -63,6 +63,34 @@ def join_tp(n: int, device: str):
     return tp
 
 
+class StreamedAnswer:
+    """The answer printed to stdout as it decodes, and the status lines said meanwhile (a phase captured
+    or compiled lazily on its first use) on stderr, each on a line of its own: when the answer stopped
+    mid-line, a newline goes to stderr first, so the terminal shows the status apart and the answer on
+    stdout stays exactly the model's text."""
+
+    def __init__(self, out, err) -> None:
+        self.out, self.err = out, err
+        self.tokenizer = None  # set once the session has loaded it
+        self.shown: list[int] = []
+        self.printed = ""
+        self.midline = False
+
+    def stream(self, row: int, new: list[int]) -> None:
+        self.shown.extend(new)
+        text = self.tokenizer.decode(self.shown)
+        if text.startswith(self.printed) and len(text) > len(self.printed):
+            self.out.print(text[len(self.printed):], end="", markup=False)
+            self.printed = text
+            self.midline = not text.endswith("\n")
+
+    def say(self, message: str) -> None:
+        if self.midline:
+            self.err.print()
+            self.midline = False
+        self.err.print(f"[dim]{message}[/]")
+
+
 def _run(args: argparse.Namespace, tp) -> int:
     from rich.console import Console
 
@@ -72,7 +100,8 @@ def _run(args: argparse.Namespace, tp) -> int:
     quiet = tp is not None and tp.rank != 0  # only rank 0 prints, streams and writes records
     console = Console(highlight=False, quiet=quiet)
     err = Console(stderr=True, highlight=False, quiet=quiet)
-    session = build_session(args, log=lambda m: err.print(f"[dim]{m}[/]"), tp=tp)
+    answer = StreamedAnswer(console, err)
+    session = build_session(args, log=answer.say, tp=tp)
     tok = session.target.tokenizer
     assert tok is not None
     ids = tok.encode(args.prompt) if args.raw else tok.chat_ids(args.prompt, system=args.system)
@@ -95,19 +124,10 @@ def _run(args: argparse.Namespace, tp) -> int:
     for note in session.notes:
         err.print(f"[dim]{note}[/]")
     engine = session.engine(observer=observer)
-    shown: list[int] = []
-    printed = [""]
-
-    def stream(row: int, new: list[int]) -> None:
-        shown.extend(new)
-        text = tok.decode(shown)
-        if text.startswith(printed[0]):
-            console.print(text[len(printed[0]):], end="", markup=False)
-            printed[0] = text
-
+    answer.tokenizer = tok
     # Every rank streams (a quiet console prints nothing): the same host work between cycles on every
     # rank, so none reaches the next forward's first collective late and makes the others wait.
-    result = engine.generate([ids], args.max_new_tokens, session.sampling, session.generator(), stream=stream)
+    result = engine.generate([ids], args.max_new_tokens, session.sampling, session.generator(), stream=answer.stream)
     console.print()
     ar_summary = None
     if allreduce is not None:  # every rank's timings, published on rank 0's bus (into the record)
