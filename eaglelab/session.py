@@ -188,6 +188,9 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
         session.kernels = compiled_kernels(cache_dir(), log)
         session.notes.append(f"compile: each captured phase with torch.compile on first use, cached in "
                              f"{inductor_cache_dir(cache_dir())}")
+        if tp is not None and tp.world_size > 1:
+            session.notes.append("all-reduce timing: the collectives of compiled phases run untimed (clocks and "
+                                 "CUDA events cannot be compiled); --no-compile times every one")
     if session.spec.cuda_graphs and device.type == "cuda":
         session.runner_factory = _graph_runner_factory(session)
         session.notes.append("CUDA graphs: each phase of a cycle captured as one graph, lazily per batch bucket; "

@@ -97,7 +97,13 @@ class TPGroup:
         return torch.cat(parts, dim=-1)
 
     def _collective(self, run: Callable[[], Any], nbytes: int, layer: int, site: str) -> None:
-        """Run one collective; with the probe on, time it (wall clock on CPU, CUDA events on GPU)."""
+        """Run one collective; with the probe on, time it (wall clock on CPU, CUDA events on GPU).
+        Inside a phase being compiled (``--compile``) it is not timed: clocks, events and capture queries
+        cannot be traced, so a compiled phase's collectives run untimed (the session says so)."""
+        if torch.compiler.is_compiling():
+            if not self.noop:
+                run()
+            return
         if self.arrivals is not None:
             enter = time.time() * 1e3
             self._timed(run, nbytes, layer, site)
