@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import random
 
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,19 +30,6 @@ def test_seeded_and_enough_distinct_prompts_for_a_150k_corpus():
     # a 150k corpus asks 0.55 x 150k = 82.5k chat prompts and draws 3x that many
     distinct = {pc.normalise(next(gen)[1]) for _ in range(3 * 82_500)}
     assert len(distinct) > 82_500
-
-
-@pytest.fixture
-def few_modules(monkeypatch):
-    monkeypatch.setattr(pc, "module_names", lambda roots=(): ["json", "textwrap", "fractions"])
-    pc._doc_entries.cache_clear()
-    yield
-    pc._doc_entries.cache_clear()
-
-
-@pytest.fixture(scope="module")
-def evaluation():
-    return pc.OverlapIndex.from_texts(pc.evaluation_texts())
 
 
 def test_chat_takes_its_share_with_all_eight_kinds(few_modules, evaluation):
