@@ -93,14 +93,24 @@ class Router(nn.Module):
         return choice.masked_fill(~mask.repeat_interleave(E // self.num_groups, dim=1), float("-inf"))
 
 
+def capturing_or_compiling() -> bool:
+    """Whether this forward is being compiled or captured into a CUDA graph: no host sync allowed."""
+    if torch.compiler.is_compiling():
+        return True
+    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+
+
 class RoutedExperts(nn.Module):
     """The routed SwiGLU experts of one layer, stacked; each expert's intermediate split over ranks.
 
-    Two ways to run them, chosen by shape alone (so every rank, and a single process, takes the
-    same one): up to ``gather_max`` (token, expert) pairs gather the chosen experts' weights per
-    pair (no host sync, fixed shapes: decode, verify and draft forwards can be graph-captured);
-    more pairs (prefill) sort the pairs by expert and run each expert once over its tokens, which
-    reads the expert counts back to the host.
+    Three ways to run them, chosen by shape and by whether the forward is being captured or compiled
+    (the same on every rank, and in a single process): up to ``gather_max`` (token, expert) pairs
+    gather the chosen experts' weights per pair (no host sync, fixed shapes: decode and small verify
+    and draft forwards); more pairs in a forward being captured into a CUDA graph or compiled (a verify
+    at batch 8) run every expert over every token under a routing matrix that is zero where a token
+    did not choose the expert (fixed shapes, no host sync; it reads every expert once); more pairs
+    eagerly (prefill) sort the pairs by expert and run each expert once over its tokens, which reads
+    the expert counts back to the host.
     """
 
     def __init__(self, cfg: ModelConfig, tp: TPGroup | None, gather_max: int = 64) -> None:
@@ -131,6 +141,8 @@ class RoutedExperts(nn.Module):
         """x [N, H], weights [N, k] float32, idx [N, k] -> [N, H] (a partial sum under TP)."""
         if idx.numel() <= self.gather_max:
             return self._gathered(x, weights, idx)
+        if capturing_or_compiling():
+            return self._dense(x, weights, idx)
         return self._sorted(x, weights, idx)
 
     def _gathered(self, x: torch.Tensor, weights: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -138,6 +150,13 @@ class RoutedExperts(nn.Module):
         h = F.silu(self.gate_proj[idx] @ xs) * (self.up_proj[idx] @ xs)  # [N, k, I, 1]
         y = (self.down_proj[idx] @ h).squeeze(-1)  # [N, k, H]
         return (y.float() * weights[..., None]).sum(dim=1).to(x.dtype)  # [N, H]
+
+    def _dense(self, x: torch.Tensor, weights: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+        route = torch.zeros(x.shape[0], self.gate_proj.shape[0], dtype=torch.float32, device=x.device)
+        route.scatter_add_(1, idx, weights.float())  # [N, E]: a token's weight for each expert it chose, else 0
+        h = F.silu(torch.einsum("nh,eih->eni", x, self.gate_proj)) * torch.einsum("nh,eih->eni", x, self.up_proj)  # [E, N, I]
+        y = torch.einsum("eni,ehi->enh", h, self.down_proj)  # [E, N, H]
+        return torch.einsum("enh,ne->nh", y.float(), route).to(x.dtype)  # [N, H]
 
     def _sorted(self, x: torch.Tensor, weights: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
         N, k = idx.shape

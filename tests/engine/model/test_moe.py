@@ -11,6 +11,7 @@ from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.errors import CheckpointError
 from eaglelab.engine.formats.loader import copy_sharded, load_random
 from eaglelab.engine.model.model import DenseMLP, Transformer
+from eaglelab.engine.model import moe as moe_module
 from eaglelab.engine.model.moe import MoEBlock, kimi_like_config
 
 
@@ -63,17 +64,20 @@ def reference_moe(block: MoEBlock, x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-@pytest.mark.parametrize("gather_max", [10_000, 0], ids=["gathered", "sorted"])
+@pytest.mark.parametrize("gather_max", [10_000, 0, -1], ids=["gathered", "sorted", "dense"])
 @pytest.mark.parametrize("over", [
     {},  # sigmoid, bias, 4 groups keep 2, normalised
     {"n_group": 1, "topk_group": 1, "norm_topk_prob": False},
     {"scoring_func": "softmax", "n_group": 2, "topk_group": 1, "routed_scaling_factor": 1.0},
 ], ids=["sigmoid-grouped", "sigmoid-ungrouped-unnormalised", "softmax-grouped"])
-def test_moe_block_matches_per_token_reference(over, gather_max):
-    """Both expert paths, batch 3 x 5 tokens, equal the slow per-token recipe to 1e-5."""
+def test_moe_block_matches_per_token_reference(over, gather_max, monkeypatch):
+    """Every expert path, batch 3 x 5 tokens, equals the slow per-token recipe to 1e-5 (-1: the
+    dense path a captured or compiled forward with many pairs takes)."""
     cfg = tiny_cfg(**over)
     block = random_block(cfg)
-    block.experts.gather_max = gather_max
+    block.experts.gather_max = max(gather_max, 0)
+    if gather_max < 0:
+        monkeypatch.setattr(moe_module, "capturing_or_compiling", lambda: True)
     x = torch.randn(3, 5, cfg.hidden_size)
     with torch.no_grad():
         got = block(x)
@@ -197,3 +201,16 @@ def test_saved_random_checkpoint_loads_as_load_random(tmp_path):
     load_random(direct, seed=4)
     for (n, a), (_, b) in zip(loaded.named_parameters(), direct.named_parameters()):
         assert torch.equal(a, b), n
+
+
+def test_many_pairs_compile_whole_without_a_host_sync():
+    """A verify-sized forward (more pairs than gather_max) compiles with fullgraph=True (the sorted path's
+    host read would break the graph) and gives the eager (sorted) result."""
+    cfg = tiny_cfg()
+    block = random_block(cfg)
+    block.experts.gather_max = 0
+    x = torch.randn(2, 6, cfg.hidden_size)
+    with torch.no_grad():
+        want = block(x)
+        got = torch.compile(block, fullgraph=True, dynamic=False)(x)
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
