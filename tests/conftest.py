@@ -55,6 +55,22 @@ def save_hf_dir(model: Transformer, cfg: dict, path: Path) -> Path:
     return path
 
 
+def add_word_tokenizer(model_dir: Path, vocab: int) -> None:
+    """A word-level tokenizer (ids = word order: 6 specials, then ``w0``, ``w1``, ...) and a ChatML-like
+    template in ``model_dir``, so ``capture`` and ``distill`` can tokenize chats for a tiny target."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    words = ["<unk>", "<|im_start|>", "<|im_end|>", "user", "assistant", "system"]
+    words += [f"w{i}" for i in range(vocab - len(words))]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    tok.add_special_tokens(["<|im_start|>", "<|im_end|>"])
+    tok.save(str(model_dir / "tokenizer.json"))
+    template = ("{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> {% endfor %}"
+                "{% if add_generation_prompt %}<|im_start|> assistant {% endif %}")
+    (model_dir / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, "eos_token": "<|im_end|>"}))
+
+
 @pytest.fixture(scope="session")
 def default_target():
     """The real SmolLM2-135M-Instruct in float32 (converted from the GGUF on first use)."""

@@ -14,7 +14,7 @@ import torch
 from eaglelab.engine.formats.draft_checkpoint import speculators_config
 from eaglelab.engine.formats.specforge_data import list_samples, read_sample
 from tests.cli.hostile_inputs import Inputs, assert_handled, copy_tree, make_inputs, run_cli
-from tests.conftest import shard_checkpoint
+from tests.conftest import add_word_tokenizer, shard_checkpoint
 
 PATHS = {"in-memory": [], "streamed": ["--stream"]}
 
@@ -27,7 +27,7 @@ def wide_console(monkeypatch):
 @pytest.fixture(scope="module")
 def valid(tmp_path_factory) -> Inputs:
     inputs = make_inputs(tmp_path_factory.mktemp("unfit"))
-    _add_tokenizer(inputs.target, vocab=96)
+    add_word_tokenizer(inputs.target, vocab=96)
     return inputs
 
 
@@ -44,21 +44,6 @@ def prompts_file(tmp_path_factory) -> Path:
             for i in range(5)]
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return path
-
-
-def _add_tokenizer(model_dir: Path, vocab: int) -> None:
-    """A word-level tokenizer (ids = word order) and a ChatML-like template, so ``capture`` can run."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
-    words = ["<unk>", "<|im_start|>", "<|im_end|>", "user", "assistant", "system"]
-    words += [f"w{i}" for i in range(vocab - len(words))]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.add_special_tokens(["<|im_start|>", "<|im_end|>"])
-    tok.save(str(model_dir / "tokenizer.json"))
-    template = ("{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> {% endfor %}"
-                "{% if add_generation_prompt %}<|im_start|> assistant {% endif %}")
-    (model_dir / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, "eos_token": "<|im_end|>"}))
 
 
 def _flat(text: str) -> str:

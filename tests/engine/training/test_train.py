@@ -38,7 +38,7 @@ from eaglelab.engine.training.train import (
     ttt_hidden,
     ttt_mask,
 )
-from tests.conftest import random_model, save_hf_dir, tiny_config
+from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
 
 VOCAB, DRAFT_VOCAB = 128, 64
 CFG = tiny_config(vocab_size=VOCAB)
@@ -307,19 +307,9 @@ def test_speculators_converter_accepts_our_drafter(tmp_path, trained):
 
 def _tiny_model_dir(path):
     """The tiny target as an HF directory with a word-level tokenizer and a ChatML template."""
-    from tokenizers import Tokenizer, models, pre_tokenizers
-
     model = sharp_target(seed=3)
     save_hf_dir(model, CFG, path)
-    words = ["<unk>", "<|im_start|>", "<|im_end|>", "user", "assistant", "system"]
-    words += [f"w{i}" for i in range(VOCAB - len(words))]
-    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
-    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
-    tok.add_special_tokens(["<|im_start|>", "<|im_end|>"])
-    tok.save(str(path / "tokenizer.json"))
-    template = ("{% for m in messages %}<|im_start|> {{ m['role'] }} {{ m['content'] }} <|im_end|> {% endfor %}"
-                "{% if add_generation_prompt %}<|im_start|> assistant {% endif %}")
-    (path / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, "eos_token": "<|im_end|>"}))
+    add_word_tokenizer(path, VOCAB)
     return model
 
 
