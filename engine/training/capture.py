@@ -364,13 +364,17 @@ def manifest_path(data_dir: str | Path) -> Path:
     return Path(data_dir) / MANIFEST_NAME
 
 
-def write_manifest(data_dir: str | Path, manifest: dict[str, Any]) -> Path:
-    path = manifest_path(data_dir)
+def write_json_atomic(path: Path, obj: dict[str, Any]) -> Path:
+    """Write ``obj`` as indented JSON to ``path`` through a ``.json.partial`` file, so a reader never sees half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.partial")
-    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
+    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
     tmp.replace(path)
     return path
+
+
+def write_manifest(data_dir: str | Path, manifest: dict[str, Any]) -> Path:
+    return write_json_atomic(manifest_path(data_dir), manifest)
 
 
 def read_manifest(data_dir: str | Path) -> dict[str, Any] | None:

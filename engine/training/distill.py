@@ -25,7 +25,6 @@ recomputes the target's hidden states online (``eaglelab train --online``).
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -244,12 +243,9 @@ class Distiller:
 
 
 def write_manifest(out: str | Path, manifest: dict[str, Any]) -> Path:
-    path = Path(out) / MANIFEST
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.partial")
-    tmp.write_text(json.dumps(manifest, indent=2, default=str) + "\n")
-    tmp.replace(path)
-    return path
+    from eaglelab.engine.training.capture import write_json_atomic
+
+    return write_json_atomic(Path(out) / MANIFEST, manifest)
 
 
 def read_manifest(out: str | Path) -> dict[str, Any] | None:
