@@ -46,6 +46,13 @@ def per_position(lens: list[int], depth: int) -> list[float]:
     return out
 
 
+def write_report(path: str | None, report: dict) -> None:
+    """Write ``report`` as JSON to ``path`` (its folder made); nothing when ``path`` is None."""
+    if path:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(json.dumps(report, indent=1) + "\n")
+
+
 def timed(engine, prompt: list[int], max_new: int, device) -> tuple[object, float]:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -97,9 +104,7 @@ def main() -> int:
           f"{report['mean_accept_len']:.3f} (bonus included, {len(lens)} cycles); per position {rates}; "
           f"spec {report['spec_tok_s']:.1f} tok/s vs plain {report['plain_tok_s']:.1f} tok/s = {report['speedup']:.2f}x; "
           f"identical outputs {report['identical_outputs']}")
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    write_report(args.json, report)
     return 0
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from drafter_acceptance import per_position, questions  # noqa: E402
+from drafter_acceptance import per_position, questions, write_report  # noqa: E402
 
 from eaglelab.bench.harness import tokenize_prompts  # noqa: E402
 from eaglelab.engine.training.acceptance_sim import walk  # noqa: E402
@@ -110,9 +110,7 @@ def main() -> int:
         "answer_tokens_outside_draft_vocab": outside / answer_tokens if t2d is not None and answer_tokens else None,
     }
     print(json.dumps(report, indent=1))
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(report, indent=1) + "\n")
+    write_report(args.json, report)
     return 0
 
 
