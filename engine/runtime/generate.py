@@ -327,10 +327,11 @@ class Engine:
         rows = torch.arange(toks.shape[0], device=self.device)[:, None]
         pos = (st.n_out[:, None] + k).clamp(max=st.out.shape[1] - 1)
         st.out[rows, pos] = torch.where(keep, toks, st.out[rows, pos])
-        st.n_out += keep.sum(1)
+        emitted = keep.sum(1)  # [B]
+        st.n_out += emitted
         st.hit_eos |= (is_eos & keep).any(1)
         st.done |= st.hit_eos | (st.n_out >= st.max_new)
-        return keep.sum(1)
+        return emitted
 
     def _advance(self, st: Batch, active: torch.Tensor, committed: torch.Tensor, root: torch.Tensor) -> None:
         """The one place positions move: active rows gain ``committed`` cached tokens, a new root."""
