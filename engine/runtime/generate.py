@@ -184,7 +184,7 @@ class Engine:
         if self.drafter is not None:
             with self.clock.phase("draft_extend"):
                 self.drafter.begin(st.view(), ids, aux, self.runner)
-        self._emit("prefill", st, {"active": ~st.done})
+        self._emit("prefill", st)
         return st
 
     def _make_cache(self, batch: int, max_len: int) -> KVCache:
@@ -210,7 +210,7 @@ class Engine:
         active, one = ~st.done, torch.ones_like(nxt)
         self._append(st, nxt[:, None], one)
         self._advance(st, active, one, nxt)
-        self._emit("decode", st, {"active": ~st.done})
+        self._emit("decode", st)
 
     def _decode_fn(self, cache: KVCache, sampling: SamplingParams):
         """The decode phase: the root's forward at slot = position = length, then the next token."""
@@ -382,12 +382,16 @@ class Engine:
             tp_size=self.target.tp.world_size if self.target.tp else 1, baseline=bool(info.get("baseline", False)),
         ))
 
-    def _emit(self, kind: str, st: Batch, readback: dict[str, torch.Tensor], tree_nodes: int = 0) -> None:
+    def _emit(self, kind: str, st: Batch, readback: dict[str, torch.Tensor] | None = None,
+              tree_nodes: int = 0) -> None:
         """Queue this cycle's stats for the observer: its device tensors go to the host in one copy
-        (``readback``: "active" [B], and for a spec cycle "committed", "path", "ranks", "open"); the
-        previous cycle's stats are built and delivered now, while the device runs this one."""
+        (``readback``: "active" [B], and for a spec cycle "committed", "path", "ranks", "open"; None:
+        the rows not done, built here so an unobserved run launches nothing for it); the previous
+        cycle's stats are built and delivered now, while the device runs this one."""
         if self.observer is None:
             return
+        if readback is None:
+            readback = {"active": ~st.done}
         batch = st.lengths.shape[0]
         pending = _Pending(index=self._cycle, kind=kind, marks=self.clock.take(), tree_nodes=tree_nodes,
                            graph=self.runner.graph_status(kind, self.spec.attention_mode, batch),
