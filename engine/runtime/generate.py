@@ -280,8 +280,8 @@ class Engine:
         ins = {"lengths": st.lengths, "logits": logits, **_tree_inputs(tree),
                **self._noise(st, tree.num_nodes, sampling, generator)}
         observed = self.observer is not None
-        if observed:
-            ins["rank"] = tree.rank if tree.rank is not None else torch.zeros_like(tree.tokens)
+        if observed and tree.rank is not None:  # None: path_ranks takes rank 0 inside the phase
+            ins["rank"] = tree.rank
         fn = self._accept_fn(st.cache, sampling, tree.max_depth, observed)
         out = self.runner.phase("accept", fn, ins, (st.cache,), (sampling, tree.max_depth, observed))
         accept_len, path, tokens, bonus = out[:4]
