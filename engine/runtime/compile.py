@@ -68,10 +68,16 @@ class CompiledOrEager:
     def __call__(self, *args, **kwargs):
         if self.reason is not None:
             return self.eager(*args, **kwargs)
-        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+        # Raised for the call and restored after, by hand: ``config.patch`` costs more than the compiled
+        # call itself, and an eager --compile run makes this call for every layer's pieces.
+        config = torch._dynamo.config
+        limit, config.recompile_limit = config.recompile_limit, RECOMPILE_LIMIT
+        try:
             if self._ready:
                 return self.compiled(*args, **kwargs)
             return self._first_call(args, kwargs)
+        finally:
+            config.recompile_limit = limit
 
     def _first_call(self, args: tuple, kwargs: dict):
         self.log.start()

@@ -184,7 +184,7 @@ class Engine:
         if self.drafter is not None:
             with self.clock.phase("draft_extend"):
                 self.drafter.begin(st.view(), ids, aux, self.runner)
-        self._emit("prefill", st, {"active": ~st.done})
+        self._emit("prefill", st)
         return st
 
     def _make_cache(self, batch: int, max_len: int) -> KVCache:
@@ -210,7 +210,7 @@ class Engine:
         active, one = ~st.done, torch.ones_like(nxt)
         self._append(st, nxt[:, None], one)
         self._advance(st, active, one, nxt)
-        self._emit("decode", st, {"active": ~st.done})
+        self._emit("decode", st)
 
     def _decode_fn(self, cache: KVCache, sampling: SamplingParams):
         """The decode phase: the root's forward at slot = position = length, then the next token."""
@@ -280,8 +280,8 @@ class Engine:
         ins = {"lengths": st.lengths, "logits": logits, **_tree_inputs(tree),
                **self._noise(st, tree.num_nodes, sampling, generator)}
         observed = self.observer is not None
-        if observed:
-            ins["rank"] = tree.rank if tree.rank is not None else torch.zeros_like(tree.tokens)
+        if observed and tree.rank is not None:  # None: path_ranks takes rank 0 inside the phase
+            ins["rank"] = tree.rank
         fn = self._accept_fn(st.cache, sampling, tree.max_depth, observed)
         out = self.runner.phase("accept", fn, ins, (st.cache,), (sampling, tree.max_depth, observed))
         accept_len, path, tokens, bonus = out[:4]
@@ -327,10 +327,11 @@ class Engine:
         rows = torch.arange(toks.shape[0], device=self.device)[:, None]
         pos = (st.n_out[:, None] + k).clamp(max=st.out.shape[1] - 1)
         st.out[rows, pos] = torch.where(keep, toks, st.out[rows, pos])
-        st.n_out += keep.sum(1)
+        emitted = keep.sum(1)  # [B]
+        st.n_out += emitted
         st.hit_eos |= (is_eos & keep).any(1)
         st.done |= st.hit_eos | (st.n_out >= st.max_new)
-        return keep.sum(1)
+        return emitted
 
     def _advance(self, st: Batch, active: torch.Tensor, committed: torch.Tensor, root: torch.Tensor) -> None:
         """The one place positions move: active rows gain ``committed`` cached tokens, a new root."""
@@ -381,12 +382,16 @@ class Engine:
             tp_size=self.target.tp.world_size if self.target.tp else 1, baseline=bool(info.get("baseline", False)),
         ))
 
-    def _emit(self, kind: str, st: Batch, readback: dict[str, torch.Tensor], tree_nodes: int = 0) -> None:
+    def _emit(self, kind: str, st: Batch, readback: dict[str, torch.Tensor] | None = None,
+              tree_nodes: int = 0) -> None:
         """Queue this cycle's stats for the observer: its device tensors go to the host in one copy
-        (``readback``: "active" [B], and for a spec cycle "committed", "path", "ranks", "open"); the
-        previous cycle's stats are built and delivered now, while the device runs this one."""
+        (``readback``: "active" [B], and for a spec cycle "committed", "path", "ranks", "open"; None:
+        the rows not done, built here so an unobserved run launches nothing for it); the previous
+        cycle's stats are built and delivered now, while the device runs this one."""
         if self.observer is None:
             return
+        if readback is None:
+            readback = {"active": ~st.done}
         batch = st.lengths.shape[0]
         pending = _Pending(index=self._cycle, kind=kind, marks=self.clock.take(), tree_nodes=tree_nodes,
                            graph=self.runner.graph_status(kind, self.spec.attention_mode, batch),

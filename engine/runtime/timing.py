@@ -6,7 +6,7 @@ times around graph replays); the engine takes a cycle's marks at its end (:meth:
 reads them (:meth:`PhaseClock.elapsed`) one cycle later, when they have long completed.
 
 Under tensor parallelism the same clock tags each all-reduce with the phase running and hands the
-group's CUDA-event timings to the observer at each ``collect``; :func:`observe_allreduce` connects
+group's CUDA-event timings to the observer at each ``take``; :func:`observe_allreduce` connects
 the group to an observer. The engine builds both (see ``Engine.__init__``); nothing swaps them.
 """
 
@@ -50,11 +50,6 @@ class PhaseClock:
                     t0 = time.perf_counter()
                     yield
                     self._open.append((name, t0, time.perf_counter()))
-
-    def collect(self) -> dict[str, float]:
-        """Milliseconds per phase since the last collect (phases repeated in a cycle are summed);
-        under TP, also hands the all-reduce timings recorded since the last collect to the observer."""
-        return self.elapsed(self.take())
 
     def take(self) -> list[tuple[str, object, object]]:
         """The phase marks since the last take, unread (CUDA events may still be pending; read them

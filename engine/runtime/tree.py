@@ -247,9 +247,8 @@ class TreeBuilder:
         parents = torch.cat([parents.new_full((batch, 1), -1), parents], dim=1)  # [B, N]
         tokens = self._cat(self._tokens, self._root.new_zeros(batch, 0))  # [B, M]
         tokens = torch.cat([self._root[:, None], tokens.gather(1, keep)], dim=1)  # [B, N]
-        sibling = self._cat([torch.arange(t.shape[1], device=device) % self.topk for t in self._tokens],
-                            keep.new_zeros(0))  # [M]
-        rank = torch.cat([keep.new_zeros(batch, 1), sibling[keep]], dim=1)  # [B, N]; candidate f*K + r has rank r
+        # Each step's candidates are F*K (frontier slot f, rank r at f*K + r), so candidate c has rank c % K.
+        rank = torch.cat([keep.new_zeros(batch, 1), keep % self.topk], dim=1)  # [B, N]
         return make_tree(tokens, parents, max_depth=len(self._depths), rank=rank)
 
     def _ranked_candidates(self, count: int) -> Tensor:
