@@ -218,6 +218,11 @@ def check_rope_scaling(value: Any, source: str | Path, field: str = "rope_scalin
                           expected="default | llama3 | linear | yarn")
     if kind in ("linear", "llama3", "yarn"):
         real_number(value, "factor", source, low=0.0, low_open=True, prefix=field + ".")
+    if kind == "yarn":  # the rotary tables read these (beta_* and the attention factors have defaults there)
+        real_number(value, "original_max_position_embeddings", source, low=1.0, prefix=field + ".")
+        for key in ("beta_fast", "beta_slow", "mscale", "mscale_all_dim", "attention_factor"):
+            if value.get(key) is not None:
+                real_number(value, key, source, low=0.0, low_open=True, prefix=field + ".")
     if kind == "llama3":
         low = real_number(value, "low_freq_factor", source, default=1.0, low=0.0, low_open=True, prefix=field + ".")
         high = real_number(value, "high_freq_factor", source, default=4.0, low=0.0, low_open=True, prefix=field + ".")

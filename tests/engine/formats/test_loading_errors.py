@@ -49,6 +49,20 @@ def test_unknown_rope_scaling(model_dir):
     assert e.value.field == "rope_scaling.rope_type"
 
 
+@pytest.mark.parametrize("scaling, field", [
+    ({"rope_type": "yarn", "factor": 4}, "rope_scaling.original_max_position_embeddings"),
+    ({"rope_type": "yarn", "factor": 4, "original_max_position_embeddings": 512, "beta_fast": "fast"},
+     "rope_scaling.beta_fast"),
+])
+def test_incomplete_yarn_scaling(model_dir, scaling, field):
+    """YaRN fields the rotary tables read are checked when the config is read (a KeyError in the
+    rotary code before)."""
+    _edit_config(model_dir, rope_scaling=scaling)
+    with pytest.raises(ConfigError) as e:
+        load_target(model_dir, with_tokenizer=False)
+    assert e.value.field == field and "config.json" in str(e.value)
+
+
 def test_unsupported_architecture(model_dir):
     _edit_config(model_dir, architectures=["GPT2LMHeadModel"])
     with pytest.raises(ConfigError) as e:
