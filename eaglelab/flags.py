@@ -71,6 +71,7 @@ RULES: dict[str, Rule] = {
     "ttt_length": _count(1, 64),
     "draft_vocab_size": _count(1, 1 << 24),
     "max_steps": _count(),
+    "total_steps": _count(),
     "checkpoint_every": _count(0),
     "log_every": _count(),
     "eval_every": _count(0),

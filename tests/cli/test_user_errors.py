@@ -17,3 +17,11 @@ def test_record_path_that_is_a_directory(tmp_path, capsys):  # refused before th
     rc = main(["run", "hi", "--draft", "none", "--max-new-tokens", "2", "--record", str(tmp_path)])
     err = capsys.readouterr().err.replace("\n", "")  # rich wraps at the terminal width
     assert rc == 2 and str(tmp_path) in err and "is a directory" in err.lower() and "Traceback" not in err
+
+
+def test_train_total_steps_below_one_is_refused_before_the_target_loads(tmp_path, capsys):
+    # The data directory does not exist: only the flag check, which runs first, can answer.
+    rc = main(["train", "--data", str(tmp_path / "none"), "--out", str(tmp_path / "out"), "--online",
+               "--total-steps", "0"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and "--total-steps" in err and "out of range" in err and "Traceback" not in err
