@@ -57,6 +57,7 @@ RULES: dict[str, Rule] = {
     "max_tokens": _count(2, MAX_TOKENS),
     "max_length": _count(2, MAX_TOKENS),
     "max_prompt_tokens": _count(1, MAX_TOKENS),
+    "new_tokens": _count(1, MAX_TOKENS),
     "micro_context": _count(1, MAX_TOKENS),
     "steps": _count(1, 64),
     "topk": _count(1, 64),

@@ -25,3 +25,10 @@ def test_train_total_steps_below_one_is_refused_before_the_target_loads(tmp_path
                "--total-steps", "0"])
     err = " ".join(capsys.readouterr().err.split())
     assert rc == 2 and "--total-steps" in err and "out of range" in err and "Traceback" not in err
+
+
+def test_check_wiring_search_negative_new_tokens_is_a_user_error(tmp_path, capsys):
+    # --new-tokens -5 once reached the KV cache and ended in "internal error: IndexError" (exit 3).
+    rc = main(["check-wiring", str(tmp_path / "none"), "--target", "default", "--search", "--new-tokens", "-5"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and "--new-tokens" in err and "out of range" in err and "internal error" not in err
