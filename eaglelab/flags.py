@@ -182,6 +182,17 @@ def check_output_dir(path: str | Path, flag: str) -> None:
                             hint="pick a directory you can write to")
 
 
+def _tune_outputs(args: argparse.Namespace) -> None:
+    """tune writes --record as it measures (appending, as RecordWriter does) and --json after everything ran."""
+    if args.record:
+        from eaglelab.probes.record import check_record_output
+
+        check_record_output(args.record, mode="append")
+    if args.json and Path(args.json).is_dir():
+        raise EagleLabError("is a directory", file=args.json, field="--json", expected="a .json file",
+                            hint="name a file, e.g. --json tune.json")
+
+
 def _train_out(args: argparse.Namespace) -> None:
     check_output_dir(args.out, "--out")
     out = Path(args.out)
@@ -202,6 +213,7 @@ OUTPUT_CHECKS: dict[str, tuple[Callable[[argparse.Namespace], None], ...]] = {
     "capture": (_dir_output("out"),),
     "train": (_train_out, _dir_output("tensorboard"), _dir_output("checkpoint_dir")),
     "prompts": (_dir_output("out"),),
+    "tune": (_tune_outputs,),
     "distill": (_dir_output("out"),),
 }
 

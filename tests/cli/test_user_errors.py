@@ -32,3 +32,10 @@ def test_check_wiring_search_negative_new_tokens_is_a_user_error(tmp_path, capsy
     rc = main(["check-wiring", str(tmp_path / "none"), "--target", "default", "--search", "--new-tokens", "-5"])
     err = " ".join(capsys.readouterr().err.split())
     assert rc == 2 and "--new-tokens" in err and "out of range" in err and "internal error" not in err
+
+
+def test_tune_json_that_is_a_directory_is_refused_before_the_measuring_pass(tmp_path, capsys):
+    # Once refused only by write_json, after the whole measuring pass and the confirmation runs.
+    rc = main(["tune", "--model", str(tmp_path / "no-model"), "--json", str(tmp_path)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and "--json" in err and "is a directory" in err and "no-model" not in err
