@@ -79,6 +79,7 @@ RULES: dict[str, Rule] = {
     "eval_samples": _count(),
     "count": _count(),
     "limit": _count(),
+    "top": _count(),
     "time_limit": _real(0.0, 365 * 24 * 3600.0, low_open=True),
     "seed": _count(0, MAX_SEED),
     "temperature": _real(0.0, 100.0),

@@ -39,3 +39,10 @@ def test_tune_json_that_is_a_directory_is_refused_before_the_measuring_pass(tmp_
     rc = main(["tune", "--model", str(tmp_path / "no-model"), "--json", str(tmp_path)])
     err = " ".join(capsys.readouterr().err.split())
     assert rc == 2 and "--json" in err and "is a directory" in err and "no-model" not in err
+
+
+def test_tune_top_below_one_is_refused(tmp_path, capsys):
+    # --top 0 printed no predictions and --top -1 all but the last, both with exit 0.
+    rc = main(["tune", "--from", str(tmp_path / "no-record.jsonl"), "--top", "-1"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and "--top" in err and "out of range" in err
