@@ -46,3 +46,12 @@ def test_tune_top_below_one_is_refused(tmp_path, capsys):
     rc = main(["tune", "--from", str(tmp_path / "no-record.jsonl"), "--top", "-1"])
     err = " ".join(capsys.readouterr().err.split())
     assert rc == 2 and "--top" in err and "out of range" in err
+
+
+def test_prompts_count_and_distill_limit_below_one_are_refused_by_the_flag_layer(tmp_path, capsys):
+    for argv, flag in ((["prompts", "--out", str(tmp_path / "p"), "--count", "0"], "--count"),
+                       (["distill", "--prompts", str(tmp_path / "none"), "--out", str(tmp_path / "d"), "--limit", "0"],
+                        "--limit")):
+        rc = main(argv)
+        err = " ".join(capsys.readouterr().err.split())
+        assert rc == 2 and flag in err and "out of range" in err, (argv, err)
