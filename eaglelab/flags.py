@@ -228,6 +228,15 @@ def _run_prompt(args: argparse.Namespace) -> None:
                             hint="give a prompt, or drop --raw to send an empty user message through the chat template")
 
 
+def _train_init_from(args: argparse.Namespace) -> None:
+    """--init-from is read after the data and the target loaded: a wrong path is refused before that."""
+    if args.init_from:
+        from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
+
+        read_draft_checkpoint(args.init_from)
+
+
 COMMAND_CHECKS: dict[str, tuple[Callable[[argparse.Namespace], None], ...]] = {
     "run": (_run_prompt,),
+    "train": (_train_init_from,),
 }

@@ -55,3 +55,10 @@ def test_prompts_count_and_distill_limit_below_one_are_refused_by_the_flag_layer
         rc = main(argv)
         err = " ".join(capsys.readouterr().err.split())
         assert rc == 2 and flag in err and "out of range" in err, (argv, err)
+
+
+def test_train_init_from_a_missing_drafter_is_refused_before_the_data_loads(tmp_path, capsys):
+    missing = tmp_path / "no-drafter"
+    rc = main(["train", "--data", str(tmp_path / "no-data"), "--out", str(tmp_path / "out"), "--init-from", str(missing)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and str(missing) in err and "no such directory" in err and "no-data" not in err
