@@ -52,8 +52,6 @@ def run(args: argparse.Namespace) -> int:
                                cuda_graphs=not args.no_cuda_graphs)
     records = read_corpus(args.prompts)
     if args.limit is not None:
-        if args.limit < 1:
-            raise ConfigError("must be >= 1", field="--limit", found=args.limit)
         records = records[: args.limit]
     device, device_reason = _pick_device(args.device)
     dtype, dtype_reason = _pick_dtype(args.dtype, device)

@@ -29,11 +29,8 @@ def run(args: argparse.Namespace) -> int:
     """Build and write the prompts; 0 on success."""
     from rich.console import Console
 
-    from eaglelab.engine.errors import ConfigError
     from eaglelab.engine.training import prompt_corpus as pc
 
-    if args.count < 1:
-        raise ConfigError("must be >= 1", field="--count", found=args.count)
     console = Console(stderr=True, highlight=False)
     with console.status("reading the evaluation sets (MT-bench, HumanEval) for the overlap check ..."):
         overlap = pc.OverlapIndex.from_texts(pc.evaluation_texts())

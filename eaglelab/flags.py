@@ -57,6 +57,7 @@ RULES: dict[str, Rule] = {
     "max_tokens": _count(2, MAX_TOKENS),
     "max_length": _count(2, MAX_TOKENS),
     "max_prompt_tokens": _count(1, MAX_TOKENS),
+    "new_tokens": _count(1, MAX_TOKENS),
     "micro_context": _count(1, MAX_TOKENS),
     "steps": _count(1, 64),
     "topk": _count(1, 64),
@@ -71,12 +72,14 @@ RULES: dict[str, Rule] = {
     "ttt_length": _count(1, 64),
     "draft_vocab_size": _count(1, 1 << 24),
     "max_steps": _count(),
+    "total_steps": _count(),
     "checkpoint_every": _count(0),
     "log_every": _count(),
     "eval_every": _count(0),
     "eval_samples": _count(),
     "count": _count(),
     "limit": _count(),
+    "top": _count(),
     "time_limit": _real(0.0, 365 * 24 * 3600.0, low_open=True),
     "seed": _count(0, MAX_SEED),
     "temperature": _real(0.0, 100.0),
@@ -180,6 +183,17 @@ def check_output_dir(path: str | Path, flag: str) -> None:
                             hint="pick a directory you can write to")
 
 
+def _tune_outputs(args: argparse.Namespace) -> None:
+    """tune writes --record as it measures (appending, as RecordWriter does) and --json after everything ran."""
+    if args.record:
+        from eaglelab.probes.record import check_record_output
+
+        check_record_output(args.record, mode="append")
+    if args.json and Path(args.json).is_dir():
+        raise EagleLabError("is a directory", file=args.json, field="--json", expected="a .json file",
+                            hint="name a file, e.g. --json tune.json")
+
+
 def _train_out(args: argparse.Namespace) -> None:
     check_output_dir(args.out, "--out")
     out = Path(args.out)
@@ -200,6 +214,7 @@ OUTPUT_CHECKS: dict[str, tuple[Callable[[argparse.Namespace], None], ...]] = {
     "capture": (_dir_output("out"),),
     "train": (_train_out, _dir_output("tensorboard"), _dir_output("checkpoint_dir")),
     "prompts": (_dir_output("out"),),
+    "tune": (_tune_outputs,),
     "distill": (_dir_output("out"),),
 }
 
@@ -213,6 +228,15 @@ def _run_prompt(args: argparse.Namespace) -> None:
                             hint="give a prompt, or drop --raw to send an empty user message through the chat template")
 
 
+def _train_init_from(args: argparse.Namespace) -> None:
+    """--init-from is read after the data and the target loaded: a wrong path is refused before that."""
+    if args.init_from:
+        from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
+
+        read_draft_checkpoint(args.init_from)
+
+
 COMMAND_CHECKS: dict[str, tuple[Callable[[argparse.Namespace], None], ...]] = {
     "run": (_run_prompt,),
+    "train": (_train_init_from,),
 }

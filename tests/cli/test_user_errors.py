@@ -17,3 +17,48 @@ def test_record_path_that_is_a_directory(tmp_path, capsys):  # refused before th
     rc = main(["run", "hi", "--draft", "none", "--max-new-tokens", "2", "--record", str(tmp_path)])
     err = capsys.readouterr().err.replace("\n", "")  # rich wraps at the terminal width
     assert rc == 2 and str(tmp_path) in err and "is a directory" in err.lower() and "Traceback" not in err
+
+
+def test_train_total_steps_below_one_is_refused_before_the_target_loads(tmp_path, capsys):
+    # The data directory does not exist: only the flag check, which runs first, can answer.
+    rc = main(["train", "--data", str(tmp_path / "none"), "--out", str(tmp_path / "out"), "--online",
+               "--total-steps", "0"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and "--total-steps" in err and "out of range" in err and "Traceback" not in err
+
+
+def test_check_wiring_search_negative_new_tokens_is_a_user_error(tmp_path, capsys):
+    # --new-tokens -5 once reached the KV cache and ended in "internal error: IndexError" (exit 3).
+    rc = main(["check-wiring", str(tmp_path / "none"), "--target", "default", "--search", "--new-tokens", "-5"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and "--new-tokens" in err and "out of range" in err and "internal error" not in err
+
+
+def test_tune_json_that_is_a_directory_is_refused_before_the_measuring_pass(tmp_path, capsys):
+    # Once refused only by write_json, after the whole measuring pass and the confirmation runs.
+    rc = main(["tune", "--model", str(tmp_path / "no-model"), "--json", str(tmp_path)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and "--json" in err and "is a directory" in err and "no-model" not in err
+
+
+def test_tune_top_below_one_is_refused(tmp_path, capsys):
+    # --top 0 printed no predictions and --top -1 all but the last, both with exit 0.
+    rc = main(["tune", "--from", str(tmp_path / "no-record.jsonl"), "--top", "-1"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and "--top" in err and "out of range" in err
+
+
+def test_prompts_count_and_distill_limit_below_one_are_refused_by_the_flag_layer(tmp_path, capsys):
+    for argv, flag in ((["prompts", "--out", str(tmp_path / "p"), "--count", "0"], "--count"),
+                       (["distill", "--prompts", str(tmp_path / "none"), "--out", str(tmp_path / "d"), "--limit", "0"],
+                        "--limit")):
+        rc = main(argv)
+        err = " ".join(capsys.readouterr().err.split())
+        assert rc == 2 and flag in err and "out of range" in err, (argv, err)
+
+
+def test_train_init_from_a_missing_drafter_is_refused_before_the_data_loads(tmp_path, capsys):
+    missing = tmp_path / "no-drafter"
+    rc = main(["train", "--data", str(tmp_path / "no-data"), "--out", str(tmp_path / "out"), "--init-from", str(missing)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and str(missing) in err and "no such directory" in err and "no-data" not in err
