@@ -183,15 +183,25 @@ def check_output_dir(path: str | Path, flag: str) -> None:
                             hint="pick a directory you can write to")
 
 
-def _tune_outputs(args: argparse.Namespace) -> None:
-    """tune writes --record as it measures (appending, as RecordWriter does) and --json after everything ran."""
+def _file_output(dest: str) -> Callable[[argparse.Namespace], None]:
+    """An output file written at the end of a run (bench's and tune's --json): checked before the run."""
+    def check(args: argparse.Namespace) -> None:
+        value = getattr(args, dest, None)
+        if value and Path(value).is_dir():
+            raise EagleLabError("is a directory", file=value, field=flag_name(dest), expected="a .json file",
+                                hint=f"name a file, e.g. {flag_name(dest)} {args.command}.json")
+        if value:
+            check_output_dir(Path(value).parent, flag_name(dest))
+
+    return check
+
+
+def _appended_record(args: argparse.Namespace) -> None:
+    """tune writes --record as it measures, appending as RecordWriter does."""
     if args.record:
         from eaglelab.probes.record import check_record_output
 
         check_record_output(args.record, mode="append")
-    if args.json and Path(args.json).is_dir():
-        raise EagleLabError("is a directory", file=args.json, field="--json", expected="a .json file",
-                            hint="name a file, e.g. --json tune.json")
 
 
 def _train_out(args: argparse.Namespace) -> None:
@@ -214,7 +224,8 @@ OUTPUT_CHECKS: dict[str, tuple[Callable[[argparse.Namespace], None], ...]] = {
     "capture": (_dir_output("out"),),
     "train": (_train_out, _dir_output("tensorboard"), _dir_output("checkpoint_dir")),
     "prompts": (_dir_output("out"),),
-    "tune": (_tune_outputs,),
+    "tune": (_appended_record, _file_output("json")),
+    "bench": (_file_output("json"),),
     "distill": (_dir_output("out"),),
 }
 

@@ -41,6 +41,13 @@ def test_tune_json_that_is_a_directory_is_refused_before_the_measuring_pass(tmp_
     assert rc == 2 and "--json" in err and "is a directory" in err and "no-model" not in err
 
 
+def test_bench_json_that_is_a_directory_is_refused_before_any_run(tmp_path, capsys):
+    # Once refused only when the report was written, after every configuration had run.
+    rc = main(["bench", "--model", str(tmp_path / "no-model"), "--json", str(tmp_path)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and "--json" in err and "is a directory" in err and "no-model" not in err
+
+
 def test_tune_top_below_one_is_refused(tmp_path, capsys):
     # --top 0 printed no predictions and --top -1 all but the last, both with exit 0.
     rc = main(["tune", "--from", str(tmp_path / "no-record.jsonl"), "--top", "-1"])
