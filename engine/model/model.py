@@ -190,7 +190,7 @@ class Transformer(nn.Module):
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[..., H] -> [..., V], in float32."""
         if self.tp is not None:  # vocab-parallel: the head all-gathers its shards
-            return self.lm_head(hidden).float()
+            return self.lm_head(hidden, torch.float32)
         return self.head(hidden)[0].float()
 
     @torch.no_grad()

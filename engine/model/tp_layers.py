@@ -133,11 +133,12 @@ class ParallelLMHead(nn.Module):
         self.weight = nn.Parameter(torch.empty(self.local_vocab, hidden_size))
         self.bias = None  # what a linear offers (the fused matmul reads it)
 
-    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+    def forward(self, hidden: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """hidden [..., H] -> logits [..., V] (in ``dtype``, default the weight's: the gather converts)."""
         y = nn.functional.linear(hidden, self.weight)  # [..., V_local]
         if self.tp:
-            y = self.tp.all_gather(y, self.layer, "head")[..., : self.vocab_size]  # [..., V]
-        return y
+            y = self.tp.all_gather(y, self.layer, "head", dtype)[..., : self.vocab_size]  # [..., V]
+        return y if dtype is None else y.to(dtype)
 
     def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
         return _vocab_rows(full, self.tp, self.local_vocab)

@@ -108,11 +108,14 @@ class PhaseCompiler:
     log: CompileLog
     mode: str | None = None  # torch.compile mode; None = inductor's default (no CUDA graphs of its own)
     made: list[CompiledOrEager] = field(default_factory=list)
+    backend: str | None = None  # torch.compile backend; None = inductor ("eager": dynamo's trace alone, for tests)
 
     def __call__(self, label: str, fn: Callable) -> CompiledOrEager:
         options: dict[str, Any] = {"fullgraph": True, "dynamic": False}
         if self.mode is not None:
             options["mode"] = self.mode
+        if self.backend is not None:
+            options["backend"] = self.backend
         phase = CompiledOrEager(label, fn, self.log, **options)
         self.made.append(phase)
         return phase

@@ -89,12 +89,20 @@ class TPGroup:
         self._collective(lambda: dist.all_reduce(x, group=self.group), x.numel() * x.element_size(), layer, site)
         return x
 
-    def all_gather(self, x: torch.Tensor, layer: int, site: str) -> torch.Tensor:
-        """``x`` [..., n] of every rank side by side: [..., world * n] (rank order); timed like all_reduce."""
-        parts = [torch.empty_like(x) for _ in range(self.world_size)]
-        self._collective(lambda: dist.all_gather(parts, x.contiguous(), group=self.group),
+    def all_gather(self, x: torch.Tensor, layer: int, site: str, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """``x`` [..., n] of every rank side by side: [..., world * n] (rank order), in ``dtype`` (default
+        ``x``'s); timed like all_reduce.
+
+        One collective into one [world, ..., n] buffer, then one copy that interleaves the ranks' parts
+        and converts the dtype (the logits' float32): two kernels after the matmul. A list all-gather
+        copied each part out of the collective's buffer, then concatenated them, then converted."""
+        x = x.contiguous()
+        flat = x.new_empty((self.world_size * x.shape[0], *x.shape[1:]))  # the ranks' x, one after the other
+        self._collective(lambda: dist.all_gather_into_tensor(flat, x, group=self.group),
                          x.numel() * x.element_size() * self.world_size, layer, site)
-        return torch.cat(parts, dim=-1)
+        out = torch.empty((*x.shape[:-1], self.world_size, x.shape[-1]), dtype=dtype or x.dtype, device=x.device)
+        out.copy_(flat.view(self.world_size, *x.shape).movedim(0, -2))  # [..., world, n]
+        return out.flatten(-2)  # [..., world * n]
 
     def _collective(self, run: Callable[[], Any], nbytes: int, layer: int, site: str) -> None:
         """Run one collective; with the probe on, time it (wall clock on CPU, CUDA events on GPU).

@@ -28,3 +28,83 @@ def test_a_compiled_phase_runs_its_collectives_untimed(tmp_path):
         assert seen == [] and tp.arrivals == []
     finally:
         dist.destroy_process_group()
+
+
+class _CompilingRunner:
+    """The eager runner with each phase compiled whole as the CUDA-graph runner compiles it under
+    --compile (``fullgraph=True, dynamic=False``, one compile per phase and shape, an eager call first
+    so lazy state is built outside the compiler), without the capture: CPU-runnable. ``backend``
+    "eager" traces with dynamo (where graph breaks and untraceable calls show) and runs the traced
+    graph without code generation."""
+
+    def __init__(self, target, drafter, backend: str) -> None:
+        from eaglelab.engine.runtime.compile import CompileLog, PhaseCompiler
+        from eaglelab.engine.runtime.runner import EagerRunner
+
+        self.eager = EagerRunner(target, drafter)
+        self.compiler = PhaseCompiler(CompileLog(None), backend=backend)
+        self.phases: dict[tuple, object] = {}
+
+    def __getattr__(self, name):  # everything but phase(): the eager runner's
+        return getattr(self.eager, name)
+
+    def phase(self, name, fn, inputs, caches=(), variant=None):
+        key = (name, variant, tuple(id(c) for c in caches),
+               tuple((k, tuple(v.shape), v.dtype) for k, v in inputs.items()))
+        if key not in self.phases:
+            tp = self.eager.target.tp
+            kept, tp.arrivals = tp.arrivals, None
+            fn(**inputs)  # as the graph runner's warm-up (untimed): lazy state (fused weights) built eagerly
+            tp.arrivals = kept
+            self.phases[key] = self.compiler(f"{name} {key[3]}", fn)
+        return tuple(self.phases[key](**inputs))
+
+
+def _compiled_phases_rank(tp, backend: str):
+    """This rank's tokens from eager and compiled-phase runs (plain and speculative), the phases
+    that compiled, and every fallback reason."""
+    from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
+    from eaglelab.engine.runtime.drafters import Eagle3Proposer
+    from eaglelab.engine.runtime.generate import Engine
+    from eaglelab.session import tree_spec
+
+    torch._dynamo.reset()
+    target = build_scale_model("tiny", tp=tp, seed=0).model
+    net, taps = random_eagle3(target, seed=1)
+    spec = tree_spec("eagle3", 3, 2, 6)
+    prompts = [[1, 5, 9, 13, 2], [7, 3, 8, 4, 6]]
+    out, seen, reasons = {}, set(), []
+    for kind in ("plain", "spec"):
+        drafter = Eagle3Proposer(net, spec, taps) if kind == "spec" else None
+        kw = {"drafter": drafter, "spec": spec} if drafter else {}
+        eager = Engine(target, **kw).generate(prompts, 6).tokens
+        runner = _CompilingRunner(target, net if drafter else None, backend)
+        drafter = Eagle3Proposer(net, spec, taps) if kind == "spec" else None
+        kw = {"drafter": drafter, "spec": spec} if drafter else {}
+        tp.arrivals = []  # as the bench's observed call: the probe's clocks on
+        compiled = Engine(target, runner=runner, **kw).generate(prompts, 6).tokens
+        outside = len(tp.arrivals)  # collectives timed outside compiled phases (the eager prefill's)
+        tp.arrivals = None
+        out[kind] = (eager, compiled, outside)
+        seen |= {p.name.split(" ")[0] for p in runner.compiler.made}
+        reasons += [p.reason for p in runner.compiler.made if p.reason]
+    return out, sorted(seen), reasons
+
+
+def test_tp2_phases_compile_whole_on_every_rank():
+    """Two gloo ranks, the tiny model: decode, verify, accept, draft and draft_extend each compile
+    whole (fullgraph, static shapes) with the target's all-reduces and logits all-gather inside, no
+    phase falls back to eager, and the compiled runs give the eager runs' tokens on every rank.
+    Only the eager prefill's collectives reach the probe's clock (2 per layer + the gather)."""
+    from tests.tp_harness import RankFailure, spawn_ranks
+
+    ranks = spawn_ranks(_compiled_phases_rank, 2, "eager", timeout_s=300.0)
+    for rank, got in enumerate(ranks):
+        assert not isinstance(got, RankFailure), got
+        out, seen, reasons = got
+        assert reasons == [], (rank, reasons)
+        assert seen == ["accept", "decode", "draft", "draft_extend", "verify"], seen
+        for kind, (eager, compiled, outside) in out.items():
+            assert compiled == eager, (rank, kind)
+            assert outside == 9, (rank, kind, outside)  # tiny: 4 layers x 2 + the head's gather, prefill only
+    assert ranks[0][0] == ranks[1][0]
