@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     # Greedy, and each configuration chooses graphs, compile and the verify mode: not flags here.
     p.set_defaults(temperature=0.0, top_k=0, top_p=1.0, attention_mode="decode", cuda_graphs=False, compile=False)
     w = p.add_argument_group("workload")
-    w.add_argument("--configs", default=None, help="comma list (default: all; graph configs only on CUDA)")
+    w.add_argument("--configs", default=None, help="comma list (default: all; graph configs only on CUDA; none: no configuration, for --profile)")
     w.add_argument("--batch-sizes", default=None, help=f"comma list (default CUDA {GPU_DEFAULTS['batch_sizes']}, "
                                                         f"CPU {CPU_DEFAULTS['batch_sizes']})")
     w.add_argument("--prompts", type=int, default=None, help="MT-bench questions used (first turns; default CUDA 8, CPU 2)")
@@ -58,6 +58,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="tensor-parallel ranks; launch as `torchrun --nproc-per-node N -m eaglelab bench --tp N ...` "
                         "(default configs then: plain-eager, plain-graphs, spec-decode-graphs; no HF peer). Any --tp, "
                         "1 included, seeds a scale model's weights per tensor, so --tp 1 and --tp N hold the same model")
+    p.add_argument("--profile", action="store_true",
+                   help="also profile one plain decode step per batch size (torch.profiler, rank 0 under --tp): "
+                        "kernel names and microseconds per step, eager layers and (CUDA) compiled whole; "
+                        "with --configs none only this (and the --tp section)")
     p.add_argument("--tp-check", action="store_true",
                    help="debug: assert every cycle that the ranks' replicated drafters drafted the same tree")
     p.set_defaults(func=run)
@@ -104,6 +108,7 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
         from eaglelab.bench.tp import tp_section
 
         section = tp_section(ctx, tp, args.micro_context, log)
+    profiles = _profile(args, setup, tp, log) if args.profile else None
     rows, outputs, captures = [], {}, {}
     if not args.micro_only:
         for name in configs:
@@ -114,7 +119,8 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
             if write:  # a partial report after each configuration (a run cut short keeps what it measured)
                 done = B.finish_rows(rows, outputs)
                 partial = _report(args, setup, done, [], captures, B.headline(done, [], setup["weight_bytes"], hbm))
-                B.write_json(args.json, {**partial, "partial": True, **({"tp": section} if section else {})})
+                B.write_json(args.json, {**partial, "partial": True, **({"tp": section} if section else {}),
+                                         **({"profile": profiles} if profiles is not None else {})})
         rows = B.finish_rows(rows, outputs)
     micro = []
     if args.micro or args.micro_only:
@@ -126,7 +132,13 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
     report = _report(args, setup, rows, micro, captures, head)
     if section is not None:
         report["tp"] = section
+    if profiles is not None:
+        report["profile"] = profiles
     _print(console, report, rows, micro)
+    if profiles is not None:
+        from eaglelab.bench.profile import print_profile
+
+        print_profile(console, profiles, ctx.device.type == "cuda")
     if section is not None:
         from eaglelab.bench.tp import print_tp
 
@@ -135,6 +147,21 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
         B.write_json(args.json, report)
         console.print(f"[dim]wrote {args.json}[/]")
     return report, outputs
+
+
+def _profile(args, setup, tp, log) -> list[dict[str, Any]]:
+    """``--profile``: one decode step per batch size under torch.profiler, eager layers and, on CUDA,
+    compiled whole as the *-compile configurations compile a phase (on CPU those do not run)."""
+    from eaglelab.bench.profile import profile_decode, profile_section
+
+    ctx = setup["ctx"]
+    cuda = ctx.device.type == "cuda"
+    compiler = ctx.kernels(True).compile_phase if cuda else None
+    log("profile: one decode step per batch size, kernel by kernel" + (" (rank 0)" if tp is not None else ""))
+    found = profile_decode(ctx.target, tp, ctx.batch_sizes, args.micro_context, compiler, setup["weight_bytes"],
+                           steps=10 if cuda else 2, warmup=3 if cuda else 1, log=log)
+    _release(ctx.device)
+    return profile_section(found)
 
 
 def _release(device) -> None:
@@ -157,6 +184,8 @@ def _configs(args, default: str | None = None) -> list[str]:
     text = args.configs or default
     if text is None:
         return list(CONFIGS)
+    if text.strip() == "none":  # only the --tp section, --profile and the micro-measure
+        return []
     names = [c.strip() for c in text.split(",") if c.strip()]
     for n in names:
         if n not in CONFIGS:
