@@ -108,7 +108,7 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
         from eaglelab.bench.tp import tp_section
 
         section = tp_section(ctx, tp, args.micro_context, log)
-    profiles = _profile(args, setup, tp, log) if args.profile else None
+    profiles = None
     rows, outputs, captures = [], {}, {}
     if not args.micro_only:
         for name in configs:
@@ -119,9 +119,14 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
             if write:  # a partial report after each configuration (a run cut short keeps what it measured)
                 done = B.finish_rows(rows, outputs)
                 partial = _report(args, setup, done, [], captures, B.headline(done, [], setup["weight_bytes"], hbm))
-                B.write_json(args.json, {**partial, "partial": True, **({"tp": section} if section else {}),
-                                         **({"profile": profiles} if profiles is not None else {})})
+                B.write_json(args.json, {**partial, "partial": True, **({"tp": section} if section else {})})
         rows = B.finish_rows(rows, outputs)
+    if args.profile:  # after the configurations: plain-compile's decode compiles are then cache hits
+        profiles = _profile(args, setup, tp, log)
+        if write:
+            partial = _report(args, setup, rows, [], captures, B.headline(rows, [], setup["weight_bytes"], hbm))
+            B.write_json(args.json, {**partial, "partial": True, **({"tp": section} if section else {}),
+                                     "profile": profiles})
     micro = []
     if args.micro or args.micro_only:
         log("micro-measure: 1-token decode vs verify of N tokens")
@@ -158,7 +163,7 @@ def _profile(args, setup, tp, log) -> list[dict[str, Any]]:
     cuda = ctx.device.type == "cuda"
     compiler = ctx.kernels(True).compile_phase if cuda else None
     log("profile: one decode step per batch size, kernel by kernel" + (" (rank 0)" if tp is not None else ""))
-    found = profile_decode(ctx.target, tp, ctx.batch_sizes, args.micro_context, compiler, setup["weight_bytes"],
+    found = profile_decode(ctx.target, tp, ctx.batch_sizes, ctx.max_len, compiler, setup["weight_bytes"],
                            steps=10 if cuda else 2, warmup=3 if cuda else 1, log=log)
     _release(ctx.device)
     return profile_section(found)

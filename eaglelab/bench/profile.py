@@ -1,9 +1,9 @@
 """``eaglelab bench --profile``: where one decode step's device time goes, kernel by kernel.
 
-One plain decode step (the target's forward of one token per row over a cache holding ``context``
-tokens, the logits and the argmax: what the decode phase runs) is launched ``steps`` times outside any
-CUDA graph under ``torch.profiler``, once with the eager layers and once compiled whole as the
-``*-compile`` configurations compile a phase. Kernel times do not depend on the launch path, so the
+One plain decode step (the engine's decode phase: the target's forward of one token per row over
+the graph runner's static cache, half full, the logits and the greedy pick) is launched ``steps``
+times outside any CUDA graph under ``torch.profiler``, once with the eager layers and once compiled
+whole as the ``*-compile`` configurations compile it (run after them, the compile is a cache hit). Kernel times do not depend on the launch path, so the
 table says which kernels a replayed step spends its time in; the host-timed step beside it does
 include the launches (a graph replay does not).
 
@@ -71,28 +71,28 @@ class StepProfile:
     kernels: list[KernelRow]  # the costliest ``top``
 
 
-def _decode_step(target, cache, batch: int, context: int) -> Callable[[], torch.Tensor]:
-    """The decode phase's work over a fixed cache: one token per row at slot = position = context."""
+def _decode_phase(target, cache, batch: int, context: int) -> tuple[Callable, dict[str, torch.Tensor]]:
+    """The engine's plain decode phase (greedy) over ``cache`` -> (fn, its inputs): one token per row at
+    slot = position = ``context``. The very function the CUDA-graph runner compiles for the
+    *-compile configurations, over a cache of the runner's shape, so its compile is the same graph
+    (inductor's on-disk cache then serves the second)."""
+    from eaglelab.engine.runtime.generate import Engine
+    from eaglelab.engine.runtime.sampling import SamplingParams
+
     dev = cache.k.device
-    tok = torch.full((batch, 1), 7, dtype=torch.long, device=dev)
-    slots = torch.full((batch, 1), context, dtype=torch.long, device=dev)
-    mask = prefix_mask(slots, cache.max_len)
-
-    def step():
-        hidden, _ = target(tok, slots, cache, slots, mask, kernels=EAGER_KERNELS)  # [B, 1, H]
-        return target.logits(hidden[:, 0]).argmax(-1)  # [B]
-
-    return step
+    ins = {"root": torch.full((batch,), 7, dtype=torch.long, device=dev),  # [B]
+           "lengths": torch.full((batch,), context, dtype=torch.long, device=dev)}  # [B]
+    return Engine(target)._decode_fn(cache, SamplingParams()), ins
 
 
-def _filled_cache(target, rows: int, context: int):
+def _filled_cache(target, rows: int, max_len: int, context: int):
+    """A cache of ``rows`` x ``max_len`` slots (the graph runner's static shape) holding ``context`` tokens."""
     dev, dtype = next(target.parameters()).device, next(target.parameters()).dtype
-    S = -(-(context + 2) // 64) * 64
-    cache = target.make_cache(rows, S, dtype=dtype, device=dev)
+    cache = target.make_cache(rows, max_len, dtype=dtype, device=dev)
     g = torch.Generator(device="cpu").manual_seed(0)
     ids = torch.randint(0, target.config.vocab_size, (rows, context), generator=g).to(dev)
     pos = torch.arange(context, device=dev).expand(rows, -1)
-    target(ids, pos, cache, pos, prefix_mask(pos, S))
+    target(ids, pos, cache, pos, prefix_mask(pos, max_len))
     return cache
 
 
@@ -143,27 +143,30 @@ def _summarise(times: list[tuple[str, int, float]], steps: int, top: int) -> tup
 
 
 @torch.inference_mode()
-def profile_decode(target, tp, batch_sizes: tuple[int, ...], context: int, compiler: Compiler | None,
+def profile_decode(target, tp, batch_sizes: tuple[int, ...], max_len: int, compiler: Compiler | None,
                    weight_bytes: int, steps: int = 10, warmup: int = 3, top: int = 30,
                    log=lambda m: None) -> list[StepProfile]:
-    """Profile a decode step per batch size, eager layers and (with ``compiler``) compiled whole.
+    """Profile the decode phase per batch size, eager layers and (with ``compiler``) compiled whole,
+    over a cache of ``max(batch_sizes)`` x ``max_len`` slots half full.
 
     Every rank calls this with the same arguments (the steps hold collectives); the profiler runs on
     rank 0 only, the others run the same steps unprofiled. ``weight_bytes``: what one step reads of
     this rank's weights (for the matmul bandwidth figure)."""
     dev = next(target.parameters()).device
     cuda, rank0 = dev.type == "cuda", tp is None or tp.rank == 0
-    cache = _filled_cache(target, max(batch_sizes), context)
+    context = max_len // 2
+    cache = _filled_cache(target, max(batch_sizes), max_len, context)
     out = []
     for layers in ("eager", "compiled") if compiler is not None else ("eager",):
         for b in batch_sizes:
-            eager = _decode_step(target, cache, b, context)
-            fn, status = eager, "ran"
-            eager()  # lazy state (fused weights) is built eagerly, before any compile
+            phase, ins = _decode_phase(target, cache, b, context)
+            run, status = phase, "ran"
+            phase(**ins)  # lazy state (fused weights) is built eagerly, before any compile
             if layers == "compiled":
-                fn = compiler(f"profiled decode [b={b}]", eager)
-                fn()  # compiles (or loads)
-                status = getattr(fn, "reason", None) or "ran"
+                run = compiler(f"profiled decode [b={b}]", phase)
+                run(**ins)  # compiles (or loads)
+                status = getattr(run, "reason", None) or "ran"
+            fn = lambda: run(**ins)  # noqa: E731
             for _ in range(warmup):
                 fn()
             step_ms = _host_ms(fn, dev, max(3, steps))

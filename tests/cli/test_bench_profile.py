@@ -41,7 +41,7 @@ def test_bench_tp2_profile_shows_the_collectives_of_a_decode_step(tmp_path):
     out = tmp_path / "tp2.json"
     argv = ["bench", "--tp", "2", "--scale-model", "tiny", "--device", "cpu", "--dtype", "float32", "--questions",
             str(q), "--prompts", "1", "--batch-sizes", "1,2", "--max-new-tokens", "8", "--configs", "none",
-            "--no-micro", "--profile", "--micro-context", "32", "--json", str(out)]
+            "--no-micro", "--profile", "--json", str(out)]
     ranks = spawn_ranks(_bench_rank, 2, argv, timeout_s=200.0)
     assert not any(isinstance(r, RankFailure) for r in ranks), ranks
     assert ranks[1] == []
@@ -66,7 +66,7 @@ def test_profile_decode_compiled_whole_runs_and_matches_the_eager_step():
     torch._dynamo.reset()
     model = build_scale_model("tiny", seed=0).model
     compiler = PhaseCompiler(CompileLog(None), backend="eager")
-    got = profile_decode(model, None, (1,), 32, compiler, decode_weight_bytes(model), steps=2, warmup=1)
+    got = profile_decode(model, None, (1,), 64, compiler, decode_weight_bytes(model), steps=2, warmup=1)
     assert [(p.layers, p.status) for p in got] == [("eager", "ran"), ("compiled", "ran")]
     assert [p.reason for p in compiler.made] == [None]
     for p in got:
