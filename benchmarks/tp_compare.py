@@ -3,7 +3,8 @@
     python benchmarks/tp_compare.py --tp1 r/llama8b_tp1.json --tpn r/llama8b_tp2.json [--markdown]
 
 Prints, per configuration and batch size: tok/s at TP=1 and TP=N (same machine, same run of the
-script), their ratio, speculative over plain at TP=N, and the all-reduce share of a decode and a
+script), their ratio, speculative over plain at TP=N (against the plain configuration with the same
+graphs / compile setting), and the all-reduce share of a decode and a
 verify step (graph replays where they ran) from the TP=N report. Reads the JSON only: no torch.
 """
 
@@ -13,6 +14,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+
+# the plain configuration a speculative one is read against (same graphs / compile setting)
+PLAIN_OF = {"spec-compile": "plain-compile", "spec-decode-graphs": "plain-graphs", "spec-prefill-graphs": "plain-graphs",
+            "spec-decode": "plain-eager", "spec-prefill": "plain-eager"}
 
 
 def load(path: str) -> dict:
@@ -39,7 +45,7 @@ def rows(one: dict, many: dict) -> list[list[str]]:
     out = []
     for (cfg, b), tn in sorted(sn.items(), key=lambda kv: (kv[0][1], kv[0][0])):
         t1 = s1.get((cfg, b))
-        plain = sn.get(("plain-graphs", b)) or sn.get(("plain-eager", b))
+        plain = sn.get((PLAIN_OF.get(cfg, "plain-graphs"), b)) or sn.get(("plain-graphs", b)) or sn.get(("plain-eager", b))
         spec_over_plain = f"{tn / plain:.2f}x" if cfg.startswith("spec") and plain else "-"
         share = sh.get((b, "verify" if cfg.startswith("spec") else "decode"))
         out.append([cfg, str(b), f"{t1:.1f}" if t1 else "-", f"{tn:.1f}", f"{tn / t1:.2f}x" if t1 else "-",
