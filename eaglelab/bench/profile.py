@@ -66,6 +66,7 @@ class StepProfile:
     steps: int
     step_ms: float  # host-timed median of a synchronised launched step (launch overhead included)
     device_us: float  # summed kernel (CPU: operator self) time per step
+    launches: float  # kernels (CPU: operators) per step, all of them
     by_category: dict[str, float]  # category -> us per step
     weight_gbps: float | None  # this rank's decode weight bytes / the matmul time per step
     kernels: list[KernelRow]  # the costliest ``top``
@@ -176,8 +177,9 @@ def profile_decode(target, tp, batch_sizes: tuple[int, ...], max_len: int, compi
             total, cats, rows = _summarise(times, steps, top)
             mm = cats.get("matmul", 0.0)
             gbps = weight_bytes / (mm * 1e-6) / 1e9 if mm > 0 and b == 1 else None
-            out.append(StepProfile(b, layers, status, steps, step_ms, total, cats, gbps, rows))
-            log(f"  profile decode b={b} {layers}: {total:.0f} us of kernels per step "
+            launches = sum(n for _, n, _ in times) / steps
+            out.append(StepProfile(b, layers, status, steps, step_ms, total, launches, cats, gbps, rows))
+            log(f"  profile decode b={b} {layers}: {launches:.0f} kernels, {total:.0f} us of kernels per step "
                 f"({', '.join(f'{k} {v:.0f}' for k, v in cats.items())}); launched step {step_ms:.2f} ms")
     return out
 
@@ -210,12 +212,12 @@ def print_profile(console, profiles: list[dict[str, Any]], cuda: bool, top: int 
     from rich import box
     from rich.table import Table
 
-    what = "kernel" if cuda else "operator (self CPU)"
+    what, many = ("kernel", "kernels") if cuda else ("operator (self CPU)", "operators")
     for p in profiles:
         cats = ", ".join(f"{k} {v:.0f} us" for k, v in p["by_category"].items())
         bw = f"; matmuls read this rank's weights at {p['weight_gbps']:.0f} GB/s" if p["weight_gbps"] else ""
-        t = Table(title=f"decode step b={p['batch']}, {p['layers']} layers ({p['status']}): {p['device_us']:.0f} us "
-                        f"of {what} time per step ({cats}){bw}; launched step {p['step_ms']:.2f} ms",
+        t = Table(title=f"decode step b={p['batch']}, {p['layers']} layers ({p['status']}): {p['launches']:.0f} {many}, "
+                        f"{p['device_us']:.0f} us of their time per step ({cats}){bw}; launched step {p['step_ms']:.2f} ms",
                   title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 2, 0, 0))
         for col in ("us/step", "share", "calls/step", "category", what):
             t.add_column(col, justify="left" if col in ("category", what) else "right", no_wrap=col != what)
