@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 
@@ -108,3 +109,54 @@ def test_tp2_phases_compile_whole_on_every_rank():
             assert compiled == eager, (rank, kind)
             assert outside == 9, (rank, kind, outside)  # tiny: 4 layers x 2 + the head's gather, prefill only
     assert ranks[0][0] == ranks[1][0]
+
+
+def _compiled_graphs_rank(tp, cache_root: str):
+    """NCCL: plain and speculative runs with every phase compiled whole inside its CUDA graph. ->
+    (tokens per run, each cycle phase's most common graph status, the compile fallbacks)."""
+    from pathlib import Path
+
+    from eaglelab.bench.harness import PhaseCollector
+    from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
+    from eaglelab.engine.runtime.compile import compile_report, compiled_kernels
+    from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
+    from eaglelab.engine.runtime.drafters import Eagle3Proposer
+    from eaglelab.engine.runtime.generate import Engine
+    from eaglelab.engine.runtime.spec_config import SpecConfig
+    from eaglelab.session import tree_spec
+
+    dev = torch.device("cuda", tp.local_rank)
+    target = build_scale_model("tiny", device=dev, dtype=torch.bfloat16, tp=tp, seed=0).model
+    net, taps = random_eagle3(target, seed=1)
+    kernels = compiled_kernels(Path(cache_root))
+    prompts = [[1, 5, 9, 13, 2], [7, 3, 8, 4, 6]]
+    out, status = {}, {}
+    for kind in ("plain", "spec"):
+        spec = (tree_spec("eagle3", 3, 2, 6, cuda_graphs=True, compile=True) if kind == "spec"
+                else SpecConfig(cuda_graphs=True, compile=True))
+        drafter = Eagle3Proposer(net, spec, taps) if kind == "spec" else None
+        runner = CudaGraphRunner.for_engine(target, spec, drafter, max_len=128, buckets=(2,), kernels=kernels)
+        col = PhaseCollector()
+        out[kind] = Engine(target, drafter=drafter, spec=spec, observer=col, runner=runner).generate(prompts, 6).tokens
+        status[kind] = col.graph_summary()
+    return out, status, compile_report(kernels)[1]
+
+
+@pytest.mark.gpu
+def test_tp_phases_compile_inside_their_graphs_on_nccl(tmp_path):
+    """NCCL ranks (2 GPUs if there, else 1), bf16: with --compile every phase of a plain and a
+    speculative run compiles whole and replays from its graph (no phase but the prefill runs eagerly,
+    no compile falls back), and the ranks emit the same tokens."""
+    from tests.tp_harness import RankFailure, spawn_ranks
+
+    if not torch.cuda.is_available():
+        pytest.skip("needs CUDA")
+    world = min(2, torch.cuda.device_count())
+    ranks = spawn_ranks(_compiled_graphs_rank, world, str(tmp_path), backend="nccl", timeout_s=400)
+    for got in ranks:
+        assert not isinstance(got, RankFailure), got
+        out, status, reasons = got
+        assert reasons == [], reasons
+        assert status["plain"] == {"decode": "replay"}, status
+        assert status["spec"] == {p: "replay" for p in ("draft", "verify", "draft_extend")}, status
+    assert all(got[0] == ranks[0][0] for got in ranks)
