@@ -382,6 +382,8 @@ def _print(console, report, rows, micro) -> None:
                       "rounds differently from 1-token decodes, so speculative rows may drift; float32 is exact)[/]")
         for line in _eager_reasons(rows):
             console.print(f"[dim]{line}[/]")
+        for line in _compile_fallback_lines(rows):
+            console.print(f"[yellow]{line}[/]")
     if micro:
         console.print(_micro_table(micro))
     for line in _headline_lines(report["headline"]):
@@ -441,6 +443,16 @@ def _eager_reasons(rows) -> list[str]:
             if status != "replay":
                 seen.setdefault(status, set()).add(f"{r.config} {_SHORT.get(phase, phase)}")
     return [f"  E = {why}: {', '.join(sorted(where))}" for why, where in seen.items()]
+
+
+def _compile_fallback_lines(rows) -> list[str]:
+    """Per config, each phase compile that fell back to eager (its graph then holds the eager layers)."""
+    seen: dict[str, list[str]] = {}
+    for r in rows:
+        for why in r.compile_fallbacks:
+            if why not in seen.setdefault(r.config, []):
+                seen[r.config].append(why)
+    return [f"  not compiled ({cfg}, ran eager inside its graph): {why}" for cfg, whys in seen.items() for why in whys]
 
 
 _CALL = {("decode", True): "decode/graph", ("decode", False): "decode/eager", ("prefill", False): "extend/eager",

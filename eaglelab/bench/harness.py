@@ -99,6 +99,9 @@ class BenchRow:
     graph: dict[str, str] = field(default_factory=dict)  # phase -> most common "replay" | "eager: why"
     skipped: str | None = None
     allreduce: dict[str, Any] | None = None  # --tp: the observed call's collectives (eaglelab/bench/tp.py)
+    # *-compile configs: each phase compile of this config that fell back to eager (the phase then ran its
+    # eager layers, inside its graph: still "R"), with its reason; under --tp from every rank ("rank r: ...")
+    compile_fallbacks: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -301,6 +304,7 @@ def run_config(cfg: BenchConfig, ctx: BenchContext) -> tuple[list[BenchRow], dic
         gen = lambda g, m: system.engine().generate(g, m)  # noqa: E731
         observed = lambda obs: (lambda g, m: system.engine(obs).generate(g, m))  # noqa: E731
     rows, outputs = [], {}
+    made = _compiled_phases(ctx)
     for b in ctx.batch_sizes:
         repeats = 1 if cfg.peer else ctx.repeats
         row, outs = measure(gen, observed, cfg, ctx, b, repeats)
@@ -309,7 +313,26 @@ def run_config(cfg: BenchConfig, ctx: BenchContext) -> tuple[list[BenchRow], dic
         ctx.log(f"  batch {b:>3}: {row.tok_per_s:8.1f} tok/s")
     if not cfg.peer:
         captures = system.capture_stats()  # graphs are captured lazily, by the warm-up calls
+    fallbacks = _compile_fallbacks(ctx, _compiled_phases(ctx)[len(made):])
+    if fallbacks:
+        from dataclasses import replace
+
+        rows = [replace(r, compile_fallbacks=fallbacks) for r in rows]
     return rows, outputs, captures
+
+
+def _compiled_phases(ctx: BenchContext) -> list[Any]:
+    """Every phase compile made so far (CompiledOrEager), in order."""
+    return list(ctx.compiled.compile_phase.made) if ctx.compiled is not None else []
+
+
+def _compile_fallbacks(ctx: BenchContext, phases: list[Any]) -> tuple[str, ...]:
+    """The reasons of the phases that did not compile; under TP every rank's (a collective on the
+    side group: every rank calls this at the same point), so a failure on rank 1 is not silent."""
+    mine = [p.reason for p in phases if p.reason]
+    if ctx.tp is None:
+        return tuple(mine)
+    return tuple(f"rank {r}: {m}" for r, reasons in enumerate(ctx.tp.gather_objects(mine)) for m in reasons)
 
 
 def _skip_reason(cfg: BenchConfig, ctx: BenchContext) -> str | None:

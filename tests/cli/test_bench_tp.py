@@ -182,3 +182,18 @@ def test_allreduce_share_captures_graphs_with_and_without_collectives():
         assert {(b, s, g) for b, s, g, *_ in r} == {(b, s, g) for b in (1, 2) for s in ("decode", "verify")
                                                     for g in (False, True)}
         assert all(n == 9 and w > 0 and wo > 0 for *_, n, w, wo in r)
+
+
+def _fallbacks_rank(tp):
+    from types import SimpleNamespace
+
+    from eaglelab.bench.harness import _compile_fallbacks
+
+    phases = [SimpleNamespace(reason=None), SimpleNamespace(reason="eager: verify [b=1] did not compile (X)")]
+    return _compile_fallbacks(SimpleNamespace(tp=tp), phases if tp.rank == 1 else phases[:1])
+
+
+def test_a_compile_fallback_on_another_rank_is_reported_by_rank_0():
+    """A phase that compiled on rank 0 but fell back to eager on rank 1 shows in rank 0's report."""
+    got = spawn_ranks(_fallbacks_rank, 2, timeout_s=60.0)
+    assert got == [("rank 1: eager: verify [b=1] did not compile (X)",)] * 2
