@@ -76,7 +76,21 @@ def main(argv: list[str] | None = None) -> int:
         widths = [max(len(x) for x in col) for col in zip(head, *table)]
         for r in [head, *table]:
             print("  ".join(x.rjust(w) if i else x.ljust(w) for i, (x, w) in enumerate(zip(r, widths))))
+    for label, rep in (("TP=1", one), (f"TP={n}", many)):
+        for line in fallbacks(rep):
+            print(f"{label} not compiled: {line}")
     return 0
+
+
+def fallbacks(report: dict) -> list[str]:
+    """Each *-compile config's phase compiles that fell back to eager (they ran eager inside their graphs)."""
+    out: list[str] = []
+    for r in report["rows"]:
+        for why in r.get("compile_fallbacks", ()):
+            line = f"{r['config']}: {why}"
+            if line not in out:
+                out.append(line)
+    return out
 
 
 if __name__ == "__main__":
