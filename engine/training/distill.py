@@ -25,6 +25,7 @@ recomputes the target's hidden states online (``eaglelab train --online``).
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -183,17 +184,31 @@ class Distiller:
         self._engines: dict[int, Any] = {}  # prompt bucket -> Engine with its own runner (graphs, static cache)
 
     def engine(self, bucket: int):
-        """The engine for prompts up to ``bucket`` tokens (its graph is captured on first use)."""
+        """The engine for prompts up to ``bucket`` tokens (its graph is captured on first use).
+
+        Batches run in increasing prompt length, so a new bucket's engine replaces the others: one
+        static cache is held at a time (at 2048 rows the 512-token bucket's cache alone is ~34 GB
+        for SmolLM2-135M in bfloat16)."""
         from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
         from eaglelab.engine.runtime.generate import Engine
         from eaglelab.engine.runtime.spec_config import SpecConfig
 
         if bucket not in self._engines:
+            self._release()
             s = self.settings
             runner = CudaGraphRunner(self.model, spec=SpecConfig(cuda_graphs=s.cuda_graphs), max_len=s.cache_len(bucket),
                                      buckets=(s.batch_size,), enabled=s.cuda_graphs)
             self._engines[bucket] = Engine(self.model, eos_token_ids=self.eos, runner=runner)
         return self._engines[bucket]
+
+    def _release(self) -> None:
+        """Drop every engine (their graphs and static caches) and give the memory back to the device."""
+        if not self._engines:
+            return
+        self._engines.clear()
+        gc.collect()  # an engine and its runner may refer to each other: free the graphs' pools now
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     @property
     def graph_status(self) -> str:
