@@ -97,8 +97,8 @@ def test_a_stopped_distill_resumes_to_the_same_answers(tmp_path):
 def test_one_prompt_length_class_is_held_at_a_time_and_answers_stay_greedy(tmp_path):
     """Batches run in increasing prompt length; a new length class (its own static cache) replaces the
     engine of the last, so large batches never hold two caches; the answers are still each prompt's
-    plain greedy answer. Worked example: max_prompt_tokens 200 -> classes 128 and 200; prompts of
-    4-9 tokens run in the 128 class, those of 130-160 in the 200 class, in that order."""
+    plain greedy answer. Worked example: max_prompt_tokens 200 -> classes 64, 128, 192, 200; prompts of
+    4-9 tokens run in the 64 class, those of 130-160 in the 192 class, in that order."""
     model = sharp_target(seed=1)
     g = torch.Generator().manual_seed(9)
     long = [torch.randint(3, VOCAB, (int(n),), generator=g).tolist() for n in (130, 160, 145)]
@@ -116,8 +116,8 @@ def test_one_prompt_length_class_is_held_at_a_time_and_answers_stay_greedy(tmp_p
 
     d.engine = spy
     d.run(ps, tmp_path / "d")
-    assert settings.prompt_buckets == (128, 200)
-    assert set(held) == {1} and asked == sorted(asked) and asked[0] == 128 and asked[-1] == 200
+    assert settings.prompt_buckets == (64, 128, 192, 200)
+    assert set(held) == {1} and asked == sorted(asked) and asked[0] == 64 and asked[-1] == 192
     got = rows(tmp_path / "d")
     for i, p in enumerate(ps):
         assert got[i] == p + Engine(model, eos_token_ids=EOS).generate([p], 6).tokens[0], i
