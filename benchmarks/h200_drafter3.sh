@@ -21,13 +21,19 @@
 #     with room (~17 GB of KV for the 512-token class); MAX_NEW 160 (was 192): the benches read 128 new tokens, and
 #     a batch runs until its longest answer ends, so the cap sets the time per batch: ~20% more prompts per second.
 #   N_PROMPTS 100000 in DISTILL_S 320: ~300 prompts/s if the throughput holds; the distill runs the shortest prompts
-#     first, so a stop at the limit drops the longest; the rest of the 140k file is never used.
+#     first, so a stop at the limit drops the longest; the rest of the 140k file is never used. The distill's own
+#     limit counts its generation loop only: loading and tokenizing (now ~1,500 prompts/s on one core; the chat
+#     template used to be compiled per prompt, ~90/s) come before it, hence the 90 s margin of its timeout.
+#   Prompt-length classes 64/128/192/256/512 (decode attends over the whole static cache of its class).
 #   TRAIN_BS 64, LR 4e-4 (3e-4 x sqrt 2): twice the sequences per launch of the same kernels (the step was
 #     launch-bound); the batch's host copy is now page-locked, so it no longer waits for the GPU each step.
 #     TOTAL_STEPS is set in stage 2 from the measured steps/s of stage 1 (the checkpoint holds step and seconds), so
-#     the cosine schedule ends (LR 0) at the last step the time allows; before that, a guess (TOTAL_STEPS).
+#     the cosine schedule ends (LR 0) at the last step the time allows; before that, a guess (TOTAL_STEPS 2400).
+#     Memory at 64 rows of 768 tokens: ~55 GB (7 TTT steps of [64, T, 12288] float32 log-probabilities and the
+#     masked attention's weights); 128 rows would come close to the H200's 141 GB on the longest batches.
 #   VOCAB 12288 (as the shipped drafter; 24.5 MB in bf16, under 25 MB).
-#   Benches, 40 prompts x 128 new tokens at batch 1, each against plain decoding in the same run (~45 s each):
+#   Benches, 40 prompts x 128 new tokens at batch 1 (5 per MT-bench category), each against plain decoding in the
+#     same run (~40 s each, ~75 s for one that compiles new shapes; BENCH_S 290 keeps room for five and the export):
 #     MT-bench chain 3 (--steps 3 --topk 1 --draft-tokens 4, the issue's chain), trees 6/4/16 and 8/8/64 (on an H200 at
 #     batch 1 a 135M target verifies 64 tokens in about the time of 16, so the wider tree costs little and shows how
 #     far the accepted length goes), HumanEval chain 3 (the second held-out set), the shipped drafter's MT-bench
@@ -57,7 +63,7 @@ BS=${TRAIN_BS:-64}
 train_args() {  # TOTAL_STEPS
   TRAIN=(--online --target default --data "$DATA" --out "$D" --checkpoint-dir "$CK" --init-from "${INIT:-$SHIPPED}"
     --total-steps "$1" --batch-size "$BS" --lr "${LR:-4e-4}" --warmup-ratio 0.02 --max-grad-norm 0.5 --ttt-length 7
-    --draft-vocab-size "${VOCAB:-12288}" --max-length 768 --checkpoint-every 200 --log-every 50 --eval-every 300
+    --draft-vocab-size "${VOCAB:-12288}" --max-length 768 --checkpoint-every 200 --log-every 50 --eval-every 400
     --eval-samples "${EVAL_N:-512}" --tensorboard "$RES/tb" --device "$DEV" --dtype "$DT" --save-dtype bfloat16)
 }
 
@@ -65,20 +71,20 @@ stage_1() {
   { nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader; echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-}"; } > "$RES/gpu.txt" 2>&1
   cp "${PROMPTS:-.carry/prompts}/manifest.json" "$RES/prompts_manifest.json" 2>/dev/null
   local ds=${DISTILL_S:-320}
-  TAIL=6 run distill $(( ds + 60 )) $EL distill --prompts "${PROMPTS:-.carry/prompts}" --out "$DATA" \
+  TAIL=6 run distill $(( ds + 90 )) $EL distill --prompts "${PROMPTS:-.carry/prompts}" --out "$DATA" \
     --limit "${N_PROMPTS:-100000}" --max-new-tokens "${MAX_NEW:-160}" --batch-size "${DISTILL_BS:-1024}" \
     --max-prompt-tokens 512 --time-limit "$ds" --device "$DEV" --dtype "$DT"
   cp "$DATA/distill.json" "$RES/" 2>/dev/null
   # what is left of the stage, less ~35 s for the trainer's start (data, target, draft vocabulary) and its save
   local left=$(( ${STAGE1_S:-425} - $(elapsed) - 35 ))
   if [ "$left" -lt 15 ]; then log "no time left for a first training piece ($left s); stage 2 trains from step 0"; return; fi
-  train_args "${TOTAL_STEPS:-4000}"
+  train_args "${TOTAL_STEPS:-2400}"
   TAIL=20 run train_1 $(( left + 30 )) $EL train "${TRAIN[@]}" --time-limit "$left"
 }
 
 # the steps the schedule should end at: the checkpoint's step + its measured steps/s x the seconds this piece has
 planned_steps() {  # SECONDS_OF_TRAINING
-  python3 - "$CK" "$1" "${TOTAL_STEPS:-4000}" <<'PY'
+  python3 - "$CK" "$1" "${TOTAL_STEPS:-2400}" <<'PY'
 import sys
 from pathlib import Path
 import torch
@@ -91,7 +97,7 @@ step, spent = st["position"]["step"], float(st.get("seconds", 0.0))
 if step < 20 or spent <= 0:
     print(default); print(f"step {step} in {spent:.0f} s: too little to measure; TOTAL_STEPS {default}", file=sys.stderr); sys.exit()
 rate = step / spent
-total = step + int(0.95 * rate * secs)
+total = step + int(0.92 * rate * secs)  # the rate leaves out evaluations and checkpoints
 print(total)
 print(f"step {step} after {spent:.0f} s of training = {rate:.2f} steps/s; {secs:.0f} s more -> TOTAL_STEPS {total}", file=sys.stderr)
 PY
@@ -102,7 +108,7 @@ stage_2() {
     log "no token ids in $W: the machine went cold after stage 1; run stage 1 again"; exit 3
   fi
   # the benches, export and check-wiring need ~BENCH_S; the trainer's start and save ~35 s
-  local left=$(( ${STAGE2_S:-505} - $(elapsed) - ${BENCH_S:-265} - 35 ))
+  local left=$(( ${STAGE2_S:-505} - $(elapsed) - ${BENCH_S:-290} - 35 ))
   local resume=(); [ -n "$(ls "$CK"/step_*.pt 2>/dev/null)" ] && resume=(--resume)  # none: stage 1 did not train
   if [ "$left" -ge 15 ]; then
     local total; total=$(planned_steps "$left" 2>>"$RES/log.txt")
@@ -124,7 +130,7 @@ stage_2() {
 bench() {  # WHICH SET NAME STEPS TOPK DRAFT_TOKENS
   local draft=$D; [ "$1" = shipped ] && draft=$SHIPPED
   local limit=$(( ${STAGE2_S:-505} - $(elapsed) ))
-  [ "$limit" -gt 75 ] && limit=75
+  [ "$limit" -gt 100 ] && limit=100
   if [ "$limit" -lt 20 ]; then log "acc_$1_$2_$3 skipped: the stage's time is spent"; return; fi
   TAIL=2 run "acc_$1_$2_$3" "$limit" python3 benchmarks/drafter_acceptance.py --set "$2" --draft "$draft" --steps "$4" \
     --topk "$5" --draft-tokens "$6" --prompts "${ACC_PROMPTS:-40}" --max-new-tokens "${BENCH_NEW:-128}" \
