@@ -39,7 +39,7 @@
 #     far the accepted length goes), HumanEval chain 3 (the second held-out set), the shipped drafter's MT-bench
 #     chain 3 (the same-run baseline).
 #
-# Knobs: N_PROMPTS MAX_NEW DISTILL_BS DISTILL_S STAGE1_S STAGE2_S BENCH_S TOTAL_STEPS TRAIN_BS LR VOCAB EVAL_N
+# Knobs: N_PROMPTS MAX_NEW DISTILL_BS DISTILL_S STAGE1_S STAGE2_S BENCH_S BENCH_CAP (100 s a bench) TOTAL_STEPS TRAIN_BS LR VOCAB EVAL_N
 # ACC_PROMPTS BENCH_NEW DEVICE (cuda) DTYPE (bfloat16) PROMPTS (.carry/prompts) INIT (the shipped drafter) WORK
 # (~/drafter3).
 set -u
@@ -130,7 +130,7 @@ stage_2() {
 bench() {  # WHICH SET NAME STEPS TOPK DRAFT_TOKENS
   local draft=$D; [ "$1" = shipped ] && draft=$SHIPPED
   local limit=$(( ${STAGE2_S:-505} - $(elapsed) ))
-  [ "$limit" -gt 100 ] && limit=100
+  [ "$limit" -gt "${BENCH_CAP:-100}" ] && limit=${BENCH_CAP:-100}
   if [ "$limit" -lt 20 ]; then log "acc_$1_$2_$3 skipped: the stage's time is spent"; return; fi
   TAIL=2 run "acc_$1_$2_$3" "$limit" python3 benchmarks/drafter_acceptance.py --set "$2" --draft "$draft" --steps "$4" \
     --topk "$5" --draft-tokens "$6" --prompts "${ACC_PROMPTS:-40}" --max-new-tokens "${BENCH_NEW:-128}" \

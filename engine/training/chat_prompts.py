@@ -99,7 +99,7 @@ CODE_SPECS = ("finds the second largest number in a list", "checks whether a yea
               "flattens a nested list of any depth", "finds the common elements of two arrays without extra data structures",
               "converts Roman numerals to integers", "computes the nth Fibonacci number with memoisation",
               "counts the vowels and consonants in a sentence", "removes duplicates from a list while keeping the order",
-              "returns the top {k} scores from a list of (name, score) pairs", "validates a matrix of brackets like ([]{{}})",
+              "returns the top {k} scores from a list of (name, score) pairs", "checks that the brackets in a string like ([]()) are balanced",
               "implements a trie with insert and search", "finds the lowest common ancestor of two nodes in a binary tree",
               "schedules meetings so that none overlap, using the fewest rooms", "generates all subsets of a set",
               "converts a temperature table from Celsius to Fahrenheit", "splits a bill among {k} friends with tips",
