@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
     if target.tokenizer is None:
         raise ConfigError("the target has no tokenizer", file=target.path, hint="distill needs tokenizer.json")
     with console.status(f"applying the chat template to {len(records)} prompts ..."):
-        prompt_ids = [target.tokenizer.chat_ids(r["prompt"], system=args.system) for r in records]
+        prompt_ids = target.tokenizer.chat_ids_many([r["prompt"] for r in records], system=args.system)
     distiller = Distiller(target.model, target.tokenizer.eos_token_ids, settings)
     console.print(f"[bold]distill[/] {target.name} on {device} ({device_reason}), {dtype} ({dtype_reason})")
     console.print(f"  {len(records)} prompts, answers up to {settings.max_new_tokens} tokens, batches of "

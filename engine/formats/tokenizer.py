@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -44,21 +45,33 @@ class Tokenizer:
         """Render ``messages`` with the model's chat template (plain concatenation without one)."""
         if not self.chat_template:
             return "".join(m["content"] for m in messages)
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
-
-        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
-        template = env.from_string(self.chat_template)
-        return template.render(
+        return self._template.render(
             messages=messages,
             add_generation_prompt=add_generation_prompt,
             bos_token=self.bos_token or "",
             eos_token=self.eos_token or "",
         )
 
+    @functools.cached_property
+    def _template(self):
+        """The chat template, compiled once (compiling it per prompt made 100k prompts take minutes)."""
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+        env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True)
+        return env.from_string(self.chat_template)
+
     def chat_ids(self, prompt: str, system: str | None = None) -> list[int]:
         """Token ids of a one-turn chat ending in the assistant's turn."""
+        return self.encode(self._chat_text(prompt, system))
+
+    def chat_ids_many(self, prompts: list[str], system: str | None = None) -> list[list[int]]:
+        """:meth:`chat_ids` of every prompt, encoded in one batch (the tokenizers library's threads)."""
+        texts = [self._chat_text(p, system) for p in prompts]
+        return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+
+    def _chat_text(self, prompt: str, system: str | None) -> str:
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
-        return self.encode(self.apply_chat_template(messages))
+        return self.apply_chat_template(messages)
 
 
 def _token_text(tok) -> str | None:

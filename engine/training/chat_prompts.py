@@ -16,7 +16,8 @@ from __future__ import annotations
 import random
 from typing import Callable, Iterator
 
-KINDS: tuple[str, ...] = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
+KINDS: tuple[str, ...] = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities",
+                          "followup")
 
 NAMES = ("Ava", "Ben", "Chloe", "Daniel", "Elena", "Felix", "Gita", "Hugo", "Isla", "Jonas", "Keiko", "Leo",
          "Mina", "Nikolai", "Omar", "Priya", "Ravi", "Sofia", "Tomas", "Uma", "Victor", "Wendy", "Xavier", "Yara", "Zane")
@@ -91,7 +92,20 @@ CODE_SPECS = ("finds the second largest number in a list", "checks whether a yea
               "groups anagrams from a list of words", "implements a queue with two stacks",
               "returns the k closest points to the origin", "reads a CSV file and prints the average of a column",
               "checks whether a Sudoku row, column and box are valid", "computes a moving average with window {k}",
-              "compresses a string by counting repeated characters", "finds the majority element of an array")
+              "compresses a string by counting repeated characters", "finds the majority element of an array",
+              "reads all text files in a directory and prints the {k} most frequent words",
+              "finds the median of two sorted arrays", "checks whether a string is a palindrome, ignoring punctuation",
+              "scrapes the titles from an HTML page given as a string", "implements binary search on a sorted list",
+              "flattens a nested list of any depth", "finds the common elements of two arrays without extra data structures",
+              "converts Roman numerals to integers", "computes the nth Fibonacci number with memoisation",
+              "counts the vowels and consonants in a sentence", "removes duplicates from a list while keeping the order",
+              "returns the top {k} scores from a list of (name, score) pairs", "checks that the brackets in a string like ([]()) are balanced",
+              "implements a trie with insert and search", "finds the lowest common ancestor of two nodes in a binary tree",
+              "schedules meetings so that none overlap, using the fewest rooms", "generates all subsets of a set",
+              "converts a temperature table from Celsius to Fahrenheit", "splits a bill among {k} friends with tips",
+              "finds the longest common substring of two strings", "implements a simple bank account class with deposits "
+              "and withdrawals", "checks whether a number is an Armstrong number", "sums the digits of a number until "
+              "one digit remains")
 CODE_CONCEPTS = (("a list", "a tuple"), ("a process", "a thread"), ("recursion", "iteration"), ("a class", "an interface"),
                  ("pass by value", "pass by reference"), ("a hash map", "a binary search tree"), ("SQL joins", "subqueries"),
                  ("synchronous", "asynchronous code"), ("a compiler", "an interpreter"), ("unit tests", "integration tests"),
@@ -105,7 +119,15 @@ STEM_TOPICS = ("photosynthesis", "black holes", "vaccines", "the water cycle", "
                "semiconductors", "the blockchain", "compound interest", "the Fibonacci sequence", "entropy",
                "exoplanet detection", "the carbon cycle", "sleep and memory", "the placebo effect", "3D printing",
                "the Pythagorean theorem", "prime numbers", "Bayes' theorem", "hurricanes", "the speed of sound",
-               "stem cells", "catalysts", "radioactive decay", "solar panels", "the periodic table", "natural selection")
+               "stem cells", "catalysts", "radioactive decay", "solar panels", "the periodic table", "natural selection",
+               "satellite orbits", "friction", "buoyancy", "electric circuits", "Ohm's law", "the Krebs cycle",
+               "protein folding", "volcanoes", "glaciers", "the ozone layer", "desalination", "nuclear power plants",
+               "hydrogen fuel cells", "vaccination schedules", "antibodies", "mRNA", "the speed of light", "magnetism",
+               "the half-life of a drug", "heat pumps", "the laws of thermodynamics", "chemical equilibrium", "pH",
+               "the binary number system", "hash functions", "public-key encryption", "sorting algorithms",
+               "machine learning overfitting", "the central limit theorem", "standard deviation", "logarithms",
+               "matrix multiplication", "the Monty Hall problem", "game theory", "climate models", "soil erosion",
+               "coral reefs", "pollination", "the nervous system", "sleep cycles", "gravitational waves", "dark matter")
 HUMANITIES_TOPICS = ("the French Revolution", "Stoic philosophy", "the Harlem Renaissance", "the Meiji Restoration",
                      "supply and demand", "the Enlightenment", "the fall of the Berlin Wall", "Greek tragedy",
                      "the social contract", "the printing press", "minimalism in art", "the gig economy", "Confucianism",
@@ -113,14 +135,30 @@ HUMANITIES_TOPICS = ("the French Revolution", "Stoic philosophy", "the Harlem Re
                      "the Marshall Plan", "existentialism", "the Olympic Games", "the role of museums", "Baroque music",
                      "urban planning", "the history of coffee", "the ethics of zoos", "cultural appropriation",
                      "the Spanish Golden Age", "monetary policy", "the Ottoman Empire", "impressionism", "utilitarianism",
-                     "the civil rights movement", "the invention of money", "oral storytelling traditions", "free trade")
+                     "the civil rights movement", "the invention of money", "oral storytelling traditions", "free trade",
+                     "inflation", "interest rates set by central banks", "fiscal policy", "unemployment", "trade tariffs",
+                     "the Silk Road", "the Industrial Revolution", "the Renaissance", "ancient Egypt", "the Roman Republic",
+                     "the Cold War", "decolonisation", "the United Nations", "human rights", "freedom of the press",
+                     "the separation of powers", "Shakespeare's tragedies", "the Romantic poets", "magical realism",
+                     "the history of photography", "modern architecture", "folk music", "the ethics of lying",
+                     "Plato's cave", "Kant's categorical imperative", "Buddhism", "the Reformation", "feudalism",
+                     "globalisation", "urbanisation", "social media and democracy", "the four-day work week",
+                     "minimum wage laws", "public libraries", "the history of the internet", "language extinction")
 EXPLAIN_FORMS = ("Explain {t} to {a}.", "What is {t}, and why does it matter?", "Give me a clear overview of {t}.",
                  "Describe {t} in simple terms, with an everyday example.", "What are three surprising facts about {t}?",
                  "How would you teach {t} in a ten-minute lesson?", "Summarize the main ideas of {t} for {a}.",
                  "What are the pros and cons of {t}?", "Compare {t} and {u}: how are they similar and different?",
                  "Write a short quiz with answers on {t}.", "What are common misunderstandings about {t}?",
                  "How has our understanding of {t} changed over time?", "Why do people disagree about {t}?",
-                 "Discuss how {t} affects everyday life today.")
+                 "Discuss how {t} affects everyday life today.",
+                 "Describe {t}. Cover its causes, its effects and one real-world example.",
+                 "Imagine you are a teacher preparing a lesson on {t}. Outline the lesson plan, with activities for {a}.",
+                 "What would happen if {t} suddenly changed? Walk through the consequences.",
+                 "Explain how {t} works, step by step, then give a short analogy.",
+                 "Write a short dialogue in which {a} asks an expert about {t}.",
+                 "Evaluate the following claim about {t}: it is overrated. Give arguments on both sides.",
+                 "Create a study guide on {t} with key terms, a summary and three practice questions.",
+                 "Which principles of {t} would you use to explain {u}? Justify your choice.")
 
 COMPANIES = ("Northwind Labs", "Bluefin Foods", "Cedar Logistics", "Helio Motors", "Quartz Health", "Lumen Books",
              "Orbit Games", "Pinecrest Bank", "Riverstone Energy", "Tandem Bikes", "Vela Textiles", "Zephyr Air")
@@ -138,10 +176,17 @@ def _fill(rng: random.Random, text: str) -> str:
                        k=rng.randint(2, 6), q=rng.choice(QUESTIONS))
 
 
+HIGHLIGHTS = ("the history", "the local food", "the people you met", "the cost", "what went wrong", "the main benefits",
+              "the schedule", "a personal story", "practical tips", "the surprising parts", "the environmental impact",
+              "what you would change", "the key numbers", "the next steps", "cultural experiences", "must-see attractions")
+
+
 def writing(rng: random.Random) -> str:
     form = _fill(rng, rng.choice(WRITING_FORMS))
     tone = rng.choice(("", f" Use a {rng.choice(TONES)} tone.", f" Write it for {rng.choice(AUDIENCES)}."))
-    return f"{rng.choice(WRITING_VERBS)} {form}.{tone}{_fill(rng, rng.choice(LENGTHS))}"
+    a, b = rng.sample(HIGHLIGHTS, 2)
+    focus = rng.choice(("", "", f" Highlight {a} and {b}.", f" Mention {a}, and ask specifically about {b}."))
+    return f"{rng.choice(WRITING_VERBS)} {form}.{tone}{focus}{_fill(rng, rng.choice(LENGTHS))}"
 
 
 def roleplay(rng: random.Random) -> str:
@@ -203,6 +248,14 @@ def math(rng: random.Random) -> str:
         f"Prove that the sum of two odd numbers is even, then give an example with {2 * a + 1} and {2 * b + 1}.",
         f"Convert {a * b + c} from base 10 to base {rng.choice((2, 3, 5, 8, 16))}.",
         f"A car uses {d} litres of fuel per 100 km. How much fuel does a trip of {b * 10 + c} km need?",
+        f"A shop sells {a} notebooks on Monday and {b} on Tuesday; on Wednesday it sells {c} fewer than on the two days "
+        f"together. How many notebooks did it sell over the three days?",
+        f"A train leaves at 9:00 travelling at {b * 5} km/h; a second leaves the same station at 10:00 at {b * 5 + 20} km/h. "
+        f"When does the second catch up?",
+        f"A rectangle's length is {d} cm more than twice its width, and its perimeter is {2 * (3 * a + d)} cm. Find its "
+        f"dimensions and area.",
+        f"Each of {a} students buys {d} pencils at ${c}.50 each and gets a {rng.choice((10, 15, 20))}% discount. What do "
+        f"they pay in total?",
     )
     return rng.choice(forms) + rng.choice(("", " Show your work.", " Explain each step.", ""))
 
@@ -221,7 +274,9 @@ def coding(rng: random.Random) -> str:
         f"Write a {lang} function that {spec}, then write two test cases for it.",
         f"What is a clean way in {lang} to write code that {spec}? Avoid external libraries.",
     )
-    return rng.choice(forms)
+    extra = rng.choice(("", "", "", " Use recursion.", " Do not use built-in sorting.", " Add type hints and comments.",
+                        " Handle empty input.", " Aim for O(n) time.", " Include a docstring.", " Keep it under 30 lines."))
+    return rng.choice(forms) + extra
 
 
 def _passage(rng: random.Random) -> tuple[str, str]:
@@ -280,9 +335,51 @@ def humanities(rng: random.Random) -> str:
     return _explain(rng, HUMANITIES_TOPICS)
 
 
+DRAFT_KINDS = ("email", "paragraph", "story opening", "product description", "note", "speech opening")
+FOLLOW_UPS = ("Now rewrite it as a limerick.", "Now rewrite it in a formal tone.", "Now make it half as long.",
+              "Now rewrite it for {a}.", "Now turn it into a list of bullet points.", "Now summarize it in one sentence.",
+              "Now rewrite it as a tweet of under 280 characters.", "Now add a title and a closing line.",
+              "Now rewrite it from the point of view of {name}.", "Now critique it: what works, and what would you improve?",
+              "Now rewrite it without using the letter 'e' where you can, and explain what you changed.",
+              "Now continue it with two more paragraphs.", "Now rewrite it as a short poem with rhymes.",
+              "Now fix any grammar problems and make it more persuasive.", "Now turn it into a dialogue between two people.",
+              "Now rewrite every sentence so that it starts with a different letter.", "Now translate it into plain English for {a}.",
+              "Now rewrite it in the style of a news report.", "Now write a reply to it.")
+
+
+def _draft(rng: random.Random) -> tuple[str, str]:
+    """A short first draft of some kind, made of slots: (what it is, its text)."""
+    kind = rng.choice(DRAFT_KINDS)
+    name, name2 = rng.sample(NAMES, 2)
+    what, product, event, place = rng.choice(WHAT), rng.choice(PRODUCTS), rng.choice(EVENTS), rng.choice(PLACES)
+    sentences = [
+        f"Last {rng.choice(MONTHS)}, {name} and {name2} finally tried {what}.",
+        f"We are excited to announce {event} in {rng.choice(CITIES)} next {rng.choice(MONTHS)}.",
+        f"Meet {product}: it is built for people who are always on the move.",
+        f"The trip to {place} was longer than planned, but nobody complained.",
+        f"I am writing to ask whether we could move our meeting about {event} to {rng.choice(('Monday', 'Friday', 'next week'))}.",
+        f"Nobody expected {what} to change the whole neighbourhood.",
+        f"{name} said the hardest part was {rng.choice(HIGHLIGHTS)}.",
+        f"In the end, {rng.randint(3, 40)} people signed up, which was {rng.choice(('more', 'fewer'))} than we hoped.",
+        f"It costs ${rng.randint(9, 300)} and comes with a {rng.randint(1, 5)}-year warranty.",
+        f"Thank you for your patience while we sort out {what}.",
+    ]
+    return kind, " ".join(rng.sample(sentences, rng.randint(3, 5)))
+
+
+def followup(rng: random.Random) -> str:
+    """A two-turn exchange in one message: a draft (the first turn's answer, given), then a second request."""
+    kind, text = _draft(rng)
+    ask = rng.choice(FOLLOW_UPS).format(a=rng.choice(AUDIENCES), name=rng.choice(NAMES))
+    a = "an" if kind[0] in "aeiou" else "a"
+    opener = rng.choice((f"Here is {a} {kind} I wrote:", f"You wrote this {kind} for me earlier:",
+                         f"My colleague drafted this {kind}:", f"Read this {kind}:"))
+    return f"{opener}\n\n{text}\n\n{ask}"
+
+
 COMPOSERS: dict[str, Callable[[random.Random], str]] = {
     "writing": writing, "roleplay": roleplay, "reasoning": reasoning, "math": math, "coding": coding,
-    "extraction": extraction, "stem": stem, "humanities": humanities,
+    "extraction": extraction, "stem": stem, "humanities": humanities, "followup": followup,
 }
 
 

@@ -4,9 +4,10 @@ The prompts (chat template applied) are sorted by length and cut into batches of
 rows; each batch is generated with the engine (plain decoding, greedy, stop at EOS or
 ``max_new_tokens``; on CUDA its decode step replays a captured graph of ``batch_size`` rows) and
 written as one shard. Decode attends over the whole static cache, so the cache is sized per prompt
-length class (:attr:`DistillSettings.prompt_buckets`: 128, 256, ... ``max_prompt_tokens``, each
-with its own runner and graph): most prompts are short (SmolLM2's chat template, our corpus: median
-~55 tokens, 84% <= 128), and their batches attend over 392 slots instead of 776::
+length class (:attr:`DistillSettings.prompt_buckets`: 64, 128, 192, 256, ``max_prompt_tokens``, each
+with its own runner and graph, one held at a time): most prompts are short (SmolLM2's chat template,
+our corpus: median ~56 tokens, 66% <= 64, 87% <= 128), and with 160-token answers their batches
+attend over 232 slots instead of 680::
 
     OUT/shards/shard_00000.safetensors
         tokens      uint16 [N]    prompt + answer of every row, concatenated (int32 for vocabularies
@@ -25,6 +26,7 @@ recomputes the target's hidden states online (``eaglelab train --online``).
 
 from __future__ import annotations
 
+import gc
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -58,8 +60,10 @@ class DistillSettings:
 
     @property
     def prompt_buckets(self) -> tuple[int, ...]:
-        """Prompt-length classes, each with its own static cache: 128, 256, then ``max_prompt_tokens``."""
-        return tuple(sorted({min(b, self.max_prompt_tokens) for b in (128, 256)} | {self.max_prompt_tokens}))
+        """Prompt-length classes, each with its own static cache: 64, 128, 192, 256, then ``max_prompt_tokens``.
+        Decode attends over the whole cache, so a class's slots set its step time; a new class costs one
+        graph capture."""
+        return tuple(sorted({min(b, self.max_prompt_tokens) for b in (64, 128, 192, 256)} | {self.max_prompt_tokens}))
 
     def cache_len(self, bucket: int) -> int:
         """Static cache slots for prompts up to ``bucket`` tokens: prompt, answer, the engine's margin."""
@@ -183,17 +187,31 @@ class Distiller:
         self._engines: dict[int, Any] = {}  # prompt bucket -> Engine with its own runner (graphs, static cache)
 
     def engine(self, bucket: int):
-        """The engine for prompts up to ``bucket`` tokens (its graph is captured on first use)."""
+        """The engine for prompts up to ``bucket`` tokens (its graph is captured on first use).
+
+        Batches run in increasing prompt length, so a new bucket's engine replaces the others: one
+        static cache is held at a time (at 2048 rows the 512-token bucket's cache alone is ~34 GB
+        for SmolLM2-135M in bfloat16)."""
         from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
         from eaglelab.engine.runtime.generate import Engine
         from eaglelab.engine.runtime.spec_config import SpecConfig
 
         if bucket not in self._engines:
+            self._release()
             s = self.settings
             runner = CudaGraphRunner(self.model, spec=SpecConfig(cuda_graphs=s.cuda_graphs), max_len=s.cache_len(bucket),
                                      buckets=(s.batch_size,), enabled=s.cuda_graphs)
             self._engines[bucket] = Engine(self.model, eos_token_ids=self.eos, runner=runner)
         return self._engines[bucket]
+
+    def _release(self) -> None:
+        """Drop every engine (their graphs and static caches) and give the memory back to the device."""
+        if not self._engines:
+            return
+        self._engines.clear()
+        gc.collect()  # an engine and its runner may refer to each other: free the graphs' pools now
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
 
     @property
     def graph_status(self) -> str:

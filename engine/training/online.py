@@ -67,6 +67,8 @@ class TokenData:
         for b, (x, m) in enumerate(pairs):
             t = min(int(x.numel()), max_length)
             ids[b, :t], mask[b, :t] = x[:t], m[:t].float()
+        if torch.cuda.is_available():  # page-locked: the step's copy to the GPU is asynchronous, not a stream sync
+            ids, mask = ids.pin_memory(), mask.pin_memory()
         return TrainBatch(ids, mask, None, None)
 
     def token_counts(self, vocab_size: int) -> torch.Tensor:

@@ -40,12 +40,12 @@ from typing import Callable, Iterator
 from eaglelab.engine.training.chat_prompts import chat_prompts
 from eaglelab.engine.training.train_prompts import PYDOC_TEMPLATES, SEED_TOPICS, TEMPLATES, _chunks
 
-CORPUS_VERSION = 2  # 2: the chat source, new default shares
+CORPUS_VERSION = 3  # 2: the chat source, new default shares; 3: chat follow-ups, wider topics, chat 65%
 NGRAM = 13  # words: the usual contamination window
 SOURCES: tuple[str, ...] = ("self_instruct", "tasks", "pydoc", "docstrings", "text_tasks", "chat")
 ENDLESS: tuple[str, ...] = ("tasks", "chat")  # random composers: drawn up to a multiple of their quota
-DEFAULT_SHARE: dict[str, float] = {"chat": 0.55, "self_instruct": 0.1, "tasks": 0.12, "docstrings": 0.12,
-                                   "text_tasks": 0.08, "pydoc": 0.03}
+DEFAULT_SHARE: dict[str, float] = {"chat": 0.65, "self_instruct": 0.1, "tasks": 0.08, "docstrings": 0.08,
+                                   "text_tasks": 0.06, "pydoc": 0.03}
 PACKAGE_ROOTS: tuple[str, ...] = ("numpy", "scipy", "sympy", "networkx", "torch", "rich", "jinja2", "yaml", "packaging",
                                   "requests", "jsonschema", "attr", "pygments", "hypothesis", "click")
 SKIP_MODULES = re.compile(r"(^|\.)(test|tests|idlelib|tkinter|turtle|turtledemo|antigravity|this|__main__|lib2to3|"

@@ -27,9 +27,9 @@ def test_seeded_and_enough_distinct_prompts_for_a_150k_corpus():
     first = [next(a) for _ in range(50)]
     assert first == [next(b) for _ in range(50)]
     gen = cp.chat_prompts(random.Random(0))
-    # a 150k corpus asks 0.55 x 150k = 82.5k chat prompts and draws 3x that many
-    distinct = {pc.normalise(next(gen)[1]) for _ in range(3 * 82_500)}
-    assert len(distinct) > 82_500
+    # a 150k corpus asks 0.65 x 150k = 97.5k chat prompts and draws 3x that many
+    distinct = {pc.normalise(next(gen)[1]) for _ in range(3 * 97_500)}
+    assert len(distinct) > 97_500
 
 
 def test_chat_takes_its_share_with_all_eight_kinds(few_modules, evaluation):

@@ -94,6 +94,35 @@ def test_a_stopped_distill_resumes_to_the_same_answers(tmp_path):
     assert rows(tmp_path / "split") == rows(tmp_path / "straight")
 
 
+def test_one_prompt_length_class_is_held_at_a_time_and_answers_stay_greedy(tmp_path):
+    """Batches run in increasing prompt length; a new length class (its own static cache) replaces the
+    engine of the last, so large batches never hold two caches; the answers are still each prompt's
+    plain greedy answer. Worked example: max_prompt_tokens 200 -> classes 64, 128, 192, 200; prompts of
+    4-9 tokens run in the 64 class, those of 130-160 in the 192 class, in that order."""
+    model = sharp_target(seed=1)
+    g = torch.Generator().manual_seed(9)
+    long = [torch.randint(3, VOCAB, (int(n),), generator=g).tolist() for n in (130, 160, 145)]
+    ps = prompts(5, seed=8) + long
+    settings = DistillSettings(max_new_tokens=6, batch_size=3, max_prompt_tokens=200)
+    d = Distiller(model, EOS, settings)
+    held, asked = [], []
+    real = d.engine
+
+    def spy(bucket):
+        engine = real(bucket)
+        held.append(len(d._engines))
+        asked.append(bucket)
+        return engine
+
+    d.engine = spy
+    d.run(ps, tmp_path / "d")
+    assert settings.prompt_buckets == (64, 128, 192, 200)
+    assert set(held) == {1} and asked == sorted(asked) and asked[0] == 64 and asked[-1] == 192
+    got = rows(tmp_path / "d")
+    for i, p in enumerate(ps):
+        assert got[i] == p + Engine(model, eos_token_ids=EOS).generate([p], 6).tokens[0], i
+
+
 def test_a_damaged_shard_is_a_clear_error(tmp_path):
     model = sharp_target(seed=1)
     distill(model, prompts(4), tmp_path / "d")

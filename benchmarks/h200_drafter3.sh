@@ -1,0 +1,169 @@
+#!/usr/bin/env bash
+# The third drafter: a wider chat mix (a follow-up kind, more topics, chat 65%) distilled by the target in batches of
+# 1024 rows, trained at batch 64, warm-started from the shipped drafter; two stages on ONE GPU (the caller sets
+# CUDA_VISIBLE_DEVICES), results under $1.
+#
+#   STAGE=1 bash benchmarks/h200_drafter3.sh RESULTS_DIR   (<= 440 s) distill the prompts; first training piece
+#   STAGE=2 bash benchmarks/h200_drafter3.sh RESULTS_DIR   (<= 520 s) resume training; export; measure
+#
+# Before (CPU, here): python -m eaglelab prompts --out .carry/prompts --count 140000   (< 8 MiB; carry it in the call
+# of stage 1). The caller has the GGUF in the eaglelab cache and question.jsonl / HumanEval.jsonl.gz in the cache's
+# assets (benchmarks/h200x2_batch.sh does both). Stage 2 needs ~ from stage 1 (the token ids and the checkpoint): the
+# two calls must follow each other while the machine is warm.
+#
+# Each stage keeps to its own budget (STAGE1_S 425, STAGE2_S 505: the callers' limits less a margin): the training
+# pieces get what the distill and the benches leave, so a faster or slower GPU changes the amount trained, never
+# the end of the stage.
+#
+# Why these numbers (last session, H200: distill 34k new tok/s at batch 512, ~13 ms per decode step of 512 rows;
+# training ~12 steps/s at batch 32, ~83 ms a step, most of it launching the TTT's ~2k small kernels):
+#   DISTILL_BS 1024: one static cache at a time now (a new prompt-length class frees the last), so 1024 rows fit
+#     with room (~17 GB of KV for the 512-token class); MAX_NEW 160 (was 192): the benches read 128 new tokens, and
+#     a batch runs until its longest answer ends, so the cap sets the time per batch: ~20% more prompts per second.
+#   N_PROMPTS 100000 in DISTILL_S 320: ~300 prompts/s if the throughput holds; the distill runs the shortest prompts
+#     first, so a stop at the limit drops the longest; the rest of the 140k file is never used. The distill's own
+#     limit counts its generation loop only: loading and tokenizing (now ~1,500 prompts/s on one core; the chat
+#     template used to be compiled per prompt, ~90/s) come before it, hence the 90 s margin of its timeout.
+#   Prompt-length classes 64/128/192/256/512 (decode attends over the whole static cache of its class).
+#   TRAIN_BS 64, LR 4e-4 (3e-4 x sqrt 2): twice the sequences per launch of the same kernels (the step was
+#     launch-bound); the batch's host copy is now page-locked, so it no longer waits for the GPU each step.
+#     TOTAL_STEPS is set in stage 2 from the measured steps/s of stage 1 (the checkpoint holds step and seconds), so
+#     the cosine schedule ends (LR 0) at the last step the time allows; before that, a guess (TOTAL_STEPS 2400).
+#     Memory at 64 rows of 768 tokens: ~55 GB (7 TTT steps of [64, T, 12288] float32 log-probabilities and the
+#     masked attention's weights); 128 rows would come close to the H200's 141 GB on the longest batches.
+#   VOCAB 12288 (as the shipped drafter; 24.5 MB in bf16, under 25 MB).
+#   Benches, 40 prompts x 128 new tokens at batch 1 (5 per MT-bench category), each against plain decoding in the
+#     same run (~40 s each, ~75 s for one that compiles new shapes; BENCH_S 290 keeps room for five and the export):
+#     MT-bench chain 3 (--steps 3 --topk 1 --draft-tokens 4, the issue's chain), trees 6/4/16 and 8/8/64 (on an H200 at
+#     batch 1 a 135M target verifies 64 tokens in about the time of 16, so the wider tree costs little and shows how
+#     far the accepted length goes), HumanEval chain 3 (the second held-out set), the shipped drafter's MT-bench
+#     chain 3 (the same-run baseline).
+#
+# Knobs: N_PROMPTS MAX_NEW DISTILL_BS DISTILL_S STAGE1_S STAGE2_S BENCH_S BENCH_CAP (100 s a bench) TOTAL_STEPS TRAIN_BS LR VOCAB EVAL_N
+# ACC_PROMPTS BENCH_NEW DEVICE (cuda) DTYPE (bfloat16) PROMPTS (.carry/prompts) INIT (the shipped drafter) WORK
+# (~/drafter3).
+set -u
+STAGE=${STAGE:?set STAGE=1 or 2}
+RES=${1:?usage: STAGE=1|2 bash benchmarks/h200_drafter3.sh RESULTS_DIR}
+mkdir -p "$RES"
+RES=$(cd "$RES" && pwd)
+export PYTHONUNBUFFERED=1
+for p in engine probes tui; do [ -e eaglelab/$p ] || ln -sfn ../$p eaglelab/$p; done
+export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+T0=$(date +%s)
+elapsed() { echo $(( $(date +%s) - T0 )); }
+log() { echo "[drafter3 $STAGE $(elapsed)s] $*" | tee -a "$RES/log.txt"; }
+# run NAME LIMIT CMD...: bounded; whole output in $RES/NAME.txt, its tail echoed
+run() { local name=$1 limit=$2; shift 2; log "$name (limit ${limit}s)"; timeout "$limit" "$@" > "$RES/$name.txt" 2>&1; log "$name rc=$?"; tail -${TAIL:-12} "$RES/$name.txt"; }
+EL="python3 -m eaglelab"
+DEV=${DEVICE:-cuda} DT=${DTYPE:-bfloat16}
+SHIPPED=eaglelab/drafters/smollm2-135m-eagle3
+W=${WORK:-$HOME/drafter3}; DATA=$W/distill CK=$W/ck D=$W/drafter
+BS=${TRAIN_BS:-64}
+train_args() {  # TOTAL_STEPS
+  TRAIN=(--online --target default --data "$DATA" --out "$D" --checkpoint-dir "$CK" --init-from "${INIT:-$SHIPPED}"
+    --total-steps "$1" --batch-size "$BS" --lr "${LR:-4e-4}" --warmup-ratio 0.02 --max-grad-norm 0.5 --ttt-length 7
+    --draft-vocab-size "${VOCAB:-12288}" --max-length 768 --checkpoint-every 200 --log-every 50 --eval-every 400
+    --eval-samples "${EVAL_N:-512}" --tensorboard "$RES/tb" --device "$DEV" --dtype "$DT" --save-dtype bfloat16)
+}
+
+stage_1() {
+  { nvidia-smi --query-gpu=index,name,driver_version --format=csv,noheader; echo "CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES:-}"; } > "$RES/gpu.txt" 2>&1
+  cp "${PROMPTS:-.carry/prompts}/manifest.json" "$RES/prompts_manifest.json" 2>/dev/null
+  local ds=${DISTILL_S:-320}
+  TAIL=6 run distill $(( ds + 90 )) $EL distill --prompts "${PROMPTS:-.carry/prompts}" --out "$DATA" \
+    --limit "${N_PROMPTS:-100000}" --max-new-tokens "${MAX_NEW:-160}" --batch-size "${DISTILL_BS:-1024}" \
+    --max-prompt-tokens 512 --time-limit "$ds" --device "$DEV" --dtype "$DT"
+  cp "$DATA/distill.json" "$RES/" 2>/dev/null
+  # what is left of the stage, less ~35 s for the trainer's start (data, target, draft vocabulary) and its save
+  local left=$(( ${STAGE1_S:-425} - $(elapsed) - 35 ))
+  if [ "$left" -lt 15 ]; then log "no time left for a first training piece ($left s); stage 2 trains from step 0"; return; fi
+  train_args "${TOTAL_STEPS:-2400}"
+  TAIL=20 run train_1 $(( left + 30 )) $EL train "${TRAIN[@]}" --time-limit "$left"
+}
+
+# the steps the schedule should end at: the checkpoint's step + its measured steps/s x the seconds this piece has
+planned_steps() {  # SECONDS_OF_TRAINING
+  python3 - "$CK" "$1" "${TOTAL_STEPS:-2400}" <<'PY'
+import sys
+from pathlib import Path
+import torch
+ck, secs, default = Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3])
+found = sorted(ck.glob("step_*.pt"))
+if not found:
+    print(default); print(f"no checkpoint: TOTAL_STEPS {default}", file=sys.stderr); sys.exit()
+st = torch.load(found[-1], map_location="cpu", weights_only=True)
+step, spent = st["position"]["step"], float(st.get("seconds", 0.0))
+if step < 20 or spent <= 0:
+    print(default); print(f"step {step} in {spent:.0f} s: too little to measure; TOTAL_STEPS {default}", file=sys.stderr); sys.exit()
+rate = step / spent
+total = step + int(0.92 * rate * secs)  # the rate leaves out evaluations and checkpoints
+print(total)
+print(f"step {step} after {spent:.0f} s of training = {rate:.2f} steps/s; {secs:.0f} s more -> TOTAL_STEPS {total}", file=sys.stderr)
+PY
+}
+
+stage_2() {
+  if [ ! -d "$DATA/shards" ]; then
+    log "no token ids in $W: the machine went cold after stage 1; run stage 1 again"; exit 3
+  fi
+  # the benches, export and check-wiring need ~BENCH_S; the trainer's start and save ~35 s
+  local left=$(( ${STAGE2_S:-505} - $(elapsed) - ${BENCH_S:-290} - 35 ))
+  local resume=(); [ -n "$(ls "$CK"/step_*.pt 2>/dev/null)" ] && resume=(--resume)  # none: stage 1 did not train
+  if [ "$left" -ge 15 ]; then
+    local total; total=$(planned_steps "$left" 2>>"$RES/log.txt")
+    log "train_2: $left s, schedule to step $total"
+    train_args "$total"
+    TAIL=20 run train_2 $(( left + 30 )) $EL train "${TRAIN[@]}" "${resume[@]}" --time-limit "$left"
+  else
+    log "no time left for training in stage 2 ($left s)"
+  fi
+  export_drafter
+  TAIL=6 run check_wiring 45 $EL check-wiring "$D" --device "$DEV"
+  bench new mtbench chain3 3 1 4
+  bench new mtbench tree6-4-16 6 4 16
+  bench new mtbench tree8-8-64 8 8 64
+  bench new humaneval chain3 3 1 4
+  bench shipped mtbench chain3 3 1 4
+}
+
+bench() {  # WHICH SET NAME STEPS TOPK DRAFT_TOKENS
+  local draft=$D; [ "$1" = shipped ] && draft=$SHIPPED
+  local limit=$(( ${STAGE2_S:-505} - $(elapsed) ))
+  [ "$limit" -gt "${BENCH_CAP:-100}" ] && limit=${BENCH_CAP:-100}
+  if [ "$limit" -lt 20 ]; then log "acc_$1_$2_$3 skipped: the stage's time is spent"; return; fi
+  TAIL=2 run "acc_$1_$2_$3" "$limit" python3 benchmarks/drafter_acceptance.py --set "$2" --draft "$draft" --steps "$4" \
+    --topk "$5" --draft-tokens "$6" --prompts "${ACC_PROMPTS:-40}" --max-new-tokens "${BENCH_NEW:-128}" \
+    --device "$DEV" --dtype "$DT" --json "$RES/acc_$1_$2_$3.json"
+}
+
+export_drafter() {  # $RES/export: the drafter in two shards under 16 MiB each (lm_head alone in the first)
+  python3 - "$D" "$RES/export" <<'PY'
+import json, sys
+from pathlib import Path
+from safetensors.torch import load_file, save_file
+d, out = Path(sys.argv[1]), Path(sys.argv[2])
+out.mkdir(parents=True, exist_ok=True)
+t = load_file(str(d / "model.safetensors"))
+parts = [["lm_head.weight"], sorted(n for n in t if n != "lm_head.weight")]
+wm = {}
+for i, names in enumerate(parts):
+    f = f"model-0000{i + 1}-of-00002.safetensors"
+    save_file({n: t[n].contiguous() for n in names}, str(out / f), metadata={"format": "pt"})
+    wm.update({n: f for n in names})
+(out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": wm}, indent=1) + "\n")
+for f in d.glob("*.json"):
+    (out / f.name).write_text(f.read_text())
+sizes = {p.name: p.stat().st_size for p in out.glob("*.safetensors")}
+assert all(s < 16 * 2**20 for s in sizes.values()), f"a shard is 16 MiB or more: {sizes}"
+print("exported", sorted(p.name for p in out.iterdir()), f"{sum(sizes.values())} bytes of weights")
+PY
+  log "export rc=$?"
+}
+
+case "$STAGE" in
+  1) stage_1 ;;
+  2) stage_2 ;;
+  *) echo "STAGE must be 1 or 2" >&2; exit 2 ;;
+esac
+log done
