@@ -39,7 +39,7 @@
 #     far the accepted length goes), HumanEval chain 3 (the second held-out set), the shipped drafter's MT-bench
 #     chain 3 (the same-run baseline).
 #
-# Knobs: N_PROMPTS MAX_NEW DISTILL_BS DISTILL_S STAGE1_S STAGE2_S BENCH_S BENCH_CAP (100 s a bench) TOTAL_STEPS TRAIN_BS LR VOCAB EVAL_N
+# Knobs: BENCHES (default: all five) N_PROMPTS MAX_NEW DISTILL_BS DISTILL_S STAGE1_S STAGE2_S BENCH_S BENCH_CAP (100 s a bench) TOTAL_STEPS TRAIN_BS LR VOCAB EVAL_N
 # ACC_PROMPTS BENCH_NEW DEVICE (cuda) DTYPE (bfloat16) PROMPTS (.carry/prompts) INIT (the shipped drafter) WORK
 # (~/drafter3).
 set -u
@@ -120,11 +120,16 @@ stage_2() {
   fi
   export_drafter
   TAIL=6 run check_wiring 45 $EL check-wiring "$D" --device "$DEV"
-  bench new mtbench chain3 3 1 4
-  bench new mtbench tree6-4-16 6 4 16
-  bench new mtbench tree8-8-64 8 8 64
-  bench new humaneval chain3 3 1 4
-  bench shipped mtbench chain3 3 1 4
+  # BENCHES: which of them run here (WHICH:SET:NAME; a caller may run the others on another GPU at once)
+  local all="new:mtbench:chain3 new:mtbench:tree6-4-16 new:mtbench:tree8-8-64 new:humaneval:chain3 shipped:mtbench:chain3"
+  for b in ${BENCHES:-$all}; do
+    case "${b##*:}" in
+      chain3) bench ${b//:/ } 3 1 4 ;;
+      tree6-4-16) bench ${b//:/ } 6 4 16 ;;
+      tree8-8-64) bench ${b//:/ } 8 8 64 ;;
+      *) log "unknown bench $b" ;;
+    esac
+  done
 }
 
 bench() {  # WHICH SET NAME STEPS TOPK DRAFT_TOKENS
