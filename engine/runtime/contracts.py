@@ -77,9 +77,15 @@ class Runner(Protocol):
     setup_seconds: float
 
     def phase(self, name: str, fn: Callable[..., tuple], inputs: dict[str, torch.Tensor],
-              caches: tuple[KVCache, ...] = (), variant: Hashable = None) -> tuple:
-        """A whole phase of the cycle, ``fn(**inputs)`` (batch-major tensors in and out), which may
-        write only ``caches``; the graph runner replays it as one CUDA graph per batch bucket."""
+              caches: tuple[KVCache, ...] = (), variant: Hashable = None,
+              state: dict[str, torch.Tensor] | None = None) -> tuple:
+        """A whole phase of the cycle, ``fn(**inputs, **state)`` (batch-major tensors in and out), which
+        may write only ``caches`` and ``state`` (from :meth:`make_state`, updated in place, never copied);
+        the graph runner replays it as one CUDA graph per batch bucket."""
+
+    def make_state(self, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Tensors holding ``values`` (each [B, ...]) that phases update in place: the graph runner's
+        static buffers (graphs bind fixed addresses), else ``values`` themselves."""
 
     def make_draft_cache(self, batch: int, max_len: int, kv_heads: int, head_dim: int,
                          dtype: torch.dtype) -> KVCache:

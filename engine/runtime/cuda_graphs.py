@@ -132,10 +132,13 @@ def _static_copy(inputs: dict[str, torch.Tensor], b: int) -> dict[str, torch.Ten
 
 
 def _pad_rows(name: str, rows: torch.Tensor) -> None:
-    """Harmless pad inputs: token 0 at position/slot 0, attending to slot 0 only, zero features."""
+    """Harmless pad inputs: token 0 at position/slot 0, attending to slot 0 only, zero features;
+    in the loop's state, rows already done (they emit nothing and never move)."""
     rows.zero_()
     if name == "mask":
         rows[..., 0] = True
+    if name == "done":
+        rows.fill_(True)
 
 
 class CudaGraphRunner:
@@ -175,6 +178,7 @@ class CudaGraphRunner:
         self.capture_stats: list[GraphCaptureStats] = []
         self.fallbacks: Counter[tuple[str, str]] = Counter()  # (phase, reason) -> calls
         self._graphs: dict[tuple[str, int, int], _Graph] = {}
+        self._state: dict[tuple, torch.Tensor] = {}  # (name, shape[1:], dtype) -> the loop state's static buffer
         self._failed: dict[tuple[str, int, int], str] = {}
         self._captured = False
         self._pool = None
@@ -289,17 +293,20 @@ class CudaGraphRunner:
         return fn if self.compile_phase is None else self.compile_phase(label, fn)
 
     def _capture(self, key: tuple, name: str, b: int, ins: dict[str, torch.Tensor], fn: Callable[[], tuple],
-                 caches: tuple[KVCache | None, ...], eager: Callable[[], tuple] | None = None) -> None:
+                 caches: tuple[KVCache | None, ...], eager: Callable[[], tuple] | None = None,
+                 state: tuple[torch.Tensor, ...] = ()) -> None:
         """Capture ``fn`` (reading the static inputs ``ins``) under ``key``; a failure is kept as a reason.
         ``eager`` is ``fn``'s uncompiled original when ``fn`` is compiled (see :meth:`_record`).
 
-        Warm-up runs write into ``caches`` (rows < b): those rows are saved before and restored after,
-        so a capture in the middle of a run (lazy capture) leaves the run's state as it was.
+        Warm-up runs write into ``caches`` (rows < b) and ``state`` (the loop state's rows < b): those
+        are saved before and restored after, so a capture in the middle of a run (lazy capture) leaves
+        the run's state as it was.
         """
         mem0, t0 = self._reserved(), time.perf_counter()
         tp = self.target.tp
         saved = [(c, c.k[:, :b].clone(), None if c.v is None else c.v[:, :b].clone())  # MLA caches hold no V
                  for c in caches if c is not None]
+        kept = [(t, t.clone()) for t in state]
         try:
             # Under TP, all-reduces captured here get CUDA events captured with them (timed per replay).
             with tp.capture(key) if tp is not None else contextlib.nullcontext():
@@ -312,6 +319,8 @@ class CudaGraphRunner:
                 c.k[:, :b].copy_(k)
                 if v is not None:
                     c.v[:, :b].copy_(v)
+            for t, old in kept:
+                t.copy_(old)
             if tp is not None:  # ranks finish a capture at different times: meet here (set-up time), not
                 tp.check(f"capture of {name} graph")  # at the next replay's first collective (skew)
             self.setup_seconds += time.perf_counter() - t0
@@ -392,32 +401,62 @@ class CudaGraphRunner:
         return None
 
     def phase(self, name: str, fn: Callable[..., tuple], inputs: dict[str, torch.Tensor],
-              caches: tuple[KVCache, ...] = (), variant: Hashable = None) -> tuple:
-        """A whole phase ``fn(**inputs) -> tuple of [B, ...] tensors`` as ONE graph per batch bucket.
+              caches: tuple[KVCache, ...] = (), variant: Hashable = None,
+              state: dict[str, torch.Tensor] | None = None) -> tuple:
+        """A whole phase ``fn(**inputs, **state) -> tuple of [B, ...] tensors`` as ONE graph per batch bucket.
 
-        ``fn`` may only read ``inputs`` (batch-major tensors) and fixed state, and write ``caches``
-        (which must be this runner's static caches); ``variant`` names what else ``fn`` depends on
-        (sampling settings, tree shape). Captured on first use, replayed after; eager, with the
+        ``fn`` may only read ``inputs`` (batch-major tensors, copied into the graph's buffers) and fixed
+        state, and write ``caches`` (this runner's static caches) and ``state`` (from :meth:`make_state`:
+        bound, updated in place by the replay, never copied); ``variant`` names what else ``fn`` depends
+        on (sampling settings, tree shape). Captured on first use, replayed after; eager, with the
         reason, where it cannot replay.
         """
-        batch = next(iter(inputs.values())).shape[0]
-        reason = self._why_eager_phase(batch, caches)
+        state = state or {}
+        batch = next(iter({**inputs, **state}.values())).shape[0]
+        reason = self._why_eager_phase(batch, caches) or self._why_eager_state(state)
         key: tuple = ()
         if reason is None:
             b = bucket_for(batch, self.plan.buckets)
             assert b is not None
-            key = ("phase", name, b, variant, tuple((k, tuple(v.shape[1:]), v.dtype) for k, v in inputs.items()))
+            key = ("phase", name, b, variant, _shapes(inputs), _shapes(state))
             if key not in self._graphs and key not in self._failed:
                 ins = _static_copy(inputs, b)
+                bound = {k: self._state[_state_key(k, v)][:b] for k, v in state.items()}
                 run = self._compiled(f"{name} [b={b}]", fn)
-                self._capture(key, name, b, ins, lambda: tuple(run(**ins)), caches,
-                              None if run is fn else lambda: tuple(fn(**ins)))
+                self._capture(key, name, b, ins, lambda: tuple(run(**ins, **bound)), caches,
+                              None if run is fn else lambda: tuple(fn(**ins, **bound)), tuple(bound.values()))
             reason = self._failed.get(key)
         self._status[name] = reason or REPLAY
         if reason is not None:
             self.fallbacks[(name, reason)] += 1
-            return tuple(fn(**inputs))
+            return tuple(fn(**inputs, **state))
         return self._graphs[key].run(inputs, batch)
+
+    def make_state(self, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The loop's per-row state (each [B, ...]) in static buffers of ``max_batch`` rows that the
+        phases' graphs bind: views of their first B rows holding ``values``; the rows after are pad
+        rows (zeros, "done" True: they emit nothing and never move). ``values`` themselves when graphs
+        are off or the batch is above the largest bucket (every phase then runs eagerly)."""
+        batch = next(iter(values.values())).shape[0]
+        if self.disabled_reason is not None or batch > self.max_batch:
+            return values
+        out = {}
+        for name, v in values.items():
+            key = _state_key(name, v)
+            if key not in self._state:
+                self._state[key] = torch.empty((self.max_batch, *v.shape[1:]), dtype=v.dtype, device=v.device)
+            buf = self._state[key]
+            buf[:batch].copy_(v)
+            _pad_rows(name, buf[batch:])
+            out[name] = buf[:batch]
+        return out
+
+    def _why_eager_state(self, state: dict[str, torch.Tensor]) -> str | None:
+        for name, v in state.items():
+            buf = self._state.get(_state_key(name, v))
+            if buf is None or v.data_ptr() != buf.data_ptr():
+                return "eager: loop state not the graph runner's"
+        return None
 
     def _eager_status(self, phase: str, reason: str) -> None:
         self._status[phase] = reason
@@ -477,6 +516,15 @@ class CudaGraphRunner:
             default = EAGER_HOST_DRAFTER if phase.startswith("draft") and self.drafter is None else EAGER_NO_FORWARD
             out[phase] = self._status.get(phase, self.disabled_reason or default)
         return out
+
+
+def _shapes(tensors: dict[str, torch.Tensor]) -> tuple:
+    """What a phase's graph depends on of its tensors: names, per-row shapes, dtypes."""
+    return tuple((k, tuple(v.shape[1:]), v.dtype) for k, v in tensors.items())
+
+
+def _state_key(name: str, v: torch.Tensor) -> tuple:
+    return (name, tuple(v.shape[1:]), v.dtype)
 
 
 def _warm_up(fn: Callable[[], tuple], iterations: int) -> None:

@@ -1,16 +1,23 @@
 """The generation loop: prefill, then plain decode steps or speculative cycles.
 
 State lives in fixed device buffers (:class:`Batch`); positions advance in one place
-(:meth:`Engine._advance`). Per row: ``lengths[b]`` tokens are in the target's KV cache and
-``root[b]``, the last token emitted, is not yet (the next decode step or verify computes it).
+(:func:`emit_and_advance`, run inside the decode phase and the advance phase). Per row:
+``lengths[b]`` tokens are in the target's KV cache and ``root[b]``, the last token emitted, is not
+yet (the next decode step or verify computes it).
 
 A speculative cycle (each phase one ``runner.phase``: one CUDA graph per batch bucket under the
-graph runner, so a cycle is four graph launches, the emitted-token bookkeeping and the stop check)::
+graph runner, so a cycle is five graph launches and the stop check)::
 
     draft         the drafter proposes a tree of N tokens per row (node 0 = root)
     verify        the target runs all N at slots lengths..lengths+N-1, positions lengths+depth; logits
     accept        greedy / rejection acceptance; accepted KV compacted onto consecutive slots
     draft_extend  the drafter catches up on the accepted tokens with the target's aux features
+    advance       the accepted tokens emitted (up to EOS and max_new), lengths and root moved
+
+The per-row state the phases update (lengths, root, out, n_out, done, hit_eos, limit) is bound to
+the graphs (``runner.make_state``), never copied in or out. The stop check reads the state of the
+step before the last one launched (:class:`StepReader`, on CUDA): the host queues the next step while
+the device runs this one, and the one step launched after every row finished changes nothing.
 
 Graph capture and compilation that happen during a run (lazily, on first use) are timed apart
 (``setup_seconds``) and never counted in the run's seconds or tok/s.
@@ -21,6 +28,7 @@ from __future__ import annotations
 import platform
 import sys
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -33,7 +41,7 @@ from eaglelab.engine.runtime.limits import check_memory, kv_cache_bytes
 from eaglelab.engine.model.layers import prefix_mask
 from eaglelab.engine.model.model import Transformer
 from eaglelab.engine.runtime.observer import CycleStats, Observer, RunInfo, RunSummary, json_values
-from eaglelab.engine.runtime.readback import Staged, Stager
+from eaglelab.engine.runtime.readback import Staged, Stager, StepReader, StepView
 from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA, EAGER_NO_RUNNER, EAGER_OFF, SOURCE_RUNNER, eager_warning
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.runtime.sampling import SamplingParams, exponential_noise, probs_from_logits, sample, sample_with
@@ -46,15 +54,16 @@ StreamFn = Callable[[int, list[int]], None]  # (row, new token ids)
 
 @dataclass
 class Batch:
-    """Device state of a batch being generated."""
+    """Device state of a batch being generated; the [B] tensors and ``out`` are updated in place."""
 
     cache: KVCache
     lengths: torch.Tensor  # [B] tokens in the target cache
     root: torch.Tensor  # [B] last emitted token (not yet in the cache)
-    out: torch.Tensor  # [B, max_new + N + 1] emitted tokens
+    out: torch.Tensor  # [B, S] emitted tokens (S = the cache's slots >= max_new + N + 1: fixed per runner)
     n_out: torch.Tensor  # [B]
     done: torch.Tensor  # [B] bool
     hit_eos: torch.Tensor  # [B] bool
+    limit: torch.Tensor  # [B] tokens a row may emit (max_new): a tensor, so graphs do not bake it in
     prompts: list[list[int]]
     max_new: int
     prompt_lens: torch.Tensor  # [B]
@@ -62,6 +71,11 @@ class Batch:
     def view(self) -> DraftView:
         """What a drafter may read of this batch (the same tensors; drafters never write them)."""
         return DraftView(self.root, self.lengths, self.out, self.n_out, self.prompts, self.cache.max_len)
+
+    def state(self) -> dict[str, torch.Tensor]:
+        """What the phases update in place (the graph runner binds these buffers)."""
+        return {"lengths": self.lengths, "root": self.root, "out": self.out, "n_out": self.n_out,
+                "done": self.done, "hit_eos": self.hit_eos, "limit": self.limit}
 
 
 @dataclass
@@ -103,15 +117,23 @@ class Engine:
         observer: Observer | None = None,
         runner: Runner | None = None,
         run_info: dict | None = None,
+        stop_lag: int | None = None,
     ) -> None:
         """``run_info``: what :class:`RunInfo` cannot know from the model ("model", "digest",
-        "eaglelab_version", and "baseline": True for a plain run recorded beside a speculative one)."""
+        "eaglelab_version", and "baseline": True for a plain run recorded beside a speculative one).
+        ``stop_lag``: 1 = the stop check reads the step before the last one launched (no host stall;
+        the default on CUDA), 0 = it reads each step at once (the default on CPU and under TP, whose
+        observer takes each cycle's all-reduce timings at once)."""
         assert spec.enabled == (drafter is not None), "a drafter is needed exactly when spec.algorithm != 'none'"
         self.target, self.drafter, self.spec = target, drafter, spec
         self.observer = observer
         param = next(target.parameters())
         self.device, self.dtype = param.device, param.dtype
         self.eos = torch.tensor(sorted(eos_token_ids) or [-1], device=self.device)
+        self._eos_key = tuple(sorted(eos_token_ids))  # the graphs of phases that emit bake self.eos in
+        if stop_lag is None:
+            stop_lag = 1 if self.device.type == "cuda" and target.tp is None else 0
+        self.stop_lag = stop_lag
         self.runner: Runner = runner or EagerRunner(target, drafter.net if drafter is not None else None,
                                                    reason=_eager_reason(spec, self.device))
         self.run_info = run_info or {}
@@ -143,14 +165,22 @@ class Engine:
         st = self._prefill(prompts, max_new_tokens, sampling, generator)
         accepted: list[tuple[torch.Tensor, torch.Tensor]] = []  # per cycle (accept_len, active), on device
         emitted = [0] * len(prompts)
+        watched = {"done": st.done} | ({"n_out": st.n_out, "out": st.out} if stream is not None else {})
+        reader = StepReader(self.stop_lag, watched)
+        launched: deque[StepView] = deque([reader.view(watched)])  # oldest first
         while True:
-            emitted = self._stream(st, stream, emitted)
-            if bool(st.done.all()):
-                break
+            if len(launched) > self.stop_lag:  # the host reads the step before the last one launched
+                seen = launched.popleft()
+                emitted = self._stream(seen, stream, emitted)
+                if seen.all_done():
+                    break
+            self._cycle += 1
             if self.spec.enabled:
                 accepted.append(self._spec_cycle(st, sampling, generator))
             else:
                 self._decode_step(st, sampling, generator)
+            launched.append(reader.view(watched))
+        self._forget_extra(len(launched), accepted)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self._flush_observed()
@@ -172,20 +202,26 @@ class Engine:
             hidden, aux = self.runner.prefill(cache, ids, positions, prefix_mask(positions, S), self._taps())
             last = hidden[torch.arange(B, device=self.device), lens - 1]  # [B, H]
             first = _next_token(self.target.logits(last), sampling, generator)  # [B]
-        st = Batch(
-            cache=cache, lengths=lens.clone(), root=first,
-            out=torch.full((B, max_new + N + 1), -1, dtype=torch.long, device=self.device),
-            n_out=torch.zeros(B, dtype=torch.long, device=self.device),
-            done=torch.zeros(B, dtype=torch.bool, device=self.device),
-            hit_eos=torch.zeros(B, dtype=torch.bool, device=self.device),
-            prompts=prompts, max_new=max_new, prompt_lens=lens,
-        )
-        self._append(st, first[:, None], torch.ones_like(lens))
+        st = Batch(cache=cache, **self._new_state(lens, first, S, max_new), prompts=prompts, max_new=max_new,
+                   prompt_lens=lens)
+        emit_tokens(st.state(), first[:, None], torch.ones_like(lens), self.eos)
         if self.drafter is not None:
             with self.clock.phase("draft_extend"):
                 self.drafter.begin(st.view(), ids, aux, self.runner)
         self._emit("prefill", st)
         return st
+
+    def _new_state(self, lens: torch.Tensor, first: torch.Tensor, slots: int, max_new: int) -> dict[str, torch.Tensor]:
+        """The per-row state after the prompt, in the runner's buffers (``out`` as wide as the cache)."""
+        B, dev = lens.shape[0], self.device
+        return self.runner.make_state({
+            "lengths": lens.clone(), "root": first,
+            "out": torch.full((B, slots), -1, dtype=torch.long, device=dev),
+            "n_out": torch.zeros(B, dtype=torch.long, device=dev),
+            "done": torch.zeros(B, dtype=torch.bool, device=dev),
+            "hit_eos": torch.zeros(B, dtype=torch.bool, device=dev),
+            "limit": torch.full((B,), max_new, dtype=torch.long, device=dev),
+        })
 
     def _make_cache(self, batch: int, max_len: int) -> KVCache:
         """The runner's static cache when it offers one (CUDA graphs bind fixed buffers; it may be
@@ -205,20 +241,20 @@ class Engine:
     # ---- plain decoding ----------------------------------------------------------------------
     def _decode_step(self, st: Batch, sampling, generator) -> None:
         with self.clock.phase("decode"):
-            ins = {"root": st.root, "lengths": st.lengths, **self._noise(st, 1, sampling, generator)}
-            (nxt,) = self.runner.phase("decode", self._decode_fn(st.cache, sampling), ins, (st.cache,), sampling)
-        active, one = ~st.done, torch.ones_like(nxt)
-        self._append(st, nxt[:, None], one)
-        self._advance(st, active, one, nxt)
+            noise = self._noise(st, 1, sampling, generator)
+            self.runner.phase("decode", self._decode_fn(st.cache, sampling), noise, (st.cache,),
+                              (sampling, self._eos_key), state=st.state())
         self._emit("decode", st)
 
     def _decode_fn(self, cache: KVCache, sampling: SamplingParams):
-        """The decode phase: the root's forward at slot = position = length, then the next token."""
-        def decode(root, lengths, uniform=None, race=None):
-            slots = lengths[:, None]  # [B, 1]
-            hidden, _ = self.target(root[:, None], slots, cache, slots, prefix_mask(slots, cache.max_len),
+        """The decode phase: the root's forward at slot = position = length, the next token, emitted."""
+        def decode(uniform=None, race=None, **state):
+            slots = state["lengths"][:, None]  # [B, 1]
+            hidden, _ = self.target(state["root"][:, None], slots, cache, slots, prefix_mask(slots, cache.max_len),
                                     kernels=self.runner.kernels)  # [B, 1, H]
-            return (_pick(self.target.logits(hidden[:, 0]), sampling, race),)  # [B]
+            nxt = _pick(self.target.logits(hidden[:, 0]), sampling, race)  # [B]
+            emit_and_advance(state, nxt[:, None], torch.ones_like(nxt), nxt, self.eos)
+            return ()
         return decode
 
     def _noise(self, st: Batch, nodes: int, sampling: SamplingParams, generator) -> dict[str, torch.Tensor]:
@@ -231,7 +267,6 @@ class Engine:
 
     # ---- speculative cycle -------------------------------------------------------------------
     def _spec_cycle(self, st: Batch, sampling: SamplingParams, generator) -> tuple[torch.Tensor, torch.Tensor]:
-        active = ~st.done
         with self.clock.phase("draft"):
             tree = self.drafter.propose(st.view(), self.runner)
         if self.target.tp is not None and self.target.tp.check_replicas:  # debug: the replicated drafter agrees
@@ -240,12 +275,18 @@ class Engine:
             logits, aux = self._verify(st, tree)  # [B, N, V]
         with self.clock.phase("accept"):
             acc, ranks = self._accept(st, tree, logits, sampling, generator)
-            committed = self._append(st, acc.tokens.clamp(min=0), acc.accept_len)  # [B] the accepted length
         with self.clock.phase("draft_extend"):
             self.drafter.commit(st.view(), acc, aux, self.runner)
-        self._advance(st, active, acc.accept_len, acc.bonus)
+        with self.clock.phase("accept"):  # emit the accepted tokens, move the positions: timed as acceptance
+            ins = {"tokens": acc.tokens, "accept_len": acc.accept_len, "bonus": acc.bonus}
+            committed, active = self.runner.phase("advance", self._advance_fn, ins, (), self._eos_key,
+                                                  state=st.state())  # [B] the accepted length, [B] rows that ran
         self._emit("spec", st, {"active": active, "committed": committed, "path": acc.path, **ranks}, tree.num_nodes)
         return committed, active  # read on the host once, at the end of the run
+
+    def _advance_fn(self, tokens, accept_len, bonus, **state):
+        """The advance phase: the accepted tokens [B, D+1] emitted, ``accept_len`` cached, ``bonus`` the root."""
+        return emit_and_advance(state, tokens.clamp(min=0), accept_len, bonus, self.eos)
 
     def _verify(self, st: Batch, tree: DraftTree):
         """The target over the tree at slots lengths..lengths+N-1. -> (logits [B, N, V], aux or None)."""
@@ -314,39 +355,27 @@ class Engine:
         cache.copy_slots(base + src, base + steps)
 
     # ---- bookkeeping -------------------------------------------------------------------------
-    def _append(self, st: Batch, toks: torch.Tensor, count: torch.Tensor) -> torch.Tensor:
-        """Emit up to count[b] tokens of toks [B, K] per active row, stopping at EOS and max_new.
-
-        Returns the tokens emitted per row [B]: for a verify step this is the *accepted length*
-        (bonus included, cut after the first EOS or at max_new, as SGLang counts it)."""
-        K = toks.shape[1]
-        k = torch.arange(K, device=self.device)
-        valid = (k < count[:, None]) & ~st.done[:, None] & (k < (st.max_new - st.n_out)[:, None])
-        is_eos = torch.isin(toks, self.eos) & valid
-        keep = valid & ((is_eos.long().cumsum(1) - is_eos.long()) == 0)  # up to the first EOS
-        rows = torch.arange(toks.shape[0], device=self.device)[:, None]
-        pos = (st.n_out[:, None] + k).clamp(max=st.out.shape[1] - 1)
-        st.out[rows, pos] = torch.where(keep, toks, st.out[rows, pos])
-        emitted = keep.sum(1)  # [B]
-        st.n_out += emitted
-        st.hit_eos |= (is_eos & keep).any(1)
-        st.done |= st.hit_eos | (st.n_out >= st.max_new)
-        return emitted
-
-    def _advance(self, st: Batch, active: torch.Tensor, committed: torch.Tensor, root: torch.Tensor) -> None:
-        """The one place positions move: active rows gain ``committed`` cached tokens, a new root."""
-        st.lengths += torch.where(active, committed, 0)
-        st.root = torch.where(active, root, st.root)
-        self._cycle += 1
-
-    def _stream(self, st: Batch, stream: StreamFn | None, emitted: list[int]) -> list[int]:
+    def _stream(self, seen: StepView, stream: StreamFn | None, emitted: list[int]) -> list[int]:
+        """Hand ``stream`` each row's tokens emitted since ``emitted`` (as of the step ``seen``)."""
         if stream is None:
             return emitted
-        n_out = st.n_out.tolist()
+        got = seen.read()
+        n_out = got["n_out"].tolist()
         for b, (old, new) in enumerate(zip(emitted, n_out)):
             if new > old:
-                stream(b, st.out[b, old:new].tolist())
+                stream(b, got["out"][b, old:new].tolist())
         return n_out
+
+    def _forget_extra(self, extra: int, accepted: list) -> None:
+        """The steps launched after the one that finished every row (``extra``, 0 or 1) changed nothing:
+        they are not cycles of the run, and the observer never sees them."""
+        if not extra:
+            return
+        assert extra == 1 and self.target.tp is None, "one lagged step at most, and none under TP"
+        self._cycle -= 1
+        if self.spec.enabled:
+            accepted.pop()
+        self._pending = None  # its stats (queued, not delivered: the observer is a cycle behind)
 
     def _finish(self, st: Batch, seconds: float, accepted, setup: float) -> GenerationResult:
         accept_lens = [lens[act].tolist() for lens, act in accepted]
@@ -448,6 +477,42 @@ class _Pending:
     graph: dict[str, str]
     tree_nodes: int
     staged: Staged
+
+
+def emit_tokens(state: dict[str, torch.Tensor], toks: torch.Tensor, count: torch.Tensor,
+                eos: torch.Tensor) -> torch.Tensor:
+    """Emit up to count[b] tokens of toks [B, K] per row not done, stopping after EOS and at ``limit``.
+
+    Updates ``out``, ``n_out``, ``hit_eos``, ``done`` of ``state`` in place (fixed shapes, no host
+    sync: it runs inside the phases' graphs). Returns the tokens emitted per row [B]: for a verify
+    step this is the *accepted length* (bonus included, cut after the first EOS or at max_new, as
+    SGLang counts it). Example: toks [[5, 2, 7]], count [3], eos [2], n_out [0], limit [8] ->
+    out[0, :2] = [5, 2], emitted [2], hit_eos and done [True].
+    """
+    out, n_out, done = state["out"], state["n_out"], state["done"]
+    k = torch.arange(toks.shape[1], device=toks.device)  # [K]
+    valid = (k < count[:, None]) & ~done[:, None] & (k < (state["limit"] - n_out)[:, None])  # [B, K]
+    is_eos = torch.isin(toks, eos) & valid
+    keep = valid & ((is_eos.long().cumsum(1) - is_eos.long()) == 0)  # up to the first EOS
+    pos = (n_out[:, None] + k).clamp(max=out.shape[1] - 1)  # [B, K]; kept tokens never reach the clamp
+    out.scatter_(1, pos, torch.where(keep, toks, out.gather(1, pos)))
+    emitted = keep.sum(1)  # [B]
+    n_out += emitted
+    state["hit_eos"] |= (is_eos & keep).any(1)
+    done |= state["hit_eos"] | (n_out >= state["limit"])
+    return emitted
+
+
+def emit_and_advance(state: dict[str, torch.Tensor], toks: torch.Tensor, count: torch.Tensor, root: torch.Tensor,
+                     eos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One step's bookkeeping, in place: :func:`emit_tokens`, then the one place positions move:
+    rows that were not done gain ``count`` [B] cached tokens and the new ``root`` [B].
+    -> (emitted [B], active [B]: the rows not done before this step)."""
+    active = ~state["done"]
+    emitted = emit_tokens(state, toks, count, eos)
+    state["lengths"] += torch.where(active, count, 0)
+    state["root"].copy_(torch.where(active, root, state["root"]))
+    return emitted, active
 
 
 def _eager_reason(spec: SpecConfig, device: torch.device) -> str:

@@ -60,3 +60,54 @@ class Stager:
         ready = torch.cuda.Event()
         ready.record()
         return Staged(host, columns, ready)
+
+
+@dataclass(frozen=True)
+class StepView:
+    """The host's view of the loop's state after one launched step: "done" [B], and, for a stream,
+    "n_out" [B] and "out" [B, W]. Lagged: host copies that ``ready`` marks complete; direct: the
+    device tensors themselves (``ready`` None), read at once."""
+
+    tensors: dict[str, torch.Tensor]
+    ready: torch.cuda.Event | None
+
+    def read(self) -> dict[str, torch.Tensor]:
+        if self.ready is not None:
+            self.ready.synchronize()  # waits for this step only: the device is busy with the next one
+        return self.tensors
+
+    def all_done(self) -> bool:
+        return bool(self.read()["done"].all())
+
+
+class StepReader:
+    """How the generation loop sees each step it launched, to stop and to stream.
+
+    ``lag`` 0 (CPU, and tensor parallelism): the state is read directly after each step. ``lag`` 1
+    (CUDA): the state is copied without blocking into one of two host buffers (pinned on CUDA) behind
+    an event and read one step later, so the host queues step i+1 while the device runs step i; the
+    step launched after the one that finished every row is an extra one, which changes nothing.
+    """
+
+    def __init__(self, lag: int, like: dict[str, torch.Tensor]) -> None:
+        assert lag in (0, 1), f"stop lag {lag}: the loop reads one step late at most"
+        self.lag = lag
+        device = next(iter(like.values())).device
+        self.cuda = device.type == "cuda"
+        self._ring = [{k: torch.empty(v.shape, dtype=v.dtype, pin_memory=self.cuda) for k, v in like.items()}
+                      for _ in range(lag + 1 if lag else 0)]
+        self._events = [torch.cuda.Event() for _ in self._ring] if self.cuda else []
+        self._next = 0
+
+    def view(self, tensors: dict[str, torch.Tensor]) -> StepView:
+        """The state after the step just launched (call in launch order)."""
+        if not self.lag:
+            return StepView(tensors, None)
+        i, self._next = self._next, (self._next + 1) % len(self._ring)
+        host = self._ring[i]  # its previous view was read before this step was launched
+        for name, t in tensors.items():
+            host[name].copy_(t, non_blocking=self.cuda)
+        if not self.cuda:
+            return StepView(host, None)
+        self._events[i].record()
+        return StepView(host, self._events[i])

@@ -40,10 +40,15 @@ class EagerRunner:
         """Seconds spent compiling so far (nothing is captured here); kept out of tok/s."""
         return compile_report(self.kernels)[0]
 
+    def make_state(self, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The loop's per-row state for phases to update in place: here ``values`` themselves."""
+        return values
+
     def phase(self, name: str, fn: Callable[..., tuple], inputs: dict[str, torch.Tensor],
-              caches: tuple[KVCache, ...] = (), variant: Hashable = None) -> tuple:
-        """A whole phase of the cycle: here simply ``fn(**inputs)`` (the graph runner captures it)."""
-        return tuple(fn(**inputs))
+              caches: tuple[KVCache, ...] = (), variant: Hashable = None,
+              state: dict[str, torch.Tensor] | None = None) -> tuple:
+        """A whole phase of the cycle: here simply ``fn(**inputs, **state)`` (the graph runner captures it)."""
+        return tuple(fn(**inputs, **(state or {})))
 
     def make_draft_cache(self, batch: int, max_len: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> KVCache:
         """A drafter KV cache (one layer) of this shape, on the target's device."""

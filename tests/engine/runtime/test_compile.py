@@ -66,7 +66,7 @@ def test_compiled_speculation_gives_plain_greedy_tokens(tmp_path, monkeypatch):
     assert out.tokens == plain.tokens
     assert compile_report(kernels)[1] == []
     assert sorted(p.name for p in kernels.compile_phase.made) == [
-        "accept [b=2]", "draft [b=2]", "draft_extend [b=2]", "verify [b=2]"]
+        "accept [b=2]", "advance [b=2]", "draft [b=2]", "draft_extend [b=2]", "verify [b=2]"]
     assert all(v == REPLAY for c in eng.observer.cycles[1:] for v in c.graph.values())
 
 

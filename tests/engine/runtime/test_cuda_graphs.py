@@ -212,16 +212,41 @@ def test_a_run_longer_than_the_static_cache_runs_eager(tiny):
 
 
 def test_pad_rows_are_reset_and_never_leak(tiny):
-    """A batch of 1 in bucket 2 after a batch of 2: row 1 of the static inputs is a pad row again."""
+    """A batch of 1 in bucket 2 after a batch of 2: row 1 of the loop's static state is a pad row again
+    (done: it emits nothing and never moves), and the decode graph reads no copied inputs at all."""
     spec = SpecConfig(cuda_graphs=True)
     runner = EmulatedRunner.for_engine(tiny, spec, None, max_len=64, buckets=(2,))
     eng = _engine(tiny, spec, None, runner)
     eng.generate(PROMPTS[:2], 4)
     out = eng.generate(PROMPTS[2:3], 4)
-    ins = _phase_graph(runner, "decode", 2).inputs
-    assert ins["root"][1].tolist() == 0 and ins["lengths"][1].tolist() == 0
+    assert _phase_graph(runner, "decode", 2).inputs == {}
+    state = {key[0]: buf for key, buf in runner._state.items()}
+    assert state["root"][1].tolist() == 0 and state["lengths"][1].tolist() == 0
+    assert state["done"][1].tolist() is True and state["n_out"][1].tolist() == 0
     ref = _engine(tiny, spec, None, EagerRunner(tiny)).generate(PROMPTS[2:3], 4)
     assert out.tokens == ref.tokens
+
+
+@pytest.mark.parametrize("kind", ["plain", "eagle3"])
+def test_graphs_update_the_bound_loop_state_and_the_lagged_step_changes_nothing(tiny, kind):
+    """Emulated graphs that emit and advance in-graph (the loop state bound, not copied), with the stop
+    check a step late as on CUDA, give the eager tokens, stop reasons and cycles of a loop that stops
+    at once; the bookkeeping phases replay."""
+    algo = {"plain": "none", "eagle3": "eagle3"}[kind]
+    spec = SpecConfig(algo, num_steps=3, topk=2, num_draft_tokens=5, attention_mode="decode", cuda_graphs=True)
+    drafter = None if kind == "plain" else _drafter(tiny, spec, kind)
+    runner = EmulatedRunner.for_engine(tiny, spec, drafter, max_len=64, buckets=(1, 4))
+    eng = Engine(tiny, eos_token_ids=(7,), drafter=drafter, spec=spec, runner=runner, stop_lag=1)
+    ref_drafter = None if kind == "plain" else _drafter(tiny, spec, kind)
+    ref = Engine(tiny, eos_token_ids=(7,), drafter=ref_drafter, spec=spec, stop_lag=0,
+                 runner=EagerRunner(tiny, getattr(ref_drafter, "net", None)))
+    for batch in (3, 1):
+        out, want = eng.generate(PROMPTS[:batch], 10), ref.generate(PROMPTS[:batch], 10)
+        assert (out.tokens, out.stop_reasons, out.cycles) == (want.tokens, want.stop_reasons, want.cycles)
+        assert out.accept_lens == want.accept_lens
+    phase = "decode" if kind == "plain" else "advance"
+    assert runner._status[phase] == REPLAY and not runner._failed, runner._failed
+    assert _phase_graph(runner, phase, 4).graph.replays > 0
 
 
 # ---- GPU: real graphs ------------------------------------------------------------------------------

@@ -1,0 +1,128 @@
+"""The generation loop's bookkeeping and its lagged stop check.
+
+On CUDA the engine reads the stop flag of the step before the last one it launched (``stop_lag=1``),
+so one extra step runs after every row has finished. That step must change nothing: the same tokens,
+stop reasons, cycle count, accepted lengths and observer stats as a loop that checks after every step
+(``stop_lag=0``, the CPU default), and a stream sees every token exactly once. Forced here on CPU.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
+from eaglelab.engine.runtime.generate import Engine, emit_tokens
+from eaglelab.engine.runtime.observer import BaseObserver, CycleStats
+from eaglelab.engine.runtime.readback import StepReader
+from eaglelab.engine.runtime.spec_config import SpecConfig
+from tests.conftest import random_model
+from tests.engine.runtime.test_speculative import CFG, PROMPTS, TAPS, random_drafter
+
+
+class Collect(BaseObserver):
+    def __init__(self) -> None:
+        self.cycles: list[CycleStats] = []
+
+    def on_cycle(self, stats: CycleStats) -> None:
+        self.cycles.append(stats)
+
+
+@pytest.fixture(scope="module")
+def target():
+    return random_model(CFG, seed=21)
+
+
+@pytest.fixture(scope="module")
+def eos(target) -> int:
+    """A token plain greedy decoding emits 5th in row 0 (but not in the first 4): that row stops on EOS,
+    the others (most likely) on length."""
+    row = Engine(target).generate(PROMPTS[:1], 12).tokens[0]
+    return next(t for t in row[4:] if t not in row[:4])
+
+
+def _engine(target, eos: int, spec: SpecConfig | None, lag: int, observer=None) -> Engine:
+    if spec is None:
+        return Engine(target, eos_token_ids=(eos,), observer=observer, stop_lag=lag)
+    drafter = Eagle3Proposer(random_drafter(target, 7), spec, TAPS) if spec.algorithm == "eagle3" \
+        else NgramDrafter(spec)
+    return Engine(target, eos_token_ids=(eos,), drafter=drafter, spec=spec, observer=observer, stop_lag=lag)
+
+
+SPECS = {
+    "plain": None,
+    "chain": SpecConfig("eagle3", num_steps=3, topk=1, attention_mode="decode"),
+    "tree": SpecConfig("eagle3", num_steps=2, topk=3, num_draft_tokens=6, attention_mode="decode"),
+    "extend": SpecConfig("eagle3", num_steps=2, topk=2, num_draft_tokens=4, attention_mode="prefill"),
+    "ngram": SpecConfig("ngram", num_steps=3, attention_mode="decode"),
+}
+
+
+@pytest.mark.parametrize("kind", list(SPECS))
+@pytest.mark.parametrize("max_new", [1, 2, 13])
+def test_the_lagged_extra_step_changes_nothing(target, eos, kind, max_new):
+    """Tokens, stop reasons, cycles, accepted lengths and the observer's cycles are those of a loop
+    that stops at once, though the lagged loop ran one more step after every row finished."""
+    runs = []
+    for lag in (0, 1):
+        seen = Collect()
+        out = _engine(target, eos, SPECS[kind], lag, seen).generate(PROMPTS, max_new)
+        runs.append((out, seen.cycles))
+    (direct, direct_cycles), (lagged, lagged_cycles) = runs
+    assert lagged.tokens == direct.tokens
+    assert lagged.stop_reasons == direct.stop_reasons
+    assert (lagged.cycles, lagged.accept_lens) == (direct.cycles, direct.accept_lens)
+    assert [(c.index, c.kind, c.accept_len, c.active_rows) for c in lagged_cycles] == \
+        [(c.index, c.kind, c.accept_len, c.active_rows) for c in direct_cycles]
+    assert len(lagged_cycles) == lagged.cycles + 1  # the prefill, every cycle, never the extra step
+    if max_new == 13:
+        assert "eos" in direct.stop_reasons and lagged.tokens[0][-1] == eos
+
+
+@pytest.mark.parametrize("kind", ["plain", "tree"])
+@pytest.mark.parametrize("lag", [0, 1])
+def test_a_stream_sees_every_token_once(target, eos, kind, lag):
+    got: dict[int, list[int]] = {b: [] for b in range(len(PROMPTS))}
+    calls = []
+
+    def stream(row: int, tokens: list[int]) -> None:
+        assert tokens, "a stream call carries at least one token"
+        calls.append(row)
+        got[row].extend(tokens)
+
+    out = _engine(target, eos, SPECS[kind], lag).generate(PROMPTS, 13, stream=stream)
+    assert [got[b] for b in range(len(PROMPTS))] == out.tokens
+    assert len(calls) <= sum(len(t) for t in out.tokens)
+
+
+def test_emit_tokens_stops_after_eos_and_at_the_limit():
+    """Row 0: [5, 2, 7] with EOS 2 emits [5, 2] and stops on EOS. Row 1: 3 tokens offered, 1 left
+    under its limit of 4. Row 2: already done, emits nothing."""
+    state = {
+        "out": torch.full((3, 8), -1), "n_out": torch.tensor([0, 3, 1]), "limit": torch.tensor([8, 4, 8]),
+        "done": torch.tensor([False, False, True]), "hit_eos": torch.zeros(3, dtype=torch.bool),
+    }
+    state["out"][1, :3] = torch.tensor([4, 4, 4])
+    state["out"][2, 0] = 9
+    toks = torch.tensor([[5, 2, 7], [6, 6, 6], [1, 1, 1]])
+    emitted = emit_tokens(state, toks, torch.tensor([3, 3, 3]), torch.tensor([2]))
+    assert emitted.tolist() == [2, 1, 0]
+    assert state["out"].tolist()[0][:3] == [5, 2, -1]
+    assert state["out"].tolist()[1][:5] == [4, 4, 4, 6, -1]
+    assert state["out"].tolist()[2][:2] == [9, -1]
+    assert state["n_out"].tolist() == [2, 4, 1]
+    assert state["hit_eos"].tolist() == [True, False, False]
+    assert state["done"].tolist() == [True, True, True]
+
+
+def test_a_lagged_reader_keeps_each_steps_own_copy():
+    """On CPU with a lag, each view is a copy of the state when it was taken, not the live tensor."""
+    done = torch.tensor([False, False])
+    reader = StepReader(1, {"done": done})
+    first = reader.view({"done": done})
+    done[0] = True
+    second = reader.view({"done": done})
+    assert first.read()["done"].tolist() == [False, False] and not first.all_done()
+    done[1] = True
+    assert second.read()["done"].tolist() == [True, False]
+    assert reader.view({"done": done}).all_done()
