@@ -42,6 +42,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--cost-tokens", type=int, default=None, help="tokens per row in each cost run")
     w.add_argument("--confirm", type=int, default=3, help="best predictions run for real per batch size (0: none)")
     w.add_argument("--seed", type=int, default=0)
+    w.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
+                   help="measure CUDA graphs of torch.compile'd phases, as bench's *-compile configs (CUDA only; "
+                        "the first run compiles, cached on disk; the verify micro-measure stays uncompiled)")
     o = p.add_argument_group("input and output")
     o.add_argument("--from", dest="from_record", default=None, metavar="RECORD",
                    help="predict from a record written by `eaglelab tune --record`, running nothing")
@@ -99,11 +102,11 @@ def _settings(args, cuda: bool):
         draft_tokens=_ints(args.draft_tokens or d["draft_tokens"], "--draft-tokens", least=2),
         batch_sizes=_ints(args.batch_sizes or d["batch_sizes"], "--batch-sizes"),
         new_tokens=args.max_new_tokens or d["max_new_tokens"], cost_tokens=args.cost_tokens or d["cost_tokens"],
-        confirm=args.confirm,
+        confirm=args.confirm, compile=args.compile and cuda,
     ), (args.prompts or d["prompts"])
 
 
-def _context(args, settings, n_prompts: int):
+def _context(args, settings, n_prompts: int, log=lambda m: None):
     """Target, drafter and prompts, as the bench loads them. -> (BenchContext, notes, model name)."""
     from eaglelab.bench import harness as H
     from eaglelab.cmd_bench import _drafter_factory
@@ -129,10 +132,14 @@ def _context(args, settings, n_prompts: int):
     target = s.target
     prompts, how = H.tokenize_prompts(texts, target.tokenizer, target.config.vocab_size, args.max_prompt_tokens)
     ctx = H.BenchContext(target=target.model, spec=s.spec, make_drafter=_drafter_factory(s.drafter), prompts=prompts,
-                         max_new_tokens=settings.new_tokens, batch_sizes=settings.batch_sizes)
+                         max_new_tokens=settings.new_tokens, batch_sizes=settings.batch_sizes, log=log)
     notes = list(s.notes) + [f"prompts: {len(prompts)} MT-bench first turns, {how}; "
                              f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",
                              f"generation: {settings.new_tokens} tokens per row, EOS ignored, greedy"]
+    if args.compile and not settings.compile:
+        notes.append("--compile: ignored on CPU (it compiles the phases of CUDA graphs)")
+    elif settings.compile:
+        notes.append("phases: CUDA graphs of torch.compile'd phases (the verify micro-measure: uncompiled graphs)")
     return ctx, notes, f"{target.name} ({target.config.num_layers} layers)", _draft_path(args)
 
 
@@ -151,7 +158,7 @@ def _measure_and_confirm(args, console) -> dict[str, Any]:
 
     device, _ = _pick_device(args.device)
     settings, n_prompts = _settings(args, device.type == "cuda")
-    ctx, notes, model, draft_path = _context(args, settings, n_prompts)
+    ctx, notes, model, draft_path = _context(args, settings, n_prompts, log=lambda m: console.print(f"[dim]{m}[/]"))
     bus, steps, costs = ProbeBus(aggregate=False), [], []
     bus.subscribe(lambda e: steps.append(e) if isinstance(e, Step) else costs.append(e) if isinstance(e, PhaseCost) else None)
     close = _record_sink(bus, args.record)

@@ -11,7 +11,8 @@
    decoding, over the same prompts as the acceptance run.
 
 Every run uses the configuration the bench calls spec-decode-graphs on CUDA (decode-mode verify,
-CUDA graphs) and spec-decode on CPU, plain-graphs / plain-eager for plain decoding.
+CUDA graphs; spec-compile with ``compile``) and spec-decode on CPU, plain-graphs (plain-compile) /
+plain-eager for plain decoding. The verify micro-measure runs uncompiled graphs either way.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class TuneSettings:
     new_tokens: int  # per row, EOS ignored (acceptance run and confirmation alike)
     cost_tokens: int  # per row in each cost run
     confirm: int  # best predicted configurations run for real, per batch size
+    compile: bool = False  # CUDA graphs of torch.compile'd phases (as bench's *-compile configs)
 
     @property
     def wide(self) -> SpecConfig:
@@ -58,18 +60,26 @@ class TuneSettings:
         return tuple(sorted(chains | trees))
 
 
-def _system(ctx: H.BenchContext, spec: SpecConfig | None) -> H.OurSystem:
-    """Our engine as the bench runs it: graphs on CUDA; ``spec`` None = plain decoding."""
+def _config(ctx: H.BenchContext, settings: TuneSettings, spec: SpecConfig | None) -> H.BenchConfig:
+    """The bench configuration tune runs: graphs on CUDA (compiled phases with ``settings.compile``)."""
     graphs = ctx.device.type == "cuda"
-    name = ("spec" if spec else "plain") + ("-decode" if spec else "") + ("-graphs" if graphs else "-eager")
-    cfg = H.BenchConfig(name, spec is not None, "decode", graphs)
-    return H.OurSystem(cfg, replace(ctx, spec=spec) if spec else ctx)
+    compiled = graphs and settings.compile
+    if compiled:
+        name = "spec-compile" if spec else "plain-compile"
+    else:
+        name = ("spec-decode" if spec else "plain") + ("-graphs" if graphs else "-eager")
+    return H.BenchConfig(name, spec is not None, "decode", graphs, compile=compiled)
+
+
+def _system(ctx: H.BenchContext, settings: TuneSettings, spec: SpecConfig | None) -> H.OurSystem:
+    """Our engine as the bench runs it; ``spec`` None = plain decoding."""
+    return H.OurSystem(_config(ctx, settings, spec), replace(ctx, spec=spec) if spec else ctx)
 
 
 def acceptance_run(ctx: H.BenchContext, settings: TuneSettings, bus: ProbeBus, model: str,
                    progress: Callable[[int, int], None]) -> None:
     """The wide tree over every prompt (batches of the largest batch size), observed by ``bus``."""
-    system = _system(ctx, settings.wide)
+    system = _system(ctx, settings, settings.wide)
     engine = Engine(ctx.target, drafter=system.drafter, spec=system.spec, observer=bus, runner=system.runner,
                     run_info={"model": model})
     batch = min(max(ctx.batch_sizes), len(ctx.prompts))
@@ -120,7 +130,7 @@ def _observed(system: H.OurSystem, group, new_tokens: int) -> tuple[CycleTimer, 
 def plain_costs(ctx: H.BenchContext, settings: TuneSettings, batch: int, publish: Publish) -> float:
     """Decode (wall per step, the loop included) and the call's prefill and setup at ``batch``.
     -> that prefill figure (the drafter's extra start-up is measured against it)."""
-    system = _system(ctx, None)
+    system = _system(ctx, settings, None)
     group = H.groups_for(ctx.prompts, batch)[0]
     system.engine().generate(group, 4)  # warm-up
     col, wall = _observed(system, group, settings.cost_tokens)
@@ -147,7 +157,7 @@ def draft_costs(ctx: H.BenchContext, settings: TuneSettings, steps: int, topk: i
     size; ``begin`` is the call's start-up beyond plain decoding's ``prefill_ms[batch]``."""
     n = steps + 1 if topk == 1 else min(max_draft_tokens(steps, topk), max(settings.draft_tokens))
     spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=n if topk > 1 else 0)
-    system = _system(ctx, spec)
+    system = _system(ctx, settings, spec)
     for batch in ctx.batch_sizes:
         group = H.groups_for(ctx.prompts, batch)[0]
         system.engine().generate(group, 4)  # warm-up
@@ -179,9 +189,9 @@ def confirm_run(ctx: H.BenchContext, settings: TuneSettings, config: tuple[int, 
     if config is not None:
         s, k, n = config
         spec = SpecConfig("eagle3", num_steps=s, topk=k, num_draft_tokens=n if k > 1 else 0)
-    system = _system(ctx, spec)
+    system = _system(ctx, settings, spec)
     work = replace(ctx, max_new_tokens=settings.new_tokens)
-    cfg = H.BenchConfig("tune", spec is not None, "decode", ctx.device.type == "cuda")
+    cfg = _config(ctx, settings, spec)
     generate = lambda g, m: system.engine().generate(g, m)  # noqa: E731
     repeats = len(H.groups_for(ctx.prompts, batch))
     row, _ = H.measure(generate, None, cfg, work, batch, repeats)

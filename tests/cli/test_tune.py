@@ -102,3 +102,27 @@ def test_tune_on_the_real_model_predicts_the_winners_accepted_length_within_10_p
     assert abs(predicted - measured) <= 0.10 * measured, (predicted, measured)
     assert main(["tune", "--from", str(rec), "--json", str(again)]) == 0
     assert json.loads(again.read_text())["acceptance"] == report["acceptance"]
+
+
+def test_tune_compile_measures_the_bench_compile_configs():
+    """--compile on CUDA: tune's systems are bench's plain-compile / spec-compile (graphs of compiled
+    phases); on CPU, where there are no graphs to compile, it is off (and a note says so)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from eaglelab.bench.tune import _config
+    from eaglelab.cli import build_parser
+    from eaglelab.cmd_tune import _settings
+    from eaglelab.engine.runtime.spec_config import SpecConfig
+
+    args = build_parser().parse_args(["tune", "--compile"])
+    on_gpu, _ = _settings(args, cuda=True)
+    on_cpu, _ = _settings(args, cuda=False)
+    assert on_gpu.compile and not on_cpu.compile
+    assert not _settings(build_parser().parse_args(["tune"]), cuda=True)[0].compile
+    gpu, cpu, spec = SimpleNamespace(device=torch.device("cuda")), SimpleNamespace(device=torch.device("cpu")), SpecConfig("eagle3")
+    assert (_config(gpu, on_gpu, None).name, _config(gpu, on_gpu, spec).name) == ("plain-compile", "spec-compile")
+    assert _config(gpu, on_gpu, spec).compile and _config(gpu, on_gpu, spec).graphs
+    assert (_config(gpu, on_cpu, spec).name, _config(gpu, on_cpu, spec).compile) == ("spec-decode-graphs", False)
+    assert (_config(cpu, on_cpu, None).name, _config(cpu, on_cpu, None).graphs) == ("plain-eager", False)
