@@ -1,0 +1,36 @@
+"""``benchmarks/decode_profile.py`` on the CPU: the report's parts are there and add up (the figures
+themselves come from a GPU run); asked for CUDA where there is none, it refuses with a clear message."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from benchmarks import decode_profile
+
+
+def test_the_cpu_report_lists_a_steps_operators_and_its_timings(tmp_path, one_thread):
+    out = tmp_path / "profile.json"
+    rc = decode_profile.main(["--model", "tiny", "--device", "cpu", "--tokens", "6", "--repeats", "2",
+                              "--profile-steps", "3", "--json", str(out)])
+    assert rc == 0
+    report = json.loads(out.read_text())
+    assert report["config"] == "plain-eager" and report["batch"] == 1
+    kernels = report["kernels"]
+    names = {r["name"] for r in kernels["rows"]}
+    assert "aten::mm" in names or "aten::linear" in names or "aten::addmm" in names, names
+    assert sum(r["share"] for r in kernels["rows"]) == pytest.approx(1.0)
+    assert kernels["per_step_us"] == pytest.approx(sum(r["us_per_step"] for r in kernels["rows"]))
+    assert report["replay_ms"]["steps"] == 5  # 6 tokens: the prefill's, then 5 decode steps
+    e2e = report["end_to_end"]
+    assert len(e2e["tok_per_s"]) == 2 and e2e["median_tok_per_s"] > 0
+    assert e2e["ms_per_token"] == pytest.approx(1e3 / e2e["median_tok_per_s"])
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")
+def test_asking_for_cuda_without_it_is_a_clear_refusal(capsys):
+    assert decode_profile.main(["--device", "cuda"]) == 2
+    err = capsys.readouterr().err
+    assert "CUDA is not available" in err and "--device" in err
