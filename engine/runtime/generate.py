@@ -133,6 +133,7 @@ class Engine:
         self._eos_key = tuple(sorted(eos_token_ids))  # the graphs of phases that emit bake self.eos in
         if stop_lag is None:
             stop_lag = 1 if self.device.type == "cuda" and target.tp is None else 0
+        assert stop_lag == 0 or target.tp is None, "under TP the observer takes each cycle at once: stop_lag 0"
         self.stop_lag = stop_lag
         self.runner: Runner = runner or EagerRunner(target, drafter.net if drafter is not None else None,
                                                    reason=_eager_reason(spec, self.device))
@@ -371,7 +372,7 @@ class Engine:
         they are not cycles of the run, and the observer never sees them."""
         if not extra:
             return
-        assert extra == 1 and self.target.tp is None, "one lagged step at most, and none under TP"
+        assert extra == 1, f"{extra} steps after the last: the loop reads one step late at most"
         self._cycle -= 1
         if self.spec.enabled:
             accepted.pop()
@@ -492,7 +493,7 @@ def emit_tokens(state: dict[str, torch.Tensor], toks: torch.Tensor, count: torch
     out, n_out, done = state["out"], state["n_out"], state["done"]
     k = torch.arange(toks.shape[1], device=toks.device)  # [K]
     valid = (k < count[:, None]) & ~done[:, None] & (k < (state["limit"] - n_out)[:, None])  # [B, K]
-    is_eos = torch.isin(toks, eos) & valid
+    is_eos = (toks[..., None] == eos).any(-1) & valid  # not isin: its sorting path syncs with the host
     keep = valid & ((is_eos.long().cumsum(1) - is_eos.long()) == 0)  # up to the first EOS
     pos = (n_out[:, None] + k).clamp(max=out.shape[1] - 1)  # [B, K]; kept tokens never reach the clamp
     out.scatter_(1, pos, torch.where(keep, toks, out.gather(1, pos)))
