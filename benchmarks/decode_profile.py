@@ -12,7 +12,9 @@ graphs of torch.compile'd phases; ``--no-compile``: plain-graphs), and the scrip
 (b) ``replay_ms``: the median device time of the graph-replayed decode step (CUDA events around each
     phase, as ``bench``'s phase costs);
 (c) ``end_to_end``: tok/s of ``generate`` for ``--tokens`` tokens (EOS ignored; capture and compile timed
-    apart), median of ``--repeats`` runs, and the time per token outside the replayed step.
+    apart), median of ``--repeats`` runs, and the time per token outside the replayed step; and, as the
+    same-run baseline, ``end_to_end_stop_at_once``: the same engine reading its stop flag right after
+    each step (``stop_lag=0``: the host waits for every step before queuing the next, as on CPU).
 
 On CPU it runs the same engine eagerly (plain-eager; float32 unless ``--dtype``) and lists the aten
 operators of one step instead of kernels. Scale models (``llama3.1-8b`` ...) have random weights: the
@@ -104,12 +106,14 @@ def profile_decode(args: argparse.Namespace) -> dict:
         "hardware": H.hardware(device, dtype), "batch": 1, "prompt_tokens": len(prompts[0]), "setup_s": setup_s,
         "kernels": _kernel_profile(engine, system, prompts, args.profile_steps, cuda),
         "replay_ms": _replay_ms(system, prompts, args.tokens),
-        "end_to_end": _end_to_end(system, prompts, args.tokens, args.repeats),
+        "end_to_end": _end_to_end(system.engine(), prompts, args.tokens, args.repeats),
+        "end_to_end_stop_at_once": _end_to_end(_engine(system, stop_lag=0), prompts, args.tokens, args.repeats),
     }
     step_ms = report["replay_ms"]["median"]
     e2e = report["end_to_end"]
     e2e["outside_step_ms_per_token"] = e2e["ms_per_token"] - step_ms
     e2e["bound_by_step_tok_per_s"] = 1e3 / step_ms if step_ms > 0 else None
+    e2e["ratio_over_stop_at_once"] = e2e["median_tok_per_s"] / report["end_to_end_stop_at_once"]["median_tok_per_s"]
     report["measure_s"] = time.perf_counter() - t1
     return report
 
@@ -191,8 +195,14 @@ def _replay_ms(system, prompts, tokens: int) -> dict:
             "graph": collector.graph_summary().get("decode", "?")}
 
 
-def _end_to_end(system, prompts, tokens: int, repeats: int) -> dict:
-    engine = system.engine()
+def _engine(system, stop_lag: int):
+    """The system's engine (same runner, so the same graphs) with another stop lag."""
+    from eaglelab.engine.runtime.generate import Engine
+
+    return Engine(system.ctx.target, eos_token_ids=(), spec=system.spec, runner=system.runner, stop_lag=stop_lag)
+
+
+def _end_to_end(engine, prompts, tokens: int, repeats: int) -> dict:
     runs = [engine.generate(prompts, tokens) for _ in range(repeats)]
     tps = [r.tokens_per_second for r in runs]
     med = statistics.median(tps)
