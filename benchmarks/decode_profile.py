@@ -6,9 +6,10 @@
 On CUDA the engine is built as ``eaglelab bench``'s plain-compile configuration (bf16, batch 1, CUDA
 graphs of torch.compile'd phases; ``--no-compile``: plain-graphs), and the script prints, in one JSON:
 
-(a) ``kernels``: the decode phase's kernels from torch.profiler (name, launches per step, device us per
-    step, share of the step), with the compiled phase function run outside the CUDA graph so its
-    kernels are visible (the graph replays exactly these);
+(a) ``kernels``: the decode phase's kernels from torch.profiler (name, category, launches per step,
+    device us per step, share of the step), eager layers and compiled whole as the graph runner compiles
+    the phase, run outside the CUDA graph so its kernels are visible (``eaglelab bench --profile``'s
+    measure: ``eaglelab/bench/profile.py``);
 (b) ``replay_ms``: the median device time of the graph-replayed decode step (CUDA events around each
     phase, as ``bench``'s phase costs);
 (c) ``end_to_end``: tok/s of ``generate`` for ``--tokens`` tokens (EOS ignored; capture and compile timed
@@ -38,7 +39,6 @@ from eaglelab.bench import harness as H
 from eaglelab.engine.errors import EagleLabError
 from eaglelab.engine.formats.loader import load_target, parse_dtype
 from eaglelab.engine.model.scale_models import SCALE_PRESETS, build_scale_model
-from eaglelab.engine.runtime.sampling import SamplingParams
 from eaglelab.engine.runtime.spec_config import SpecConfig
 
 
@@ -96,15 +96,14 @@ def profile_decode(args: argparse.Namespace) -> dict:
         system.runner.kernels = ctx.kernels(True)
     print(f"{model_name}, {config.name}, {dtype}, batch 1, on {device}: warming up (capture and compile) ...",
           file=sys.stderr)
-    engine = system.engine()
     t0 = time.perf_counter()
-    engine.generate(prompts, 8)
+    system.engine().generate(prompts, 8)
     setup_s = time.perf_counter() - t0
     t1 = time.perf_counter()
     report = {
         "model": model_name, "config": config.name, "description": config.description,
         "hardware": H.hardware(device, dtype), "batch": 1, "prompt_tokens": len(prompts[0]), "setup_s": setup_s,
-        "kernels": _kernel_profile(engine, system, prompts, args.profile_steps, cuda),
+        "kernels": _kernels(system, args.profile_steps),
         "replay_ms": _replay_ms(system, prompts, args.tokens),
         "end_to_end": _end_to_end(system.engine(), prompts, args.tokens, args.repeats),
         "end_to_end_stop_at_once": _end_to_end(_engine(system, stop_lag=0), prompts, args.tokens, args.repeats),
@@ -137,53 +136,17 @@ def _target(model: str, device: torch.device, dtype: torch.dtype, seed: int):
     return loaded.model, loaded.tokenizer, f"{loaded.name} ({loaded.config.num_layers} layers)"
 
 
-def _kernel_profile(engine, system, prompts, steps: int, cuda: bool) -> dict:
-    """The decode phase run ``steps`` times outside any graph (compiled as the runner compiles it) under
-    torch.profiler: per kernel (CUDA) or aten operator (CPU), launches and time per step, and share."""
-    from torch.profiler import ProfilerActivity, profile
+def _kernels(system, steps: int) -> list[dict]:
+    """``bench --profile`` on batch 1: eager layers, and on CUDA the phase compiled whole."""
+    from eaglelab.bench.profile import profile_decode, profile_section
+    from eaglelab.engine.model.scale_models import decode_weight_bytes
 
-    st = engine._prefill(prompts, steps + 8, SamplingParams(), None)  # the engine's own state and cache
-    decode = engine._decode_fn(st.cache, SamplingParams())
-    phase = system.runner.compile_phase if cuda else None
-    fn = decode
-    if phase is not None:  # the very compiled function the graph captured (its guards take other buffers)
-        made = [p for p in phase.made if p.name == "decode [b=1]" and p.reason is None]
-        fn = made[0] if made else phase("decode [profiled outside the graph]", decode)
-    state = {k: v.clone() for k, v in st.state().items()}  # not the graph's bound buffers: nothing else moves
-    for _ in range(3):  # compiles (or loads from the on-disk cache) and warms up
-        fn(**state)
-    _sync(cuda)
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    t0 = time.perf_counter()
-    with profile(activities=activities) as prof:
-        for _ in range(steps):
-            fn(**state)
-        _sync(cuda)
-    host_ms = (time.perf_counter() - t0) * 1e3 / steps
-    rows = _rows(prof.key_averages(), steps, cuda)
-    total = sum(r["us_per_step"] for r in rows)
-    for r in rows:
-        r["share"] = r["us_per_step"] / total if total else 0.0
-    return {"steps": steps, "what": "CUDA kernels" if cuda else "aten operators (self CPU time)",
-            "compiled": fn is not decode, "per_step_us": total, "launches_per_step": sum(r["count_per_step"] for r in rows),
-            "host_ms_per_step_profiled": host_ms, "rows": rows}
-
-
-def _rows(averages, steps: int, cuda: bool) -> list[dict]:
-    out = []
-    for e in averages:
-        if cuda:
-            if "CUDA" not in str(e.device_type):
-                continue
-            us = e.self_device_time_total
-        else:
-            if not e.key.startswith("aten::"):
-                continue
-            us = e.self_cpu_time_total
-        if us <= 0:
-            continue
-        out.append({"name": e.key, "count_per_step": e.count / steps, "us_per_step": us / steps})
-    return sorted(out, key=lambda r: -r["us_per_step"])
+    ctx = system.ctx
+    cuda = ctx.device.type == "cuda"
+    compiler = ctx.kernels(True).compile_phase if cuda else None
+    found = profile_decode(ctx.target, None, (1,), ctx.max_len, compiler, decode_weight_bytes(ctx.target),
+                           steps=steps, warmup=3 if cuda else 1, log=lambda m: print(m, file=sys.stderr))
+    return profile_section(found)
 
 
 def _replay_ms(system, prompts, tokens: int) -> dict:

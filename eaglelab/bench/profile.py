@@ -74,16 +74,17 @@ class StepProfile:
 
 def _decode_phase(target, cache, batch: int, context: int) -> tuple[Callable, dict[str, torch.Tensor]]:
     """The engine's plain decode phase (greedy) over ``cache`` -> (fn, its inputs): one token per row at
-    slot = position = ``context``. The very function the CUDA-graph runner compiles for the
-    *-compile configurations, over a cache of the runner's shape, so its compile is the same graph
-    (inductor's on-disk cache then serves the second)."""
-    from eaglelab.engine.runtime.generate import Engine
+    slot = position = ``context``, then the loop's bookkeeping. The very function the CUDA-graph runner
+    compiles for the *-compile configurations, over a cache of the runner's shape, so its compile is
+    the same graph (inductor's on-disk cache then serves the second). The rows are marked done, so every
+    profiled step is the same step (same slot, same kernels: nothing in the phase depends on it)."""
+    from eaglelab.engine.runtime.generate import Engine, loop_state
     from eaglelab.engine.runtime.sampling import SamplingParams
 
     dev = cache.k.device
-    ins = {"root": torch.full((batch,), 7, dtype=torch.long, device=dev),  # [B]
-           "lengths": torch.full((batch,), context, dtype=torch.long, device=dev)}  # [B]
-    return Engine(target)._decode_fn(cache, SamplingParams()), ins
+    root = torch.full((batch,), 7, dtype=torch.long, device=dev)  # [B]
+    lengths = torch.full((batch,), context, dtype=torch.long, device=dev)  # [B]
+    return Engine(target)._decode_fn(cache, SamplingParams()), loop_state(lengths, root, cache.max_len, 0, done=True)
 
 
 def _filled_cache(target, rows: int, max_len: int, context: int):

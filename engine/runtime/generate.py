@@ -214,15 +214,7 @@ class Engine:
 
     def _new_state(self, lens: torch.Tensor, first: torch.Tensor, slots: int, max_new: int) -> dict[str, torch.Tensor]:
         """The per-row state after the prompt, in the runner's buffers (``out`` as wide as the cache)."""
-        B, dev = lens.shape[0], self.device
-        return self.runner.make_state({
-            "lengths": lens.clone(), "root": first,
-            "out": torch.full((B, slots), -1, dtype=torch.long, device=dev),
-            "n_out": torch.zeros(B, dtype=torch.long, device=dev),
-            "done": torch.zeros(B, dtype=torch.bool, device=dev),
-            "hit_eos": torch.zeros(B, dtype=torch.bool, device=dev),
-            "limit": torch.full((B,), max_new, dtype=torch.long, device=dev),
-        })
+        return self.runner.make_state(loop_state(lens.clone(), first, slots, max_new))
 
     def _make_cache(self, batch: int, max_len: int) -> KVCache:
         """The runner's static cache when it offers one (CUDA graphs bind fixed buffers; it may be
@@ -478,6 +470,22 @@ class _Pending:
     graph: dict[str, str]
     tree_nodes: int
     staged: Staged
+
+
+def loop_state(lengths: torch.Tensor, root: torch.Tensor, slots: int, max_new: int,
+               done: bool = False) -> dict[str, torch.Tensor]:
+    """The per-row state the phases update (:meth:`Batch.state`) for rows holding ``lengths`` [B] cached
+    tokens with ``root`` [B] next: nothing emitted yet into ``out`` [B, slots], ``max_new`` tokens
+    allowed; ``done`` rows emit nothing and never move (a profiled step repeated as it is)."""
+    B, dev = lengths.shape[0], lengths.device
+    return {
+        "lengths": lengths, "root": root,
+        "out": torch.full((B, slots), -1, dtype=torch.long, device=dev),
+        "n_out": torch.zeros(B, dtype=torch.long, device=dev),
+        "done": torch.full((B,), done, dtype=torch.bool, device=dev),
+        "hit_eos": torch.zeros(B, dtype=torch.bool, device=dev),
+        "limit": torch.full((B,), max_new, dtype=torch.long, device=dev),
+    }
 
 
 def emit_tokens(state: dict[str, torch.Tensor], toks: torch.Tensor, count: torch.Tensor,

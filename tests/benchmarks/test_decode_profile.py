@@ -18,11 +18,11 @@ def test_the_cpu_report_lists_a_steps_operators_and_its_timings(tmp_path, one_th
     assert rc == 0
     report = json.loads(out.read_text())
     assert report["config"] == "plain-eager" and report["batch"] == 1
-    kernels = report["kernels"]
-    names = {r["name"] for r in kernels["rows"]}
-    assert "aten::mm" in names or "aten::linear" in names or "aten::addmm" in names, names
-    assert sum(r["share"] for r in kernels["rows"]) == pytest.approx(1.0)
-    assert kernels["per_step_us"] == pytest.approx(sum(r["us_per_step"] for r in kernels["rows"]))
+    (eager,) = report["kernels"]  # bench --profile's measure at batch 1: eager layers only on CPU
+    assert (eager["batch"], eager["layers"], eager["status"]) == (1, "eager", "ran")
+    names = {r["name"] for r in eager["kernels"]}
+    assert names & {"aten::mm", "aten::linear", "aten::addmm"}, names
+    assert eager["device_us"] > 0 and eager["launches"] >= len(eager["kernels"])
     assert report["replay_ms"]["steps"] == 5  # 6 tokens: the prefill's, then 5 decode steps
     e2e = report["end_to_end"]
     assert len(e2e["tok_per_s"]) == 2 and e2e["median_tok_per_s"] > 0

@@ -49,16 +49,20 @@ class _CompilingRunner:
     def __getattr__(self, name):  # everything but phase(): the eager runner's
         return getattr(self.eager, name)
 
-    def phase(self, name, fn, inputs, caches=(), variant=None):
+    def phase(self, name, fn, inputs, caches=(), variant=None, state=None):
+        state = state or {}
         key = (name, variant, tuple(id(c) for c in caches),
-               tuple((k, tuple(v.shape), v.dtype) for k, v in inputs.items()))
+               tuple((k, tuple(v.shape), v.dtype) for k, v in {**inputs, **state}.items()))
         if key not in self.phases:
             tp = self.eager.target.tp
             kept, tp.arrivals = tp.arrivals, None
-            fn(**inputs)  # as the graph runner's warm-up (untimed): lazy state (fused weights) built eagerly
+            before = {k: v.clone() for k, v in state.items()}
+            fn(**inputs, **state)  # as the graph runner's warm-up (untimed): lazy state (fused weights) built eagerly
+            for k, v in before.items():  # ... and, like its capture, leaving the loop's state as it was
+                state[k].copy_(v)
             tp.arrivals = kept
             self.phases[key] = self.compiler(f"{name} {key[3]}", fn)
-        return tuple(self.phases[key](**inputs))
+        return tuple(self.phases[key](**inputs, **state))
 
 
 def _compiled_phases_rank(tp, backend: str):
@@ -93,7 +97,7 @@ def _compiled_phases_rank(tp, backend: str):
 
 
 def test_tp2_phases_compile_whole_on_every_rank():
-    """Two gloo ranks, the tiny model: decode, verify, accept, draft and draft_extend each compile
+    """Two gloo ranks, the tiny model: decode, verify, accept, draft, draft_extend and advance each compile
     whole (fullgraph, static shapes) with the target's all-reduces and logits all-gather inside, no
     phase falls back to eager, and the compiled runs give the eager runs' tokens on every rank.
     Only the eager prefill's collectives reach the probe's clock (2 per layer + the gather)."""
@@ -104,7 +108,7 @@ def test_tp2_phases_compile_whole_on_every_rank():
         assert not isinstance(got, RankFailure), got
         out, seen, reasons = got
         assert reasons == [], (rank, reasons)
-        assert seen == ["accept", "decode", "draft", "draft_extend", "verify"], seen
+        assert seen == ["accept", "advance", "decode", "draft", "draft_extend", "verify"], seen
         for kind, (eager, compiled, outside) in out.items():
             assert compiled == eager, (rank, kind)
             assert outside == 9, (rank, kind, outside)  # tiny: 4 layers x 2 + the head's gather, prefill only
