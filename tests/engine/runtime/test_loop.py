@@ -126,3 +126,36 @@ def test_a_lagged_reader_keeps_each_steps_own_copy():
     done[1] = True
     assert second.read()["done"].tolist() == [True, False]
     assert reader.view({"done": done}).all_done()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("kind", ["plain", "eagle3"])
+def test_on_cuda_graphs_the_lagged_loop_gives_the_stop_at_once_run(kind):
+    """Real CUDA graphs with the bookkeeping in-graph: the default lagged stop check (pinned copy + event)
+    gives the tokens, stop reasons, cycles and accepted lengths of a loop that reads every step at once,
+    a stream sees every token once, and the emitting phase replays."""
+    from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
+    from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
+
+    model = build_scale_model("tiny", device="cuda", seed=3).model
+    algo = "none" if kind == "plain" else "eagle3"
+    spec = SpecConfig(algo, num_steps=3, topk=2, num_draft_tokens=5, attention_mode="decode", cuda_graphs=True)
+    eos = Engine(model, stop_lag=0).generate(PROMPTS[:1], 12).tokens[0][5]
+    runs = []
+    for lag in (1, 0):
+        drafter = None
+        if kind == "eagle3":
+            net, taps = random_eagle3(model, seed=5, draft_vocab=256)
+            drafter = Eagle3Proposer(net, spec, taps)
+        runner = CudaGraphRunner.for_engine(model, spec, drafter, max_len=64, buckets=(1, 4))
+        engine = Engine(model, eos_token_ids=(eos,), drafter=drafter, spec=spec, runner=runner, stop_lag=lag)
+        got: dict[int, list[int]] = {b: [] for b in range(len(PROMPTS))}
+        out = engine.generate(PROMPTS, 12, stream=lambda b, t: got[b].extend(t))
+        assert [got[b] for b in range(len(PROMPTS))] == out.tokens
+        assert runner._status["decode" if kind == "plain" else "advance"] == "replay", runner._failed
+        runs.append(out)
+    lagged, direct = runs
+    assert engine.stop_lag == 0 and Engine(model).stop_lag == 1  # the CUDA default: lagged
+    assert (lagged.tokens, lagged.stop_reasons) == (direct.tokens, direct.stop_reasons)
+    assert (lagged.cycles, lagged.accept_lens) == (direct.cycles, direct.accept_lens)
