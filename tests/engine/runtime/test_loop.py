@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
-from eaglelab.engine.runtime.generate import Engine, emit_tokens
+from eaglelab.engine.runtime.generate import Engine, emit_and_advance, emit_tokens, loop_state
 from eaglelab.engine.runtime.observer import BaseObserver, CycleStats
 from eaglelab.engine.runtime.readback import StepReader
 from eaglelab.engine.runtime.spec_config import SpecConfig
@@ -113,6 +115,58 @@ def test_emit_tokens_stops_after_eos_and_at_the_limit():
     assert state["n_out"].tolist() == [2, 4, 1]
     assert state["hit_eos"].tolist() == [True, False, False]
     assert state["done"].tolist() == [True, True, True]
+
+
+def _reference_step(rows, toks, count, root, eos):
+    """One step's bookkeeping, row by row in plain Python (the spec emit_and_advance must meet)."""
+    out = []
+    for r, (t, c, new_root) in enumerate(zip(toks, count, root)):
+        row = dict(rows[r])
+        emitted = 0
+        if not row["done"]:
+            for tok in t[:c]:
+                if row["n_out"] >= row["limit"]:
+                    break
+                row["out"] = row["out"] + [tok]
+                row["n_out"] += 1
+                emitted += 1
+                if tok in eos:
+                    row["hit_eos"] = True
+                    break
+            row["done"] = row["hit_eos"] or row["n_out"] >= row["limit"]
+            row["lengths"] += c
+            row["root"] = new_root
+        out.append((row, emitted, not rows[r]["done"]))
+    return out
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.data())
+def test_emit_and_advance_meets_a_row_by_row_reference(data):
+    """Any batch, any tokens, counts, budgets, EOS sets and rows already done: the tensor bookkeeping
+    equals the plain-Python reference, step after step (three steps from the same start)."""
+    B, K = data.draw(st.integers(1, 4)), data.draw(st.integers(1, 4))
+    eos = data.draw(st.sets(st.integers(0, 6), min_size=1, max_size=3))
+    limit = data.draw(st.lists(st.integers(0, 8), min_size=B, max_size=B))
+    state = loop_state(torch.tensor([5] * B), torch.zeros(B, dtype=torch.long), 8 + K + 1, 0)
+    state["limit"] = torch.tensor(limit)
+    state["done"] = torch.tensor(data.draw(st.lists(st.booleans(), min_size=B, max_size=B)))
+    rows = [{"out": [], "n_out": 0, "limit": limit[b], "done": bool(state["done"][b]), "hit_eos": False,
+             "lengths": 5, "root": 0} for b in range(B)]
+    for _ in range(3):
+        toks = data.draw(st.lists(st.lists(st.integers(0, 9), min_size=K, max_size=K), min_size=B, max_size=B))
+        count = data.draw(st.lists(st.integers(1, K), min_size=B, max_size=B))
+        root = data.draw(st.lists(st.integers(0, 9), min_size=B, max_size=B))
+        emitted, active = emit_and_advance(state, torch.tensor(toks), torch.tensor(count), torch.tensor(root),
+                                           torch.tensor(sorted(eos)))
+        want = _reference_step(rows, toks, count, root, eos)
+        rows = [r for r, _, _ in want]
+        assert emitted.tolist() == [e for _, e, _ in want] and active.tolist() == [a for _, _, a in want]
+        for b, row in enumerate(rows):
+            assert state["out"][b, : row["n_out"]].tolist() == row["out"]
+            assert (state["out"][b, row["n_out"]:] == -1).all()
+            for name in ("n_out", "done", "hit_eos", "lengths", "root"):
+                assert state[name][b].item() == row[name], (name, b)
 
 
 def test_a_lagged_reader_keeps_each_steps_own_copy():
