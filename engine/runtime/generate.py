@@ -65,7 +65,6 @@ class Batch:
     hit_eos: torch.Tensor  # [B] bool
     limit: torch.Tensor  # [B] tokens a row may emit (max_new): a tensor, so graphs do not bake it in
     prompts: list[list[int]]
-    max_new: int
     prompt_lens: torch.Tensor  # [B]
 
     def view(self) -> DraftView:
@@ -203,8 +202,7 @@ class Engine:
             hidden, aux = self.runner.prefill(cache, ids, positions, prefix_mask(positions, S), self._taps())
             last = hidden[torch.arange(B, device=self.device), lens - 1]  # [B, H]
             first = _next_token(self.target.logits(last), sampling, generator)  # [B]
-        st = Batch(cache=cache, **self._new_state(lens, first, S, max_new), prompts=prompts, max_new=max_new,
-                   prompt_lens=lens)
+        st = Batch(cache=cache, **self._new_state(lens, first, S, max_new), prompts=prompts, prompt_lens=lens)
         emit_tokens(st.state(), first[:, None], torch.ones_like(lens), self.eos)
         if self.drafter is not None:
             with self.clock.phase("draft_extend"):
