@@ -10,7 +10,8 @@
 #   3. decode_profile, default model and the llama3.1-8b scale model: kernels of one step, the replayed
 #      step, end-to-end tok/s against the same engine stopping at once (same-run baseline)
 set -u
-export PYTHONUNBUFFERED=1
+export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
+for p in engine probes tui; do [ -e eaglelab/$p ] || ln -sfn ../$p eaglelab/$p; done  # the subpackages, as a checkout maps them
 R=${OUT:-.}/r; mkdir -p "$R"
 run() { local name=$1 limit=$2; shift 2; echo "== $name"; timeout "$limit" "$@" > "$R/$name.txt" 2>&1; echo "$name rc=$?"; tail -25 "$R/$name.txt"; }
 EL="python3 -m eaglelab"
