@@ -23,7 +23,10 @@ through :meth:`CudaGraphRunner.make_cache`, and one drafter cache of the shape
 slots). The proposer allocates its own cache per run and hands it to every ``draft`` call; the
 runner runs all of those calls (eager ones too, so the state stays in one place) on its own static
 drafter cache instead, whenever that cache has the proposer's shape. Nothing outside
-``runner.draft`` reads the drafter cache, so results are the same.
+``runner.draft`` reads the drafter cache, so results are the same. The loop's per-row state
+(lengths, root, emitted tokens, counts, done flags: :meth:`CudaGraphRunner.make_state`) lives in
+static buffers of ``max(buckets)`` rows too, which the phases that emit tokens update in place, in
+the graph: nothing is copied in or out for it.
 
 All graphs share one memory pool; the largest bucket is captured first. Capture runs warm-up
 iterations on a side stream with host-sync detection on (a forward that synchronises with the host
