@@ -17,7 +17,9 @@ graph runner, so a cycle is five graph launches and the stop check)::
 The per-row state the phases update (lengths, root, out, n_out, done, hit_eos, limit) is bound to
 the graphs (``runner.make_state``), never copied in or out. The stop check reads the state of the
 step before the last one launched (:class:`StepReader`, on CUDA): the host queues the next step while
-the device runs this one, and the one step launched after every row finished changes nothing.
+the device runs this one. A row stopped by EOS can leave one step launched after every row finished,
+which changes nothing; rows stopped by max_new_tokens leave none (after max_new_tokens - 1 steps every
+row is done: the loop launches no more).
 
 Graph capture and compilation that happen during a run (lazily, on first use) are timed apart
 (``setup_seconds``) and never counted in the run's seconds or tok/s.
@@ -168,18 +170,24 @@ class Engine:
         watched = {"done": st.done} | ({"n_out": st.n_out, "out": st.out} if stream is not None else {})
         reader = StepReader(self.stop_lag, watched)
         launched: deque[StepView] = deque([reader.view(watched)])  # oldest first
-        while True:
+        steps_left = max(max_new_tokens - 1, 0)  # a step emits >= 1 token per row not done: then all are
+        while steps_left:
             if len(launched) > self.stop_lag:  # the host reads the step before the last one launched
                 seen = launched.popleft()
                 emitted = self._stream(seen, stream, emitted)
                 if seen.all_done():
                     break
+            steps_left -= 1
             self._cycle += 1
             if self.spec.enabled:
                 accepted.append(self._spec_cycle(st, sampling, generator))
             else:
                 self._decode_step(st, sampling, generator)
             launched.append(reader.view(watched))
+        else:  # the last step the budget allows finished every row: each step launched was needed
+            for seen in launched:
+                emitted = self._stream(seen, stream, emitted)
+            launched.clear()
         self._forget_extra(len(launched), accepted)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

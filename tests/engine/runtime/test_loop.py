@@ -17,6 +17,7 @@ from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
 from eaglelab.engine.runtime.generate import Engine, emit_and_advance, emit_tokens, loop_state
 from eaglelab.engine.runtime.observer import BaseObserver, CycleStats
 from eaglelab.engine.runtime.readback import StepReader
+from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from tests.conftest import random_model
 from tests.engine.runtime.test_speculative import CFG, PROMPTS, TAPS, random_drafter
@@ -79,6 +80,28 @@ def test_the_lagged_extra_step_changes_nothing(target, eos, kind, max_new):
     assert len(lagged_cycles) == lagged.cycles + 1  # the prefill, every cycle, never the extra step
     if max_new == 13:
         assert "eos" in direct.stop_reasons and lagged.tokens[0][-1] == eos
+
+
+class CountingRunner(EagerRunner):
+    def __init__(self, *args, **kw) -> None:
+        super().__init__(*args, **kw)
+        self.calls: dict[str, int] = {}
+
+    def phase(self, name, fn, inputs, caches=(), variant=None, state=None):
+        self.calls[name] = self.calls.get(name, 0) + 1
+        return super().phase(name, fn, inputs, caches, variant, state)
+
+
+@pytest.mark.parametrize("lag", [0, 1])
+def test_rows_stopped_by_length_leave_no_extra_step(target, eos, lag):
+    """No EOS: after max_new - 1 steps every row is done, so even the lagged loop launches exactly those
+    steps. An EOS stop can leave one step launched after every row finished (lagged loop only)."""
+    runner = CountingRunner(target)
+    out = Engine(target, runner=runner, stop_lag=lag).generate(PROMPTS, 9)
+    assert runner.calls["decode"] == out.cycles == 8
+    runner = CountingRunner(target)
+    out = Engine(target, eos_token_ids=(eos,), runner=runner, stop_lag=lag).generate(PROMPTS[:1], 13)
+    assert out.stop_reasons == ["eos"] and runner.calls["decode"] == out.cycles + lag
 
 
 @pytest.mark.parametrize("kind", ["plain", "tree"])
