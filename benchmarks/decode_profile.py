@@ -13,7 +13,8 @@ graphs of torch.compile'd phases; ``--no-compile``: plain-graphs), and the scrip
 (b) ``replay_ms``: the median device time of the graph-replayed decode step (CUDA events around each
     phase, as ``bench``'s phase costs);
 (c) ``end_to_end``: tok/s of ``generate`` for ``--tokens`` tokens (EOS ignored; capture and compile timed
-    apart), median of ``--repeats`` runs, and the time per token outside the replayed step; and, as the
+    apart), median of ``--repeats`` runs; the prefill's time (a 1-token run) and, per decode step, the
+    time beyond the replayed step (the host loop's share); and, as the
     same-run baseline, ``end_to_end_stop_at_once``: the same engine reading its stop flag right after
     each step (``stop_lag=0``: the host waits for every step before queuing the next, as on CPU).
 
@@ -111,6 +112,7 @@ def profile_decode(args: argparse.Namespace) -> dict:
     step_ms = report["replay_ms"]["median"]
     e2e = report["end_to_end"]
     e2e["outside_step_ms_per_token"] = e2e["ms_per_token"] - step_ms
+    e2e["loop_ms_per_decode_step"] = e2e["ms_per_decode_step"] - step_ms  # beyond the replayed step, prefill apart
     e2e["bound_by_step_tok_per_s"] = 1e3 / step_ms if step_ms > 0 else None
     e2e["ratio_over_stop_at_once"] = e2e["median_tok_per_s"] / report["end_to_end_stop_at_once"]["median_tok_per_s"]
     report["measure_s"] = time.perf_counter() - t1
@@ -166,10 +168,15 @@ def _engine(system, stop_lag: int):
 
 
 def _end_to_end(engine, prompts, tokens: int, repeats: int) -> dict:
+    """tok/s of ``tokens``-token runs, and where a run's time goes: the prefill (a 1-token run: no
+    decode step) and, per decode step, the rest."""
     runs = [engine.generate(prompts, tokens) for _ in range(repeats)]
+    prefill_ms = statistics.median(engine.generate(prompts, 1).seconds * 1e3 for _ in range(repeats))
     tps = [r.tokens_per_second for r in runs]
     med = statistics.median(tps)
+    run_ms = statistics.median(r.seconds * 1e3 for r in runs)
     return {"tokens": tokens, "tok_per_s": tps, "median_tok_per_s": med, "ms_per_token": 1e3 / med,
+            "run_ms": run_ms, "prefill_ms": prefill_ms, "ms_per_decode_step": (run_ms - prefill_ms) / (tokens - 1),
             "setup_s_in_runs": sum(r.setup_seconds for r in runs)}
 
 

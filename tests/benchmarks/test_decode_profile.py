@@ -28,6 +28,8 @@ def test_the_cpu_report_lists_a_steps_operators_and_its_timings(tmp_path, one_th
     assert len(e2e["tok_per_s"]) == 2 and e2e["median_tok_per_s"] > 0
     assert e2e["ms_per_token"] == pytest.approx(1e3 / e2e["median_tok_per_s"])
     assert report["end_to_end_stop_at_once"]["median_tok_per_s"] > 0 and e2e["ratio_over_stop_at_once"] > 0
+    assert 0 < e2e["prefill_ms"] < e2e["run_ms"]
+    assert e2e["ms_per_decode_step"] == pytest.approx((e2e["run_ms"] - e2e["prefill_ms"]) / 5)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")
