@@ -9,6 +9,9 @@ host memory behind an event, and builds the stats once the *next* cycle has been
 
 Example: ``stage({"active": done [B] bool, "path": [B, 3]})`` packs ``[B, 4]``; ``read()`` gives
 ``{"active": [[1], [0]], "path": [[0, 1, -1], [0, 2, 3]]}`` for B = 2.
+
+The loop's own stop check reads back the same way (:class:`StepReader`): each step's "done" flags
+(and, for a stream, the emitted tokens) copied without blocking, read once the next step is launched.
 """
 
 from __future__ import annotations
