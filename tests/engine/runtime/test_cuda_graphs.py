@@ -249,6 +249,25 @@ def test_graphs_update_the_bound_loop_state_and_the_lagged_step_changes_nothing(
     assert _phase_graph(runner, phase, 4).graph.replays > 0
 
 
+def test_a_phase_given_state_not_made_by_the_runner_runs_eagerly_and_says_why(tiny):
+    """State tensors a graph would bind must be the runner's static buffers (make_state); others run eagerly."""
+    runner = EmulatedRunner.for_engine(tiny, SpecConfig(cuda_graphs=True), None, max_len=16, buckets=(2,))
+    runner.make_cache(2, 16)
+
+    def bump(x, n_out):
+        n_out += 1
+        return (x * 2,)
+
+    x = torch.arange(4.0).view(2, 2)
+    mine = {"n_out": torch.zeros(2, dtype=torch.long)}
+    assert torch.equal(runner.phase("bump", bump, {"x": x}, state=mine)[0], x * 2)
+    assert runner._status["bump"] == "eager: loop state not the graph runner's" and mine["n_out"].tolist() == [1, 1]
+    bound = runner.make_state({"n_out": torch.tensor([5])})  # batch 1 in bucket 2: row 1 a pad row
+    for _ in range(3):
+        runner.phase("bump", bump, {"x": x[:1]}, state=bound)
+    assert runner._status["bump"] == REPLAY and bound["n_out"].tolist() == [8]
+
+
 # ---- GPU: real graphs ------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
