@@ -1,9 +1,11 @@
 """``eaglelab bench``: plain, speculative and HF decoding side by side on MT-bench prompts.
 
-Configurations (``--configs``): plain-eager, plain-graphs, plain-compile, spec-prefill,
-spec-prefill-graphs, spec-decode, spec-decode-graphs, spec-compile, hf (``*-compile``: graphs with
-torch.compile'd phases). Graph configurations need CUDA (skipped on CPU, and the
-speedup baseline is then plain-eager). ``--scale-model`` swaps the target for a random-weight
+Configurations (``--configs``): plain-eager, plain-graphs, plain-compile, plain-graphs-gemv,
+plain-compile-gemv, spec-prefill, spec-prefill-graphs, spec-decode, spec-decode-graphs, spec-compile,
+spec-compile-gemv, hf (``*-compile``: graphs with torch.compile'd phases; ``*-gemv``: the projections
+of M <= 16 rows on our Triton GEMV kernel, skipped with the reason where Triton or CUDA is missing;
+run only when named). Graph configurations need CUDA (skipped on CPU, and the speedup baseline is
+then plain-eager). ``--scale-model`` swaps the target for a random-weight
 model of a named real shape (cost measurements only: acceptance on random weights means nothing).
 ``--tp N`` runs the same harness over N tensor-parallel ranks (launch with ``torchrun
 --nproc-per-node N -m eaglelab bench --tp N ...``; rank 0 prints and writes the JSON) and adds where
@@ -33,9 +35,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="random weights of a named shape instead of --model (--draft default: a random EAGLE-3 "
                         "drafter, for cost): llama3.1-8b | kimi-like | smollm2-135m | tiny")
     # Greedy, and each configuration chooses graphs, compile and the verify mode: not flags here.
-    p.set_defaults(temperature=0.0, top_k=0, top_p=1.0, attention_mode="decode", cuda_graphs=False, compile=False)
+    p.set_defaults(temperature=0.0, top_k=0, top_p=1.0, attention_mode="decode", cuda_graphs=False, compile=False,
+                   gemv=False)
     w = p.add_argument_group("workload")
-    w.add_argument("--configs", default=None, help="comma list (default: all; graph configs only on CUDA; none: no configuration, for --profile)")
+    w.add_argument("--configs", default=None, help="comma list (default: all but the *-gemv ones; graph configs only "
+                                                   "on CUDA; none: no configuration, for --profile)")
     w.add_argument("--batch-sizes", default=None, help=f"comma list (default CUDA {GPU_DEFAULTS['batch_sizes']}, "
                                                         f"CPU {CPU_DEFAULTS['batch_sizes']})")
     w.add_argument("--prompts", type=int, default=None, help="MT-bench questions used (first turns; default CUDA 8, CPU 2)")
@@ -182,13 +186,14 @@ def _release(device) -> None:
 
 # ---- setup -----------------------------------------------------------------------------------------
 def _configs(args, default: str | None = None) -> list[str]:
-    """The --configs names (checked), else ``default`` (a comma list), else every configuration."""
+    """The --configs names (checked), else ``default`` (a comma list), else every configuration but
+    the ``*-gemv`` ones."""
     from eaglelab.engine.errors import EagleLabError
     from eaglelab.bench.harness import CONFIGS
 
     text = args.configs or default
     if text is None:
-        return list(CONFIGS)
+        return [name for name, cfg in CONFIGS.items() if not cfg.gemv]
     if text.strip() == "none":  # only the --tp section, --profile and the micro-measure
         return []
     names = [c.strip() for c in text.split(",") if c.strip()]
@@ -361,7 +366,14 @@ def _report(args, setup, rows, micro, captures, head) -> dict[str, Any]:
         "micro": [asdict(m) for m in micro],
         "captures": captures,
         "headline": head,
+        **({"gemv_tilings": _gemv_tilings(ctx.gemv)} if ctx.gemv is not None else {}),
     }
+
+
+def _gemv_tilings(gemv) -> dict[str, Any]:
+    """The Triton GEMV's state: why it is off (if it is), tuning time, the tiling chosen per shape."""
+    return {"reason": gemv.reason, "tune_seconds": gemv.setup_seconds,
+            "chosen": [{"n": n, "k": k, "rows_bucket": m, **cfg._asdict()} for (n, k, m), cfg in gemv.chosen.items()]}
 
 
 def _f(v, pattern: str = "{:.2f}") -> str:
@@ -442,7 +454,9 @@ def _eager_reasons(rows) -> list[str]:
         for phase, status in r.graph.items():
             if status != "replay":
                 seen.setdefault(status, set()).add(f"{r.config} {_SHORT.get(phase, phase)}")
-    return [f"  E = {why}: {', '.join(sorted(where))}" for why, where in seen.items()]
+    lines = [f"  E = {why}: {', '.join(sorted(where))}" for why, where in seen.items()]
+    off = {r.gemv for r in rows if r.gemv not in (None, "on")}
+    return lines + [f"  GEMV off (F.linear instead): {why}" for why in sorted(off)]
 
 
 def _compile_fallback_lines(rows) -> list[str]:

@@ -29,6 +29,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile each captured phase whole (once per batch bucket; eager runs: the layers' "
                         "RMSNorm/rotary/SwiGLU), cached on disk under the eaglelab cache (default: on with CUDA graphs)")
+    g.add_argument("--gemv", action=argparse.BooleanOptionalAction, default=False,
+                   help="run the projections of a decode or small verify (<= 16 rows, bf16/fp16, CUDA) on our "
+                        "Triton GEMV kernel, tuned per weight shape on first use (default: off)")
 
 
 def add_model_args(p: argparse.ArgumentParser, max_new_tokens: int | None, max_new_help: str = "") -> None:
@@ -191,11 +194,30 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
         if tp is not None and tp.world_size > 1:
             session.notes.append("all-reduce timing: the collectives of compiled phases run untimed (clocks and "
                                  "CUDA events cannot be compiled); --no-compile times every one")
+    if getattr(args, "gemv", False):  # commands that declare no --gemv build sessions too
+        _add_gemv(session, log)
     if session.spec.cuda_graphs and device.type == "cuda":
         session.runner_factory = _graph_runner_factory(session)
         session.notes.append("CUDA graphs: each phase of a cycle captured as one graph, lazily per batch bucket; "
                              "fallbacks say why")
     return session
+
+
+def _add_gemv(s: Session, log: Callable[[str], None]) -> None:
+    """--gemv: the session's kernels take the Triton GEMV; where it cannot run, a note says why."""
+    from dataclasses import replace
+
+    from eaglelab.engine.model.gemv import TritonGemv
+    from eaglelab.engine.model.layers import EAGER_KERNELS
+
+    gemv = TritonGemv(log)
+    s.kernels = replace(s.kernels or EAGER_KERNELS, gemv=gemv)
+    if gemv.reason is not None:
+        s.notes.append(f"--gemv: off, F.linear instead: {gemv.reason}")
+    elif s.target.device.type != "cuda":
+        s.notes.append(f"--gemv: off on {s.target.device.type} (a CUDA kernel), F.linear instead")
+    else:
+        s.notes.append("--gemv: projections of <= 16 rows on the Triton GEMV (bf16/fp16)")
 
 
 def _graph_runner_factory(s: Session) -> Callable[..., Any]:

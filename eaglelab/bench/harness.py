@@ -29,7 +29,7 @@ import math
 import statistics
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -60,6 +60,7 @@ class BenchConfig:
     peer: bool = False  # HF transformers generate
     description: str = ""
     compile: bool = False  # each captured phase torch.compile'd whole
+    gemv: bool = False  # projections of M <= 16 rows on the Triton GEMV (engine/model/gemv.py)
 
 
 CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
@@ -67,12 +68,18 @@ CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
     BenchConfig("plain-graphs", False, "decode", True, description="plain greedy, CUDA graphs"),
     BenchConfig("plain-compile", False, "decode", True, compile=True,
                 description="plain greedy, CUDA graphs + torch.compile'd phases"),
+    BenchConfig("plain-graphs-gemv", False, "decode", True, gemv=True,
+                description="plain greedy, CUDA graphs, Triton GEMV for the projections"),
+    BenchConfig("plain-compile-gemv", False, "decode", True, compile=True, gemv=True,
+                description="plain greedy, CUDA graphs + torch.compile'd phases + Triton GEMV"),
     BenchConfig("spec-prefill", True, "prefill", False, description="speculative, verify as eager extend"),
     BenchConfig("spec-prefill-graphs", True, "prefill", True, description="speculative, drafter captured, verify eager extend"),
     BenchConfig("spec-decode", True, "decode", False, description="speculative, decode-mode verify, eager"),
     BenchConfig("spec-decode-graphs", True, "decode", True, description="speculative, decode-mode verify, CUDA graphs"),
     BenchConfig("spec-compile", True, "decode", True, compile=True,
                 description="speculative, decode-mode verify, CUDA graphs + torch.compile'd phases"),
+    BenchConfig("spec-compile-gemv", True, "decode", True, compile=True, gemv=True,
+                description="speculative, decode-mode verify, CUDA graphs + torch.compile'd phases + Triton GEMV"),
     BenchConfig("hf", False, "decode", False, peer=True, description="HF transformers generate (eager)"),
 )}
 
@@ -98,6 +105,7 @@ class BenchRow:
     same_tokens_as_plain_eager: float | None = None  # share of rows identical to plain-eager's
     graph: dict[str, str] = field(default_factory=dict)  # phase -> most common "replay" | "eager: why"
     skipped: str | None = None
+    gemv: str | None = None  # configs asking for the Triton GEMV: "on", or why it went off during the run
     allreduce: dict[str, Any] | None = None  # --tp: the observed call's collectives (eaglelab/bench/tp.py)
     # *-compile configs: each phase compile of this config that fell back to eager (the phase then ran its
     # eager layers, inside its graph: still "R"), with its reason; under --tp from every rank ("rank r: ...")
@@ -134,17 +142,28 @@ class BenchContext:
     compiled: Any = None  # the compiled Kernels, built on the first config that asks
     tp: Any = None  # TPGroup under --tp: every rank runs every call; the observed call also times collectives
     compile_mode: str | None = None  # torch.compile mode (None: inductor's default)
+    gemv: Any = None  # the Triton GEMV (TritonGemv), built on the first config that asks; its tunings shared
 
-    def kernels(self, compile_: bool):
-        """The layers' kernels for a config: compiled ones (built once, shared) or the eager ones."""
-        if not compile_:
-            return EAGER_KERNELS
-        if self.compiled is None:
-            from eaglelab.engine.formats.assets import cache_dir
-            from eaglelab.engine.runtime.compile import compiled_kernels
+    def kernels(self, compile_: bool, gemv: bool = False):
+        """The layers' kernels for a config: compiled ones (built once, shared) or the eager ones,
+        with the Triton GEMV when asked."""
+        base = EAGER_KERNELS
+        if compile_:
+            if self.compiled is None:
+                from eaglelab.engine.formats.assets import cache_dir
+                from eaglelab.engine.runtime.compile import compiled_kernels
 
-            self.compiled = compiled_kernels(cache_dir(), self.log, self.compile_mode)
-        return self.compiled
+                self.compiled = compiled_kernels(cache_dir(), self.log, self.compile_mode)
+            base = self.compiled
+        return replace(base, gemv=self.triton_gemv()) if gemv else base
+
+    def triton_gemv(self):
+        """The shared Triton GEMV (its ``reason`` says why it is off, if it is)."""
+        if self.gemv is None:
+            from eaglelab.engine.model.gemv import TritonGemv
+
+            self.gemv = TritonGemv(self.log)
+        return self.gemv
 
     @property
     def device(self) -> torch.device:
@@ -247,7 +266,7 @@ class OurSystem:
         net = self.drafter.net if self.drafter is not None else None
         if cfg.graphs:
             self.runner = CudaGraphRunner.for_engine(ctx.target, self.spec, self.drafter, max_len=ctx.max_len,
-                                                     buckets=ctx.batch_sizes, kernels=ctx.kernels(cfg.compile))
+                                                     buckets=ctx.batch_sizes, kernels=ctx.kernels(cfg.compile, cfg.gemv))
         else:
             self.runner = FixedCacheEagerRunner(ctx.target, net, ctx.max_len)
 
@@ -308,6 +327,8 @@ def run_config(cfg: BenchConfig, ctx: BenchContext) -> tuple[list[BenchRow], dic
     for b in ctx.batch_sizes:
         repeats = 1 if cfg.peer else ctx.repeats
         row, outs = measure(gen, observed, cfg, ctx, b, repeats)
+        if cfg.gemv:
+            row = replace(row, gemv=ctx.triton_gemv().reason or "on")
         rows.append(row)
         outputs[b] = outs
         ctx.log(f"  batch {b:>3}: {row.tok_per_s:8.1f} tok/s")
@@ -342,6 +363,8 @@ def _skip_reason(cfg: BenchConfig, ctx: BenchContext) -> str | None:
         return "no drafter (--draft none)"
     if cfg.peer and ctx.peer is None:
         return ctx.peer_skip or "no peer"
+    if cfg.gemv and ctx.triton_gemv().reason is not None:
+        return ctx.triton_gemv().reason
     return None
 
 

@@ -64,7 +64,7 @@ class Eagle3Attention(nn.Module):
 
     def forward(self, x, cos, sin, cache: KVCache | None, slots, mask, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
         B, T, _ = x.shape
-        q, k, v = self.qkv(x)  # one matmul (separate ones while training)
+        q, k, v = self.qkv(x, kernels.gemv)  # one matmul (separate ones while training)
         q = q.view(B, T, self.num_heads, self.head_dim)  # [B, T, NH, D]
         k = k.view(B, T, self.num_kv_heads, self.head_dim)  # [B, T, KVH, D]
         v = v.view(B, T, self.num_kv_heads, self.head_dim)
@@ -87,7 +87,7 @@ class Eagle3MLP(nn.Module):
         self.gate_up = FusedLinear(self.gate_proj, self.up_proj)
 
     def forward(self, x: torch.Tensor, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
-        gate, up = self.gate_up(x)
+        gate, up = self.gate_up(x, kernels.gemv)
         return self.down_proj(kernels.swiglu(gate, up))
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -45,11 +45,25 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
     return F.silu(gate) * up
 
 
+class Gemv(Protocol):
+    """A matmul kernel for a few rows (``engine/model/gemv.py``): ``x [M, K] @ weight [N, K]^T (+ bias)``."""
+
+    reason: str | None  # why it is off for good (None: on)
+    setup_seconds: float  # time spent tuning it (kept out of tok/s)
+
+    def refusal(self, x: torch.Tensor, weight: torch.Tensor) -> str | None:
+        """Why this call does not take the kernel (None: it does)."""
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """x [M, K], weight [N, K] -> [M, N]."""
+
+
 @dataclass(frozen=True)
 class Kernels:
-    """The elementwise work of a layer (RMSNorm, rotary, SwiGLU). The eager set is the reference;
-    a compiled set fuses each into one or two kernels (same maths, same dtypes), and offers
-    ``compile_phase`` to compile whole phases."""
+    """The elementwise work of a layer (RMSNorm, rotary, SwiGLU), and the matmul kernel for a few rows.
+    The eager set is the reference; a compiled set fuses each piece into one or two kernels (same maths,
+    same dtypes), and offers ``compile_phase`` to compile whole phases. ``gemv`` (None: off) runs the
+    projections of a decode or a small verify (M <= 16 rows) as a memory-bound matrix-vector kernel."""
 
     rms_norm: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor] = rms_norm
     rotary: Callable[..., tuple[torch.Tensor, torch.Tensor]] = rotary_qk
@@ -58,6 +72,12 @@ class Kernels:
     # Under CUDA graphs: wraps a whole phase's function (label, fn) -> compiled fn; the phase then
     # runs these pieces eagerly inside it and the compiler fuses across them. None: not compiled.
     compile_phase: Callable[[str, Callable], Callable] | None = None
+    gemv: Gemv | None = None
+
+    def eager_pieces(self) -> "Kernels":
+        """What runs inside a compiled phase: the eager elementwise pieces (the compiler fuses across
+        them), with this set's GEMV."""
+        return EAGER_KERNELS if self.gemv is None else Kernels(gemv=self.gemv)
 
 
 EAGER_KERNELS = Kernels()
@@ -76,7 +96,8 @@ class FusedLinear:
     because MKL's GEMM for a few rows (the verify's M = N tree nodes) runs far slower on the
     ``x W^T`` layout than on ``x Wt`` (measured by ``benchmarks/cpu_verify.py``). The copies are
     rebuilt when a weight is replaced or changed in place (``.to()``, a new load). With gradients on,
-    the projections run separately so training sees its own parameters.
+    the projections run separately so training sees its own parameters. Given a ``gemv`` kernel, calls
+    it takes (CUDA, no gradients, M <= 16 rows, bf16/fp16: see its ``refusal``) run on it instead of a GEMM.
     """
 
     def __init__(self, *linears: nn.Module) -> None:
@@ -84,10 +105,14 @@ class FusedLinear:
         self._fused: dict[bool, tuple[tuple, torch.Tensor, torch.Tensor | None]] = {}  # layout -> (key, w, b)
         self.transpose_on_cpu = True  # False keeps the x W^T layout on CPU too (to measure against it)
 
-    def __call__(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def __call__(self, x: torch.Tensor, gemv: Gemv | None = None) -> tuple[torch.Tensor, ...]:
         """x [..., in] -> one output per projection [..., out_i]."""
         if torch.is_grad_enabled():
             return tuple(lin(x) for lin in self.linears)
+        if gemv is not None and gemv.refusal(x, self.linears[0].weight) is None:
+            weight, bias = self._cuda_weights()
+            y = gemv(x.reshape(-1, x.shape[-1]), weight, bias)  # [M, sum out]
+            return self._split(y.view(*x.shape[:-1], y.shape[-1]))
         transposed = x.device.type == "cpu" and self.transpose_on_cpu
         if len(self.linears) == 1 and not transposed:  # nothing to fuse or transpose
             lin = self.linears[0]
@@ -99,7 +124,17 @@ class FusedLinear:
             y = y.view(*x.shape[:-1], y.shape[-1])
         else:
             y = F.linear(x, weight, bias)
+        return self._split(y)
+
+    def _split(self, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """[..., sum out] -> one view per projection [..., out_i]."""
         return y.split([lin.weight.shape[0] for lin in self.linears], dim=-1) if len(self.linears) > 1 else (y,)
+
+    def _cuda_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The weight [sum out, in] and bias in the ``x W^T`` layout: a single projection's own."""
+        if len(self.linears) == 1:
+            return self.linears[0].weight, self.linears[0].bias
+        return self._weights(False)
 
     def _weights(self, transposed: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
         """The fused weight, [sum out, in] or (transposed) [in, sum out], and bias, rebuilt when stale."""

@@ -52,7 +52,7 @@ class Attention(nn.Module):
     def forward(self, x, cos, sin, cache: KVCache | None, slots, mask, kv_len: int | None = None,
                 kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
         B, T, _ = x.shape
-        q, k, v = self.qkv(x)  # one matmul: [B, T, (NH + 2 KVH) * D] split
+        q, k, v = self.qkv(x, kernels.gemv)  # one matmul: [B, T, (NH + 2 KVH) * D] split
         q = q.view(B, T, self.local_heads, self.head_dim)  # [B, T, NH, D]
         k = k.view(B, T, self.local_kv_heads, self.head_dim)  # [B, T, KVH, D]
         v = v.view(B, T, self.local_kv_heads, self.head_dim)
@@ -67,7 +67,7 @@ class Attention(nn.Module):
             if kv_len is not None:  # eager paths may attend over the used prefix only
                 k_all, v_all = k_all[:, :, :kv_len], v_all[:, :, :kv_len]
             out = attend(q, k_all, v_all, mask)
-        (out,) = self.o(out.transpose(1, 2).reshape(B, T, -1))  # [B, T, H] (partial under TP)
+        (out,) = self.o(out.transpose(1, 2).reshape(B, T, -1), kernels.gemv)  # [B, T, H] (partial under TP)
         if self.tp:
             out = self.tp.all_reduce(out, self.layer, "attn")
         return out
@@ -87,8 +87,8 @@ class DenseMLP(nn.Module):
         self.down = FusedLinear(self.down_proj)
 
     def forward(self, x: torch.Tensor, reduce: bool = True, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
-        gate, up = self.gate_up(x)  # one matmul: [B, T, 2I] split
-        (y,) = self.down(kernels.swiglu(gate, up))  # [B, T, H] (partial under TP)
+        gate, up = self.gate_up(x, kernels.gemv)  # one matmul: [B, T, 2I] split
+        (y,) = self.down(kernels.swiglu(gate, up), kernels.gemv)  # [B, T, H] (partial under TP)
         if self.tp and reduce:
             y = self.tp.all_reduce(y, self.layer, "mlp")
         return y
@@ -187,11 +187,11 @@ class Transformer(nn.Module):
         aux = torch.cat([tapped[i] for i in taps], dim=-1) if taps else None
         return x, aux
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+    def logits(self, hidden: torch.Tensor, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
         """[..., H] -> [..., V], in float32."""
         if self.tp is not None:  # vocab-parallel: the head all-gathers its shards
             return self.lm_head(hidden, torch.float32)
-        return self.head(hidden)[0].float()
+        return self.head(hidden, kernels.gemv)[0].float()
 
     @torch.no_grad()
     def all_hidden_states(self, input_ids: torch.Tensor) -> list[torch.Tensor]:

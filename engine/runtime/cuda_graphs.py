@@ -172,7 +172,7 @@ class CudaGraphRunner:
         # eager pieces and inductor fuses across them. Eager fallbacks run the eager pieces too.
         self.compile_phase = kernels.compile_phase
         self.warmup = warmup
-        self.kernels = EAGER_KERNELS if self.compile_phase is not None else kernels
+        self.kernels = kernels.eager_pieces() if self.compile_phase is not None else kernels
         self.disabled_reason = None if enabled else EAGER_OFF
         if enabled and self.device.type != "cuda":
             self.disabled_reason = EAGER_NO_CUDA
@@ -356,8 +356,8 @@ class CudaGraphRunner:
             with torch.cuda.stream(stream):
                 if eager is not None:
                     eager()
-                if eager is not None or self.kernels.compiled:
-                    fn()  # compiles (or loads) the kernels; compilers may sync, so before sync detection
+                if eager is not None or self.kernels.compiled or self.kernels.gemv is not None:
+                    fn()  # compiles (or loads) the kernels, tunes the GEMV: both may sync, so before sync detection
                 _warm_up(fn, self.warmup)
             torch.cuda.current_stream(dev).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()

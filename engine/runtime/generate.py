@@ -251,7 +251,7 @@ class Engine:
             slots = state["lengths"][:, None]  # [B, 1]
             hidden, _ = self.target(state["root"][:, None], slots, cache, slots, prefix_mask(slots, cache.max_len),
                                     kernels=self.runner.kernels)  # [B, 1, H]
-            nxt = _pick(self.target.logits(hidden[:, 0]), sampling, race)  # [B]
+            nxt = _pick(self.target.logits(hidden[:, 0], self.runner.kernels), sampling, race)  # [B]
             emit_and_advance(state, nxt[:, None], torch.ones_like(nxt), nxt, self.eos)
             return ()
         return decode
@@ -309,7 +309,7 @@ class Engine:
             attn = tree_attention_mask(lengths, tree, cache.max_len)  # [B, N, S]
             hidden, aux = self.target(tokens, tree.positions(lengths), cache, slots, attn, self._taps(),
                                       kernels=self.runner.kernels)  # [B, N, H]
-            return self.target.logits(hidden), aux
+            return self.target.logits(hidden, self.runner.kernels), aux
         return verify
 
     def _accept(self, st: Batch, tree: DraftTree, logits, sampling: SamplingParams,

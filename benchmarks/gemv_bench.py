@@ -1,0 +1,186 @@
+"""The Triton GEMV (``engine/model/gemv.py``) against torch's ``F.linear`` on the Llama-3.1-8B decode shapes.
+
+    python benchmarks/gemv_bench.py --json OUT.json        # CUDA only; about a minute on an H200
+
+For each projection (K -> N: qkv 4096 -> 6144, o 4096 -> 4096, gate_up 4096 -> 28672, down 14336 -> 4096,
+head 4096 -> 128256) at M = 1, 4, 8, 16 rows, bf16: the max abs error of both against an fp32 reference,
+then the time per call of F.linear, of the tiling our tuner chose, and of every candidate tiling. Times
+are medians over replays of a CUDA graph of ``--calls`` calls, each call on the next of several weight
+copies (together > 256 MB, more than the L2 cache: a decode streams 15 GB of distinct weights, so a
+weight re-read from L2 would flatter small shapes). GB/s counts the bytes a call must move (weight, x, y);
+% is of ``--tbps`` (4.8 TB/s, the H200's datasheet HBM3e figure). Each shape runs in its own try: an
+error is printed and the next shape runs.
+
+The end-to-end figure (the issue's: plain decoding at batch 1 as a share of the weight-bandwidth bound)
+comes from ``eaglelab bench``; the command is printed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096),
+          "head": (4096, 128256)}  # name -> (K, N)
+E2E = ("python -m eaglelab bench --scale-model llama3.1-8b --draft none --dtype bfloat16 --batch-sizes 1,8 "
+       "--configs plain-graphs,plain-compile,plain-graphs-gemv,plain-compile-gemv --prompts 2 "
+       "--max-new-tokens 64 --repeats 2 --no-micro --json OUT/gemv_e2e_llama8b.json")
+
+
+def graph_ms(call, copies: int, calls: int, replays: int) -> float:
+    """Median ms per call: a CUDA graph of ``calls`` calls (call i on weight copy i % copies), replayed."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for i in range(copies):  # warm-up outside capture (lazy init, Triton JIT)
+            call(i)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for i in range(calls):
+            call(i % copies)
+    graph.replay()
+    times = []
+    for _ in range(replays):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / calls)
+    del graph
+    return statistics.median(times)
+
+
+def one_shape(name: str, K: int, N: int, rows: int, gemv, args) -> dict:
+    """Errors and times of F.linear, the tuned GEMV and every candidate tiling at one (shape, M)."""
+    from eaglelab.engine.model.gemv import candidates, row_bucket
+
+    dev, dtype = torch.device("cuda"), torch.bfloat16
+    g = torch.Generator(device=dev).manual_seed(0)
+    w_bytes = N * K * 2
+    copies = max(1, -(-256 * 2**20 // w_bytes))
+    ws = [(torch.randn(N, K, device=dev, generator=g) * K ** -0.5).to(dtype) for _ in range(copies)]  # [N, K]
+    x = torch.randn(rows, K, device=dev, generator=g).to(dtype)  # [M, K]
+    ref = F.linear(x.float(), ws[0].float())  # [M, N] fp32 reference
+    torch_y = F.linear(x, ws[0])
+    gemv_y = gemv(x, ws[0], None)  # tunes this (N, K, M bucket) once, on copy 0
+    chosen = gemv.chosen.get((N, K, row_bucket(rows)))
+    moved = w_bytes + (rows * K + rows * N) * 2
+    out = {"name": name, "K": K, "N": N, "M": rows, "weight_copies": copies, "bytes_per_call": moved,
+           "max_abs_err_gemv": (gemv_y.float() - ref).abs().max().item(),
+           "max_abs_err_torch": (torch_y.float() - ref).abs().max().item(),
+           "ref_max_abs": ref.abs().max().item(), "tuned": list(chosen) if chosen else None,
+           "gemv_reason": gemv.reason}
+    timed = lambda fn: graph_ms(fn, copies, args.calls, args.replays)  # noqa: E731
+    out["torch_ms"] = timed(lambda i: F.linear(x, ws[i]))
+    if chosen is not None:
+        out["gemv_ms"] = timed(lambda i: torch.ops.eaglelab.gemv(x, ws[i], None, *chosen))
+    out["candidates"] = []
+    for cfg in candidates(rows):
+        try:
+            ms = timed(lambda i, c=cfg: torch.ops.eaglelab.gemv(x, ws[i], None, *c))
+            out["candidates"].append({"tiling": list(cfg), "ms": ms})
+        except Exception as exc:  # noqa: BLE001 - one tiling's failure is a figure too
+            out["candidates"].append({"tiling": list(cfg), "error": f"{type(exc).__name__}: {exc}"[:200]})
+    best = min((c for c in out["candidates"] if "ms" in c), key=lambda c: c["ms"], default=None)
+    out["best_candidate"] = best
+    for key in ("torch_ms", "gemv_ms"):
+        if out.get(key):
+            out[key.replace("_ms", "_gbps")] = moved / (out[key] * 1e6)
+            out[key.replace("_ms", "_pct")] = 100 * moved / (out[key] * 1e-3) / (args.tbps * 1e12)
+    if out.get("gemv_ms"):
+        out["speedup_over_torch"] = out["torch_ms"] / out["gemv_ms"]
+    return out
+
+
+def line(r: dict) -> str:
+    if "error" in r:
+        return f"{r['name']:>8} M={r['M']:<2}  ERROR {r['error']}"
+    g = (f"gemv {r['gemv_ms'] * 1e3:8.1f} us {r['gemv_gbps']:6.0f} GB/s {r['gemv_pct']:4.0f}%  x{r['speedup_over_torch']:.2f}"
+         if r.get("gemv_ms") else f"gemv off: {r['gemv_reason']}")
+    best = r.get("best_candidate")
+    b = f"  best cand {best['ms'] * 1e3:.1f} us {tuple(best['tiling'])}" if best else ""
+    return (f"{r['name']:>8} {r['K']:>5}->{r['N']:<6} M={r['M']:<2}  torch {r['torch_ms'] * 1e3:8.1f} us "
+            f"{r['torch_gbps']:6.0f} GB/s {r['torch_pct']:4.0f}%  {g}  tuned {tuple(r['tuned'] or ())}{b}  "
+            f"err gemv {r['max_abs_err_gemv']:.2e} torch {r['max_abs_err_torch']:.2e}")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--json", default=None, metavar="OUT", help="write every figure as JSON")
+    p.add_argument("--rows", default="1,4,8,16", help="comma list of M")
+    p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma list of {', '.join(SHAPES)}")
+    p.add_argument("--calls", type=int, default=50, help="calls per CUDA graph")
+    p.add_argument("--replays", type=int, default=5, help="timed replays (median)")
+    p.add_argument("--tbps", type=float, default=4.8, help="HBM bandwidth for the %% column (H200: 4.8 TB/s)")
+    args = p.parse_args()
+    if not torch.cuda.is_available():
+        print("gemv_bench: needs a CUDA device (the kernel is a CUDA kernel); nothing measured", file=sys.stderr)
+        return 2
+    from eaglelab.engine.model.gemv import TritonGemv
+
+    t0 = time.perf_counter()
+    gemv = TritonGemv(log=lambda m: print(m, flush=True))
+    info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+            "triton": _triton_version(), "dtype": "bfloat16", "tbps": args.tbps, "calls_per_graph": args.calls,
+            "replays": args.replays, "gemv_reason": gemv.reason}
+    print(json.dumps(info), flush=True)
+    results = []
+    for name in args.shapes.split(","):
+        K, N = SHAPES[name]
+        for rows in (int(m) for m in args.rows.split(",")):
+            try:
+                r = one_shape(name, K, N, rows, gemv, args)
+            except Exception as exc:  # noqa: BLE001 - one shape's failure must not lose the others
+                traceback.print_exc()
+                r = {"name": name, "K": K, "N": N, "M": rows, "error": f"{type(exc).__name__}: {exc}"[:300]}
+            results.append(r)
+            print(line(r), flush=True)
+            torch.cuda.empty_cache()
+    summary = _summary(results)
+    for s in summary:
+        print(s)
+    print(f"done in {time.perf_counter() - t0:.0f} s (tuning {gemv.setup_seconds:.1f} s)")
+    print(f"end to end (the issue's figure), run from the repo root:\n  {E2E}")
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"info": info, "results": results, "summary": summary,
+                                               "seconds": time.perf_counter() - t0, "e2e_command": E2E}, indent=1))
+        print(f"wrote {args.json}")
+    return 0
+
+
+def _summary(results: list[dict]) -> list[str]:
+    """Per M: one decode layer's worth of projections (qkv + o + gate_up + down) plus the head, time-weighted."""
+    out = []
+    for rows in sorted({r["M"] for r in results}):
+        got = [r for r in results if r["M"] == rows and r.get("gemv_ms") and r.get("torch_ms")]
+        if len(got) == len(SHAPES):
+            layer = lambda key: sum(r[key] for r in got if r["name"] != "head")  # noqa: E731
+            head = {r["name"]: r for r in got}["head"]
+            t_torch, t_gemv = 32 * layer("torch_ms") + head["torch_ms"], 32 * layer("gemv_ms") + head["gemv_ms"]
+            out.append(f"M={rows}: 32 layers + head, matmuls only: torch {t_torch:.3f} ms, gemv {t_gemv:.3f} ms, "
+                       f"x{t_torch / t_gemv:.2f}")
+    return out
+
+
+def _triton_version() -> str | None:
+    try:
+        import triton
+
+        return triton.__version__
+    except ImportError:
+        return None
+
+
+if __name__ == "__main__":
+    sys.exit(main())

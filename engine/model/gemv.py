@@ -1,0 +1,254 @@
+"""A Triton matrix-vector kernel for the decode's skinny matmuls: ``y [M, N] = x [M, K] @ W [N, K]^T (+ b)``
+for a few rows (M <= 16: a decode at batch <= 16, a verify of <= 16 tree nodes), bf16/fp16 in and out,
+float32 accumulation, W row-major as ``nn.Linear`` stores it.
+
+At M = 1 a decode step reads every weight once and does two flops per weight byte pair: its speed is
+the memory bandwidth, and cuBLAS/inductor's GEMMs, tiled for large M, leave part of it unused. Here each
+program streams a block of ``block_n`` weight rows over K (optionally a 1/``split_k`` share of K, the
+partial sums then added by a second small kernel, in a fixed order: results do not vary run to run),
+multiplying by the x rows it keeps in registers: M = 1 as a multiply-and-row-sum, M > 1 as a tensor-core
+dot of 16 padded rows. A few tilings are timed once per (N, K, M bucket) on the first eager call and
+the fastest is kept (:class:`TritonGemv`); compiled and captured calls reuse that choice.
+
+The kernel is a PyTorch custom op (``torch.ops.eaglelab.gemv``, a ``torch.library.triton_op``) so it
+composes with ``torch.compile(fullgraph=True)`` and CUDA-graph capture. Triton is optional: it is
+imported on first use only, and without it (or without CUDA) the kernel is unavailable with a reason.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Callable, NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+MAX_ROWS = 16  # the rows (M) the kernel takes; more rows are a GEMM's job
+DTYPES = (torch.bfloat16, torch.float16)
+
+
+class GemvConfig(NamedTuple):
+    """One tiling: weight rows per program, K per loop step, K splits, warps, pipeline stages."""
+
+    block_n: int
+    block_k: int
+    split_k: int
+    num_warps: int
+    num_stages: int
+
+
+# Candidates timed per (N, K, M bucket). M = 1 multiplies and row-sums (any block_n); M > 1 uses a
+# tensor-core dot of 16 rows (block_n, block_k >= 16). Split-K helps where N / block_n is too few
+# programs to keep every SM streaming.
+ONE_ROW = (
+    GemvConfig(16, 256, 1, 4, 3), GemvConfig(16, 512, 1, 4, 2), GemvConfig(32, 256, 1, 4, 3),
+    GemvConfig(8, 512, 1, 4, 3), GemvConfig(64, 128, 1, 4, 3), GemvConfig(32, 512, 1, 8, 2),
+    GemvConfig(16, 256, 2, 4, 3), GemvConfig(32, 256, 4, 4, 3),
+)
+FEW_ROWS = (
+    GemvConfig(32, 128, 1, 4, 4), GemvConfig(32, 256, 1, 4, 3), GemvConfig(16, 256, 1, 4, 3),
+    GemvConfig(64, 128, 1, 4, 3), GemvConfig(64, 256, 1, 8, 3), GemvConfig(16, 512, 1, 4, 2),
+    GemvConfig(32, 256, 2, 4, 3), GemvConfig(16, 256, 4, 4, 3),
+)
+
+
+def row_bucket(rows: int) -> int:
+    """The tuning bucket of M rows: the next power of two (1, 2, 4, 8, 16)."""
+    return 1 << max(rows - 1, 0).bit_length()
+
+
+def candidates(rows: int) -> tuple[GemvConfig, ...]:
+    return ONE_ROW if rows == 1 else FEW_ROWS
+
+
+def default_config(n: int, k: int, rows: int) -> GemvConfig:
+    """The untuned choice (a call compiled or captured before any eager call tuned its shape)."""
+    return candidates(rows)[0]
+
+
+def splits(k: int, cfg: GemvConfig) -> tuple[int, int]:
+    """(K per split, rounded up to whole ``block_k`` steps; programs along K)."""
+    per = -(-k // cfg.split_k)
+    per = -(-per // cfg.block_k) * cfg.block_k
+    return per, -(-k // per)
+
+
+def triton_unavailable() -> str | None:
+    """Why the kernel cannot run here (None: it can): Triton not importable, or the op not registered."""
+    try:
+        load_op()
+    except Exception as exc:  # noqa: BLE001 - any import or registration failure is the reason
+        return f"Triton GEMV unavailable ({type(exc).__name__}: {_first_line(exc)})"
+    return None
+
+
+def refusal(x: torch.Tensor, weight: torch.Tensor, unavailable: str | None = None) -> str | None:
+    """Why ``x [..., K] @ weight [N, K]^T`` does not take the GEMV (None: it does)."""
+    if unavailable is not None:
+        return unavailable
+    if x.device.type != "cuda":
+        return f"not CUDA (device {x.device.type})"
+    if torch.is_grad_enabled():
+        return "gradients on (the GEMV has no backward)"
+    rows = x.numel() // max(x.shape[-1], 1)
+    if not 1 <= rows <= MAX_ROWS:
+        return f"{rows} rows (the GEMV takes 1..{MAX_ROWS})"
+    if x.dtype not in DTYPES or weight.dtype != x.dtype:
+        return f"dtypes {x.dtype}/{weight.dtype} (the GEMV takes bfloat16 or float16, alike)"
+    if weight.dim() != 2 or weight.stride(1) != 1:
+        return "weight not row-major [N, K]"
+    return None
+
+
+class TritonGemv:
+    """The GEMV a forward uses (``Kernels.gemv``): ``gemv(x2 [M, K], weight [N, K], bias) -> [M, N]``.
+
+    Tunes each (N, K, M bucket) on its first eager call (timed with CUDA events: a host sync, once;
+    compiled and captured calls reuse the choice, or take :func:`default_config` before any eager call).
+    If the kernel fails there, it is switched off for good and ``reason`` says why: callers then take
+    ``F.linear``. ``setup_seconds`` is the tuning time (kept out of tok/s like a compile).
+    """
+
+    def __init__(self, log: Callable[[str], None] | None = None, reps: int = 20) -> None:
+        self.log, self.reps = log, reps
+        self.reason = triton_unavailable()
+        self.chosen: dict[tuple[int, int, int], GemvConfig] = {}
+        self.setup_seconds = 0.0
+        self._said = False
+
+    def refusal(self, x: torch.Tensor, weight: torch.Tensor) -> str | None:
+        """Why this call does not take the GEMV (None: it does)."""
+        return refusal(x, weight, self.reason)
+
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+        """x [M, K], weight [N, K] -> [M, N] in x's dtype."""
+        if self.reason is not None:  # off for good (no Triton, or the kernel failed here)
+            return F.linear(x, weight, bias)
+        x = x if x.stride(-1) == 1 else x.contiguous()  # rows may be strided (a slice), elements not
+        (M, K), N = x.shape, weight.shape[0]
+        key = (N, K, row_bucket(M))
+        cfg = self.chosen.get(key)
+        if cfg is None and not torch.compiler.is_compiling() and not torch.cuda.is_current_stream_capturing():
+            cfg = self._tune(key, x, weight, bias)
+            if cfg is None:
+                return F.linear(x, weight, bias)
+        cfg = cfg or default_config(N, K, M)
+        return torch.ops.eaglelab.gemv(x, weight, bias, *cfg)
+
+    def _tune(self, key, x, weight, bias) -> GemvConfig | None:
+        """Time every candidate on these very tensors; keep the fastest. None: none ran (reason set)."""
+        t0 = time.perf_counter()
+        if self.log is not None and not self._said:
+            self._said = True
+            self.log("tuning the Triton GEMV per weight shape (once per process) ...")
+        times, errors = {}, []
+        for cfg in candidates(key[2]):
+            try:
+                times[cfg] = time_call(lambda: torch.ops.eaglelab.gemv(x, weight, bias, *cfg), self.reps)
+            except Exception as exc:  # noqa: BLE001 - a tiling that does not compile is skipped, and said
+                errors.append(f"{tuple(cfg)}: {type(exc).__name__}: {_first_line(exc)}")
+        self.setup_seconds += time.perf_counter() - t0
+        if not times:
+            self.reason = f"eager: Triton GEMV failed on [{key[1]} -> {key[0]}] ({errors[0]})"
+            if self.log is not None:
+                self.log(self.reason)
+            return None
+        best = self.chosen[key] = min(times, key=times.get)
+        if self.log is not None:
+            gbps = (key[0] * key[1] * weight.element_size()) / (times[best] * 1e6)
+            self.log(f"  GEMV [{key[1]} -> {key[0]}] M<={key[2]}: {tuple(best)} {times[best] * 1e3:.1f} us "
+                     f"({gbps:.0f} GB/s){f'; {len(errors)} tilings failed' if errors else ''}")
+        return best
+
+
+def time_call(fn: Callable[[], torch.Tensor], reps: int, warmup: int = 2) -> float:
+    """Milliseconds per call of ``fn`` on the current stream (CUDA events over ``reps`` calls)."""
+    for _ in range(warmup):
+        fn()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / reps
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[0][:120] if lines else ""
+
+
+@functools.cache
+def load_op() -> Callable[..., torch.Tensor]:
+    """Import Triton, define the kernels and register ``torch.ops.eaglelab.gemv`` (once per process)."""
+    import triton
+    import triton.language as tl
+    from torch.library import triton_op, wrap_triton
+
+    @triton.jit
+    def gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, k_per_split, stride_xm, stride_wn,
+                    HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+        """Program (n, s): y[:, n-block] over K share s. PARTIAL: float32 sums to y[s, M, N] instead."""
+        pid_n, pid_k = tl.program_id(0), tl.program_id(1)
+        rows_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN] weight rows = output columns
+        rows_m = tl.arange(0, BLOCK_M)  # [BM] x rows (padded)
+        k_lo = pid_k * k_per_split
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        for k0 in range(k_lo, tl.minimum(k_lo + k_per_split, K), BLOCK_K):
+            cols = k0 + tl.arange(0, BLOCK_K)  # [BK]
+            w = tl.load(w_ptr + rows_n[:, None] * stride_wn + cols[None, :],
+                        mask=(rows_n[:, None] < N) & (cols[None, :] < K), other=0.0,
+                        eviction_policy="evict_first")  # [BN, BK]: read once, never again this step
+            x = tl.load(x_ptr + rows_m[:, None] * stride_xm + cols[None, :],
+                        mask=(rows_m[:, None] < M) & (cols[None, :] < K), other=0.0)  # [BM, BK]
+            if BLOCK_M == 1:
+                acc += tl.sum(w.to(tl.float32) * x.to(tl.float32), axis=1)[None, :]  # [1, BN]
+            else:
+                acc = tl.dot(x, tl.trans(w), acc)  # [BM, BN], tensor cores, float32
+        out = rows_m[:, None] * N + rows_n[None, :]  # [BM, BN] offsets in a row-major [M, N]
+        keep = (rows_m[:, None] < M) & (rows_n[None, :] < N)
+        if PARTIAL:
+            tl.store(y_ptr + pid_k * M * N + out, acc, mask=keep)
+        else:
+            if HAS_BIAS:
+                acc += tl.load(b_ptr + rows_n, mask=rows_n < N, other=0.0).to(tl.float32)[None, :]
+            tl.store(y_ptr + out, acc.to(y_ptr.dtype.element_ty), mask=keep)
+
+    @triton.jit
+    def split_sum_kernel(part_ptr, b_ptr, y_ptr, MN, N, SPLITS: tl.constexpr, HAS_BIAS: tl.constexpr,
+                         BLOCK: tl.constexpr):
+        """y[M, N] = sum over s of part[s, M, N] (in order s = 0, 1, ...) + b, cast to y's dtype."""
+        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+        keep = offs < MN
+        acc = tl.zeros((BLOCK,), dtype=tl.float32)
+        for s in tl.static_range(SPLITS):
+            acc += tl.load(part_ptr + s * MN + offs, mask=keep, other=0.0)
+        if HAS_BIAS:
+            acc += tl.load(b_ptr + offs % N, mask=keep, other=0.0).to(tl.float32)
+        tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=keep)
+
+    @triton_op("eaglelab::gemv", mutates_args=())
+    def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block_n: int, block_k: int,
+             split_k: int, num_warps: int, num_stages: int) -> torch.Tensor:
+        """x [M, K] @ weight [N, K]^T (+ bias [N]) -> [M, N], x's dtype; the tiling as int arguments."""
+        (M, K), N = x.shape, weight.shape[0]
+        cfg = GemvConfig(block_n, block_k, split_k, num_warps, num_stages)
+        per, programs_k = splits(K, cfg)
+        y = torch.empty(M, N, dtype=x.dtype, device=x.device)
+        b = bias if bias is not None else weight  # an unread pointer when there is no bias
+        block_m = 1 if M == 1 else max(16, 1 << (M - 1).bit_length())
+        partial = programs_k > 1
+        out = torch.empty(programs_k, M, N, dtype=torch.float32, device=x.device) if partial else y
+        wrap_triton(gemv_kernel)[(triton.cdiv(N, block_n), programs_k)](
+            x, weight, b, out, M, N, K, per, x.stride(0), weight.stride(0),
+            HAS_BIAS=bias is not None, PARTIAL=partial, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
+            num_warps=num_warps, num_stages=num_stages)
+        if partial:
+            wrap_triton(split_sum_kernel)[(triton.cdiv(M * N, 1024),)](
+                out, b, y, M * N, N, SPLITS=programs_k, HAS_BIAS=bias is not None, BLOCK=1024, num_warps=4)
+        return y
+
+    return gemv
