@@ -87,8 +87,6 @@ def refusal(x: torch.Tensor, weight: torch.Tensor, unavailable: str | None = Non
     """Why ``x [..., K] @ weight [N, K]^T`` does not take the GEMV (None: it does)."""
     if unavailable is not None:
         return unavailable
-    if x.device.type != "cuda":
-        return f"not CUDA (device {x.device.type})"
     if torch.is_grad_enabled():
         return "gradients on (the GEMV has no backward)"
     rows = x.numel() // max(x.shape[-1], 1)
@@ -98,6 +96,8 @@ def refusal(x: torch.Tensor, weight: torch.Tensor, unavailable: str | None = Non
         return f"dtypes {x.dtype}/{weight.dtype} (the GEMV takes bfloat16 or float16, alike)"
     if weight.dim() != 2 or weight.stride(1) != 1:
         return "weight not row-major [N, K]"
+    if x.device.type != "cuda":
+        return f"not CUDA (device {x.device.type})"
     return None
 
 

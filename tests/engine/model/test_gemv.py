@@ -1,0 +1,265 @@
+"""The Triton GEMV (engine/model/gemv.py): which calls take it and why the others do not, that every
+projection of the model (and the head) reaches it through ``Kernels.gemv`` with the right fused weight,
+that without Triton it is off with a reason and the forward is unchanged; the kernel itself against
+``F.linear`` under Triton's interpreter (CPU, where Triton is installed) and on CUDA (``gpu``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from eaglelab.engine.model import gemv as G
+from eaglelab.engine.model.layers import EAGER_KERNELS, FusedLinear, Kernels
+from eaglelab.engine.runtime.compile import compile_report
+from tests.conftest import random_model, tiny_config
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _has_triton() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class RecordingGemv:
+    """A stand-in GEMV for CPU tests: takes every call (as if on CUDA), computes ``F.linear`` and records
+    the (rows, N, K) it was given, so the routing is checked without a GPU."""
+
+    reason = None
+    setup_seconds = 0.25
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int, int]] = []
+
+    def refusal(self, x, weight):
+        return None
+
+    def __call__(self, x, weight, bias):
+        assert x.dim() == 2 and weight.dim() == 2 and x.shape[1] == weight.shape[1], (x.shape, weight.shape)
+        self.calls.append((x.shape[0], weight.shape[0], weight.shape[1]))
+        return F.linear(x, weight, bias)
+
+
+# ---- which calls take it ------------------------------------------------------------------------
+@torch.no_grad()
+def test_refusal_names_each_reason_in_order():
+    """Example: x [1, 1, 64] bf16 with a [96, 64] bf16 weight on the CPU is refused only for the device;
+    17 rows, float32, or a transposed weight are refused for that first."""
+    w = torch.zeros(96, 64, dtype=torch.bfloat16)
+    x = torch.zeros(1, 1, 64, dtype=torch.bfloat16)
+    assert G.refusal(x, w) == "not CUDA (device cpu)"
+    assert G.refusal(x, w, unavailable="no triton") == "no triton"
+    assert G.refusal(torch.zeros(17, 64, dtype=torch.bfloat16), w) == "17 rows (the GEMV takes 1..16)"
+    assert G.refusal(torch.zeros(2, 8, 64, dtype=torch.bfloat16), w) == "not CUDA (device cpu)", "16 rows: taken"
+    assert G.refusal(torch.zeros(2, 9, 64, dtype=torch.bfloat16), w) == "18 rows (the GEMV takes 1..16)"
+    assert G.refusal(torch.zeros(0, 64, dtype=torch.bfloat16), w) == "0 rows (the GEMV takes 1..16)"
+    assert "dtypes torch.float32/torch.bfloat16" in G.refusal(x.float(), w)
+    assert "dtypes torch.float16/torch.bfloat16" in G.refusal(x.half(), w)
+    assert G.refusal(x, torch.zeros(64, 96, dtype=torch.bfloat16).t()) == "weight not row-major [N, K]"
+
+
+def test_refusal_with_gradients_on():
+    x, w = torch.zeros(1, 64, dtype=torch.float16), torch.zeros(8, 64, dtype=torch.float16)
+    with torch.enable_grad():
+        assert G.refusal(x, w) == "gradients on (the GEMV has no backward)"
+    with torch.no_grad():
+        assert G.refusal(x, w) == "not CUDA (device cpu)"
+
+
+def test_row_buckets_and_splits():
+    """M buckets: 1, 2, 4, 8, 16. Split-K: K 4096 in 3 splits: ceil(4096 / 3) = 1366 rounded up to whole
+    256-wide steps = 1536 per program, 3 programs (1536, 1536, 1024)."""
+    assert [G.row_bucket(m) for m in (1, 2, 3, 4, 5, 8, 9, 16)] == [1, 2, 4, 4, 8, 8, 16, 16]
+    assert G.splits(4096, G.GemvConfig(16, 256, 3, 4, 3)) == (1536, 3)
+    assert G.splits(4096, G.GemvConfig(16, 256, 1, 4, 3)) == (4096, 1)
+    assert G.splits(100, G.GemvConfig(16, 256, 4, 4, 3)) == (256, 1)
+    for rows in (1, 4, 16):  # every tiling the tuner tries is one the kernel can take
+        for cfg in G.candidates(rows):
+            assert cfg.block_k % 16 == 0 and cfg.split_k >= 1 and (rows == 1 or cfg.block_n >= 16), cfg
+
+
+# ---- without Triton --------------------------------------------------------------------------
+def _no_triton():
+    raise ImportError("No module named 'triton'")
+
+
+@torch.no_grad()
+def test_without_triton_the_gemv_is_off_with_a_reason_and_linear_runs(monkeypatch):
+    monkeypatch.setattr(G, "load_op", _no_triton)
+    gemv = G.TritonGemv()
+    assert gemv.reason == "Triton GEMV unavailable (ImportError: No module named 'triton')"
+    lin = nn.Linear(64, 32)
+    x = torch.randn(1, 1, 64)
+    assert gemv.refusal(x, lin.weight) == gemv.reason
+    torch.testing.assert_close(gemv(x[0], lin.weight, lin.bias), F.linear(x[0], lin.weight, lin.bias), rtol=0, atol=0)
+    fused = FusedLinear(lin)
+    torch.testing.assert_close(fused(x, gemv)[0], fused(x)[0], rtol=0, atol=0), "the forward without it, exactly"
+    seconds, reasons = compile_report(Kernels(gemv=gemv))
+    assert seconds == 0.0 and reasons == [gemv.reason], "asked for and off: the compile report says why"
+
+
+# ---- routing ---------------------------------------------------------------------------------
+@torch.no_grad()
+def test_fused_projections_reach_the_gemv_as_one_matmul():
+    """q/k/v (out 32, 16, 16 from in 64) as one [64 -> 64] call on x [2, 3, 64] -> 6 rows; outputs split back."""
+    torch.manual_seed(0)
+    q, k, v = nn.Linear(64, 32, bias=True), nn.Linear(64, 16, bias=True), nn.Linear(64, 16, bias=True)
+    fused, gemv = FusedLinear(q, k, v), RecordingGemv()
+    x = torch.randn(2, 3, 64)
+    got = fused(x, gemv)
+    assert gemv.calls == [(6, 64, 64)]
+    for y, lin in zip(got, (q, k, v)):
+        torch.testing.assert_close(y, lin(x), rtol=1e-5, atol=1e-5)
+    with torch.enable_grad():  # training runs each projection on its own parameters, never the GEMV
+        fused(x, gemv)
+    assert gemv.calls == [(6, 64, 64)]
+
+
+@torch.no_grad()
+def test_every_projection_and_the_head_go_through_kernels_gemv():
+    """Tiny model (4 layers, H 64, I 128, 4 heads of 16, 2 KV heads, V 96), a decode of B = 2 rows: per layer
+    qkv [64 -> 128], o [64 -> 64], gate_up [64 -> 256], down [128 -> 64], then the head [64 -> 96]; the
+    logits equal the eager forward's."""
+    model = random_model(tiny_config())
+    gemv = RecordingGemv()
+    kernels = replace(EAGER_KERNELS, gemv=gemv)
+    ids = torch.tensor([[5], [7]])
+    hidden, _ = model(ids, torch.zeros_like(ids), kernels=kernels)
+    logits = model.logits(hidden, kernels)
+    per_layer = [(2, 128, 64), (2, 64, 64), (2, 256, 64), (2, 64, 128)]
+    assert gemv.calls == per_layer * 4 + [(2, 96, 64)]
+    ref_hidden, _ = model(ids, torch.zeros_like(ids))
+    torch.testing.assert_close(logits, model.logits(ref_hidden), rtol=1e-5, atol=1e-5)
+
+
+def test_eager_pieces_keep_the_gemv():
+    """Inside a compiled phase the layers run the eager pieces: with the set's GEMV, if it has one."""
+    assert EAGER_KERNELS.eager_pieces() is EAGER_KERNELS
+    gemv = RecordingGemv()
+    compiled_like = Kernels(rms_norm=lambda *a: None, compiled=True, gemv=gemv)
+    pieces = compiled_like.eager_pieces()
+    assert pieces.gemv is gemv and pieces.rms_norm is EAGER_KERNELS.rms_norm and not pieces.compiled
+    assert compile_report(Kernels(gemv=gemv)) == (0.25, []), "the GEMV's tuning time counts as set-up"
+
+
+def test_bench_runs_gemv_configs_only_when_named():
+    import argparse
+
+    from eaglelab.bench.harness import CONFIGS
+    from eaglelab.cmd_bench import _configs
+
+    default = _configs(argparse.Namespace(configs=None))
+    assert "plain-compile" in default and not any(name.endswith("-gemv") for name in default)
+    named = _configs(argparse.Namespace(configs="plain-compile,plain-compile-gemv"))
+    assert named == ["plain-compile", "plain-compile-gemv"] and CONFIGS["plain-compile-gemv"].gemv
+
+
+# ---- the kernel --------------------------------------------------------------------------------
+INTERPRETED = textwrap.dedent("""
+    import torch, torch.nn.functional as F
+    from eaglelab.engine.model import gemv as G
+    G.load_op()
+    torch.manual_seed(0)
+    checked = 0
+    def check(x, w, b, cfg):
+        global checked
+        y = torch.ops.eaglelab.gemv(x, w, b, *cfg)
+        ref = F.linear(x.float(), w.float(), None if b is None else b.float())
+        assert y.shape == ref.shape and y.dtype == x.dtype, (y.shape, y.dtype)
+        err = (y.float() - ref).abs().max().item()
+        assert err <= 2e-2 * ref.abs().max().item(), (tuple(x.shape), tuple(w.shape), cfg, err)
+        checked += 1
+    tilings = [G.GemvConfig(16, 32, 1, 4, 2), G.GemvConfig(16, 32, 3, 4, 2), G.GemvConfig(32, 64, 2, 4, 2)]
+    for K, N in ((64, 48), (200, 37), (96, 130)):
+        w = (torch.randn(N, K) * K ** -0.5).half()
+        b = torch.randn(N).half()
+        for M in (1, 3, 16):
+            x = torch.randn(M, K).half()
+            for cfg in tilings:
+                check(x, w, b, cfg)
+                check(x, w, None, cfg)
+        for cfg in tilings[:2]:  # bf16: the interpreter's tl.dot misreads bf16, so M = 1 only (no dot there)
+            check(torch.randn(1, K).bfloat16(), w.bfloat16(), b.bfloat16(), cfg)
+        strided = torch.randn(4, 2, K).half()[:, 0]  # rows 2K apart: the row stride is an argument
+        check(strided, w, b, tilings[0])
+    print("checked", checked)
+""")
+
+
+@pytest.mark.skipif(not _has_triton(), reason="Triton not installed (it ships with CUDA builds of torch)")
+def test_kernel_matches_linear_under_the_triton_interpreter():
+    """The kernel's indexing on the CPU: Triton's interpreter runs it on CPU tensors (fp16: M 1, 3, 16; K not a
+    multiple of the tile; N not a multiple of block_n; split-K in 2 and 3 parts; with and without bias)."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["checked", str(3 * (3 * 3 * 2 + 2 + 1))]
+
+
+@pytest.mark.skipif(not _has_triton(), reason="Triton not installed")
+def test_op_shape_under_fake_tensors():
+    """torch.compile traces the op with fake tensors: [M, K] @ [N, K]^T -> [M, N] in x's dtype, no kernel run."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    G.load_op()
+    with FakeTensorMode():
+        x = torch.empty(3, 4096, dtype=torch.bfloat16)
+        w = torch.empty(6144, 4096, dtype=torch.bfloat16)
+        y = torch.ops.eaglelab.gemv(x, w, None, *G.GemvConfig(32, 256, 2, 4, 3))
+    assert tuple(y.shape) == (3, 6144) and y.dtype == torch.bfloat16
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@torch.no_grad()
+def test_gemv_matches_linear_on_cuda_eager_compiled_and_captured():
+    """8B-shaped weights (K 4096 -> N 6144, K 14336 -> N 4096) and a biased odd shape, M = 1, 4, 16, bf16 and
+    fp16: the tuned kernel within bf16 rounding of an fp32 reference (no worse than twice F.linear's error
+    plus one ulp); then the same call compiled whole (fullgraph) and replayed from a CUDA graph gives the
+    eager kernel's exact output."""
+    gemv = G.TritonGemv()
+    assert gemv.reason is None, gemv.reason
+    dev = torch.device("cuda")
+    g = torch.Generator(device=dev).manual_seed(0)
+    for dtype in (torch.bfloat16, torch.float16):
+        for K, N, bias in ((4096, 6144, False), (14336, 4096, False), (1000, 777, True)):
+            w = (torch.randn(N, K, device=dev, generator=g) * K ** -0.5).to(dtype)
+            b = torch.randn(N, device=dev, generator=g).to(dtype) if bias else None
+            for M in (1, 4, 16):
+                x = torch.randn(M, K, device=dev, generator=g).to(dtype)
+                assert gemv.refusal(x, w) is None
+                y = gemv(x, w, b)
+                ref = F.linear(x.float(), w.float(), None if b is None else b.float())
+                err, torch_err = (y.float() - ref).abs().max().item(), (F.linear(x, w, b).float() - ref).abs().max().item()
+                ulp = ref.abs().max().item() * (2 ** -7 if dtype == torch.bfloat16 else 2 ** -10)
+                assert err <= 2 * torch_err + ulp, (dtype, K, N, M, err, torch_err)
+                assert (N, K, G.row_bucket(M)) in gemv.chosen
+    x = torch.randn(4, 4096, device=dev, dtype=torch.bfloat16)
+    w = torch.randn(6144, 4096, device=dev, dtype=torch.bfloat16)
+    eager = gemv(x, w, None)
+    compiled = torch.compile(lambda a: gemv(a, w, None) * 1, fullgraph=True, dynamic=False)
+    torch.testing.assert_close(compiled(x), eager, rtol=0, atol=0)
+    graph, static_x = torch.cuda.CUDAGraph(), x.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        compiled(static_x)
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.graph(graph):
+        out = compiled(static_x)
+    static_x.copy_(x * 2)
+    graph.replay()
+    torch.testing.assert_close(out, gemv(x * 2, w, None), rtol=0, atol=0)
