@@ -30,9 +30,9 @@ import torch.nn.functional as F
 
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096),
           "head": (4096, 128256)}  # name -> (K, N)
-E2E = ("python -m eaglelab bench --scale-model llama3.1-8b --draft none --dtype bfloat16 --batch-sizes 1,8 "
-       "--configs plain-graphs,plain-compile,plain-graphs-gemv,plain-compile-gemv --prompts 2 "
-       "--max-new-tokens 64 --repeats 2 --no-micro --json OUT/gemv_e2e_llama8b.json")
+E2E = ("python -m eaglelab bench --scale-model llama3.1-8b --draft none --dtype bfloat16 --seed 0 --batch-sizes 1,8 "
+       "--configs plain-graphs,plain-graphs-gemv,plain-compile,plain-compile-gemv --prompts 2 "
+       "--max-new-tokens 64 --repeats 2 --no-micro --json OUT/gemv_e2e_llama8b.json  (or: benchmarks/gemv_h200.sh e2e)")
 
 
 def graph_ms(call, copies: int, calls: int, replays: int) -> float:
