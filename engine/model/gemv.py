@@ -40,17 +40,19 @@ class GemvConfig(NamedTuple):
 
 # Candidates timed per (N, K, M bucket). M = 1 multiplies and row-sums (any block_n); M > 1 uses a
 # tensor-core dot of 16 rows (block_n, block_k >= 16). Split-K helps where N / block_n is too few
-# programs to keep every SM streaming.
+# programs to keep every SM streaming; stages > 1 keep more loads in flight per program (cp.async).
 ONE_ROW = (
-    GemvConfig(16, 256, 1, 4, 3), GemvConfig(16, 512, 1, 4, 2), GemvConfig(32, 256, 1, 4, 3),
-    GemvConfig(8, 512, 1, 4, 3), GemvConfig(64, 128, 1, 4, 3), GemvConfig(32, 512, 1, 8, 2),
-    GemvConfig(16, 256, 2, 4, 3), GemvConfig(32, 256, 4, 4, 3),
+    GemvConfig(16, 256, 1, 4, 3), GemvConfig(16, 256, 1, 4, 1), GemvConfig(16, 512, 1, 4, 2),
+    GemvConfig(32, 256, 1, 4, 3), GemvConfig(8, 512, 1, 4, 3), GemvConfig(64, 128, 1, 4, 3),
+    GemvConfig(32, 512, 1, 8, 1), GemvConfig(8, 256, 2, 2, 4), GemvConfig(16, 256, 2, 4, 3),
+    GemvConfig(16, 512, 4, 4, 1), GemvConfig(32, 256, 4, 4, 3),
 )
 FEW_ROWS = (
     GemvConfig(32, 128, 1, 4, 4), GemvConfig(32, 256, 1, 4, 3), GemvConfig(16, 256, 1, 4, 3),
     GemvConfig(64, 128, 1, 4, 3), GemvConfig(64, 256, 1, 8, 3), GemvConfig(16, 512, 1, 4, 2),
-    GemvConfig(32, 256, 2, 4, 3), GemvConfig(16, 256, 4, 4, 3),
+    GemvConfig(16, 128, 2, 4, 4), GemvConfig(32, 256, 2, 4, 3), GemvConfig(16, 256, 4, 4, 3),
 )
+TUNE_BYTES = 128 * 2**20  # tuning reads this many bytes of weight copies in turn: more than the L2 cache holds
 
 
 def row_bucket(rows: int) -> int:
@@ -142,12 +144,18 @@ class TritonGemv:
         if self.log is not None and not self._said:
             self._said = True
             self.log("tuning the Triton GEMV per weight shape (once per process) ...")
+        # A decode streams every layer's distinct weights: copies read in turn keep a small weight (o: 32 MB)
+        # from being timed out of the L2 cache, which would favour the wrong tiling.
+        copies = [weight] + [weight.clone() for _ in range(TUNE_BYTES // (weight.numel() * weight.element_size()))]
         times, errors = {}, []
         for cfg in candidates(key[2]):
+            turn = iter(range(1 << 30))
             try:
-                times[cfg] = time_call(lambda: torch.ops.eaglelab.gemv(x, weight, bias, *cfg), self.reps)
+                times[cfg] = time_call(
+                    lambda: torch.ops.eaglelab.gemv(x, copies[next(turn) % len(copies)], bias, *cfg), self.reps)
             except Exception as exc:  # noqa: BLE001 - a tiling that does not compile is skipped, and said
                 errors.append(f"{tuple(cfg)}: {type(exc).__name__}: {_first_line(exc)}")
+        del copies
         self.setup_seconds += time.perf_counter() - t0
         if not times:
             self.reason = f"eager: Triton GEMV failed on [{key[1]} -> {key[0]}] ({errors[0]})"
@@ -182,73 +190,7 @@ def _first_line(exc: Exception) -> str:
 
 @functools.cache
 def load_op() -> Callable[..., torch.Tensor]:
-    """Import Triton, define the kernels and register ``torch.ops.eaglelab.gemv`` (once per process)."""
-    import triton
-    import triton.language as tl
-    from torch.library import triton_op, wrap_triton
+    """Import Triton and our kernels, and register ``torch.ops.eaglelab.gemv`` (once per process)."""
+    from eaglelab.engine.model import gemv_kernels  # imports triton: ImportError without it
 
-    @triton.jit
-    def gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, k_per_split, stride_xm, stride_wn,
-                    HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
-        """Program (n, s): y[:, n-block] over K share s. PARTIAL: float32 sums to y[s, M, N] instead."""
-        pid_n, pid_k = tl.program_id(0), tl.program_id(1)
-        rows_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN] weight rows = output columns
-        rows_m = tl.arange(0, BLOCK_M)  # [BM] x rows (padded)
-        k_lo = pid_k * k_per_split
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        for k0 in range(k_lo, tl.minimum(k_lo + k_per_split, K), BLOCK_K):
-            cols = k0 + tl.arange(0, BLOCK_K)  # [BK]
-            w = tl.load(w_ptr + rows_n[:, None] * stride_wn + cols[None, :],
-                        mask=(rows_n[:, None] < N) & (cols[None, :] < K), other=0.0,
-                        eviction_policy="evict_first")  # [BN, BK]: read once, never again this step
-            x = tl.load(x_ptr + rows_m[:, None] * stride_xm + cols[None, :],
-                        mask=(rows_m[:, None] < M) & (cols[None, :] < K), other=0.0)  # [BM, BK]
-            if BLOCK_M == 1:
-                acc += tl.sum(w.to(tl.float32) * x.to(tl.float32), axis=1)[None, :]  # [1, BN]
-            else:
-                acc = tl.dot(x, tl.trans(w), acc)  # [BM, BN], tensor cores, float32
-        out = rows_m[:, None] * N + rows_n[None, :]  # [BM, BN] offsets in a row-major [M, N]
-        keep = (rows_m[:, None] < M) & (rows_n[None, :] < N)
-        if PARTIAL:
-            tl.store(y_ptr + pid_k * M * N + out, acc, mask=keep)
-        else:
-            if HAS_BIAS:
-                acc += tl.load(b_ptr + rows_n, mask=rows_n < N, other=0.0).to(tl.float32)[None, :]
-            tl.store(y_ptr + out, acc.to(y_ptr.dtype.element_ty), mask=keep)
-
-    @triton.jit
-    def split_sum_kernel(part_ptr, b_ptr, y_ptr, MN, N, SPLITS: tl.constexpr, HAS_BIAS: tl.constexpr,
-                         BLOCK: tl.constexpr):
-        """y[M, N] = sum over s of part[s, M, N] (in order s = 0, 1, ...) + b, cast to y's dtype."""
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        keep = offs < MN
-        acc = tl.zeros((BLOCK,), dtype=tl.float32)
-        for s in tl.static_range(SPLITS):
-            acc += tl.load(part_ptr + s * MN + offs, mask=keep, other=0.0)
-        if HAS_BIAS:
-            acc += tl.load(b_ptr + offs % N, mask=keep, other=0.0).to(tl.float32)
-        tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=keep)
-
-    @triton_op("eaglelab::gemv", mutates_args=())
-    def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block_n: int, block_k: int,
-             split_k: int, num_warps: int, num_stages: int) -> torch.Tensor:
-        """x [M, K] @ weight [N, K]^T (+ bias [N]) -> [M, N], x's dtype; the tiling as int arguments."""
-        (M, K), N = x.shape, weight.shape[0]
-        cfg = GemvConfig(block_n, block_k, split_k, num_warps, num_stages)
-        per, programs_k = splits(K, cfg)
-        y = torch.empty(M, N, dtype=x.dtype, device=x.device)
-        b = bias if bias is not None else weight  # an unread pointer when there is no bias
-        block_m = 1 if M == 1 else max(16, 1 << (M - 1).bit_length())
-        partial = programs_k > 1
-        out = torch.empty(programs_k, M, N, dtype=torch.float32, device=x.device) if partial else y
-        wrap_triton(gemv_kernel)[(triton.cdiv(N, block_n), programs_k)](
-            x, weight, b, out, M, N, K, per, x.stride(0), weight.stride(0),
-            HAS_BIAS=bias is not None, PARTIAL=partial, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-            num_warps=num_warps, num_stages=num_stages)
-        if partial:
-            wrap_triton(split_sum_kernel)[(triton.cdiv(M * N, 1024),)](
-                out, b, y, M * N, N, SPLITS=programs_k, HAS_BIAS=bias is not None, BLOCK=1024, num_warps=4)
-        return y
-
-    return gemv
+    return gemv_kernels.register()

@@ -263,3 +263,38 @@ def test_gemv_matches_linear_on_cuda_eager_compiled_and_captured():
     static_x.copy_(x * 2)
     graph.replay()
     torch.testing.assert_close(out, gemv(x * 2, w, None), rtol=0, atol=0)
+
+
+@pytest.mark.skipif(not _has_triton(), reason="Triton not installed")
+def test_every_tiling_compiles_for_the_h200():
+    """Each tiling the tuner may pick compiles to an sm_90 (H200/H100) cubin without a GPU: Triton's whole
+    pipeline down to ptxas, with the divisibility a real launch on 8B shapes specialises on (K, N, strides
+    multiples of 16). Also the split-K (float32 partials) and bias variants, and the split-sum kernel."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from eaglelab.engine.model import gemv_kernels as GK
+
+    names = ["x_ptr", "w_ptr", "b_ptr", "y_ptr", "M", "N", "K", "k_per_split", "stride_xm", "stride_wn",
+             "HAS_BIAS", "PARTIAL", "BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES"]
+    aligned = ("x_ptr", "w_ptr", "b_ptr", "y_ptr", "N", "K", "k_per_split", "stride_xm", "stride_wn")
+
+    def build(fn, types: dict, consts: dict, aligned=(), **options):
+        order = list(types) + list(consts)
+        sig = {**types, **{k: "constexpr" for k in consts}}
+        src = ASTSource(fn, sig, constexprs={(order.index(k),): v for k, v in consts.items()},
+                        attrs={(order.index(k),): [["tt.divisibility", 16]] for k in aligned})
+        return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+    def gemv(rows: int, cfg, bias=False, partial=False):
+        types = dict(zip(names[:10], ["*bf16"] * 3 + ["*fp32" if partial else "*bf16"] + ["i32"] * 6))
+        consts = dict(HAS_BIAS=bias, PARTIAL=partial, BLOCK_M=rows, BLOCK_N=cfg.block_n, BLOCK_K=cfg.block_k,
+                      STAGES=cfg.num_stages)
+        return build(GK.gemv_kernel, types, consts, aligned, num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+
+    built = [gemv(1, cfg) for cfg in G.ONE_ROW] + [gemv(16, cfg) for cfg in G.FEW_ROWS]
+    built += [gemv(1, G.ONE_ROW[0], bias=True), gemv(16, G.FEW_ROWS[0], partial=True)]
+    built.append(build(GK.split_sum_kernel, {"part_ptr": "*fp32", "b_ptr": "*bf16", "y_ptr": "*bf16", "MN": "i32",
+                                             "N": "i32"}, dict(SPLITS=3, HAS_BIAS=True, BLOCK=1024), num_warps=4))
+    assert all(k.asm.get("cubin") for k in built), "every kernel down to a cubin"
