@@ -10,9 +10,10 @@ multiplying by the x rows it keeps in registers: M = 1 as a multiply-and-row-sum
 dot of 16 padded rows. A few tilings are timed once per (N, K, M bucket) on the first eager call and
 the fastest is kept (:class:`TritonGemv`); compiled and captured calls reuse that choice.
 
-The kernel is a PyTorch custom op (``torch.ops.eaglelab.gemv``, a ``torch.library.triton_op``) so it
-composes with ``torch.compile(fullgraph=True)`` and CUDA-graph capture. Triton is optional: it is
-imported on first use only, and without it (or without CUDA) the kernel is unavailable with a reason.
+The kernel is a PyTorch custom op (``torch.ops.eaglelab.gemv``, with a shape-only fake implementation)
+so it composes with ``torch.compile(fullgraph=True)`` and CUDA-graph capture. Triton is optional: it is
+imported on first use only (``gemv_kernels.py``), and without it (or without CUDA) the kernel is
+unavailable with a reason.
 """
 
 from __future__ import annotations
@@ -131,7 +132,7 @@ class TritonGemv:
         (M, K), N = x.shape, weight.shape[0]
         key = (N, K, row_bucket(M))
         cfg = self.chosen.get(key)
-        if cfg is None and not torch.compiler.is_compiling() and not torch.cuda.is_current_stream_capturing():
+        if cfg is None and not torch.compiler.is_compiling() and not _capturing(x):
             cfg = self._tune(key, x, weight, bias)
             if cfg is None:
                 return F.linear(x, weight, bias)
@@ -168,6 +169,11 @@ class TritonGemv:
             self.log(f"  GEMV [{key[1]} -> {key[0]}] M<={key[2]}: {tuple(best)} {times[best] * 1e3:.1f} us "
                      f"({gbps:.0f} GB/s){f'; {len(errors)} tilings failed' if errors else ''}")
         return best
+
+
+def _capturing(x: torch.Tensor) -> bool:
+    """Whether a CUDA graph is being captured on the current stream (never for CPU tensors)."""
+    return x.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 def time_call(fn: Callable[[], torch.Tensor], reps: int, warmup: int = 2) -> float:

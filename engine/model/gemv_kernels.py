@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
-from torch.library import triton_op, wrap_triton
 
 from eaglelab.engine.model.gemv import GemvConfig, splits
 
@@ -83,17 +82,28 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block
     block_m = 1 if M == 1 else max(16, 1 << (M - 1).bit_length())  # tl.dot takes >= 16 rows
     partial = programs_k > 1
     out = torch.empty(programs_k, M, N, dtype=torch.float32, device=x.device) if partial else y
-    wrap_triton(gemv_kernel)[(triton.cdiv(N, block_n), programs_k)](
+    gemv_kernel[(triton.cdiv(N, block_n), programs_k)](
         x, weight, b, out, M, N, K, per, x.stride(0), weight.stride(0),
         HAS_BIAS=bias is not None, PARTIAL=partial, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
         STAGES=num_stages, num_warps=num_warps, num_stages=num_stages)
     if partial:
-        wrap_triton(split_sum_kernel)[(triton.cdiv(M * N, 1024),)](
+        split_sum_kernel[(triton.cdiv(M * N, 1024),)](
             out, b, y, M * N, N, SPLITS=programs_k, HAS_BIAS=bias is not None, BLOCK=1024, num_warps=4)
     return y
 
 
+def _shape_only(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block_n: int, block_k: int,
+                split_k: int, num_warps: int, num_stages: int) -> torch.Tensor:
+    """What torch.compile traces with: the output's shape and dtype, no kernel."""
+    return x.new_empty(x.shape[0], weight.shape[0])
+
+
 def register():
-    """``torch.ops.eaglelab.gemv``: a ``triton_op``, so torch.compile traces into it (fullgraph) and CUDA
-    graphs capture its launches. Called once per process (``gemv.load_op`` caches it)."""
-    return triton_op("eaglelab::gemv", gemv, mutates_args=())
+    """``torch.ops.eaglelab.gemv``: an opaque custom op with a shape-only (fake) implementation, so
+    torch.compile(fullgraph) keeps it as one call in its graph, and CUDA graphs capture its launches.
+    (Opaque rather than a ``triton_op``: the compiler then needs no analysis of the kernel's writes, which,
+    where it fails, assumes every argument written and copies the weights each call.) Called once per
+    process (``gemv.load_op`` caches it)."""
+    op = torch.library.custom_op("eaglelab::gemv", gemv, mutates_args=())
+    op.register_fake(_shape_only)
+    return op

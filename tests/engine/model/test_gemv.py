@@ -209,6 +209,59 @@ def test_kernel_matches_linear_under_the_triton_interpreter():
     assert done.stdout.split() == ["checked", str(3 * (3 * 3 * 2 + 2 + 1))]
 
 
+COMPILED = textwrap.dedent("""
+    import torch
+    from dataclasses import replace
+    from eaglelab.engine.model import gemv as G, gemv_kernels as GK
+    from eaglelab.engine.model.layers import EAGER_KERNELS
+    from tests.conftest import random_model, tiny_config
+
+    G.time_call = lambda fn, reps: (fn(), 1.0)[1]  # no CUDA events here: the tilings tie, the first wins
+
+    class CpuGemv(G.TritonGemv):
+        def refusal(self, x, weight):  # the device check waived: the interpreter runs the kernel on CPU
+            why = super().refusal(x, weight)
+            return None if why is not None and why.startswith("not CUDA") else why
+
+    model = random_model(tiny_config()).half()
+    gemv = CpuGemv()
+    kernels = replace(EAGER_KERNELS, gemv=gemv)
+    ids = torch.tensor([[5], [7]])
+    def forward(ids, kernels):
+        hidden, _ = model(ids, torch.zeros_like(ids), kernels=kernels)
+        return model.logits(hidden, kernels)
+    calls = []
+    real = GK.splits  # called once per op call
+    GK.splits = lambda *a: (calls.append(1), real(*a))[1]
+    with torch.inference_mode():
+        forward(ids, EAGER_KERNELS)  # fuses the CPU layout's weights (compiled code only reads them)
+        eager = forward(ids, kernels)  # tunes the five shapes, fuses the x W^T layout's weights
+        assert gemv.reason is None and len(gemv.chosen) == 5, (gemv.reason, gemv.chosen)
+        compile = lambda k: torch.compile(lambda a: forward(a, k), fullgraph=True, dynamic=False)
+        with_gemv = compile(kernels)
+        with_gemv(ids)
+        calls.clear()
+        out = with_gemv(ids)
+        without = compile(EAGER_KERNELS)(ids)
+    print("calls", len(calls), "same", torch.equal(out, without), "eager_err", (out - eager).abs().max().item())
+""")
+
+
+@pytest.mark.skipif(not _has_triton(), reason="Triton not installed")
+def test_compiled_forward_keeps_the_op_in_its_graph(tmp_path):
+    """A tiny fp16 model compiled whole (inductor, fullgraph) on the CPU, the kernel run by Triton's interpreter:
+    one op call per projection (4 layers x 4 + the head = 17) in each compiled forward, and the logits equal
+    the compiled forward without the GEMV (which equals F.linear here), within fp16 rounding of eager."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT),
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    done = subprocess.run([sys.executable, "-c", COMPILED], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    words = done.stdout.split()
+    assert words[:4] == ["calls", "17", "same", "True"], done.stdout
+    assert float(words[5]) < 0.02, "compiled vs eager: fp16 rounding of the fused elementwise work only"
+
+
 @pytest.mark.skipif(not _has_triton(), reason="Triton not installed")
 def test_op_shape_under_fake_tensors():
     """torch.compile traces the op with fake tensors: [M, K] @ [N, K]^T -> [M, N] in x's dtype, no kernel run."""
