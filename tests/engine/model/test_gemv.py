@@ -144,6 +144,35 @@ def test_every_projection_and_the_head_go_through_kernels_gemv():
     torch.testing.assert_close(logits, model.logits(ref_hidden), rtol=1e-5, atol=1e-5)
 
 
+@torch.no_grad()
+def test_engine_phases_pass_the_gemv_to_the_head_and_speculation_stays_lossless():
+    """Plain greedy and EAGLE-3 speculation (float32) with every projection on the stand-in GEMV give the
+    plain eager tokens; the decode phase hands the head its rows (B = 2: [2, H] -> V) and the verify phase
+    hands it the tree's (B x N = 2 x 4 = 8 rows)."""
+    from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
+    from eaglelab.engine.runtime.drafters import Eagle3Proposer
+    from eaglelab.engine.runtime.generate import Engine
+    from eaglelab.engine.runtime.runner import EagerRunner
+    from eaglelab.engine.runtime.spec_config import SpecConfig
+
+    model = build_scale_model("tiny", seed=3).model
+    V = model.config.vocab_size
+    prompts = [[5, 9, 33, 7, 5, 9, 33], [100, 2, 3]]
+    plain = Engine(model, spec=SpecConfig(), runner=EagerRunner(model)).generate(prompts, 8).tokens
+    gemv = RecordingGemv()
+    kernels = replace(EAGER_KERNELS, gemv=gemv)
+    got = Engine(model, spec=SpecConfig(), runner=EagerRunner(model, kernels=kernels)).generate(prompts, 8).tokens
+    assert got == plain
+    assert sum(1 for rows, n, _ in gemv.calls if n == V and rows == 2) == 7, "the head of each of 7 decode steps"
+    spec = SpecConfig("eagle3", num_steps=3, topk=1, num_draft_tokens=4)
+    net, taps = random_eagle3(model, seed=5, draft_vocab=256)
+    gemv.calls.clear()
+    runner = EagerRunner(model, net, kernels=kernels)
+    out = Engine(model, drafter=Eagle3Proposer(net, spec, taps), spec=spec, runner=runner).generate(prompts, 8)
+    assert out.tokens == plain
+    assert any(rows == 8 and n == V for rows, n, _ in gemv.calls), "the verify's head over 2 x 4 tree nodes"
+
+
 def test_eager_pieces_keep_the_gemv():
     """Inside a compiled phase the layers run the eager pieces: with the set's GEMV, if it has one."""
     assert EAGER_KERNELS.eager_pieces() is EAGER_KERNELS
