@@ -19,6 +19,7 @@ unavailable with a reason.
 from __future__ import annotations
 
 import functools
+import statistics
 import time
 from typing import Callable, NamedTuple
 
@@ -107,8 +108,9 @@ def refusal(x: torch.Tensor, weight: torch.Tensor, unavailable: str | None = Non
 class TritonGemv:
     """The GEMV a forward uses (``Kernels.gemv``): ``gemv(x2 [M, K], weight [N, K], bias) -> [M, N]``.
 
-    Tunes each (N, K, M bucket) on its first eager call (timed with CUDA events: a host sync, once;
-    compiled and captured calls reuse the choice, or take :func:`default_config` before any eager call).
+    Tunes each (N, K, M bucket) on its first eager call (each tiling timed in a CUDA graph of ``reps``
+    calls: host syncs, once per shape; compiled and captured calls reuse the choice, or take
+    :func:`default_config` before any eager call).
     If the kernel fails there, it is switched off for good and ``reason`` says why: callers then take
     ``F.linear``. ``setup_seconds`` is the tuning time (kept out of tok/s like a compile).
     """
@@ -176,17 +178,25 @@ def _capturing(x: torch.Tensor) -> bool:
     return x.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
-def time_call(fn: Callable[[], torch.Tensor], reps: int, warmup: int = 2) -> float:
-    """Milliseconds per call of ``fn`` on the current stream (CUDA events over ``reps`` calls)."""
-    for _ in range(warmup):
+def time_call(fn: Callable[[], torch.Tensor], reps: int, warmup: int = 2, replays: int = 3) -> float:
+    """Milliseconds per call of ``fn``: ``reps`` calls captured in one CUDA graph, the median of
+    ``replays`` replays. In a graph, as in a captured decode, launch costs are out: timed eagerly, a call
+    of a few microseconds of GPU work would measure the host's dispatch, the same for every tiling."""
+    for _ in range(warmup):  # compiles the tiling (Triton JIT), outside the capture
         fn()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        fn()
-    end.record()
-    end.synchronize()
-    return start.elapsed_time(end) / reps
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(reps):
+            fn()
+    times = []
+    for _ in range(replays + 1):  # the first replay warms up
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / reps)
+    return statistics.median(times[1:])
 
 
 def _first_line(exc: Exception) -> str:
