@@ -348,6 +348,8 @@ def test_gemv_matches_linear_on_cuda_eager_compiled_and_captured():
 
 
 @pytest.mark.skipif(not _has_triton(), reason="Triton not installed")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="with a GPU the gpu test compiles and runs the kernel for real "
+                                                      "(this ahead-of-time check uses Triton 3.9's internal API)")
 def test_every_tiling_compiles_for_the_h200():
     """Each tiling the tuner may pick compiles to an sm_90 (H200/H100) cubin without a GPU: Triton's whole
     pipeline down to ptxas, with the divisibility a real launch on 8B shapes specialises on (K, N, strides
