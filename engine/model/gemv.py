@@ -142,7 +142,8 @@ class TritonGemv:
         return torch.ops.eaglelab.gemv(x, weight, bias, *cfg)
 
     def _tune(self, key, x, weight, bias) -> GemvConfig | None:
-        """Time every candidate on these very tensors; keep the fastest. None: none ran (reason set)."""
+        """Check every candidate against ``F.linear`` on these very tensors, time those that agree, keep the
+        fastest. None: none ran or agreed (``reason`` says why)."""
         t0 = time.perf_counter()
         if self.log is not None and not self._said:
             self._said = True
@@ -150,10 +151,16 @@ class TritonGemv:
         # A decode streams every layer's distinct weights: copies read in turn keep a small weight (o: 32 MB)
         # from being timed out of the L2 cache, which would favour the wrong tiling.
         copies = [weight] + [weight.clone() for _ in range(TUNE_BYTES // (weight.numel() * weight.element_size()))]
+        ref = F.linear(x, weight, bias).float()  # [M, N]
+        tolerance = 0.03 * ref.abs().max().item() + 1e-3  # a few bf16 roundings; a wrong kernel is far off
         times, errors = {}, []
         for cfg in candidates(key[2]):
             turn = iter(range(1 << 30))
             try:
+                err = (torch.ops.eaglelab.gemv(x, weight, bias, *cfg).float() - ref).abs().max().item()
+                if not err <= tolerance:  # a tiling that computes something else is never chosen
+                    errors.append(f"{tuple(cfg)}: max |error| {err:.3g} against F.linear > {tolerance:.3g}")
+                    continue
                 times[cfg] = time_call(
                     lambda: torch.ops.eaglelab.gemv(x, copies[next(turn) % len(copies)], bias, *cfg), self.reps)
             except Exception as exc:  # noqa: BLE001 - a tiling that does not compile is skipped, and said
@@ -169,7 +176,7 @@ class TritonGemv:
         if self.log is not None:
             gbps = (key[0] * key[1] * weight.element_size()) / (times[best] * 1e6)
             self.log(f"  GEMV [{key[1]} -> {key[0]}] M<={key[2]}: {tuple(best)} {times[best] * 1e3:.1f} us "
-                     f"({gbps:.0f} GB/s){f'; {len(errors)} tilings failed' if errors else ''}")
+                     f"({gbps:.0f} GB/s)" + "".join(f"\n    tiling skipped: {e}" for e in errors))
         return best
 
 
