@@ -510,6 +510,10 @@ def _headline_lines(h) -> list[str]:
         out.append(f"  weight-bandwidth bound, batch 1: {x['weight_bytes'] / 1e9:.3f} GB of weights per token / "
                    f"{x['hbm_tbps']} TB/s = {x['bound_tok_per_s']:.1f} tok/s; ours end to end {x['ours_tok_per_s']:.1f} "
                    f"tok/s = {x['fraction']:.0%} of it{step}")
+        for cfg, f in x.get("plain_configs", {}).items():
+            if cfg != h["baseline"]:
+                per_step = f" ({f['decode_step_fraction']:.0%} per decode step)" if f["decode_step_fraction"] else ""
+                out.append(f"    {cfg}: {f['tok_per_s']:.1f} tok/s = {f['fraction']:.0%} of the bound{per_step}")
     for key, label in (("decode-graphs", "decode-mode verify, graphs"), ("decode-eager", "decode-mode verify, eager"),
                        ("prefill-eager", "prefill-mode verify (eager extend)")):
         vals = h.get("verify_over_decode_batch1", {}).get(key)

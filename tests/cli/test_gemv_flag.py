@@ -40,3 +40,24 @@ def test_gemv_without_triton_is_off_with_the_reason(tiny_dir, capsys, monkeypatc
     assert rc == 0 and "Traceback" not in text
     assert ("--gemv: off, F.linear instead: Triton GEMV unavailable (ImportError: No module named 'triton')"
             in " ".join(text.split()))
+
+
+def test_headline_reads_every_plain_config_against_the_bandwidth_bound():
+    """15 GB of weights per token at 4.3 TB/s: a bound of 286.7 tok/s. The baseline plain-graphs (118.2 tok/s,
+    6.5 ms decodes) is 41% of it; plain-compile-gemv (240 tok/s, 4 ms decodes = 250 tok/s) 84% end to end,
+    87% per step; a skipped config and batch 8 do not count."""
+    from eaglelab.bench.harness import BenchRow, headline
+    from eaglelab.cmd_bench import _headline_lines
+
+    rows = [BenchRow("plain-graphs", 1, tok_per_s=118.2, decode_ms=6.5),
+            BenchRow("plain-compile-gemv", 1, tok_per_s=240.0, decode_ms=4.0),
+            BenchRow("plain-compile-gemv", 8, tok_per_s=1500.0, decode_ms=5.0),
+            BenchRow("plain-graphs-gemv", 1, skipped="Triton GEMV unavailable")]
+    h = headline(rows, [], 15_000_000_000, 4.3)["bandwidth_bound_batch1"]
+    assert h["bound_tok_per_s"] == pytest.approx(286.67, abs=0.01)
+    assert set(h["plain_configs"]) == {"plain-graphs", "plain-compile-gemv"}
+    gemv = h["plain_configs"]["plain-compile-gemv"]
+    assert gemv["fraction"] == pytest.approx(240 / 286.67, abs=1e-4)
+    assert gemv["decode_step_fraction"] == pytest.approx(250 / 286.67, abs=1e-4)
+    lines = _headline_lines(headline(rows, [], 15_000_000_000, 4.3))
+    assert "    plain-compile-gemv: 240.0 tok/s = 84% of the bound (87% per decode step)" in lines
