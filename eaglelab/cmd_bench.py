@@ -372,8 +372,11 @@ def _report(args, setup, rows, micro, captures, head) -> dict[str, Any]:
 
 def _gemv_tilings(gemv) -> dict[str, Any]:
     """The Triton GEMV's state: why it is off (if it is), tuning time, the tiling chosen per shape."""
+    from eaglelab.engine.model.gemv import describe
+
     return {"reason": gemv.reason, "tune_seconds": gemv.setup_seconds,
-            "chosen": [{"n": n, "k": k, "rows_bucket": m, **cfg._asdict()} for (n, k, m), cfg in gemv.chosen.items()]}
+            "chosen": [{"n": n, "k": k, "rows_bucket": m, "choice": describe(cfg), **cfg._asdict()}
+                       for (n, k, m), cfg in gemv.chosen.items()]}
 
 
 def _f(v, pattern: str = "{:.2f}") -> str:

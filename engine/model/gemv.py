@@ -8,7 +8,8 @@ program streams a block of ``block_n`` weight rows over K (optionally a 1/``spli
 partial sums then added by a second small kernel, in a fixed order: results do not vary run to run),
 multiplying by the x rows it keeps in registers: M = 1 as a multiply-and-row-sum, M > 1 as a tensor-core
 dot of 16 padded rows. A few tilings are timed once per (N, K, M bucket) on the first eager call and
-the fastest is kept (:class:`TritonGemv`); compiled and captured calls reuse that choice.
+the fastest is kept, or F.linear where cuBLAS beats every tiling (:class:`TritonGemv`); compiled and
+captured calls reuse that choice.
 
 The kernel is a PyTorch custom op (``torch.ops.eaglelab.gemv``, with a shape-only fake implementation)
 so it composes with ``torch.compile(fullgraph=True)`` and CUDA-graph capture. Triton is optional: it is
@@ -54,6 +55,7 @@ FEW_ROWS = (
     GemvConfig(64, 128, 1, 4, 3), GemvConfig(64, 256, 1, 8, 3), GemvConfig(16, 512, 1, 4, 2),
     GemvConfig(16, 128, 2, 4, 4), GemvConfig(32, 256, 2, 4, 3), GemvConfig(16, 256, 4, 4, 3),
 )
+LINEAR = GemvConfig(0, 0, 0, 0, 0)  # the tuner's choice where F.linear (cuBLAS) beat every tiling
 TUNE_BYTES = 128 * 2**20  # tuning reads this many bytes of weight copies in turn: more than the L2 cache holds
 
 
@@ -109,8 +111,9 @@ class TritonGemv:
     """The GEMV a forward uses (``Kernels.gemv``): ``gemv(x2 [M, K], weight [N, K], bias) -> [M, N]``.
 
     Tunes each (N, K, M bucket) on its first eager call (each tiling timed in a CUDA graph of ``reps``
-    calls: host syncs, once per shape; compiled and captured calls reuse the choice, or take
-    :func:`default_config` before any eager call).
+    calls, and F.linear alike: where cuBLAS is faster the shape keeps it (:data:`LINEAR`); host syncs,
+    once per shape; compiled and captured calls reuse the choice, or take :func:`default_config` before
+    any eager call).
     If the kernel fails there, it is switched off for good and ``reason`` says why: callers then take
     ``F.linear``. ``setup_seconds`` is the tuning time (kept out of tok/s like a compile).
     """
@@ -139,11 +142,13 @@ class TritonGemv:
             if cfg is None:
                 return F.linear(x, weight, bias)
         cfg = cfg or default_config(N, K, M)
+        if cfg.block_n == 0:  # LINEAR: cuBLAS was faster for this shape
+            return F.linear(x, weight, bias)
         return torch.ops.eaglelab.gemv(x, weight, bias, *cfg)
 
     def _tune(self, key, x, weight, bias) -> GemvConfig | None:
-        """Check every candidate against ``F.linear`` on these very tensors, time those that agree, keep the
-        fastest. None: none ran or agreed (``reason`` says why)."""
+        """Check every candidate against ``F.linear`` on these very tensors, time those that agree and F.linear,
+        keep the fastest (:data:`LINEAR` if F.linear). None: no tiling ran or agreed (``reason`` says why)."""
         t0 = time.perf_counter()
         if self.log is not None and not self._said:
             self._said = True
@@ -165,6 +170,9 @@ class TritonGemv:
                     lambda: torch.ops.eaglelab.gemv(x, copies[next(turn) % len(copies)], bias, *cfg), self.reps)
             except Exception as exc:  # noqa: BLE001 - a tiling that does not compile is skipped, and said
                 errors.append(f"{tuple(cfg)}: {type(exc).__name__}: {_first_line(exc)}")
+        if times:  # the bar to beat: F.linear timed the same way
+            turn = iter(range(1 << 30))
+            times[LINEAR] = time_call(lambda: F.linear(x, copies[next(turn) % len(copies)], bias), self.reps)
         del copies
         self.setup_seconds += time.perf_counter() - t0
         if not times:
@@ -174,10 +182,17 @@ class TritonGemv:
             return None
         best = self.chosen[key] = min(times, key=times.get)
         if self.log is not None:
-            gbps = (key[0] * key[1] * weight.element_size()) / (times[best] * 1e6)
-            self.log(f"  GEMV [{key[1]} -> {key[0]}] M<={key[2]}: {tuple(best)} {times[best] * 1e3:.1f} us "
-                     f"({gbps:.0f} GB/s)" + "".join(f"\n    tiling skipped: {e}" for e in errors))
+            tiled = min(t for cfg, t in times.items() if cfg != LINEAR)
+            self.log(f"  GEMV [{key[1]} -> {key[0]}] M<={key[2]}: {describe(best)}; best tiling {tiled * 1e3:.1f} us, "
+                     f"F.linear {times[LINEAR] * 1e3:.1f} us" + "".join(f"\n    tiling skipped: {e}" for e in errors))
         return best
+
+
+def describe(cfg: GemvConfig) -> str:
+    """A tuner's choice as the log and the bench report it."""
+    if cfg == LINEAR:
+        return "F.linear (faster than every tiling)"
+    return f"block_n {cfg.block_n}, block_k {cfg.block_k}, split_k {cfg.split_k}, warps {cfg.num_warps}, stages {cfg.num_stages}"
 
 
 def _capturing(x: torch.Tensor) -> bool:
