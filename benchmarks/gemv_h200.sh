@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The Triton GEMV on the GPU machine, run from the repo root, in two bounded parts (each < 10 minutes):
 #
-#   PYTHONPATH=$PWD OUT=/some/dir timeout 200 bash benchmarks/gemv_h200.sh kernel   # ~1-2 min
-#   PYTHONPATH=$PWD OUT=/some/dir timeout 580 bash benchmarks/gemv_h200.sh e2e      # ~5-8 min
+#   OUT=/some/dir timeout 290 bash benchmarks/gemv_h200.sh kernel   # ~2-3 min
+#   OUT=/some/dir timeout 590 bash benchmarks/gemv_h200.sh e2e      # ~5-8 min
 #
 # kernel: benchmarks/gemv_bench.py (the Llama-3.1-8B projection shapes at M = 1, 4, 8, 16: error vs an fp32
 #         reference, time of F.linear vs our tuned GEMV vs every tiling, GB/s, % of 4.8 TB/s), then the GPU
@@ -16,7 +16,7 @@
 set -u
 OUT=${OUT:-/tmp/gemv_h200}
 mkdir -p "$OUT"
-export PYTHONUNBUFFERED=1 EAGLELAB_CACHE=${EAGLELAB_CACHE:-$PWD/runs/elcache}
+export PYTHONUNBUFFERED=1 EAGLELAB_CACHE=${EAGLELAB_CACHE:-$PWD/runs/elcache} PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 for p in engine probes tui; do [ -e eaglelab/$p ] || ln -sfn ../$p eaglelab/$p; done
 { nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv
   python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"; } 2>&1 \
