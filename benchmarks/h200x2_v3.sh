@@ -14,14 +14,15 @@
 #
 #   call A  carry .carry/m1 .carry/prompts .carry/assets .whl    STAGE=A  park GGUF part 1 and the prompts; TP on
 #                                                                       the 8B shape (both GPUs); then the Triton
-#                                                                       GEMV (GPU 0) beside the 8B decode profile
-#                                                                       and the loop's GPU tests (GPU 1)
+#                                                                       GEMV's kernel bench (GPU 0) beside the 8B
+#                                                                       decode profile and the loop's GPU tests (GPU 1)
 #   call B  carry .carry/m2 .carry/shipped .carry/assets .whl    STAGE=B  GGUF joined; the default model TP=2 vs
 #                                                                       TP=1; GPU 1 distills + trains; GPU 0 the
 #                                                                       default-model bench, profile, probes
 #   call C  carry .carry/assets .whl                             STAGE=C  GPU 1 trains on, exports, measures the
-#                                                                       new drafter; GPU 0 measures it too (trees,
-#                                                                       the default-model bench)
+#                                                                       new drafter; GPU 0 the 8B end to end with
+#                                                                       and without the GEMV, then the new drafter
+#                                                                       (a tree, the default-model bench)
 # Everything lands in $OUT/results_$STAGE.tar.gz (a call brings back 8 files; the new drafter's two shards come
 # back beside it in call C).
 set -u
@@ -63,12 +64,11 @@ stage_a() {
   # 2. GPU 0: the GEMV kernel and the 8B end to end with and without it; GPU 1: the 8B decode profile, loop tests
   ( export CUDA_VISIBLE_DEVICES=1
     run decode_profile_8b 120 python3 benchmarks/decode_profile.py --model llama3.1-8b --tokens 64 --json "$R/h200_decode_profile_8b.json"
-    run loop_gpu_tests 100 python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine/runtime/test_loop.py \
+    run loop_gpu_tests 100 python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine/runtime/test_loop.py tests/engine/runtime/test_readback.py \
       tests/engine/runtime/test_cuda_graphs.py tests/engine/runtime/test_tp_compile.py ) &
   local bg=$!
   export CUDA_VISIBLE_DEVICES=0
-  OUT="$R/gemv" TAIL=40 run gemv_kernel 110 bash benchmarks/gemv_h200.sh kernel
-  OUT="$R/gemv" TAIL=40 run gemv_e2e $(( ${STAGE_S:-540} - 40 - $(date +%s) + T0 )) bash benchmarks/gemv_h200.sh e2e
+  OUT="$R/gemv" TAIL=40 run gemv_kernel 140 bash benchmarks/gemv_h200.sh kernel
   wait $bg
 }
 
@@ -94,10 +94,10 @@ stage_c() {
       timeout 530 bash benchmarks/h200_drafter3.sh "$R/drafter" > "$R/drafter_stage2.txt" 2>&1 ) &
   local bg=$!
   export CUDA_VISIBLE_DEVICES=0
-  # the 8B shape with inductor's max-autotune (skinny matmuls tuned) while the drafter trains
-  TAIL=30 run autotune_8b 200 $EL bench --scale-model llama3.1-8b --draft none --dtype bfloat16 --seed 0 --batch-sizes 1 \
-    --configs plain-compile --compile-mode max-autotune-no-cudagraphs --prompts 2 --max-new-tokens 64 --repeats 2 --no-micro \
-    --json "$R/h200_autotune_8b.json"
+  # the 8B shape end to end with and without the Triton GEMV (compiled phases in CUDA graphs) while the drafter trains
+  TAIL=40 run gemv_e2e_8b 280 $EL bench --scale-model llama3.1-8b --draft none --dtype bfloat16 --seed 0 --batch-sizes 1,8 \
+    --configs plain-compile,plain-compile-gemv --prompts 2 --max-new-tokens 64 --repeats 2 --no-micro \
+    --json "$R/h200_gemv_e2e_8b.json"
   # the new drafter, as soon as stage 2 has saved it: trees on MT-bench, then the default-model bench
   for _ in $(seq 400); do [ -f "$R/drafter/export/model.safetensors.index.json" ] && break; sleep 1; done
   local draft=$NEW; [ -f "$R/drafter/export/model.safetensors.index.json" ] || draft=$SHIPPED
