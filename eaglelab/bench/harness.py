@@ -336,8 +336,6 @@ def run_config(cfg: BenchConfig, ctx: BenchContext) -> tuple[list[BenchRow], dic
         captures = system.capture_stats()  # graphs are captured lazily, by the warm-up calls
     fallbacks = _compile_fallbacks(ctx, _compiled_phases(ctx)[len(made):])
     if fallbacks:
-        from dataclasses import replace
-
         rows = [replace(r, compile_fallbacks=fallbacks) for r in rows]
     return rows, outputs, captures
 
