@@ -377,8 +377,6 @@ def baseline_name(rows: list[BenchRow]) -> str | None:
 
 def finish_rows(rows: list[BenchRow], outputs: dict[str, dict[int, list[list[int]]]]) -> list[BenchRow]:
     """Fill speedup, verify/decode and token agreement against the baseline at each batch size."""
-    from dataclasses import replace
-
     base = baseline_name(rows)
     by = {(r.config, r.batch): r for r in rows}
     done = []
