@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"[bold]distill[/] {target.name} on {device} ({device_reason}), {dtype} ({dtype_reason})")
     console.print(f"  {len(records)} prompts, answers up to {settings.max_new_tokens} tokens, batches of "
                   f"{settings.batch_size}; decode: {distiller.graph_status}")
-    summary = _run(distiller, prompt_ids, args.out, console)
+    summary = _run_in_memory(distiller, prompt_ids, args.out, console)
     identity = target_identity(target.model, target.path, target.name)
     identity["model_arg"] = str(args.model)
     device_name = str(device) + (f" ({_cuda_name(device)})" if device.type == "cuda" else "")
@@ -85,6 +85,26 @@ def _cuda_name(device) -> str:
     import torch
 
     return torch.cuda.get_device_name(device)
+
+
+def _run_in_memory(distiller, prompt_ids, out, console):
+    """:func:`_run`; running out of memory (a --batch-size the device cannot hold) is the user's error, said
+    with the flag, not an internal error."""
+    import torch
+
+    from eaglelab.engine.errors import EagleLabError
+
+    try:
+        return _run(distiller, prompt_ids, out, console)
+    except RuntimeError as exc:  # torch.OutOfMemoryError is one, and so is a CPU allocation that fails
+        if not isinstance(exc, torch.OutOfMemoryError) and "can't allocate memory" not in str(exc):
+            raise
+        rows = distiller.settings.batch_size
+        first = next((line for line in str(exc).splitlines() if line.strip()), "")[:200]
+        raise EagleLabError(f"out of memory in a batch of up to {rows} rows ({first})", field="--batch-size",
+                            found=rows, hint="a smaller --batch-size (a batch holds a KV cache of rows x (prompt + "
+                                             "--max-new-tokens) slots); the shards written so far are kept: run the "
+                                             "same command again to resume") from None
 
 
 def _run(distiller, prompt_ids, out, console):

@@ -69,3 +69,35 @@ def test_train_init_from_a_missing_drafter_is_refused_before_the_data_loads(tmp_
     rc = main(["train", "--data", str(tmp_path / "no-data"), "--out", str(tmp_path / "out"), "--init-from", str(missing)])
     err = " ".join(capsys.readouterr().err.split())
     assert rc == 2 and str(missing) in err and "no such directory" in err and "no-data" not in err
+
+
+def test_distill_out_of_memory_names_batch_size_and_keeps_the_shards_written(tmp_path, capsys, monkeypatch):
+    # A --batch-size the device cannot hold (a static cache of batch x slots) ended in "internal error:
+    # OutOfMemoryError ... this is a bug in eaglelab" (exit 3). Here the second of two batches runs out.
+    import json
+
+    import torch
+
+    from eaglelab.engine.training import distill as D
+    from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
+
+    cfg = tiny_config()
+    model = save_hf_dir(random_model(cfg), cfg, tmp_path / "tiny")
+    add_word_tokenizer(model, vocab=cfg["vocab_size"])
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"w{i} w{i + 1} w{i + 2}"}) + "\n" for i in range(4)))
+    real, calls = D.Distiller._generate, []
+
+    def runs_out_second(self, prompt_ids, batch):
+        calls.append(len(batch))
+        if len(calls) == 2:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 34.00 GiB")
+        return real(self, prompt_ids, batch)
+
+    monkeypatch.setattr(D.Distiller, "_generate", runs_out_second)
+    rc = main(["distill", "--prompts", str(prompts), "--out", str(tmp_path / "d"), "--model", str(model),
+               "--device", "cpu", "--max-new-tokens", "2", "--batch-size", "2"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and "--batch-size" in err and "out of memory" in err and "34.00 GiB" in err, err
+    assert "internal error" not in err and "Traceback" not in err
+    assert calls == [2, 2] and len(D.shard_paths(tmp_path / "d")) == 1  # the first batch's shard is kept
