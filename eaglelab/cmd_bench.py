@@ -3,9 +3,9 @@
 Configurations (``--configs``): plain-eager, plain-graphs, plain-compile, plain-graphs-gemv,
 plain-compile-gemv, spec-prefill, spec-prefill-graphs, spec-decode, spec-decode-graphs, spec-compile,
 spec-compile-gemv, hf (``*-compile``: graphs with torch.compile'd phases; ``*-gemv``: the projections
-of M <= 16 rows on our Triton GEMV kernel, skipped with the reason where Triton or CUDA is missing;
-run only when named). Graph configurations need CUDA (skipped on CPU, and the speedup baseline is
-then plain-eager). ``--scale-model`` swaps the target for a random-weight
+of M <= 16 rows on our Triton GEMV kernel, skipped with the reason where Triton or CUDA is missing
+or the model is float32; run only when named). Graph configurations need CUDA (skipped on CPU, and
+the speedup baseline is then plain-eager). ``--scale-model`` swaps the target for a random-weight
 model of a named real shape (cost measurements only: acceptance on random weights means nothing).
 ``--tp N`` runs the same harness over N tensor-parallel ranks (launch with ``torchrun
 --nproc-per-node N -m eaglelab bench --tp N ...``; rank 0 prints and writes the JSON) and adds where

@@ -207,7 +207,7 @@ def _add_gemv(s: Session, log: Callable[[str], None]) -> None:
     """--gemv: the session's kernels take the Triton GEMV; where it cannot run, a note says why."""
     from dataclasses import replace
 
-    from eaglelab.engine.model.gemv import TritonGemv
+    from eaglelab.engine.model.gemv import TritonGemv, dtype_refusal
     from eaglelab.engine.model.layers import EAGER_KERNELS
 
     gemv = TritonGemv(log)
@@ -216,6 +216,8 @@ def _add_gemv(s: Session, log: Callable[[str], None]) -> None:
         s.notes.append(f"--gemv: off, F.linear instead: {gemv.reason}")
     elif s.target.device.type != "cuda":
         s.notes.append(f"--gemv: off on {s.target.device.type} (a CUDA kernel), F.linear instead")
+    elif (why := dtype_refusal(s.target.dtype)) is not None:
+        s.notes.append(f"--gemv: off for {why}, F.linear instead")
     else:
         s.notes.append("--gemv: projections of <= 16 rows on the Triton GEMV (bf16/fp16)")
 

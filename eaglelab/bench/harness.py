@@ -361,8 +361,10 @@ def _skip_reason(cfg: BenchConfig, ctx: BenchContext) -> str | None:
         return "no drafter (--draft none)"
     if cfg.peer and ctx.peer is None:
         return ctx.peer_skip or "no peer"
-    if cfg.gemv and ctx.triton_gemv().reason is not None:
-        return ctx.triton_gemv().reason
+    if cfg.gemv:  # a GEMV that would take no call measures the config it extends again, under its name
+        from eaglelab.engine.model.gemv import dtype_refusal
+
+        return ctx.triton_gemv().reason or dtype_refusal(next(ctx.target.parameters()).dtype)
     return None
 
 

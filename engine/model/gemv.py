@@ -89,6 +89,13 @@ def triton_unavailable() -> str | None:
     return None
 
 
+def dtype_refusal(dtype: torch.dtype) -> str | None:
+    """Why a model whose weights are ``dtype`` has no call taken (its activations share the dtype; None: it can)."""
+    if dtype in DTYPES:
+        return None
+    return f"{str(dtype).removeprefix('torch.')} weights (the GEMV takes bfloat16 or float16)"
+
+
 def refusal(x: torch.Tensor, weight: torch.Tensor, unavailable: str | None = None) -> str | None:
     """Why ``x [..., K] @ weight [N, K]^T`` does not take the GEMV (None: it does)."""
     if unavailable is not None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from eaglelab.engine.model import gemv as G
 from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
@@ -62,3 +63,18 @@ def test_headline_reads_every_plain_config_against_the_bandwidth_bound():
     assert gemv["decode_step_fraction"] == pytest.approx(250 / 286.67, abs=1e-4)
     lines = _headline_lines(headline(rows, [], 15_000_000_000, 4.3))
     assert "    plain-compile-gemv: 240.0 tok/s = 84% of the bound (87% per decode step)" in lines
+
+
+@pytest.mark.parametrize("dtype, note", [
+    (torch.float32, "--gemv: off for float32 weights (the GEMV takes bfloat16 or float16), F.linear instead"),
+    (torch.bfloat16, "--gemv: projections of <= 16 rows on the Triton GEMV (bf16/fp16)")])
+def test_gemv_on_cuda_notes_a_float32_model_as_off(monkeypatch, dtype, note):
+    """On CUDA with Triton, a float32 model's calls are all refused (gemv.refusal): the note says off, and why."""
+    from types import SimpleNamespace
+
+    from eaglelab.session import _add_gemv
+
+    monkeypatch.setattr(G, "triton_unavailable", lambda: None)
+    s = SimpleNamespace(target=SimpleNamespace(device=torch.device("cuda"), dtype=dtype), kernels=None, notes=[])
+    _add_gemv(s, log=lambda m: None)
+    assert s.notes == [note] and s.kernels.gemv is not None
