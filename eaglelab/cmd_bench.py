@@ -114,6 +114,13 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
         section = tp_section(ctx, tp, args.micro_context, log)
     profiles = None
     rows, outputs, captures = [], {}, {}
+
+    def full_report(rows, micro) -> dict[str, Any]:
+        """The report of what is measured so far, the --tp section and the profile included."""
+        report = _report(args, setup, rows, micro, captures, B.headline(rows, micro, setup["weight_bytes"], hbm))
+        return {**report, **({"tp": section} if section is not None else {}),
+                **({"profile": profiles} if profiles is not None else {})}
+
     if not args.micro_only:
         for name in configs:
             got, outs, caps = B.run_config(B.CONFIGS[name], ctx)
@@ -121,28 +128,19 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
             outputs[name], captures[name] = outs, caps
             _release(ctx.device)
             if write:  # a partial report after each configuration (a run cut short keeps what it measured)
-                done = B.finish_rows(rows, outputs)
-                partial = _report(args, setup, done, [], captures, B.headline(done, [], setup["weight_bytes"], hbm))
-                B.write_json(args.json, {**partial, "partial": True, **({"tp": section} if section else {})})
+                B.write_json(args.json, {**full_report(B.finish_rows(rows, outputs), []), "partial": True})
         rows = B.finish_rows(rows, outputs)
     if args.profile:  # after the configurations: plain-compile's decode compiles are then cache hits
         profiles = _profile(args, setup, tp, log)
         if write:
-            partial = _report(args, setup, rows, [], captures, B.headline(rows, [], setup["weight_bytes"], hbm))
-            B.write_json(args.json, {**partial, "partial": True, **({"tp": section} if section else {}),
-                                     "profile": profiles})
+            B.write_json(args.json, {**full_report(rows, []), "partial": True})
     micro = []
     if args.micro or args.micro_only:
         log("micro-measure: 1-token decode vs verify of N tokens")
         cuda = ctx.device.type == "cuda"
         micro = B.micro_measure(ctx.target, setup["micro_batch_sizes"], context=args.micro_context, log=log,
                                 iters=20 if cuda else 3, warmup=3 if cuda else 1)
-    head = B.headline(rows, micro, setup["weight_bytes"], hbm)
-    report = _report(args, setup, rows, micro, captures, head)
-    if section is not None:
-        report["tp"] = section
-    if profiles is not None:
-        report["profile"] = profiles
+    report = full_report(rows, micro)
     _print(console, report, rows, micro)
     if profiles is not None:
         from eaglelab.bench.profile import print_profile

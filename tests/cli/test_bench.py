@@ -78,3 +78,44 @@ def test_unknown_scale_model_is_a_user_error(questions, capsys):
     rc = main(["bench", "--scale-model", "gpt-5", "--device", "cpu", "--questions", str(questions)])
     assert rc == 2
     assert "unknown scale model" in capsys.readouterr().err
+
+
+def test_a_bench_cut_short_keeps_the_partial_report(tmp_path, questions, monkeypatch, capsys):
+    """The second configuration fails: the JSON holds the first's rows, marked partial."""
+    from eaglelab.bench import harness
+
+    real, ran = harness.run_config, []
+
+    def fails_second(cfg, ctx):
+        ran.append(cfg.name)
+        if len(ran) == 2:
+            raise RuntimeError("the machine went away")
+        return real(cfg, ctx)
+
+    monkeypatch.setattr(harness, "run_config", fails_second)
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions),
+               "--configs", "plain-eager,spec-decode", "--batch-sizes", "1", "--prompts", "2", "--max-new-tokens", "4",
+               "--repeats", "1", "--no-micro", "--json", str(out)])
+    assert rc != 0 and ran == ["plain-eager", "spec-decode"]
+    rep = json.loads(out.read_text())
+    assert rep["partial"] is True and [r["config"] for r in rep["rows"]] == ["plain-eager"]
+    assert rep["rows"][0]["speedup"] == 1.0 and "profile" not in rep and "tp" not in rep
+
+
+def test_a_bench_cut_short_after_the_profile_keeps_it_in_the_partial_report(tmp_path, questions, monkeypatch, capsys):
+    """The micro-measure (after --profile) fails: the JSON holds the rows and the profile, marked partial."""
+    from eaglelab.bench import harness
+
+    def fails(*a, **k):
+        raise RuntimeError("the machine went away")
+
+    monkeypatch.setattr(harness, "micro_measure", fails)
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions),
+               "--configs", "plain-eager", "--batch-sizes", "1", "--prompts", "2", "--max-new-tokens", "4",
+               "--repeats", "1", "--profile", "--micro", "--json", str(out)])
+    assert rc != 0
+    rep = json.loads(out.read_text())
+    assert rep["partial"] is True and [r["config"] for r in rep["rows"]] == ["plain-eager"]
+    assert [p["batch"] for p in rep["profile"]] == [1] and rep["micro"] == []
