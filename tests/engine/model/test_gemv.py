@@ -105,7 +105,7 @@ def test_without_triton_the_gemv_is_off_with_a_reason_and_linear_runs(monkeypatc
     assert gemv.refusal(x, lin.weight) == gemv.reason
     torch.testing.assert_close(gemv(x[0], lin.weight, lin.bias), F.linear(x[0], lin.weight, lin.bias), rtol=0, atol=0)
     fused = FusedLinear(lin)
-    torch.testing.assert_close(fused(x, gemv)[0], fused(x)[0], rtol=0, atol=0), "the forward without it, exactly"
+    torch.testing.assert_close(fused(x, gemv)[0], fused(x)[0], rtol=0, atol=0, msg="the forward without it, exactly")
     seconds, reasons = compile_report(Kernels(gemv=gemv))
     assert seconds == 0.0 and reasons == [gemv.reason], "asked for and off: the compile report says why"
 
