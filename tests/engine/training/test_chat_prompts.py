@@ -32,7 +32,7 @@ def test_seeded_and_enough_distinct_prompts_for_a_150k_corpus():
     assert len(distinct) > 97_500
 
 
-def test_chat_takes_its_share_with_all_eight_kinds(few_modules, evaluation):
+def test_chat_takes_its_share_with_every_kind(few_modules, evaluation):
     corpus = pc.build_corpus(4000, evaluation, seed=3)
     assert corpus.counts["chat"] == int(4000 * pc.DEFAULT_SHARE["chat"] / sum(pc.DEFAULT_SHARE.values()))
     assert {k.split(":")[1] for k in corpus.kinds if k.startswith("chat:")} == set(cp.KINDS)
