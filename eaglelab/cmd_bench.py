@@ -193,6 +193,10 @@ def _configs(args, default: str | None = None) -> list[str]:
     if text is None:
         return [name for name, cfg in CONFIGS.items() if not cfg.gemv]
     if text.strip() == "none":  # only the --tp section, --profile and the micro-measure
+        if not (getattr(args, "profile", False) or getattr(args, "tp", None) is not None
+                or getattr(args, "micro", False) or getattr(args, "micro_only", False)):
+            raise EagleLabError("no configuration, and nothing else to measure", field="--configs", found="none",
+                                hint="add --profile, --tp N or --micro, or name configurations")
         return []
     names = [c.strip() for c in text.split(",") if c.strip()]
     for n in names:

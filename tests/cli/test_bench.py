@@ -119,3 +119,13 @@ def test_a_bench_cut_short_after_the_profile_keeps_it_in_the_partial_report(tmp_
     rep = json.loads(out.read_text())
     assert rep["partial"] is True and [r["config"] for r in rep["rows"]] == ["plain-eager"]
     assert [p["batch"] for p in rep["profile"]] == [1] and rep["micro"] == []
+
+
+def test_configs_none_with_nothing_else_to_measure_is_refused_before_the_model_builds(questions, capsys):
+    # It once built the model, measured nothing and printed an empty headline, exit 0.
+    rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions), "--configs", "none",
+               "--no-micro"])
+    printed = capsys.readouterr()
+    err = " ".join(printed.err.split())
+    assert rc == 2 and "--configs" in err and "nothing else to measure" in err and "--profile" in err, err
+    assert "building tiny" not in err and "headline" not in printed.out
