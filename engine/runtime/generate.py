@@ -17,8 +17,8 @@ graph runner, so a cycle is five graph launches and the stop check)::
 The per-row state the phases update (lengths, root, out, n_out, done, hit_eos, limit) is bound to
 the graphs (``runner.make_state``), never copied in or out. The stop check reads the state of the
 step before the last one launched (:class:`StepReader`, on CUDA): the host queues the next step while
-the device runs this one. A row stopped by EOS can leave one step launched after every row finished,
-which changes nothing; rows stopped by max_new_tokens leave none (after max_new_tokens - 1 steps every
+the device runs this one. A row stopped by EOS can leave one step launched after every row finished
+(the last step the budget allows included), which changes nothing; rows stopped by max_new_tokens leave none (after max_new_tokens - 1 steps every
 row is done: the loop launches no more).
 
 Graph capture and compilation that happen during a run (lazily, on first use) are timed apart
@@ -184,10 +184,12 @@ class Engine:
             else:
                 self._decode_step(st, sampling, generator)
             launched.append(reader.view(watched))
-        else:  # the last step the budget allows finished every row: each step launched was needed
-            for seen in launched:
+        else:  # the budget is spent (the last step finished every row): read the steps still unread, up
+            while launched:  # to the first that finished every row; a step launched after it is extra
+                seen = launched.popleft()
                 emitted = self._stream(seen, stream, emitted)
-            launched.clear()
+                if seen.all_done():
+                    break
         self._forget_extra(len(launched), accepted)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)

@@ -61,15 +61,13 @@ SPECS = {
 }
 
 
-@pytest.mark.parametrize("kind", list(SPECS))
-@pytest.mark.parametrize("max_new", [1, 2, 13])
-def test_the_lagged_extra_step_changes_nothing(target, eos, kind, max_new):
-    """Tokens, stop reasons, cycles, accepted lengths and the observer's cycles are those of a loop
-    that stops at once, though the lagged loop ran one more step after every row finished."""
+def _lagged_run_is_direct_run(target, eos, kind, prompts, max_new):
+    """Run with ``stop_lag`` 0 and 1: the same tokens, stop reasons, cycles, accepted lengths and observer
+    cycles (the prefill, every cycle, never the extra step). -> the direct run's result."""
     runs = []
     for lag in (0, 1):
         seen = Collect()
-        out = _engine(target, eos, SPECS[kind], lag, seen).generate(PROMPTS, max_new)
+        out = _engine(target, eos, SPECS[kind], lag, seen).generate(prompts, max_new)
         runs.append((out, seen.cycles))
     (direct, direct_cycles), (lagged, lagged_cycles) = runs
     assert lagged.tokens == direct.tokens
@@ -78,8 +76,27 @@ def test_the_lagged_extra_step_changes_nothing(target, eos, kind, max_new):
     assert [(c.index, c.kind, c.accept_len, c.active_rows) for c in lagged_cycles] == \
         [(c.index, c.kind, c.accept_len, c.active_rows) for c in direct_cycles]
     assert len(lagged_cycles) == lagged.cycles + 1  # the prefill, every cycle, never the extra step
+    return direct, lagged
+
+
+@pytest.mark.parametrize("kind", list(SPECS))
+@pytest.mark.parametrize("max_new", [1, 2, 13])
+def test_the_lagged_extra_step_changes_nothing(target, eos, kind, max_new):
+    """Tokens, stop reasons, cycles, accepted lengths and the observer's cycles are those of a loop
+    that stops at once, though the lagged loop ran one more step after every row finished."""
+    direct, lagged = _lagged_run_is_direct_run(target, eos, kind, PROMPTS, max_new)
     if max_new == 13:
         assert "eos" in direct.stop_reasons and lagged.tokens[0][-1] == eos
+
+
+@pytest.mark.parametrize("kind", list(SPECS))
+def test_eos_one_step_before_the_budget_leaves_the_last_step_extra(target, eos, kind):
+    """EOS finishes every row at step max_new - 2: the lagged loop has launched the last step the budget
+    allows before it reads that, so that step is extra too (not a cycle, not in accept_lens nor the observer)."""
+    eos_at = _engine(target, eos, SPECS[kind], 0).generate(PROMPTS[:1], 13)
+    assert eos_at.stop_reasons == ["eos"]
+    direct, _ = _lagged_run_is_direct_run(target, eos, kind, PROMPTS[:1], eos_at.cycles + 2)
+    assert direct.stop_reasons == ["eos"] and direct.cycles == eos_at.cycles  # one step left in the budget
 
 
 class CountingRunner(EagerRunner):
