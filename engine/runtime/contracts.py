@@ -83,9 +83,10 @@ class Runner(Protocol):
         may write only ``caches`` and ``state`` (from :meth:`make_state`, updated in place, never copied);
         the graph runner replays it as one CUDA graph per batch bucket."""
 
-    def make_state(self, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-        """Tensors holding ``values`` (each [B, ...]) that phases update in place: the graph runner's
-        static buffers (graphs bind fixed addresses), else ``values`` themselves."""
+    def make_state(self, values: dict[str, torch.Tensor], cache: KVCache) -> dict[str, torch.Tensor]:
+        """Tensors holding ``values`` (each [B, ...]) of a run on ``cache`` that phases update in place:
+        the graph runner's static buffers when ``cache`` is its static cache (graphs bind fixed
+        addresses), else ``values`` themselves."""
 
     def make_draft_cache(self, batch: int, max_len: int, kv_heads: int, head_dim: int,
                          dtype: torch.dtype) -> KVCache:

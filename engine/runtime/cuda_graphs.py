@@ -435,13 +435,15 @@ class CudaGraphRunner:
             return tuple(fn(**inputs, **state))
         return self._graphs[key].run(inputs, batch)
 
-    def make_state(self, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def make_state(self, values: dict[str, torch.Tensor], cache: KVCache) -> dict[str, torch.Tensor]:
         """The loop's per-row state (each [B, ...]) in static buffers of ``max_batch`` rows that the
         phases' graphs bind: views of their first B rows holding ``values``; the rows after are pad
-        rows (zeros, "done" True: they emit nothing and never move). ``values`` themselves when graphs
-        are off or the batch is above the largest bucket (every phase then runs eagerly)."""
+        rows (zeros, "done" True: they emit nothing and never move). ``values`` themselves when the run
+        is not on the static ``cache`` (:meth:`make_cache` said no: graphs off, the batch above the
+        largest bucket, or the run longer than the static cache): its phases run eagerly, and a buffer
+        sized by such a run (``out`` is as wide as its cache) would be kept, and captured, once per size."""
         batch = next(iter(values.values())).shape[0]
-        if self.disabled_reason is not None or batch > self.max_batch:
+        if cache is not self.cache:
             return values
         out = {}
         for name, v in values.items():

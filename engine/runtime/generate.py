@@ -212,7 +212,7 @@ class Engine:
             hidden, aux = self.runner.prefill(cache, ids, positions, prefix_mask(positions, S), self._taps())
             last = hidden[torch.arange(B, device=self.device), lens - 1]  # [B, H]
             first = _next_token(self.target.logits(last), sampling, generator)  # [B]
-        st = Batch(cache=cache, **self._new_state(lens, first, S, max_new), prompts=prompts, prompt_lens=lens)
+        st = Batch(cache=cache, **self._new_state(lens, first, cache, max_new), prompts=prompts, prompt_lens=lens)
         emit_tokens(st.state(), first[:, None], torch.ones_like(lens), self.eos)
         if self.drafter is not None:
             with self.clock.phase("draft_extend"):
@@ -220,9 +220,9 @@ class Engine:
         self._emit("prefill", st)
         return st
 
-    def _new_state(self, lens: torch.Tensor, first: torch.Tensor, slots: int, max_new: int) -> dict[str, torch.Tensor]:
+    def _new_state(self, lens: torch.Tensor, first: torch.Tensor, cache: KVCache, max_new: int) -> dict[str, torch.Tensor]:
         """The per-row state after the prompt, in the runner's buffers (``out`` as wide as the cache)."""
-        return self.runner.make_state(loop_state(lens.clone(), first, slots, max_new))
+        return self.runner.make_state(loop_state(lens.clone(), first, cache.max_len, max_new), cache)
 
     def _make_cache(self, batch: int, max_len: int) -> KVCache:
         """The runner's static cache when it offers one (CUDA graphs bind fixed buffers; it may be

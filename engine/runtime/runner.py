@@ -40,7 +40,7 @@ class EagerRunner:
         """Seconds spent compiling so far (nothing is captured here); kept out of tok/s."""
         return compile_report(self.kernels)[0]
 
-    def make_state(self, values: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def make_state(self, values: dict[str, torch.Tensor], cache: KVCache) -> dict[str, torch.Tensor]:
         """The loop's per-row state for phases to update in place: here ``values`` themselves."""
         return values
 

@@ -211,6 +211,23 @@ def test_a_run_longer_than_the_static_cache_runs_eager(tiny):
     assert eng.observer.cycles[1].graph == {"decode": "eager: run needs 23 cache slots > graph capacity 16"}
 
 
+def test_a_speculative_run_longer_than_the_static_cache_binds_no_loop_state(tiny):
+    """Only a run on the static cache binds the loop state: a longer one (its ``out`` as wide as its own
+    cache) runs every phase eagerly, the advance phase too, and leaves no buffer nor graph of its width."""
+    spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, attention_mode="decode", cuda_graphs=True)
+    drafter = _drafter(tiny, spec, "eagle3")
+    runner = EmulatedRunner.for_engine(tiny, spec, drafter, max_len=32, buckets=(1,))
+    eng = _engine(tiny, spec, drafter, runner)
+    eng.generate(PROMPTS[:1], 4)  # on the static cache: the phases' graphs, the state's buffers
+    graphs, buffers = set(runner._graphs), set(runner._state)
+    for n in (30, 31):  # 7 + n + 2 * 5 + 2 slots > 32
+        out = eng.generate(PROMPTS[:1], n)
+        ref = _engine(tiny, spec, _drafter(tiny, spec, "eagle3"), EagerRunner(tiny, drafter.net)).generate(PROMPTS[:1], n)
+        assert out.tokens == ref.tokens
+    assert set(runner._graphs) == graphs and set(runner._state) == buffers
+    assert runner._status["advance"] == "eager: loop state not the graph runner's"
+
+
 def test_pad_rows_are_reset_and_never_leak(tiny):
     """A batch of 1 in bucket 2 after a batch of 2: row 1 of the loop's static state is a pad row again
     (done: it emits nothing and never moves), and the decode graph reads no copied inputs at all."""
@@ -252,7 +269,7 @@ def test_graphs_update_the_bound_loop_state_and_the_lagged_step_changes_nothing(
 def test_a_phase_given_state_not_made_by_the_runner_runs_eagerly_and_says_why(tiny):
     """State tensors a graph would bind must be the runner's static buffers (make_state); others run eagerly."""
     runner = EmulatedRunner.for_engine(tiny, SpecConfig(cuda_graphs=True), None, max_len=16, buckets=(2,))
-    runner.make_cache(2, 16)
+    cache = runner.make_cache(2, 16)
 
     def bump(x, n_out):
         n_out += 1
@@ -262,7 +279,7 @@ def test_a_phase_given_state_not_made_by_the_runner_runs_eagerly_and_says_why(ti
     mine = {"n_out": torch.zeros(2, dtype=torch.long)}
     assert torch.equal(runner.phase("bump", bump, {"x": x}, state=mine)[0], x * 2)
     assert runner._status["bump"] == "eager: loop state not the graph runner's" and mine["n_out"].tolist() == [1, 1]
-    bound = runner.make_state({"n_out": torch.tensor([5])})  # batch 1 in bucket 2: row 1 a pad row
+    bound = runner.make_state({"n_out": torch.tensor([5])}, cache)  # batch 1 in bucket 2: row 1 a pad row
     for _ in range(3):
         runner.phase("bump", bump, {"x": x[:1]}, state=bound)
     assert runner._status["bump"] == REPLAY and bound["n_out"].tolist() == [8]
