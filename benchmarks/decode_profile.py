@@ -180,10 +180,5 @@ def _end_to_end(engine, prompts, tokens: int, repeats: int) -> dict:
             "setup_s_in_runs": sum(r.setup_seconds for r in runs)}
 
 
-def _sync(cuda: bool) -> None:
-    if cuda:
-        torch.cuda.synchronize()
-
-
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -22,7 +22,7 @@ from typing import Any, Callable
 
 import torch
 
-from eaglelab.engine.model.layers import EAGER_KERNELS, prefix_mask
+from eaglelab.engine.model.layers import prefix_mask
 
 Compiler = Callable[[str, Callable], Callable]  # (label, fn) -> fn compiled whole (PhaseCompiler)
 
