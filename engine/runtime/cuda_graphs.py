@@ -106,9 +106,12 @@ class _Graph:
     """One captured graph: static inputs, static outputs, and the CUDAGraph replaying over them."""
 
     def __init__(self, inputs: dict[str, torch.Tensor], outputs: tuple, graph,
-                 on_replay: Callable[[], None] | None = None) -> None:
+                 on_replay: Callable[[], None] | None = None, keep: tuple = ()) -> None:
         self.inputs, self.outputs, self.graph = inputs, outputs, graph
         self.on_replay = on_replay  # TP: hands the all-reduce events captured in the graph to the probe
+        # The captured callables: the graph reads what they close over (an engine's EOS ids, the loop
+        # state's buffers) at fixed addresses, so it must outlive the engine that captured it.
+        self.keep = keep
 
     def run(self, values: dict[str, torch.Tensor], batch: int) -> tuple:
         """Copy ``values`` (first ``batch`` rows) in, reset the pad rows, replay, copy rows out."""
@@ -328,7 +331,7 @@ class CudaGraphRunner:
                 tp.check(f"capture of {name} graph")  # at the next replay's first collective (skew)
             self.setup_seconds += time.perf_counter() - t0
         on_replay = (lambda: tp.replayed(key)) if tp is not None else None
-        self._graphs[key] = _Graph(ins, tuple(outputs), graph, on_replay)
+        self._graphs[key] = _Graph(ins, tuple(outputs), graph, on_replay, keep=(fn, eager))
         stats = GraphCaptureStats(
             name=name, batch_size=b, seconds=time.perf_counter() - t0, memory_bytes=max(0, self._reserved() - mem0),
         )

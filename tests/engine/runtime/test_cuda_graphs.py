@@ -375,3 +375,25 @@ def test_cuda_graphs_on_an_mla_target_give_the_eager_tokens(mla, kind):
         assert out.tokens == ref.generate(PROMPTS[:3], 12).tokens
     finally:
         mla.to("cpu")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_graph_keeps_alive_the_engine_tensors_it_reads():
+    """The decode graph reads the capturing engine's EOS ids at their address; the bench builds a new
+    Engine per run over one runner, so the graph must keep the first engine's tensor from being freed
+    (and its memory reused) when that engine goes."""
+    import gc
+    import weakref
+
+    model = build_scale_model("tiny", device="cuda", seed=3).model
+    spec = SpecConfig(cuda_graphs=True)
+    runner = CudaGraphRunner.for_engine(model, spec, None, max_len=64, buckets=(1,))
+    first = Engine(model, eos_token_ids=(7,), spec=spec, runner=runner)
+    want = first.generate(PROMPTS[:1], 12)
+    eos = weakref.ref(first.eos)
+    del first
+    gc.collect()
+    assert eos() is not None
+    again = Engine(model, eos_token_ids=(7,), spec=spec, runner=runner).generate(PROMPTS[:1], 12)
+    assert runner._status["decode"] == REPLAY and (again.tokens, again.stop_reasons) == (want.tokens, want.stop_reasons)
