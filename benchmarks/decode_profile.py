@@ -41,6 +41,7 @@ from eaglelab.engine.errors import EagleLabError
 from eaglelab.engine.formats.loader import load_target, parse_dtype
 from eaglelab.engine.model.scale_models import SCALE_PRESETS, build_scale_model
 from eaglelab.engine.runtime.spec_config import SpecConfig
+from eaglelab.session import _pick_device
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -79,7 +80,7 @@ def profile_decode(args: argparse.Namespace) -> dict:
     if args.tokens < 2 or args.repeats < 1 or args.profile_steps < 1:
         raise EagleLabError("need --tokens >= 2, --repeats >= 1, --profile-steps >= 1",
                             field="--tokens/--repeats/--profile-steps", found=(args.tokens, args.repeats, args.profile_steps))
-    device = _device(args.device)
+    device, _ = _pick_device(args.device)
     cuda = device.type == "cuda"
     compile_ = cuda if args.compile is None else args.compile
     dtype = parse_dtype(args.dtype) if args.dtype else (torch.bfloat16 if cuda else torch.float32)
@@ -117,16 +118,6 @@ def profile_decode(args: argparse.Namespace) -> dict:
     e2e["ratio_over_stop_at_once"] = e2e["median_tok_per_s"] / report["end_to_end_stop_at_once"]["median_tok_per_s"]
     report["measure_s"] = time.perf_counter() - t1
     return report
-
-
-def _device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise EagleLabError("CUDA is not available here", field="--device", found=name,
-                            hint="run on a GPU machine, or pass --device cpu (eager; operators instead of kernels)")
-    return device
 
 
 def _target(model: str, device: torch.device, dtype: torch.dtype, seed: int):

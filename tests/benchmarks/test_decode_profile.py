@@ -37,3 +37,9 @@ def test_asking_for_cuda_without_it_is_a_clear_refusal(capsys):
     assert decode_profile.main(["--device", "cuda"]) == 2
     err = capsys.readouterr().err
     assert "CUDA is not available" in err and "--device" in err
+
+
+def test_an_unknown_device_is_a_clear_refusal(capsys):
+    assert decode_profile.main(["--device", "bogus"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown device" in err and "--device" in err
