@@ -73,3 +73,18 @@ def test_profile_decode_compiled_whole_runs_and_matches_the_eager_step():
     for p in got:
         assert p.kernels and p.device_us > 0 and p.by_category.get("matmul", 0) > 0
         assert p.weight_gbps is not None and p.weight_gbps > 0  # batch 1: weight bytes / matmul time
+    # the profiled phase (its rows done: it emits nothing) with the rows live: compiled, it picks the eager token
+    from eaglelab.bench.profile import _decode_phase, _filled_cache
+
+    picked = []
+    with torch.inference_mode():  # as profile_decode runs
+        cache = _filled_cache(model, 1, 64, 32)
+        phase, state = _decode_phase(model, cache, 1, 32)
+        for run in (phase, PhaseCompiler(CompileLog(None), backend="eager")("live decode [b=1]", phase)):
+            live = {k: v.clone() for k, v in state.items()}
+            live["done"], live["limit"] = torch.zeros(1, dtype=torch.bool), torch.tensor([4])
+            run(**live)
+            assert getattr(run, "reason", None) is None  # compiled: not fallen back to eager
+            assert live["n_out"].tolist() == [1] and live["lengths"].tolist() == [33]
+            picked.append(live["out"][0, 0].item())
+    assert picked[0] == picked[1] >= 0
