@@ -89,15 +89,15 @@ def _cuda_name(device) -> str:
 
 def _run_in_memory(distiller, prompt_ids, out, console):
     """:func:`_run`; running out of memory (a --batch-size the device cannot hold) is the user's error, said
-    with the flag, not an internal error."""
-    import torch
-
+    with the rows of the batch and that the shards written so far are kept (any other command gets the
+    CLI's general out-of-memory message)."""
     from eaglelab.engine.errors import EagleLabError
+    from eaglelab.errors import is_out_of_memory
 
     try:
         return _run(distiller, prompt_ids, out, console)
-    except RuntimeError as exc:  # torch.OutOfMemoryError is one, and so is a CPU allocation that fails
-        if not isinstance(exc, torch.OutOfMemoryError) and "can't allocate memory" not in str(exc):
+    except Exception as exc:
+        if not is_out_of_memory(exc):
             raise
         rows = distiller.settings.batch_size
         first = next((line for line in str(exc).splitlines() if line.strip()), "")[:200]

@@ -1,7 +1,8 @@
 """How the CLI ends a command that failed: a clear message, no traceback, a known exit code.
 
 Exit codes: 2 for a user's mistake (a bad flag, a file that cannot be used: :class:`EagleLabError`,
-or an ``OSError`` on a path the user gave), 130 for Ctrl-C, and :data:`INTERNAL_ERROR_EXIT` for
+an ``OSError`` on a path the user gave, or running out of memory: a batch or length the device cannot
+hold, said with the flags that shrink it), 130 for Ctrl-C, and :data:`INTERNAL_ERROR_EXIT` for
 anything else, which is eaglelab's bug: a short "internal error" report with the command, the
 versions and where to report it (``--debug`` or ``EAGLELAB_DEBUG=1`` shows the traceback instead).
 A command given ``--json`` gets its error as one JSON object on stdout as well.
@@ -38,9 +39,35 @@ def run_guarded(func: Callable[[Any], int | None], args: Any, argv: list[str] | 
         where = f"{exc.filename}: " if exc.filename else ""
         return _user_error(args, f"{where}{what}", exc)
     except Exception as exc:  # noqa: BLE001 - anything else is our bug: report it, do not hide it
+        if is_out_of_memory(exc):  # a size the device cannot hold: the user's to shrink
+            return _user_error(args, out_of_memory_message(exc, args), exc)
         if debug:
             raise
         return _internal_error(args, exc, argv)
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether ``exc`` is an allocation that failed: ``torch.OutOfMemoryError`` (a device's memory), a
+    ``MemoryError``, or the ``RuntimeError`` torch raises when a CPU allocation fails."""
+    torch = sys.modules.get("torch")  # an OutOfMemoryError can only come from a torch already imported
+    if torch is not None and isinstance(exc, getattr(torch, "OutOfMemoryError", ())):
+        return True
+    return isinstance(exc, MemoryError) or (isinstance(exc, RuntimeError) and "can't allocate memory" in str(exc))
+
+
+def out_of_memory_message(exc: BaseException, args: Any) -> str:
+    """What ran out (the first line of the allocator's message) and what to do: the size flags this command
+    has, then another device."""
+    what = "device memory" if type(exc).__name__ == "OutOfMemoryError" else "host (CPU) memory"
+    first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)[:200]
+    flags = [flag for flag in _SIZE_FLAGS if hasattr(args, flag[2:].replace("-", "_"))]
+    shrink = f"a smaller {' / '.join(flags)}, or " if flags else "smaller inputs, or "
+    other = "another --device (one with more free memory)" if hasattr(args, "device") else "a device with more free memory"
+    return f"out of {what} ({first})\n  what to do: {shrink}{other}; close other programs using the memory"
+
+
+_SIZE_FLAGS = ("--batch-size", "--batch-sizes", "--micro-batch-sizes", "--max-new-tokens", "--max-prompt-tokens",
+               "--max-length")
 
 
 def _stderr() -> Any:

@@ -101,3 +101,55 @@ def test_distill_out_of_memory_names_batch_size_and_keeps_the_shards_written(tmp
     assert rc == 2 and "--batch-size" in err and "out of memory" in err and "34.00 GiB" in err, err
     assert "internal error" not in err and "Traceback" not in err
     assert calls == [2, 2] and len(D.shard_paths(tmp_path / "d")) == 1  # the first batch's shard is kept
+
+
+def test_out_of_memory_in_any_command_is_a_resource_error_naming_its_size_flags(tmp_path, capsys, monkeypatch):
+    # train, bench, run ... running out of memory ended in "internal error: OutOfMemoryError ... this is a bug
+    # in eaglelab" (exit 3): it is a size the device cannot hold, the user's to shrink.
+    import torch
+
+    from eaglelab import cmd_bench, cmd_train
+
+    def device_runs_out(*_a, **_k):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB\nmore detail")
+
+    def host_runs_out(*_a, **_k):
+        raise MemoryError()
+
+    monkeypatch.setattr(cmd_train, "_read_data_manifest", device_runs_out)
+    rc = main(["train", "--data", str(tmp_path), "--out", str(tmp_path / "out"), "--device", "cpu"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and "out of device memory" in err and "12.00 GiB" in err and "more detail" not in err, err
+    assert "--batch-size" in err and "--max-length" in err and "--device" in err, err
+    assert "internal error" not in err and "Traceback" not in err
+
+    monkeypatch.setattr(cmd_bench, "bench", host_runs_out)
+    rc = main(["bench", "--model", str(tmp_path / "no-model")])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and "out of host (CPU) memory" in err and "MemoryError" in err, err
+    assert "--batch-sizes" in err and "--max-new-tokens" in err and "--device" in err, err
+    assert "--batch-size " not in err and "internal error" not in err and "Traceback" not in err
+
+
+def test_a_cpu_allocation_that_fails_is_out_of_memory_and_other_runtime_errors_are_not():
+    from eaglelab.errors import is_out_of_memory
+
+    assert is_out_of_memory(RuntimeError("[enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate "
+                                         "memory: you tried to allocate 1099511627776 bytes."))
+    assert not is_out_of_memory(RuntimeError("shape '[2, 3]' is invalid for input of size 5"))
+    assert not is_out_of_memory(ValueError("out of range"))
+
+
+def test_a_real_failed_cpu_allocation_in_a_command_is_a_resource_error(tmp_path, capsys, monkeypatch):
+    # The allocator's own error, not a mimic: a tensor far larger than any host holds.
+    import torch
+
+    from eaglelab import cmd_train
+
+    def allocate_too_much(*_a, **_k):
+        torch.empty(1 << 60, dtype=torch.uint8)
+
+    monkeypatch.setattr(cmd_train, "_read_data_manifest", allocate_too_much)
+    rc = main(["train", "--data", str(tmp_path), "--out", str(tmp_path / "out"), "--device", "cpu"])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 2 and "out of host (CPU) memory" in err and "internal error" not in err, err
