@@ -204,7 +204,8 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
 
 
 def _add_gemv(s: Session, log: Callable[[str], None]) -> None:
-    """--gemv: the session's kernels take the Triton GEMV; where it cannot run, a note says why."""
+    """--gemv: the session's kernels take the Triton GEMV; where it cannot run, a note says why (the device
+    first: off a CUDA device, Triton would not help)."""
     from dataclasses import replace
 
     from eaglelab.engine.model.gemv import TritonGemv, dtype_refusal
@@ -212,10 +213,10 @@ def _add_gemv(s: Session, log: Callable[[str], None]) -> None:
 
     gemv = TritonGemv(log)
     s.kernels = replace(s.kernels or EAGER_KERNELS, gemv=gemv)
-    if gemv.reason is not None:
-        s.notes.append(f"--gemv: off, F.linear instead: {gemv.reason}")
-    elif s.target.device.type != "cuda":
+    if s.target.device.type != "cuda":
         s.notes.append(f"--gemv: off on {s.target.device.type} (a CUDA kernel), F.linear instead")
+    elif gemv.reason is not None:
+        s.notes.append(f"--gemv: off, F.linear instead: {gemv.reason}")
     elif (why := dtype_refusal(s.target.dtype)) is not None:
         s.notes.append(f"--gemv: off for {why}, F.linear instead")
     else:

@@ -33,15 +33,31 @@ def test_gemv_on_a_cpu_is_off_with_the_reason(tiny_dir, capsys, monkeypatch):
     assert "--gemv: off on cpu (a CUDA kernel), F.linear instead" in " ".join(text.split())
 
 
-def test_gemv_without_triton_is_off_with_the_reason(tiny_dir, capsys, monkeypatch):
-    def no_triton():
-        raise ImportError("No module named 'triton'")
+def _no_triton():
+    raise ImportError("No module named 'triton'")
 
-    monkeypatch.setattr(G, "load_op", no_triton)
+
+def test_gemv_on_a_cpu_without_triton_names_the_device_not_triton(tiny_dir, capsys, monkeypatch):
+    # Once "Triton GEMV unavailable", as if installing Triton would help: the GEMV is CUDA-only.
+    monkeypatch.setattr(G, "load_op", _no_triton)
     rc, text = _run(tiny_dir, capsys)
+    text = " ".join(text.split())
     assert rc == 0 and "Traceback" not in text
-    assert ("--gemv: off, F.linear instead: Triton GEMV unavailable (ImportError: No module named 'triton')"
-            in " ".join(text.split()))
+    assert "--gemv: off on cpu (a CUDA kernel), F.linear instead" in text and "Triton" not in text
+
+
+def test_gemv_on_cuda_without_triton_is_off_with_the_reason(monkeypatch):
+    """On a CUDA device the missing Triton is the reason."""
+    from types import SimpleNamespace
+
+    from eaglelab.session import _add_gemv
+
+    monkeypatch.setattr(G, "load_op", _no_triton)
+    s = SimpleNamespace(target=SimpleNamespace(device=torch.device("cuda"), dtype=torch.bfloat16), kernels=None,
+                        notes=[])
+    _add_gemv(s, log=lambda m: None)
+    assert s.notes == ["--gemv: off, F.linear instead: Triton GEMV unavailable (ImportError: No module named 'triton')"]
+    assert s.kernels.gemv.reason is not None  # every call takes F.linear
 
 
 def test_headline_reads_every_plain_config_against_the_bandwidth_bound():
