@@ -2,8 +2,8 @@
 
 The prompts (chat template applied) are sorted by length and cut into batches of ``batch_size``
 rows; each batch is generated with the engine (plain decoding, greedy, stop at EOS or
-``max_new_tokens``; on CUDA its decode step replays a captured graph of ``batch_size`` rows) and
-written as one shard. Decode attends over the whole static cache, so the cache is sized per prompt
+``max_new_tokens``; on CUDA its decode step replays a captured graph of ``batch_size`` rows, or of
+as many as the length class below holds when that is fewer, e.g. ``--limit 10``) and written as one shard. Decode attends over the whole static cache, so the cache is sized per prompt
 length class (:attr:`DistillSettings.prompt_buckets`: 64, 128, 192, 256, ``max_prompt_tokens``, each
 with its own runner and graph, one held at a time): most prompts are short (SmolLM2's chat template,
 our corpus: median ~56 tokens, 66% <= 64, 87% <= 128), and with 160-token answers their batches
@@ -178,16 +178,33 @@ def plan_batches(lengths: dict[int, int], batch_size: int) -> list[list[int]]:
     return [order[k: k + batch_size] for k in range(0, len(order), batch_size)]
 
 
+def length_class(longest: int, buckets: tuple[int, ...]) -> int:
+    """The prompt-length class of a batch whose longest prompt has ``longest`` tokens."""
+    return min(b for b in buckets if b >= longest)
+
+
+def class_rows(batches: list[list[int]], lengths: dict[int, int], buckets: tuple[int, ...]) -> dict[int, int]:
+    """Rows of each length class's static cache and graph: its largest batch, so the batch size, or fewer
+    where the class holds fewer prompts (every batch of a class fits its one graph bucket)."""
+    rows: dict[int, int] = {}
+    for batch in batches:
+        c = length_class(max(lengths[i] for i in batch), buckets)
+        rows[c] = max(rows.get(c, 0), len(batch))
+    return rows
+
+
 class Distiller:
     """Generates the target's greedy answers batch by batch and writes shards."""
 
     def __init__(self, model, eos_token_ids: tuple[int, ...], settings: DistillSettings, *,
                  clock: Callable[[], float] = time.perf_counter) -> None:
         self.model, self.eos, self.settings, self.clock = model, eos_token_ids, settings, clock
-        self._engines: dict[int, Any] = {}  # prompt bucket -> Engine with its own runner (graphs, static cache)
+        self._engines: dict[tuple[int, int], Any] = {}  # (prompt bucket, rows) -> Engine with its own runner
+        self._rows: dict[int, int] = {}  # prompt bucket -> rows of its cache in this run (class_rows)
 
     def engine(self, bucket: int):
-        """The engine for prompts up to ``bucket`` tokens (its graph is captured on first use).
+        """The engine for prompts up to ``bucket`` tokens (its graph is captured on first use), its static
+        cache and graph of the class's rows in this run (:func:`class_rows`; ``batch_size`` before a run).
 
         Batches run in increasing prompt length, so a new bucket's engine replaces the others: one
         static cache is held at a time (at 2048 rows the 512-token bucket's cache alone is ~34 GB
@@ -196,13 +213,14 @@ class Distiller:
         from eaglelab.engine.runtime.generate import Engine
         from eaglelab.engine.runtime.spec_config import SpecConfig
 
-        if bucket not in self._engines:
+        s = self.settings
+        key = (bucket, self._rows.get(bucket, s.batch_size))
+        if key not in self._engines:
             self._release()
-            s = self.settings
             runner = CudaGraphRunner(self.model, spec=SpecConfig(cuda_graphs=s.cuda_graphs), max_len=s.cache_len(bucket),
-                                     buckets=(s.batch_size,), enabled=s.cuda_graphs)
-            self._engines[bucket] = Engine(self.model, eos_token_ids=self.eos, runner=runner)
-        return self._engines[bucket]
+                                     buckets=(key[1],), enabled=s.cuda_graphs)
+            self._engines[key] = Engine(self.model, eos_token_ids=self.eos, runner=runner)
+        return self._engines[key]
 
     def _release(self) -> None:
         """Drop every engine (their graphs and static caches) and give the memory back to the device."""
@@ -217,7 +235,8 @@ class Distiller:
     def graph_status(self) -> str:
         """Why decode replays a graph or runs eagerly (shown to the user)."""
         reason = self.engine(self.settings.prompt_buckets[0]).runner.disabled_reason
-        return reason or (f"replay: decode graphs of {self.settings.batch_size} rows, static caches for prompts up to "
+        return reason or (f"replay: decode graphs of up to {self.settings.batch_size} rows (fewer where a length class "
+                          f"holds fewer prompts), static caches for prompts up to "
                           f"{'/'.join(map(str, self.settings.prompt_buckets))} tokens")
 
     def run(self, prompt_ids: list[list[int]], out: str | Path, progress: ProgressFn | None = None) -> DistillSummary:
@@ -228,6 +247,7 @@ class Distiller:
         lengths = {i: len(p) for i, p in enumerate(prompt_ids) if i not in before and len(p) <= s.max_prompt_tokens}
         skipped_long = sum(1 for i, p in enumerate(prompt_ids) if i not in before and len(p) > s.max_prompt_tokens)
         batches = plan_batches(lengths, s.batch_size)
+        self._rows = class_rows(batches, lengths, s.prompt_buckets)
         shard, done, new_tokens, last = _next_shard(out), len(before), 0, 0.0
         total, stopped = len(before) + len(lengths), False
         for batch in batches:
@@ -252,7 +272,7 @@ class Distiller:
     def _generate(self, prompt_ids: list[list[int]], batch: list[int]) -> list[tuple[int, list[int], list[int], bool]]:
         prompts = [prompt_ids[i] for i in batch]
         longest = max(len(p) for p in prompts)
-        bucket = min(b for b in self.settings.prompt_buckets if b >= longest)
+        bucket = length_class(longest, self.settings.prompt_buckets)
         res = self.engine(bucket).generate(prompts, self.settings.max_new_tokens)
         return [(i, p, a, r == "eos") for i, p, a, r in zip(batch, prompts, res.tokens, res.stop_reasons)]
 

@@ -123,6 +123,40 @@ def test_one_prompt_length_class_is_held_at_a_time_and_answers_stay_greedy(tmp_p
         assert got[i] == p + Engine(model, eos_token_ids=EOS).generate([p], 6).tokens[0], i
 
 
+def test_a_length_class_with_fewer_prompts_than_the_batch_size_gets_a_cache_of_as_many_rows(tmp_path):
+    """--limit 10 with the default --batch-size 512 once sized the static cache (and its graph) to 512 rows:
+    51x the memory the 10 rows use. Each class's runner now has its largest batch's rows; answers stay greedy."""
+    model = sharp_target(seed=1)
+    ps = prompts(10, seed=4)
+    d = Distiller(model, EOS, DistillSettings(max_new_tokens=6, batch_size=512, max_prompt_tokens=200))
+    sized, real = [], d.engine
+
+    def spy(bucket):
+        engine = real(bucket)
+        sized.append((bucket, engine.runner.max_batch))
+        return engine
+
+    d.engine = spy
+    d.run(ps, tmp_path / "d")
+    assert sized == [(64, 10)]
+    got = rows(tmp_path / "d")
+    for i, p in enumerate(ps):
+        assert got[i] == p + Engine(model, eos_token_ids=EOS).generate([p], 6).tokens[0], i
+
+
+def test_class_rows_worked_example():
+    """Lengths 5, 6, 7, 150, 160 at batch size 2: batches [0 1] [2 3] [4]; [2 3] is a 192-class batch (its
+    longest prompt), so class 64 has 2 rows, class 192 its largest batch, 2; at batch size 4: [0 1 2 3] [4],
+    both 192-class, 4 rows; 3 prompts of one class at batch size 8: 3 rows."""
+    from eaglelab.engine.training.distill import class_rows, plan_batches
+
+    lengths, buckets = {0: 5, 1: 6, 2: 7, 3: 150, 4: 160}, (64, 128, 192, 200)
+    assert class_rows(plan_batches(lengths, 2), lengths, buckets) == {64: 2, 192: 2}
+    assert class_rows(plan_batches(lengths, 4), lengths, buckets) == {192: 4}
+    three = {0: 5, 1: 6, 2: 7}
+    assert class_rows(plan_batches(three, 8), three, buckets) == {64: 3}
+
+
 def test_a_damaged_shard_is_a_clear_error(tmp_path):
     model = sharp_target(seed=1)
     distill(model, prompts(4), tmp_path / "d")
