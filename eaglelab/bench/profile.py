@@ -15,13 +15,12 @@ On CPU the rows are the operators' self CPU times instead.
 
 from __future__ import annotations
 
-import statistics
-import time
 from dataclasses import asdict, dataclass
 from typing import Any, Callable
 
 import torch
 
+from eaglelab.bench.harness import _sync, _time_call
 from eaglelab.engine.model.layers import prefix_mask
 
 Compiler = Callable[[str, Callable], Callable]  # (label, fn) -> fn compiled whole (PhaseCompiler)
@@ -98,22 +97,6 @@ def _filled_cache(target, rows: int, max_len: int, context: int):
     return cache
 
 
-def _sync(dev: torch.device) -> None:
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-
-
-def _host_ms(fn, dev, iters: int) -> float:
-    times = []
-    for _ in range(iters):
-        _sync(dev)
-        t0 = time.perf_counter()
-        fn()
-        _sync(dev)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
 def _device_times(prof, cuda: bool) -> list[tuple[str, int, float]]:
     """(name, calls, self us) of every kernel (CUDA) or operator (CPU) the profiler saw."""
     from torch.autograd import DeviceType
@@ -171,7 +154,7 @@ def profile_decode(target, tp, batch_sizes: tuple[int, ...], max_len: int, compi
             fn = lambda: run(**ins)  # noqa: E731
             for _ in range(warmup):
                 fn()
-            step_ms = _host_ms(fn, dev, max(3, steps))
+            step_ms = _time_call(fn, dev, 0, max(3, steps))
             times = _profiled(fn, dev, steps, cuda) if rank0 else _unprofiled(fn, dev, steps)
             if not rank0:
                 continue
