@@ -10,6 +10,7 @@ import torch
 
 from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.model.model import Transformer
+from eaglelab.engine.runtime.observer import BaseObserver
 
 TINY = dict(
     architectures=["LlamaForCausalLM"], model_type="llama", vocab_size=96, hidden_size=64,
@@ -113,3 +114,13 @@ def shard_checkpoint(model_dir: Path, shards: int) -> Path:
     single.unlink()
     (model_dir / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     return model_dir
+
+
+class CycleCollector(BaseObserver):
+    """An observer that keeps every cycle's stats, in order."""
+
+    def __init__(self) -> None:
+        self.cycles: list = []
+
+    def on_cycle(self, stats) -> None:
+        self.cycles.append(stats)

@@ -18,20 +18,18 @@ from eaglelab.engine.runtime.cuda_graphs import (
 )
 from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
 from eaglelab.engine.runtime.generate import Engine
-from eaglelab.engine.runtime.observer import BaseObserver
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
 from eaglelab.engine.runtime.spec_config import SpecConfig
+from tests.conftest import CycleCollector
 
 PROMPTS = [[5, 9, 33, 7, 5, 9, 33], [100, 2, 3], [7, 7, 7, 7, 8, 1], [40, 41, 42, 43, 44]]
 
 
-class Recorder(BaseObserver):
+class Recorder(CycleCollector):
     def __init__(self) -> None:
-        self.cycles, self.captures = [], []
-
-    def on_cycle(self, stats) -> None:
-        self.cycles.append(stats)
+        super().__init__()
+        self.captures = []
 
     def on_graph_captured(self, stats) -> None:
         self.captures.append(stats)

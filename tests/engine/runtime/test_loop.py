@@ -15,20 +15,11 @@ from hypothesis import strategies as st
 
 from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
 from eaglelab.engine.runtime.generate import Engine, emit_and_advance, emit_tokens, loop_state
-from eaglelab.engine.runtime.observer import BaseObserver, CycleStats
 from eaglelab.engine.runtime.readback import StepReader
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.runtime.spec_config import SpecConfig
-from tests.conftest import random_model
+from tests.conftest import CycleCollector, random_model
 from tests.engine.runtime.test_speculative import CFG, PROMPTS, TAPS, random_drafter
-
-
-class Collect(BaseObserver):
-    def __init__(self) -> None:
-        self.cycles: list[CycleStats] = []
-
-    def on_cycle(self, stats: CycleStats) -> None:
-        self.cycles.append(stats)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +57,7 @@ def _lagged_run_is_direct_run(target, eos, kind, prompts, max_new):
     cycles (the prefill, every cycle, never the extra step). -> the direct run's result."""
     runs = []
     for lag in (0, 1):
-        seen = Collect()
+        seen = CycleCollector()
         out = _engine(target, eos, SPECS[kind], lag, seen).generate(prompts, max_new)
         runs.append((out, seen.cycles))
     (direct, direct_cycles), (lagged, lagged_cycles) = runs

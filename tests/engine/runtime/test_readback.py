@@ -14,21 +14,12 @@ import torch
 
 from eaglelab.engine.runtime.drafters import Eagle3Proposer
 from eaglelab.engine.runtime.generate import Engine
-from eaglelab.engine.runtime.observer import BaseObserver, CycleStats
 from eaglelab.engine.runtime.readback import Stager
 from eaglelab.engine.runtime.spec_config import SpecConfig
-from tests.conftest import random_model
+from tests.conftest import CycleCollector, random_model
 from tests.engine.runtime.test_speculative import CFG, PROMPTS, TAPS, random_drafter
 
 READS = ("tolist", "item", "cpu", "numpy", "__bool__", "__int__", "__float__", "__index__")
-
-
-class Collect(BaseObserver):
-    def __init__(self) -> None:
-        self.cycles: list[CycleStats] = []
-
-    def on_cycle(self, stats: CycleStats) -> None:
-        self.cycles.append(stats)
 
 
 @pytest.fixture(scope="module")
@@ -64,7 +55,7 @@ def test_an_observer_adds_one_readback_per_cycle(target, shape, monkeypatch):
     topk, steps, ndt = shape
     spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=ndt, attention_mode="decode")
     plain_out, plain_reads, _ = _run(target, None, spec, monkeypatch)
-    seen = Collect()
+    seen = CycleCollector()
     out, reads, engine = _run(target, seen, spec, monkeypatch)
     assert out.tokens == plain_out.tokens
     assert len(seen.cycles) == out.cycles + 1  # the prefill, then every cycle, none lost to the lag
@@ -76,7 +67,7 @@ def test_late_stats_are_the_runs_own(target, monkeypatch):
     """Delivered a cycle late, each cycle's stats still carry its own index, rows and accepted lengths
     (the same the engine returns), and accepted paths and ranks of matching lengths."""
     spec = SpecConfig("eagle3", num_steps=2, topk=3, num_draft_tokens=6, attention_mode="decode")
-    seen = Collect()
+    seen = CycleCollector()
     out, _, _ = _run(target, seen, spec, monkeypatch)
     assert [c.index for c in seen.cycles] == list(range(out.cycles + 1))
     assert [c.kind for c in seen.cycles] == ["prefill"] + ["spec"] * out.cycles
@@ -110,7 +101,7 @@ def test_with_cuda_graphs_an_observer_adds_one_pinned_readback_per_cycle(monkeyp
     model = build_scale_model("tiny", device="cuda", seed=3).model
     spec = SpecConfig("eagle3", num_steps=3, attention_mode="decode", cuda_graphs=True)
     counted = []
-    for observer in (None, Collect()):
+    for observer in (None, CycleCollector()):
         net, taps = random_eagle3(model, seed=5, draft_vocab=256)
         drafter = Eagle3Proposer(net, spec, taps)
         runner = CudaGraphRunner.for_engine(model, spec, drafter, max_len=64, buckets=(1, 2, 4))

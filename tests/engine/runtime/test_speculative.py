@@ -17,7 +17,7 @@ from eaglelab.engine.model.eagle3 import Eagle3Config, Eagle3Drafter, load_eagle
 from eaglelab.engine.errors import CheckpointError, EagleLabError
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.spec_config import SpecConfig
-from tests.conftest import random_model, tiny_config
+from tests.conftest import CycleCollector, random_model, tiny_config
 
 CFG = tiny_config(num_hidden_layers=6)
 TAPS = (2, 3, 4)  # HF indices of a 6-layer target (SGLang ids 1, 2, 3)
@@ -234,20 +234,11 @@ def test_cycles_report_sibling_ranks_of_the_accepted_path(target):
     """A full tree (topk 4, 3 steps, all 37 nodes kept): depth-1 nodes are the root's children
     in rank order, so the first accepted node index is its rank; a path as deep as the tree cannot
     go deeper (closed); a path that accepted nothing was offered depth 1 (open)."""
-    from eaglelab.engine.runtime.observer import BaseObserver
-
-    class Cycles(BaseObserver):
-        def __init__(self):
-            self.seen = []
-
-        def on_cycle(self, stats):
-            self.seen.append(stats)
-
-    obs = Cycles()
+    obs = CycleCollector()
     spec = SpecConfig("eagle3", num_steps=3, topk=4, num_draft_tokens=1 + 4 + 2 * 16)
     drafter = Eagle3Proposer(random_drafter(target, 5, draft_vocab=CFG["vocab_size"]), spec, TAPS)
     Engine(target, drafter=drafter, spec=spec, observer=obs).generate(PROMPTS, 40)
-    rows = [(a, pos, r, o) for c in obs.seen if c.kind == "spec"
+    rows = [(a, pos, r, o) for c in obs.cycles if c.kind == "spec"
             for a, pos, r, o in zip(c.accept_len, c.accepted_positions, c.accepted_ranks, c.path_open)]
     assert sum(a > 1 for a, *_ in rows) >= 3 and any(r and r[0] > 1 for _, _, r, _ in rows)
     for a, pos, ranks, is_open in rows:
