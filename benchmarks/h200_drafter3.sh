@@ -143,26 +143,7 @@ bench() {  # WHICH SET NAME STEPS TOPK DRAFT_TOKENS
 }
 
 export_drafter() {  # $RES/export: the drafter in two shards under 16 MiB each (lm_head alone in the first)
-  python3 - "$D" "$RES/export" <<'PY'
-import json, sys
-from pathlib import Path
-from safetensors.torch import load_file, save_file
-d, out = Path(sys.argv[1]), Path(sys.argv[2])
-out.mkdir(parents=True, exist_ok=True)
-t = load_file(str(d / "model.safetensors"))
-parts = [["lm_head.weight"], sorted(n for n in t if n != "lm_head.weight")]
-wm = {}
-for i, names in enumerate(parts):
-    f = f"model-0000{i + 1}-of-00002.safetensors"
-    save_file({n: t[n].contiguous() for n in names}, str(out / f), metadata={"format": "pt"})
-    wm.update({n: f for n in names})
-(out / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": wm}, indent=1) + "\n")
-for f in d.glob("*.json"):
-    (out / f.name).write_text(f.read_text())
-sizes = {p.name: p.stat().st_size for p in out.glob("*.safetensors")}
-assert all(s < 16 * 2**20 for s in sizes.values()), f"a shard is 16 MiB or more: {sizes}"
-print("exported", sorted(p.name for p in out.iterdir()), f"{sum(sizes.values())} bytes of weights")
-PY
+  python3 benchmarks/export_drafter.py "$D" "$RES/export"
   log "export rc=$?"
 }
 
