@@ -150,10 +150,20 @@ class Eagle3Drafter(nn.Module):
 
         Returns the pre-norm hidden [B, T, H] and draft logits [B, T, V_draft] (float32).
         """
+        out = self.hidden(tokens, feats, positions, cache, slots, mask, kernels)  # [B, T, H]
+        return out, self.head(out, kernels)
+
+    def hidden(self, tokens, feats, positions, cache=None, slots=None, mask=None,
+               kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
+        """The midlayer alone: the pre-norm hidden [B, T, H] (callers that need few rows' logits
+        take :meth:`head` of those rows only)."""
         embeds = self.embed(tokens).to(feats.dtype)  # [B, T, H]
         cos, sin = self.rotary(positions, feats.dtype)
-        out = self.midlayer(embeds, feats, cos, sin, cache, slots, mask, kernels)  # [B, T, H]
-        return out, self.lm_head(self.norm(out, kernels)).float()
+        return self.midlayer(embeds, feats, cos, sin, cache, slots, mask, kernels)
+
+    def head(self, hidden: torch.Tensor, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
+        """Pre-norm hidden [..., H] -> draft logits [..., V_draft] (float32)."""
+        return self.lm_head(self.norm(hidden, kernels)).float()
 
     def reset_buffers(self) -> None:
         from eaglelab.engine.model.layers import rope_inv_freq

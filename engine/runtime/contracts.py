@@ -78,10 +78,15 @@ class Runner(Protocol):
 
     def phase(self, name: str, fn: Callable[..., tuple], inputs: dict[str, torch.Tensor],
               caches: tuple[KVCache, ...] = (), variant: Hashable = None,
-              state: dict[str, torch.Tensor] | None = None) -> tuple:
+              state: dict[str, torch.Tensor] | None = None, eager: str | None = None) -> tuple:
         """A whole phase of the cycle, ``fn(**inputs, **state)`` (batch-major tensors in and out), which
         may write only ``caches`` and ``state`` (from :meth:`make_state`, updated in place, never copied);
-        the graph runner replays it as one CUDA graph per batch bucket."""
+        the graph runner replays it as one CUDA graph per batch bucket (and per input shape), or runs it
+        eagerly when ``eager`` gives the reason (``"eager: ..."``)."""
+
+    def prefill_width(self, batch: int, prompt_len: int, cache: KVCache) -> tuple[int, str | None]:
+        """The width [B, W] to pad a prompt batch to, W >= ``prompt_len``, and None when the prefill on
+        ``cache`` replays a graph at that width, else why it runs eagerly (then W == ``prompt_len``)."""
 
     def make_state(self, values: dict[str, torch.Tensor], cache: KVCache) -> dict[str, torch.Tensor]:
         """Tensors holding ``values`` (each [B, ...]) of a run on ``cache`` that phases update in place:
@@ -95,10 +100,6 @@ class Runner(Protocol):
     def make_cache(self, batch: int, max_len: int, observer: Observer | None) -> KVCache | None:
         """The runner's own static cache for a run (graphs bind fixed buffers), or None: the engine
         allocates one of exactly ``max_len`` slots."""
-
-    def prefill(self, cache: KVCache, ids: torch.Tensor, positions: torch.Tensor, mask: torch.Tensor,
-                taps: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """Prompt forward: ids/positions [B, T] at slots = positions. -> (hidden [B, T, H], aux)."""
 
     def decode(self, cache: KVCache, tokens: torch.Tensor, slots: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """One token per row at slot = position. -> hidden [B, 1, H]."""

@@ -11,8 +11,10 @@ it captures, depending on the speculative settings:
 A call with B real rows replays the smallest bucket ``b >= B``: its inputs are copied into the
 graph's static buffers (rows B..b-1 are pad rows: token 0 at position 0, written to slot 0 of
 their own cache row, seeing only that slot; no real row ever reads a pad row's cache row), the
-graph replays, and the first B rows of its static outputs are copied out. Anything else runs
-eagerly and the runner records why ("eager: <reason>"): the prompt prefill, attention mode
+graph replays, and the first B rows of its static outputs are copied out. The prompt's prefill
+(and the drafter's extend over the prompt) is captured too, per batch bucket and padded width
+(:func:`prefill_bucket`: 16, 32, 64, ... up to ``prefill_tokens`` tokens). Anything else runs
+eagerly and the runner records why ("eager: <reason>"): a longer prompt, attention mode
 ``prefill`` (its extend forward sizes itself per call), a batch above the largest bucket, a shape
 not captured, graphs off, no CUDA.
 
@@ -64,8 +66,16 @@ from eaglelab.engine.runtime.runner import FORWARD_PHASES
 from eaglelab.engine.runtime.spec_config import SpecConfig
 
 DEFAULT_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+# Prompts are padded to a power of two >= 16 and their prefill captured per (batch bucket, width) up to
+# this many tokens (bucket rows x width); beyond it a prefill is compute-bound (launches do not matter)
+# and its graph's activations would be large: it runs eagerly.
+PREFILL_TOKENS = 4096
+MIN_PREFILL_WIDTH = 16
 
 
+def prefill_bucket(prompt_len: int) -> int:
+    """The padded prompt width: the smallest power of two >= ``prompt_len`` (at least 16)."""
+    return max(MIN_PREFILL_WIDTH, 1 << (prompt_len - 1).bit_length())
 
 
 def bucket_for(batch: int, buckets: tuple[int, ...]) -> int | None:
@@ -163,9 +173,11 @@ class CudaGraphRunner:
         enabled: bool = True,
         warmup: int = 2,
         kernels: Kernels = EAGER_KERNELS,
+        prefill_tokens: int = PREFILL_TOKENS,
     ) -> None:
         """``drafter`` is the drafter network (an Eagle3Drafter) or None; ``taps`` the aux taps the
-        engine passes to verify; ``max_len`` the static cache's slots (a run needing more runs eagerly).
+        engine passes to verify; ``max_len`` the static cache's slots (a run needing more runs eagerly);
+        ``prefill_tokens`` the largest prefill captured (bucket rows x padded width; 0: never).
         """
         self.target, self.drafter, self.spec, self.taps = target, drafter, spec, tuple(taps)
         param = next(target.parameters())
@@ -175,6 +187,7 @@ class CudaGraphRunner:
         # eager pieces and inductor fuses across them. Eager fallbacks run the eager pieces too.
         self.compile_phase = kernels.compile_phase
         self.warmup = warmup
+        self.prefill_tokens = prefill_tokens
         self.kernels = kernels.eager_pieces() if self.compile_phase is not None else kernels
         self.disabled_reason = None if enabled else EAGER_OFF
         if enabled and self.device.type != "cuda":
@@ -409,18 +422,18 @@ class CudaGraphRunner:
 
     def phase(self, name: str, fn: Callable[..., tuple], inputs: dict[str, torch.Tensor],
               caches: tuple[KVCache, ...] = (), variant: Hashable = None,
-              state: dict[str, torch.Tensor] | None = None) -> tuple:
+              state: dict[str, torch.Tensor] | None = None, eager: str | None = None) -> tuple:
         """A whole phase ``fn(**inputs, **state) -> tuple of [B, ...] tensors`` as ONE graph per batch bucket.
 
         ``fn`` may only read ``inputs`` (batch-major tensors, copied into the graph's buffers) and fixed
         state, and write ``caches`` (this runner's static caches) and ``state`` (from :meth:`make_state`:
         bound, updated in place by the replay, never copied); ``variant`` names what else ``fn`` depends
-        on (sampling settings, tree shape). Captured on first use, replayed after; eager, with the
-        reason, where it cannot replay.
+        on (sampling settings, tree shape). Captured on first use (per batch bucket and per-row input
+        shapes), replayed after; eager, with the reason, where it cannot replay or ``eager`` says so.
         """
         state = state or {}
         batch = next(iter({**inputs, **state}.values())).shape[0]
-        reason = self._why_eager_phase(batch, caches) or self._why_eager_state(state)
+        reason = eager or self._why_eager_phase(batch, caches) or self._why_eager_state(state)
         key: tuple = ()
         if reason is None:
             b = bucket_for(batch, self.plan.buckets)
@@ -429,7 +442,8 @@ class CudaGraphRunner:
             if key not in self._graphs and key not in self._failed:
                 ins = _static_copy(inputs, b)
                 bound = {k: self._state[_state_key(k, v)][:b] for k, v in state.items()}
-                run = self._compiled(f"{name} [b={b}]", fn)
+                width = f", T={inputs['ids'].shape[1]}" if "ids" in inputs else ""  # a prompt's phase: per width
+                run = self._compiled(f"{name} [b={b}{width}]", fn)
                 self._capture(key, name, b, ins, lambda: tuple(run(**ins, **bound)), caches,
                               None if run is fn else lambda: tuple(fn(**ins, **bound)), tuple(bound.values()))
             reason = self._failed.get(key)
@@ -472,10 +486,16 @@ class CudaGraphRunner:
         self.fallbacks[(phase, reason)] += 1
 
     # ---- the runner interface ------------------------------------------------------------------
-    def prefill(self, cache: KVCache, ids, positions, mask, taps):
-        """Prompt forward (always eager: prompt lengths vary)."""
-        self._eager_status("prefill", self.disabled_reason or EAGER_PREFILL)
-        return self.target(ids, positions, cache, positions, mask, taps)
+    def prefill_width(self, batch: int, prompt_len: int, cache: KVCache) -> tuple[int, str | None]:
+        """Pad to :func:`prefill_bucket` and replay a graph per (batch bucket, width), on this runner's
+        static caches, up to ``prefill_tokens`` tokens; else the prompt's own width, eagerly, and why."""
+        reason = self._why_eager_phase(batch, (cache,))
+        if reason is not None:
+            return prompt_len, reason
+        width = prefill_bucket(prompt_len)
+        if bucket_for(batch, self.plan.buckets) * width > self.prefill_tokens or width > cache.max_len:
+            return prompt_len, EAGER_PREFILL
+        return width, None
 
     def decode(self, cache: KVCache, tokens, slots, mask):
         """One token per row at slot = position. -> hidden [B, 1, H]."""

@@ -82,24 +82,30 @@ class Eagle3Proposer:
 
     # after prefill: extend over the prompt (features of x_p paired with the token x_{p+1})
     def begin(self, st: DraftView, prompt_ids: torch.Tensor, aux: torch.Tensor, runner: Runner) -> None:
+        """The draft-extend over the prompt: one phase, captured per batch bucket and prompt width
+        (the engine pads prompts to the runner's prefill widths; wider prompts run eagerly)."""
         B, T = prompt_ids.shape
-        cfg, dev = self.net.config, prompt_ids.device
+        cfg = self.net.config
         S = st.cache_len + self.spec.num_steps * self.spec.topk + 2
         self.cache = runner.make_draft_cache(B, S, cfg.num_kv_heads, cfg.head_dim, self.net.fc.weight.dtype)
         self.kernels = runner.kernels  # the phases below run with the runner's (maybe compiled) kernels
-        nxt = torch.cat([prompt_ids[:, 1:], prompt_ids[:, :1]], dim=1).clone()  # [B, T]
-        rows = torch.arange(B, device=dev)
-        nxt[rows, st.lengths - 1] = st.root
-        positions = torch.arange(T, device=dev).expand(B, T)
-        feats = self.net.fuse(aux)
-        hidden, logits = runner.draft("draft_extend", self.cache, nxt, feats, positions, positions,
-                                      prefix_mask(positions, S))
-        self._take(hidden, logits, st.lengths - 1)
+        width, eager = runner.prefill_width(B, T, self.cache)
+        ins = {"ids": prompt_ids, "aux": aux, "lengths": st.lengths, "root": st.root}
+        self.next_hidden, self.next_logp = runner.phase(
+            "draft_extend", self._begin, ins, (self.cache,), ("begin", id(self)),
+            eager=eager or (None if width == T else f"eager: prompt width {T} is not a prefill bucket"))
 
-    def _take(self, hidden, logits, index) -> None:
-        rows = torch.arange(hidden.shape[0], device=hidden.device)
-        self.next_hidden = hidden[rows, index]  # [B, H]
-        self.next_logp = torch.log_softmax(logits[rows, index], dim=-1)  # [B, V_draft]
+    def _begin(self, ids, aux, lengths, root):
+        """Prompt ids [B, T], target aux [B, T, nH], lengths/root [B] -> the root's hidden [B, H], logp."""
+        B, T = ids.shape
+        nxt = torch.cat([ids[:, 1:], ids[:, :1]], dim=1)  # [B, T]: x_{p+1} beside the features of x_p
+        rows = torch.arange(B, device=ids.device)
+        nxt[rows, lengths - 1] = root  # the last prompt position pairs with the first new token
+        positions = torch.arange(T, device=ids.device).expand(B, T)
+        hidden = self.net.hidden(nxt, self.net.fuse(aux), positions, self.cache, positions,
+                                 prefix_mask(positions, self.cache.max_len), self.kernels)  # [B, T, H]
+        last = hidden[rows, lengths - 1]  # [B, H]
+        return last, torch.log_softmax(self.net.head(last, self.kernels), dim=-1)  # [B, H], [B, V_draft]
 
     def propose(self, st: DraftView, runner: Runner) -> DraftTree:
         """Every draft step, top-k and the tree: one phase (one graph per batch bucket)."""
@@ -135,11 +141,11 @@ class Eagle3Proposer:
         D1 = path.shape[1]
         feats = self.net.fuse(aux.gather(1, path.clamp(min=0)[..., None].expand(-1, -1, aux.shape[-1])))  # [B, D+1, H]
         positions = lengths[:, None] + torch.arange(D1, device=aux.device)  # [B, D+1]
-        hidden, logits = self.net(tokens.clamp(min=0), feats, positions, self.cache, positions,
-                                  prefix_mask(positions, self.cache.max_len), self.kernels)
+        hidden = self.net.hidden(tokens.clamp(min=0), feats, positions, self.cache, positions,
+                                 prefix_mask(positions, self.cache.max_len), self.kernels)  # [B, D+1, H]
         rows = torch.arange(hidden.shape[0], device=hidden.device)
-        index = accept_len - 1
-        return hidden[rows, index], torch.log_softmax(logits[rows, index], dim=-1)  # [B, H], [B, V_draft]
+        last = hidden[rows, accept_len - 1]  # [B, H]: only the next root's logits are needed
+        return last, torch.log_softmax(self.net.head(last, self.kernels), dim=-1)  # [B, H], [B, V_draft]
 
 
 def _draft_mask(prefix_len: torch.Tensor, frontier_mask: torch.Tensor, kv_len: int) -> torch.Tensor:

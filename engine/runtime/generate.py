@@ -46,7 +46,7 @@ from eaglelab.engine.runtime.observer import CycleStats, Observer, RunInfo, RunS
 from eaglelab.engine.runtime.readback import Staged, Stager, StepReader, StepView
 from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA, EAGER_NO_RUNNER, EAGER_OFF, SOURCE_RUNNER, eager_warning
 from eaglelab.engine.runtime.runner import EagerRunner
-from eaglelab.engine.runtime.sampling import SamplingParams, exponential_noise, probs_from_logits, sample, sample_with
+from eaglelab.engine.runtime.sampling import SamplingParams, exponential_noise, probs_from_logits, sample_with
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from eaglelab.engine.runtime.timing import PhaseClock, observe_allreduce
 from eaglelab.engine.runtime.tree import DraftTree, tree_attention_mask
@@ -199,26 +199,40 @@ class Engine:
 
     # ---- prefill -----------------------------------------------------------------------------
     def _prefill(self, prompts, max_new, sampling, generator) -> Batch:
+        """The prompts' forward (one phase: a graph per batch bucket and padded width), the first token."""
         B, N = len(prompts), self.spec.draft_tokens if self.spec.enabled else 1
         lens = torch.tensor([len(p) for p in prompts], device=self.device)
         T = int(max(len(p) for p in prompts))
         cache = self._make_cache(B, T + max_new + 2 * N + 2)
-        S = cache.max_len
-        ids = torch.zeros(B, T, dtype=torch.long, device=self.device)
+        width, eager = self.runner.prefill_width(B, T, cache)  # T, or T padded to a captured width
+        rows = torch.zeros(B, width, dtype=torch.long)
         for b, p in enumerate(prompts):
-            ids[b, : len(p)] = torch.tensor(p, device=self.device)
-        positions = torch.arange(T, device=self.device).expand(B, T)
+            rows[b, : len(p)] = torch.tensor(p)
+        ids = rows.to(self.device)  # [B, W]: each row's prompt, then pad tokens (slots later overwritten)
+        ins = {"ids": ids, "lengths": lens, **self._noise(B, 1, sampling, generator)}
         with self.clock.phase("prefill"):
-            hidden, aux = self.runner.prefill(cache, ids, positions, prefix_mask(positions, S), self._taps())
-            last = hidden[torch.arange(B, device=self.device), lens - 1]  # [B, H]
-            first = _next_token(self.target.logits(last), sampling, generator)  # [B]
+            first, *aux = self.runner.phase("prefill", self._prefill_fn(cache, sampling), ins, (cache,),
+                                            (sampling, self._taps()), eager=eager)  # [B], ([B, W, taps * H])
         st = Batch(cache=cache, **self._new_state(lens, first, cache, max_new), prompts=prompts, prompt_lens=lens)
         emit_tokens(st.state(), first[:, None], torch.ones_like(lens), self.eos)
         if self.drafter is not None:
             with self.clock.phase("draft_extend"):
-                self.drafter.begin(st.view(), ids, aux, self.runner)
+                self.drafter.begin(st.view(), ids, aux[0] if aux else None, self.runner)
         self._emit("prefill", st)
         return st
+
+    def _prefill_fn(self, cache: KVCache, sampling: SamplingParams):
+        """The prefill phase: the prompts [B, W] at slots = positions 0..W-1, attending over those W slots
+        only; the first token from each row's last prompt position."""
+        def prefill(ids, lengths, uniform=None, race=None):
+            B, W = ids.shape
+            positions = torch.arange(W, device=ids.device).expand(B, W)
+            hidden, aux = self.target(ids, positions, cache, positions, prefix_mask(positions, W), self._taps(),
+                                      kv_len=W, kernels=self.runner.kernels)  # [B, W, H]
+            last = hidden[torch.arange(B, device=ids.device), lengths - 1]  # [B, H]
+            first = _pick(self.target.logits(last, self.runner.kernels), sampling, race)  # [B]
+            return (first,) if aux is None else (first, aux)
+        return prefill
 
     def _new_state(self, lens: torch.Tensor, first: torch.Tensor, cache: KVCache, max_new: int) -> dict[str, torch.Tensor]:
         """The per-row state after the prompt, in the runner's buffers (``out`` as wide as the cache)."""
@@ -242,7 +256,7 @@ class Engine:
     # ---- plain decoding ----------------------------------------------------------------------
     def _decode_step(self, st: Batch, sampling, generator) -> None:
         with self.clock.phase("decode"):
-            noise = self._noise(st, 1, sampling, generator)
+            noise = self._noise(st.root.shape[0], 1, sampling, generator)
             self.runner.phase("decode", self._decode_fn(st.cache, sampling), noise, (st.cache,),
                               (sampling, self._eos_key), state=st.state())
         self._emit("decode", st)
@@ -258,11 +272,11 @@ class Engine:
             return ()
         return decode
 
-    def _noise(self, st: Batch, nodes: int, sampling: SamplingParams, generator) -> dict[str, torch.Tensor]:
-        """The random draws a sampling phase consumes (none when greedy), drawn outside any graph."""
+    def _noise(self, B: int, nodes: int, sampling: SamplingParams, generator) -> dict[str, torch.Tensor]:
+        """The random draws a sampling phase of ``B`` rows consumes (none when greedy), drawn outside any graph."""
         if sampling.greedy:
             return {}
-        B, V = st.root.shape[0], self.target.config.vocab_size
+        V = self.target.config.vocab_size
         return {"uniform": torch.rand(B, nodes, generator=generator, device=self.device),
                 "race": exponential_noise((B, V), self.device, generator)}
 
@@ -320,7 +334,7 @@ class Engine:
         computes the accepted path's sibling ranks [B, D] and whether it stayed open [B] (no eager
         kernels for the probes); else the dict is empty."""
         ins = {"lengths": st.lengths, "logits": logits, **_tree_inputs(tree),
-               **self._noise(st, tree.num_nodes, sampling, generator)}
+               **self._noise(st.root.shape[0], tree.num_nodes, sampling, generator)}
         observed = self.observer is not None
         if observed and tree.rank is not None:  # None: path_ranks takes rank 0 inside the phase
             ins["rank"] = tree.rank
@@ -548,10 +562,3 @@ def _pick(logits: torch.Tensor, sampling: SamplingParams, race: torch.Tensor | N
     if sampling.greedy:
         return logits.argmax(-1)
     return sample_with(probs_from_logits(logits, sampling), race)
-
-
-def _next_token(logits: torch.Tensor, sampling: SamplingParams, generator) -> torch.Tensor:
-    """[B, V] -> [B]: argmax when greedy (no sampling kernel), else a draw from the processed distribution."""
-    if sampling.greedy:
-        return logits.argmax(-1)
-    return sample(probs_from_logits(logits, sampling), generator)

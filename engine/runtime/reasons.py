@@ -13,13 +13,13 @@ REPLAY = "replay"
 EAGER_OFF = "eager: CUDA graphs off"
 EAGER_NO_CUDA = "eager: no CUDA device"
 EAGER_NO_RUNNER = "eager: no graph runner given to the engine"
-EAGER_PREFILL = "eager: prefill (prompt shapes vary)"
+EAGER_PREFILL = "eager: prompt above the captured prefill sizes"
 EAGER_EXTEND = "eager: attention mode prefill (extend shapes vary)"
 EAGER_HOST_DRAFTER = "eager: host-side drafter (no forward)"
 EAGER_NO_FORWARD = "eager: no forward this cycle"
 
-# Eager by design, not worth a warning: graphs turned off, the prompt (its shape varies per
-# request), a drafter with no network (n-gram), a phase that ran no forward.
+# Eager by design, not worth a warning: graphs turned off, a prompt too long to capture (its
+# prefill is compute-bound), a drafter with no network (n-gram), a phase that ran no forward.
 EXPECTED_EAGER: frozenset[str] = frozenset({EAGER_OFF, EAGER_PREFILL, EAGER_HOST_DRAFTER, EAGER_NO_FORWARD})
 
 # ``source`` of the warnings the engine sends about its runner.

@@ -47,9 +47,13 @@ class EagerRunner:
 
     def phase(self, name: str, fn: Callable[..., tuple], inputs: dict[str, torch.Tensor],
               caches: tuple[KVCache, ...] = (), variant: Hashable = None,
-              state: dict[str, torch.Tensor] | None = None) -> tuple:
+              state: dict[str, torch.Tensor] | None = None, eager: str | None = None) -> tuple:
         """A whole phase of the cycle: here simply ``fn(**inputs, **state)`` (the graph runner captures it)."""
         return tuple(fn(**inputs, **(state or {})))
+
+    def prefill_width(self, batch: int, prompt_len: int, cache: KVCache) -> tuple[int, str | None]:
+        """No padding: an eager prefill attends over exactly the prompt."""
+        return prompt_len, self.reason
 
     def make_draft_cache(self, batch: int, max_len: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> KVCache:
         """A drafter KV cache (one layer) of this shape, on the target's device."""

@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 
 from eaglelab.engine.runtime.cuda_graphs import (
     EAGER_EXTEND, EAGER_HOST_DRAFTER, EAGER_NO_CUDA, EAGER_OFF, EAGER_PREFILL, REPLAY,
-    CudaGraphRunner, GraphPlan, bucket_for, draft_cache_len,
+    CudaGraphRunner, GraphPlan, bucket_for, draft_cache_len, prefill_bucket,
 )
 from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
 from eaglelab.engine.runtime.generate import Engine
@@ -29,10 +29,13 @@ PROMPTS = [[5, 9, 33, 7, 5, 9, 33], [100, 2, 3], [7, 7, 7, 7, 8, 1], [40, 41, 42
 class Recorder(CycleCollector):
     def __init__(self) -> None:
         super().__init__()
-        self.captures = []
+        self.captures, self.warnings = [], []
 
     def on_graph_captured(self, stats) -> None:
         self.captures.append(stats)
+
+    def on_warning(self, *args, **kw) -> None:
+        self.warnings.append((args, kw))
 
 
 class EmulatedGraph:
@@ -66,9 +69,11 @@ class EmulatedRunner(CudaGraphRunner):
         return EmulatedGraph(fn, outputs), outputs
 
 
-def _phase_graph(runner, name, bucket):
-    """The one graph captured for phase ``name`` in ``bucket``."""
-    found = [g for k, g in runner._graphs.items() if k[0] == "phase" and k[1] == name and k[2] == bucket]
+def _phase_graph(runner, name, bucket, prompt: bool = False):
+    """The one graph captured for phase ``name`` in ``bucket``: of a cycle, or with ``prompt`` of a prompt
+    (the prefill and the drafter's extend over the prompt: their inputs hold the padded ``ids``)."""
+    found = [g for k, g in runner._graphs.items() if k[0] == "phase" and k[1] == name and k[2] == bucket
+             and any(i[0] == "ids" for i in k[4]) == prompt]
     assert len(found) == 1, sorted(str(k) for k in runner._graphs)
     return found[0]
 
@@ -150,12 +155,13 @@ def test_plain_replay_matches_eager_and_pads_to_the_bucket(tiny, batch):
     ref = _engine(tiny, spec, None, EagerRunner(tiny)).generate(PROMPTS[:batch], 8)
     assert out.tokens == ref.tokens
     cycles = eng.observer.cycles
-    assert cycles[0].graph == {"prefill": EAGER_PREFILL}
+    assert cycles[0].graph == {"prefill": REPLAY}
     assert [c.graph for c in cycles[1:]] == [{"decode": REPLAY}] * 7
     bucket = bucket_for(batch, (1, 2, 4))
     assert _phase_graph(runner, "decode", bucket).graph.replays == 7
-    # lazily: one decode graph, for the bucket this run needed, reported to the observer
-    assert [(s.name, s.batch_size) for s in eng.observer.captures] == [("decode", bucket)]
+    assert _phase_graph(runner, "prefill", bucket, prompt=True).inputs["ids"].shape == (bucket, 16)
+    # lazily: the graphs of the bucket this run needed (the prompts padded to 16), reported to the observer
+    assert [(s.name, s.batch_size) for s in eng.observer.captures] == [("prefill", bucket), ("decode", bucket)]
 
 
 @pytest.mark.parametrize("kind", ["ngram", "eagle3"])
@@ -178,7 +184,52 @@ def test_spec_replay_matches_eager(tiny, kind, mode):
     if kind == "eagle3":  # the proposer drafted on the runner's static cache (the graphs bind it)
         assert runner.draft_cache is not None and drafter.cache is runner.draft_cache
         assert _phase_graph(runner, "draft", 4).graph.replays == len(graphs)
-        assert runner.fallbacks[("draft_extend", "eager: draft_extend shape [B, 7] not captured")] == 1  # the prompt
+        assert _phase_graph(runner, "draft_extend", 4, prompt=True).graph.replays == 1  # over the prompt
+        assert not [r for (_, r) in runner.fallbacks if r != EAGER_EXTEND], runner.fallbacks
+
+
+@given(st.integers(1, 5000))
+def test_a_prefill_bucket_is_the_next_power_of_two_from_16(n):
+    w = prefill_bucket(n)
+    assert w >= max(n, 16) and w & (w - 1) == 0 and (w == 16 or w < 2 * n)
+
+
+def test_prompts_replay_per_padded_width_and_long_ones_run_eager(tiny):
+    """Prompts of 7 and 5 tokens share the width-16 graphs; 20 tokens capture width 32; 40 tokens (64 wide,
+    above ``prefill_tokens``) run eagerly, by design (no warning). Every run's tokens == the eager runner's,
+    for the speculative engine too (the drafter's extend over the prompt follows the prefill's choice)."""
+    spec = SpecConfig("eagle3", num_steps=3, topk=1, cuda_graphs=True)
+    drafter = _drafter(tiny, spec, "eagle3")
+    runner = EmulatedRunner.for_engine(tiny, spec, drafter, max_len=96, buckets=(1,), prefill_tokens=32)
+    eng = _engine(tiny, spec, drafter, runner)
+    ref = _engine(tiny, spec, _drafter(tiny, spec, "eagle3"), EagerRunner(tiny, drafter.net))
+    long = [(i * 7) % 50 + 1 for i in range(40)]
+    for prompt, status in ((PROMPTS[0], REPLAY), (PROMPTS[3], REPLAY), (long[:20], REPLAY), (long, EAGER_PREFILL)):
+        eng.observer.cycles.clear()
+        assert eng.generate([prompt], 6).tokens == ref.generate([prompt], 6).tokens
+        assert eng.observer.cycles[0].graph == {"prefill": status}
+    widths = sorted(g.inputs["ids"].shape[1] for k, g in runner._graphs.items() if k[1] == "prefill")
+    assert widths == [16, 32]
+    assert runner.fallbacks[("prefill", EAGER_PREFILL)] == 1 == runner.fallbacks[("draft_extend", EAGER_PREFILL)]
+    assert not eng.observer.warnings
+
+
+@pytest.mark.parametrize("spec", [SpecConfig(cuda_graphs=True),
+                                  SpecConfig("eagle3", num_steps=2, topk=2, num_draft_tokens=4, cuda_graphs=True)])
+def test_a_sampled_prefill_replays_the_eager_draws(tiny, spec):
+    """Sampling: the prefill's first token comes from noise drawn outside the graph, so a replayed run
+    and an eager one with the same seed draw the same tokens."""
+    from eaglelab.engine.runtime.sampling import SamplingParams
+
+    sampling = SamplingParams(temperature=0.9, top_k=20)
+    drafter = _drafter(tiny, spec, "eagle3") if spec.enabled else None
+    runner = EmulatedRunner.for_engine(tiny, spec, drafter, max_len=64, buckets=(2,))
+    ref = EagerRunner(tiny, drafter.net if drafter else None)
+    outs = []
+    for eng in (_engine(tiny, spec, drafter, runner), _engine(tiny, spec, _drafter(tiny, spec, "eagle3"), ref)):
+        outs.append(eng.generate(PROMPTS[:2], 6, sampling, torch.Generator().manual_seed(11)).tokens)
+    assert outs[0] == outs[1]
+    assert _phase_graph(runner, "prefill", 2, prompt=True).graph.replays == 1
 
 
 def test_eagle3_tree_replay_matches_eager(tiny):
@@ -190,6 +241,8 @@ def test_eagle3_tree_replay_matches_eager(tiny):
     assert out.tokens == ref.tokens
     for phase in ("draft", "verify", "accept", "draft_extend"):
         assert _phase_graph(runner, phase, 2).graph.replays > 0, phase
+    for phase in ("prefill", "draft_extend"):
+        assert _phase_graph(runner, phase, 2, prompt=True).graph.replays == 1, phase
 
 
 def test_batch_above_the_largest_bucket_runs_eager(tiny):

