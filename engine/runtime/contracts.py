@@ -78,11 +78,13 @@ class Runner(Protocol):
 
     def phase(self, name: str, fn: Callable[..., tuple], inputs: dict[str, torch.Tensor],
               caches: tuple[KVCache, ...] = (), variant: Hashable = None,
-              state: dict[str, torch.Tensor] | None = None, eager: str | None = None) -> tuple:
+              state: dict[str, torch.Tensor] | None = None, eager: str | None = None,
+              compile: bool = True) -> tuple:
         """A whole phase of the cycle, ``fn(**inputs, **state)`` (batch-major tensors in and out), which
         may write only ``caches`` and ``state`` (from :meth:`make_state`, updated in place, never copied);
         the graph runner replays it as one CUDA graph per batch bucket (and per input shape), or runs it
-        eagerly when ``eager`` gives the reason (``"eager: ..."``)."""
+        eagerly when ``eager`` gives the reason (``"eager: ..."``); under --compile it compiles the phase
+        first unless ``compile`` is False (a phase run once per request: the prompt's)."""
 
     def prefill_width(self, batch: int, prompt_len: int, cache: KVCache) -> tuple[int, str | None]:
         """The width [B, W] to pad a prompt batch to, W >= ``prompt_len``, and None when the prefill on

@@ -13,7 +13,9 @@ graph's static buffers (rows B..b-1 are pad rows: token 0 at position 0, written
 their own cache row, seeing only that slot; no real row ever reads a pad row's cache row), the
 graph replays, and the first B rows of its static outputs are copied out. The prompt's prefill
 (and the drafter's extend over the prompt) is captured too, per batch bucket and padded width
-(:func:`prefill_bucket`: 16, 32, 64, ... up to ``prefill_tokens`` tokens). Anything else runs
+(:func:`prefill_bucket`: 16, 32, 64, ... up to ``prefill_tokens`` tokens), never compiled: a prompt
+runs once per request, and one compile per width and bucket (tens of seconds each) would cost more
+set-up than it could save. Anything else runs
 eagerly and the runner records why ("eager: <reason>"): a longer prompt, attention mode
 ``prefill`` (its extend forward sizes itself per call), a batch above the largest bucket, a shape
 not captured, graphs off, no CUDA.
@@ -422,7 +424,8 @@ class CudaGraphRunner:
 
     def phase(self, name: str, fn: Callable[..., tuple], inputs: dict[str, torch.Tensor],
               caches: tuple[KVCache, ...] = (), variant: Hashable = None,
-              state: dict[str, torch.Tensor] | None = None, eager: str | None = None) -> tuple:
+              state: dict[str, torch.Tensor] | None = None, eager: str | None = None,
+              compile: bool = True) -> tuple:
         """A whole phase ``fn(**inputs, **state) -> tuple of [B, ...] tensors`` as ONE graph per batch bucket.
 
         ``fn`` may only read ``inputs`` (batch-major tensors, copied into the graph's buffers) and fixed
@@ -430,6 +433,7 @@ class CudaGraphRunner:
         bound, updated in place by the replay, never copied); ``variant`` names what else ``fn`` depends
         on (sampling settings, tree shape). Captured on first use (per batch bucket and per-row input
         shapes), replayed after; eager, with the reason, where it cannot replay or ``eager`` says so.
+        Under --compile it is compiled before capture unless ``compile`` is False.
         """
         state = state or {}
         batch = next(iter({**inputs, **state}.values())).shape[0]
@@ -442,8 +446,7 @@ class CudaGraphRunner:
             if key not in self._graphs and key not in self._failed:
                 ins = _static_copy(inputs, b)
                 bound = {k: self._state[_state_key(k, v)][:b] for k, v in state.items()}
-                width = f", T={inputs['ids'].shape[1]}" if "ids" in inputs else ""  # a prompt's phase: per width
-                run = self._compiled(f"{name} [b={b}{width}]", fn)
+                run = self._compiled(f"{name} [b={b}]", fn) if compile else fn
                 self._capture(key, name, b, ins, lambda: tuple(run(**ins, **bound)), caches,
                               None if run is fn else lambda: tuple(fn(**ins, **bound)), tuple(bound.values()))
             reason = self._failed.get(key)

@@ -199,7 +199,8 @@ class Engine:
 
     # ---- prefill -----------------------------------------------------------------------------
     def _prefill(self, prompts, max_new, sampling, generator) -> Batch:
-        """The prompts' forward (one phase: a graph per batch bucket and padded width), the first token."""
+        """The prompts' forward (one phase: a graph per batch bucket and padded width, not compiled: it runs
+        once per request), the first token."""
         B, N = len(prompts), self.spec.draft_tokens if self.spec.enabled else 1
         lens = torch.tensor([len(p) for p in prompts], device=self.device)
         T = int(max(len(p) for p in prompts))
@@ -212,7 +213,7 @@ class Engine:
         ins = {"ids": ids, "lengths": lens, **self._noise(B, 1, sampling, generator)}
         with self.clock.phase("prefill"):
             first, *aux = self.runner.phase("prefill", self._prefill_fn(cache, sampling), ins, (cache,),
-                                            (sampling, self._taps()), eager=eager)  # [B], ([B, W, taps * H])
+                                            (sampling, self._taps()), eager=eager, compile=False)  # [B], ([B, W, taps * H])
         st = Batch(cache=cache, **self._new_state(lens, first, cache, max_new), prompts=prompts, prompt_lens=lens)
         emit_tokens(st.state(), first[:, None], torch.ones_like(lens), self.eos)
         if self.drafter is not None:

@@ -47,7 +47,8 @@ class EagerRunner:
 
     def phase(self, name: str, fn: Callable[..., tuple], inputs: dict[str, torch.Tensor],
               caches: tuple[KVCache, ...] = (), variant: Hashable = None,
-              state: dict[str, torch.Tensor] | None = None, eager: str | None = None) -> tuple:
+              state: dict[str, torch.Tensor] | None = None, eager: str | None = None,
+              compile: bool = True) -> tuple:
         """A whole phase of the cycle: here simply ``fn(**inputs, **state)`` (the graph runner captures it)."""
         return tuple(fn(**inputs, **(state or {})))
 

@@ -95,9 +95,9 @@ class CountingRunner(EagerRunner):
         super().__init__(*args, **kw)
         self.calls: dict[str, int] = {}
 
-    def phase(self, name, fn, inputs, caches=(), variant=None, state=None, eager=None):
+    def phase(self, name, fn, inputs, caches=(), variant=None, state=None, eager=None, compile=True):
         self.calls[name] = self.calls.get(name, 0) + 1
-        return super().phase(name, fn, inputs, caches, variant, state, eager)
+        return super().phase(name, fn, inputs, caches, variant, state, eager, compile)
 
 
 @pytest.mark.parametrize("lag", [0, 1])

@@ -49,9 +49,9 @@ class _CompilingRunner:
     def __getattr__(self, name):  # everything but phase(): the eager runner's
         return getattr(self.eager, name)
 
-    def phase(self, name, fn, inputs, caches=(), variant=None, state=None, eager=None):
+    def phase(self, name, fn, inputs, caches=(), variant=None, state=None, eager=None, compile=True):
         state = state or {}
-        if eager is not None:  # as the graph runner: no capture (so no compile) for an eager phase
+        if eager is not None or not compile:  # as the graph runner: an eager or uncompiled phase
             return tuple(fn(**inputs, **state))
         key = (name, variant, tuple(id(c) for c in caches),
                tuple((k, tuple(v.shape), v.dtype) for k, v in {**inputs, **state}.items()))
