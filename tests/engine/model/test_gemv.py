@@ -147,8 +147,8 @@ def test_every_projection_and_the_head_go_through_kernels_gemv():
 @torch.no_grad()
 def test_engine_phases_pass_the_gemv_to_the_head_and_speculation_stays_lossless():
     """Plain greedy and EAGLE-3 speculation (float32) with every projection on the stand-in GEMV give the
-    plain eager tokens; the decode phase hands the head its rows (B = 2: [2, H] -> V) and the verify phase
-    hands it the tree's (B x N = 2 x 4 = 8 rows)."""
+    plain eager tokens; the prefill and the decode phase hand the head their rows (B = 2: [2, H] -> V; the
+    prefill its rows' last positions only) and the verify phase hands it the tree's (B x N = 2 x 4 = 8 rows)."""
     from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
     from eaglelab.engine.runtime.drafters import Eagle3Proposer
     from eaglelab.engine.runtime.generate import Engine
@@ -163,7 +163,7 @@ def test_engine_phases_pass_the_gemv_to_the_head_and_speculation_stays_lossless(
     kernels = replace(EAGER_KERNELS, gemv=gemv)
     got = Engine(model, spec=SpecConfig(), runner=EagerRunner(model, kernels=kernels)).generate(prompts, 8).tokens
     assert got == plain
-    assert sum(1 for rows, n, _ in gemv.calls if n == V and rows == 2) == 7, "the head of each of 7 decode steps"
+    assert sum(1 for rows, n, _ in gemv.calls if n == V and rows == 2) == 8, "the head of the prefill and 7 decode steps"
     spec = SpecConfig("eagle3", num_steps=3, topk=1, num_draft_tokens=4)
     net, taps = random_eagle3(model, seed=5, draft_vocab=256)
     gemv.calls.clear()
