@@ -1,0 +1,183 @@
+"""A Triton attention kernel for the few query rows of a decode, a verify or a draft step:
+``softmax(q k^T / sqrt(D), masked) v`` for q [B, NH, T, D] (T <= 16) over a layer of the static KV cache
+k, v [B, KVH, S, D] (read through its strides, never copied) under a bool mask [B, T, S] (True = attend:
+the engine's prefix masks for a decode, tree masks for a verify or a draft step).
+
+At bs 1 a decode's attention is a few small reads that SDPA, made for many query rows, spreads thinly.
+Here one program takes the GROUP = NH / KVH query heads that share a KV head, all T rows of each (a
+tensor-core dot of GROUP * T rows padded to 16), so each K and V row is read once per KV head; the
+cache's slots are split across programs (flash-decoding: each split keeps a partial max, sum and
+weighted sum in float32, and a small second kernel merges the splits), so even one row fills the GPU;
+and a block of slots whose mask slice is all False is skipped before its K and V are read: a static
+cache of 2048 slots with 150 in use reads ~150 slots' worth, not 2048. A row with no allowed slot gives
+zeros (SDPA gives NaN there; the engine's masks always allow a row's own slot).
+
+The kernel is a PyTorch custom op (``torch.ops.eaglelab.decode_attention``, with a shape-only fake
+implementation) so it composes with ``torch.compile(fullgraph=True)`` and CUDA-graph capture. Triton is
+optional: it is imported on first use only (``decode_attention_kernels.py``); without it (or without CUDA)
+the kernel is unavailable with a reason and attention takes SDPA.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from typing import Callable, NamedTuple
+
+import torch
+import torch.nn.functional as F
+
+MAX_ROWS = 16  # query rows (T) per sequence the kernel takes; more is a prefill, SDPA's job
+DTYPES = (torch.bfloat16, torch.float16)
+HEAD_DIMS = (16, 32, 64, 128, 256)  # tl.arange needs a power of two
+
+
+class AttnPlan(NamedTuple):
+    """How a call is cut: cache slots per block, splits of the cache (programs per KV head), warps."""
+
+    block_s: int
+    splits: int
+    num_warps: int
+
+
+def plan(batch: int, kv_heads: int, slots: int, sms: int, block_s: int = 64, max_splits: int = 16) -> AttnPlan:
+    """The cut for ``slots`` static cache slots: one split while the cache is a couple of blocks (a merge
+    kernel would cost more than it saves), else enough splits for about one program per SM (at most one
+    per block, at most ``max_splits``: the merge reads every split's partial).
+
+    Example: 8B at bs 1 (8 KV heads) on 132 SMs: 128 slots -> 1 split; 2048 slots (32 blocks of 64) ->
+    min(ceil(132 / 8), 32, 16) = 16 splits; at bs 8 -> ceil(132 / 64) = 3 splits."""
+    blocks = -(-slots // block_s)
+    if blocks <= 2:
+        return AttnPlan(block_s, 1, 4)
+    return AttnPlan(block_s, max(1, min(-(-sms // (batch * kv_heads)), blocks, max_splits)), 4)
+
+
+def triton_unavailable() -> str | None:
+    """Why the kernel cannot run here (None: it can): Triton not importable, or the op not registered."""
+    try:
+        load_op()
+    except Exception as exc:  # noqa: BLE001 - any import or registration failure is the reason
+        return f"Triton decode attention unavailable ({type(exc).__name__}: {_first_line(exc)})"
+    return None
+
+
+def dtype_refusal(dtype: torch.dtype) -> str | None:
+    """Why a model whose weights are ``dtype`` has no call taken (None: it can)."""
+    if dtype in DTYPES:
+        return None
+    return f"{str(dtype).removeprefix('torch.')} weights (the decode attention takes bfloat16 or float16)"
+
+
+def refusal(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, unavailable: str | None = None) -> str | None:
+    """Why attention of q [B, NH, T, D] over k [B, KVH, S, D] under ``mask`` does not take the kernel (None: it does)."""
+    if unavailable is not None:
+        return unavailable
+    if torch.is_grad_enabled():
+        return "gradients on (the decode attention has no backward)"
+    if mask is None:
+        return "no mask (a causal prefill: SDPA's job)"
+    T, D = q.shape[2], q.shape[3]
+    if not 1 <= T <= MAX_ROWS:
+        return f"{T} query rows (the decode attention takes 1..{MAX_ROWS})"
+    if q.dtype not in DTYPES or k.dtype != q.dtype:
+        return f"dtypes {q.dtype}/{k.dtype} (the decode attention takes bfloat16 or float16, alike)"
+    if D not in HEAD_DIMS:
+        return f"head dim {D} (the decode attention takes {', '.join(map(str, HEAD_DIMS))})"
+    if q.shape[1] % k.shape[1] != 0:
+        return f"{q.shape[1]} query heads over {k.shape[1]} KV heads (not whole groups)"
+    if mask.dtype != torch.bool or tuple(mask.shape) != (q.shape[0], T, k.shape[2]):
+        return f"mask {mask.dtype} {tuple(mask.shape)} (expected bool {(q.shape[0], T, k.shape[2])})"
+    if q.device.type != "cuda":
+        return f"not CUDA (device {q.device.type})"
+    return None
+
+
+class TritonDecodeAttention:
+    """The attention a forward uses for a few query rows (``Kernels.attention``):
+    ``attention(q [B, NH, T, D], k, v [B, KVH, S, D], mask [B, T, S]) -> [B, NH, T, D]``.
+
+    The first eager call of each (T, D, group) shape is checked against SDPA on its own inputs (a host
+    sync, once per shape); if the kernel fails or disagrees there, it is switched off for good and
+    ``reason`` says why: callers then take SDPA. Compiled and captured calls run the op as planned.
+    ``setup_seconds`` is the checking time (kept out of tok/s like a compile)."""
+
+    def __init__(self, log: Callable[[str], None] | None = None, sms: int | None = None) -> None:
+        self.log = log
+        self.sms = sms if sms is not None else _multiprocessors()  # read here: never inside a compiled trace
+        self.reason = triton_unavailable()
+        self.checked: set[tuple[int, int, int]] = set()
+        self.setup_seconds = 0.0
+
+    def refusal(self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None) -> str | None:
+        """Why this call does not take the kernel (None: it does)."""
+        return refusal(q, k, mask, self.reason)
+
+    def plan(self, q: torch.Tensor, k: torch.Tensor) -> AttnPlan:
+        """The cut of this call (a function of the shapes only: compiled and captured calls make the same)."""
+        return plan(q.shape[0], k.shape[1], k.shape[2], self.sms)
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """q [B, NH, T, D], k/v [B, KVH, S, D], mask bool [B, T, S] -> [B, NH, T, D] in q's dtype."""
+        if self.reason is not None:  # off for good (no Triton, or the kernel failed here)
+            return sdpa(q, k, v, mask)
+        q = q if q.stride(-1) == 1 else q.contiguous()  # rows may be strided, elements not
+        k = k if k.stride(-1) == 1 else k.contiguous()
+        v = v if v.stride(-1) == 1 else v.contiguous()
+        key = (q.shape[2], q.shape[3], q.shape[1] // k.shape[1])
+        if key not in self.checked and not torch.compiler.is_compiling() and not _capturing(q):
+            if not self._check(key, q, k, v, mask):
+                return sdpa(q, k, v, mask)
+        return torch.ops.eaglelab.decode_attention(q, k, v, mask, *self.plan(q, k))
+
+    def _check(self, key, q, k, v, mask) -> bool:
+        """Run the kernel on these inputs against SDPA in float32; off for good (``reason``) if it fails or disagrees."""
+        t0 = time.perf_counter()
+        try:
+            got = torch.ops.eaglelab.decode_attention(q, k, v, mask, *self.plan(q, k)).float()
+            ref = sdpa(q.float(), k.float(), v.float(), mask)
+            seen = mask.any(-1)[:, None, :, None]  # [B, 1, T, 1]: rows with an allowed slot (SDPA: NaN otherwise)
+            err = (got - ref).abs().where(seen, 0.0).max().item()
+            tolerance = 0.02 * ref.abs().where(seen, 0.0).max().item() + 1e-2  # bf16 roundings; a wrong kernel is far off
+            if not err <= tolerance:
+                self.reason = f"eager: Triton decode attention disagreed with SDPA (T {key[0]}, D {key[1]}: " \
+                              f"max |error| {err:.3g} > {tolerance:.3g})"
+        except Exception as exc:  # noqa: BLE001 - a kernel that does not compile here is switched off, and said
+            self.reason = f"eager: Triton decode attention failed (T {key[0]}, D {key[1]}: " \
+                          f"{type(exc).__name__}: {_first_line(exc)})"
+        self.setup_seconds += time.perf_counter() - t0
+        if self.reason is not None:
+            if self.log is not None:
+                self.log(self.reason)
+            return False
+        self.checked.add(key)
+        return True
+
+
+def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The engine's attention (``layers.attend``'s): SDPA with the bool mask, the KV heads shared over their groups."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], enable_gqa=q.shape[1] != k.shape[1])
+
+
+def _multiprocessors() -> int:
+    """The current CUDA device's SMs (8 without CUDA: Triton's interpreter on CPU, where any plan works)."""
+    if not torch.cuda.is_available():
+        return 8
+    return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
+
+
+def _capturing(x: torch.Tensor) -> bool:
+    return x.is_cuda and torch.cuda.is_current_stream_capturing()
+
+
+def _first_line(exc: Exception) -> str:
+    lines = [line for line in str(exc).splitlines() if line.strip()]
+    return lines[0][:120] if lines else ""
+
+
+@functools.cache
+def load_op() -> Callable[..., torch.Tensor]:
+    """Import Triton and our kernels, and register ``torch.ops.eaglelab.decode_attention`` (once per process)."""
+    from eaglelab.engine.model import decode_attention_kernels  # imports triton: ImportError without it
+
+    return decode_attention_kernels.register()

@@ -1,0 +1,143 @@
+"""The Triton kernels behind ``torch.ops.eaglelab.decode_attention`` (see ``decode_attention.py``, which
+imports this module only when it is asked for the kernel: importing it imports Triton).
+
+``attention_kernel``: program (b * KVH + kv head, split) holds the query rows of the GROUP heads that share
+one KV head (row m = g * T + t: head kv_head * GROUP + g, query t), and walks the split's blocks of
+``BLOCK_S`` cache slots, interleaved (blocks split, split + SPLITS, ...: the used prefix of a static cache
+is spread over every split). A block whose mask slice is all False is skipped before K or V is read. Per
+row it keeps an online softmax in float32 (running max, running sum, the weighted sum of V rows), in log2
+units (exp2). With one split it writes the normalised output; with several, its partial (acc, max, sum)
+goes to a float32 workspace and ``combine_kernel`` merges the splits of each row, in order. The rounds per
+split are a compile-time constant (a kernel per static cache length: a run has one or two); so are the
+splits.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+LOG2E = 1.4426950408889634
+
+
+@triton.jit
+def attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, acc_ptr, ml_ptr,
+                     NH, T, S, GROUP, qk_scale,
+                     stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_ks,
+                     stride_vb, stride_vh, stride_vs, stride_mb, stride_mt, stride_ms,
+                     stride_ob, stride_oh, stride_ot,
+                     BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, HEAD_D: tl.constexpr, SPLITS: tl.constexpr,
+                     ROUNDS: tl.constexpr, PARTIAL: tl.constexpr):
+    """One KV head of one batch row, one split of the cache: softmax(q k^T * scale, masked) v for its rows."""
+    pid_bh, split = tl.program_id(0), tl.program_id(1)
+    KVH = NH // GROUP
+    b, kvh = pid_bh // KVH, pid_bh % KVH
+    rows = tl.arange(0, BLOCK_M)  # [BM] m = g * T + t (padded to BM)
+    t = rows % T
+    heads = kvh * GROUP + rows // T
+    live = rows < GROUP * T
+    d = tl.arange(0, HEAD_D)  # [D]
+    q = tl.load(q_ptr + b * stride_qb + heads[:, None] * stride_qh + t[:, None] * stride_qt + d[None, :],
+                mask=live[:, None], other=0.0)  # [BM, D]
+    k_base = k_ptr + b * stride_kb + kvh * stride_kh
+    v_base = v_ptr + b * stride_vb + kvh * stride_vh
+    m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)  # running max (log2 units)
+    l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)  # running sum of exp2(score - max)
+    acc = tl.zeros((BLOCK_M, HEAD_D), dtype=tl.float32)  # running sum of weights * V
+    for i in range(ROUNDS):  # this split's blocks: split, split + SPLITS, ... (ROUNDS = ceil(blocks / SPLITS))
+        cols = (split + i * SPLITS) * BLOCK_S + tl.arange(0, BLOCK_S)  # [BS] cache slots
+        in_cache = cols < S  # False past the cache (the last round of a split may be past it)
+        allowed = tl.load(mask_ptr + b * stride_mb + t[:, None] * stride_mt + cols[None, :] * stride_ms,
+                          mask=live[:, None] & in_cache[None, :], other=0) != 0  # [BM, BS]
+        if tl.max(allowed.to(tl.int32)) > 0:  # an all-False block costs its mask read only
+            k = tl.load(k_base + cols[:, None] * stride_ks + d[None, :], mask=in_cache[:, None], other=0.0)  # [BS, D]
+            scores = tl.dot(q, tl.trans(k)) * qk_scale  # [BM, BS] float32, log2 units
+            scores = tl.where(allowed, scores, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(scores, axis=1))  # [BM]
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row with nothing allowed yet stays 0
+            p = tl.exp2(scores - m_safe[:, None])  # [BM, BS]
+            alpha = tl.exp2(m_i - m_safe)  # [BM] rescales what came before
+            l_i = l_i * alpha + tl.sum(p, axis=1)
+            v = tl.load(v_base + cols[:, None] * stride_vs + d[None, :], mask=in_cache[:, None], other=0.0)  # [BS, D]
+            acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
+            m_i = m_new
+    if PARTIAL:  # workspace rows (b, head, t) x SPLITS: acc [.., D], (max, sum)
+        row = (b * NH + heads) * T + t  # [BM]
+        slot = row * SPLITS + split
+        tl.store(acc_ptr + slot[:, None] * HEAD_D + d[None, :], acc, mask=live[:, None])
+        tl.store(ml_ptr + slot * 2, m_i, mask=live)
+        tl.store(ml_ptr + slot * 2 + 1, l_i, mask=live)
+    else:
+        out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a row with no allowed slot: zeros
+        tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + t[:, None] * stride_ot + d[None, :],
+                 out.to(out_ptr.dtype.element_ty), mask=live[:, None])
+
+
+@triton.jit
+def combine_kernel(acc_ptr, ml_ptr, out_ptr, NH, T, SPLITS,
+                   stride_ob, stride_oh, stride_ot, BLOCK_SPLITS: tl.constexpr, HEAD_D: tl.constexpr):
+    """out[b, h, t] = the splits' partials of row (b, h, t) merged: sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s."""
+    row = tl.program_id(0)
+    t, h, b = row % T, (row // T) % NH, row // (T * NH)
+    s = tl.arange(0, BLOCK_SPLITS)  # [BSp]
+    ok = s < SPLITS
+    m = tl.load(ml_ptr + (row * SPLITS + s) * 2, mask=ok, other=float("-inf"))  # [BSp]
+    l = tl.load(ml_ptr + (row * SPLITS + s) * 2 + 1, mask=ok, other=0.0)
+    top = tl.max(m, axis=0)
+    top = tl.where(top == float("-inf"), 0.0, top)
+    w = tl.exp2(m - top)  # [BSp]: 0 for a split that saw no allowed slot
+    d = tl.arange(0, HEAD_D)
+    acc = tl.load(acc_ptr + (row * SPLITS + s[:, None]) * HEAD_D + d[None, :], mask=ok[:, None], other=0.0)  # [BSp, D]
+    total = tl.sum(w * l, axis=0)
+    out = tl.sum(acc * w[:, None], axis=0) / tl.where(total == 0.0, 1.0, total)  # [D]
+    tl.store(out_ptr + b * stride_ob + h * stride_oh + t * stride_ot + d, out.to(out_ptr.dtype.element_ty))
+
+
+def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, block_s: int,
+                     splits: int, num_warps: int) -> torch.Tensor:
+    """q [B, NH, T, D], k/v [B, KVH, S, D] (any strides but the last), mask bool [B, T, S] -> [B, NH, T, D]
+    in q's dtype (stored [B, T, NH, D]: the o projection's input is then a view)."""
+    B, NH, T, D = q.shape
+    KVH, S = k.shape[1], k.shape[2]
+    out = _empty_out(q)
+    allowed = mask.view(torch.uint8)  # same bytes, same strides
+    partial = splits > 1
+    if partial:
+        acc = torch.empty(B * NH * T * splits * D, dtype=torch.float32, device=q.device)
+        ml = torch.empty(B * NH * T * splits * 2, dtype=torch.float32, device=q.device)
+    else:
+        acc = ml = out  # unread pointers
+    block_m = max(16, triton.next_power_of_2(NH // KVH * T))  # tl.dot takes >= 16 rows
+    attention_kernel[(B * KVH, splits)](
+        q, k, v, allowed, out, acc, ml, NH, T, S, NH // KVH, LOG2E / D ** 0.5,
+        q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+        v.stride(0), v.stride(1), v.stride(2), allowed.stride(0), allowed.stride(1), allowed.stride(2),
+        out.stride(0), out.stride(1), out.stride(2),
+        BLOCK_M=block_m, BLOCK_S=block_s, HEAD_D=D, SPLITS=splits, ROUNDS=triton.cdiv(triton.cdiv(S, block_s), splits),
+        PARTIAL=partial, num_warps=num_warps, num_stages=1)
+    if partial:
+        combine_kernel[(B * NH * T,)](acc, ml, out, NH, T, splits, out.stride(0), out.stride(1), out.stride(2),
+                                      BLOCK_SPLITS=triton.next_power_of_2(splits), HEAD_D=D, num_warps=1)
+    return out
+
+
+def _empty_out(q: torch.Tensor) -> torch.Tensor:
+    """[B, NH, T, D] viewing a [B, T, NH, D] buffer."""
+    B, NH, T, D = q.shape
+    return q.new_empty(B, T, NH, D).transpose(1, 2)
+
+
+def _shape_only(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, block_s: int, splits: int,
+                num_warps: int) -> torch.Tensor:
+    """What torch.compile traces with: the output's shape, strides and dtype, no kernel."""
+    return _empty_out(q)
+
+
+def register():
+    """``torch.ops.eaglelab.decode_attention``: an opaque custom op with a shape-only (fake) implementation,
+    so torch.compile(fullgraph) keeps it as one call in its graph and CUDA graphs capture its launches.
+    Called once per process (``decode_attention.load_op`` caches it)."""
+    op = torch.library.custom_op("eaglelab::decode_attention", decode_attention, mutates_args=())
+    op.register_fake(_shape_only)
+    return op
