@@ -1,10 +1,11 @@
 """``eaglelab bench``: plain, speculative and HF decoding side by side on MT-bench prompts.
 
 Configurations (``--configs``): plain-eager, plain-graphs, plain-compile, plain-graphs-gemv,
-plain-compile-gemv, spec-prefill, spec-prefill-graphs, spec-decode, spec-decode-graphs, spec-compile,
-spec-compile-gemv, hf (``*-compile``: graphs with torch.compile'd phases; ``*-gemv``: the projections
-of M <= 16 rows on our Triton GEMV kernel, skipped with the reason where Triton or CUDA is missing
-or the model is float32; run only when named). Graph configurations need CUDA (skipped on CPU, and
+plain-compile-gemv, plain-compile-gemv-attn, spec-prefill, spec-prefill-graphs, spec-decode, spec-decode-graphs,
+spec-compile, spec-compile-gemv, spec-compile-gemv-attn, hf (``*-compile``: graphs with torch.compile'd phases;
+``*-gemv``: the projections of M <= 16 rows on our Triton GEMV kernel; ``*-attn``: also the attention of
+<= 16 query rows on our Triton decode attention; these are skipped with the reason where Triton or CUDA is
+missing or the model is float32, and run only when named). Graph configurations need CUDA (skipped on CPU, and
 the speedup baseline is then plain-eager). ``--scale-model`` swaps the target for a random-weight
 model of a named real shape (cost measurements only: acceptance on random weights means nothing).
 ``--tp N`` runs the same harness over N tensor-parallel ranks (launch with ``torchrun
@@ -36,9 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "drafter, for cost): llama3.1-8b | kimi-like | smollm2-135m | tiny")
     # Greedy, and each configuration chooses graphs, compile and the verify mode: not flags here.
     p.set_defaults(temperature=0.0, top_k=0, top_p=1.0, attention_mode="decode", cuda_graphs=False, compile=False,
-                   gemv=False)
+                   gemv=False, decode_attn=False)
     w = p.add_argument_group("workload")
-    w.add_argument("--configs", default=None, help="comma list (default: all but the *-gemv ones; graph configs only "
+    w.add_argument("--configs", default=None, help="comma list (default: all but the *-gemv and *-attn ones; graph configs only "
                                                    "on CUDA; none: no configuration, for --profile)")
     w.add_argument("--batch-sizes", default=None, help=f"comma list (default CUDA {GPU_DEFAULTS['batch_sizes']}, "
                                                         f"CPU {CPU_DEFAULTS['batch_sizes']})")
@@ -185,13 +186,13 @@ def _release(device) -> None:
 # ---- setup -----------------------------------------------------------------------------------------
 def _configs(args, default: str | None = None) -> list[str]:
     """The --configs names (checked), else ``default`` (a comma list), else every configuration but
-    the ``*-gemv`` ones."""
+    the ``*-gemv`` and ``*-attn`` ones (our Triton kernels)."""
     from eaglelab.engine.errors import EagleLabError
     from eaglelab.bench.harness import CONFIGS
 
     text = args.configs or default
     if text is None:
-        return [name for name, cfg in CONFIGS.items() if not cfg.gemv]
+        return [name for name, cfg in CONFIGS.items() if not cfg.triton]
     if text.strip() == "none":  # only the --tp section, --profile and the micro-measure
         if not (getattr(args, "profile", False) or getattr(args, "tp", None) is not None
                 or getattr(args, "micro", False) or getattr(args, "micro_only", False)):
@@ -369,6 +370,7 @@ def _report(args, setup, rows, micro, captures, head) -> dict[str, Any]:
         "captures": captures,
         "headline": head,
         **({"gemv_tilings": _gemv_tilings(ctx.gemv)} if ctx.gemv is not None else {}),
+        **({"decode_attention": _decode_attention(ctx.attention)} if ctx.attention is not None else {}),
     }
 
 
@@ -379,6 +381,12 @@ def _gemv_tilings(gemv) -> dict[str, Any]:
     return {"reason": gemv.reason, "tune_seconds": gemv.setup_seconds,
             "chosen": [{"n": n, "k": k, "rows_bucket": m, "choice": describe(cfg), **cfg._asdict()}
                        for (n, k, m), cfg in gemv.chosen.items()]}
+
+
+def _decode_attention(attention) -> dict[str, Any]:
+    """The Triton decode attention's state: why it is off (if it is), checking time, the shapes checked."""
+    return {"reason": attention.reason, "check_seconds": attention.setup_seconds, "sms": attention.sms,
+            "checked": [{"query_rows": t, "head_dim": d, "group": g} for t, d, g in sorted(attention.checked)]}
 
 
 def _f(v, pattern: str = "{:.2f}") -> str:
@@ -461,7 +469,9 @@ def _eager_reasons(rows) -> list[str]:
                 seen.setdefault(status, set()).add(f"{r.config} {_SHORT.get(phase, phase)}")
     lines = [f"  E = {why}: {', '.join(sorted(where))}" for why, where in seen.items()]
     off = {r.gemv for r in rows if r.gemv not in (None, "on")}
-    return lines + [f"  GEMV off (F.linear instead): {why}" for why in sorted(off)]
+    attn_off = {r.decode_attn for r in rows if r.decode_attn not in (None, "on")}
+    return (lines + [f"  GEMV off (F.linear instead): {why}" for why in sorted(off)]
+            + [f"  decode attention off (SDPA instead): {why}" for why in sorted(attn_off)])
 
 
 def _compile_fallback_lines(rows) -> list[str]:

@@ -32,6 +32,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gemv", action=argparse.BooleanOptionalAction, default=False,
                    help="run the projections of a decode or small verify (<= 16 rows, bf16/fp16, CUDA) on our "
                         "Triton GEMV kernel, tuned per weight shape on first use (default: off)")
+    g.add_argument("--decode-attn", action=argparse.BooleanOptionalAction, default=False,
+                   help="run the attention of a decode, verify or draft step (<= 16 query rows, bf16/fp16, CUDA) on "
+                        "our Triton kernel made for a few rows over the static cache; prefill keeps SDPA (default: off)")
 
 
 def add_model_args(p: argparse.ArgumentParser, max_new_tokens: int | None, max_new_help: str = "") -> None:
@@ -196,6 +199,8 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
                                  "CUDA events cannot be compiled); --no-compile times every one")
     if getattr(args, "gemv", False):  # commands that declare no --gemv build sessions too
         _add_gemv(session, log)
+    if getattr(args, "decode_attn", False):
+        _add_decode_attn(session, log)
     if session.spec.cuda_graphs and device.type == "cuda":
         session.runner_factory = _graph_runner_factory(session)
         session.notes.append("CUDA graphs: each phase of a cycle captured as one graph, lazily per batch bucket; "
@@ -221,6 +226,27 @@ def _add_gemv(s: Session, log: Callable[[str], None]) -> None:
         s.notes.append(f"--gemv: off for {why}, F.linear instead")
     else:
         s.notes.append("--gemv: projections of <= 16 rows on the Triton GEMV (bf16/fp16)")
+
+
+def _add_decode_attn(s: Session, log: Callable[[str], None]) -> None:
+    """--decode-attn: the session's kernels take the Triton decode attention; where it cannot run, a note
+    says why (the device first, as for --gemv)."""
+    from dataclasses import replace
+
+    from eaglelab.engine.model.decode_attention import TritonDecodeAttention, dtype_refusal
+    from eaglelab.engine.model.layers import EAGER_KERNELS
+
+    attention = TritonDecodeAttention(log)
+    s.kernels = replace(s.kernels or EAGER_KERNELS, attention=attention)
+    if s.target.device.type != "cuda":
+        s.notes.append(f"--decode-attn: off on {s.target.device.type} (a CUDA kernel), SDPA instead")
+    elif attention.reason is not None:
+        s.notes.append(f"--decode-attn: off, SDPA instead: {attention.reason}")
+    elif (why := dtype_refusal(s.target.dtype)) is not None:
+        s.notes.append(f"--decode-attn: off for {why}, SDPA instead")
+    else:
+        s.notes.append("--decode-attn: attention of <= 16 query rows on the Triton decode attention (bf16/fp16); "
+                       "prefill on SDPA")
 
 
 def _graph_runner_factory(s: Session) -> Callable[..., Any]:

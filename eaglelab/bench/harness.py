@@ -61,6 +61,12 @@ class BenchConfig:
     description: str = ""
     compile: bool = False  # each captured phase torch.compile'd whole
     gemv: bool = False  # projections of M <= 16 rows on the Triton GEMV (engine/model/gemv.py)
+    attn: bool = False  # attention of T <= 16 query rows on the Triton decode attention (engine/model/decode_attention.py)
+
+    @property
+    def triton(self) -> bool:
+        """Whether this config asks for one of our Triton kernels (run only when named)."""
+        return self.gemv or self.attn
 
 
 CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
@@ -72,6 +78,8 @@ CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
                 description="plain greedy, CUDA graphs, Triton GEMV for the projections"),
     BenchConfig("plain-compile-gemv", False, "decode", True, compile=True, gemv=True,
                 description="plain greedy, CUDA graphs + torch.compile'd phases + Triton GEMV"),
+    BenchConfig("plain-compile-gemv-attn", False, "decode", True, compile=True, gemv=True, attn=True,
+                description="plain greedy, CUDA graphs + torch.compile'd phases + Triton GEMV + Triton decode attention"),
     BenchConfig("spec-prefill", True, "prefill", False, description="speculative, verify as eager extend"),
     BenchConfig("spec-prefill-graphs", True, "prefill", True, description="speculative, drafter captured, verify eager extend"),
     BenchConfig("spec-decode", True, "decode", False, description="speculative, decode-mode verify, eager"),
@@ -80,6 +88,9 @@ CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
                 description="speculative, decode-mode verify, CUDA graphs + torch.compile'd phases"),
     BenchConfig("spec-compile-gemv", True, "decode", True, compile=True, gemv=True,
                 description="speculative, decode-mode verify, CUDA graphs + torch.compile'd phases + Triton GEMV"),
+    BenchConfig("spec-compile-gemv-attn", True, "decode", True, compile=True, gemv=True, attn=True,
+                description="speculative, decode-mode verify, CUDA graphs + torch.compile'd phases + Triton GEMV "
+                            "+ Triton decode attention"),
     BenchConfig("hf", False, "decode", False, peer=True, description="HF transformers generate (eager)"),
 )}
 
@@ -106,6 +117,7 @@ class BenchRow:
     graph: dict[str, str] = field(default_factory=dict)  # phase -> most common "replay" | "eager: why"
     skipped: str | None = None
     gemv: str | None = None  # configs asking for the Triton GEMV: "on", or why it went off during the run
+    decode_attn: str | None = None  # configs asking for the Triton decode attention: "on", or why it went off
     allreduce: dict[str, Any] | None = None  # --tp: the observed call's collectives (eaglelab/bench/tp.py)
     # *-compile configs: each phase compile of this config that fell back to eager (the phase then ran its
     # eager layers, inside its graph: still "R"), with its reason; under --tp from every rank ("rank r: ...")
@@ -143,10 +155,11 @@ class BenchContext:
     tp: Any = None  # TPGroup under --tp: every rank runs every call; the observed call also times collectives
     compile_mode: str | None = None  # torch.compile mode (None: inductor's default)
     gemv: Any = None  # the Triton GEMV (TritonGemv), built on the first config that asks; its tunings shared
+    attention: Any = None  # the Triton decode attention (TritonDecodeAttention), built on the first config that asks
 
-    def kernels(self, compile_: bool, gemv: bool = False):
+    def kernels(self, compile_: bool, gemv: bool = False, attn: bool = False):
         """The layers' kernels for a config: compiled ones (built once, shared) or the eager ones,
-        with the Triton GEMV when asked."""
+        with the Triton GEMV and the Triton decode attention when asked."""
         base = EAGER_KERNELS
         if compile_:
             if self.compiled is None:
@@ -155,7 +168,8 @@ class BenchContext:
 
                 self.compiled = compiled_kernels(cache_dir(), self.log, self.compile_mode)
             base = self.compiled
-        return replace(base, gemv=self.triton_gemv()) if gemv else base
+        base = replace(base, gemv=self.triton_gemv()) if gemv else base
+        return replace(base, attention=self.decode_attention()) if attn else base
 
     def triton_gemv(self):
         """The shared Triton GEMV (its ``reason`` says why it is off, if it is)."""
@@ -164,6 +178,14 @@ class BenchContext:
 
             self.gemv = TritonGemv(self.log)
         return self.gemv
+
+    def decode_attention(self):
+        """The shared Triton decode attention (its ``reason`` says why it is off, if it is)."""
+        if self.attention is None:
+            from eaglelab.engine.model.decode_attention import TritonDecodeAttention
+
+            self.attention = TritonDecodeAttention(self.log)
+        return self.attention
 
     @property
     def device(self) -> torch.device:
@@ -266,7 +288,7 @@ class OurSystem:
         net = self.drafter.net if self.drafter is not None else None
         if cfg.graphs:
             self.runner = CudaGraphRunner.for_engine(ctx.target, self.spec, self.drafter, max_len=ctx.max_len,
-                                                     buckets=ctx.batch_sizes, kernels=ctx.kernels(cfg.compile, cfg.gemv))
+                                                     buckets=ctx.batch_sizes, kernels=ctx.kernels(cfg.compile, cfg.gemv, cfg.attn))
         else:
             self.runner = FixedCacheEagerRunner(ctx.target, net, ctx.max_len)
 
@@ -329,6 +351,8 @@ def run_config(cfg: BenchConfig, ctx: BenchContext) -> tuple[list[BenchRow], dic
         row, outs = measure(gen, observed, cfg, ctx, b, repeats)
         if cfg.gemv:
             row = replace(row, gemv=ctx.triton_gemv().reason or "on")
+        if cfg.attn:
+            row = replace(row, decode_attn=ctx.decode_attention().reason or "on")
         rows.append(row)
         outputs[b] = outs
         ctx.log(f"  batch {b:>3}: {row.tok_per_s:8.1f} tok/s")
@@ -361,10 +385,16 @@ def _skip_reason(cfg: BenchConfig, ctx: BenchContext) -> str | None:
         return "no drafter (--draft none)"
     if cfg.peer and ctx.peer is None:
         return ctx.peer_skip or "no peer"
+    dtype = next(ctx.target.parameters()).dtype
     if cfg.gemv:  # a GEMV that would take no call measures the config it extends again, under its name
         from eaglelab.engine.model.gemv import dtype_refusal
 
-        return ctx.triton_gemv().reason or dtype_refusal(next(ctx.target.parameters()).dtype)
+        if (why := ctx.triton_gemv().reason or dtype_refusal(dtype)) is not None:
+            return why
+    if cfg.attn:  # likewise a decode attention that would take no call
+        from eaglelab.engine.model import decode_attention
+
+        return ctx.decode_attention().reason or decode_attention.dtype_refusal(dtype)
     return None
 
 

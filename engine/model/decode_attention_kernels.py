@@ -7,7 +7,7 @@ one KV head (row m = g * T + t: head kv_head * GROUP + g, query t), and walks th
 is spread over every split). A block whose mask slice is all False is skipped before K or V is read. Per
 row it keeps an online softmax in float32 (running max, running sum, the weighted sum of V rows), in log2
 units (exp2). With one split it writes the normalised output; with several, its partial (acc, max, sum)
-goes to a float32 workspace and ``combine_kernel`` merges the splits of each row, in order. The rounds per
+goes to a float32 workspace and ``attention_combine_kernel`` merges the splits of each row, in order. The rounds per
 split are a compile-time constant (a kernel per static cache length: a run has one or two); so are the
 splits.
 """
@@ -75,7 +75,7 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, acc_ptr, ml_ptr,
 
 
 @triton.jit
-def combine_kernel(acc_ptr, ml_ptr, out_ptr, NH, T, SPLITS,
+def attention_combine_kernel(acc_ptr, ml_ptr, out_ptr, NH, T, SPLITS,
                    stride_ob, stride_oh, stride_ot, BLOCK_SPLITS: tl.constexpr, HEAD_D: tl.constexpr):
     """out[b, h, t] = the splits' partials of row (b, h, t) merged: sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s."""
     row = tl.program_id(0)
@@ -117,7 +117,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
         BLOCK_M=block_m, BLOCK_S=block_s, HEAD_D=D, SPLITS=splits, ROUNDS=triton.cdiv(triton.cdiv(S, block_s), splits),
         PARTIAL=partial, num_warps=num_warps, num_stages=1)
     if partial:
-        combine_kernel[(B * NH * T,)](acc, ml, out, NH, T, splits, out.stride(0), out.stride(1), out.stride(2),
+        attention_combine_kernel[(B * NH * T,)](acc, ml, out, NH, T, splits, out.stride(0), out.stride(1), out.stride(2),
                                       BLOCK_SPLITS=triton.next_power_of_2(splits), HEAD_D=D, num_warps=1)
     return out
 

@@ -74,7 +74,7 @@ class Eagle3Attention(nn.Module):
         else:
             cache.write(0, slots, k.transpose(1, 2), v)
             k_all, v_all = cache.layer(0, B)
-            out = attend(q, k_all, v_all, mask)
+            out = attend(q, k_all, v_all, mask, kernels.attention)
         return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
 
 

@@ -59,12 +59,27 @@ class Gemv(Protocol):
         """x [M, K], weight [N, K] -> [M, N]."""
 
 
+class DecodeAttention(Protocol):
+    """An attention kernel for a few query rows over the static cache (``engine/model/decode_attention.py``)."""
+
+    reason: str | None  # why it is off for good (None: on)
+    setup_seconds: float  # time spent checking it (kept out of tok/s)
+
+    def refusal(self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None) -> str | None:
+        """Why this call does not take the kernel (None: it does)."""
+
+    def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """q [B, NH, T, D], k/v [B, KVH, S, D], mask bool [B, T, S] -> [B, NH, T, D]."""
+
+
 @dataclass(frozen=True)
 class Kernels:
     """The elementwise work of a layer (RMSNorm, rotary, SwiGLU), and the matmul kernel for a few rows.
     The eager set is the reference; a compiled set fuses each piece into one or two kernels (same maths,
     same dtypes), and offers ``compile_phase`` to compile whole phases. ``gemv`` (None: off) runs the
-    projections of a decode or a small verify (M <= 16 rows) as a memory-bound matrix-vector kernel."""
+    projections of a decode or a small verify (M <= 16 rows) as a memory-bound matrix-vector kernel;
+    ``attention`` (None: off) the attention of a decode, a verify or a draft step (T <= 16 query rows
+    under a mask) as a kernel made for a few rows; both fall back to the reference per call, with a reason."""
 
     rms_norm: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor] = rms_norm
     rotary: Callable[..., tuple[torch.Tensor, torch.Tensor]] = rotary_qk
@@ -74,11 +89,14 @@ class Kernels:
     # runs these pieces eagerly inside it and the compiler fuses across them. None: not compiled.
     compile_phase: Callable[[str, Callable], Callable] | None = None
     gemv: Gemv | None = None
+    attention: DecodeAttention | None = None
 
     def eager_pieces(self) -> "Kernels":
         """What runs inside a compiled phase: the eager elementwise pieces (the compiler fuses across
-        them), with this set's GEMV."""
-        return EAGER_KERNELS if self.gemv is None else Kernels(gemv=self.gemv)
+        them), with this set's GEMV and attention kernel."""
+        if self.gemv is None and self.attention is None:
+            return EAGER_KERNELS
+        return Kernels(gemv=self.gemv, attention=self.attention)
 
 
 EAGER_KERNELS = Kernels()
@@ -272,12 +290,16 @@ def attend(
     k: torch.Tensor,
     v: torch.Tensor,
     mask: torch.Tensor | None,
+    kernel: DecodeAttention | None = None,
 ) -> torch.Tensor:
     """Grouped-query attention.
 
     q [B, H, T, D]; k, v [B, KVH, S, D]; mask bool [B, T, S] (True = may attend) or None for
-    causal over T == S. Returns [B, H, T, D].
+    causal over T == S. Returns [B, H, T, D]. Given a ``kernel`` (``Kernels.attention``), the calls it
+    takes (a few query rows under a mask: see its ``refusal``) run on it instead of SDPA.
     """
+    if kernel is not None and kernel.refusal(q, k, mask) is None:
+        return kernel(q, k, v, mask)
     gqa = q.shape[1] != k.shape[1]  # SDPA shares each KV head over its query group, no copy
     if mask is None:
         return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)

@@ -66,7 +66,7 @@ class Attention(nn.Module):
             k_all, v_all = cache.layer(self.layer, B)  # [B, KVH, S, D]
             if kv_len is not None:  # eager paths may attend over the used prefix only
                 k_all, v_all = k_all[:, :, :kv_len], v_all[:, :, :kv_len]
-            out = attend(q, k_all, v_all, mask)
+            out = attend(q, k_all, v_all, mask, kernels.attention)
         (out,) = self.o(out.transpose(1, 2).reshape(B, T, -1), kernels.gemv)  # [B, T, H] (partial under TP)
         if self.tp:
             out = self.tp.all_reduce(out, self.layer, "attn")

@@ -152,13 +152,14 @@ def compiled_kernels(cache_root: Path, log: Callable[[str], None] | None = None,
 
 
 def compile_report(kernels: Kernels) -> tuple[float, list[str]]:
-    """Seconds spent compiling (and tuning the GEMV) so far, and the reasons of the pieces and phases
-    that run eagerly (and of a GEMV that was asked for and is off)."""
+    """Seconds spent compiling (and tuning the GEMV, checking the decode attention) so far, and the reasons
+    of the pieces and phases that run eagerly (and of a GEMV or decode attention asked for and off)."""
     parts = [k for k in (kernels.rms_norm, kernels.rotary, kernels.swiglu) if isinstance(k, CompiledOrEager)]
     if isinstance(kernels.compile_phase, PhaseCompiler):
         parts += kernels.compile_phase.made
     seconds, reasons = sum(p.compile_seconds for p in parts), [p.reason for p in parts if p.reason]
-    if kernels.gemv is not None:
-        seconds += kernels.gemv.setup_seconds
-        reasons += [kernels.gemv.reason] if kernels.gemv.reason else []
+    for kernel in (kernels.gemv, kernels.attention):
+        if kernel is not None:
+            seconds += kernel.setup_seconds
+            reasons += [kernel.reason] if kernel.reason else []
     return seconds, reasons

@@ -1,0 +1,377 @@
+"""The Triton decode attention (engine/model/decode_attention.py): which calls take it and why the others
+do not, how a call is cut (plan), that every attention of a decode, a verify and a draft step reaches it
+through ``Kernels.attention`` while prefill keeps SDPA, that without Triton it is off with a reason and the
+forward is unchanged; the kernel itself against SDPA under Triton's interpreter (CPU, where Triton is
+installed: hypothesis over shapes and masks) and on CUDA (``gpu``)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+import torch
+
+from eaglelab.engine.model import decode_attention as A
+from eaglelab.engine.model.layers import EAGER_KERNELS, Kernels, attend
+from eaglelab.engine.runtime.compile import compile_report
+from tests.conftest import random_model, tiny_config
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _has_triton() -> bool:
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+class RecordingAttention:
+    """A stand-in for CPU tests: takes every call the real kernel's ``refusal`` would take but for the device
+    and the dtype (float32 models here), computes SDPA and records (T, S, NH, KVH) per call, so the routing
+    is checked without a GPU."""
+
+    reason = None
+    setup_seconds = 0.5
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[int, int, int, int]] = []
+
+    def refusal(self, q, k, mask):
+        why = A.refusal(q.half(), k.half(), mask)
+        return None if why is not None and why.startswith("not CUDA") else why
+
+    def __call__(self, q, k, v, mask):
+        assert mask.shape == (q.shape[0], q.shape[2], k.shape[2]), (q.shape, k.shape, mask.shape)
+        self.calls.append((q.shape[2], k.shape[2], q.shape[1], k.shape[1]))
+        return A.sdpa(q, k, v, mask)
+
+
+# ---- which calls take it ------------------------------------------------------------------------
+@torch.no_grad()
+def test_refusal_names_each_reason_in_order():
+    """Example: q [1, 4, 1, 64] bf16 over k [1, 2, 100, 64] under a [1, 1, 100] bool mask on the CPU is refused
+    only for the device; no mask, 17 rows, float32, head dim 80, 5 heads over 2, a float mask come first."""
+    q = torch.zeros(1, 4, 1, 64, dtype=torch.bfloat16)
+    k = torch.zeros(1, 2, 100, 64, dtype=torch.bfloat16)
+    mask = torch.ones(1, 1, 100, dtype=torch.bool)
+    assert A.refusal(q, k, mask) == "not CUDA (device cpu)"
+    assert A.refusal(q, k, mask, unavailable="no triton") == "no triton"
+    assert A.refusal(q, k, None) == "no mask (a causal prefill: SDPA's job)"
+    q17 = torch.zeros(1, 4, 17, 64, dtype=torch.bfloat16)
+    assert A.refusal(q17, k, torch.ones(1, 17, 100, dtype=torch.bool)) == "17 query rows (the decode attention takes 1..16)"
+    q16 = torch.zeros(1, 4, 16, 64, dtype=torch.bfloat16)
+    assert A.refusal(q16, k, torch.ones(1, 16, 100, dtype=torch.bool)) == "not CUDA (device cpu)", "16 rows: taken"
+    assert "dtypes torch.float32/torch.float32" in A.refusal(q.float(), k.float(), mask)
+    assert "dtypes torch.float16/torch.bfloat16" in A.refusal(q.half(), k, mask)
+    assert A.refusal(torch.zeros(1, 4, 1, 80, dtype=torch.bfloat16), torch.zeros(1, 2, 100, 80, dtype=torch.bfloat16),
+                     mask) == "head dim 80 (the decode attention takes 16, 32, 64, 128, 256)"
+    assert A.refusal(torch.zeros(1, 5, 1, 64, dtype=torch.bfloat16), k, mask) == "5 query heads over 2 KV heads (not whole groups)"
+    assert A.refusal(q, k, mask.float()).startswith("mask torch.float32 (1, 1, 100)")
+    assert A.refusal(q, k, mask[:, :, :50]).startswith("mask torch.bool (1, 1, 50) (expected bool (1, 1, 100))")
+    with torch.enable_grad():
+        assert A.refusal(q, k, mask) == "gradients on (the decode attention has no backward)"
+
+
+def test_plan_cuts_the_cache_for_about_one_program_per_sm():
+    """132 SMs (an H200). 8B (8 KV heads) at bs 1: 128 slots = 2 blocks of 64 -> one split (no merge);
+    2048 slots -> min(ceil(132 / 8) = 17, 32 blocks, 16) = 16 splits; bs 8 -> ceil(132 / 64) = 3. SmolLM2
+    (3 KV heads) at bs 1 over 1024 slots: min(44, 16 blocks, 16) = 16; 200 slots (4 blocks): 4."""
+    assert A.plan(1, 8, 128, 132) == A.AttnPlan(64, 1, 4)
+    assert A.plan(1, 8, 2048, 132) == A.AttnPlan(64, 16, 4)
+    assert A.plan(8, 8, 2048, 132) == A.AttnPlan(64, 3, 4)
+    assert A.plan(1, 3, 1024, 132) == A.AttnPlan(64, 16, 4)
+    assert A.plan(1, 3, 200, 132) == A.AttnPlan(64, 4, 4)
+    assert A.plan(64, 8, 4096, 132).splits == 1, "enough programs without splitting"
+    for B, KVH, S in ((1, 1, 1), (3, 2, 65), (16, 8, 100_000)):
+        p = A.plan(B, KVH, S, 132)
+        assert 1 <= p.splits <= max(1, -(-S // p.block_s)), (B, KVH, S, p)
+
+
+# ---- without Triton --------------------------------------------------------------------------
+def _no_triton():
+    raise ImportError("No module named 'triton'")
+
+
+@torch.no_grad()
+def test_without_triton_it_is_off_with_a_reason_and_sdpa_runs(monkeypatch):
+    monkeypatch.setattr(A, "load_op", _no_triton)
+    attention = A.TritonDecodeAttention()
+    assert attention.reason == "Triton decode attention unavailable (ImportError: No module named 'triton')"
+    g = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(2, 4, 3, 16, generator=g), torch.randn(2, 2, 20, 16, generator=g), torch.randn(2, 2, 20, 16, generator=g)
+    mask = torch.rand(2, 3, 20, generator=g) < 0.5
+    mask[..., 0] = True
+    assert attention.refusal(q, k, mask) == attention.reason
+    expected = attend(q, k, v, mask)
+    assert torch.equal(attend(q, k, v, mask, attention), expected), "the forward without it, exactly"
+    assert torch.equal(attention(q, k, v, mask), expected), "called anyway: SDPA"
+    assert compile_report(Kernels(attention=attention)) == (0.0, [attention.reason])
+
+
+# ---- routing ---------------------------------------------------------------------------------
+@torch.no_grad()
+def test_decode_attention_of_every_layer_goes_through_kernels_attention_and_prefill_keeps_sdpa():
+    """Tiny model (4 layers, 4 heads over 2 KV heads, D 16) with a 32-slot cache: a prefill of 20 tokens
+    (T 20 > 16: SDPA, no call), then a decode of B = 2 rows (4 calls of T 1 over S 32); the logits equal
+    the eager forward's."""
+    from eaglelab.engine.model.layers import prefix_mask
+
+    model = random_model(tiny_config())
+    attention = RecordingAttention()
+    kernels = replace(EAGER_KERNELS, attention=attention)
+    outs = []
+    for ks in (kernels, EAGER_KERNELS):
+        cache = model.make_cache(2, 32, dtype=torch.float32, device="cpu")
+        ids = torch.randint(0, 96, (2, 20), generator=torch.Generator().manual_seed(1))
+        slots = torch.arange(20).expand(2, 20)
+        model(ids, slots, cache, slots, prefix_mask(slots, 32), kernels=ks)
+        slot = torch.full((2, 1), 20)
+        hidden, _ = model(ids[:, -1:], slot, cache, slot, prefix_mask(slot, 32), kernels=ks)
+        outs.append(model.logits(hidden))
+    assert attention.calls == [(1, 32, 4, 2)] * 4
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
+
+
+@torch.no_grad()
+def test_engine_phases_reach_the_kernel_and_speculation_stays_lossless():
+    """Plain greedy and EAGLE-3 speculation (float32, chain of 3 draft steps, 4 tokens verified) with every
+    attention of <= 16 rows on the stand-in give the plain eager tokens; the verify hands it T = 4 rows per
+    target layer, and the drafter's layer takes its steps too (its KV heads: the drafter's)."""
+    from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
+    from eaglelab.engine.runtime.drafters import Eagle3Proposer
+    from eaglelab.engine.runtime.generate import Engine
+    from eaglelab.engine.runtime.runner import EagerRunner
+    from eaglelab.engine.runtime.spec_config import SpecConfig
+
+    model = build_scale_model("tiny", seed=3).model
+    L = model.config.num_layers
+    prompts = [[5, 9, 33, 7, 5, 9, 33], [100, 2, 3]]
+    plain = Engine(model, spec=SpecConfig(), runner=EagerRunner(model)).generate(prompts, 8).tokens
+    attention = RecordingAttention()
+    kernels = replace(EAGER_KERNELS, attention=attention)
+    got = Engine(model, spec=SpecConfig(), runner=EagerRunner(model, kernels=kernels)).generate(prompts, 8).tokens
+    assert got == plain
+    assert sum(1 for t, *_ in attention.calls if t == 1) == 7 * L, "one call per layer in each of 7 decode steps"
+    spec = SpecConfig("eagle3", num_steps=3, topk=1, num_draft_tokens=4)
+    net, taps = random_eagle3(model, seed=5, draft_vocab=256)
+    attention.calls.clear()
+    runner = EagerRunner(model, net, kernels=kernels)
+    out = Engine(model, drafter=Eagle3Proposer(net, spec, taps), spec=spec, runner=runner).generate(prompts, 8)
+    assert out.tokens == plain
+    target_heads = (model.config.num_heads, model.config.num_kv_heads)
+    assert any(t == 4 and (nh, kvh) == target_heads for t, _, nh, kvh in attention.calls), "the verify of 4 tokens"
+    drafter_heads = (net.config.num_heads, net.config.num_kv_heads)
+    assert sum(1 for *_, nh, kvh in attention.calls if (nh, kvh) == drafter_heads) >= 3, "the draft steps"
+
+
+def test_eager_pieces_keep_the_attention_kernel():
+    """Inside a compiled phase the layers run the eager pieces: with the set's attention kernel and GEMV."""
+    attention = RecordingAttention()
+    compiled_like = Kernels(rms_norm=lambda *a: None, compiled=True, attention=attention)
+    pieces = compiled_like.eager_pieces()
+    assert pieces.attention is attention and pieces.gemv is None and pieces.rms_norm is EAGER_KERNELS.rms_norm
+    assert compile_report(Kernels(attention=attention)) == (0.5, []), "its checking time counts as set-up"
+
+
+# ---- the switch: run and bench ----------------------------------------------------------------
+def test_bench_runs_attn_configs_only_when_named():
+    import argparse
+
+    from eaglelab.bench.harness import CONFIGS
+    from eaglelab.cmd_bench import _configs
+
+    default = _configs(argparse.Namespace(configs=None))
+    assert "plain-compile-gemv" not in default and not any(name.endswith("-attn") for name in default)
+    named = _configs(argparse.Namespace(configs="plain-compile-gemv,plain-compile-gemv-attn,spec-compile-gemv-attn"))
+    assert named == ["plain-compile-gemv", "plain-compile-gemv-attn", "spec-compile-gemv-attn"]
+    for name in named[1:]:
+        cfg = CONFIGS[name]
+        assert cfg.attn and cfg.gemv and cfg.compile and cfg.graphs, cfg
+    assert not CONFIGS["plain-compile-gemv"].attn
+
+
+@pytest.mark.parametrize("device, dtype, triton, note", [
+    ("cpu", torch.bfloat16, True, "--decode-attn: off on cpu (a CUDA kernel), SDPA instead"),
+    ("cuda", torch.bfloat16, False, "--decode-attn: off, SDPA instead: Triton decode attention unavailable "
+                                    "(ImportError: No module named 'triton')"),
+    ("cuda", torch.float32, True, "--decode-attn: off for float32 weights (the decode attention takes bfloat16 or "
+                                  "float16), SDPA instead"),
+    ("cuda", torch.bfloat16, True, "--decode-attn: attention of <= 16 query rows on the Triton decode attention "
+                                   "(bf16/fp16); prefill on SDPA")])
+def test_run_notes_say_why_the_kernel_is_off(monkeypatch, device, dtype, triton, note):
+    from types import SimpleNamespace
+
+    from eaglelab.session import _add_decode_attn
+
+    if triton:
+        monkeypatch.setattr(A, "triton_unavailable", lambda: None)
+    else:
+        monkeypatch.setattr(A, "load_op", _no_triton)
+    s = SimpleNamespace(target=SimpleNamespace(device=torch.device(device), dtype=dtype), kernels=None, notes=[])
+    _add_decode_attn(s, log=lambda m: None)
+    assert s.notes == [note] and s.kernels.attention is not None and s.kernels.gemv is None
+
+
+def test_run_flag_reaches_the_session(tmp_path, capsys):
+    """``eaglelab run --decode-attn`` on a CPU: the run goes on with SDPA and says why, no traceback."""
+    from eaglelab.cli import main
+    from tests.conftest import add_word_tokenizer, save_hf_dir
+
+    cfg = tiny_config()
+    path = save_hf_dir(random_model(cfg), cfg, tmp_path / "tiny")
+    add_word_tokenizer(path, vocab=cfg["vocab_size"])
+    rc = main(["run", "w1 w2 w3", "--model", str(path), "--device", "cpu", "--draft", "none",
+               "--max-new-tokens", "3", "--decode-attn"])
+    out = capsys.readouterr()
+    text = " ".join((out.out + out.err).split())
+    assert rc == 0 and "Traceback" not in text
+    assert "--decode-attn: off on cpu (a CUDA kernel), SDPA instead" in text
+
+
+# ---- the kernel --------------------------------------------------------------------------------
+@pytest.mark.skipif(not _has_triton(), reason="Triton not installed (it ships with CUDA builds of torch)")
+def test_kernel_matches_sdpa_under_the_triton_interpreter():
+    """The kernel's indexing and online softmax on the CPU (tests/engine/model/interpreted_attention.py): fp16,
+    40 hypothesis cases of prefix and tree masks, GQA groups 1..4, T up to 16, cache lengths not a multiple of
+    the block, 1..5 splits, NaN in the K/V of all-False blocks (so they must be skipped); then a row with no
+    allowed slot gives zeros."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "tests.engine.model.interpreted_attention", "40"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    counts = dict(zip(done.stdout.split()[::2], map(int, done.stdout.split()[1::2])))
+    assert counts["cases"] == 40 and counts["poisoned"] >= 10 and counts["split"] >= 10 and counts["tree"] >= 5, counts
+
+
+COMPILED = textwrap.dedent("""
+    import torch
+    from dataclasses import replace
+    from eaglelab.engine.model import decode_attention as A, decode_attention_kernels as AK
+    from eaglelab.engine.model.layers import EAGER_KERNELS, prefix_mask
+    from tests.conftest import random_model, tiny_config
+
+    class CpuAttention(A.TritonDecodeAttention):
+        def refusal(self, q, k, mask):  # the device check waived: the interpreter runs the kernel on CPU
+            why = super().refusal(q, k, mask)
+            return None if why is not None and why.startswith("not CUDA") else why
+
+    model = random_model(tiny_config()).half()
+    attention = CpuAttention()
+    kernels = replace(EAGER_KERNELS, attention=attention)
+    cache = model.make_cache(2, 40, dtype=torch.float16, device="cpu")
+    ids = torch.randint(0, 96, (2, 24), generator=torch.Generator().manual_seed(0))
+    slots = torch.arange(24).expand(2, 24)
+    calls = []
+    real = AK._empty_out  # called once per op call, fake or real
+    AK._empty_out = lambda q: (calls.append(1), real(q))[1]
+    def forward(ids, slot, kernels):
+        hidden, _ = model(ids, slot, cache, slot, prefix_mask(slot, 40), kernels=kernels)
+        return model.logits(hidden)
+    with torch.inference_mode():
+        forward(ids, slots, EAGER_KERNELS)  # the prefill (SDPA) fills the cache
+        rows = torch.full((2, 3), 24) + torch.arange(3)  # a chain verify of 3 tokens
+        eager_sdpa = forward(ids[:, :3], rows, EAGER_KERNELS)
+        eager = forward(ids[:, :3], rows, kernels)  # checks the shape against SDPA once
+        assert attention.reason is None and attention.checked == {(3, 16, 2)}, (attention.reason, attention.checked)
+        compiled = torch.compile(lambda a, s: forward(a, s, kernels), fullgraph=True, dynamic=False)
+        compiled(ids[:, :3], rows)
+        calls.clear()
+        out = compiled(ids[:, :3], rows)
+    print("calls", len(calls), "err_sdpa", (eager - eager_sdpa).abs().max().item(), "err_compiled",
+          (out - eager).abs().max().item())
+""")
+
+
+@pytest.mark.skipif(not _has_triton(), reason="Triton not installed")
+def test_compiled_forward_keeps_the_op_in_its_graph(tmp_path):
+    """A tiny fp16 model compiled whole (inductor, fullgraph) on the CPU, the kernel run by Triton's interpreter,
+    for a verify of 3 tokens over a 40-slot cache: one op call per layer (4) in the compiled forward, and its
+    logits within fp16 rounding of the eager forward with the kernel, itself within rounding of SDPA's."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT),
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    done = subprocess.run([sys.executable, "-c", COMPILED], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    words = done.stdout.split()
+    assert words[:2] == ["calls", "4"], done.stdout
+    assert float(words[3]) < 0.05 and float(words[5]) < 0.05, done.stdout
+
+
+@pytest.mark.skipif(not _has_triton(), reason="Triton not installed")
+def test_op_shape_under_fake_tensors():
+    """torch.compile traces the op with fake tensors: [B, NH, T, D] out in q's dtype, stored [B, T, NH, D]."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    A.load_op()
+    with FakeTensorMode():
+        q = torch.empty(2, 32, 4, 128, dtype=torch.bfloat16)
+        k = torch.empty(2, 8, 2048, 128, dtype=torch.bfloat16)
+        mask = torch.empty(2, 4, 2048, dtype=torch.bool)
+        out = torch.ops.eaglelab.decode_attention(q, k, k, mask, *A.AttnPlan(64, 16, 4))
+    assert tuple(out.shape) == (2, 32, 4, 128) and out.dtype == torch.bfloat16
+    assert out.stride() == (4 * 32 * 128, 128, 32 * 128, 1)
+
+
+# ---- on CUDA -----------------------------------------------------------------------------------
+def _cuda_case(B, NH, KVH, T, D, S, used, dtype, g, tree: bool = False):
+    """q, the layer views k/v of a [2, B, KVH, S, D] cache, and a prefix (or random tree) mask at ``used``."""
+    dev = torch.device("cuda")
+    q = torch.randn(B, T, NH, D, device=dev, generator=g).to(dtype).transpose(1, 2)
+    cache = torch.randn(2, B, KVH, S, D, device=dev, generator=g).to(dtype)
+    cols = torch.arange(S, device=dev)
+    slots = used - T + torch.arange(T, device=dev)
+    mask = (cols[None, None, :] <= slots[None, :, None]).expand(B, T, S).clone()
+    if tree:  # each new row sees the prefix, itself and a random half of the rows before it
+        keep = torch.rand(B, T, T, device=dev, generator=g) < 0.5
+        keep = keep.tril(-1) | torch.eye(T, dtype=torch.bool, device=dev)
+        mask[:, :, used - T:used] = keep
+    return q, cache[0], cache[1], mask
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@torch.no_grad()
+def test_kernel_matches_sdpa_on_cuda_eager_compiled_and_captured():
+    """8B (32 / 8 heads, D 128) and SmolLM2 (9 / 3, D 64) shapes, bf16 and fp16, B 1 and 3, T 1, 4 and 16
+    (prefix and tree masks), 128 and 2048 slots with 100 or 1000 used: within twice SDPA's own error against
+    an fp32 reference plus an ulp; the default plan and a 1-split and a 5-split one alike. Then a call
+    compiled whole (fullgraph) and replayed from a CUDA graph gives the eager kernel's exact output."""
+    attention = A.TritonDecodeAttention()
+    assert attention.reason is None, attention.reason
+    g = torch.Generator(device="cuda").manual_seed(0)
+    for (NH, KVH, D), dtype, B, T, (S, used), tree in [
+            ((32, 8, 128), torch.bfloat16, 1, 1, (128, 100), False), ((32, 8, 128), torch.bfloat16, 1, 4, (2048, 1000), True),
+            ((32, 8, 128), torch.bfloat16, 3, 16, (2048, 100), True), ((9, 3, 64), torch.bfloat16, 1, 1, (2048, 100), False),
+            ((9, 3, 64), torch.float16, 3, 4, (128, 100), True), ((9, 3, 64), torch.float16, 1, 16, (2048, 1000), False)]:
+        q, k, v, mask = _cuda_case(B, NH, KVH, T, D, S, used, dtype, g, tree)
+        ref = A.sdpa(q.float(), k.float(), v.float(), mask)
+        ulp = ref.abs().max().item() * (2 ** -7 if dtype == torch.bfloat16 else 2 ** -10)
+        bound = 2 * (A.sdpa(q, k, v, mask).float() - ref).abs().max().item() + ulp
+        assert attention.refusal(q, k, mask) is None
+        for plan in (attention.plan(q, k), A.AttnPlan(64, 1, 4), A.AttnPlan(32, 5, 4)):
+            err = (torch.ops.eaglelab.decode_attention(q, k, v, mask, *plan).float() - ref).abs().max().item()
+            assert err <= bound, ((NH, KVH, D), dtype, B, T, S, used, plan, err, bound)
+        assert (attention(q, k, v, mask).float() - ref).abs().max().item() <= bound
+    assert attention.reason is None and attention.checked
+    q, k, v, mask = _cuda_case(1, 32, 8, 4, 128, 2048, 300, torch.bfloat16, g, tree=True)
+    eager = attention(q, k, v, mask)
+    compiled = torch.compile(lambda a: attention(a, k, v, mask) * 1, fullgraph=True, dynamic=False)
+    torch.testing.assert_close(compiled(q), eager, rtol=0, atol=0)
+    graph, static_q = torch.cuda.CUDAGraph(), q.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        compiled(static_q)
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.graph(graph):
+        out = compiled(static_q)
+    static_q.copy_(q * 2)
+    graph.replay()
+    torch.testing.assert_close(out, attention(q * 2, k, v, mask), rtol=0, atol=0)
