@@ -40,17 +40,19 @@ class AttnPlan(NamedTuple):
     num_warps: int
 
 
-def plan(batch: int, kv_heads: int, slots: int, sms: int, block_s: int = 64, max_splits: int = 16) -> AttnPlan:
+def plan(batch: int, kv_heads: int, slots: int, sms: int, rows: int = 1, block_s: int = 64,
+         max_splits: int = 16) -> AttnPlan:
     """The cut for ``slots`` static cache slots: one split while the cache is a couple of blocks (a merge
     kernel would cost more than it saves), else enough splits for about one program per SM (at most one
-    per block, at most ``max_splits``: the merge reads every split's partial).
+    per block, at most ``max_splits``: the merge reads every split's partial). A program of more than 32
+    query rows (``rows`` = group x T) gets 8 warps (its float32 accumulator would crowd 4 warps' registers).
 
     Example: 8B at bs 1 (8 KV heads) on 132 SMs: 128 slots -> 1 split; 2048 slots (32 blocks of 64) ->
     min(ceil(132 / 8), 32, 16) = 16 splits; at bs 8 -> ceil(132 / 64) = 3 splits."""
-    blocks = -(-slots // block_s)
+    blocks, warps = -(-slots // block_s), 8 if rows > 32 else 4
     if blocks <= 2:
-        return AttnPlan(block_s, 1, 4)
-    return AttnPlan(block_s, max(1, min(-(-sms // (batch * kv_heads)), blocks, max_splits)), 4)
+        return AttnPlan(block_s, 1, warps)
+    return AttnPlan(block_s, max(1, min(-(-sms // (batch * kv_heads)), blocks, max_splits)), warps)
 
 
 def triton_unavailable() -> str | None:
@@ -115,7 +117,7 @@ class TritonDecodeAttention:
 
     def plan(self, q: torch.Tensor, k: torch.Tensor) -> AttnPlan:
         """The cut of this call (a function of the shapes only: compiled and captured calls make the same)."""
-        return plan(q.shape[0], k.shape[1], k.shape[2], self.sms)
+        return plan(q.shape[0], k.shape[1], k.shape[2], self.sms, rows=q.shape[1] // k.shape[1] * q.shape[2])
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """q [B, NH, T, D], k/v [B, KVH, S, D], mask bool [B, T, S] -> [B, NH, T, D] in q's dtype."""

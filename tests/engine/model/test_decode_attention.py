@@ -82,13 +82,16 @@ def test_refusal_names_each_reason_in_order():
 def test_plan_cuts_the_cache_for_about_one_program_per_sm():
     """132 SMs (an H200). 8B (8 KV heads) at bs 1: 128 slots = 2 blocks of 64 -> one split (no merge);
     2048 slots -> min(ceil(132 / 8) = 17, 32 blocks, 16) = 16 splits; bs 8 -> ceil(132 / 64) = 3. SmolLM2
-    (3 KV heads) at bs 1 over 1024 slots: min(44, 16 blocks, 16) = 16; 200 slots (4 blocks): 4."""
+    (3 KV heads) at bs 1 over 1024 slots: min(44, 16 blocks, 16) = 16; 200 slots (4 blocks): 4. More than 32
+    query rows in a program: 8 warps."""
     assert A.plan(1, 8, 128, 132) == A.AttnPlan(64, 1, 4)
     assert A.plan(1, 8, 2048, 132) == A.AttnPlan(64, 16, 4)
     assert A.plan(8, 8, 2048, 132) == A.AttnPlan(64, 3, 4)
     assert A.plan(1, 3, 1024, 132) == A.AttnPlan(64, 16, 4)
     assert A.plan(1, 3, 200, 132) == A.AttnPlan(64, 4, 4)
     assert A.plan(64, 8, 4096, 132).splits == 1, "enough programs without splitting"
+    assert A.plan(1, 8, 2048, 132, rows=4 * 16) == A.AttnPlan(64, 16, 8), "a verify of 16 over 4 heads: 64 rows"
+    assert A.plan(1, 3, 128, 132, rows=3 * 16).num_warps == 8 and A.plan(1, 3, 128, 132, rows=32).num_warps == 4
     for B, KVH, S in ((1, 1, 1), (3, 2, 65), (16, 8, 100_000)):
         p = A.plan(B, KVH, S, 132)
         assert 1 <= p.splits <= max(1, -(-S // p.block_s)), (B, KVH, S, p)
