@@ -70,14 +70,15 @@ def graph_ms(call, layers: int, calls: int, replays: int) -> float:
 
 
 def inputs(shape: str, B: int, T: int, S: int, used: int, g: torch.Generator, dtype: torch.dtype = torch.bfloat16,
-           min_bytes: int = 256 * 2**20):
+           min_bytes: int = 256 * 2**20, max_layers: int = 100):
     """q [B, NH, T, D] (strided as the model makes it), the cache's per-layer K/V views [B, KVH, S, D] of
-    [L, B, KVH, S, D] buffers (L layers: > 256 MB together), and the prefix mask [B, T, S] of T new tokens
+    [L, B, KVH, S, D] buffers (L layers: >= ``min_bytes`` together, at most ``max_layers``, one per call of a
+    graph: the smallest caches, 0.5 MB a layer at B 1 and S 128, then fit in the L2 cache together), and the prefix mask [B, T, S] of T new tokens
     at slots used - T .. used - 1 (the engine's decode / chain-verify mask)."""
     NH, KVH, D = SHAPES[shape]
     dev = g.device
     per_layer = 2 * B * KVH * S * D * 2
-    L = max(1, min(64, -(-min_bytes // per_layer)))
+    L = max(1, min(max_layers, -(-min_bytes // per_layer)))
     q = torch.randn(B, T, NH, D, device=dev, generator=g).to(dtype).transpose(1, 2)
     k = torch.randn(L, B, KVH, S, D, device=dev, generator=g).to(dtype)
     v = torch.randn(L, B, KVH, S, D, device=dev, generator=g).to(dtype)
@@ -95,7 +96,7 @@ def one_case(shape: str, B: int, T: int, S: int, used: int, attention, args, dev
     from eaglelab.engine.model.layers import attend
 
     g = torch.Generator(device=device).manual_seed(0)
-    q, ks, vs, mask = inputs(shape, B, T, S, used, g, dtype, min_bytes=args.min_bytes)
+    q, ks, vs, mask = inputs(shape, B, T, S, used, g, dtype, min_bytes=args.min_bytes, max_layers=args.calls)
     L = len(ks)
     ref = A.sdpa(q.float(), ks[0].float(), vs[0].float(), mask)  # fp32 reference
     plan = attention.plan(q, ks[0])
