@@ -1,0 +1,60 @@
+"""Compile the decode attention's kernels for an H100/H200 (sm_90) without a GPU, as the planner cuts them,
+and read ptxas's register report (``test_decode_attention.py`` runs this module in a subprocess; it needs
+Triton, whose wheel carries ptxas). Prints one line per cut: ``<shape> T=<t> S=<s> <plan> spills=<bytes>``.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import tempfile
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.backends.nvidia.compiler import get_ptxas
+from triton.compiler import ASTSource
+
+from eaglelab.engine.model import decode_attention as A
+from eaglelab.engine.model import decode_attention_kernels as K
+
+TARGET = GPUTarget("cuda", 90, 32)
+POINTERS = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "mask_ptr": "*u8", "out_ptr": "*bf16",
+            "acc_ptr": "*fp32", "ml_ptr": "*fp32"}
+
+
+def compile_kernel(fn, constants: dict, num_warps: int) -> str:
+    """PTX of ``fn`` for sm_90 with these constexprs (every other int argument an i32)."""
+    names = fn.arg_names
+    signature = {n: "constexpr" if n in constants else POINTERS.get(n, "fp32" if n == "qk_scale" else "i32")
+                 for n in names}
+    src = ASTSource(fn=fn, signature=signature, constexprs={(names.index(k),): v for k, v in constants.items()})
+    return triton.compile(src, target=TARGET, options={"num_warps": num_warps, "num_stages": 1}).asm["ptx"]
+
+
+def spills(ptx: str) -> int:
+    """Bytes ptxas spills for this PTX (its -v report)."""
+    with tempfile.NamedTemporaryFile("w", suffix=".ptx") as f:
+        f.write(ptx)
+        f.flush()
+        done = subprocess.run([get_ptxas(90).path, "-v", "--gpu-name=sm_90a", f.name, "-o", "/dev/null"],
+                              capture_output=True, text=True, check=True)
+    return sum(int(n) for n in re.findall(r"(\d+) bytes spill stores", done.stderr))
+
+
+def main() -> None:
+    for shape, (NH, KVH, D) in {"llama3.1-8b": (32, 8, 128), "smollm2-135m": (9, 3, 64)}.items():
+        for T in (1, 16):
+            for S in (128, 2048):
+                rows = NH // KVH * T
+                p = A.plan(1, KVH, S, 132, rows=rows, head_dim=D)
+                rounds = -(-(-(-S // p.block_s)) // p.splits)
+                ptx = compile_kernel(K.attention_kernel, {
+                    "BLOCK_M": max(16, triton.next_power_of_2(rows)), "BLOCK_S": p.block_s, "HEAD_D": D,
+                    "SPLITS": p.splits, "ROUNDS": rounds, "PARTIAL": p.splits > 1}, p.num_warps)
+                print(f"{shape} T={T} S={S} {tuple(p)} spills={spills(ptx)}", flush=True)
+    ptx = compile_kernel(K.attention_combine_kernel, {"BLOCK_SPLITS": 16, "HEAD_D": 128}, 1)
+    print(f"combine spills={spills(ptx)}")
+
+
+if __name__ == "__main__":
+    main()
