@@ -9,11 +9,12 @@ T = 1 (a decode) and 4 (a verify of 4 tokens: a chain's prefix mask), a static c
 reference (SDPA in float32 on the same inputs), then the time per call of each, the median over replays of a
 CUDA graph of ``--calls`` calls (call i reads layer i % L of a cache of L layers, together > 256 MB, so K and V
 come from memory as in a decode, not from the L2 cache), and the ratio. ``--sweep`` also times other plans
-(slots per block x splits) and names the fastest, to check the planner's choice. Each case runs in its own try:
+(slots per block x splits, the planned warps) and names the fastest, to check the planner's choice. Each case runs in its own try:
 an error is printed and the next case runs.
 
 The end-to-end figures (the issue's: plain decoding at batch 1 as a share of the weight-bandwidth bound; the
-speculative cycle) come from ``eaglelab bench``; the commands are printed at the end.
+speculative cycle) come from ``eaglelab bench``; the commands are printed at the end (``attn_h200.sh`` runs
+them all in bounded parts).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import torch
 
 SHAPES = {"llama3.1-8b": (32, 8, 128), "smollm2-135m": (9, 3, 64)}  # name -> (query heads, KV heads, head dim)
 E2E = (
-    "python -m eaglelab bench --scale-model llama3.1-8b --draft none --dtype bfloat16 --seed 0 --batch-sizes 1,8 "
+    "python -m eaglelab bench --scale-model llama3.1-8b --draft none --dtype bfloat16 --seed 0 --batch-sizes 1 "
     "--configs plain-compile-gemv,plain-compile-gemv-attn --prompts 2 --max-new-tokens 64 --repeats 2 --no-micro "
     "--json OUT/attn_e2e_llama8b.json",
     "python -m eaglelab bench --scale-model llama3.1-8b --dtype bfloat16 --seed 0 --batch-sizes 1 "
@@ -116,7 +117,7 @@ def one_case(shape: str, B: int, T: int, S: int, used: int, attention, args, dev
         for block_s, splits in SWEEP:
             if splits > -(-S // block_s):
                 continue
-            p = A.AttnPlan(block_s, splits, 4)
+            p = A.AttnPlan(block_s, splits, plan.num_warps)
             try:
                 err = (torch.ops.eaglelab.decode_attention(q, ks[0], vs[0], mask, *p).float() - ref).abs().max().item()
                 us = 1e3 * timed(lambda i, p=p: torch.ops.eaglelab.decode_attention(q, ks[i], vs[i], mask, *p))

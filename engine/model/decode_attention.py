@@ -40,16 +40,18 @@ class AttnPlan(NamedTuple):
     num_warps: int
 
 
-def plan(batch: int, kv_heads: int, slots: int, sms: int, rows: int = 1, block_s: int = 64,
+def plan(batch: int, kv_heads: int, slots: int, sms: int, rows: int = 1, head_dim: int = 64,
          max_splits: int = 16) -> AttnPlan:
     """The cut for ``slots`` static cache slots: one split while the cache is a couple of blocks (a merge
     kernel would cost more than it saves), else enough splits for about one program per SM (at most one
-    per block, at most ``max_splits``: the merge reads every split's partial). A program of more than 32
-    query rows (``rows`` = group x T) gets 8 warps (its float32 accumulator would crowd 4 warps' registers).
+    per block, at most ``max_splits``: the merge reads every split's partial). Blocks of 64 slots for a
+    program of up to 16 query rows (``rows`` = group x T), else 32; 8 warps for head dim 128 and up: the
+    largest tiles that compile for sm_90 without spilling registers (ptxas, checked by the tests).
 
-    Example: 8B at bs 1 (8 KV heads) on 132 SMs: 128 slots -> 1 split; 2048 slots (32 blocks of 64) ->
-    min(ceil(132 / 8), 32, 16) = 16 splits; at bs 8 -> ceil(132 / 64) = 3 splits."""
-    blocks, warps = -(-slots // block_s), 8 if rows > 32 else 4
+    Example: 8B decode at bs 1 (8 KV heads, 4 rows, D 128) on 132 SMs: 128 slots -> 1 split; 2048 slots
+    (32 blocks of 64) -> min(ceil(132 / 8), 32, 16) = 16 splits; at bs 8 -> ceil(132 / 64) = 3 splits."""
+    block_s, warps = (64 if rows <= 16 else 32), (8 if head_dim >= 128 else 4)
+    blocks = -(-slots // block_s)
     if blocks <= 2:
         return AttnPlan(block_s, 1, warps)
     return AttnPlan(block_s, max(1, min(-(-sms // (batch * kv_heads)), blocks, max_splits)), warps)
@@ -117,7 +119,8 @@ class TritonDecodeAttention:
 
     def plan(self, q: torch.Tensor, k: torch.Tensor) -> AttnPlan:
         """The cut of this call (a function of the shapes only: compiled and captured calls make the same)."""
-        return plan(q.shape[0], k.shape[1], k.shape[2], self.sms, rows=q.shape[1] // k.shape[1] * q.shape[2])
+        rows = q.shape[1] // k.shape[1] * q.shape[2]
+        return plan(q.shape[0], k.shape[1], k.shape[2], self.sms, rows=rows, head_dim=q.shape[3])
 
     def __call__(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """q [B, NH, T, D], k/v [B, KVH, S, D], mask bool [B, T, S] -> [B, NH, T, D] in q's dtype."""

@@ -45,13 +45,17 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, acc_ptr, ml_ptr,
     m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)  # running max (log2 units)
     l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)  # running sum of exp2(score - max)
     acc = tl.zeros((BLOCK_M, HEAD_D), dtype=tl.float32)  # running sum of weights * V
+    mask_row = mask_ptr + b * stride_mb + t[:, None] * stride_mt  # [BM, 1]
+    cols = split * BLOCK_S + tl.arange(0, BLOCK_S)  # [BS] cache slots of this round
+    allowed = tl.load(mask_row + cols[None, :] * stride_ms, mask=live[:, None] & (cols[None, :] < S), other=0) != 0
     for i in range(ROUNDS):  # this split's blocks: split, split + SPLITS, ... (ROUNDS = ceil(blocks / SPLITS))
-        cols = (split + i * SPLITS) * BLOCK_S + tl.arange(0, BLOCK_S)  # [BS] cache slots
         in_cache = cols < S  # False past the cache (the last round of a split may be past it)
-        allowed = tl.load(mask_ptr + b * stride_mb + t[:, None] * stride_mt + cols[None, :] * stride_ms,
-                          mask=live[:, None] & in_cache[None, :], other=0) != 0  # [BM, BS]
+        ahead = cols + SPLITS * BLOCK_S  # the next round's mask, loaded while this round's K and V are read
+        allowed_ahead = tl.load(mask_row + ahead[None, :] * stride_ms, mask=live[:, None] & (ahead[None, :] < S),
+                                other=0) != 0  # [BM, BS]
         if tl.max(allowed.to(tl.int32)) > 0:  # an all-False block costs its mask read only
             k = tl.load(k_base + cols[:, None] * stride_ks + d[None, :], mask=in_cache[:, None], other=0.0)  # [BS, D]
+            v = tl.load(v_base + cols[:, None] * stride_vs + d[None, :], mask=in_cache[:, None], other=0.0)  # [BS, D]
             scores = tl.dot(q, tl.trans(k)) * qk_scale  # [BM, BS] float32, log2 units
             scores = tl.where(allowed, scores, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(scores, axis=1))  # [BM]
@@ -59,9 +63,9 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, acc_ptr, ml_ptr,
             p = tl.exp2(scores - m_safe[:, None])  # [BM, BS]
             alpha = tl.exp2(m_i - m_safe)  # [BM] rescales what came before
             l_i = l_i * alpha + tl.sum(p, axis=1)
-            v = tl.load(v_base + cols[:, None] * stride_vs + d[None, :], mask=in_cache[:, None], other=0.0)  # [BS, D]
             acc = acc * alpha[:, None] + tl.dot(p.to(v.dtype), v)
             m_i = m_new
+        cols, allowed = ahead, allowed_ahead
     if PARTIAL:  # workspace rows (b, head, t) x SPLITS: acc [.., D], (max, sum)
         row = (b * NH + heads) * T + t  # [BM]
         slot = row * SPLITS + split
