@@ -375,8 +375,10 @@ class CudaGraphRunner:
             with torch.cuda.stream(stream):
                 if eager is not None:
                     eager()
-                if eager is not None or self.kernels.compiled or self.kernels.gemv is not None:
-                    fn()  # compiles (or loads) the kernels, tunes the GEMV: both may sync, so before sync detection
+                if eager is not None or self.kernels.compiled or self.kernels.gemv is not None \
+                        or self.kernels.attention is not None:
+                    fn()  # compiles (or loads) the kernels, tunes the GEMV, checks the decode attention: all may
+                    # sync, so before sync detection
                 _warm_up(fn, self.warmup)
             torch.cuda.current_stream(dev).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
