@@ -307,6 +307,59 @@ def test_compiled_forward_keeps_the_op_in_its_graph(tmp_path):
     assert float(words[3]) < 0.05 and float(words[5]) < 0.05, done.stdout
 
 
+ENGINE = textwrap.dedent("""
+    import torch
+    from dataclasses import replace
+    from eaglelab.engine.model import decode_attention as A
+    from eaglelab.engine.model.layers import EAGER_KERNELS
+    from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
+    from eaglelab.engine.runtime.drafters import Eagle3Proposer
+    from eaglelab.engine.runtime.generate import Engine
+    from eaglelab.engine.runtime.runner import EagerRunner
+    from eaglelab.engine.runtime.spec_config import SpecConfig
+
+    class CpuAttention(A.TritonDecodeAttention):
+        calls = 0
+        def refusal(self, q, k, mask):  # the device check waived: the interpreter runs the kernel on CPU
+            why = super().refusal(q, k, mask)
+            return None if why is not None and why.startswith("not CUDA") else why
+        def __call__(self, q, k, v, mask):
+            CpuAttention.calls += 1
+            return super().__call__(q, k, v, mask)
+
+    model = build_scale_model("tiny", seed=3, dtype=torch.float16).model
+    prompts = [[5, 9, 33, 7, 5, 9, 33], [100, 2, 3]]
+    attention = CpuAttention()
+    kernels = replace(EAGER_KERNELS, attention=attention)
+    plain = Engine(model, spec=SpecConfig(), runner=EagerRunner(model)).generate(prompts, 8).tokens
+    ours = Engine(model, spec=SpecConfig(), runner=EagerRunner(model, kernels=kernels)).generate(prompts, 8).tokens
+    print("plain", ours == plain, CpuAttention.calls)
+    for topk, steps, tokens in ((1, 3, 4), (2, 3, 6)):
+        spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=tokens)
+        net, taps = random_eagle3(model, seed=5, draft_vocab=256)
+        runner = EagerRunner(model, net, kernels=kernels)
+        out = Engine(model, drafter=Eagle3Proposer(net, spec, taps), spec=spec, runner=runner).generate(prompts, 8)
+        print(f"spec{topk}", out.tokens == plain, CpuAttention.calls)
+    print("reason", attention.reason, "rows", ",".join(str(t) for t, _, _ in sorted(attention.checked)))
+""")
+
+
+@pytest.mark.skipif(not _has_triton(), reason="Triton not installed")
+def test_engine_with_the_kernel_gives_sdpas_tokens_under_the_interpreter():
+    """The real kernel inside the engine (fp16 tiny model, 2 rows, 8 tokens, Triton's interpreter on CPU): plain
+    greedy gives SDPA's tokens; EAGLE-3 speculation, a chain (3 steps, 4 tokens) and a tree (top-2, 6 tokens:
+    the engine's own tree masks), gives them too; each shape it met (T 1, 2, 4, 6) passed its check against SDPA."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", ENGINE], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [line.split() for line in done.stdout.strip().splitlines()]
+    (_, plain, n_plain), (_, chain, n_chain), (_, tree, n_tree), last = lines
+    assert plain == chain == tree == "True", done.stdout
+    assert 0 < int(n_plain) < int(n_chain) < int(n_tree), "every run called the kernel"
+    assert last == ["reason", "None", "rows", "1,2,4,6"], done.stdout
+
+
 @pytest.mark.skipif(not _has_triton(), reason="Triton not installed")
 def test_planned_cuts_compile_for_sm90_without_spilling():
     """The kernels as the planner cuts them (8B and SmolLM2 shapes, T 1 and 16, 128 and 2048 slots) and the merge
