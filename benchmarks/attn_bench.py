@@ -9,8 +9,8 @@ T = 1 (a decode) and 4 (a verify of 4 tokens: a chain's prefix mask), a static c
 reference (SDPA in float32 on the same inputs), then the time per call of each, the median over replays of a
 CUDA graph of ``--calls`` calls (call i reads layer i % L of a cache of L layers, together > 256 MB, so K and V
 come from memory as in a decode, not from the L2 cache), and the ratio. ``--sweep`` also times other plans
-(slots per block x splits, the planned warps) and names the fastest, to check the planner's choice. Each case runs in its own try:
-an error is printed and the next case runs.
+(slots per block x splits, the planned warps) and names the fastest, to check the planner's choice. Each
+case runs in its own try: an error is printed and the next case runs.
 
 The end-to-end figures (the issue's: plain decoding at batch 1 as a share of the weight-bandwidth bound; the
 speculative cycle) come from ``eaglelab bench``; the commands are printed at the end (``attn_h200.sh`` runs
@@ -74,8 +74,8 @@ def inputs(shape: str, B: int, T: int, S: int, used: int, g: torch.Generator, dt
            min_bytes: int = 256 * 2**20, max_layers: int = 100):
     """q [B, NH, T, D] (strided as the model makes it), the cache's per-layer K/V views [B, KVH, S, D] of
     [L, B, KVH, S, D] buffers (L layers: >= ``min_bytes`` together, at most ``max_layers``, one per call of a
-    graph: the smallest caches, 0.5 MB a layer at B 1 and S 128, then fit in the L2 cache together), and the prefix mask [B, T, S] of T new tokens
-    at slots used - T .. used - 1 (the engine's decode / chain-verify mask)."""
+    graph: the smallest caches, 0.5 MB a layer at B 1 and S 128, then fit in the L2 cache together), and the
+    prefix mask [B, T, S] of T new tokens at slots used - T .. used - 1 (the engine's decode / chain-verify mask)."""
     NH, KVH, D = SHAPES[shape]
     dev = g.device
     per_layer = 2 * B * KVH * S * D * 2
