@@ -133,13 +133,13 @@ class TritonDecodeAttention:
         if key not in self.checked and not torch.compiler.is_compiling() and not _capturing(q):
             if not self._check(key, q, k, v, mask):
                 return sdpa(q, k, v, mask)
-        return torch.ops.eaglelab.decode_attention(q, k, v, mask, *self.plan(q, k))
+        return run_op(q, k, v, mask, self.plan(q, k))
 
     def _check(self, key, q, k, v, mask) -> bool:
         """Run the kernel on these inputs against SDPA in float32; off for good (``reason``) if it fails or disagrees."""
         t0 = time.perf_counter()
         try:
-            got = torch.ops.eaglelab.decode_attention(q, k, v, mask, *self.plan(q, k)).float()
+            got = run_op(q, k, v, mask, self.plan(q, k)).float()
             ref = sdpa(q.float(), k.float(), v.float(), mask)
             seen = mask.any(-1)[:, None, :, None]  # [B, 1, T, 1]: rows with an allowed slot (SDPA: NaN otherwise)
             err = (got - ref).abs().where(seen, 0.0).max().item()
@@ -157,6 +157,11 @@ class TritonDecodeAttention:
             return False
         self.checked.add(key)
         return True
+
+
+def run_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, cut: AttnPlan) -> torch.Tensor:
+    """``torch.ops.eaglelab.decode_attention`` with this cut (registered by :func:`load_op`)."""
+    return torch.ops.eaglelab.decode_attention(q, k, v, mask, *cut)
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

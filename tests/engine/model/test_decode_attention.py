@@ -118,6 +118,67 @@ def test_without_triton_it_is_off_with_a_reason_and_sdpa_runs(monkeypatch):
     assert compile_report(Kernels(attention=attention)) == (0.0, [attention.reason])
 
 
+# ---- the first eager call's check ----------------------------------------------------------------
+def _inputs(T: int = 3):
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(2, 4, T, 16, generator=g).half()
+    k, v = torch.randn(2, 2, 2, 40, 16, generator=g).half()
+    mask = torch.rand(2, T, 40, generator=g) < 0.5
+    mask[:, 1] = False  # a row with nothing to attend to: SDPA's NaN there is not held against the kernel
+    return q, k, v, mask
+
+
+@torch.no_grad()
+def test_first_eager_call_per_shape_checks_the_kernel_then_trusts_it(monkeypatch):
+    """The op stood in by SDPA itself (zeros where a row sees nothing, as the kernel): the first call of shape
+    (T 3, D 16, group 2) runs it twice (check, then the call), later calls once; another T is checked anew."""
+    monkeypatch.setattr(A, "triton_unavailable", lambda: None)
+    calls = []
+
+    def op(q, k, v, mask, cut):
+        calls.append((q.shape[2], tuple(cut)))
+        return A.sdpa(q.float(), k.float(), v.float(), mask).nan_to_num().to(q.dtype)
+
+    monkeypatch.setattr(A, "run_op", op)
+    attention = A.TritonDecodeAttention(sms=132)
+    q, k, v, mask = _inputs()
+    out = attention(q, k, v, mask)
+    assert attention.reason is None and attention.checked == {(3, 16, 2)} and len(calls) == 2
+    assert calls[0][1] == tuple(A.plan(2, 2, 40, 132, rows=6, head_dim=16)) == (64, 1, 4)
+    attention(q, k, v, mask)
+    assert len(calls) == 3, "checked once per shape"
+    attention(*_inputs(T=2))
+    assert len(calls) == 5 and attention.checked == {(3, 16, 2), (2, 16, 2)}
+    assert torch.equal(out, op(q, k, v, mask, A.AttnPlan(64, 1, 4)))
+
+
+@pytest.mark.parametrize("wrong, reason", [
+    (lambda out: out + 1.0, "eager: Triton decode attention disagreed with SDPA (T 3, D 16: max |error| 1 > "),
+    (None, "eager: Triton decode attention failed (T 3, D 16: RuntimeError: out of resources: shared memory)")])
+@torch.no_grad()
+def test_a_kernel_that_disagrees_or_fails_is_switched_off_for_good(monkeypatch, wrong, reason):
+    """Off with the reason (logged once), this call and every later one on SDPA, the op never called again."""
+    monkeypatch.setattr(A, "triton_unavailable", lambda: None)
+    calls = []
+
+    def op(q, k, v, mask, cut):
+        calls.append(1)
+        if wrong is None:
+            raise RuntimeError("out of resources: shared memory")
+        return wrong(A.sdpa(q.float(), k.float(), v.float(), mask).nan_to_num()).to(q.dtype)
+
+    monkeypatch.setattr(A, "run_op", op)
+    logged = []
+    attention = A.TritonDecodeAttention(log=logged.append, sms=132)
+    q, k, v, mask = _inputs()
+    expected = A.sdpa(q, k, v, mask)
+    torch.testing.assert_close(attention(q, k, v, mask), expected, rtol=0, atol=0, equal_nan=True)
+    assert attention.reason.startswith(reason) and logged == [attention.reason] and not attention.checked
+    assert attention.refusal(q, k, mask) == attention.reason, "callers take SDPA from now on"
+    torch.testing.assert_close(attention(q, k, v, mask), expected, rtol=0, atol=0, equal_nan=True)
+    assert len(calls) == 1 and attention.setup_seconds > 0
+
+
 # ---- routing ---------------------------------------------------------------------------------
 @torch.no_grad()
 def test_decode_attention_of_every_layer_goes_through_kernels_attention_and_prefill_keeps_sdpa():
