@@ -17,9 +17,10 @@
 #                                                                 (bs 1 and 8, HF beside), its decode profile,
 #                                                                 probe overhead, the tree 8/8/64 acceptance
 #   call C  carry .carry/assets .whl                      STAGE=C  (the model converted by B still in the cache)
-#                                                                 speculation with trees against plain, both
-#                                                                 compiled, bs 1: 6/4/16 and 8/8/64 (on an H200
-#                                                                 a verify of 16-64 tokens costs about one of 4)
+#                                                                 speculation against plain with every kernel on
+#                                                                 (compiled, GEMV, decode attention), bs 1: chain 3,
+#                                                                 trees 6/4/16 and 8/8/64 (on an H200 a verify of
+#                                                                 16-64 tokens costs about one of 4)
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (550), CONFIGS_8B, CONFIGS_SMOL.
 set -u
 STAGE=${STAGE:?set STAGE=A, B or C}
@@ -50,7 +51,7 @@ stage_a() {
   cat "$R/gpu.txt"
   mkdir -p ~/m && cp .carry/m1/smolpart_00 ~/m/ && log "part 1 parked"
   # 1. the attention kernel against SDPA (the engine's path), kernel by kernel
-  [ -f benchmarks/attn_bench.py ] && TAIL=40 run attn_kernel 90 python3 benchmarks/attn_bench.py --json "$R/h200_attn_kernel.json"
+  TAIL=40 run attn_kernel 100 python3 benchmarks/attn_bench.py --json "$R/h200_attn_kernel.json"
   # 2. the 8B shape, bs 1, end to end: the prefill captured and compiled now; GEMV; GEMV + attention
   TAIL=40 run bench_8b 300 $EL bench --scale-model llama3.1-8b --draft none --dtype bfloat16 --seed 0 --batch-sizes 1 \
     --configs "${CONFIGS_8B:-plain-compile,plain-compile-gemv,plain-compile-gemv-attn}" --prompts 2 --max-new-tokens 64 \
@@ -78,11 +79,11 @@ stage_b() {
 
 stage_c() {
   [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call B"; exit 3; }
-  for tree in 6-4-16 8-8-64; do
+  for tree in 3-1-4 6-4-16 8-8-64; do
     local a=(${tree//-/ })
-    TAIL=30 run bench_tree$tree $(( $(left) > 240 ? 240 : $(left) )) $EL bench --model default --steps ${a[0]} --topk ${a[1]} \
-      --draft-tokens ${a[2]} --batch-sizes 1 --prompts 8 --max-new-tokens 128 --configs plain-compile,spec-compile \
-      --no-micro --json "$R/h200_smollm2_bench_tree$tree.json"
+    TAIL=30 run bench_$tree $(( $(left) > 240 ? 240 : $(left) )) $EL bench --model default --steps ${a[0]} --topk ${a[1]} \
+      --draft-tokens ${a[2]} --batch-sizes 1 --prompts 8 --max-new-tokens 128 \
+      --configs "${CONFIGS_C:-plain-compile-gemv-attn,spec-compile-gemv-attn}" --no-micro --json "$R/h200_smollm2_bench_$tree.json"
   done
 }
 
