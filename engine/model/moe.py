@@ -94,10 +94,13 @@ class Router(nn.Module):
 
 
 def capturing_or_compiling() -> bool:
-    """Whether this forward is being compiled or captured into a CUDA graph: no host sync allowed."""
+    """Whether this forward may not sync with the host: it is being compiled, captured into a CUDA graph,
+    or warmed up for a capture (the graph runner's warm-ups turn CUDA's sync debug mode on)."""
     if torch.compiler.is_compiling():
         return True
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    if not torch.cuda.is_available():
+        return False
+    return torch.cuda.is_current_stream_capturing() or torch.cuda.get_sync_debug_mode() != 0
 
 
 class RoutedExperts(nn.Module):

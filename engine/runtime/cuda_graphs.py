@@ -72,6 +72,9 @@ DEFAULT_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 # this many tokens (bucket rows x width); beyond it a prefill is compute-bound (launches do not matter)
 # and its graph's activations would be large: it runs eagerly.
 PREFILL_TOKENS = 4096
+# An MoE target's captured prefill runs every routed expert on every token (its sorted per-expert path
+# syncs with the host, so a graph takes the dense one): only short prompts are worth capturing there.
+MOE_PREFILL_TOKENS = 256
 MIN_PREFILL_WIDTH = 16
 
 
@@ -189,7 +192,7 @@ class CudaGraphRunner:
         # eager pieces and inductor fuses across them. Eager fallbacks run the eager pieces too.
         self.compile_phase = kernels.compile_phase
         self.warmup = warmup
-        self.prefill_tokens = prefill_tokens
+        self.prefill_tokens = min(prefill_tokens, MOE_PREFILL_TOKENS) if target.config.moe is not None else prefill_tokens
         self.kernels = kernels.eager_pieces() if self.compile_phase is not None else kernels
         self.disabled_reason = None if enabled else EAGER_OFF
         if enabled and self.device.type != "cuda":
