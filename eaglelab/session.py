@@ -29,9 +29,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile each captured phase whole (once per batch bucket; eager runs: the layers' "
                         "RMSNorm/rotary/SwiGLU), cached on disk under the eaglelab cache (default: on with CUDA graphs)")
-    g.add_argument("--gemv", action=argparse.BooleanOptionalAction, default=False,
-                   help="run the projections of a decode or small verify (<= 16 rows, bf16/fp16, CUDA) on our "
-                        "Triton GEMV kernel, tuned per weight shape on first use (default: off)")
+    g.add_argument("--gemv", action=argparse.BooleanOptionalAction, default=None,
+                   help="run the projections of a decode or small verify (<= 16 rows) on our few-row kernel: on CUDA "
+                        "the Triton GEMV (bf16/fp16), tuned per weight shape on first use (default: off); on CPU a C "
+                        "kernel (float32), built once with the system compiler (default: on)")
     g.add_argument("--decode-attn", action=argparse.BooleanOptionalAction, default=False,
                    help="run the attention of a decode, verify or draft step (<= 16 query rows, bf16/fp16, CUDA) on "
                         "our Triton kernel made for a few rows over the static cache; prefill keeps SDPA (default: off)")
@@ -197,7 +198,10 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
         if tp is not None and tp.world_size > 1:
             session.notes.append("all-reduce timing: the collectives of compiled phases run untimed (clocks and "
                                  "CUDA events cannot be compiled); --no-compile times every one")
-    if getattr(args, "gemv", False):  # commands that declare no --gemv build sessions too
+    gemv = getattr(args, "gemv", None)  # commands that declare no --gemv build sessions too
+    if device.type == "cpu" and gemv is not False:
+        _add_cpu_gemm(session, log)
+    elif gemv:
         _add_gemv(session, log)
     if getattr(args, "decode_attn", False):
         _add_decode_attn(session, log)
@@ -247,6 +251,25 @@ def _add_decode_attn(s: Session, log: Callable[[str], None]) -> None:
     else:
         s.notes.append("--decode-attn: attention of <= 16 query rows on the Triton decode attention (bf16/fp16); "
                        "prefill on SDPA")
+
+
+def _add_cpu_gemm(s: Session, log: Callable[[str], None]) -> None:
+    """On CPU (unless --no-gemv): the few-row C kernel for float32 projections of <= 16 rows; where it cannot
+    build or the weights are not float32, a note says why and MKL runs them."""
+    from dataclasses import replace
+
+    from eaglelab.engine.formats.assets import cache_dir
+    from eaglelab.engine.model.cpu_gemm import CpuGemm
+    from eaglelab.engine.model.layers import EAGER_KERNELS
+
+    gemm = CpuGemm(cache_dir(), log)
+    if gemm.reason is not None:
+        s.notes.append(f"gemv: {gemm.reason}")
+    elif s.dtype_name != "float32":
+        s.notes.append(f"gemv: few-row CPU kernel off for {s.dtype_name} weights (it takes float32): MKL instead")
+    else:
+        s.kernels = replace(s.kernels or EAGER_KERNELS, gemv=gemm)
+        s.notes.append("gemv: projections of <= 16 rows (decode, verify) on the few-row CPU kernel (--no-gemv: MKL)")
 
 
 def _graph_runner_factory(s: Session) -> Callable[..., Any]:

@@ -61,6 +61,7 @@ class Eagle3Attention(nn.Module):
         self.v_proj = nn.Linear(2 * H, cfg.num_kv_heads * D, bias=False)
         self.o_proj = nn.Linear(cfg.num_heads * D, H, bias=False)
         self.qkv = FusedLinear(self.q_proj, self.k_proj, self.v_proj)
+        self.o = FusedLinear(self.o_proj)
 
     def forward(self, x, cos, sin, cache: KVCache | None, slots, mask, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
         B, T, _ = x.shape
@@ -75,7 +76,7 @@ class Eagle3Attention(nn.Module):
             cache.write(0, slots, k.transpose(1, 2), v)
             k_all, v_all = cache.layer(0, B)
             out = attend(q, k_all, v_all, mask, kernels.attention)
-        return self.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+        return self.o(out.transpose(1, 2).reshape(B, T, -1), kernels.gemv)[0]
 
 
 class Eagle3MLP(nn.Module):
@@ -85,10 +86,11 @@ class Eagle3MLP(nn.Module):
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
         self.gate_up = FusedLinear(self.gate_proj, self.up_proj)
+        self.down = FusedLinear(self.down_proj)
 
     def forward(self, x: torch.Tensor, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
         gate, up = self.gate_up(x, kernels.gemv)
-        return self.down_proj(kernels.swiglu(gate, up))
+        return self.down(kernels.swiglu(gate, up), kernels.gemv)[0]
 
 
 class Eagle3MidLayer(nn.Module):
@@ -123,6 +125,7 @@ class Eagle3Drafter(nn.Module):
         self.register_buffer("t2d", torch.ones(cfg.vocab_size, dtype=torch.bool))
         self.rotary = Rotary(cfg.head_dim, cfg.rope_theta, dict(cfg.rope_scaling) if cfg.rope_scaling else None)
         self._embed = [embed]  # a list, so the target's weights are not registered as ours
+        self.lm = FusedLinear(self.lm_head)  # the device's fast layout (or the few-row kernel's copy)
 
     @property
     def embed(self) -> nn.Embedding:
@@ -163,7 +166,7 @@ class Eagle3Drafter(nn.Module):
 
     def head(self, hidden: torch.Tensor, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
         """Pre-norm hidden [..., H] -> draft logits [..., V_draft] (float32)."""
-        return self.lm_head(self.norm(hidden, kernels)).float()
+        return self.lm(self.norm(hidden, kernels), kernels.gemv)[0].float()
 
     def reset_buffers(self) -> None:
         from eaglelab.engine.model.layers import rope_inv_freq

@@ -132,9 +132,15 @@ class TritonGemv:
         self.setup_seconds = 0.0
         self._said = False
 
+    layout = None  # reads the weight [N, K] as nn.Linear keeps it
+
     def refusal(self, x: torch.Tensor, weight: torch.Tensor) -> str | None:
         """Why this call does not take the GEMV (None: it does)."""
         return refusal(x, weight, self.reason)
+
+    def pack(self, weight: torch.Tensor) -> torch.Tensor:
+        """The weight as it is (no copy of its own: ``layout`` None)."""
+        return weight
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
         """x [M, K], weight [N, K] -> [M, N] in x's dtype."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import time
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Any, Callable, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -47,16 +47,21 @@ def swiglu(gate: torch.Tensor, up: torch.Tensor) -> torch.Tensor:
 
 
 class Gemv(Protocol):
-    """A matmul kernel for a few rows (``engine/model/gemv.py``): ``x [M, K] @ weight [N, K]^T (+ bias)``."""
+    """A matmul kernel for a few rows: ``x [M, K] @ weight [N, K]^T (+ bias)``; the Triton GEMV on CUDA
+    (``engine/model/gemv.py``), the C kernel on CPU (``engine/model/cpu_gemm.py``)."""
 
     reason: str | None  # why it is off for good (None: on)
-    setup_seconds: float  # time spent tuning it (kept out of tok/s)
+    setup_seconds: float  # time spent tuning or building it (kept out of tok/s)
+    layout: str | None  # the weight copy it reads, made by ``pack`` (None: [N, K] as nn.Linear keeps it)
 
     def refusal(self, x: torch.Tensor, weight: torch.Tensor) -> str | None:
         """Why this call does not take the kernel (None: it does)."""
 
-    def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        """x [M, K], weight [N, K] -> [M, N]."""
+    def pack(self, weight: torch.Tensor) -> Any:
+        """weight [N, K] in the kernel's ``layout`` (called once per weight, when the copy is built)."""
+
+    def __call__(self, x: torch.Tensor, weight: Any, bias: torch.Tensor | None) -> torch.Tensor:
+        """x [M, K], weight [N, K] (or as ``pack`` made it) -> [M, N]."""
 
 
 class DecodeAttention(Protocol):
@@ -116,12 +121,15 @@ class FusedLinear:
     ``x W^T`` layout than on ``x Wt`` (measured by ``benchmarks/cpu_verify.py``). The copies are
     rebuilt when a weight is replaced or changed in place (``.to()``, a new load). With gradients on,
     the projections run separately so training sees its own parameters. Given a ``gemv`` kernel, calls
-    it takes (CUDA, no gradients, M <= 16 rows, bf16/fp16: see its ``refusal``) run on it instead of a GEMM.
+    it takes (see its ``refusal``) run on it instead of a GEMM, on the weight copy in its ``layout``:
+    the Triton GEMV (CUDA, M <= 16, bf16/fp16) or the few-row C kernel (CPU, M <= 16, float32). While
+    that C kernel is on, the calls it refuses for their rows (a prefill) run each projection on its own
+    weight (MKL, no third copy of the weights).
     """
 
     def __init__(self, *linears: nn.Module) -> None:
         self.linears = linears
-        self._fused: dict[bool, tuple[tuple, torch.Tensor, torch.Tensor | None]] = {}  # layout -> (key, w, b)
+        self._fused: dict[str, tuple[tuple, Any, torch.Tensor | None]] = {}  # layout -> (key, w, b)
         self.transpose_on_cpu = True  # False keeps the x W^T layout on CPU too (to measure against it)
 
     def __call__(self, x: torch.Tensor, gemv: Gemv | None = None) -> tuple[torch.Tensor, ...]:
@@ -129,14 +137,16 @@ class FusedLinear:
         if torch.is_grad_enabled():
             return tuple(lin(x) for lin in self.linears)
         if gemv is not None and gemv.refusal(x, self.linears[0].weight) is None:
-            weight, bias = self._cuda_weights()
+            weight, bias = self._gemv_weights(gemv)
             y = gemv(x.reshape(-1, x.shape[-1]), weight, bias)  # [M, sum out]
             return self._split(y.view(*x.shape[:-1], y.shape[-1]))
+        if self._packs_here(gemv, x.device):  # a prefill beside the C kernel: MKL on the weights as they are
+            return tuple(F.linear(x, lin.weight, lin.bias) for lin in self.linears)
         transposed = x.device.type == "cpu" and self.transpose_on_cpu
         if len(self.linears) == 1 and not transposed:  # nothing to fuse or transpose
             lin = self.linears[0]
             return (F.linear(x, lin.weight, lin.bias),)
-        weight, bias = self._weights(transposed)
+        weight, bias = self._weights("kn" if transposed else "nk")
         if transposed:
             x2 = x.reshape(-1, x.shape[-1])  # [M, in]
             y = x2 @ weight if bias is None else torch.addmm(bias, x2, weight)  # [M, sum out]
@@ -145,25 +155,37 @@ class FusedLinear:
             y = F.linear(x, weight, bias)
         return self._split(y)
 
-    def prepare(self, device: torch.device) -> None:
-        """Build the fused copy the forwards on ``device`` will use now, instead of in the first call."""
+    def prepare(self, device: torch.device, gemv: Gemv | None = None) -> None:
+        """Build the fused copy the forwards on ``device`` will use now, instead of in the first call (with
+        ``gemv``: the copy in its layout, when it keeps one, instead of the transposed one)."""
+        if self._packs_here(gemv, device):
+            self._gemv_weights(gemv)
+            return
         transposed = device.type == "cpu" and self.transpose_on_cpu
         if len(self.linears) > 1 or transposed:
-            self._weights(transposed)
+            self._weights("kn" if transposed else "nk")
+
+    def _packs_here(self, gemv: Gemv | None, device: torch.device) -> bool:
+        """Whether ``gemv`` is a kernel on and keeping its own weight copy for this CPU module."""
+        return (gemv is not None and gemv.layout is not None and gemv.reason is None and device.type == "cpu"
+                and self.linears[0].weight.dtype == torch.float32)
 
     def _split(self, y: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """[..., sum out] -> one view per projection [..., out_i]."""
         return y.split([lin.weight.shape[0] for lin in self.linears], dim=-1) if len(self.linears) > 1 else (y,)
 
-    def _cuda_weights(self) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The weight [sum out, in] and bias in the ``x W^T`` layout: a single projection's own."""
+    def _gemv_weights(self, gemv: Gemv) -> tuple[Any, torch.Tensor | None]:
+        """The weight and bias ``gemv`` reads: its packed copy, or [N, K] (a single projection's own)."""
+        if gemv.layout is not None:
+            return self._weights(gemv.layout, gemv.pack)
         if len(self.linears) == 1:
             return self.linears[0].weight, self.linears[0].bias
-        return self._weights(False)
+        return self._weights("nk")
 
-    def _weights(self, transposed: bool) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """The fused weight, [sum out, in] or (transposed) [in, sum out], and bias, rebuilt when stale."""
-        held = self._fused.get(transposed)
+    def _weights(self, layout: str, pack: Callable[[torch.Tensor], Any] | None = None) -> tuple[Any, torch.Tensor | None]:
+        """The fused weight, [sum out, in] ("nk"), [in, sum out] ("kn") or ``pack``'s layout, and bias,
+        rebuilt when stale."""
+        held = self._fused.get(layout)
         if torch.compiler.is_compiling():  # a compiled phase runs eagerly first: its fused copy is current
             assert held is not None, "FusedLinear: compiled before one eager call fused the weights"
             return held[1], held[2]
@@ -171,10 +193,13 @@ class FusedLinear:
         if held is None or held[0] != key:
             with torch.inference_mode(False), torch.no_grad():
                 weight = torch.cat([lin.weight.detach() for lin in self.linears])  # [sum out, in]
-                weight = weight.t().contiguous() if transposed else weight
+                if layout == "kn":
+                    weight = weight.t().contiguous()
+                elif pack is not None:
+                    weight = pack(weight)
                 biases = [lin.bias for lin in self.linears]
                 bias = torch.cat([b.detach() for b in biases]) if all(b is not None for b in biases) else None
-            held = self._fused[transposed] = (key, weight, bias)
+            held = self._fused[layout] = (key, weight, bias)
         return held[1], held[2]
 
 
@@ -183,18 +208,19 @@ def fused_linears(model: nn.Module) -> list[FusedLinear]:
     return [v for m in model.modules() for v in vars(m).values() if isinstance(v, FusedLinear)]
 
 
-def prepare_fused(*models: nn.Module | None) -> float:
-    """Build every fused weight copy of ``models`` (a None is skipped) for their device. -> seconds taken.
+def prepare_fused(*models: nn.Module | None, gemv: Gemv | None = None) -> float:
+    """Build every fused weight copy of ``models`` (a None is skipped) for their device (and ``gemv``, the
+    runner's few-row kernel). -> seconds taken.
 
-    A runner does this once when it is made, so the copies (on CPU a transposed copy of every weight, ~0.4 s
-    for a 135M model on two cores) count as set-up, never as the first prompt's prefill."""
+    A runner does this once when it is made, so the copies (on CPU a transposed or packed copy of every
+    weight, ~0.4 s for a 135M model on two cores) count as set-up, never as the first prompt's prefill."""
     t0 = time.perf_counter()
     for model in models:
         if model is None:
             continue
         device = next(model.parameters()).device
         for fused in fused_linears(model):
-            fused.prepare(device)
+            fused.prepare(device, gemv)
     return time.perf_counter() - t0
 
 

@@ -210,7 +210,7 @@ class CudaGraphRunner:
         self._foreign = "eager: cache not the graph runner's"
         self._observer: Observer | None = None
         # time spent building fused weights and capturing (compiles included), summed; kept out of tok/s
-        self.setup_seconds = prepare_fused(target, drafter)
+        self.setup_seconds = prepare_fused(target, drafter, gemv=self.kernels.gemv)
 
     @classmethod
     def for_engine(cls, target: Transformer, spec: SpecConfig, drafter: Drafter | None = None, **kw) -> "CudaGraphRunner":

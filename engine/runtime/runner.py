@@ -30,7 +30,7 @@ class EagerRunner:
     def __init__(self, target: Transformer, drafter: nn.Module | None = None, reason: str = EAGER_OFF,
                  kernels: Kernels = EAGER_KERNELS) -> None:
         self.target, self.drafter, self.reason, self.kernels = target, drafter, reason, kernels
-        self._prepare_s = prepare_fused(target, drafter)  # fused weight copies: set-up, not the first prefill
+        self._prepare_s = prepare_fused(target, drafter, gemv=kernels.gemv)  # weight copies: set-up, not the first prefill
 
     def make_cache(self, batch: int, max_len: int, observer: Observer | None = None) -> KVCache | None:
         """No static cache: the engine allocates one per run."""

@@ -1,4 +1,5 @@
-"""`eaglelab run --gemv` where the kernel cannot run: the run goes on with F.linear and says why."""
+"""`eaglelab run --gemv`: the few-row kernel of the device (Triton on CUDA, C on CPU); where it cannot run, the
+run goes on with F.linear (MKL) and says why."""
 
 from __future__ import annotations
 
@@ -17,33 +18,45 @@ def tiny_dir(tmp_path):
     return path
 
 
-def _run(tiny_dir, capsys) -> tuple[int, str]:
+def _run(tiny_dir, capsys, *flags: str) -> tuple[int, str]:
     from eaglelab.cli import main
 
     rc = main(["run", "w1 w2 w3", "--model", str(tiny_dir), "--device", "cpu", "--draft", "none",
-               "--max-new-tokens", "3", "--gemv"])
+               "--max-new-tokens", "3", *flags])
     out = capsys.readouterr()
-    return rc, out.out + out.err
-
-
-def test_gemv_on_a_cpu_is_off_with_the_reason(tiny_dir, capsys, monkeypatch):
-    monkeypatch.setattr(G, "triton_unavailable", lambda: None)  # Triton found (or not): the device is the reason
-    rc, text = _run(tiny_dir, capsys)
-    assert rc == 0 and "Traceback" not in text
-    assert "--gemv: off on cpu (a CUDA kernel), F.linear instead" in " ".join(text.split())
+    return rc, " ".join((out.out + out.err).split())
 
 
 def _no_triton():
     raise ImportError("No module named 'triton'")
 
 
-def test_gemv_on_a_cpu_without_triton_names_the_device_not_triton(tiny_dir, capsys, monkeypatch):
-    # Once "Triton GEMV unavailable", as if installing Triton would help: the GEMV is CUDA-only.
+@pytest.mark.parametrize("flags", [(), ("--gemv",)])
+def test_on_a_cpu_the_gemv_is_the_c_kernel_and_triton_is_never_asked(tiny_dir, capsys, monkeypatch, flags):
+    """On CPU the few-row kernel is the C one, on by default (Triton, a CUDA kernel, is not the reason of anything)."""
+    from eaglelab.engine.model.cpu_gemm import CpuGemm
+
     monkeypatch.setattr(G, "load_op", _no_triton)
+    monkeypatch.setenv("EAGLELAB_CACHE", str(tiny_dir.parent / "cache"))
+    if CpuGemm(tiny_dir.parent / "cache").reason is not None:
+        pytest.skip("no C compiler here")
+    rc, text = _run(tiny_dir, capsys, *flags)
+    assert rc == 0 and "Traceback" not in text and "Triton" not in text
+    assert "projections of <= 16 rows (decode, verify) on the few-row CPU kernel" in text
+
+
+def test_on_a_cpu_without_a_compiler_the_run_goes_on_with_mkl_and_says_why(tiny_dir, capsys, monkeypatch):
+    monkeypatch.setenv("CC", "no-such-cc-for-eaglelab")
+    monkeypatch.setenv("EAGLELAB_CACHE", str(tiny_dir.parent / "cache"))
     rc, text = _run(tiny_dir, capsys)
-    text = " ".join(text.split())
     assert rc == 0 and "Traceback" not in text
-    assert "--gemv: off on cpu (a CUDA kernel), F.linear instead" in text and "Triton" not in text
+    assert "few-row CPU kernel off (no C compiler: 'no-such-cc-for-eaglelab' not found): MKL instead" in text
+
+
+def test_no_gemv_on_a_cpu_runs_mkl(tiny_dir, capsys, monkeypatch):
+    monkeypatch.setenv("CC", "no-such-cc-for-eaglelab")  # --no-gemv builds nothing: no note of a missing compiler
+    rc, text = _run(tiny_dir, capsys, "--no-gemv")
+    assert rc == 0 and "few-row" not in text
 
 
 def test_gemv_on_cuda_without_triton_is_off_with_the_reason(monkeypatch):

@@ -1,0 +1,237 @@
+"""A C kernel for the few-row float32 matmuls of a CPU decode and verify: ``y [M, N] = x [M, K] @ W [N, K]^T``
+for M <= 16 rows (a decode at batch <= 16, a verify of <= 16 tree nodes).
+
+Why: at M = 1 a projection streams every weight once (memory-bound); MKL's GEMM for M = 4 rows, in either
+weight layout, prepacked or split into column blocks, ran at ~1.4-1.6x the time of one row on a 2-core
+Xeon (``benchmarks/cpu_verify.py``), so a verify of 4 tree nodes cost far more than a decode although it
+reads the same bytes. Here the weight is kept packed as ``[ceil(N/64), K, 64]`` (64 output columns per block,
+each block one contiguous stream) and each block is multiplied by up to 4 rows of x at a time, the 4 x 4
+vector accumulators in registers: one pass over the weight serves every row, so 4 rows cost about what one
+costs. Each row's sum runs over k in the same order whatever M is, so a row's result does not depend on
+the other rows in the call (the decode and the verify of the same token get the same projections).
+
+The kernel is built once per machine with the system C compiler (``cc -O3 -march=native -fopenmp``; the
+shared object is cached under the eaglelab cache, keyed by the source, the flags and the CPU) and loaded
+with ctypes. It runs its OpenMP loop on the OpenMP runtime torch has already loaded (the same
+``libgomp.so.1``), over ``torch.get_num_threads()`` threads. Without a compiler, or where the built kernel
+does not reproduce ``F.linear`` on a check, it is off with the reason and the projections run on MKL.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+MAX_ROWS = 16  # rows (M) the kernel takes; more rows (a prefill) are a GEMM's job
+BLOCK = 64  # output columns per packed block (4 vectors of 16 floats)
+FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
+
+SOURCE = r"""
+#include <string.h>
+typedef float v16 __attribute__((vector_size(64)));
+#define W 64        /* columns per packed block */
+#define V (W / 16)  /* vectors per block row */
+#define PF 16       /* block rows prefetched ahead */
+
+static inline v16 load16(const float* p) { v16 v; memcpy(&v, p, sizeof v); return v; }
+
+/* One packed block (K rows of W columns) times R rows of x -> y[r, :n], n <= W. */
+#define BLOCK(R)                                                                              \
+static void block##R(const float* x, int K, const float* w, float* y, int ldy, int n) {      \
+  v16 acc[R][V];                                                                              \
+  for (int r = 0; r < R; ++r) for (int c = 0; c < V; ++c) acc[r][c] = (v16){0};              \
+  for (int k = 0; k < K; ++k) {                                                               \
+    const float* wk = w + (size_t)k * W;                                                      \
+    for (int c = 0; c < V; ++c) __builtin_prefetch(wk + PF * W + 16 * c);                     \
+    v16 u[V];                                                                                 \
+    for (int c = 0; c < V; ++c) u[c] = load16(wk + 16 * c);                                   \
+    for (int r = 0; r < R; ++r) {                                                             \
+      float s = x[(size_t)r * K + k];                                                         \
+      for (int c = 0; c < V; ++c) acc[r][c] += s * u[c];                                      \
+    }                                                                                         \
+  }                                                                                           \
+  for (int r = 0; r < R; ++r) {                                                               \
+    float t[W];                                                                               \
+    memcpy(t, acc[r], sizeof t);                                                              \
+    memcpy(y + (size_t)r * ldy, t, (size_t)n * sizeof(float));                                \
+  }                                                                                           \
+}
+BLOCK(1) BLOCK(2) BLOCK(3) BLOCK(4)
+
+/* y [M, N] (row-major) = x [M, K] (row-major) @ w, w packed [ceil(N/W), K, W]; threads split the blocks. */
+void few_rows_f32(const float* x, int M, int K, const float* w, float* y, int N, int threads) {
+  int blocks = (N + W - 1) / W;
+  #pragma omp parallel for num_threads(threads) schedule(static)
+  for (int j = 0; j < blocks; ++j) {
+    const float* wj = w + (size_t)j * K * W;
+    int n = N - j * W < W ? N - j * W : W;
+    for (int r = 0; r < M; r += 4) {
+      const float* xr = x + (size_t)r * K;
+      float* yr = y + (size_t)r * N + (size_t)j * W;
+      switch (M - r < 4 ? M - r : 4) {
+        case 1: block1(xr, K, wj, yr, N, n); break;
+        case 2: block2(xr, K, wj, yr, N, n); break;
+        case 3: block3(xr, K, wj, yr, N, n); break;
+        default: block4(xr, K, wj, yr, N, n);
+      }
+    }
+  }
+}
+"""
+
+
+@dataclass(frozen=True)
+class Packed:
+    """A weight [N, K] in the kernel's layout: ``data`` [ceil(N/64), K, 64], zero-padded past N."""
+
+    data: torch.Tensor
+    n: int
+
+
+def pack(weight: torch.Tensor) -> Packed:
+    """weight [N, K] (``nn.Linear``'s layout) -> :class:`Packed`. Example: N = 96, K = 8 -> data [2, 8, 64],
+    column 70 of data[1] all zeros; ``data[j, k, c] == weight[64 j + c, k]``."""
+    N, K = weight.shape
+    blocks = -(-N // BLOCK)
+    padded = torch.zeros(blocks * BLOCK, K, dtype=weight.dtype, device=weight.device)
+    padded[:N] = weight
+    return Packed(padded.t().reshape(K, blocks, BLOCK).permute(1, 0, 2).contiguous(), N)
+
+
+class CpuGemm:
+    """The few-row kernel a CPU forward uses (``Kernels.gemv``): ``gemm(x2 [M, K], packed, bias) -> [M, N]``.
+
+    ``layout``/``pack``: the weight copy :class:`~eaglelab.engine.model.layers.FusedLinear` keeps for it.
+    ``reason``: why it is off (None: on); ``setup_seconds``: building or loading it (kept out of tok/s).
+    """
+
+    layout = "packed64"
+
+    def __init__(self, cache_root: Path, log: Callable[[str], None] | None = None, compiler: str | None = None) -> None:
+        t0 = time.perf_counter()
+        self._fn: Callable | None = None
+        self.reason: str | None = None
+        try:
+            self._fn = _load(build(cache_root / "kernels", compiler, log))
+            self.reason = _self_check(self)
+        except KernelBuildError as exc:
+            self.reason = f"few-row CPU kernel off ({exc}): MKL instead"
+        if self.reason is not None:
+            self._fn = None
+            if log is not None:
+                log(self.reason)
+        self.setup_seconds = time.perf_counter() - t0
+
+    def pack(self, weight: torch.Tensor) -> Packed:
+        return pack(weight)
+
+    def refusal(self, x: torch.Tensor, weight: torch.Tensor) -> str | None:
+        """Why ``x [..., K] @ weight [N, K]^T`` does not take the kernel (None: it does)."""
+        if self.reason is not None:
+            return self.reason
+        if torch.is_grad_enabled():
+            return "gradients on (the kernel has no backward)"
+        if x.device.type != "cpu" or weight.device.type != "cpu":
+            return f"not on the CPU (device {x.device.type})"
+        if x.dtype != torch.float32 or weight.dtype != torch.float32:
+            return f"dtypes {x.dtype}/{weight.dtype} (the kernel takes float32)"
+        rows = x.numel() // max(x.shape[-1], 1)
+        if not 1 <= rows <= MAX_ROWS:
+            return f"{rows} rows (the kernel takes 1..{MAX_ROWS})"
+        return None
+
+    def __call__(self, x: torch.Tensor, weight: Packed, bias: torch.Tensor | None) -> torch.Tensor:
+        """x [M, K] float32, weight packed from [N, K] -> [M, N] (+ bias)."""
+        assert self._fn is not None, f"CpuGemm called while off: {self.reason}"
+        x = x.contiguous()
+        (M, K), N = x.shape, weight.n
+        assert weight.data.shape[1] == K, f"x has K = {K}, the packed weight {weight.data.shape[1]}"
+        y = torch.empty(M, N, dtype=torch.float32)
+        self._fn(x.data_ptr(), M, K, weight.data.data_ptr(), y.data_ptr(), N, torch.get_num_threads())
+        return y if bias is None else y.add_(bias)
+
+
+class KernelBuildError(RuntimeError):
+    """The kernel could not be built or loaded here (the message says why, in one line)."""
+
+
+def build(out_dir: Path, compiler: str | None = None, log: Callable[[str], None] | None = None) -> Path:
+    """The shared object for this machine: cached in ``out_dir`` (keyed by source, flags, compiler and CPU),
+    else compiled now with ``compiler`` (default ``$CC``, else ``cc``). Raises KernelBuildError."""
+    cc = compiler or os.environ.get("CC") or "cc"
+    if shutil.which(cc) is None:
+        raise KernelBuildError(f"no C compiler: '{cc}' not found")
+    key = hashlib.sha256("\0".join([SOURCE, *FLAGS, _compiler_version(cc), _cpu_id()]).encode()).hexdigest()[:16]
+    lib = out_dir / f"few_rows_{key}.so"
+    if lib.exists():
+        return lib
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if log is not None:
+        log(f"building the few-row CPU kernel with {cc} (once per machine) ...")
+    with tempfile.TemporaryDirectory() as tmp:
+        src, obj = Path(tmp) / "few_rows.c", Path(tmp) / "few_rows.so"
+        src.write_text(SOURCE)
+        try:
+            done = subprocess.run([cc, *FLAGS, str(src), "-o", str(obj)], capture_output=True, text=True, timeout=120)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise KernelBuildError(f"{cc} failed to run: {type(exc).__name__}") from None
+        if done.returncode != 0:
+            first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip()[:120])
+            raise KernelBuildError(f"{cc} failed: {first.strip()[:160]}")
+        os.replace(obj, lib)  # atomic: a concurrent build writes the same bytes
+    return lib
+
+
+def _load(lib: Path) -> Callable:
+    """The kernel's entry point from ``lib`` (after torch, so its OpenMP runtime is the one already loaded)."""
+    try:
+        fn = ctypes.CDLL(str(lib)).few_rows_f32
+    except OSError as exc:
+        raise KernelBuildError(f"cannot load {lib.name}: {str(exc).splitlines()[0][:120]}") from None
+    c_int, ptr = ctypes.c_int, ctypes.c_void_p
+    fn.argtypes = [ptr, c_int, c_int, ptr, ptr, c_int, c_int]
+    fn.restype = None
+    return fn
+
+
+def _self_check(gemm: CpuGemm) -> str | None:
+    """Run the built kernel on every row count and a ragged N against F.linear (None: it agrees)."""
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(200, 72, generator=g)  # N not a multiple of the block, K not of the vector
+    packed = pack(w)
+    with torch.no_grad():
+        for m in (1, 2, 3, 4, 5, 9, MAX_ROWS):
+            x = torch.randn(m, 72, generator=g)
+            err = (gemm(x, packed, None) - F.linear(x, w)).abs().max().item()
+            if not err <= 1e-4:
+                return f"few-row CPU kernel off (M = {m}: max |error| {err:.3g} against F.linear): MKL instead"
+    return None
+
+
+def _compiler_version(cc: str) -> str:
+    try:
+        return subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=30).stdout.split("\n")[0]
+    except (OSError, subprocess.TimeoutExpired):
+        return "?"
+
+
+def _cpu_id() -> str:
+    """What -march=native compiles for: the CPU's model and flags (Linux), else the platform's name."""
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or platform.machine()
+    wanted = ("model name", "flags")
+    return "\n".join(sorted({ln for ln in info.splitlines() if ln.split(":")[0].strip() in wanted}))

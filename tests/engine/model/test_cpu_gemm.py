@@ -1,0 +1,136 @@
+"""The few-row C kernel for CPU projections (engine/model/cpu_gemm.py): the packed layout, its results against
+F.linear, a row's result independent of the other rows, the fallback without a compiler, and speculation
+with it still equal to plain greedy decoding."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from eaglelab.engine.model.cpu_gemm import BLOCK, MAX_ROWS, CpuGemm, pack
+from eaglelab.engine.model.layers import FusedLinear, Kernels, fused_linears
+from eaglelab.engine.runtime.drafters import Eagle3Proposer
+from eaglelab.engine.runtime.generate import Engine
+from eaglelab.engine.runtime.runner import EagerRunner
+from eaglelab.engine.runtime.spec_config import SpecConfig
+from tests.conftest import random_model
+from tests.engine.runtime.test_speculative import CFG, PROMPTS, TAPS, random_drafter
+
+
+@pytest.fixture(scope="module")
+def gemm(tmp_path_factory):
+    kernel = CpuGemm(tmp_path_factory.mktemp("cache"))
+    if kernel.reason is not None:
+        pytest.skip(kernel.reason)
+    return kernel
+
+
+def test_pack_puts_64_columns_per_block_and_zero_pads():
+    """N = 96, K = 8 -> data [2, 8, 64]; data[j, k, c] == weight[64 j + c, k]; columns 96..127 are zeros."""
+    w = torch.arange(96 * 8, dtype=torch.float32).reshape(96, 8)
+    p = pack(w)
+    assert p.n == 96 and p.data.shape == (2, 8, BLOCK) and p.data.is_contiguous()
+    assert p.data[1, 3, 5] == w[69, 3] and p.data[0, 7, 63] == w[63, 7]
+    assert p.data[1, :, 32:].abs().sum() == 0
+
+
+@pytest.mark.parametrize("n, k", [(200, 72), (64, 64), (5, 3), (576, 1536)])
+def test_kernel_matches_f_linear_for_every_row_count(gemm, n, k):
+    g = torch.Generator().manual_seed(n + k)
+    w, b = torch.randn(n, k, generator=g), torch.randn(n, generator=g)
+    p = pack(w)
+    for m in range(1, MAX_ROWS + 1):
+        x = torch.randn(m, k, generator=g)
+        torch.testing.assert_close(gemm(x, p, None), F.linear(x, w), atol=1e-4, rtol=1e-5)
+        torch.testing.assert_close(gemm(x, p, b), F.linear(x, w, b), atol=1e-4, rtol=1e-5)
+
+
+def test_a_rows_result_does_not_depend_on_the_other_rows(gemm):
+    """Bit for bit: a decode (1 row) and a verify (4 or 9 rows) get the same projection of the same input."""
+    g = torch.Generator().manual_seed(1)
+    w = torch.randn(300, 576, generator=g)
+    p = pack(w)
+    x = torch.randn(9, 576, generator=g)
+    together = gemm(x, p, None)
+    for r in range(9):
+        assert torch.equal(gemm(x[r: r + 1], p, None)[0], together[r])
+    assert torch.equal(gemm(x[:4], p, None), together[:4])
+
+
+def test_refusals_name_the_reason(gemm):
+    w = torch.randn(8, 4)
+    with torch.no_grad():
+        assert gemm.refusal(torch.randn(17, 4), w) == f"17 rows (the kernel takes 1..{MAX_ROWS})"
+        assert "float32" in gemm.refusal(torch.randn(2, 4, dtype=torch.float64), w.double())
+        assert gemm.refusal(torch.randn(3, 4), w) is None
+    assert gemm.refusal(torch.randn(3, 4), w) == "gradients on (the kernel has no backward)"
+
+
+def test_without_a_compiler_it_is_off_and_fused_linears_use_mkl(tmp_path):
+    kernel = CpuGemm(tmp_path, compiler="no-such-cc-for-eaglelab")
+    assert kernel.reason == "few-row CPU kernel off (no C compiler: 'no-such-cc-for-eaglelab' not found): MKL instead"
+    lin = nn.Linear(8, 5)
+    fused = FusedLinear(lin)
+    fused.prepare(torch.device("cpu"), kernel)
+    assert set(fused._fused) == {"kn"}, "off: the transposed MKL copy, as without a kernel"
+    x = torch.randn(2, 8)
+    with torch.no_grad():
+        torch.testing.assert_close(fused(x, kernel)[0], lin(x))
+
+
+def test_fused_linears_run_on_the_packed_copy_and_follow_their_weights(gemm):
+    """q/k/v on the kernel (3 rows), a prefill (20 rows) on each projection's own weight: no transposed copy;
+    a weight changed in place is seen."""
+    q, k, v = nn.Linear(16, 32, bias=False), nn.Linear(16, 8, bias=False), nn.Linear(16, 8, bias=False)
+    fused = FusedLinear(q, k, v)
+    fused.prepare(torch.device("cpu"), gemm)
+    assert set(fused._fused) == {gemm.layout}
+    with torch.no_grad():
+        for rows in (3, 20):
+            x = torch.randn(1, rows, 16)
+            for got, lin in zip(fused(x, gemm), (q, k, v)):
+                torch.testing.assert_close(got, lin(x), atol=1e-5, rtol=1e-5)
+        k.weight.mul_(2.0)
+        x = torch.randn(1, 2, 16)
+        torch.testing.assert_close(fused(x, gemm)[1], k(x), atol=1e-5, rtol=1e-5)
+    assert set(fused._fused) == {gemm.layout}
+
+
+@pytest.mark.parametrize("topk, steps, tokens", [(1, 3, 0), (2, 3, 5)])
+def test_speculation_on_the_kernel_equals_plain_greedy(gemm, topk, steps, tokens):
+    """Every projection of the target and the drafter on the kernel (decode, verify, draft, draft-extend):
+    greedy speculative output == plain greedy output, and the runner built every packed copy up front."""
+    target = random_model(CFG, seed=21)
+    spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=tokens)
+    proposer = Eagle3Proposer(random_drafter(target, 3), spec, TAPS)
+    kernels = Kernels(gemv=gemm)
+    runner = EagerRunner(target, proposer.net, kernels=kernels)
+    assert all(gemm.layout in fl._fused for fl in fused_linears(target) + fused_linears(proposer.net))
+    out = Engine(target, drafter=proposer, spec=spec, runner=runner).generate(PROMPTS, 12)
+    plain = Engine(target, runner=EagerRunner(target, kernels=kernels)).generate(PROMPTS, 12)
+    assert out.tokens == plain.tokens
+    assert out.tokens == Engine(target).generate(PROMPTS, 12).tokens, "the kernel's plain decode == MKL's"
+
+
+@pytest.mark.slow
+def test_shipped_drafter_on_the_kernel_is_lossless(default_target, tmp_path):
+    """The real model and the shipped drafter, every projection of <= 16 rows on the kernel: speculative ==
+    plain greedy, and plain on the kernel == plain on MKL."""
+    from eaglelab.engine.model.eagle3 import load_eagle3
+    from eaglelab.session import shipped_drafter_dir
+
+    kernel = CpuGemm(tmp_path)
+    if kernel.reason is not None:
+        pytest.skip(kernel.reason)
+    model, tok = default_target.model, default_target.tokenizer
+    net, taps, _ = load_eagle3(shipped_drafter_dir(), model)
+    spec = SpecConfig("eagle3", num_steps=3, topk=1)
+    ids = [tok.chat_ids("Summarize the key ideas of open source software in a few bullet points.")]
+    eos, kernels = tok.eos_token_ids, Kernels(gemv=kernel)
+    out = Engine(model, eos_token_ids=eos, drafter=Eagle3Proposer(net, spec, taps), spec=spec,
+                 runner=EagerRunner(model, net, kernels=kernels)).generate(ids, 40)
+    plain = Engine(model, eos_token_ids=eos, runner=EagerRunner(model, kernels=kernels)).generate(ids, 40)
+    assert out.tokens == plain.tokens == Engine(model, eos_token_ids=eos).generate(ids, 40).tokens
+    assert out.mean_accept_len > 1.8
