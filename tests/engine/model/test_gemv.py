@@ -39,9 +39,13 @@ class RecordingGemv:
 
     reason = None
     setup_seconds = 0.25
+    layout = None  # reads [N, K] as nn.Linear keeps it
 
     def __init__(self) -> None:
         self.calls: list[tuple[int, int, int]] = []
+
+    def pack(self, weight):
+        return weight
 
     def refusal(self, x, weight):
         return None
