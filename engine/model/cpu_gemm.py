@@ -41,22 +41,29 @@ FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 SOURCE = r"""
 #include <string.h>
 typedef float v16 __attribute__((vector_size(64)));
+typedef unsigned short h16 __attribute__((vector_size(32)));
+typedef unsigned int u16 __attribute__((vector_size(64)));
 #define W 64        /* columns per packed block */
 #define V (W / 16)  /* vectors per block row */
 #define PF 16       /* block rows prefetched ahead */
 
-static inline v16 load16(const float* p) { v16 v; memcpy(&v, p, sizeof v); return v; }
+static inline v16 load_f32(const float* p) { v16 v; memcpy(&v, p, sizeof v); return v; }
+static inline v16 load_bf16(const unsigned short* p) {  /* bf16 bits -> float32, exactly */
+  h16 h; memcpy(&h, p, sizeof h);
+  u16 bits = __builtin_convertvector(h, u16) << 16;
+  v16 v; memcpy(&v, &bits, sizeof v); return v;
+}
 
-/* One packed block (K rows of W columns) times R rows of x -> y[r, :n], n <= W. */
-#define BLOCK(R)                                                                              \
-static void block##R(const float* x, int K, const float* w, float* y, int ldy, int n) {      \
+/* One packed block (K rows of W columns of type T) times R rows of x -> y[r, :n], n <= W. */
+#define BLOCK(NAME, T, LOAD, R)                                                               \
+static void NAME##R(const float* x, int K, const T* w, float* y, int ldy, int n) {           \
   v16 acc[R][V];                                                                              \
   for (int r = 0; r < R; ++r) for (int c = 0; c < V; ++c) acc[r][c] = (v16){0};              \
   for (int k = 0; k < K; ++k) {                                                               \
-    const float* wk = w + (size_t)k * W;                                                      \
+    const T* wk = w + (size_t)k * W;                                                          \
     for (int c = 0; c < V; ++c) __builtin_prefetch(wk + PF * W + 16 * c);                     \
     v16 u[V];                                                                                 \
-    for (int c = 0; c < V; ++c) u[c] = load16(wk + 16 * c);                                   \
+    for (int c = 0; c < V; ++c) u[c] = LOAD(wk + 16 * c);                                     \
     for (int r = 0; r < R; ++r) {                                                             \
       float s = x[(size_t)r * K + k];                                                         \
       for (int c = 0; c < V; ++c) acc[r][c] += s * u[c];                                      \
@@ -68,44 +75,50 @@ static void block##R(const float* x, int K, const float* w, float* y, int ldy, i
     memcpy(y + (size_t)r * ldy, t, (size_t)n * sizeof(float));                                \
   }                                                                                           \
 }
-BLOCK(1) BLOCK(2) BLOCK(3) BLOCK(4)
 
 /* y [M, N] (row-major) = x [M, K] (row-major) @ w, w packed [ceil(N/W), K, W]; threads split the blocks. */
-void few_rows_f32(const float* x, int M, int K, const float* w, float* y, int N, int threads) {
-  int blocks = (N + W - 1) / W;
-  #pragma omp parallel for num_threads(threads) schedule(static)
-  for (int j = 0; j < blocks; ++j) {
-    const float* wj = w + (size_t)j * K * W;
-    int n = N - j * W < W ? N - j * W : W;
-    for (int r = 0; r < M; r += 4) {
-      const float* xr = x + (size_t)r * K;
-      float* yr = y + (size_t)r * N + (size_t)j * W;
-      switch (M - r < 4 ? M - r : 4) {
-        case 1: block1(xr, K, wj, yr, N, n); break;
-        case 2: block2(xr, K, wj, yr, N, n); break;
-        case 3: block3(xr, K, wj, yr, N, n); break;
-        default: block4(xr, K, wj, yr, N, n);
-      }
-    }
-  }
+#define FEW_ROWS(NAME, T, LOAD)                                                               \
+BLOCK(NAME, T, LOAD, 1) BLOCK(NAME, T, LOAD, 2) BLOCK(NAME, T, LOAD, 3) BLOCK(NAME, T, LOAD, 4) \
+void few_rows_##NAME(const float* x, int M, int K, const T* w, float* y, int N, int threads) { \
+  int blocks = (N + W - 1) / W;                                                               \
+  _Pragma("omp parallel for num_threads(threads) schedule(static)")                           \
+  for (int j = 0; j < blocks; ++j) {                                                          \
+    const T* wj = w + (size_t)j * K * W;                                                      \
+    int n = N - j * W < W ? N - j * W : W;                                                    \
+    for (int r = 0; r < M; r += 4) {                                                          \
+      const float* xr = x + (size_t)r * K;                                                    \
+      float* yr = y + (size_t)r * N + (size_t)j * W;                                          \
+      switch (M - r < 4 ? M - r : 4) {                                                        \
+        case 1: NAME##1(xr, K, wj, yr, N, n); break;                                          \
+        case 2: NAME##2(xr, K, wj, yr, N, n); break;                                          \
+        case 3: NAME##3(xr, K, wj, yr, N, n); break;                                          \
+        default: NAME##4(xr, K, wj, yr, N, n);                                                \
+      }                                                                                       \
+    }                                                                                         \
+  }                                                                                           \
 }
+
+FEW_ROWS(f32, float, load_f32)
+FEW_ROWS(bf16, unsigned short, load_bf16)
 """
 
 
 @dataclass(frozen=True)
 class Packed:
-    """A weight [N, K] in the kernel's layout: ``data`` [ceil(N/64), K, 64], zero-padded past N."""
+    """A weight [N, K] in the kernel's layout: ``data`` [ceil(N/64), K, 64], zero-padded past N; bfloat16 when
+    every weight is a bfloat16 value (a bf16 checkpoint run in float32: the same numbers in half the bytes)."""
 
     data: torch.Tensor
     n: int
 
 
 def pack(weight: torch.Tensor) -> Packed:
-    """weight [N, K] (``nn.Linear``'s layout) -> :class:`Packed`. Example: N = 96, K = 8 -> data [2, 8, 64],
-    column 70 of data[1] all zeros; ``data[j, k, c] == weight[64 j + c, k]``."""
+    """weight [N, K] float32 (``nn.Linear``'s layout) -> :class:`Packed`. Example: N = 96, K = 8 -> data
+    [2, 8, 64], column 70 of data[1] all zeros; ``data[j, k, c] == weight[64 j + c, k]``."""
     N, K = weight.shape
     blocks = -(-N // BLOCK)
-    padded = torch.zeros(blocks * BLOCK, K, dtype=weight.dtype, device=weight.device)
+    exact_bf16 = torch.equal(weight.bfloat16().float(), weight)  # lossless in half the bytes
+    padded = torch.zeros(blocks * BLOCK, K, dtype=torch.bfloat16 if exact_bf16 else weight.dtype, device=weight.device)
     padded[:N] = weight
     return Packed(padded.t().reshape(K, blocks, BLOCK).permute(1, 0, 2).contiguous(), N)
 
@@ -121,15 +134,15 @@ class CpuGemm:
 
     def __init__(self, cache_root: Path, log: Callable[[str], None] | None = None, compiler: str | None = None) -> None:
         t0 = time.perf_counter()
-        self._fn: Callable | None = None
+        self._fns: dict[torch.dtype, Callable] = {}  # the packed weights' dtype -> entry point
         self.reason: str | None = None
         try:
-            self._fn = _load(build(cache_root / "kernels", compiler, log))
+            self._fns = _load(build(cache_root / "kernels", compiler, log))
             self.reason = _self_check(self)
         except KernelBuildError as exc:
             self.reason = f"few-row CPU kernel off ({exc}): MKL instead"
         if self.reason is not None:
-            self._fn = None
+            self._fns = {}
             if log is not None:
                 log(self.reason)
         self.setup_seconds = time.perf_counter() - t0
@@ -154,12 +167,12 @@ class CpuGemm:
 
     def __call__(self, x: torch.Tensor, weight: Packed, bias: torch.Tensor | None) -> torch.Tensor:
         """x [M, K] float32, weight packed from [N, K] -> [M, N] (+ bias)."""
-        assert self._fn is not None, f"CpuGemm called while off: {self.reason}"
+        assert self._fns, f"CpuGemm called while off: {self.reason}"
         x = x.contiguous()
         (M, K), N = x.shape, weight.n
         assert weight.data.shape[1] == K, f"x has K = {K}, the packed weight {weight.data.shape[1]}"
         y = torch.empty(M, N, dtype=torch.float32)
-        self._fn(x.data_ptr(), M, K, weight.data.data_ptr(), y.data_ptr(), N, torch.get_num_threads())
+        self._fns[weight.data.dtype](x.data_ptr(), M, K, weight.data.data_ptr(), y.data_ptr(), N, torch.get_num_threads())
         return y if bias is None else y.add_(bias)
 
 
@@ -194,29 +207,35 @@ def build(out_dir: Path, compiler: str | None = None, log: Callable[[str], None]
     return lib
 
 
-def _load(lib: Path) -> Callable:
-    """The kernel's entry point from ``lib`` (after torch, so its OpenMP runtime is the one already loaded)."""
+def _load(lib: Path) -> dict[torch.dtype, Callable]:
+    """The kernel's entry points from ``lib`` (after torch, so its OpenMP runtime is the one already loaded),
+    by the dtype of the packed weights they read."""
     try:
-        fn = ctypes.CDLL(str(lib)).few_rows_f32
+        so = ctypes.CDLL(str(lib))
     except OSError as exc:
         raise KernelBuildError(f"cannot load {lib.name}: {str(exc).splitlines()[0][:120]}") from None
     c_int, ptr = ctypes.c_int, ctypes.c_void_p
-    fn.argtypes = [ptr, c_int, c_int, ptr, ptr, c_int, c_int]
-    fn.restype = None
-    return fn
+    fns = {torch.float32: so.few_rows_f32, torch.bfloat16: so.few_rows_bf16}
+    for fn in fns.values():
+        fn.argtypes = [ptr, c_int, c_int, ptr, ptr, c_int, c_int]
+        fn.restype = None
+    return fns
 
 
 def _self_check(gemm: CpuGemm) -> str | None:
-    """Run the built kernel on every row count and a ragged N against F.linear (None: it agrees)."""
+    """Run the built kernel, float32 and bfloat16 weights, on every row count and a ragged N against F.linear
+    (None: it agrees)."""
     g = torch.Generator().manual_seed(0)
     w = torch.randn(200, 72, generator=g)  # N not a multiple of the block, K not of the vector
-    packed = pack(w)
-    with torch.no_grad():
-        for m in (1, 2, 3, 4, 5, 9, MAX_ROWS):
-            x = torch.randn(m, 72, generator=g)
-            err = (gemm(x, packed, None) - F.linear(x, w)).abs().max().item()
-            if not err <= 1e-4:
-                return f"few-row CPU kernel off (M = {m}: max |error| {err:.3g} against F.linear): MKL instead"
+    for weight in (w, w.bfloat16().float()):
+        packed = pack(weight)
+        with torch.no_grad():
+            for m in (1, 2, 3, 4, 5, 9, MAX_ROWS):
+                x = torch.randn(m, 72, generator=g)
+                err = (gemm(x, packed, None) - F.linear(x, weight)).abs().max().item()
+                if not err <= 1e-4:
+                    return (f"few-row CPU kernel off ({str(packed.data.dtype).removeprefix('torch.')} weights, M = {m}: "
+                            f"max |error| {err:.3g} against F.linear): MKL instead")
     return None
 
 

@@ -29,11 +29,28 @@ def gemm(tmp_path_factory):
 
 def test_pack_puts_64_columns_per_block_and_zero_pads():
     """N = 96, K = 8 -> data [2, 8, 64]; data[j, k, c] == weight[64 j + c, k]; columns 96..127 are zeros."""
-    w = torch.arange(96 * 8, dtype=torch.float32).reshape(96, 8)
+    w = torch.arange(96 * 8, dtype=torch.float32).reshape(96, 8) + 1
     p = pack(w)
     assert p.n == 96 and p.data.shape == (2, 8, BLOCK) and p.data.is_contiguous()
     assert p.data[1, 3, 5] == w[69, 3] and p.data[0, 7, 63] == w[63, 7]
     assert p.data[1, :, 32:].abs().sum() == 0
+    assert p.data.dtype == torch.float32, "769 is no bfloat16 value: the weights stay float32"
+
+
+def test_bf16_valued_weights_pack_in_half_the_bytes_with_the_same_results(gemm):
+    """A bf16 checkpoint run in float32 (the shipped drafter): its weights are bfloat16 values, packed as bfloat16
+    (lossless), and the kernel's results are bit for bit those of the float32 packing."""
+    from eaglelab.engine.model.cpu_gemm import Packed
+
+    g = torch.Generator().manual_seed(2)
+    w = torch.randn(130, 96, generator=g).bfloat16().float()
+    p = pack(w)
+    assert p.data.dtype == torch.bfloat16 and torch.equal(p.data.float()[:, :, :].permute(1, 0, 2).reshape(96, -1).t()[:130], w)
+    as_f32 = Packed(p.data.float(), p.n)
+    for m in (1, 4, 7):
+        x = torch.randn(m, 96, generator=g)
+        assert torch.equal(gemm(x, p, None), gemm(x, as_f32, None))
+        torch.testing.assert_close(gemm(x, p, None), F.linear(x, w), atol=1e-4, rtol=1e-5)
 
 
 @pytest.mark.parametrize("n, k", [(200, 72), (64, 64), (5, 3), (576, 1536)])
