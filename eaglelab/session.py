@@ -30,9 +30,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="torch.compile each captured phase whole (once per batch bucket; eager runs: the layers' "
                         "RMSNorm/rotary/SwiGLU), cached on disk under the eaglelab cache (default: on with CUDA graphs)")
     g.add_argument("--gemv", action=argparse.BooleanOptionalAction, default=None,
-                   help="run the projections of a decode or small verify (<= 16 rows) on our few-row kernel: on CUDA "
-                        "the Triton GEMV (bf16/fp16), tuned per weight shape on first use (default: off); on CPU a C "
-                        "kernel (float32), built once with the system compiler (default: on)")
+                   help="run the projections of a decode or small verify on our few-row kernel: on CUDA the Triton GEMV "
+                        "(<= 16 rows, bf16/fp16), tuned per weight shape on first use (default: off); on CPU a C kernel "
+                        "(<= 256 rows, float32), built once with the system compiler (default: on)")
     g.add_argument("--decode-attn", action=argparse.BooleanOptionalAction, default=False,
                    help="run the attention of a decode, verify or draft step (<= 16 query rows, bf16/fp16, CUDA) on "
                         "our Triton kernel made for a few rows over the static cache; prefill keeps SDPA (default: off)")
@@ -254,7 +254,7 @@ def _add_decode_attn(s: Session, log: Callable[[str], None]) -> None:
 
 
 def _add_cpu_gemm(s: Session, log: Callable[[str], None]) -> None:
-    """On CPU (unless --no-gemv): the few-row C kernel for float32 projections of <= 16 rows; where it cannot
+    """On CPU (unless --no-gemv): the few-row C kernel for float32 projections of <= 256 rows; where it cannot
     build or the weights are not float32, a note says why and MKL runs them."""
     from dataclasses import replace
 
@@ -269,7 +269,8 @@ def _add_cpu_gemm(s: Session, log: Callable[[str], None]) -> None:
         s.notes.append(f"gemv: few-row CPU kernel off for {s.dtype_name} weights (it takes float32): MKL instead")
     else:
         s.kernels = replace(s.kernels or EAGER_KERNELS, gemv=gemm)
-        s.notes.append("gemv: projections of <= 16 rows (decode, verify) on the few-row CPU kernel (--no-gemv: MKL)")
+        s.notes.append("gemv: projections of <= 256 rows (decode, verify, short prompts) on the few-row CPU kernel "
+                       "(--no-gemv: MKL)")
 
 
 def _graph_runner_factory(s: Session) -> Callable[..., Any]:

@@ -122,8 +122,8 @@ class FusedLinear:
     rebuilt when a weight is replaced or changed in place (``.to()``, a new load). With gradients on,
     the projections run separately so training sees its own parameters. Given a ``gemv`` kernel, calls
     it takes (see its ``refusal``) run on it instead of a GEMM, on the weight copy in its ``layout``:
-    the Triton GEMV (CUDA, M <= 16, bf16/fp16) or the few-row C kernel (CPU, M <= 16, float32). While
-    that C kernel is on, the calls it refuses for their rows (a prefill) run each projection on its own
+    the Triton GEMV (CUDA, M <= 16, bf16/fp16) or the few-row C kernel (CPU, M <= 256, float32). While
+    that C kernel is on, the calls it refuses for their rows (a long prompt) run each projection on its own
     weight (MKL, no third copy of the weights).
     """
 

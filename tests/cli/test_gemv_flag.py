@@ -42,7 +42,7 @@ def test_on_a_cpu_the_gemv_is_the_c_kernel_and_triton_is_never_asked(tiny_dir, c
         pytest.skip("no C compiler here")
     rc, text = _run(tiny_dir, capsys, *flags)
     assert rc == 0 and "Traceback" not in text and "Triton" not in text
-    assert "projections of <= 16 rows (decode, verify) on the few-row CPU kernel" in text
+    assert "projections of <= 256 rows (decode, verify, short prompts) on the few-row CPU kernel" in text
 
 
 def test_on_a_cpu_without_a_compiler_the_run_goes_on_with_mkl_and_says_why(tiny_dir, capsys, monkeypatch):
