@@ -39,6 +39,7 @@ import torch.nn.functional as F
 MAX_ROWS = 256  # rows (M) the kernel takes; more rows (a long prompt) are a tiled GEMM's job
 BLOCK = 64  # output columns per packed block (4 vectors of 16 floats)
 FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
+PROFILE_NAME = "eaglelab::cpu_gemm"  # the range a profiler trace shows around each call
 
 SOURCE = r"""
 #include <string.h>
@@ -174,7 +175,12 @@ class CpuGemm:
         (M, K), N = x.shape, weight.n
         assert weight.data.shape[1] == K, f"x has K = {K}, the packed weight {weight.data.shape[1]}"
         y = torch.empty(M, N, dtype=torch.float32)
-        self._fns[weight.data.dtype](x.data_ptr(), M, K, weight.data.data_ptr(), y.data_ptr(), N, torch.get_num_threads())
+        fn = self._fns[weight.data.dtype]
+        if torch.autograd.profiler._is_profiler_enabled:  # a trace shows the call (torch cannot see into ctypes)
+            with torch.profiler.record_function(PROFILE_NAME):
+                fn(x.data_ptr(), M, K, weight.data.data_ptr(), y.data_ptr(), N, torch.get_num_threads())
+        else:
+            fn(x.data_ptr(), M, K, weight.data.data_ptr(), y.data_ptr(), N, torch.get_num_threads())
         return y if bias is None else y.add_(bias)
 
 
