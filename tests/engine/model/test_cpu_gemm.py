@@ -152,3 +152,15 @@ def test_shipped_drafter_on_the_kernel_is_lossless(default_target, tmp_path):
     plain = Engine(model, eos_token_ids=eos, runner=EagerRunner(model, kernels=kernels)).generate(ids, 40)
     assert out.tokens == plain.tokens == Engine(model, eos_token_ids=eos).generate(ids, 40).tokens
     assert out.mean_accept_len > 1.8
+
+
+def test_a_profiled_call_is_an_operator_of_the_trace_with_the_same_result(gemm):
+    """torch cannot see into the ctypes call: under a profiler the kernel runs as the operator eaglelab::cpu_gemm
+    (listed by TensorBoard's Operator view), bit for bit the same."""
+    w, x = torch.randn(100, 48), torch.randn(3, 48)
+    p = pack(w)
+    with torch.no_grad(), torch.profiler.profile() as prof:
+        traced = gemm(x, p, None)
+    assert "eaglelab::cpu_gemm" in {e.key for e in prof.key_averages()}
+    with torch.no_grad():
+        assert torch.equal(traced, gemm(x, p, None))
