@@ -35,9 +35,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scale-model", default=None, metavar="NAME",
                    help="random weights of a named shape instead of --model (--draft default: a random EAGLE-3 "
                         "drafter, for cost): llama3.1-8b | kimi-like | smollm2-135m | tiny")
-    # Greedy, and each configuration chooses graphs, compile and the verify mode: not flags here.
+    # Greedy, and each configuration chooses graphs, compile, the verify mode and the Triton kernels: not flags here
+    # (gemv None: on CPU the session's few-row C kernel, as `run` has it; on CUDA the configs ask for the GEMV).
     p.set_defaults(temperature=0.0, top_k=0, top_p=1.0, attention_mode="decode", cuda_graphs=False, compile=False,
-                   gemv=False, decode_attn=False)
+                   gemv=None, decode_attn=False)
     w = p.add_argument_group("workload")
     w.add_argument("--configs", default=None, help="comma list (default: all but the *-gemv and *-attn ones; graph configs only "
                                                    "on CUDA; none: no configuration, for --profile)")
@@ -243,6 +244,7 @@ def _setup(args, log, tp=None) -> dict[str, Any]:
         max_new_tokens=max_new, batch_sizes=batch_sizes, repeats=args.repeats or d["repeats"],
         peer=built["peer"], peer_skip=built.get("peer_skip"), log=log, tp=tp,
         compile_mode=None if args.compile_mode == "default" else args.compile_mode,
+        eager_kernels=built.get("kernels") if device.type == "cpu" else None,  # as `run`: the few-row C kernel
     )
     notes = built["notes"] + [f"prompts: {len(prompts)} MT-bench first turns, {how}; "
                               f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",
@@ -267,7 +269,7 @@ def _model_setup(args, device, dtype_name, max_new, log, tp=None) -> dict[str, A
     peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(target.path, target.device, target.dtype), target.device)  # noqa: E731
     return dict(target=target.model, tokenizer=target.tokenizer, spec=s.spec, make_drafter=_drafter_factory(s.drafter),
                 peer=peer, name=f"{target.name} ({target.config.num_layers} layers)", notes=list(s.notes),
-                weight_bytes=decode_weight_bytes(target.model))
+                weight_bytes=decode_weight_bytes(target.model), kernels=s.kernels)
 
 
 _TP_PEER_SKIP = "HF peer skipped under --tp (it runs on one GPU; compare with a --tp 1 run)"

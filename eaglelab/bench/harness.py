@@ -40,7 +40,7 @@ from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.kv_cache import KVCache
 from eaglelab.engine.model.layers import prefix_mask
 from eaglelab.engine.runtime.observer import BaseObserver, CycleStats
-from eaglelab.engine.model.layers import EAGER_KERNELS
+from eaglelab.engine.model.layers import EAGER_KERNELS, Kernels
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from eaglelab.engine.runtime.tree import chain_tree, tree_attention_mask
@@ -156,6 +156,7 @@ class BenchContext:
     compile_mode: str | None = None  # torch.compile mode (None: inductor's default)
     gemv: Any = None  # the Triton GEMV (TritonGemv), built on the first config that asks; its tunings shared
     attention: Any = None  # the Triton decode attention (TritonDecodeAttention), built on the first config that asks
+    eager_kernels: Any = None  # the eager configs' kernels (on CPU the session's: the few-row C kernel); None: eager
 
     def kernels(self, compile_: bool, gemv: bool = False, attn: bool = False):
         """The layers' kernels for a config: compiled ones (built once, shared) or the eager ones,
@@ -267,8 +268,8 @@ class FixedCacheEagerRunner(EagerRunner):
     exact-fit one), so eager and graph-captured runs compute over the same shapes: the same
     kernels, hence in bf16 the same rounding, and the same allocation policy."""
 
-    def __init__(self, target, drafter, max_len: int) -> None:
-        super().__init__(target, drafter)
+    def __init__(self, target, drafter, max_len: int, kernels: Kernels = EAGER_KERNELS) -> None:
+        super().__init__(target, drafter, kernels=kernels)
         self.max_len = max_len
 
     def make_cache(self, batch: int, max_len: int, observer=None) -> KVCache | None:
@@ -290,7 +291,7 @@ class OurSystem:
             self.runner = CudaGraphRunner.for_engine(ctx.target, self.spec, self.drafter, max_len=ctx.max_len,
                                                      buckets=ctx.batch_sizes, kernels=ctx.kernels(cfg.compile, cfg.gemv, cfg.attn))
         else:
-            self.runner = FixedCacheEagerRunner(ctx.target, net, ctx.max_len)
+            self.runner = FixedCacheEagerRunner(ctx.target, net, ctx.max_len, ctx.eager_kernels or EAGER_KERNELS)
 
     def engine(self, observer=None) -> Engine:
         return Engine(self.ctx.target, eos_token_ids=(), drafter=self.drafter, spec=self.spec,

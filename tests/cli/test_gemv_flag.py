@@ -107,3 +107,32 @@ def test_gemv_on_cuda_notes_a_float32_model_as_off(monkeypatch, dtype, note):
     s = SimpleNamespace(target=SimpleNamespace(device=torch.device("cuda"), dtype=dtype), kernels=None, notes=[])
     _add_gemv(s, log=lambda m: None)
     assert s.notes == [note] and s.kernels.gemv is not None
+
+
+def test_bench_on_a_cpu_runs_its_eager_configs_on_the_c_kernel_as_run_does(tiny_dir, tmp_path, monkeypatch, capsys):
+    """`bench --model DIR` on CPU: the eager configs' runner holds the session's few-row kernel, so bench and run
+    time the same code (a --scale-model bench builds no session: MKL)."""
+    import json
+
+    from eaglelab.bench import harness as B
+    from eaglelab.cli import main
+    from eaglelab.engine.model.cpu_gemm import CpuGemm
+
+    monkeypatch.setenv("EAGLELAB_CACHE", str(tmp_path / "cache"))
+    if CpuGemm(tmp_path / "cache").reason is not None:
+        pytest.skip("no C compiler here")
+    seen = []
+    made = B.FixedCacheEagerRunner.__init__
+
+    def spy(self, target, drafter, max_len, kernels=B.EAGER_KERNELS):
+        seen.append(kernels.gemv)
+        made(self, target, drafter, max_len, kernels)
+
+    monkeypatch.setattr(B.FixedCacheEagerRunner, "__init__", spy)
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question_id": 1, "category": "writing", "turns": ["w1 w2 w3"]}) + "\n")
+    rc = main(["bench", "--model", str(tiny_dir), "--device", "cpu", "--draft", "none", "--configs", "plain-eager",
+               "--batch-sizes", "1", "--prompts", "1", "--max-new-tokens", "3", "--repeats", "1", "--questions",
+               str(questions), "--micro-batch-sizes", "1", "--micro-context", "8"])
+    assert rc == 0, capsys.readouterr().err
+    assert seen and all(isinstance(g, CpuGemm) and g.reason is None for g in seen)
