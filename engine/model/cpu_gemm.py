@@ -153,33 +153,32 @@ class CpuGemm:
         return pack(weight)
 
     def refusal(self, x: torch.Tensor, weight: torch.Tensor) -> str | None:
-        """Why ``x [..., K] @ weight [N, K]^T`` does not take the kernel (None: it does)."""
+        """Why ``x [..., K] @ weight [N, K]^T`` does not take the kernel (None: it does). Runs before every
+        projection: the cheap checks first."""
         if self.reason is not None:
             return self.reason
-        if torch.is_grad_enabled():
-            return "gradients on (the kernel has no backward)"
-        if x.device.type != "cpu" or weight.device.type != "cpu":
-            return f"not on the CPU (device {x.device.type})"
         if x.dtype != torch.float32 or weight.dtype != torch.float32:
             return f"dtypes {x.dtype}/{weight.dtype} (the kernel takes float32)"
+        if not (x.is_cpu and weight.is_cpu):
+            return f"not on the CPU (device {x.device.type})"
         rows = x.numel() // max(x.shape[-1], 1)
         if not 1 <= rows <= MAX_ROWS:
             return f"{rows} rows (the kernel takes 1..{MAX_ROWS})"
+        if torch.is_grad_enabled():
+            return "gradients on (the kernel has no backward)"
         return None
 
     def __call__(self, x: torch.Tensor, weight: Packed, bias: torch.Tensor | None) -> torch.Tensor:
         """x [M, K] float32, weight packed from [N, K] -> [M, N] (+ bias)."""
-        assert self._fns, f"CpuGemm called while off: {self.reason}"
         x = x.contiguous()
-        (M, K), N = x.shape, weight.n
-        assert weight.data.shape[1] == K, f"x has K = {K}, the packed weight {weight.data.shape[1]}"
-        y = torch.empty(M, N, dtype=torch.float32)
-        fn = self._fns[weight.data.dtype]
+        (M, K), N, data = x.shape, weight.n, weight.data
+        assert data.shape[1] == K, f"x has K = {K}, the packed weight {data.shape[1]}"
+        fn = self._fns[data.dtype]  # a KeyError here: called while off (self.reason says why)
         if torch.autograd.profiler._is_profiler_enabled:  # profiled: an operator the trace and its views show
-            y = torch.ops.eaglelab.cpu_gemm(x, weight.data, N, ctypes.cast(fn, ctypes.c_void_p).value)
+            y = torch.ops.eaglelab.cpu_gemm(x, data, N, ctypes.cast(fn, ctypes.c_void_p).value)
         else:  # torch's dispatcher costs more than the ctypes call itself
             y = torch.empty(M, N, dtype=torch.float32)
-            fn(x.data_ptr(), M, K, weight.data.data_ptr(), y.data_ptr(), N, torch.get_num_threads())
+            fn(x.data_ptr(), M, K, data.data_ptr(), y.data_ptr(), N, torch.get_num_threads())
         return y if bias is None else y.add_(bias)
 
 
