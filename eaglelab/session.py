@@ -32,7 +32,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gemv", action=argparse.BooleanOptionalAction, default=None,
                    help="run the projections of a decode or small verify on our few-row kernel: on CUDA the Triton GEMV "
                         "(<= 16 rows, bf16/fp16), tuned per weight shape on first use (default: off); on CPU a C kernel "
-                        "(<= 256 rows, float32), built once with the system compiler (default: on)")
+                        "(<= 256 rows, float32), built once with the system compiler (default: on when speculating)")
     g.add_argument("--decode-attn", action=argparse.BooleanOptionalAction, default=False,
                    help="run the attention of a decode, verify or draft step (<= 16 query rows, bf16/fp16, CUDA) on "
                         "our Triton kernel made for a few rows over the static cache; prefill keeps SDPA (default: off)")
@@ -199,8 +199,9 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
             session.notes.append("all-reduce timing: the collectives of compiled phases run untimed (clocks and "
                                  "CUDA events cannot be compiled); --no-compile times every one")
     gemv = getattr(args, "gemv", None)  # commands that declare no --gemv build sessions too
-    if device.type == "cpu" and gemv is not False:
-        _add_cpu_gemm(session, log)
+    if device.type == "cpu":  # default: on for speculation (its verify's rows); one row is MKL's matrix-vector job
+        if gemv or (gemv is None and session.spec.enabled):
+            _add_cpu_gemm(session, log)
     elif gemv:
         _add_gemv(session, log)
     if getattr(args, "decode_attn", False):
@@ -254,7 +255,8 @@ def _add_decode_attn(s: Session, log: Callable[[str], None]) -> None:
 
 
 def _add_cpu_gemm(s: Session, log: Callable[[str], None]) -> None:
-    """On CPU (unless --no-gemv): the few-row C kernel for float32 projections of <= 256 rows; where it cannot
+    """On CPU (with a drafter unless --no-gemv, or --gemv): the few-row C kernel for float32 projections of <= 256
+    rows; where it cannot
     build or the weights are not float32, a note says why and MKL runs them."""
     from dataclasses import replace
 

@@ -21,8 +21,8 @@ def tiny_dir(tmp_path):
 def _run(tiny_dir, capsys, *flags: str) -> tuple[int, str]:
     from eaglelab.cli import main
 
-    rc = main(["run", "w1 w2 w3", "--model", str(tiny_dir), "--device", "cpu", "--draft", "none",
-               "--max-new-tokens", "3", *flags])
+    rc = main(["run", "w1 w2 w3", "--model", str(tiny_dir), "--device", "cpu", "--max-new-tokens", "3",
+               *(flags if "--draft" in flags else ("--draft", "none", *flags))])
     out = capsys.readouterr()
     return rc, " ".join((out.out + out.err).split())
 
@@ -31,9 +31,10 @@ def _no_triton():
     raise ImportError("No module named 'triton'")
 
 
-@pytest.mark.parametrize("flags", [(), ("--gemv",)])
+@pytest.mark.parametrize("flags", [("--gemv",), ("--draft", "ngram")])
 def test_on_a_cpu_the_gemv_is_the_c_kernel_and_triton_is_never_asked(tiny_dir, capsys, monkeypatch, flags):
-    """On CPU the few-row kernel is the C one, on by default (Triton, a CUDA kernel, is not the reason of anything)."""
+    """On CPU the few-row kernel is the C one, asked for or on by default when speculating (Triton, a CUDA kernel,
+    is not the reason of anything)."""
     from eaglelab.engine.model.cpu_gemm import CpuGemm
 
     monkeypatch.setattr(G, "load_op", _no_triton)
@@ -48,14 +49,16 @@ def test_on_a_cpu_the_gemv_is_the_c_kernel_and_triton_is_never_asked(tiny_dir, c
 def test_on_a_cpu_without_a_compiler_the_run_goes_on_with_mkl_and_says_why(tiny_dir, capsys, monkeypatch):
     monkeypatch.setenv("CC", "no-such-cc-for-eaglelab")
     monkeypatch.setenv("EAGLELAB_CACHE", str(tiny_dir.parent / "cache"))
-    rc, text = _run(tiny_dir, capsys)
+    rc, text = _run(tiny_dir, capsys, "--draft", "ngram")
     assert rc == 0 and "Traceback" not in text
     assert "few-row CPU kernel off (no C compiler: 'no-such-cc-for-eaglelab' not found): MKL instead" in text
 
 
-def test_no_gemv_on_a_cpu_runs_mkl(tiny_dir, capsys, monkeypatch):
-    monkeypatch.setenv("CC", "no-such-cc-for-eaglelab")  # --no-gemv builds nothing: no note of a missing compiler
-    rc, text = _run(tiny_dir, capsys, "--no-gemv")
+@pytest.mark.parametrize("flags", [("--draft", "ngram", "--no-gemv"), ()])
+def test_no_gemv_or_plain_decoding_on_a_cpu_runs_mkl(tiny_dir, capsys, monkeypatch, flags):
+    """--no-gemv, or plain decoding by default (one row per projection: MKL's matrix-vector product is as fast)."""
+    monkeypatch.setenv("CC", "no-such-cc-for-eaglelab")  # nothing built: no note of a missing compiler
+    rc, text = _run(tiny_dir, capsys, *flags)
     assert rc == 0 and "few-row" not in text
 
 
@@ -131,7 +134,7 @@ def test_bench_on_a_cpu_runs_its_eager_configs_on_the_c_kernel_as_run_does(tiny_
     monkeypatch.setattr(B.FixedCacheEagerRunner, "__init__", spy)
     questions = tmp_path / "q.jsonl"
     questions.write_text(json.dumps({"question_id": 1, "category": "writing", "turns": ["w1 w2 w3"]}) + "\n")
-    rc = main(["bench", "--model", str(tiny_dir), "--device", "cpu", "--draft", "none", "--configs", "plain-eager",
+    rc = main(["bench", "--model", str(tiny_dir), "--device", "cpu", "--draft", "ngram", "--configs", "plain-eager",
                "--batch-sizes", "1", "--prompts", "1", "--max-new-tokens", "3", "--repeats", "1", "--questions",
                str(questions), "--micro-batch-sizes", "1", "--micro-context", "8"])
     assert rc == 0, capsys.readouterr().err
