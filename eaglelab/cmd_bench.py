@@ -244,7 +244,8 @@ def _setup(args, log, tp=None) -> dict[str, Any]:
         max_new_tokens=max_new, batch_sizes=batch_sizes, repeats=args.repeats or d["repeats"],
         peer=built["peer"], peer_skip=built.get("peer_skip"), log=log, tp=tp,
         compile_mode=None if args.compile_mode == "default" else args.compile_mode,
-        eager_kernels=built.get("kernels") if device.type == "cpu" else None,  # as `run`: the few-row C kernel
+        eager_kernels=built.get("kernels") if device.type == "cpu" else None,  # as `run`: the few-row C kernel,
+        plain_kernels=built.get("plain_kernels") if device.type == "cpu" else None,  # and MKL for plain decoding
     )
     notes = built["notes"] + [f"prompts: {len(prompts)} MT-bench first turns, {how}; "
                               f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",
@@ -269,7 +270,8 @@ def _model_setup(args, device, dtype_name, max_new, log, tp=None) -> dict[str, A
     peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(target.path, target.device, target.dtype), target.device)  # noqa: E731
     return dict(target=target.model, tokenizer=target.tokenizer, spec=s.spec, make_drafter=_drafter_factory(s.drafter),
                 peer=peer, name=f"{target.name} ({target.config.num_layers} layers)", notes=list(s.notes),
-                weight_bytes=decode_weight_bytes(target.model), kernels=s.kernels)
+                weight_bytes=decode_weight_bytes(target.model), kernels=s.kernels,
+                plain_kernels=None if s.plain_on_mkl else s.kernels)
 
 
 _TP_PEER_SKIP = "HF peer skipped under --tp (it runs on one GPU; compare with a --tp 1 run)"

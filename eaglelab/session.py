@@ -90,6 +90,7 @@ class Session:
     notes: list[str] = field(default_factory=list)
     runner_factory: Callable[..., Any] | None = None
     kernels: Any = None  # the layers' elementwise kernels (compiled with --compile), shared by every engine
+    plain_on_mkl: bool = False  # on CPU, speculating with the C kernel by default: plain engines keep MKL
 
     def generator(self):
         import torch
@@ -121,14 +122,20 @@ class Session:
 
     def _eager_runner(self, spec, drafter):
         """An eager runner with the session's compiled kernels (None: the engine's own runner)."""
+        from dataclasses import replace
+
+        from eaglelab.engine.model.layers import EAGER_KERNELS
         from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA, EAGER_OFF
         from eaglelab.engine.runtime.runner import EagerRunner
 
-        if self.kernels is None:
+        kernels = self.kernels
+        if kernels is not None and self.plain_on_mkl and not spec.enabled:  # the baseline is plain decoding as
+            kernels = None if kernels == replace(EAGER_KERNELS, gemv=kernels.gemv) else replace(kernels, gemv=None)
+        if kernels is None:  # a --draft none run has it: MKL, not the kernel (the engine's own runner)
             return None
         net = drafter.net if spec.enabled and drafter is not None else None
         return EagerRunner(self.target.model, net, reason=EAGER_NO_CUDA if spec.cuda_graphs else EAGER_OFF,
-                           kernels=self.kernels)
+                           kernels=kernels)
 
     def plain_engine(self, observer=None):
         """Plain decoding with the same model and graph setting: the baseline of a speculative run."""
@@ -202,6 +209,7 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
     if device.type == "cpu":  # default: on for speculation (its verify's rows); one row is MKL's matrix-vector job
         if gemv or (gemv is None and session.spec.enabled):
             _add_cpu_gemm(session, log)
+            session.plain_on_mkl = gemv is None  # the plain baseline runs as a --draft none run would
     elif gemv:
         _add_gemv(session, log)
     if getattr(args, "decode_attn", False):
@@ -272,7 +280,7 @@ def _add_cpu_gemm(s: Session, log: Callable[[str], None]) -> None:
     else:
         s.kernels = replace(s.kernels or EAGER_KERNELS, gemv=gemm)
         s.notes.append("gemv: projections of <= 256 rows (decode, verify, short prompts) on the few-row CPU kernel "
-                       "(--no-gemv: MKL)")
+                       "(--no-gemv: MKL; plain decoding stays on MKL unless --gemv)")
 
 
 def _graph_runner_factory(s: Session) -> Callable[..., Any]:

@@ -156,7 +156,8 @@ class BenchContext:
     compile_mode: str | None = None  # torch.compile mode (None: inductor's default)
     gemv: Any = None  # the Triton GEMV (TritonGemv), built on the first config that asks; its tunings shared
     attention: Any = None  # the Triton decode attention (TritonDecodeAttention), built on the first config that asks
-    eager_kernels: Any = None  # the eager configs' kernels (on CPU the session's: the few-row C kernel); None: eager
+    eager_kernels: Any = None  # the eager spec configs' kernels (on CPU the session's: the few-row C kernel); None: eager
+    plain_kernels: Any = None  # the eager plain configs' (on CPU MKL by default, as a --draft none run)
 
     def kernels(self, compile_: bool, gemv: bool = False, attn: bool = False):
         """The layers' kernels for a config: compiled ones (built once, shared) or the eager ones,
@@ -291,7 +292,8 @@ class OurSystem:
             self.runner = CudaGraphRunner.for_engine(ctx.target, self.spec, self.drafter, max_len=ctx.max_len,
                                                      buckets=ctx.batch_sizes, kernels=ctx.kernels(cfg.compile, cfg.gemv, cfg.attn))
         else:
-            self.runner = FixedCacheEagerRunner(ctx.target, net, ctx.max_len, ctx.eager_kernels or EAGER_KERNELS)
+            kernels = ctx.eager_kernels if cfg.speculative else ctx.plain_kernels
+            self.runner = FixedCacheEagerRunner(ctx.target, net, ctx.max_len, kernels or EAGER_KERNELS)
 
     def engine(self, observer=None) -> Engine:
         return Engine(self.ctx.target, eos_token_ids=(), drafter=self.drafter, spec=self.spec,

@@ -113,8 +113,8 @@ def test_gemv_on_cuda_notes_a_float32_model_as_off(monkeypatch, dtype, note):
 
 
 def test_bench_on_a_cpu_runs_its_eager_configs_on_the_c_kernel_as_run_does(tiny_dir, tmp_path, monkeypatch, capsys):
-    """`bench --model DIR` on CPU: the eager configs' runner holds the session's few-row kernel, so bench and run
-    time the same code (a --scale-model bench builds no session: MKL)."""
+    """`bench --model DIR` on CPU: the eager speculative config's runner holds the session's few-row kernel and the
+    plain one MKL, as run has them (a --scale-model bench builds no session: MKL)."""
     import json
 
     from eaglelab.bench import harness as B
@@ -134,8 +134,31 @@ def test_bench_on_a_cpu_runs_its_eager_configs_on_the_c_kernel_as_run_does(tiny_
     monkeypatch.setattr(B.FixedCacheEagerRunner, "__init__", spy)
     questions = tmp_path / "q.jsonl"
     questions.write_text(json.dumps({"question_id": 1, "category": "writing", "turns": ["w1 w2 w3"]}) + "\n")
-    rc = main(["bench", "--model", str(tiny_dir), "--device", "cpu", "--draft", "ngram", "--configs", "plain-eager",
+    rc = main(["bench", "--model", str(tiny_dir), "--device", "cpu", "--draft", "ngram", "--configs", "plain-eager,spec-decode",
                "--batch-sizes", "1", "--prompts", "1", "--max-new-tokens", "3", "--repeats", "1", "--questions",
                str(questions), "--micro-batch-sizes", "1", "--micro-context", "8"])
     assert rc == 0, capsys.readouterr().err
-    assert seen and all(isinstance(g, CpuGemm) and g.reason is None for g in seen)
+    assert len(seen) == 2, seen  # plain-eager, then spec-decode
+    assert seen[0] is None, "the plain config runs on MKL, as a --draft none run"
+    assert isinstance(seen[1], CpuGemm) and seen[1].reason is None
+
+
+@pytest.mark.parametrize("flags, plain_on_kernel", [((), False), (("--gemv",), True)])
+def test_the_plain_baseline_of_a_cpu_speculative_run_decodes_as_a_plain_run(tiny_dir, tmp_path, monkeypatch, flags,
+                                                                            plain_on_kernel):
+    """Speculating on CPU, the verify takes the C kernel; the plain baseline runs as `--draft none` would (MKL), unless
+    --gemv asked for the kernel everywhere."""
+    import argparse
+
+    from eaglelab.engine.model.cpu_gemm import CpuGemm
+    from eaglelab.session import add_engine_args, build_session
+
+    monkeypatch.setenv("EAGLELAB_CACHE", str(tmp_path / "cache"))
+    if CpuGemm(tmp_path / "cache").reason is not None:
+        pytest.skip("no C compiler here")
+    p = argparse.ArgumentParser()
+    add_engine_args(p)
+    s = build_session(p.parse_args(["--model", str(tiny_dir), "--device", "cpu", "--draft", "ngram", *flags]),
+                      log=lambda m: None)
+    assert isinstance(s.engine().runner.kernels.gemv, CpuGemm)
+    assert isinstance(s.plain_engine().runner.kernels.gemv, CpuGemm) == plain_on_kernel
