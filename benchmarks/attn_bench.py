@@ -22,13 +22,14 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import statistics
 import sys
 import time
 import traceback
 from pathlib import Path
 
 import torch
+
+from eaglelab.engine.model.triton_ops import time_in_turn as graph_ms  # ms per call, inputs in turn
 
 SHAPES = {"llama3.1-8b": (32, 8, 128), "smollm2-135m": (9, 3, 64)}  # name -> (query heads, KV heads, head dim)
 E2E = (
@@ -43,31 +44,6 @@ E2E = (
     "--max-new-tokens 64 --repeats 2 --no-micro --json OUT/attn_e2e_smollm2.json",
 )
 SWEEP = [(b, s) for b, s in itertools.product((32, 64, 128), (1, 2, 4, 8, 16, 32))]  # (block_s, splits)
-
-
-def graph_ms(call, layers: int, calls: int, replays: int) -> float:
-    """Median ms per call: a CUDA graph of ``calls`` calls (call i on cache layer i % layers), replayed."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for i in range(min(layers, 3)):  # warm-up outside capture (lazy init, Triton JIT)
-            call(i)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for i in range(calls):
-            call(i % layers)
-    graph.replay()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / calls)
-    del graph
-    return statistics.median(times)
 
 
 def inputs(shape: str, B: int, T: int, S: int, used: int, g: torch.Generator, dtype: torch.dtype = torch.bfloat16,

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 import traceback
@@ -28,36 +27,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from eaglelab.engine.model.triton_ops import time_in_turn as graph_ms  # ms per call, inputs in turn
+
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096),
           "head": (4096, 128256)}  # name -> (K, N)
 E2E = ("python -m eaglelab bench --scale-model llama3.1-8b --draft none --dtype bfloat16 --seed 0 --batch-sizes 1,8 "
        "--configs plain-graphs,plain-graphs-gemv,plain-compile,plain-compile-gemv --prompts 2 "
        "--max-new-tokens 64 --repeats 2 --no-micro --json OUT/gemv_e2e_llama8b.json  (or: benchmarks/gemv_h200.sh e2e)")
-
-
-def graph_ms(call, copies: int, calls: int, replays: int) -> float:
-    """Median ms per call: a CUDA graph of ``calls`` calls (call i on weight copy i % copies), replayed."""
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        for i in range(copies):  # warm-up outside capture (lazy init, Triton JIT)
-            call(i)
-    torch.cuda.current_stream().wait_stream(stream)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for i in range(calls):
-            call(i % copies)
-    graph.replay()
-    times = []
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / calls)
-    del graph
-    return statistics.median(times)
 
 
 def one_shape(name: str, K: int, N: int, rows: int, gemv, args) -> dict:

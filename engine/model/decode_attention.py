@@ -27,8 +27,10 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 
+from eaglelab.engine.model.triton_ops import DTYPES, capturing, first_line, unavailable
+from eaglelab.engine.model.triton_ops import dtype_refusal as kernel_dtype_refusal
+
 MAX_ROWS = 16  # query rows (T) per sequence the kernel takes; more is a prefill, SDPA's job
-DTYPES = (torch.bfloat16, torch.float16)
 HEAD_DIMS = (16, 32, 64, 128, 256)  # tl.arange needs a power of two
 
 
@@ -59,18 +61,12 @@ def plan(batch: int, kv_heads: int, slots: int, sms: int, rows: int = 1, head_di
 
 def triton_unavailable() -> str | None:
     """Why the kernel cannot run here (None: it can): Triton not importable, or the op not registered."""
-    try:
-        load_op()
-    except Exception as exc:  # noqa: BLE001 - any import or registration failure is the reason
-        return f"Triton decode attention unavailable ({type(exc).__name__}: {_first_line(exc)})"
-    return None
+    return unavailable("Triton decode attention", load_op)
 
 
 def dtype_refusal(dtype: torch.dtype) -> str | None:
     """Why a model whose weights are ``dtype`` has no call taken (None: it can)."""
-    if dtype in DTYPES:
-        return None
-    return f"{str(dtype).removeprefix('torch.')} weights (the decode attention takes bfloat16 or float16)"
+    return kernel_dtype_refusal(dtype, "the decode attention")
 
 
 def refusal(q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None, unavailable: str | None = None) -> str | None:
@@ -130,7 +126,7 @@ class TritonDecodeAttention:
         k = k if k.stride(-1) == 1 else k.contiguous()
         v = v if v.stride(-1) == 1 else v.contiguous()
         key = (q.shape[2], q.shape[3], q.shape[1] // k.shape[1])
-        if key not in self.checked and not torch.compiler.is_compiling() and not _capturing(q):
+        if key not in self.checked and not torch.compiler.is_compiling() and not capturing(q):
             if not self._check(key, q, k, v, mask):
                 return sdpa(q, k, v, mask)
         return run_op(q, k, v, mask, self.plan(q, k))
@@ -149,7 +145,7 @@ class TritonDecodeAttention:
                               f"max |error| {err:.3g} > {tolerance:.3g})"
         except Exception as exc:  # noqa: BLE001 - a kernel that does not compile here is switched off, and said
             self.reason = f"eager: Triton decode attention failed (T {key[0]}, D {key[1]}: " \
-                          f"{type(exc).__name__}: {_first_line(exc)})"
+                          f"{type(exc).__name__}: {first_line(exc)})"
         self.setup_seconds += time.perf_counter() - t0
         if self.reason is not None:
             if self.log is not None:
@@ -174,15 +170,6 @@ def _multiprocessors() -> int:
     if not torch.cuda.is_available():
         return 8
     return torch.cuda.get_device_properties(torch.cuda.current_device()).multi_processor_count
-
-
-def _capturing(x: torch.Tensor) -> bool:
-    return x.is_cuda and torch.cuda.is_current_stream_capturing()
-
-
-def _first_line(exc: Exception) -> str:
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    return lines[0][:120] if lines else ""
 
 
 @functools.cache

@@ -20,15 +20,16 @@ unavailable with a reason.
 from __future__ import annotations
 
 import functools
-import statistics
 import time
 from typing import Callable, NamedTuple
 
 import torch
 import torch.nn.functional as F
 
+from eaglelab.engine.model.triton_ops import DTYPES, capturing, first_line, time_call, unavailable
+from eaglelab.engine.model.triton_ops import dtype_refusal as kernel_dtype_refusal
+
 MAX_ROWS = 16  # the rows (M) the kernel takes; more rows are a GEMM's job
-DTYPES = (torch.bfloat16, torch.float16)
 
 
 class GemvConfig(NamedTuple):
@@ -82,18 +83,12 @@ def splits(k: int, cfg: GemvConfig) -> tuple[int, int]:
 
 def triton_unavailable() -> str | None:
     """Why the kernel cannot run here (None: it can): Triton not importable, or the op not registered."""
-    try:
-        load_op()
-    except Exception as exc:  # noqa: BLE001 - any import or registration failure is the reason
-        return f"Triton GEMV unavailable ({type(exc).__name__}: {_first_line(exc)})"
-    return None
+    return unavailable("Triton GEMV", load_op)
 
 
 def dtype_refusal(dtype: torch.dtype) -> str | None:
     """Why a model whose weights are ``dtype`` has no call taken (its activations share the dtype; None: it can)."""
-    if dtype in DTYPES:
-        return None
-    return f"{str(dtype).removeprefix('torch.')} weights (the GEMV takes bfloat16 or float16)"
+    return kernel_dtype_refusal(dtype, "the GEMV")
 
 
 def refusal(x: torch.Tensor, weight: torch.Tensor, unavailable: str | None = None) -> str | None:
@@ -150,7 +145,7 @@ class TritonGemv:
         (M, K), N = x.shape, weight.shape[0]
         key = (N, K, row_bucket(M))
         cfg = self.chosen.get(key)
-        if cfg is None and not torch.compiler.is_compiling() and not _capturing(x):
+        if cfg is None and not torch.compiler.is_compiling() and not capturing(x):
             cfg = self._tune(key, x, weight, bias)
             if cfg is None:
                 return F.linear(x, weight, bias)
@@ -182,7 +177,7 @@ class TritonGemv:
                 times[cfg] = time_call(
                     lambda: torch.ops.eaglelab.gemv(x, copies[next(turn) % len(copies)], bias, *cfg), self.reps)
             except Exception as exc:  # noqa: BLE001 - a tiling that does not compile is skipped, and said
-                errors.append(f"{tuple(cfg)}: {type(exc).__name__}: {_first_line(exc)}")
+                errors.append(f"{tuple(cfg)}: {type(exc).__name__}: {first_line(exc)}")
         if times:  # the bar to beat: F.linear timed the same way
             turn = iter(range(1 << 30))
             times[LINEAR] = time_call(lambda: F.linear(x, copies[next(turn) % len(copies)], bias), self.reps)
@@ -206,37 +201,6 @@ def describe(cfg: GemvConfig) -> str:
     if cfg == LINEAR:
         return "F.linear (faster than every tiling)"
     return f"block_n {cfg.block_n}, block_k {cfg.block_k}, split_k {cfg.split_k}, warps {cfg.num_warps}, stages {cfg.num_stages}"
-
-
-def _capturing(x: torch.Tensor) -> bool:
-    """Whether a CUDA graph is being captured on the current stream (never for CPU tensors)."""
-    return x.is_cuda and torch.cuda.is_current_stream_capturing()
-
-
-def time_call(fn: Callable[[], torch.Tensor], reps: int, warmup: int = 2, replays: int = 3) -> float:
-    """Milliseconds per call of ``fn``: ``reps`` calls captured in one CUDA graph, the median of
-    ``replays`` replays. In a graph, as in a captured decode, launch costs are out: timed eagerly, a call
-    of a few microseconds of GPU work would measure the host's dispatch, the same for every tiling."""
-    for _ in range(warmup):  # compiles the tiling (Triton JIT), outside the capture
-        fn()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        for _ in range(reps):
-            fn()
-    times = []
-    for _ in range(replays + 1):  # the first replay warms up
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / reps)
-    return statistics.median(times[1:])
-
-
-def _first_line(exc: Exception) -> str:
-    lines = [line for line in str(exc).splitlines() if line.strip()]
-    return lines[0][:120] if lines else ""
 
 
 @functools.cache
