@@ -222,44 +222,38 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
 
 
 def _add_gemv(s: Session, log: Callable[[str], None]) -> None:
-    """--gemv: the session's kernels take the Triton GEMV; where it cannot run, a note says why (the device
-    first: off a CUDA device, Triton would not help)."""
-    from dataclasses import replace
-
+    """--gemv: the session's kernels take the Triton GEMV (where it cannot run, a note says why)."""
     from eaglelab.engine.model.gemv import TritonGemv, dtype_refusal
-    from eaglelab.engine.model.layers import EAGER_KERNELS
 
-    gemv = TritonGemv(log)
-    s.kernels = replace(s.kernels or EAGER_KERNELS, gemv=gemv)
-    if s.target.device.type != "cuda":
-        s.notes.append(f"--gemv: off on {s.target.device.type} (a CUDA kernel), F.linear instead")
-    elif gemv.reason is not None:
-        s.notes.append(f"--gemv: off, F.linear instead: {gemv.reason}")
-    elif (why := dtype_refusal(s.target.dtype)) is not None:
-        s.notes.append(f"--gemv: off for {why}, F.linear instead")
-    else:
-        s.notes.append("--gemv: projections of <= 16 rows on the Triton GEMV (bf16/fp16)")
+    _add_triton_kernel(s, "--gemv", "gemv", TritonGemv(log), dtype_refusal, "F.linear",
+                       "projections of <= 16 rows on the Triton GEMV (bf16/fp16)")
 
 
 def _add_decode_attn(s: Session, log: Callable[[str], None]) -> None:
-    """--decode-attn: the session's kernels take the Triton decode attention; where it cannot run, a note
-    says why (the device first, as for --gemv)."""
+    """--decode-attn: the session's kernels take the Triton decode attention (where it cannot run, a note says why)."""
+    from eaglelab.engine.model.decode_attention import TritonDecodeAttention, dtype_refusal
+
+    _add_triton_kernel(s, "--decode-attn", "attention", TritonDecodeAttention(log), dtype_refusal, "SDPA",
+                       "attention of <= 16 query rows on the Triton decode attention (bf16/fp16); prefill on SDPA")
+
+
+def _add_triton_kernel(s: Session, flag: str, field: str, kernel: Any, dtype_refusal: Callable[[Any], str | None],
+                       instead: str, on: str) -> None:
+    """``kernel`` into the session's kernels as ``field``; the note says what runs, or why ``instead`` does (the
+    device first: off a CUDA device, Triton would not help)."""
     from dataclasses import replace
 
-    from eaglelab.engine.model.decode_attention import TritonDecodeAttention, dtype_refusal
     from eaglelab.engine.model.layers import EAGER_KERNELS
 
-    attention = TritonDecodeAttention(log)
-    s.kernels = replace(s.kernels or EAGER_KERNELS, attention=attention)
+    s.kernels = replace(s.kernels or EAGER_KERNELS, **{field: kernel})
     if s.target.device.type != "cuda":
-        s.notes.append(f"--decode-attn: off on {s.target.device.type} (a CUDA kernel), SDPA instead")
-    elif attention.reason is not None:
-        s.notes.append(f"--decode-attn: off, SDPA instead: {attention.reason}")
+        s.notes.append(f"{flag}: off on {s.target.device.type} (a CUDA kernel), {instead} instead")
+    elif kernel.reason is not None:
+        s.notes.append(f"{flag}: off, {instead} instead: {kernel.reason}")
     elif (why := dtype_refusal(s.target.dtype)) is not None:
-        s.notes.append(f"--decode-attn: off for {why}, SDPA instead")
+        s.notes.append(f"{flag}: off for {why}, {instead} instead")
     else:
-        s.notes.append("--decode-attn: attention of <= 16 query rows on the Triton decode attention (bf16/fp16); "
-                       "prefill on SDPA")
+        s.notes.append(f"{flag}: {on}")
 
 
 def _add_cpu_gemm(s: Session, log: Callable[[str], None]) -> None:
