@@ -124,3 +124,22 @@ class CycleCollector(BaseObserver):
 
     def on_cycle(self, stats) -> None:
         self.cycles.append(stats)
+
+
+def assert_compiles_and_captures(op, x) -> None:
+    """A custom op's call ``op(x)`` (CUDA): compiled whole (fullgraph, static shapes) it gives the eager result
+    exactly, and a CUDA graph of the compiled call, replayed over a new input, gives that input's eager result."""
+    eager = op(x)
+    compiled = torch.compile(lambda a: op(a) * 1, fullgraph=True, dynamic=False)
+    torch.testing.assert_close(compiled(x), eager, rtol=0, atol=0)
+    graph, static = torch.cuda.CUDAGraph(), x.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        compiled(static)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.graph(graph):
+        out = compiled(static)
+    static.copy_(x * 2)
+    graph.replay()
+    torch.testing.assert_close(out, op(x * 2), rtol=0, atol=0)

@@ -26,7 +26,7 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from eaglelab.engine.model.triton_ops import DTYPES, capturing, first_line, time_call, unavailable
+from eaglelab.engine.model.triton_ops import DTYPES, capturing, first_line, time_in_turn, unavailable
 from eaglelab.engine.model.triton_ops import dtype_refusal as kernel_dtype_refusal
 
 MAX_ROWS = 16  # the rows (M) the kernel takes; more rows are a GEMM's job
@@ -168,19 +168,16 @@ class TritonGemv:
         tolerance = 0.03 * ref.abs().max().item() + 1e-3  # a few bf16 roundings; a wrong kernel is far off
         times, errors = {}, []
         for cfg in candidates(key[2]):
-            turn = iter(range(1 << 30))
             try:
                 err = (torch.ops.eaglelab.gemv(x, weight, bias, *cfg).float() - ref).abs().max().item()
                 if not err <= tolerance:  # a tiling that computes something else is never chosen
                     errors.append(f"{tuple(cfg)}: max |error| {err:.3g} against F.linear > {tolerance:.3g}")
                     continue
-                times[cfg] = time_call(
-                    lambda: torch.ops.eaglelab.gemv(x, copies[next(turn) % len(copies)], bias, *cfg), self.reps)
+                times[cfg] = time_in_turn(lambda i: torch.ops.eaglelab.gemv(x, copies[i], bias, *cfg), len(copies), self.reps)
             except Exception as exc:  # noqa: BLE001 - a tiling that does not compile is skipped, and said
                 errors.append(f"{tuple(cfg)}: {type(exc).__name__}: {first_line(exc)}")
         if times:  # the bar to beat: F.linear timed the same way
-            turn = iter(range(1 << 30))
-            times[LINEAR] = time_call(lambda: F.linear(x, copies[next(turn) % len(copies)], bias), self.reps)
+            times[LINEAR] = time_in_turn(lambda i: F.linear(x, copies[i], bias), len(copies), self.reps)
         del copies
         self.setup_seconds += time.perf_counter() - t0
         if not times:

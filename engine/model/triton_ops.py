@@ -42,16 +42,19 @@ def capturing(x: torch.Tensor) -> bool:
     return x.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
-def time_call(fn: Callable[[], Any], reps: int, warmup: int = 2, replays: int = 3) -> float:
-    """Milliseconds per call of ``fn``: ``reps`` calls captured in one CUDA graph, the median of
-    ``replays`` replays. In a graph, as in a captured decode, launch costs are out: timed eagerly, a call
-    of a few microseconds of GPU work would measure the host's dispatch, the same for every variant."""
-    for _ in range(warmup):  # compiles the kernel (Triton JIT), outside the capture
-        fn()
+def time_in_turn(call: Callable[[int], Any], copies: int, reps: int, replays: int = 3) -> float:
+    """Milliseconds per call of ``call(i)`` over ``copies`` inputs in turn (i = 0, 1, ..., copies - 1, 0, ...,
+    so that together they outgrow the L2 cache and each call reads from memory, as in a decode): ``reps``
+    calls captured in one CUDA graph, the median of ``replays`` replays. In a graph, as in a captured decode,
+    launch costs are out: timed eagerly, a call of a few microseconds of GPU work would measure the host's
+    dispatch, the same for every variant."""
+    turn = itertools.count()
+    for _ in range(min(copies, 3)):  # compiles the kernel (Triton JIT), outside the capture
+        call(next(turn) % copies)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         for _ in range(reps):
-            fn()
+            call(next(turn) % copies)
     times = []
     for _ in range(replays + 1):  # the first replay warms up
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -61,10 +64,3 @@ def time_call(fn: Callable[[], Any], reps: int, warmup: int = 2, replays: int = 
         end.synchronize()
         times.append(start.elapsed_time(end) / reps)
     return statistics.median(times[1:])
-
-
-def time_in_turn(call: Callable[[int], Any], copies: int, reps: int, replays: int = 3) -> float:
-    """:func:`time_call` of ``call(i)`` over ``copies`` inputs in turn (i = 0, 1, ..., copies - 1, 0, ...),
-    so that the inputs together outgrow the L2 cache and each call reads from memory, as in a decode."""
-    turn = itertools.count()
-    return time_call(lambda: call(next(turn) % copies), reps, warmup=min(copies, 3), replays=replays)

@@ -19,7 +19,7 @@ import torch
 from eaglelab.engine.model import decode_attention as A
 from eaglelab.engine.model.layers import EAGER_KERNELS, Kernels, attend
 from eaglelab.engine.runtime.compile import compile_report
-from tests.conftest import random_model, tiny_config
+from tests.conftest import assert_compiles_and_captures, random_model, tiny_config
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -494,17 +494,4 @@ def test_kernel_matches_sdpa_on_cuda_eager_compiled_and_captured():
         assert (attention(q, k, v, mask).float() - ref).abs().max().item() <= bound
     assert attention.reason is None and attention.checked
     q, k, v, mask = _cuda_case(1, 32, 8, 4, 128, 2048, 300, torch.bfloat16, g, tree=True)
-    eager = attention(q, k, v, mask)
-    compiled = torch.compile(lambda a: attention(a, k, v, mask) * 1, fullgraph=True, dynamic=False)
-    torch.testing.assert_close(compiled(q), eager, rtol=0, atol=0)
-    graph, static_q = torch.cuda.CUDAGraph(), q.clone()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        compiled(static_q)
-    torch.cuda.current_stream().wait_stream(stream)
-    with torch.cuda.graph(graph):
-        out = compiled(static_q)
-    static_q.copy_(q * 2)
-    graph.replay()
-    torch.testing.assert_close(out, attention(q * 2, k, v, mask), rtol=0, atol=0)
+    assert_compiles_and_captures(lambda a: attention(a, k, v, mask), q)

@@ -20,7 +20,7 @@ from torch import nn
 from eaglelab.engine.model import gemv as G
 from eaglelab.engine.model.layers import EAGER_KERNELS, FusedLinear, Kernels
 from eaglelab.engine.runtime.compile import compile_report
-from tests.conftest import random_model, tiny_config
+from tests.conftest import assert_compiles_and_captures, random_model, tiny_config
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -235,7 +235,7 @@ INTERPRETED = textwrap.dedent("""
             why = super().refusal(x, weight)
             return None if why is not None and why.startswith("not CUDA") else why
     figures = iter([1.0] * len(G.ONE_ROW) + [0.5] + [0.2] + [1.0] * (len(G.FEW_ROWS) - 1) + [0.5])
-    G.time_call = lambda fn, reps: (fn(), next(figures))[1]
+    G.time_in_turn = lambda call, copies, reps: (call(copies - 1), next(figures))[1]
     gemv = CpuGemv()
     w = (torch.randn(48, 64) * 0.125).half()
     x1, x3 = torch.randn(1, 64).half(), torch.randn(3, 64).half()
@@ -265,7 +265,7 @@ COMPILED = textwrap.dedent("""
     from eaglelab.engine.model.layers import EAGER_KERNELS
     from tests.conftest import random_model, tiny_config
 
-    G.time_call = lambda fn, reps: (fn(), 1.0)[1]  # no CUDA events here: the tilings tie, the first wins
+    G.time_in_turn = lambda call, copies, reps: (call(copies - 1), 1.0)[1]  # no CUDA events here: the tilings tie, the first wins
 
     class CpuGemv(G.TritonGemv):
         def refusal(self, x, weight):  # the device check waived: the interpreter runs the kernel on CPU
@@ -356,17 +356,4 @@ def test_gemv_matches_linear_on_cuda_eager_compiled_and_captured():
     x = torch.randn(4, 4096, device=dev, dtype=torch.bfloat16)
     w = torch.randn(6144, 4096, device=dev, dtype=torch.bfloat16)
     gemv.chosen[(6144, 4096, 4)] = G.GemvConfig(32, 256, 2, 4, 3)  # a split-K tiling, whatever the tuner chose
-    eager = gemv(x, w, None)
-    compiled = torch.compile(lambda a: gemv(a, w, None) * 1, fullgraph=True, dynamic=False)
-    torch.testing.assert_close(compiled(x), eager, rtol=0, atol=0)
-    graph, static_x = torch.cuda.CUDAGraph(), x.clone()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        compiled(static_x)
-    torch.cuda.current_stream().wait_stream(stream)
-    with torch.cuda.graph(graph):
-        out = compiled(static_x)
-    static_x.copy_(x * 2)
-    graph.replay()
-    torch.testing.assert_close(out, gemv(x * 2, w, None), rtol=0, atol=0)
+    assert_compiles_and_captures(lambda a: gemv(a, w, None), x)
