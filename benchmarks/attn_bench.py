@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from eaglelab.engine.model.triton_ops import time_in_turn as graph_ms  # ms per call, inputs in turn
+from eaglelab.engine.model.triton_ops import triton_version
 
 SHAPES = {"llama3.1-8b": (32, 8, 128), "smollm2-135m": (9, 3, 64)}  # name -> (query heads, KV heads, head dim)
 E2E = (
@@ -144,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     attention = TritonDecodeAttention(log=lambda m: print(m, flush=True))
     info = {"gpu": torch.cuda.get_device_name(), "sms": attention.sms, "torch": torch.__version__,
-            "cuda": torch.version.cuda, "triton": _triton_version(), "dtype": "bfloat16", "calls_per_graph": args.calls,
+            "cuda": torch.version.cuda, "triton": triton_version(), "dtype": "bfloat16", "calls_per_graph": args.calls,
             "replays": args.replays, "kernel_reason": attention.reason}
     print(json.dumps(info), flush=True)
     results = []
@@ -192,15 +193,6 @@ def _ints(text: str) -> list[int]:
 def _write(path: str, report: dict) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(report, indent=1))
-
-
-def _triton_version() -> str | None:
-    try:
-        import triton
-
-        return triton.__version__
-    except ImportError:
-        return None
 
 
 if __name__ == "__main__":

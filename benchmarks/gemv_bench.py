@@ -28,6 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from eaglelab.engine.model.triton_ops import time_in_turn as graph_ms  # ms per call, inputs in turn
+from eaglelab.engine.model.triton_ops import triton_version
 
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096),
           "head": (4096, 128256)}  # name -> (K, N)
@@ -107,7 +108,7 @@ def main() -> int:
     t0 = time.perf_counter()
     gemv = TritonGemv(log=lambda m: print(m, flush=True))
     info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "triton": _triton_version(), "dtype": "bfloat16", "tbps": args.tbps, "calls_per_graph": args.calls,
+            "triton": triton_version(), "dtype": "bfloat16", "tbps": args.tbps, "calls_per_graph": args.calls,
             "replays": args.replays, "gemv_reason": gemv.reason}
     print(json.dumps(info), flush=True)
     results = []
@@ -156,15 +157,6 @@ def _summary(results: list[dict]) -> list[str]:
             out.append(f"M={rows}: 32 layers + head, matmuls only: torch {t_torch:.3f} ms, gemv (tuner's picks) "
                        f"{t_gemv:.3f} ms = x{t_torch / t_gemv:.2f}{tilings}")
     return out
-
-
-def _triton_version() -> str | None:
-    try:
-        import triton
-
-        return triton.__version__
-    except ImportError:
-        return None
 
 
 if __name__ == "__main__":

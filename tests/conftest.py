@@ -143,3 +143,12 @@ def assert_compiles_and_captures(op, x) -> None:
     static.copy_(x * 2)
     graph.replay()
     torch.testing.assert_close(out, op(x * 2), rtol=0, atol=0)
+
+
+def has_triton() -> bool:
+    """Whether Triton is importable (CUDA builds of torch ship it; the CPU CI has none)."""
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        return False
+    return True

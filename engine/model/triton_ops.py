@@ -1,7 +1,8 @@
 """What our Triton kernels (the GEMV, the decode attention) share: why one is unavailable, the dtypes
 they take, whether a call is being captured, and a CUDA-graph timer for their tuning and benchmarks.
 
-No Triton import here: each kernel's module imports Triton lazily, on first use.
+Triton is never imported at module level here (only by triton_version, when called): each kernel's module imports
+it lazily, on first use.
 """
 
 from __future__ import annotations
@@ -13,6 +14,15 @@ from typing import Any, Callable
 import torch
 
 DTYPES = (torch.bfloat16, torch.float16)  # what the kernels take: half-precision weights and activations
+
+
+def triton_version() -> str | None:
+    """The installed Triton's version (None: not installed)."""
+    try:
+        import triton
+    except ImportError:
+        return None
+    return triton.__version__
 
 
 def first_line(exc: Exception) -> str:

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from benchmarks import attn_bench
+from tests.conftest import has_triton
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,14 +32,6 @@ def test_cases_skip_used_lengths_past_the_cache():
                                          slots="128,2048", used="100,1000")
     got = list(attn_bench.cases(args))
     assert len(got) == 24 and all(used <= S for *_, S, used in got)
-
-
-def _has_triton() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 CASE = textwrap.dedent("""
@@ -67,7 +60,7 @@ CASE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not _has_triton(), reason="Triton not installed")
+@pytest.mark.skipif(not has_triton(), reason="Triton not installed")
 def test_one_case_under_the_triton_interpreter():
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", CASE], env=env, cwd=ROOT, capture_output=True, text=True, timeout=600)

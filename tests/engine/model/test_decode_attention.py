@@ -19,17 +19,9 @@ import torch
 from eaglelab.engine.model import decode_attention as A
 from eaglelab.engine.model.layers import EAGER_KERNELS, Kernels, attend
 from eaglelab.engine.runtime.compile import compile_report
-from tests.conftest import assert_compiles_and_captures, random_model, tiny_config
+from tests.conftest import assert_compiles_and_captures, has_triton, random_model, tiny_config
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def _has_triton() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 class RecordingAttention:
@@ -300,7 +292,7 @@ def test_run_flag_reaches_the_session(tmp_path, capsys):
 
 
 # ---- the kernel --------------------------------------------------------------------------------
-@pytest.mark.skipif(not _has_triton(), reason="Triton not installed (it ships with CUDA builds of torch)")
+@pytest.mark.skipif(not has_triton(), reason="Triton not installed (it ships with CUDA builds of torch)")
 def test_kernel_matches_sdpa_under_the_triton_interpreter():
     """The kernel's indexing and online softmax on the CPU (tests/engine/model/interpreted_attention.py): fp16,
     40 hypothesis cases of prefix and tree masks, GQA groups 1..4, T up to 16, cache lengths not a multiple of
@@ -353,7 +345,7 @@ COMPILED = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not _has_triton(), reason="Triton not installed")
+@pytest.mark.skipif(not has_triton(), reason="Triton not installed")
 def test_compiled_forward_keeps_the_op_in_its_graph(tmp_path):
     """A tiny fp16 model compiled whole (inductor, fullgraph) on the CPU, the kernel run by Triton's interpreter,
     for a verify of 3 tokens over a 40-slot cache: one op call per layer (4) in the compiled forward, and its
@@ -405,7 +397,7 @@ ENGINE = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not _has_triton(), reason="Triton not installed")
+@pytest.mark.skipif(not has_triton(), reason="Triton not installed")
 def test_engine_with_the_kernel_gives_sdpas_tokens_under_the_interpreter():
     """The real kernel inside the engine (fp16 tiny model, 2 rows, 8 tokens, Triton's interpreter on CPU): plain
     greedy gives SDPA's tokens; EAGLE-3 speculation, a chain (3 steps, 4 tokens) and a tree (top-2, 6 tokens:
@@ -422,7 +414,7 @@ def test_engine_with_the_kernel_gives_sdpas_tokens_under_the_interpreter():
     assert last == ["reason", "None", "rows", "1,2,4,6,7"], done.stdout
 
 
-@pytest.mark.skipif(not _has_triton(), reason="Triton not installed")
+@pytest.mark.skipif(not has_triton(), reason="Triton not installed")
 def test_planned_cuts_compile_for_sm90_without_spilling():
     """The kernels as the planner cuts them (8B and SmolLM2 shapes, T 1 and 16, 128 and 2048 slots) and the merge
     kernel compile for an H200 (sm_90, no GPU needed: tests/engine/model/sm90_attention.py) and ptxas spills no
@@ -437,7 +429,7 @@ def test_planned_cuts_compile_for_sm90_without_spilling():
     assert len(lines) == 9 and all(line.endswith("spills=0") for line in lines), done.stdout
 
 
-@pytest.mark.skipif(not _has_triton(), reason="Triton not installed")
+@pytest.mark.skipif(not has_triton(), reason="Triton not installed")
 def test_op_shape_under_fake_tensors():
     """torch.compile traces the op with fake tensors: [B, NH, T, D] out in q's dtype, stored [B, T, NH, D]."""
     from torch._subclasses.fake_tensor import FakeTensorMode

@@ -20,17 +20,9 @@ from torch import nn
 from eaglelab.engine.model import gemv as G
 from eaglelab.engine.model.layers import EAGER_KERNELS, FusedLinear, Kernels
 from eaglelab.engine.runtime.compile import compile_report
-from tests.conftest import assert_compiles_and_captures, random_model, tiny_config
+from tests.conftest import assert_compiles_and_captures, has_triton, random_model, tiny_config
 
 ROOT = Path(__file__).resolve().parents[3]
-
-
-def _has_triton() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
 
 
 class RecordingGemv:
@@ -246,7 +238,7 @@ INTERPRETED = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not _has_triton(), reason="Triton not installed (it ships with CUDA builds of torch)")
+@pytest.mark.skipif(not has_triton(), reason="Triton not installed (it ships with CUDA builds of torch)")
 def test_kernel_matches_linear_under_the_triton_interpreter():
     """The kernel's indexing on the CPU: Triton's interpreter runs it on CPU tensors (fp16: M 1, 3, 16; K not a
     multiple of the tile; N not a multiple of block_n; split-K in 2 and 3 parts; with and without bias).
@@ -296,7 +288,7 @@ COMPILED = textwrap.dedent("""
 """)
 
 
-@pytest.mark.skipif(not _has_triton(), reason="Triton not installed")
+@pytest.mark.skipif(not has_triton(), reason="Triton not installed")
 def test_compiled_forward_keeps_the_op_in_its_graph(tmp_path):
     """A tiny fp16 model compiled whole (inductor, fullgraph) on the CPU, the kernel run by Triton's interpreter:
     one op call per projection (4 layers x 4 + the head = 17) in each compiled forward, and the logits equal
@@ -311,7 +303,7 @@ def test_compiled_forward_keeps_the_op_in_its_graph(tmp_path):
     assert float(words[5]) < 0.02, "compiled vs eager: fp16 rounding of the fused elementwise work only"
 
 
-@pytest.mark.skipif(not _has_triton(), reason="Triton not installed")
+@pytest.mark.skipif(not has_triton(), reason="Triton not installed")
 def test_op_shape_under_fake_tensors():
     """torch.compile traces the op with fake tensors: [M, K] @ [N, K]^T -> [M, N] in x's dtype, no kernel run."""
     from torch._subclasses.fake_tensor import FakeTensorMode
