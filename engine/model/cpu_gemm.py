@@ -209,7 +209,10 @@ def build(out_dir: Path, compiler: str | None = None, log: Callable[[str], None]
     lib = out_dir / f"few_rows_{key}.so"
     if lib.exists():
         return lib
-    out_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise KernelBuildError(f"cannot write its cache folder {out_dir} ({exc.strerror or type(exc).__name__})") from None
     if log is not None:
         log(f"building the few-row CPU kernel with {cc} (once per machine) ...")
     with tempfile.TemporaryDirectory() as tmp:
@@ -222,7 +225,10 @@ def build(out_dir: Path, compiler: str | None = None, log: Callable[[str], None]
         if done.returncode != 0:
             first = next((ln for ln in done.stderr.splitlines() if "error" in ln), done.stderr.strip()[:120])
             raise KernelBuildError(f"{cc} failed: {first.strip()[:160]}")
-        os.replace(obj, lib)  # atomic: a concurrent build writes the same bytes
+        try:
+            os.replace(obj, lib)  # atomic: a concurrent build writes the same bytes
+        except OSError as exc:
+            raise KernelBuildError(f"cannot write {lib} ({exc.strerror or type(exc).__name__})") from None
     return lib
 
 

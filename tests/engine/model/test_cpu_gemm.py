@@ -86,6 +86,14 @@ def test_refusals_name_the_reason(gemm):
     assert gemm.refusal(torch.randn(3, 4), w) == "gradients on (the kernel has no backward)"
 
 
+def test_an_unwritable_cache_turns_it_off_with_the_reason(tmp_path):
+    """The cache folder cannot be made (a file stands where it goes): off, said, MKL; no traceback."""
+    (tmp_path / "taken").write_text("a file, not a folder")
+    kernel = CpuGemm(tmp_path / "taken")
+    assert kernel.reason is not None and kernel.reason.startswith("few-row CPU kernel off (cannot write its cache folder")
+    assert str(tmp_path / "taken" / "kernels") in kernel.reason and kernel.reason.endswith("MKL instead")
+
+
 def test_without_a_compiler_it_is_off_and_fused_linears_use_mkl(tmp_path):
     kernel = CpuGemm(tmp_path, compiler="no-such-cc-for-eaglelab")
     assert kernel.reason == "few-row CPU kernel off (no C compiler: 'no-such-cc-for-eaglelab' not found): MKL instead"
