@@ -206,11 +206,9 @@ class Engine:
         T = int(max(len(p) for p in prompts))
         cache = self._make_cache(B, T + max_new + 2 * N + 2)
         width, eager = self.runner.prefill_width(B, T, cache)  # T, or T padded to a captured width
-        rows = torch.zeros(B, width, dtype=torch.long)
-        for b, p in enumerate(prompts):
-            rows[b, : len(p)] = torch.tensor(p)
-        ids = rows.to(self.device)  # [B, W]: each row's prompt, then pad tokens (slots later overwritten)
-        ins = {"ids": ids, "lengths": lens, **self._noise(B, 1, sampling, generator)}
+        # [B, W]: each row's prompt, then pad tokens (their slots are overwritten before anything reads them)
+        ids = torch.tensor([p + [0] * (width - len(p)) for p in prompts], dtype=torch.long, device=self.device)
+        ins = {"ids": ids, "lengths": lens, **self._noise(B, 0, sampling, generator)}
         with self.clock.phase("prefill"):
             first, *aux = self.runner.phase("prefill", self._prefill_fn(cache, sampling), ins, (cache,),
                                             (sampling, self._taps()), eager=eager, compile=False)  # [B], ([B, W, taps * H])
@@ -225,7 +223,7 @@ class Engine:
     def _prefill_fn(self, cache: KVCache, sampling: SamplingParams):
         """The prefill phase: the prompts [B, W] at slots = positions 0..W-1, attending over those W slots
         only; the first token from each row's last prompt position."""
-        def prefill(ids, lengths, uniform=None, race=None):
+        def prefill(ids, lengths, race=None):
             B, W = ids.shape
             positions = torch.arange(W, device=ids.device).expand(B, W)
             hidden, aux = self.target(ids, positions, cache, positions, prefix_mask(positions, W), self._taps(),
@@ -257,14 +255,14 @@ class Engine:
     # ---- plain decoding ----------------------------------------------------------------------
     def _decode_step(self, st: Batch, sampling, generator) -> None:
         with self.clock.phase("decode"):
-            noise = self._noise(st.root.shape[0], 1, sampling, generator)
+            noise = self._noise(st.root.shape[0], 0, sampling, generator)
             self.runner.phase("decode", self._decode_fn(st.cache, sampling), noise, (st.cache,),
                               (sampling, self._eos_key), state=st.state())
         self._emit("decode", st)
 
     def _decode_fn(self, cache: KVCache, sampling: SamplingParams):
         """The decode phase: the root's forward at slot = position = length, the next token, emitted."""
-        def decode(uniform=None, race=None, **state):
+        def decode(race=None, **state):
             slots = state["lengths"][:, None]  # [B, 1]
             hidden, _ = self.target(state["root"][:, None], slots, cache, slots, prefix_mask(slots, cache.max_len),
                                     kernels=self.runner.kernels)  # [B, 1, H]
@@ -274,12 +272,12 @@ class Engine:
         return decode
 
     def _noise(self, B: int, nodes: int, sampling: SamplingParams, generator) -> dict[str, torch.Tensor]:
-        """The random draws a sampling phase of ``B`` rows consumes (none when greedy), drawn outside any graph."""
+        """The random draws a sampling phase of ``B`` rows consumes (none when greedy), drawn outside any graph:
+        a uniform per tree node for rejection sampling (``nodes`` > 0: acceptance), the race for one token."""
         if sampling.greedy:
             return {}
-        V = self.target.config.vocab_size
-        return {"uniform": torch.rand(B, nodes, generator=generator, device=self.device),
-                "race": exponential_noise((B, V), self.device, generator)}
+        uniform = {"uniform": torch.rand(B, nodes, generator=generator, device=self.device)} if nodes else {}
+        return {**uniform, "race": exponential_noise((B, self.target.config.vocab_size), self.device, generator)}
 
     # ---- speculative cycle -------------------------------------------------------------------
     def _spec_cycle(self, st: Batch, sampling: SamplingParams, generator) -> tuple[torch.Tensor, torch.Tensor]:
