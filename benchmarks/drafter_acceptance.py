@@ -1,5 +1,6 @@
 """Acceptance of a drafter at batch 1: mean accepted length, per-position acceptance, speed against
-plain decoding in the same run, on MT-bench (first turns) or HumanEval (a second held-out set).
+plain decoding in the same run, on MT-bench (first turns), HumanEval (a second held-out set) or the first prompts of a prompts file
+(``--set file --file P``: e.g. held-out prompts of a training source, to see which data a drafter lacks).
 
     python benchmarks/drafter_acceptance.py --set mtbench --steps 3 --topk 1 --draft-tokens 4 --json OUT.json
     python benchmarks/drafter_acceptance.py --set humaneval --humaneval FILE.jsonl.gz ...
@@ -26,9 +27,15 @@ from eaglelab.bench.harness import mtbench_first_turns, tokenize_prompts
 from eaglelab.session import add_engine_args, build_session
 
 
-def questions(which: str, n: int, humaneval: str | None, mtbench: str | None) -> list[str]:
+def questions(which: str, n: int, humaneval: str | None, mtbench: str | None, file: str | None = None) -> list[str]:
     if which == "mtbench":
         return mtbench_first_turns(n, mtbench)
+    if which == "file":  # a prompts file of `eaglelab prompts` / `eaglelab synthesize` (held-out prompts of a kind)
+        from eaglelab.engine.training.prompt_corpus import read_corpus
+
+        if not file:
+            raise SystemExit("--set file needs --file PROMPTS.jsonl.gz")
+        return [r["prompt"] for r in read_corpus(file)[:n]]
     from eaglelab.engine.formats.assets import HUMANEVAL_PROBLEMS, asset_path
 
     path = Path(humaneval) if humaneval else asset_path(HUMANEVAL_PROBLEMS)
@@ -66,7 +73,9 @@ def timed(engine, prompt: list[int], max_new: int, device) -> tuple[object, floa
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_engine_args(p)
-    p.add_argument("--set", choices=("mtbench", "humaneval"), default="mtbench")
+    p.add_argument("--set", choices=("mtbench", "humaneval", "file"), default="mtbench")
+    p.add_argument("--file", default=None, metavar="PROMPTS", help="with --set file: a prompts.jsonl(.gz) with a "
+                   "\"prompt\" field per line (its first --prompts lines)")
     p.add_argument("--prompts", type=int, default=80)
     p.add_argument("--humaneval", default=None, metavar="FILE", help="HumanEval.jsonl.gz (default: the asset)")
     p.add_argument("--questions", default=None, metavar="FILE", help="an MT-bench question.jsonl (default: the asset)")
@@ -77,7 +86,7 @@ def main() -> int:
     if not s.spec.enabled:
         raise SystemExit("needs a drafter (--draft)")
     device = s.target.device
-    texts = questions(args.set, args.prompts, args.humaneval, args.questions)
+    texts = questions(args.set, args.prompts, args.humaneval, args.questions, args.file)
     ids, how = tokenize_prompts(texts, s.target.tokenizer, s.target.config.vocab_size, args.max_prompt_tokens)
     spec_engine, plain_engine = s.engine(), s.plain_engine()
     timed(spec_engine, ids[0], 16, device), timed(plain_engine, ids[0], 16, device)  # warm-up, graph capture

@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "eaglelab.cmd_check_wiring",
     "eaglelab.cmd_tui",
     "eaglelab.cmd_prompts",
+    "eaglelab.cmd_synthesize",
     "eaglelab.cmd_capture",
     "eaglelab.cmd_distill",
     "eaglelab.cmd_train",

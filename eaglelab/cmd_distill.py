@@ -20,7 +20,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "distill", help="generate the target's own answers to training prompts (token ids, resumable)",
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--prompts", required=True, metavar="FILE", help="prompts.jsonl.gz (or its directory) from `eaglelab prompts`")
+    p.add_argument("--prompts", required=True, nargs="+", metavar="FILE",
+                   help="prompts.jsonl.gz (or its directory) from `eaglelab prompts` or `eaglelab synthesize`; several "
+                        "are answered together, in the order given (--limit counts over all of them)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (shards/ and distill.json)")
     p.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), an HF directory or a .gguf")
     p.add_argument("--max-new-tokens", type=int, default=256, help="answer length cap (default 256)")
@@ -50,7 +52,7 @@ def run(args: argparse.Namespace) -> int:
     settings = DistillSettings(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
                                max_prompt_tokens=args.max_prompt_tokens, time_limit=args.time_limit,
                                cuda_graphs=not args.no_cuda_graphs)
-    records = read_corpus(args.prompts)
+    records = [r for path in args.prompts for r in read_corpus(path)]
     if args.limit is not None:
         records = records[: args.limit]
     device, device_reason = _pick_device(args.device)
@@ -69,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     identity["model_arg"] = str(args.model)
     device_name = str(device) + (f" ({_cuda_name(device)})" if device.type == "cuda" else "")
     manifest = update_manifest(args.out, {
-        "target": identity, "prompts_file": str(args.prompts), "prompts": len(records), "system_prompt": args.system,
+        "target": identity, "prompts_file": str(args.prompts[0]), "prompts_files": [str(x) for x in args.prompts], "prompts": len(records), "system_prompt": args.system,
         "chat_template": target.tokenizer.chat_template, "dtype": dtype,
         "run": {"device": device_name, "dtype": dtype},
     }, summary, settings)

@@ -423,18 +423,30 @@ def _device_name(device) -> str:
 
 
 def _prompts_manifest(manifest) -> dict | None:
-    """Sources and counts of the prompts the data answers (the prompts' manifest.json, when found)."""
-    import json
+    """Sources and counts of the prompts the data answers (each prompts file's manifest.json, when found;
+    distill may answer several files together)."""
+    from eaglelab.engine.errors import EagleLabError, read_json_object
 
-    src = (manifest or {}).get("prompts_file")
-    if not src:
+    files = (manifest or {}).get("prompts_files") or ([manifest["prompts_file"]] if (manifest or {}).get("prompts_file") else [])
+    if not files:
         return None
-    path = Path(src)
-    path = (path if path.is_dir() else path.parent) / "manifest.json"
-    if not path.exists():
-        return {"file": src}
-    m = json.loads(path.read_text())
-    return {"file": src, "count": m.get("count"), "sources": m.get("sources"), "overlap_check": m.get("overlap_check")}
+    out: dict = {"file": ", ".join(map(str, files)), "count": 0, "sources": {}}
+    checks = []
+    for src in files:
+        path = Path(src)
+        path = (path if path.is_dir() else path.parent) / "manifest.json"
+        try:
+            m = read_json_object(path) if path.exists() else None
+        except EagleLabError:
+            m = None  # the card says what it can; a broken prompts manifest is not the training's error
+        if m is None:
+            return {"file": out["file"]}
+        out["count"] += m.get("count") or 0
+        for k, v in (m.get("sources") or {}).items():
+            out["sources"][k] = out["sources"].get(k, 0) + v
+        checks.append(m.get("overlap_check"))
+    out["overlap_check"] = checks[0] if len(checks) == 1 else checks
+    return out
 
 
 def _report_saved(out: Path, head, console) -> None:

@@ -1,0 +1,99 @@
+"""``eaglelab synthesize``: training prompts written by the target itself (its own user turns).
+
+Gives the target only the chat template's text before a user's message and samples what follows:
+an instruct model writes a user's request of the kinds it was tuned on and ends the turn (the Magpie
+method). Turns that were cut, too short, full of template markup or not text are dropped; the rest
+are deduplicated and screened against MT-bench and HumanEval like ``eaglelab prompts``. Writes
+DIR/prompts.jsonl.gz and DIR/manifest.json in ``eaglelab prompts``' format; answer them with
+``eaglelab distill --prompts DIR`` (several prompt directories may be given to distill together).
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``synthesize`` subcommand."""
+    p = subparsers.add_parser(
+        "synthesize", help="training prompts written by the target (its own user turns, sampled)",
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument("--out", required=True, metavar="DIR", help="where prompts.jsonl.gz and manifest.json go")
+    p.add_argument("--count", type=int, default=10_000, metavar="N", help="prompts to keep (default 10000)")
+    p.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), an HF directory or a .gguf")
+    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (> 0; default 1.0)")
+    p.add_argument("--top-p", type=float, default=0.95, help="nucleus sampling mass (default 0.95)")
+    p.add_argument("--max-new-tokens", type=int, default=128, help="a user turn longer than this is dropped (default 128)")
+    p.add_argument("--batch-size", type=int, default=512, help="turns sampled together (default 512)")
+    p.add_argument("--min-words", type=int, default=4, help="shorter turns are dropped (default 4)")
+    p.add_argument("--time-limit", type=float, default=None, metavar="S", help="stop before a batch would overrun S seconds")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--system", default=None, help="a system message (default: the chat template's own)")
+    p.add_argument("--no-cuda-graphs", action="store_true", help="decode eagerly on CUDA")
+    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
+    p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Sample, screen and write the prompts; 0 on success."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+    from eaglelab.engine.errors import ConfigError
+    from eaglelab.engine.formats.loader import load_target
+    from eaglelab.engine.training import prompt_corpus as pc
+    from eaglelab.engine.training.capture import target_identity
+    from eaglelab.engine.training.synth_prompts import SynthSettings, Synthesizer, synthesis_manifest
+    from eaglelab.session import _pick_device, _pick_dtype
+
+    console = Console(stderr=True, highlight=False)
+    settings = SynthSettings(count=args.count, temperature=args.temperature, top_p=args.top_p,
+                             max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, min_words=args.min_words,
+                             seed=args.seed, time_limit=args.time_limit, cuda_graphs=not args.no_cuda_graphs,
+                             system=args.system)
+    with console.status("reading the evaluation sets (MT-bench, HumanEval) for the overlap check ..."):
+        overlap = pc.OverlapIndex.from_texts(pc.evaluation_texts())
+    device, device_reason = _pick_device(args.device)
+    dtype, dtype_reason = _pick_dtype(args.dtype, device)
+    target = load_target(args.model, device=device, dtype=dtype)
+    if target.tokenizer is None:
+        raise ConfigError("the target has no tokenizer", file=target.path, hint="synthesis needs tokenizer.json")
+    synth = Synthesizer(target.model, target.tokenizer, settings)
+    prefix = target.tokenizer.decode(synth.prefix, skip_special_tokens=False)
+    console.print(f"[bold]synthesize[/] {target.name} on {device} ({device_reason}), {dtype} ({dtype_reason}): "
+                  f"{settings.count} user turns, batches of {settings.batch_size}, temperature {settings.temperature}, "
+                  f"top-p {settings.top_p}, up to {settings.max_new_tokens} tokens")
+    console.print(f"  conditioned on the template's text before a user message: {prefix!r}")
+    cols = (TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(), TimeElapsedColumn(),
+            TimeRemainingColumn(), TextColumn("{task.fields[rate]}"))
+    with Progress(*cols, console=console) as bar:
+        task = bar.add_task("kept", total=settings.count, rate="")
+        sampled = [0, 0]
+
+        def on_batch(r) -> None:
+            sampled[0] += r.sampled
+            sampled[1] += r.kept
+            bar.update(task, completed=r.total_kept,
+                       rate=f"kept {sampled[1] / max(sampled[0], 1):.0%} of {sampled[0]} sampled, {r.seconds:.1f} s a batch")
+
+        result = synth.run(overlap, progress=on_batch)
+    synth.release()
+    identity = target_identity(target.model, target.path, target.name)
+    identity["model_arg"] = str(args.model)
+    device_name = str(device) + (f" ({_cuda_name(device)})" if device.type == "cuda" else "")
+    extra = {"synthesis": synthesis_manifest(result, settings, prefix, {"target": identity, "device": device_name,
+                                                                         "dtype": dtype})}
+    path = pc.write_corpus(result.corpus(args.seed), args.out, overlap, extra=extra)
+    dropped = ", ".join(f"{k} {v}" for k, v in result.dropped.most_common()) or "none"
+    console.print(f"wrote {len(result.prompts)} prompts to {path} ({path.stat().st_size / 2**20:.1f} MiB) from "
+                  f"{result.sampled} sampled turns ({result.tokens} tokens) in {result.seconds:.1f} s; dropped: {dropped}"
+                  + ("; stopped at the time limit" if result.stopped_by_time else ""))
+    return 0
+
+
+def _cuda_name(device) -> str:
+    import torch
+
+    return torch.cuda.get_device_name(device)
