@@ -133,7 +133,7 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
                 B.write_json(args.json, {**full_report(B.finish_rows(rows, outputs), []), "partial": True})
         rows = B.finish_rows(rows, outputs)
     if args.profile:  # after the configurations: plain-compile's decode compiles are then cache hits
-        profiles = _profile(args, setup, tp, log)
+        profiles = _profile(args, setup, tp, log, rows)
         if write:
             B.write_json(args.json, {**full_report(rows, []), "partial": True})
     micro = []
@@ -158,17 +158,26 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
     return report, outputs
 
 
-def _profile(args, setup, tp, log) -> list[dict[str, Any]]:
+def _profile(args, setup, tp, log, rows) -> list[dict[str, Any]]:
     """``--profile``: one decode step per batch size under torch.profiler, eager layers and, on CUDA,
-    compiled whole as the *-compile configurations compile a phase (on CPU those do not run)."""
-    from eaglelab.bench.profile import profile_decode, profile_section
+    compiled whole as the *-compile configurations compile a phase (on CPU those do not run); then, per
+    kernel set of the speculative configurations that ran, each phase of a speculative cycle alike."""
+    from eaglelab.bench.profile import profile_decode, profile_section, profile_spec_phases, spec_kernel_sets, with_measured
 
     ctx = setup["ctx"]
     cuda = ctx.device.type == "cuda"
+    steps, warmup = (10, 3) if cuda else (2, 1)
     compiler = ctx.kernels(True).compile_phase if cuda else None
     log("profile: one decode step per batch size, kernel by kernel" + (" (rank 0)" if tp is not None else ""))
     found = profile_decode(ctx.target, tp, ctx.batch_sizes, ctx.max_len, compiler, setup["weight_bytes"],
-                           steps=10 if cuda else 2, warmup=3 if cuda else 1, log=log)
+                           steps=steps, warmup=warmup, log=log)
+    for kset in spec_kernel_sets(ctx, rows):
+        log(f"profile: the phases of a speculative cycle, kernel set of {', '.join(kset.configs)}")
+        for compiled in (False, True) if kset.compiler is not None else (False,):
+            for b in ctx.batch_sizes:
+                phases, _ = profile_spec_phases(ctx, kset, compiled, b, steps=steps, warmup=warmup, log=log)
+                found += with_measured(phases, rows, kset, compiled)
+            _release(ctx.device)
     _release(ctx.device)
     return profile_section(found)
 
