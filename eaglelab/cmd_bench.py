@@ -105,6 +105,7 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
     log = lambda msg: err.print(f"[dim]{msg}[/]")  # noqa: E731
     torch.manual_seed(args.seed)
     configs = _configs(args, default=TP_CONFIGS if tp is not None else None)
+    _check_profile(args, configs)
     setup = _setup(args, log, tp)
     ctx = setup["ctx"]
     hbm = args.hbm_tbps if args.hbm_tbps is not None else (4.3 if ctx.device.type == "cuda" else 0.0)
@@ -214,6 +215,25 @@ def _configs(args, default: str | None = None) -> list[str]:
         if n not in CONFIGS:
             raise EagleLabError("unknown configuration", field="--configs", found=n, expected=", ".join(CONFIGS))
     return names
+
+
+def _check_profile(args, configs: list[str]) -> None:
+    """--profile profiles the decode step and the phases of the speculative configurations that run: refuse
+    the combinations where what it was asked to profile cannot run (before the model builds)."""
+    from eaglelab.bench.harness import CONFIGS
+    from eaglelab.engine.errors import EagleLabError
+
+    if not getattr(args, "profile", False):
+        return
+    if args.micro_only:
+        raise EagleLabError("--micro-only measures only the micro-measure: nothing would be profiled with it",
+                            field="--profile", found="--profile --micro-only",
+                            hint="drop --micro-only (--configs none profiles the decode step alone)")
+    spec = [n for n in configs if CONFIGS[n].speculative]
+    if spec and args.configs and args.draft == "none":
+        raise EagleLabError("the speculative phases need a drafter to profile", field="--draft", found="none",
+                            expected="default, ngram or a drafter directory, with " + ", ".join(spec),
+                            hint="name a drafter, or drop the speculative configurations from --configs")
 
 
 def _int_list(text: str, field: str) -> tuple[int, ...]:

@@ -26,7 +26,7 @@ the bench measured for the matching configuration (a graph replay there).
 from __future__ import annotations
 
 import contextlib
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterator
 
 import torch
@@ -257,42 +257,62 @@ def _phase_detail(name: str, spec) -> str:
             "draft_extend": f"{spec.num_steps + 1} tokens", "advance": "emit, positions"}.get(name, "")
 
 
+@dataclass
+class PhaseMeasure:
+    """The probe of a :class:`PhaseProbe`: profiles one phase function on the cycle's real inputs (eager, or
+    compiled whole by ``compiler``) and keeps its :class:`StepProfile` (rank 0) in ``found``. The function
+    runs on copies of its inputs and of the loop state, and the caches it writes are restored after: the
+    run goes on as if it had not been stopped."""
+
+    batch: int
+    steps: int
+    warmup: int
+    top: int
+    rank0: bool
+    compiler: Compiler | None = None  # None: the eager layers
+    configs: tuple[str, ...] = ()
+    details: dict[str, str] = field(default_factory=dict)
+    log: Callable[[str], None] = lambda m: None
+    found: list[StepProfile] = field(default_factory=list)
+
+    def __call__(self, name: str, fn: Callable[..., tuple], inputs: dict[str, torch.Tensor], caches: tuple,
+                 state: dict[str, torch.Tensor]) -> None:
+        ins, st = {k: v.clone() for k, v in inputs.items()}, {k: v.clone() for k, v in state.items()}
+        dev = next(iter({**inputs, **state}.values())).device
+        with _restored(caches):
+            fn(**ins, **st)  # lazy state (fused weights) is built eagerly, before any compile
+            run, status = fn, "ran"
+            if self.compiler is not None:
+                run = self.compiler(f"profiled {name} [b={self.batch}]", fn)
+                run(**ins, **st)  # compiles (or loads)
+                status = getattr(run, "reason", None) or "ran"
+            got = _measure(lambda: run(**ins, **st), dev, self.steps, self.warmup, self.top, self.rank0)
+        if got is not None:
+            layers = "eager" if self.compiler is None else "compiled"
+            self.found.append(StepProfile(self.batch, layers, status, self.steps, weight_gbps=None, phase=name,
+                                          configs=self.configs, detail=self.details.get(name, ""), **got))
+            self.log(_said(self.found[-1]))
+
+
 @torch.inference_mode()
 def profile_spec_phases(ctx, kset: SpecKernelSet, compiled: bool, batch: int, steps: int = 10, warmup: int = 3,
                         top: int = 30, max_new: int = 2, log=lambda m: None) -> tuple[list[StepProfile], list[list[int]]]:
     """One speculative run of ``batch`` rows (the first prompt group, greedy, ``max_new`` tokens per row)
     whose first cycle's phases are profiled as they come, with the eager layers of ``kset`` or
     (``compiled``) compiled whole by its compiler. -> (a profile per phase on rank 0, the run's tokens)."""
-    from eaglelab.bench.harness import _engine_spec, groups_for, CONFIGS
+    from eaglelab.bench.harness import CONFIGS, _engine_spec, groups_for
     from eaglelab.engine.runtime.generate import Engine
 
     spec = _engine_spec(CONFIGS["spec-decode"], ctx)  # decode-mode verify: a phase, as every graph config has it
     drafter = ctx.make_drafter(spec)
-    dev, rank0 = ctx.device, ctx.tp is None or ctx.tp.rank == 0
-    layers = "compiled" if compiled else "eager"
-    found: list[StepProfile] = []
-
-    def probe(name, fn, inputs, caches, state):
-        ins, st = {k: v.clone() for k, v in inputs.items()}, {k: v.clone() for k, v in state.items()}
-        with _restored(caches):
-            fn(**ins, **st)  # lazy state (fused weights) is built eagerly, before any compile
-            run, status = fn, "ran"
-            if compiled:
-                run = kset.compiler(f"profiled {name} [b={batch}]", fn)
-                run(**ins, **st)  # compiles (or loads)
-                status = getattr(run, "reason", None) or "ran"
-            got = _measure(lambda: run(**ins, **st), dev, steps, warmup, top, rank0)
-        if got is not None:
-            found.append(StepProfile(batch, layers, status, steps, weight_gbps=None, phase=name, configs=kset.configs,
-                                     detail=_phase_detail(name, spec), **got))
-            log(_said(found[-1]))
-
-    kernels = kset.compiled_kernels if compiled else kset.kernels
-    net = getattr(drafter, "net", None)
-    runner = PhaseProbe(ctx.target, net, ctx.max_len, kernels, probe)
+    details = {name: _phase_detail(name, spec) for name in ("draft", "verify", "accept", "draft_extend", "advance")}
+    probe = PhaseMeasure(batch, steps, warmup, top, ctx.tp is None or ctx.tp.rank == 0,
+                         kset.compiler if compiled else None, kset.configs, details, log)
+    runner = PhaseProbe(ctx.target, getattr(drafter, "net", None), ctx.max_len,
+                        kset.compiled_kernels if compiled else kset.kernels, probe)
     res = Engine(ctx.target, eos_token_ids=(), drafter=drafter, spec=spec, runner=runner).generate(
         groups_for(ctx.prompts, batch)[0], max_new)
-    return found, res.tokens
+    return probe.found, res.tokens
 
 
 def with_measured(profiles: list[StepProfile], rows: list, kset: SpecKernelSet, compiled: bool) -> list[StepProfile]:
