@@ -253,7 +253,7 @@ def _restored(caches: tuple) -> Iterator[None]:
 
 def _phase_detail(name: str, spec) -> str:
     return {"draft": f"{spec.num_steps} steps, top-{spec.topk}, {spec.draft_tokens} tokens",
-            "verify": f"{spec.draft_tokens} tokens", "accept": "greedy, KV compaction",
+            "verify": f"{spec.draft_tokens} tokens", "accept": "greedy" + (", KV compaction" if spec.topk > 1 else ""),
             "draft_extend": f"{spec.num_steps + 1} tokens", "advance": "emit, positions"}.get(name, "")
 
 
@@ -308,7 +308,7 @@ def profile_spec_phases(ctx, kset: SpecKernelSet, compiled: bool, batch: int, st
     details = {name: _phase_detail(name, spec) for name in ("draft", "verify", "accept", "draft_extend", "advance")}
     probe = PhaseMeasure(batch, steps, warmup, top, ctx.tp is None or ctx.tp.rank == 0,
                          kset.compiler if compiled else None, kset.configs, details, log)
-    runner = PhaseProbe(ctx.target, getattr(drafter, "net", None), ctx.max_len,
+    runner = PhaseProbe(ctx.target, drafter.net, ctx.max_len,
                         kset.compiled_kernels if compiled else kset.kernels, probe)
     res = Engine(ctx.target, eos_token_ids=(), drafter=drafter, spec=spec, runner=runner).generate(
         groups_for(ctx.prompts, batch)[0], max_new)

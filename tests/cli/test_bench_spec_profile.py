@@ -147,3 +147,28 @@ def test_profile_of_named_speculative_configs_without_a_drafter_is_refused(quest
     err = " ".join(capsys.readouterr().err.split())
     assert rc == 2 and "'--draft'" in err and "found: none" in err and "spec-decode" in err, err
     assert "building tiny" not in err and "Traceback" not in err
+
+
+def _bench_rank(tp, argv):
+    from eaglelab.cmd_bench import bench
+
+    report, outputs = bench(build_parser().parse_args(argv), tp)
+    return report.get("profile"), outputs["spec-decode"]
+
+
+def test_bench_tp2_profiles_the_spec_phases_on_rank_0_with_their_collectives(tmp_path, questions):
+    """--tp 2 (gloo, tiny model: 4 layers): every rank runs the profiled phases (they hold collectives),
+    rank 0 profiles them: verify holds the target's 8 all-reduces and its logits all-gather per cycle, the
+    replicated drafter's phases none; both ranks emit the same tokens."""
+    from tests.tp_harness import RankFailure, spawn_ranks
+
+    out = tmp_path / "tp2.json"
+    argv = _argv(questions, "--tp", "2", "--configs", "spec-decode", "--batch-sizes", "1", "--profile", "--json", str(out))
+    ranks = spawn_ranks(_bench_rank, 2, argv, timeout_s=300.0)
+    assert not any(isinstance(r, RankFailure) for r in ranks), ranks
+    assert ranks[1][0] == [] and ranks[0][1] == ranks[1][1]  # rank 1 ran the phases unprofiled
+    prof = json.loads(out.read_text())["profile"]
+    assert [p["phase"] for p in prof] == ["decode"] + PHASES
+    calls = {p["phase"]: {k["name"]: k["calls_per_step"] for k in p["kernels"]} for p in prof}
+    assert calls["verify"].get("c10d::allreduce_") == 8 and calls["verify"].get("c10d::_allgather_base_") == 1
+    assert not any("c10d" in name for name in calls["draft"])
