@@ -66,8 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "1 included, seeds a scale model's weights per tensor, so --tp 1 and --tp N hold the same model")
     p.add_argument("--profile", action="store_true",
                    help="also profile one plain decode step per batch size (torch.profiler, rank 0 under --tp): "
-                        "kernel names and microseconds per step, eager layers and (CUDA) compiled whole; "
-                        "with --configs none only this (and the --tp section)")
+                        "kernel names and microseconds per step, eager layers and (CUDA) compiled whole; and, when "
+                        "a speculative configuration runs, each phase of a speculative cycle alike (its kernel set); "
+                        "with --configs none only the decode step (and the --tp section)")
     p.add_argument("--tp-check", action="store_true",
                    help="debug: assert every cycle that the ranks' replicated drafters drafted the same tree")
     p.set_defaults(func=run)
