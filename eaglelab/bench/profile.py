@@ -402,7 +402,8 @@ def print_profile(console, profiles: list[dict[str, Any]], cuda: bool, top: int 
             console.print("  " + phase_line(p, cuda))
         for p in mine:
             title = f"{p['phase']} b={p['batch']}, {p['layers']} layers ({p['status']}): {p['detail']}"
-            console.print(_kernel_table(p, cuda, min(top, 10), title, "cycle", f"; launched {p['step_ms']:.2f} ms"))
+            bench = f"; bench {p['measured_ms'] * 1e3:.0f} us ({p['measured_by']})" if p.get("measured_ms") else ""
+            console.print(_kernel_table(p, cuda, min(top, 10), title, "cycle", f"; launched {p['step_ms']:.2f} ms{bench}"))
 
 
 def phase_line(p: dict[str, Any], cuda: bool) -> str:

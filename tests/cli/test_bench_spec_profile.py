@@ -172,3 +172,51 @@ def test_bench_tp2_profiles_the_spec_phases_on_rank_0_with_their_collectives(tmp
     calls = {p["phase"]: {k["name"]: k["calls_per_step"] for k in p["kernels"]} for p in prof}
     assert calls["verify"].get("c10d::allreduce_") == 8 and calls["verify"].get("c10d::_allgather_base_") == 1
     assert not any("c10d" in name for name in calls["draft"])
+
+
+def test_on_cuda_each_kernel_set_is_profiled_as_its_configs_run():
+    """Grouping, on a CUDA context (stubbed: no GPU needed): spec-decode-graphs and spec-compile share the plain
+    kernel set, profiled eager and compiled by the compiled set's PhaseCompiler; spec-compile-gemv-attn is its
+    own set, with the Triton GEMV and decode attention in its eager layers and inside its compiled phases."""
+    from types import SimpleNamespace
+
+    from eaglelab.bench.harness import BenchRow
+    from eaglelab.bench.profile import spec_kernel_sets
+    from eaglelab.engine.model.layers import Kernels
+
+    compiler, gemv, attn = object(), object(), object()
+
+    def kernels(compile_, gemv_=False, attn_=False):
+        return Kernels(compiled=compile_, compile_phase=compiler if compile_ else None,
+                       gemv=gemv if gemv_ else None, attention=attn if attn_ else None)
+
+    ctx = SimpleNamespace(device=torch.device("cuda"), kernels=kernels)
+    rows = [BenchRow(c, 1, skipped="CUDA graphs need a CUDA device" if c == "spec-compile-gemv" else None)
+            for c in ("plain-graphs", "spec-decode-graphs", "spec-compile", "spec-compile-gemv", "spec-compile-gemv-attn")]
+    plain, triton = spec_kernel_sets(ctx, rows)
+    assert plain.configs == ("spec-decode-graphs", "spec-compile") and triton.configs == ("spec-compile-gemv-attn",)
+    assert plain.compiler is compiler and plain.kernels.gemv is None and plain.compiled_kernels.attention is None
+    assert triton.compiler is compiler and not triton.kernels.compiled
+    for k in (triton.kernels, triton.compiled_kernels):
+        assert k.gemv is gemv and k.attention is attn
+    eager_only = spec_kernel_sets(ctx, [BenchRow("spec-decode-graphs", 1)])
+    assert [(s.configs, s.compiler) for s in eager_only] == [(("spec-decode-graphs",), None)]
+
+
+def test_each_phase_stands_beside_the_bench_time_of_its_matching_config():
+    """The compiled profile beside spec-compile's replayed phase, the eager one beside spec-decode-graphs'
+    (graphs of the eager layers); accept beside accept + advance (timed together); advance beside nothing."""
+    from eaglelab.bench.harness import BenchRow
+    from eaglelab.bench.profile import StepProfile, with_measured
+
+    graph = {"draft": "replay", "verify": "replay", "draft_extend": "replay"}
+    rows = [BenchRow("spec-decode-graphs", 1, draft_ms=0.9, accept_ms=0.2, graph=graph),
+            BenchRow("spec-compile", 1, draft_ms=0.6, accept_ms=0.1, graph=graph)]
+    kset = SpecKernelSet(("spec-decode-graphs", "spec-compile"), EAGER_KERNELS, None)
+    made = {ph: StepProfile(1, "x", "ran", 2, 1.0, 1.0, 1.0, {}, None, [], phase=ph) for ph in ("draft", "accept", "advance")}
+    for compiled, (draft, accept) in ((True, (0.6, 0.1)), (False, (0.9, 0.2))):
+        got = {p.phase: p for p in with_measured(list(made.values()), rows, kset, compiled)}
+        assert (got["draft"].measured_ms, got["accept"].measured_ms, got["advance"].measured_ms) == (draft, accept, None)
+        name = "spec-compile" if compiled else "spec-decode-graphs"
+        assert got["draft"].measured_by == f"{name}: replay"
+        assert got["accept"].measured_by == f"accept + advance, {name}: replay"
