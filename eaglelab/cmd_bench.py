@@ -66,8 +66,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "1 included, seeds a scale model's weights per tensor, so --tp 1 and --tp N hold the same model")
     p.add_argument("--profile", action="store_true",
                    help="also profile one plain decode step per batch size (torch.profiler, rank 0 under --tp): "
-                        "kernel names and microseconds per step, eager layers and (CUDA) compiled whole; "
-                        "with --configs none only this (and the --tp section)")
+                        "kernel names and microseconds per step, eager layers and (CUDA) compiled whole; and, when "
+                        "a speculative configuration runs, each phase of a speculative cycle alike (its kernel set); "
+                        "with --configs none only the decode step (and the --tp section)")
     p.add_argument("--tp-check", action="store_true",
                    help="debug: assert every cycle that the ranks' replicated drafters drafted the same tree")
     p.set_defaults(func=run)
@@ -105,6 +106,7 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
     log = lambda msg: err.print(f"[dim]{msg}[/]")  # noqa: E731
     torch.manual_seed(args.seed)
     configs = _configs(args, default=TP_CONFIGS if tp is not None else None)
+    _check_profile(args, configs)
     setup = _setup(args, log, tp)
     ctx = setup["ctx"]
     hbm = args.hbm_tbps if args.hbm_tbps is not None else (4.3 if ctx.device.type == "cuda" else 0.0)
@@ -133,7 +135,7 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
                 B.write_json(args.json, {**full_report(B.finish_rows(rows, outputs), []), "partial": True})
         rows = B.finish_rows(rows, outputs)
     if args.profile:  # after the configurations: plain-compile's decode compiles are then cache hits
-        profiles = _profile(args, setup, tp, log)
+        profiles = _profile(args, setup, tp, log, rows)
         if write:
             B.write_json(args.json, {**full_report(rows, []), "partial": True})
     micro = []
@@ -158,17 +160,26 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
     return report, outputs
 
 
-def _profile(args, setup, tp, log) -> list[dict[str, Any]]:
+def _profile(args, setup, tp, log, rows) -> list[dict[str, Any]]:
     """``--profile``: one decode step per batch size under torch.profiler, eager layers and, on CUDA,
-    compiled whole as the *-compile configurations compile a phase (on CPU those do not run)."""
-    from eaglelab.bench.profile import profile_decode, profile_section
+    compiled whole as the *-compile configurations compile a phase (on CPU those do not run); then, per
+    kernel set of the speculative configurations that ran, each phase of a speculative cycle alike."""
+    from eaglelab.bench.profile import profile_decode, profile_section, profile_spec_phases, spec_kernel_sets, with_measured
 
     ctx = setup["ctx"]
     cuda = ctx.device.type == "cuda"
+    steps, warmup = (10, 3) if cuda else (2, 1)
     compiler = ctx.kernels(True).compile_phase if cuda else None
     log("profile: one decode step per batch size, kernel by kernel" + (" (rank 0)" if tp is not None else ""))
     found = profile_decode(ctx.target, tp, ctx.batch_sizes, ctx.max_len, compiler, setup["weight_bytes"],
-                           steps=10 if cuda else 2, warmup=3 if cuda else 1, log=log)
+                           steps=steps, warmup=warmup, log=log)
+    for kset in spec_kernel_sets(ctx, rows):
+        log(f"profile: the phases of a speculative cycle, kernel set of {', '.join(kset.configs)}")
+        for compiled in (False, True) if kset.compiler is not None else (False,):
+            for b in ctx.batch_sizes:
+                phases, _ = profile_spec_phases(ctx, kset, compiled, b, steps=steps, warmup=warmup, log=log)
+                found += with_measured(phases, rows, kset, compiled)
+            _release(ctx.device)
     _release(ctx.device)
     return profile_section(found)
 
@@ -205,6 +216,25 @@ def _configs(args, default: str | None = None) -> list[str]:
         if n not in CONFIGS:
             raise EagleLabError("unknown configuration", field="--configs", found=n, expected=", ".join(CONFIGS))
     return names
+
+
+def _check_profile(args, configs: list[str]) -> None:
+    """--profile profiles the decode step and the phases of the speculative configurations that run: refuse
+    the combinations where what it was asked to profile cannot run (before the model builds)."""
+    from eaglelab.bench.harness import CONFIGS
+    from eaglelab.engine.errors import EagleLabError
+
+    if not getattr(args, "profile", False):
+        return
+    if args.micro_only:
+        raise EagleLabError("--micro-only measures only the micro-measure: nothing would be profiled with it",
+                            field="--profile", found="--profile --micro-only",
+                            hint="drop --micro-only (--configs none profiles the decode step alone)")
+    spec = [n for n in configs if CONFIGS[n].speculative]
+    if spec and args.configs and args.draft == "none":
+        raise EagleLabError("the speculative phases need a drafter to profile", field="--draft", found="none",
+                            expected="default, ngram or a drafter directory, with " + ", ".join(spec),
+                            hint="name a drafter, or drop the speculative configurations from --configs")
 
 
 def _int_list(text: str, field: str) -> tuple[int, ...]:

@@ -1,4 +1,4 @@
-"""``eaglelab bench --profile``: where one decode step's device time goes, kernel by kernel.
+"""``eaglelab bench --profile``: where a decode step's and a speculative cycle's device time goes, kernel by kernel.
 
 One plain decode step (the engine's decode phase: the target's forward of one token per row over
 the graph runner's static cache, half full, the logits and the greedy pick) is launched ``steps``
@@ -11,17 +11,29 @@ Under ``--tp N`` every rank runs every step (the step holds collectives); rank 0
 Each kernel's time is its own device time summed over the profiled steps, divided by ``steps``;
 the categories (matmul, attention, collective, compiled/fused, other) are read off kernel names.
 On CPU the rows are the operators' self CPU times instead.
+
+When a speculative configuration ran, the phases of a speculative cycle (draft, verify, accept,
+draft_extend, advance) are profiled the same way, per batch size and kernel set (the configurations'
+Triton GEMV / decode attention where they ask for them): a speculative run over the graph runners'
+static cache shape is stopped at each phase of its first cycle, and that phase's function (the very
+one the graph runner captures, compiled whole as the ``spec-compile*`` configurations compile it) runs
+``steps`` times on the cycle's real inputs: on copies of the inputs and of the loop state, the caches it
+writes saved before and restored after. The run then goes on as if it had not been stopped (its tokens
+are those of an unprofiled run). Each phase's summed kernel time per cycle stands beside the phase time
+the bench measured for the matching configuration (a graph replay there).
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
-from typing import Any, Callable
+import contextlib
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Callable, Iterator
 
 import torch
 
 from eaglelab.bench.harness import _sync, _time_call
 from eaglelab.engine.model.layers import prefix_mask
+from eaglelab.engine.runtime.runner import EagerRunner
 
 Compiler = Callable[[str, Callable], Callable]  # (label, fn) -> fn compiled whole (PhaseCompiler)
 
@@ -69,6 +81,11 @@ class StepProfile:
     by_category: dict[str, float]  # category -> us per step
     weight_gbps: float | None  # this rank's decode weight bytes / the matmul time per step
     kernels: list[KernelRow]  # the costliest ``top``
+    phase: str = "decode"  # decode | draft | verify | accept | draft_extend | advance (a step = one cycle's phase)
+    configs: tuple[str, ...] = ()  # the speculative configurations whose kernel set this is (a phase)
+    detail: str = ""  # what one call does ("6 steps, top-4, 16 tokens")
+    measured_ms: float | None = None  # the bench's phase time of ``measured_by`` at this batch (median cycle)
+    measured_by: str = ""  # "<config>: replay" | "<config>: eager ..." (accept: accept + advance, as timed)
 
 
 def _decode_phase(target, cache, batch: int, context: int) -> tuple[Callable, dict[str, torch.Tensor]]:
@@ -138,7 +155,7 @@ def profile_decode(target, tp, batch_sizes: tuple[int, ...], max_len: int, compi
     rank 0 only, the others run the same steps unprofiled. ``weight_bytes``: what one step reads of
     this rank's weights (for the matmul bandwidth figure)."""
     dev = next(target.parameters()).device
-    cuda, rank0 = dev.type == "cuda", tp is None or tp.rank == 0
+    rank0 = tp is None or tp.rank == 0
     context = max_len // 2
     cache = _filled_cache(target, max(batch_sizes), max_len, context)
     out = []
@@ -151,21 +168,197 @@ def profile_decode(target, tp, batch_sizes: tuple[int, ...], max_len: int, compi
                 run = compiler(f"profiled decode [b={b}]", phase)
                 run(**ins)  # compiles (or loads)
                 status = getattr(run, "reason", None) or "ran"
-            fn = lambda: run(**ins)  # noqa: E731
-            for _ in range(warmup):
-                fn()
-            step_ms = _time_call(fn, dev, 0, max(3, steps))
-            times = _profiled(fn, dev, steps, cuda) if rank0 else _unprofiled(fn, dev, steps)
-            if not rank0:
+            got = _measure(lambda: run(**ins), dev, steps, warmup, top, rank0)
+            if got is None:
                 continue
-            total, cats, rows = _summarise(times, steps, top)
-            mm = cats.get("matmul", 0.0)
+            mm = got["by_category"].get("matmul", 0.0)
             gbps = weight_bytes / (mm * 1e-6) / 1e9 if mm > 0 and b == 1 else None
-            launches = sum(n for _, n, _ in times) / steps
-            out.append(StepProfile(b, layers, status, steps, step_ms, total, launches, cats, gbps, rows))
-            log(f"  profile decode b={b} {layers}: {launches:.0f} kernels, {total:.0f} us of kernels per step "
-                f"({', '.join(f'{k} {v:.0f}' for k, v in cats.items())}); launched step {step_ms:.2f} ms")
+            out.append(StepProfile(b, layers, status, steps, weight_gbps=gbps, **got))
+            log(_said(out[-1]))
     return out
+
+
+def _measure(fn: Callable[[], Any], dev: torch.device, steps: int, warmup: int, top: int,
+             rank0: bool) -> dict[str, Any] | None:
+    """``fn`` warmed up, timed on the host, then run ``steps`` times under the profiler (rank 0; other
+    ranks run it as often, unprofiled: it may hold collectives). -> StepProfile's measured fields
+    (None off rank 0)."""
+    for _ in range(warmup):
+        fn()
+    step_ms = _time_call(fn, dev, 0, max(3, steps))
+    if not rank0:
+        _unprofiled(fn, dev, steps)
+        return None
+    times = _profiled(fn, dev, steps, dev.type == "cuda")
+    total, cats, rows = _summarise(times, steps, top)
+    return dict(step_ms=step_ms, device_us=total, launches=sum(n for _, n, _ in times) / steps, by_category=cats,
+                kernels=rows)
+
+
+def _said(p: StepProfile) -> str:
+    cats = ", ".join(f"{k} {v:.0f}" for k, v in p.by_category.items())
+    return (f"  profile {p.phase} b={p.batch} {p.layers}: {p.launches:.0f} kernels, {p.device_us:.0f} us of kernels "
+            f"per call ({cats}); launched call {p.step_ms:.2f} ms")
+
+
+# ---- the phases of a speculative cycle ----------------------------------------------------------------
+# phase -> the BenchRow field holding its measured time (the engine times advance as part of accept)
+MEASURED_FIELD = {"draft": "draft_ms", "verify": "verify_ms", "accept": "accept_ms", "draft_extend": "extend_ms"}
+
+
+@dataclass(frozen=True)
+class SpecKernelSet:
+    """The speculative configurations that share one kernel set (they differ in graphs or compile only)."""
+
+    configs: tuple[str, ...]
+    kernels: Any  # Kernels: the eager layers' set (with the configs' Triton GEMV / decode attention)
+    compiler: Compiler | None  # the compiled configs' PhaseCompiler (None: none of them compiles, or CPU)
+    compiled_kernels: Any = None  # Kernels inside a compiled phase (the compiled set's eager pieces)
+
+
+class PhaseProbe(EagerRunner):
+    """An eager runner over a static cache of ``max_len`` slots (the graph runners' shape) that hands
+    each compiled phase of the first speculative cycle, the first time it comes, to ``probe`` (with its
+    function, inputs, the caches it writes and the loop state), then runs it as any eager runner does."""
+
+    def __init__(self, target, drafter, max_len: int, kernels, probe: Callable[..., None]) -> None:
+        super().__init__(target, drafter, kernels=kernels)
+        self.max_len, self.probe = max_len, probe
+        self.seen: list[str] = []
+
+    def make_cache(self, batch: int, max_len: int, observer=None):
+        assert max_len <= self.max_len, f"the profiled run needs {max_len} slots > {self.max_len}"
+        p = next(self.target.parameters())
+        return self.target.make_cache(batch, self.max_len, dtype=p.dtype, device=p.device)
+
+    def phase(self, name, fn, inputs, caches=(), variant=None, state=None, eager=None, compile=True) -> tuple:
+        if compile and name not in self.seen:  # compile=False: the prefill and the drafter's prompt extend
+            self.seen.append(name)
+            self.probe(name, fn, inputs, caches, state or {})
+        return super().phase(name, fn, inputs, caches, variant, state, eager, compile)
+
+
+@contextlib.contextmanager
+def _restored(caches: tuple) -> Iterator[None]:
+    """Every K/V buffer of ``caches`` as it was before the block (the profiled calls write slots)."""
+    saved = [(c, c.k.clone(), None if c.v is None else c.v.clone()) for c in caches]
+    try:
+        yield
+    finally:
+        for c, k, v in saved:
+            c.k.copy_(k)
+            if v is not None:
+                c.v.copy_(v)
+
+
+def _phase_detail(name: str, spec) -> str:
+    return {"draft": f"{spec.num_steps} steps, top-{spec.topk}, {spec.draft_tokens} tokens",
+            "verify": f"{spec.draft_tokens} tokens", "accept": "greedy" + (", KV compaction" if spec.topk > 1 else ""),
+            "draft_extend": f"{spec.num_steps + 1} tokens", "advance": "emit, positions"}.get(name, "")
+
+
+@dataclass
+class PhaseMeasure:
+    """The probe of a :class:`PhaseProbe`: profiles one phase function on the cycle's real inputs (eager, or
+    compiled whole by ``compiler``) and keeps its :class:`StepProfile` (rank 0) in ``found``. The function
+    runs on copies of its inputs and of the loop state, and the caches it writes are restored after: the
+    run goes on as if it had not been stopped."""
+
+    batch: int
+    steps: int
+    warmup: int
+    top: int
+    rank0: bool
+    compiler: Compiler | None = None  # None: the eager layers
+    configs: tuple[str, ...] = ()
+    details: dict[str, str] = field(default_factory=dict)
+    log: Callable[[str], None] = lambda m: None
+    found: list[StepProfile] = field(default_factory=list)
+
+    def __call__(self, name: str, fn: Callable[..., tuple], inputs: dict[str, torch.Tensor], caches: tuple,
+                 state: dict[str, torch.Tensor]) -> None:
+        ins, st = {k: v.clone() for k, v in inputs.items()}, {k: v.clone() for k, v in state.items()}
+        dev = next(iter({**inputs, **state}.values())).device
+        with _restored(caches):
+            fn(**ins, **st)  # lazy state (fused weights) is built eagerly, before any compile
+            run, status = fn, "ran"
+            if self.compiler is not None:
+                run = self.compiler(f"profiled {name} [b={self.batch}]", fn)
+                run(**ins, **st)  # compiles (or loads)
+                status = getattr(run, "reason", None) or "ran"
+            got = _measure(lambda: run(**ins, **st), dev, self.steps, self.warmup, self.top, self.rank0)
+        if got is not None:
+            layers = "eager" if self.compiler is None else "compiled"
+            self.found.append(StepProfile(self.batch, layers, status, self.steps, weight_gbps=None, phase=name,
+                                          configs=self.configs, detail=self.details.get(name, ""), **got))
+            self.log(_said(self.found[-1]))
+
+
+@torch.inference_mode()
+def profile_spec_phases(ctx, kset: SpecKernelSet, compiled: bool, batch: int, steps: int = 10, warmup: int = 3,
+                        top: int = 30, max_new: int = 2, log=lambda m: None) -> tuple[list[StepProfile], list[list[int]]]:
+    """One speculative run of ``batch`` rows (the first prompt group, greedy, ``max_new`` tokens per row)
+    whose first cycle's phases are profiled as they come, with the eager layers of ``kset`` or
+    (``compiled``) compiled whole by its compiler. -> (a profile per phase on rank 0, the run's tokens)."""
+    from eaglelab.bench.harness import CONFIGS, _engine_spec, groups_for
+    from eaglelab.engine.runtime.generate import Engine
+
+    spec = _engine_spec(CONFIGS["spec-decode"], ctx)  # decode-mode verify: a phase, as every graph config has it
+    drafter = ctx.make_drafter(spec)
+    details = {name: _phase_detail(name, spec) for name in ("draft", "verify", "accept", "draft_extend", "advance")}
+    probe = PhaseMeasure(batch, steps, warmup, top, ctx.tp is None or ctx.tp.rank == 0,
+                         kset.compiler if compiled else None, kset.configs, details, log)
+    runner = PhaseProbe(ctx.target, drafter.net, ctx.max_len,
+                        kset.compiled_kernels if compiled else kset.kernels, probe)
+    res = Engine(ctx.target, eos_token_ids=(), drafter=drafter, spec=spec, runner=runner).generate(
+        groups_for(ctx.prompts, batch)[0], max_new)
+    return probe.found, res.tokens
+
+
+def with_measured(profiles: list[StepProfile], rows: list, kset: SpecKernelSet, compiled: bool) -> list[StepProfile]:
+    """Each phase profile with the bench's measured time of that phase at its batch: the compiled profile
+    beside the set's compiled configuration, the eager one beside its graph configuration (else eager)."""
+    by = {(r.config, r.batch): r for r in rows if r.skipped is None}
+    out = []
+    for p in profiles:
+        field_ = MEASURED_FIELD.get(p.phase)
+        ran = [by[(c, p.batch)] for c in kset.configs if (c, p.batch) in by]
+        ran = [r for r in ran if ("compile" in r.config) == compiled] or ran
+        ran.sort(key=lambda r: r.graph.get(p.phase) != "replay")  # a replayed one first
+        row = next((r for r in ran if field_ and getattr(r, field_) is not None), None)
+        if row is None:
+            out.append(p)
+            continue
+        what = "accept + advance, " if p.phase == "accept" else ""
+        out.append(replace(p, measured_ms=getattr(row, field_), measured_by=f"{what}{row.config}: {_status(row, p.phase)}"))
+    return out
+
+
+def _status(row, phase: str) -> str:
+    """A row's graph status of ``phase``; accept, which graph_status does not list, replays with verify."""
+    return row.graph.get(phase) or row.graph.get("verify", "?")
+
+
+def spec_kernel_sets(ctx, rows: list) -> list[SpecKernelSet]:
+    """The kernel sets of the speculative configurations that ran (decode-mode verify or not: the profile
+    verifies in decode mode, a phase), one per (GEMV, decode attention) choice; on CUDA the set's compiler
+    when one of its configurations compiles. On CPU the eager layers are the spec-decode config's own."""
+    from eaglelab.bench.harness import CONFIGS
+    from eaglelab.engine.model.layers import EAGER_KERNELS
+
+    ran = list(dict.fromkeys(r.config for r in rows if r.skipped is None and CONFIGS[r.config].speculative))
+    cuda = ctx.device.type == "cuda"
+    groups: dict[tuple[bool, bool], list[str]] = {}
+    for name in ran:
+        groups.setdefault((CONFIGS[name].gemv, CONFIGS[name].attn), []).append(name)
+    sets = []
+    for (gemv, attn), names in groups.items():
+        eager = ctx.kernels(False, gemv, attn) if cuda else (ctx.eager_kernels or EAGER_KERNELS)
+        compiles = cuda and any(CONFIGS[n].compile for n in names)
+        whole = ctx.kernels(True, gemv, attn) if compiles else None
+        sets.append(SpecKernelSet(tuple(names), eager, whole.compile_phase if whole else None,
+                                  whole.eager_pieces() if whole else None))
+    return sets
 
 
 def _profiled(fn, dev, steps: int, cuda: bool) -> list[tuple[str, int, float]]:
@@ -192,20 +385,53 @@ def profile_section(profiles: list[StepProfile]) -> list[dict[str, Any]]:
 
 
 def print_profile(console, profiles: list[dict[str, Any]], cuda: bool, top: int = 15) -> None:
-    """Per profiled step: the categories, then the costliest kernels."""
+    """Per profiled decode step: the categories, then the costliest kernels; then per speculative kernel
+    set a line per phase (kernels and their time per cycle beside the bench's phase time), and each
+    phase's costliest kernels."""
+    decode = [p for p in profiles if p.get("phase", "decode") == "decode"]
+    for p in decode:
+        bw = f"; matmuls read this rank's weights at {p['weight_gbps']:.0f} GB/s" if p["weight_gbps"] else ""
+        console.print(_kernel_table(p, cuda, top, f"decode step b={p['batch']}, {p['layers']} layers ({p['status']})",
+                                    "step", f"{bw}; launched step {p['step_ms']:.2f} ms"))
+    spec = [p for p in profiles if p.get("phase", "decode") != "decode"]
+    for configs in dict.fromkeys(tuple(p["configs"]) for p in spec):
+        mine = [p for p in spec if tuple(p["configs"]) == configs]
+        console.print(f"[bold]speculative cycle, phase by phase[/] (kernel set of {', '.join(configs)}; per cycle, "
+                      f"the phase launched outside any graph; the bench's time of the phase beside it)")
+        for p in mine:
+            console.print("  " + phase_line(p, cuda))
+        for p in mine:
+            title = f"{p['phase']} b={p['batch']}, {p['layers']} layers ({p['status']}): {p['detail']}"
+            bench = f"; bench {p['measured_ms'] * 1e3:.0f} us ({p['measured_by']})" if p.get("measured_ms") else ""
+            console.print(_kernel_table(p, cuda, min(top, 10), title, "cycle", f"; launched {p['step_ms']:.2f} ms{bench}"))
+
+
+def phase_line(p: dict[str, Any], cuda: bool) -> str:
+    """One phase in a sentence: "draft b=1 compiled (6 steps, top-4, 16 tokens): 143 kernels, 95 us of
+    kernels vs 610 us replayed (spec-compile: replay)"."""
+    many = "kernels" if cuda else "operators"
+    what = "us of kernels" if cuda else "us of operator self time"
+    line = (f"{p['phase']} b={p['batch']} {p['layers']} ({p['detail']}): {p['launches']:.0f} {many}, "
+            f"{p['device_us']:.0f} {what}")
+    if p["status"] != "ran":
+        line += f" [{p['status']}]"
+    if p.get("measured_ms") is not None:
+        how = "replayed" if ": replay" in p["measured_by"] else "measured"
+        line += f" vs {p['measured_ms'] * 1e3:.0f} us {how} ({p['measured_by']})"
+    return line + f"; launched {p['step_ms'] * 1e3:.0f} us"
+
+
+def _kernel_table(p: dict[str, Any], cuda: bool, top: int, head: str, per: str, tail: str):
     from rich import box
     from rich.table import Table
 
     what, many = ("kernel", "kernels") if cuda else ("operator (self CPU)", "operators")
-    for p in profiles:
-        cats = ", ".join(f"{k} {v:.0f} us" for k, v in p["by_category"].items())
-        bw = f"; matmuls read this rank's weights at {p['weight_gbps']:.0f} GB/s" if p["weight_gbps"] else ""
-        t = Table(title=f"decode step b={p['batch']}, {p['layers']} layers ({p['status']}): {p['launches']:.0f} {many}, "
-                        f"{p['device_us']:.0f} us of their time per step ({cats}){bw}; launched step {p['step_ms']:.2f} ms",
-                  title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 2, 0, 0))
-        for col in ("us/step", "share", "calls/step", "category", what):
-            t.add_column(col, justify="left" if col in ("category", what) else "right", no_wrap=col != what)
-        for k in p["kernels"][:top]:
-            t.add_row(f"{k['us_per_step']:.1f}", f"{k['share']:.0%}", f"{k['calls_per_step']:.0f}", k["category"],
-                      k["name"][:110])
-        console.print(t)
+    cats = ", ".join(f"{k} {v:.0f} us" for k, v in p["by_category"].items())
+    t = Table(title=f"{head}: {p['launches']:.0f} {many}, {p['device_us']:.0f} us of their time per {per} ({cats}){tail}",
+              title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 2, 0, 0))
+    for col in (f"us/{per}", "share", f"calls/{per}", "category", what):
+        t.add_column(col, justify="left" if col in ("category", what) else "right", no_wrap=col != what)
+    for k in p["kernels"][:top]:
+        t.add_row(f"{k['us_per_step']:.1f}", f"{k['share']:.0%}", f"{k['calls_per_step']:.0f}", k["category"],
+                  k["name"][:110])
+    return t
