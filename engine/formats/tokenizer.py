@@ -65,9 +65,24 @@ class Tokenizer:
         return self.encode(self._chat_text(prompt, system))
 
     def chat_ids_many(self, prompts: list[str], system: str | None = None) -> list[list[int]]:
-        """:meth:`chat_ids` of every prompt, encoded in one batch (the tokenizers library's threads)."""
-        texts = [self._chat_text(p, system) for p in prompts]
+        """:meth:`chat_ids` of every prompt, encoded in one batch (the tokenizers library's threads).
+
+        The template is rendered once around a marker and each prompt placed between the two halves,
+        when that gives the full render for a sample of the prompts (a template that transforms the
+        message, e.g. strips or escapes it, is rendered per prompt): 100k prompts in seconds, not a minute."""
+        halves = self._halves(system)
+        sample = prompts[:16] + prompts[len(prompts) // 2: len(prompts) // 2 + 16] + prompts[-16:]
+        if halves and all(halves[0] + p + halves[1] == self._chat_text(p, system) for p in sample):
+            texts = [halves[0] + p + halves[1] for p in prompts]
+        else:
+            texts = [self._chat_text(p, system) for p in prompts]
         return [e.ids for e in self._tok.encode_batch(texts, add_special_tokens=False)]
+
+    def _halves(self, system: str | None) -> tuple[str, str] | None:
+        """The chat text before and after a one-turn user message, or None if the marker does not survive."""
+        marker = "\u2063EAGLELAB-MESSAGE\u2063"
+        text = self._chat_text(marker, system)
+        return tuple(text.split(marker)) if text.count(marker) == 1 else None
 
     def _chat_text(self, prompt: str, system: str | None) -> str:
         messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": prompt}]
