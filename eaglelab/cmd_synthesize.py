@@ -78,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
             bar.update(task, completed=r.total_kept,
                        rate=f"kept {sampled[1] / max(sampled[0], 1):.0%} of {sampled[0]} sampled, {r.seconds:.1f} s a batch")
 
-        result = synth.run(overlap, progress=on_batch)
+        result = _run_in_memory(synth, overlap, on_batch)
     synth.release()
     identity = target_identity(target.model, target.path, target.name)
     identity["model_arg"] = str(args.model)
@@ -91,6 +91,25 @@ def run(args: argparse.Namespace) -> int:
                   f"{result.sampled} sampled turns ({result.tokens} tokens) in {result.seconds:.1f} s; dropped: {dropped}"
                   + ("; stopped at the time limit" if result.stopped_by_time else ""))
     return 0
+
+
+def _run_in_memory(synth, overlap, on_batch):
+    """``synth.run``; running out of memory (a --batch-size the device cannot hold) is the user's error, said with
+    the rows of the batch (any other command gets the CLI's general out-of-memory message)."""
+    from eaglelab.engine.errors import EagleLabError
+    from eaglelab.errors import is_out_of_memory
+
+    try:
+        return synth.run(overlap, progress=on_batch)
+    except Exception as exc:
+        if not is_out_of_memory(exc):
+            raise
+        rows = synth.settings.batch_size
+        first = next((line for line in str(exc).splitlines() if line.strip()), "")[:200]
+        raise EagleLabError(f"out of memory sampling {rows} user turns at once ({first})", field="--batch-size",
+                            found=rows, hint="a smaller --batch-size (a batch holds a KV cache of rows x (the "
+                                             "template's opening + --max-new-tokens) slots and the vocabulary's "
+                                             "logits per row)") from None
 
 
 def _cuda_name(device) -> str:

@@ -163,3 +163,18 @@ def test_the_default_model_writes_whole_user_turns(default_target):
     kept = [t for t, e in zip(texts, ended) if screen(t, e, s.min_words) is None]
     assert sum(ended) >= 5 and len(kept) >= 4, list(zip(texts, ended))
     assert len(set(kept)) == len(kept)
+
+
+def test_running_out_of_memory_names_the_batch_size(tiny, tmp_path, monkeypatch, capsys):
+    from eaglelab.cli import main
+
+    _, _, path = tiny
+
+    def oom(self, number):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 9.00 GiB")
+
+    monkeypatch.setattr(Synthesizer, "sample_batch", oom)
+    rc = main(["synthesize", "--model", str(path), "--out", str(tmp_path / "s"), "--batch-size", "4096",
+               "--device", "cpu"])
+    err = capsys.readouterr().err
+    assert rc != 0 and "--batch-size" in err and "4096" in err and "Traceback" not in err
