@@ -135,9 +135,13 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
                 B.write_json(args.json, {**full_report(B.finish_rows(rows, outputs), []), "partial": True})
         rows = B.finish_rows(rows, outputs)
     if args.profile:  # after the configurations: plain-compile's decode compiles are then cache hits
-        profiles = _profile(args, setup, tp, log, rows)
-        if write:
-            B.write_json(args.json, {**full_report(rows, []), "partial": True})
+        def keep(found: list[dict[str, Any]]) -> None:  # each profile as it is measured: a cut run keeps them
+            nonlocal profiles
+            profiles = found
+            if write:
+                B.write_json(args.json, {**full_report(rows, []), "partial": True})
+
+        keep(_profile(args, setup, tp, log, rows, keep))
     micro = []
     if args.micro or args.micro_only:
         log("micro-measure: 1-token decode vs verify of N tokens")
@@ -160,10 +164,11 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
     return report, outputs
 
 
-def _profile(args, setup, tp, log, rows) -> list[dict[str, Any]]:
+def _profile(args, setup, tp, log, rows, keep=lambda found: None) -> list[dict[str, Any]]:
     """``--profile``: one decode step per batch size under torch.profiler, eager layers and, on CUDA,
     compiled whole as the *-compile configurations compile a phase (on CPU those do not run); then, per
-    kernel set of the speculative configurations that ran, each phase of a speculative cycle alike."""
+    kernel set of the speculative configurations that ran, each phase of a speculative cycle alike.
+    ``keep`` gets the profiles measured so far after each batch of them (the partial report)."""
     from eaglelab.bench.profile import profile_decode, profile_section, profile_spec_phases, spec_kernel_sets, with_measured
 
     ctx = setup["ctx"]
@@ -173,12 +178,14 @@ def _profile(args, setup, tp, log, rows) -> list[dict[str, Any]]:
     log("profile: one decode step per batch size, kernel by kernel" + (" (rank 0)" if tp is not None else ""))
     found = profile_decode(ctx.target, tp, ctx.batch_sizes, ctx.max_len, compiler, setup["weight_bytes"],
                            steps=steps, warmup=warmup, log=log)
+    keep(profile_section(found))
     for kset in spec_kernel_sets(ctx, rows):
         log(f"profile: the phases of a speculative cycle, kernel set of {', '.join(kset.configs)}")
         for compiled in (False, True) if kset.compiler is not None else (False,):
             for b in ctx.batch_sizes:
                 phases, _ = profile_spec_phases(ctx, kset, compiled, b, steps=steps, warmup=warmup, log=log)
                 found += with_measured(phases, rows, kset, compiled)
+                keep(profile_section(found))
             _release(ctx.device)
     _release(ctx.device)
     return profile_section(found)

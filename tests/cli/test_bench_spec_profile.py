@@ -222,3 +222,26 @@ def test_each_phase_stands_beside_the_bench_time_of_its_matching_config():
         name = "spec-compile" if compiled else "spec-decode-graphs"
         assert got["draft"].measured_by == f"{name}: replay"
         assert got["accept"].measured_by == f"accept + advance, {name}: replay"
+
+
+def test_a_run_cut_while_profiling_keeps_the_profiles_measured_so_far(tmp_path, questions, monkeypatch):
+    """The JSON is rewritten after each batch of profiles: a run stopped in the middle of the speculative phases
+    (here: the second batch size fails) still holds the decode profile and the first batch size's phases."""
+    import eaglelab.bench.profile as P
+
+    real, calls = P.profile_spec_phases, []
+
+    def cut_at_the_second(ctx, kset, compiled, b, **kw):
+        calls.append(b)
+        if len(calls) > 1:
+            raise KeyboardInterrupt  # a timeout's SIGTERM ends the process the same way: mid-profile
+        return real(ctx, kset, compiled, b, **kw)
+
+    monkeypatch.setattr(P, "profile_spec_phases", cut_at_the_second)
+    out = tmp_path / "b.json"
+    rc = main(_argv(questions, "--configs", "spec-decode", "--batch-sizes", "1,2", "--profile", "--json", str(out)))
+    assert rc != 0 and len(calls) == 2  # the CLI turns the interrupt into an exit code
+    report = json.loads(out.read_text())
+    assert report["partial"] is True
+    assert [(p["phase"], p["batch"]) for p in report["profile"]] == [("decode", 1), ("decode", 2)] + [
+        (ph, 1) for ph in PHASES]
