@@ -2,7 +2,7 @@
 # the repo root of a device call, with STAGE and OUT set. It gives them:
 #   T0, R ($OUT/r: every log and result of the stage; tarred into $OUT at the end), EL, SHIPPED, A, GGUF;
 #   log MSG; run NAME LIMIT CMD... (bounded; output kept whole in $R/NAME.txt, its last ${TAIL:-20} lines echoed);
-#   left (seconds left of STAGE_S, less a margin); watchdog SCRIPT (below);
+#   left (seconds left of STAGE_S, less a margin); watchdog SCRIPT (below); run_stage LETTERS... (below);
 # and it installs the carried wheels (.whl/, once, outside the watchdog) into /tmp/site, links the packages the
 # installed layout expects, places the carried MT-bench and HumanEval files, and keeps NVLink multicast off.
 set -u
@@ -36,4 +36,13 @@ watchdog() {
   tar -czf "$OUT/results_$STAGE.tar.gz" -C "$OUT" r && rm -rf "$R"
   ls -la "$OUT"
   exit 0
+}
+
+# run_stage A B C: call the script's stage_a / stage_b / stage_c for STAGE (one of the letters given), then log done
+run_stage() {
+  local s
+  for s in "$@"; do
+    if [ "$STAGE" = "$s" ]; then "stage_${s,,}"; log done; return; fi
+  done
+  echo "STAGE must be one of: $*" >&2; exit 2
 }

@@ -81,9 +81,4 @@ PY
 }
 
 export STAGE_S=${STAGE_S:-570}; watchdog "$0"
-case "$STAGE" in
-  A) stage_a ;;
-  B) stage_b ;;
-  C) stage_c ;;
-esac
-log done
+run_stage A B C

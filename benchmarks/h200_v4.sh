@@ -70,10 +70,4 @@ stage_c() {
 }
 
 export STAGE_S=${STAGE_S:-550}; watchdog "$0"
-case "$STAGE" in
-  A) stage_a ;;
-  B) stage_b ;;
-  C) stage_c ;;
-  *) echo "STAGE must be A, B or C" >&2; exit 2 ;;
-esac
-log done
+run_stage A B C

@@ -74,10 +74,4 @@ before_tar() {  # the drafter's shards come back on their own (each under 16 MiB
 }
 
 export STAGE_S=${STAGE_S:-$([ "$STAGE" = A ] && echo 330 || echo 585)}; watchdog "$0"
-case "$STAGE" in
-  A) stage_a ;;
-  B) stage_b ;;
-  C) stage_c ;;
-  *) echo "STAGE must be A, B or C" >&2; exit 2 ;;
-esac
-log done
+run_stage A B C

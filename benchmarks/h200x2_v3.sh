@@ -96,9 +96,4 @@ before_tar() {  # the drafter's shards come back on their own
   for f in "$R"/drafter/export/model-0000*.safetensors; do [ -f "$f" ] && mv "$f" "$OUT/"; done
 }
 export STAGE_S=${STAGE_S:-550}; watchdog "$0"
-case "$STAGE" in
-  A) stage_a ;;
-  B) stage_b ;;
-  C) stage_c ;;
-esac
-log done
+run_stage A B C

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 
+from eaglelab.batch_cli import add_batch_generation_args, device_name, out_of_memory_is_batch_size, progress_columns
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``distill`` subcommand."""
@@ -29,11 +31,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=512, help="rows generated together (default 512)")
     p.add_argument("--max-prompt-tokens", type=int, default=512, help="longer prompts are skipped (default 512)")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N prompts")
-    p.add_argument("--time-limit", type=float, default=None, metavar="S", help="stop before a batch would overrun S seconds")
-    p.add_argument("--system", default=None, help="a system message (default: the chat template's own)")
-    p.add_argument("--no-cuda-graphs", action="store_true", help="decode eagerly on CUDA")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16")
+    add_batch_generation_args(p)
     p.set_defaults(func=run)
 
 
@@ -69,52 +67,33 @@ def run(args: argparse.Namespace) -> int:
     summary = _run_in_memory(distiller, prompt_ids, args.out, console)
     identity = target_identity(target.model, target.path, target.name)
     identity["model_arg"] = str(args.model)
-    device_name = str(device) + (f" ({_cuda_name(device)})" if device.type == "cuda" else "")
     manifest = update_manifest(args.out, {
         "target": identity, "prompts_file": str(args.prompts[0]), "prompts_files": [str(x) for x in args.prompts], "prompts": len(records), "system_prompt": args.system,
         "chat_template": target.tokenizer.chat_template, "dtype": dtype,
-        "run": {"device": device_name, "dtype": dtype},
+        "run": {"device": device_name(device), "dtype": dtype},
     }, summary, settings)
     c = manifest["counts"]
     console.print(f"{summary.done_now} prompts answered this run ({summary.new_tokens} tokens in {summary.seconds:.1f} s, "
-                  f"{summary.tokens_per_second:.0f} tok/s on {device_name}); {c['samples']} in total, "
+                  f"{summary.tokens_per_second:.0f} tok/s on {device_name(device)}); {c['samples']} in total, "
                   f"{summary.remaining} left" + ("; stopped at the time limit" if summary.stopped_by_time else "")
                   + (f"; {summary.skipped_long} prompts over --max-prompt-tokens skipped" if summary.skipped_long else ""))
     return 0
 
 
-def _cuda_name(device) -> str:
-    import torch
-
-    return torch.cuda.get_device_name(device)
-
-
 def _run_in_memory(distiller, prompt_ids, out, console):
-    """:func:`_run`; running out of memory (a --batch-size the device cannot hold) is the user's error, said
-    with the rows of the batch and that the shards written so far are kept (any other command gets the
-    CLI's general out-of-memory message)."""
-    from eaglelab.engine.errors import EagleLabError
-    from eaglelab.errors import is_out_of_memory
-
-    try:
-        return _run(distiller, prompt_ids, out, console)
-    except Exception as exc:
-        if not is_out_of_memory(exc):
-            raise
-        rows = distiller.settings.batch_size
-        first = next((line for line in str(exc).splitlines() if line.strip()), "")[:200]
-        raise EagleLabError(f"out of memory in a batch of up to {rows} rows ({first})", field="--batch-size",
-                            found=rows, hint="a smaller --batch-size (a batch holds a KV cache of rows x (prompt + "
-                                             "--max-new-tokens) slots); the shards written so far are kept: run the "
-                                             "same command again to resume") from None
+    """:func:`_run`; running out of memory is the user's --batch-size, said with the rows of the batch and that
+    the shards written so far are kept."""
+    rows = distiller.settings.batch_size
+    return out_of_memory_is_batch_size(
+        lambda: _run(distiller, prompt_ids, out, console), rows, f"in a batch of up to {rows} rows",
+        hint="a smaller --batch-size (a batch holds a KV cache of rows x (prompt + --max-new-tokens) slots); the "
+             "shards written so far are kept: run the same command again to resume")
 
 
 def _run(distiller, prompt_ids, out, console):
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import Progress
 
-    cols = (TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(), TimeElapsedColumn(),
-            TimeRemainingColumn(), TextColumn("{task.fields[rate]}"))
-    with Progress(*cols, console=console) as bar:
+    with Progress(*progress_columns(), console=console) as bar:
         task = bar.add_task("prompts", total=None, rate="")
         tokens, seconds = [0], [0.0]
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 
+from eaglelab.batch_cli import add_batch_generation_args, device_name, out_of_memory_is_batch_size, progress_columns
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``synthesize`` subcommand."""
@@ -27,19 +29,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--max-new-tokens", type=int, default=128, help="a user turn longer than this is dropped (default 128)")
     p.add_argument("--batch-size", type=int, default=512, help="turns sampled together (default 512)")
     p.add_argument("--min-words", type=int, default=4, help="shorter turns are dropped (default 4)")
-    p.add_argument("--time-limit", type=float, default=None, metavar="S", help="stop before a batch would overrun S seconds")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--system", default=None, help="a system message (default: the chat template's own)")
-    p.add_argument("--no-cuda-graphs", action="store_true", help="decode eagerly on CUDA")
-    p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
-    p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16")
+    add_batch_generation_args(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
     """Sample, screen and write the prompts; 0 on success."""
     from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import Progress
 
     from eaglelab.engine.errors import ConfigError
     from eaglelab.engine.formats.loader import load_target
@@ -66,9 +64,7 @@ def run(args: argparse.Namespace) -> int:
                   f"{settings.count} user turns, batches of {settings.batch_size}, temperature {settings.temperature}, "
                   f"top-p {settings.top_p}, up to {settings.max_new_tokens} tokens")
     console.print(f"  conditioned on the template's text before a user message: {prefix!r}")
-    cols = (TextColumn("{task.description}"), BarColumn(bar_width=24), MofNCompleteColumn(), TimeElapsedColumn(),
-            TimeRemainingColumn(), TextColumn("{task.fields[rate]}"))
-    with Progress(*cols, console=console) as bar:
+    with Progress(*progress_columns(), console=console) as bar:
         task = bar.add_task("kept", total=settings.count, rate="")
         sampled = [0, 0]
 
@@ -78,12 +74,15 @@ def run(args: argparse.Namespace) -> int:
             bar.update(task, completed=r.total_kept,
                        rate=f"kept {sampled[1] / max(sampled[0], 1):.0%} of {sampled[0]} sampled, {r.seconds:.1f} s a batch")
 
-        result = _run_in_memory(synth, overlap, on_batch)
+        rows = settings.batch_size
+        result = out_of_memory_is_batch_size(
+            lambda: synth.run(overlap, progress=on_batch), rows, f"sampling {rows} user turns at once",
+            hint="a smaller --batch-size (a batch holds a KV cache of rows x (the template's opening + "
+                 "--max-new-tokens) slots and the vocabulary's logits per row)")
     synth.release()
     identity = target_identity(target.model, target.path, target.name)
     identity["model_arg"] = str(args.model)
-    device_name = str(device) + (f" ({_cuda_name(device)})" if device.type == "cuda" else "")
-    extra = {"synthesis": synthesis_manifest(result, settings, prefix, {"target": identity, "device": device_name,
+    extra = {"synthesis": synthesis_manifest(result, settings, prefix, {"target": identity, "device": device_name(device),
                                                                          "dtype": dtype})}
     path = pc.write_corpus(result.corpus(args.seed), args.out, overlap, extra=extra)
     dropped = ", ".join(f"{k} {v}" for k, v in result.dropped.most_common()) or "none"
@@ -91,28 +90,3 @@ def run(args: argparse.Namespace) -> int:
                   f"{result.sampled} sampled turns ({result.tokens} tokens) in {result.seconds:.1f} s; dropped: {dropped}"
                   + ("; stopped at the time limit" if result.stopped_by_time else ""))
     return 0
-
-
-def _run_in_memory(synth, overlap, on_batch):
-    """``synth.run``; running out of memory (a --batch-size the device cannot hold) is the user's error, said with
-    the rows of the batch (any other command gets the CLI's general out-of-memory message)."""
-    from eaglelab.engine.errors import EagleLabError
-    from eaglelab.errors import is_out_of_memory
-
-    try:
-        return synth.run(overlap, progress=on_batch)
-    except Exception as exc:
-        if not is_out_of_memory(exc):
-            raise
-        rows = synth.settings.batch_size
-        first = next((line for line in str(exc).splitlines() if line.strip()), "")[:200]
-        raise EagleLabError(f"out of memory sampling {rows} user turns at once ({first})", field="--batch-size",
-                            found=rows, hint="a smaller --batch-size (a batch holds a KV cache of rows x (the "
-                                             "template's opening + --max-new-tokens) slots and the vocabulary's "
-                                             "logits per row)") from None
-
-
-def _cuda_name(device) -> str:
-    import torch
-
-    return torch.cuda.get_device_name(device)
