@@ -7,7 +7,12 @@
 #    follow-ups from our own slot lists, 65%; self-instruct seed topics x templates x style modifiers,
 #    templated tasks, Python's reference manual, docstrings of the standard library and installed packages),
 #    none sharing a 13-word window with MT-bench or HumanEval; ~7.5 MiB gzip JSONL with a manifest of
-#    sources and counts. The distill uses the first 100k.
+#    sources and counts.
+# 1b. synthesize (GPU): prompts the target writes itself, its own user turns sampled from the chat template's
+#    text before a user message (temperature 1.0, batches of 2048), screened, deduplicated and checked against
+#    MT-bench and HumanEval like the corpus. (H200: 56k kept in 128 s.) They lead the distill's list, so the
+#    first 100k answered are all of them and the corpus after; the shipped (fourth) drafter was warm-started
+#    from the third (trained on the corpus' first 100k) and trained on 56k of these + the corpus' last 40k.
 # 2. distill: the target's own greedy answers (self-distillation), up to 160 tokens, in batches of 1024
 #    rows with CUDA graphs, one prompt-length class at a time; token ids only. Re-running resumes (done
 #    prompts are skipped); DISTILL_S bounds one run. (H200: 100k prompts in 132 s.)
@@ -28,8 +33,10 @@ OUT=eaglelab/drafters/smollm2-135m-eagle3
 EAGLELAB=${EAGLELAB:-eaglelab}   # or: "python3 -m eaglelab"
 
 [ -f "$WORK/prompts/prompts.jsonl.gz" ] || $EAGLELAB prompts --out "$WORK/prompts" --count 140000
+[ -f "$WORK/synth/prompts.jsonl.gz" ] || $EAGLELAB synthesize --out "$WORK/synth" --count "${SYNTH_N:-60000}" \
+    --batch-size 2048 --max-new-tokens 128 --top-p 1.0 --device cuda --dtype bfloat16 ${SYNTH_S:+--time-limit "$SYNTH_S"}
 
-$EAGLELAB distill --prompts "$WORK/prompts" --out "$WORK/distill" --model default \
+$EAGLELAB distill --prompts "$WORK/synth" "$WORK/prompts" --out "$WORK/distill" --model default \
     --limit 100000 --max-new-tokens 160 --batch-size 1024 --max-prompt-tokens 512 \
     --device cuda --dtype bfloat16 ${DISTILL_S:+--time-limit "$DISTILL_S"}
 
