@@ -21,6 +21,7 @@ from typing import Sequence
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.css.query import NoMatches
 from textual.widgets import Footer
 from textual.worker import get_current_worker
 
@@ -188,6 +189,12 @@ class EagleLabApp(App[int]):
     # -- the 10 Hz tick: drain queues, fold, render once -----------------------------------
 
     def _tick(self) -> None:
+        try:
+            self._tick_now()
+        except NoMatches:  # the screen is being torn down (the app is exiting): nothing to draw on; stays dirty
+            pass
+
+    def _tick_now(self) -> None:
         now = time.monotonic()
         dt, self._last_tick = min(now - self._last_tick, MAX_TICK_S), now
         if self.live is not None:

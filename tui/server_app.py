@@ -18,6 +18,7 @@ from rich.text import Text
 from textual.app import App, ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.css.query import NoMatches
 from textual.widgets import Footer
 from textual.worker import get_current_worker
 
@@ -99,6 +100,12 @@ class ServerApp(App[int]):
     # -- the 10 Hz tick --------------------------------------------------------------------
 
     def _tick(self) -> None:
+        try:
+            self._tick_now()
+        except NoMatches:  # the screen is being torn down (the app is exiting): nothing to draw on; stays dirty
+            pass
+
+    def _tick_now(self) -> None:
         updates = self.feed.drain()
         if updates:
             self.model.apply_all(updates)

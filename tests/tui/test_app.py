@@ -251,3 +251,19 @@ def test_quitting_stops_a_live_run(tmp_path: Path) -> None:
     drive(app, script)
     assert live.returncode is not None and live.returncode != 0
     assert time.monotonic() - started < 20
+
+
+def test_a_tick_while_the_screen_is_torn_down_draws_nothing_and_does_not_crash(tmp_path: Path) -> None:
+    """The 10 Hz timer can fire while the app exits and its widgets are already gone; that tick draws nothing."""
+    from eaglelab.tui.w_status import RunStatus
+
+    app = EagleLabApp(record=write_synthetic_record(tmp_path / "run.jsonl", **KNOBS))
+
+    async def script(pilot: Any) -> None:
+        await wait_for(pilot, lambda: app.view.finished)
+        await app.query_one(RunStatus).remove()
+        app._dirty = True
+        app._tick()  # no status bar to draw on
+
+    drive(app, script)
+

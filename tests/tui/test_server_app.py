@@ -159,3 +159,20 @@ def test_the_server_tui_imports_no_torch() -> None:
     code = ("import sys, eaglelab.tui.server_app, eaglelab.cmd_tui, eaglelab.probes.server_report; "
             "sys.exit('torch' in sys.modules)")
     assert subprocess.run([sys.executable, "-c", code], timeout=120).returncode == 0
+
+
+def test_a_tick_while_the_screen_is_torn_down_draws_nothing_and_does_not_crash() -> None:
+    """The 10 Hz timer can fire while the app exits and its widgets are already gone (seen once in CI:
+    NoMatches for ServerStatus on the emptied screen); that tick draws nothing and the app stays dirty."""
+    pages = [(200, page("vllm_metrics_1.txt"))]
+    with ScriptedServer(pages) as server:
+        app = ServerApp(feed=MetricsPoller(server.url + "/metrics", interval_s=0.1), baseline_tokens_per_s=100.0)
+
+        async def script(pilot: Any) -> None:
+            await wait_for(pilot, lambda: app.view.updates >= 1)
+            await app.query_one(ServerStatus).remove()
+            app._dirty = True
+            app._tick()  # no ServerStatus to draw on
+            assert app._dirty
+
+        drive(app, script)
