@@ -193,6 +193,26 @@ def class_rows(batches: list[list[int]], lengths: dict[int, int], buckets: tuple
     return rows
 
 
+def batch_engine(model, eos_token_ids: tuple[int, ...], rows: int, max_len: int, cuda_graphs: bool):
+    """A plain-decoding engine for batches of ``rows`` over a static cache of ``max_len`` slots, its decode
+    graph of that many rows captured on first use (eager off CUDA or without ``cuda_graphs``)."""
+    from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
+    from eaglelab.engine.runtime.generate import Engine
+    from eaglelab.engine.runtime.spec_config import SpecConfig
+
+    runner = CudaGraphRunner(model, spec=SpecConfig(cuda_graphs=cuda_graphs), max_len=max_len, buckets=(rows,),
+                             enabled=cuda_graphs)
+    return Engine(model, eos_token_ids=eos_token_ids, runner=runner)
+
+
+def free_device_memory() -> None:
+    """After dropping engines: collect them now (an engine and its runner refer to each other) and give their
+    graphs' pools and static caches back to the device."""
+    gc.collect()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
 class Distiller:
     """Generates the target's greedy answers batch by batch and writes shards."""
 
@@ -209,27 +229,18 @@ class Distiller:
         Batches run in increasing prompt length, so a new bucket's engine replaces the others: one
         static cache is held at a time (at 2048 rows the 512-token bucket's cache alone is ~34 GB
         for SmolLM2-135M in bfloat16)."""
-        from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
-        from eaglelab.engine.runtime.generate import Engine
-        from eaglelab.engine.runtime.spec_config import SpecConfig
-
         s = self.settings
         key = (bucket, self._rows.get(bucket, s.batch_size))
         if key not in self._engines:
             self._release()
-            runner = CudaGraphRunner(self.model, spec=SpecConfig(cuda_graphs=s.cuda_graphs), max_len=s.cache_len(bucket),
-                                     buckets=(key[1],), enabled=s.cuda_graphs)
-            self._engines[key] = Engine(self.model, eos_token_ids=self.eos, runner=runner)
+            self._engines[key] = batch_engine(self.model, self.eos, key[1], s.cache_len(bucket), s.cuda_graphs)
         return self._engines[key]
 
     def _release(self) -> None:
         """Drop every engine (their graphs and static caches) and give the memory back to the device."""
-        if not self._engines:
-            return
-        self._engines.clear()
-        gc.collect()  # an engine and its runner may refer to each other: free the graphs' pools now
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        if self._engines:
+            self._engines.clear()
+            free_device_memory()
 
     @property
     def graph_status(self) -> str:

@@ -20,7 +20,6 @@ device give the same prompts.
 
 from __future__ import annotations
 
-import gc
 import re
 import time
 from collections import Counter
@@ -30,6 +29,7 @@ from typing import Any, Callable
 import torch
 
 from eaglelab.engine.errors import ConfigError, EagleLabError
+from eaglelab.engine.training.distill import batch_engine, free_device_memory
 from eaglelab.engine.training.prompt_corpus import Corpus, CorpusPrompt, OverlapIndex, normalise
 
 SOURCE = "target"
@@ -135,23 +135,15 @@ class Synthesizer:
     def engine(self):
         """One engine, its decode graph of ``batch_size`` rows captured on first use."""
         if self._engine is None:
-            from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
-            from eaglelab.engine.runtime.generate import Engine
-            from eaglelab.engine.runtime.spec_config import SpecConfig
-
             s = self.settings
-            runner = CudaGraphRunner(self.model, spec=SpecConfig(cuda_graphs=s.cuda_graphs),
-                                     max_len=len(self.prefix) + s.max_new_tokens + 1, buckets=(s.batch_size,),
-                                     enabled=s.cuda_graphs)
-            self._engine = Engine(self.model, eos_token_ids=self.tokenizer.eos_token_ids, runner=runner)
+            self._engine = batch_engine(self.model, self.tokenizer.eos_token_ids, s.batch_size,
+                                        len(self.prefix) + s.max_new_tokens + 1, s.cuda_graphs)
         return self._engine
 
     def release(self) -> None:
         """Give the engine's graph and static cache back."""
         self._engine = None
-        gc.collect()
-        if torch.cuda.is_available():
-            torch.cuda.empty_cache()
+        free_device_memory()
 
     def sample_batch(self, number: int) -> tuple[list[str], list[bool], int]:
         """Batch ``number``: (texts, ended on the end-of-turn token, tokens sampled)."""
@@ -178,17 +170,13 @@ class Synthesizer:
             texts, ended, tokens = self.sample_batch(out.batches)
             kept = 0
             for text, done in zip(texts, ended):
-                why = screen(text, done, s.min_words)
-                key = normalise(text) if why is None else ""
-                if why is None and key in seen:
-                    why = "duplicate"
-                if why is None and overlap.hits(text):
-                    why = "overlap"
+                key = normalise(text)
+                why = (screen(text, done, s.min_words) or ("duplicate" if key in seen else None)
+                       or ("overlap" if overlap.hits(text) else None))
                 if why is not None:
                     out.dropped[why] += 1
-                    continue
-                seen.add(key)
-                if len(out.prompts) < s.count:
+                elif len(out.prompts) < s.count:
+                    seen.add(key)
                     out.prompts.append(text)
                     kept += 1
             out.batches, out.sampled, out.tokens = out.batches + 1, out.sampled + len(texts), out.tokens + tokens
