@@ -74,18 +74,6 @@ def test_bench_profile_shows_each_phase_of_a_speculative_cycle(tmp_path, questio
     assert max(len(line) for line in printed.splitlines()) <= 80
 
 
-def _spec_outputs(questions, *extra):
-    from eaglelab.cmd_bench import bench
-
-    _, outputs = bench(build_parser().parse_args(_argv(questions, "--configs", "spec-decode", "--batch-sizes", "1",
-                                                       *extra)))
-    return outputs["spec-decode"]
-
-
-def test_the_bench_generates_the_same_tokens_with_and_without_profile(questions):
-    assert _spec_outputs(questions, "--profile") == _spec_outputs(questions)
-
-
 def _ctx(model, taps_net, spec) -> BenchContext:
     net, taps = taps_net
     prompts = [[5, 9, 11, 3, 7, 2, 8], [4, 4, 1, 6, 30, 2]]
