@@ -24,7 +24,7 @@
 #                                                                then bench tree 6/4/16 with every kernel on, the new
 #                                                                drafter against plain in the same process
 # Everything lands in $OUT/results_$STAGE.tar.gz (the drafter's two shards beside it). Knobs: STAGE_S, SYNTH_N,
-# SYNTH_S, DISTILL_S, TRAIN2_S, BENCH_S.
+# SYNTH_S, DISTILL_S, TOTAL_STEPS (B), BENCH_S and SPEED_S (C).
 STAGE=${STAGE:?set STAGE=A, B or C}
 source "$(dirname "$0")/device_stage.sh"
 
