@@ -31,11 +31,15 @@ def questions(which: str, n: int, humaneval: str | None, mtbench: str | None, fi
     if which == "mtbench":
         return mtbench_first_turns(n, mtbench)
     if which == "file":  # a prompts file of `eaglelab prompts` / `eaglelab synthesize` (held-out prompts of a kind)
+        from eaglelab.engine.errors import EagleLabError
         from eaglelab.engine.training.prompt_corpus import read_corpus
 
         if not file:
             raise SystemExit("--set file needs --file PROMPTS.jsonl.gz")
-        return [r["prompt"] for r in read_corpus(file)[:n]]
+        try:
+            return [r["prompt"] for r in read_corpus(file)[:n]]
+        except EagleLabError as exc:  # a missing or unreadable prompts file: said, not a traceback
+            raise SystemExit(f"error: {exc}") from None
     from eaglelab.engine.formats.assets import HUMANEVAL_PROBLEMS, asset_path
 
     path = Path(humaneval) if humaneval else asset_path(HUMANEVAL_PROBLEMS)
@@ -82,11 +86,11 @@ def main() -> int:
     p.add_argument("--max-prompt-tokens", type=int, default=1024)
     p.add_argument("--json", default=None, metavar="OUT")
     args = p.parse_args()
+    texts = questions(args.set, args.prompts, args.humaneval, args.questions, args.file)  # before the model loads
     s = build_session(args, log=lambda m: print(m, file=sys.stderr))
     if not s.spec.enabled:
         raise SystemExit("needs a drafter (--draft)")
     device = s.target.device
-    texts = questions(args.set, args.prompts, args.humaneval, args.questions, args.file)
     ids, how = tokenize_prompts(texts, s.target.tokenizer, s.target.config.vocab_size, args.max_prompt_tokens)
     spec_engine, plain_engine = s.engine(), s.plain_engine()
     timed(spec_engine, ids[0], 16, device), timed(plain_engine, ids[0], 16, device)  # warm-up, graph capture
