@@ -11,6 +11,7 @@ DIR/prompts.jsonl.gz and DIR/manifest.json in ``eaglelab prompts``' format; answ
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from eaglelab.batch_cli import add_batch_generation_args, device_name, out_of_memory_is_batch_size, progress_columns
 
@@ -30,8 +31,27 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=512, help="turns sampled together (default 512)")
     p.add_argument("--min-words", type=int, default=4, help="shorter turns are dropped (default 4)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--systems-file", type=Path, default=None, metavar="FILE",
+                   help="system messages, one per line ('#' starts a comment): batch b is conditioned on line "
+                        "b mod n, for a wider spread of requests (instead of --system)")
     add_batch_generation_args(p)
     p.set_defaults(func=run)
+
+
+def read_systems(path: Path) -> tuple[str, ...]:
+    """The system messages of ``--systems-file``: its non-empty lines that are not comments."""
+    from eaglelab.engine.errors import ConfigError
+
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"cannot read the system messages ({type(exc).__name__}: {exc})", file=path,
+                          expected="a UTF-8 text file, one system message per line") from None
+    messages = tuple(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
+    if not messages:
+        raise ConfigError("no system message in the file", file=path, found="only blank or '#' lines",
+                          expected="one system message per line")
+    return messages
 
 
 def run(args: argparse.Namespace) -> int:
@@ -50,7 +70,8 @@ def run(args: argparse.Namespace) -> int:
     settings = SynthSettings(count=args.count, temperature=args.temperature, top_p=args.top_p,
                              max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, min_words=args.min_words,
                              seed=args.seed, time_limit=args.time_limit, cuda_graphs=not args.no_cuda_graphs,
-                             system=args.system)
+                             system=args.system,
+                             systems=read_systems(args.systems_file) if args.systems_file else ())
     with console.status("reading the evaluation sets (MT-bench, HumanEval) for the overlap check ..."):
         overlap = pc.OverlapIndex.from_texts(pc.evaluation_texts())
     device, device_reason = _pick_device(args.device)
@@ -63,7 +84,9 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"[bold]synthesize[/] {target.name} on {device} ({device_reason}), {dtype} ({dtype_reason}): "
                   f"{settings.count} user turns, batches of {settings.batch_size}, temperature {settings.temperature}, "
                   f"top-p {settings.top_p}, up to {settings.max_new_tokens} tokens")
-    console.print(f"  conditioned on the template's text before a user message: {prefix!r}")
+    console.print(f"  conditioned on the template's text before a user message: {prefix!r}"
+                  + (f" (the first of {len(synth.prefixes)} system messages, one per batch in turn)"
+                     if len(synth.prefixes) > 1 else ""))
     with Progress(*progress_columns(), console=console) as bar:
         task = bar.add_task("kept", total=settings.count, rate="")
         sampled = [0, 0]

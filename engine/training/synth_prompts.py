@@ -15,7 +15,11 @@ against the evaluation sets (:class:`OverlapIndex`) exactly like ``eaglelab prom
 its format (``prompts.jsonl.gz`` + ``manifest.json``, source ``target``), so ``distill`` reads them.
 
 Batches are drawn with a generator seeded by (``seed``, batch number): the same settings on the same
-device give the same prompts.
+device give the same prompts. With several system messages (``systems``: e.g. "You help people with
+their writing", "... with mathematics") batch ``b`` is conditioned on message ``b mod n``: the target
+then writes the requests it expects in each kind of conversation, a wider spread of tasks than its
+default system turn alone draws, and the manifest counts what each message kept. The answers
+(``distill``) are given under the template's default system turn, as at inference.
 """
 
 from __future__ import annotations
@@ -53,6 +57,7 @@ class SynthSettings:
     max_empty_batches: int = 3  # batches in a row that keep nothing: the target does not write user turns
     cuda_graphs: bool = True
     system: str | None = None  # a system message (default: the chat template's own)
+    systems: tuple[str, ...] = ()  # several system messages, one per batch in turn (instead of ``system``)
 
     def __post_init__(self) -> None:
         for name in ("count", "max_new_tokens", "batch_size", "min_words", "max_empty_batches"):
@@ -63,6 +68,17 @@ class SynthSettings:
                                 field="temperature", found=self.temperature, expected="> 0, e.g. 1.0")
         if not 0 < self.top_p <= 1:
             raise EagleLabError("top_p must be in (0, 1]", field="top_p", found=self.top_p)
+        if self.systems and self.system is not None:
+            raise EagleLabError("give one system message or a list of them, not both", field="system",
+                                found=self.system, hint="put it in the list of system messages")
+        if any(not m.strip() for m in self.systems):
+            raise EagleLabError("an empty system message in the list", field="systems",
+                                hint="leave the list out for the template's own system turn")
+
+    @property
+    def conditions(self) -> tuple[str | None, ...]:
+        """The system message of each batch in turn (None: the template's own)."""
+        return self.systems or (self.system,)
 
 
 def user_turn_prefix(tokenizer, system: str | None = None) -> list[int]:
@@ -103,6 +119,7 @@ class SynthResult:
     batches: int = 0
     dropped: Counter = field(default_factory=Counter)  # reason -> count
     tokens: int = 0  # sampled tokens (kept or not)
+    kept_by_condition: Counter = field(default_factory=Counter)  # index into SynthSettings.conditions -> kept
     seconds: float = 0.0
     stopped_by_time: bool = False
 
@@ -128,7 +145,8 @@ class Synthesizer:
 
     def __init__(self, model, tokenizer, settings: SynthSettings, *, clock: Callable[[], float] = time.perf_counter):
         self.model, self.tokenizer, self.settings, self.clock = model, tokenizer, settings, clock
-        self.prefix = user_turn_prefix(tokenizer, settings.system)
+        self.prefixes = [user_turn_prefix(tokenizer, m) for m in settings.conditions]
+        self.prefix = self.prefixes[0]
         self._engine = None
 
     @property
@@ -137,7 +155,7 @@ class Synthesizer:
         if self._engine is None:
             s = self.settings
             self._engine = batch_engine(self.model, self.tokenizer.eos_token_ids, s.batch_size,
-                                        len(self.prefix) + s.max_new_tokens + 1, s.cuda_graphs)
+                                        max(map(len, self.prefixes)) + s.max_new_tokens + 1, s.cuda_graphs)
         return self._engine
 
     def release(self) -> None:
@@ -146,13 +164,15 @@ class Synthesizer:
         free_device_memory()
 
     def sample_batch(self, number: int) -> tuple[list[str], list[bool], int]:
-        """Batch ``number``: (texts, ended on the end-of-turn token, tokens sampled)."""
+        """Batch ``number`` (conditioned on system message ``number mod n``): (texts, ended on the
+        end-of-turn token, tokens sampled)."""
         from eaglelab.engine.runtime.sampling import SamplingParams
 
         s = self.settings
         device = next(self.model.parameters()).device
         gen = torch.Generator(device=device).manual_seed(s.seed * 1_000_003 + number)
-        res = self.engine.generate([self.prefix] * s.batch_size, s.max_new_tokens,
+        prefix = self.prefixes[number % len(self.prefixes)]
+        res = self.engine.generate([prefix] * s.batch_size, s.max_new_tokens,
                                    SamplingParams(temperature=s.temperature, top_p=s.top_p), generator=gen)
         texts = [self.tokenizer.decode(t).strip() for t in res.tokens]
         return texts, [r == "eos" for r in res.stop_reasons], sum(len(t) for t in res.tokens)
@@ -179,6 +199,7 @@ class Synthesizer:
                     seen.add(key)
                     out.prompts.append(text)
                     kept += 1
+            out.kept_by_condition[out.batches % len(self.prefixes)] += kept
             out.batches, out.sampled, out.tokens = out.batches + 1, out.sampled + len(texts), out.tokens + tokens
             last = self.clock() - b0
             if progress:
@@ -201,5 +222,7 @@ def synthesis_manifest(result: SynthResult, settings: SynthSettings, prefix_text
         "settings": asdict(settings), "prefix": prefix_text, "batches": result.batches, "sampled": result.sampled,
         "kept": len(result.prompts), "kept_share": round(len(result.prompts) / max(result.sampled, 1), 4),
         "dropped": {r: result.dropped.get(r, 0) for r in REJECTS}, "sampled_tokens": result.tokens,
-        "seconds": round(result.seconds, 2), "stopped_by_time": result.stopped_by_time, **extra,
+        "seconds": round(result.seconds, 2), "stopped_by_time": result.stopped_by_time,
+        "kept_by_system": [{"system": m, "kept": result.kept_by_condition.get(i, 0)}
+                           for i, m in enumerate(settings.conditions)], **extra,
     }

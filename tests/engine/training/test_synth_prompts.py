@@ -110,7 +110,39 @@ def test_sampling_is_seeded_per_batch(tiny):
     assert len(first) == 4 and len(ended) == 4 and 4 <= tokens <= 32
 
 
+class _RecordingEngine:
+    """Stands in for the batch engine: records each batch's prompts, answers one ended turn per row."""
+
+    def __init__(self, tok):
+        self.tok, self.prompts = tok, []
+
+    def generate(self, prompts, max_new_tokens, params, generator=None):
+        from types import SimpleNamespace
+
+        self.prompts.append(prompts)
+        turn = self.tok.encode(f"user assistant system w{10 + len(self.prompts)}")  # 4 words, mostly letters
+        return SimpleNamespace(tokens=[turn] * len(prompts), stop_reasons=["eos"] * len(prompts))
+
+
+def test_several_system_messages_condition_the_batches_in_turn(tiny, monkeypatch):
+    """Batch b samples after system message b mod n; the result counts what each message kept."""
+    model, tok, _ = tiny
+    s = SynthSettings(count=4, batch_size=2, systems=("w7 w8", "w9"))
+    synth = Synthesizer(model, tok, s)
+    fake = _RecordingEngine(tok)
+    monkeypatch.setattr(Synthesizer, "engine", property(lambda self: fake))
+    res = synth.run(OverlapIndex.from_texts({}))
+    used = [tok.decode(batch[0], skip_special_tokens=False).split()[2:-3] for batch in fake.prompts]
+    assert used == [["w7", "w8"], ["w9"], ["w7", "w8"], ["w9"]]
+    assert all(len(set(map(tuple, batch))) == 1 and len(batch) == 2 for batch in fake.prompts)
+    assert len(res.prompts) == 4 and dict(res.kept_by_condition) == {0: 2, 1: 2}  # one distinct turn per batch
+
+
 def test_bad_settings_are_refused():
+    with pytest.raises(EagleLabError, match="not both"):
+        SynthSettings(count=1, system="w1", systems=("w2",))
+    with pytest.raises(EagleLabError, match="empty system message"):
+        SynthSettings(count=1, systems=("w2", " "))
     with pytest.raises(EagleLabError, match="temperature > 0"):
         SynthSettings(count=1, temperature=0.0)
     with pytest.raises(EagleLabError, match="count must be >= 1"):
@@ -142,6 +174,31 @@ def test_the_cli_writes_what_distill_reads(tiny, tmp_path, monkeypatch):
                  "--max-new-tokens", "4", "--batch-size", "4", "--device", "cpu", "--dtype", "float32"]) == 0
     d = read_manifest(tmp_path / "d")
     assert d["counts"]["samples"] == 4 and d["prompts_files"] == [str(out), str(other)]
+
+
+def test_the_cli_reads_a_file_of_system_messages(tiny, tmp_path, monkeypatch, capsys):
+    """--systems-file: its lines (not blank, not '#') condition the batches in turn; the manifest counts
+    each message's kept prompts; a missing or empty file is said without a traceback."""
+    from eaglelab.cli import main
+
+    _, tok, path = tiny
+    fake = _RecordingEngine(tok)
+    monkeypatch.setattr(Synthesizer, "engine", property(lambda self: fake))
+    systems = tmp_path / "systems.txt"
+    systems.write_text("# kinds of conversation\nw7 w8\n\nw9\n")
+    out = tmp_path / "synth"
+    args = ["synthesize", "--model", str(path), "--out", str(out), "--count", "3", "--batch-size", "1",
+            "--device", "cpu", "--dtype", "float32"]
+    assert main(args + ["--systems-file", str(systems)]) == 0
+    m = json.loads((out / "manifest.json").read_text())["synthesis"]
+    assert m["kept_by_system"] == [{"system": "w7 w8", "kept": 2}, {"system": "w9", "kept": 1}]
+    assert m["settings"]["systems"] == ["w7 w8", "w9"]
+    systems.write_text("# nothing\n\n")
+    for bad, said in ((systems, "no system message"), (tmp_path / "absent.txt", "cannot read the system messages")):
+        capsys.readouterr()
+        assert main(args + ["--systems-file", str(bad)]) != 0
+        err = " ".join(capsys.readouterr().err.split())  # rich wraps long lines
+        assert said in err and str(bad.name) in err and "Traceback" not in err
 
 
 def test_the_cli_says_what_went_wrong_without_a_traceback(tiny, tmp_path, capsys):
