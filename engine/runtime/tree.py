@@ -14,6 +14,10 @@ Semantics follow SGLang's EAGLE tree (``topk`` children per node, ``num_steps`` 
 
 Child log-probs are clamped to ``<= 0`` (NaN counts as ``-inf``) and ties rank the older node
 first, so a node never outranks its parent: the kept set is always closed under ancestors.
+Every ranking here (:func:`top_k`, :func:`order_desc`) breaks ties towards the lower index, as a
+stable sort does, and is built from reductions and elementwise work only: inside a compiled phase
+inductor fuses them, where ``torch.topk`` and ``torch.sort`` would stay ATen's own multi-kernel
+launches (on the H200 they were most of the draft phase's kernels).
 ``topk == 1`` gives a chain of ``num_steps + 1`` nodes, the same tree :func:`chain_tree` builds.
 
 Worked example, B = 1, topk = 2, num_steps = 2, num_draft_tokens = 4, root token 9::
@@ -109,6 +113,43 @@ def _ancestry(parents: Tensor, steps: int) -> tuple[Tensor, Tensor]:
     return depth, mask
 
 
+def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The ``k`` largest entries of ``x [..., V]`` (float) along its last dim, largest first: values and
+    indices ``[..., k]``. Ties go to the lower index; NaN ranks as ``-inf`` (its value is returned).
+
+    ``k`` rounds of one argmax each over ``x`` with the entries already taken masked out: ``k``
+    fused reductions under inductor, for the tree's small ``k`` over a drafter's vocabulary.
+    """
+    floor = torch.finfo(x.dtype).min
+    key = torch.where(torch.isnan(x) | (x == float("-inf")), floor, x)  # every entry above the mask value
+    pos = torch.arange(x.shape[-1], device=x.device)  # [V]
+    picked: list[Tensor] = []
+    for _ in range(k):
+        taken = torch.zeros_like(key, dtype=torch.bool)
+        for i in picked:
+            taken = taken | (pos == i[..., None])
+        picked.append(torch.where(taken, float("-inf"), key).argmax(dim=-1))
+    indices = torch.stack(picked, dim=-1)  # [..., k]
+    return x.gather(-1, indices), indices
+
+
+def order_desc(x: Tensor, k: int) -> Tensor:
+    """Indices ``[..., k]`` of the ``k`` largest entries of ``x [..., M]``, largest first, ties to the lower
+    index (a stable descending sort's first ``k``); NaN ranks as ``-inf``.
+
+    Each entry's rank is counted (how many entries come before it: ``M * M`` compares) and the
+    first ``k`` ranks are read back: elementwise work and sums, for the tree's few candidates.
+    """
+    if x.is_floating_point():
+        x = torch.where(torch.isnan(x), float("-inf"), x)
+    pos = torch.arange(x.shape[-1], device=x.device)  # [M]
+    xi, xj = x[..., :, None], x[..., None, :]  # entry i against entry j
+    before = (xj > xi) | ((xj == xi) & (pos[None, :] < pos[:, None]))  # [..., M, M]: j ranks before i
+    rank = before.sum(dim=-1)  # [..., M]; a permutation of 0..M-1
+    slots = torch.arange(k, device=x.device)  # [k]
+    return ((rank[..., None, :] == slots[:, None]) * pos).sum(dim=-1)  # [..., k]
+
+
 @dataclass(frozen=True)
 class Expansion:
     """One step's expansion of a frontier of F nodes into F * topk candidates.
@@ -127,16 +168,15 @@ class Expansion:
 def expand_step(scores: Tensor, logprobs: Tensor, topk: int) -> Expansion:
     """Expand a frontier with cumulative ``scores [B, F]`` given the drafter's ``logprobs [B, F, V]``."""
     batch, width, _ = logprobs.shape
-    vals, idx = torch.topk(logprobs.float(), topk, dim=-1)  # [B, F, K]
+    vals, idx = top_k(logprobs.float(), topk)  # [B, F, K]
     vals = torch.where(torch.isnan(vals), float("-inf"), vals.clamp(max=0.0))  # log p <= 0
     cand_scores = (scores.float()[:, :, None] + vals).reshape(batch, width * topk)  # [B, F*K]
     slot = torch.arange(width, device=logprobs.device).repeat_interleave(topk)  # [F*K]
-    order = torch.sort(cand_scores, dim=-1, descending=True, stable=True).indices  # [B, F*K]
     return Expansion(
         tokens=idx.reshape(batch, width * topk),
         scores=cand_scores,
         parent_slot=slot.expand(batch, width * topk),
-        selected=order[:, :topk],
+        selected=order_desc(cand_scores, topk),
     )
 
 
@@ -254,10 +294,10 @@ class TreeBuilder:
     def _ranked_candidates(self, count: int) -> Tensor:
         """Indices ``[B, count]`` of the best candidates, sorted by (depth, rank)."""
         scores = self._cat(self._scores, self._frontier_scores[:, :0])  # [B, M]
-        ranked = torch.sort(scores, dim=-1, descending=True, stable=True).indices[:, :count]  # [B, count]
+        ranked = order_desc(scores, count)  # [B, count]
         depths = self._cat(self._depths, self._root.new_zeros(0))  # [M]
-        key = depths[ranked] * max(count, 1) + torch.arange(count, device=ranked.device)  # [B, count]
-        return ranked.gather(1, torch.sort(key, dim=-1).indices)
+        key = depths[ranked] * max(count, 1) + torch.arange(count, device=ranked.device)  # [B, count]; distinct
+        return ranked.gather(1, order_desc(-key, count))  # ascending key
 
     @staticmethod
     def _cat(parts: list[Tensor], empty: Tensor) -> Tensor:

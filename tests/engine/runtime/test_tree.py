@@ -8,7 +8,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eaglelab.engine.runtime.tree import DraftTree, TreeBuilder, chain_tree, make_tree, tree_attention_mask
+from eaglelab.engine.runtime.tree import (
+    DraftTree, TreeBuilder, chain_tree, make_tree, order_desc, top_k, tree_attention_mask,
+)
 
 Path = tuple[int, ...]
 
@@ -277,3 +279,40 @@ def test_tree_attention_mask_example() -> None:
         [1, 1, 1, 1, 0, 0],
         [1, 1, 1, 1, 1, 0],
     ]
+
+
+def _stable_desc(values: list[float]) -> list[int]:
+    """Indices of ``values`` by a stable descending sort, NaN as -inf (the reference for the rankings)."""
+    key = [float("-inf") if v != v else v for v in values]
+    return sorted(range(len(values)), key=lambda i: -key[i])
+
+
+# coarse values: ties, infinities and NaN are common
+ranked_values = st.lists(st.sampled_from([0.0, -1.0, 2.5, -2.5, 7.0, float("inf"), float("-inf"), float("nan")])
+                         | st.floats(-4, 4, width=32), min_size=1, max_size=40)
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=ranked_values, data=st.data())
+def test_top_k_is_a_stable_descending_sort(values, data) -> None:
+    """top_k's indices = a stable descending sort's first k (ties to the lower index, NaN last with -inf);
+    its values are the entries at those indices; batched rows rank independently."""
+    k = data.draw(st.integers(1, len(values)))
+    x = torch.tensor([values, values[::-1]], dtype=torch.float32)
+    vals, idx = top_k(x, k)
+    for row in range(2):
+        expected = _stable_desc(x[row].tolist())[:k]
+        assert idx[row].tolist() == expected
+        torch.testing.assert_close(vals[row], x[row, expected], rtol=0, atol=0, equal_nan=True)
+
+
+@settings(max_examples=150, deadline=None)
+@given(values=ranked_values, data=st.data())
+def test_order_desc_is_a_stable_descending_sort(values, data) -> None:
+    """order_desc = a stable descending sort's first k, for floats (ties, infinities, NaN) and integers."""
+    k = data.draw(st.integers(1, len(values)))
+    x = torch.tensor([values, values[::-1]], dtype=torch.float32)
+    for row in range(2):
+        assert order_desc(x, k)[row].tolist() == _stable_desc(x[row].tolist())[:k]
+    ints = torch.tensor([[int(v) if v == v and abs(v) < 1e9 else 3 for v in values]])
+    assert order_desc(ints, k)[0].tolist() == _stable_desc([float(v) for v in ints[0].tolist()])[:k]
