@@ -44,7 +44,8 @@
 # prompts of its own corpus, i.e. they are as far from its training data as the benchmark is; sampled at temperature SYNTH_T (1.0) and top-p SYNTH_TOP_P (1.0: no
 # vocabulary sort per step) in batches of SYNTH_BS (2048) for SYNTH_S seconds; PROMPTS may then list more prompt
 # directories (e.g. the corpus prompts drafter3 never answered), distilled after them in one run.
-# Knobs: SYNTH_N SYNTH_S SYNTH_BS SYNTH_NEW SYNTH_T SYNTH_TOP_P SYNTH_SEED BENCHES (default: all five) N_PROMPTS MAX_NEW DISTILL_BS DISTILL_S STAGE1_S STAGE2_S BENCH_S BENCH_CAP (100 s a bench) TOTAL_STEPS TRAIN_BS LR VOCAB EVAL_N
+# SYNTH_SYSTEMS names a file of system messages (`synthesize --systems-file`): batch b is conditioned on line b mod n.
+# Knobs: SYNTH_N SYNTH_S SYNTH_SYSTEMS SYNTH_BS SYNTH_NEW SYNTH_T SYNTH_TOP_P SYNTH_SEED BENCHES (default: all five) N_PROMPTS MAX_NEW DISTILL_BS DISTILL_S STAGE1_S STAGE2_S BENCH_S BENCH_CAP (100 s a bench) TOTAL_STEPS TRAIN_BS LR VOCAB EVAL_N
 # ACC_PROMPTS BENCH_NEW DEVICE (cuda) DTYPE (bfloat16) PROMPTS (.carry/prompts) INIT (the shipped drafter) WORK
 # (~/drafter3).
 set -u
@@ -79,7 +80,8 @@ stage_1() {
   if [ "${SYNTH_N:-0}" -gt 0 ]; then  # the target writes prompts first (its own user turns); they lead the list
     TAIL=6 run synthesize $(( ${SYNTH_S:-150} + 60 )) $EL synthesize --out "$W/synth" --count "$SYNTH_N" \
       --batch-size "${SYNTH_BS:-2048}" --max-new-tokens "${SYNTH_NEW:-128}" --temperature "${SYNTH_T:-1.0}" \
-      --top-p "${SYNTH_TOP_P:-1.0}" --time-limit "${SYNTH_S:-150}" --seed "${SYNTH_SEED:-0}" --device "$DEV" --dtype "$DT"
+      --top-p "${SYNTH_TOP_P:-1.0}" --time-limit "${SYNTH_S:-150}" --seed "${SYNTH_SEED:-0}" --device "$DEV" --dtype "$DT" \
+      ${SYNTH_SYSTEMS:+--systems-file "$SYNTH_SYSTEMS"}
     cp "$W/synth/manifest.json" "$RES/synth_manifest.json" 2>/dev/null
     cp "$W/synth/prompts.jsonl.gz" "$RES/synth_prompts.jsonl.gz" 2>/dev/null  # small (~100 bytes a prompt, gz)
     [ -f "$W/synth/prompts.jsonl.gz" ] && plist=("$W/synth" "${plist[@]}")

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# The GPU batch of 2026-12-01 (fourth session) on ONE H200 (device kind nvidia-h200): the draft phase without
+# ATen's top-k and sort kernels (the tree now ranks with fused reductions), profiled phase by phase and benched
+# against plain decoding; a fifth drafter trained on more of the target's own prompts, written under 30 kinds of
+# system message (`synthesize --systems-file benchmarks/synth_systems.txt`) besides the 56k of the last session.
+# Back-to-back device calls from the repo root; the machine stays warm ~30 s between calls, so ~ (the GGUF's first
+# part, then the distilled token ids and the training checkpoint) survives only when the next call follows at once.
+#
+# Before (here, CPU): the GGUF xz'd and split: .carry/m1/smolpart_00 (60,000,000 B), .carry/m2/smolpart_01; the big
+# tracked files moved out of the tree (the shipped drafter travels as .carry/shipped); .carry/synth: the 56,356
+# target-written prompts of the last session; .carry/assets: question.jsonl (MT-bench), HumanEval.jsonl.gz; .whl.
+#
+#   call A  carry .carry/m1 .carry/assets .whl           STAGE=A  park GGUF part 1; bench --profile of a speculative
+#                                                                cycle (SmolLM2 shape, random weights, tree 6/4/16,
+#                                                                compiled + GEMV + decode attention), as the last
+#                                                                session's (draft then: 257 kernels, 505 us); the GPU
+#                                                                tests of the runtime
+#   call B  carry .carry/m2 .carry/shipped .carry/synth .carry/assets .whl
+#                                                       STAGE=B  GGUF joined; h200_drafter3.sh stage 1: synthesis under
+#                                                                the system messages, distill (new + last session's
+#                                                                target-written prompts), a first training piece
+#   call C  carry .carry/shipped .carry/assets .whl      STAGE=C  stage 2 (training resumed, export, MT-bench chain 3 and
+#                                                                tree 8/8/64, HumanEval chain 3); bench tree 6/4/16
+#                                                                with every kernel on, spec against plain, one process
+# Everything lands in $OUT/results_$STAGE.tar.gz (the drafter's two shards beside it).
+# Knobs: STAGE_S, SYNTH_N, SYNTH_S, DISTILL_S, TOTAL_STEPS (B), BENCH_S and SPEED_S (C).
+STAGE=${STAGE:?set STAGE=A, B or C}
+source "$(dirname "$0")/device_stage.sh"
+
+[ -f .carry/shipped/config.json ] && [ ! -f $SHIPPED/config.json ] && { mkdir -p $SHIPPED && cp -r .carry/shipped/. $SHIPPED/; }
+W=$HOME/drafter3  # h200_drafter3.sh's work folder (token ids, checkpoints, the drafter)
+
+stage_a() {
+  { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
+    python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"; } > "$R/gpu.txt" 2>&1
+  cat "$R/gpu.txt"
+  mkdir -p ~/m && cp .carry/m1/smolpart_00 ~/m/ && log "part 1 parked"
+  # 1. a speculative cycle phase by phase and kernel by kernel (random weights: costs only), the last session's command
+  TAIL=90 run spec_profile 230 $EL bench --scale-model smollm2-135m --steps 6 --topk 4 --draft-tokens 16 --batch-sizes 1 \
+    --configs spec-compile-gemv-attn --profile --prompts 2 --max-new-tokens 64 --no-micro --json "$R/h200_spec_profile.json"
+  # 2. the runtime's GPU tests (the tree's ranking runs in every compiled draft phase) in what is left
+  TAIL=15 run gpu_tests $(left) python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine/runtime tests/engine/model
+}
+
+stage_b() {
+  cat ~/m/smolpart_00 .carry/m2/smolpart_01 | xz -d > "$GGUF" || exit 1
+  sha256sum "$GGUF" | tee "$R/sha.txt"
+  SYNTH_N=${SYNTH_N:-200000} SYNTH_S=${SYNTH_S:-170} SYNTH_SEED=7 SYNTH_SYSTEMS=benchmarks/synth_systems.txt \
+    DISTILL_S=${DISTILL_S:-170} N_PROMPTS=1000000 PROMPTS=.carry/synth TOTAL_STEPS=${TOTAL_STEPS:-3400} \
+    STAGE1_S=$(( $(left) - 5 )) STAGE=1 bash benchmarks/h200_drafter3.sh "$R/drafter" > "$R/drafter_stage1.txt" 2>&1
+  log "drafter stage 1 rc=$?"; tail -40 "$R/drafter_stage1.txt"
+}
+
+stage_c() {
+  [ -d "$W/distill/shards" ] || { log "no token ids in $W: the machine went cold after call B"; exit 3; }
+  local s2=$(( $(left) - ${SPEED_S:-130} ))
+  BENCHES="new:mtbench:chain3 new:mtbench:tree8-8-64 new:humaneval:chain3" BENCH_S=${BENCH_S:-190} STAGE2_S=$s2 \
+    STAGE=2 bash benchmarks/h200_drafter3.sh "$R/drafter" > "$R/drafter_stage2.txt" 2>&1
+  log "drafter stage 2 rc=$?"; tail -30 "$R/drafter_stage2.txt"
+  local draft=$SHIPPED; [ -f "$W/drafter/config.json" ] && draft=$W/drafter
+  TAIL=30 run bench_6-4-16 $(left) $EL bench --model default --draft "$draft" --steps 6 --topk 4 --draft-tokens 16 \
+    --batch-sizes 1 --prompts 8 --max-new-tokens 128 --configs plain-compile-gemv-attn,spec-compile-gemv-attn \
+    --no-micro --json "$R/h200_smollm2_bench_6-4-16.json"
+}
+
+before_tar() {  # the drafter's shards come back on their own (each under 16 MiB; the tarball would not be)
+  for f in "$R"/drafter/export/model-0000*.safetensors; do [ -f "$f" ] && mv "$f" "$OUT/"; done
+}
+
+export STAGE_S=${STAGE_S:-$([ "$STAGE" = A ] && echo 330 || echo 585)}; watchdog "$0"
+run_stage A B C
