@@ -55,8 +55,10 @@ def test_compiled_decode_phase_gives_the_eager_tokens(tmp_path, monkeypatch):
 
 @pytest.mark.slow  # five phases (draft, verify, accept, draft_extend, advance) compile on the CPU: a few minutes here
 def test_compiled_speculation_gives_plain_greedy_tokens(tmp_path, monkeypatch):
-    """EAGLE-3 greedy speculation with every phase compiled and replayed == plain greedy eager decoding."""
+    """EAGLE-3 greedy speculation with every phase compiled and replayed == plain greedy eager decoding;
+    the draft's top-k in blocks of 64 (the 256-token draft vocabulary takes its two-stage path)."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setattr("eaglelab.engine.runtime.tree.TOP_K_CHUNK", 64)
     model = build_scale_model("tiny", seed=3).model
     spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, cuda_graphs=True, compile=True)
     kernels = compiled_kernels(tmp_path)

@@ -296,10 +296,11 @@ ranked_values = st.lists(st.sampled_from([0.0, -1.0, 2.5, -2.5, 7.0, float("inf"
 @given(values=ranked_values, data=st.data())
 def test_top_k_is_a_stable_descending_sort(values, data) -> None:
     """top_k's indices = a stable descending sort's first k (ties to the lower index, NaN last with -inf);
-    its values are the entries at those indices; batched rows rank independently."""
+    its values are the entries at those indices; batched rows rank independently; blocks of any size
+    (the last one short, or holding fewer than k entries) give the same."""
     k = data.draw(st.integers(1, len(values)))
     x = torch.tensor([values, values[::-1]], dtype=torch.float32)
-    vals, idx = top_k(x, k)
+    vals, idx = top_k(x, k, chunk=data.draw(st.sampled_from([1, 2, 3, 5, 8, 256])))
     for row in range(2):
         expected = _stable_desc(x[row].tolist())[:k]
         assert idx[row].tolist() == expected
@@ -316,3 +317,12 @@ def test_order_desc_is_a_stable_descending_sort(values, data) -> None:
         assert order_desc(x, k)[row].tolist() == _stable_desc(x[row].tolist())[:k]
     ints = torch.tensor([[int(v) if v == v and abs(v) < 1e9 else 3 for v in values]])
     assert order_desc(ints, k)[0].tolist() == _stable_desc([float(v) for v in ints[0].tolist()])[:k]
+
+
+def test_top_k_never_takes_a_blocks_padding_or_an_entry_twice() -> None:
+    """Every entry wanted, -inf and NaN among them, in blocks of 2 (the last one half padding): the
+    exhausted blocks' markers rank below every real entry."""
+    x = torch.tensor([[1.0, float("-inf"), float("nan"), 2.0, 3.0]])
+    vals, idx = top_k(x, 5, chunk=2)
+    assert idx.tolist() == [[4, 3, 0, 1, 2]]
+    torch.testing.assert_close(vals, x[:, [4, 3, 0, 1, 2]], rtol=0, atol=0, equal_nan=True)
