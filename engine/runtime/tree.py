@@ -114,20 +114,25 @@ def _ancestry(parents: Tensor, steps: int) -> tuple[Tensor, Tensor]:
 
 
 TOP_K_CHUNK = 256  # vocabulary entries per block of top_k's first stage
+TOP_K_ONE_PASS = 16384  # vocabularies up to this size are ranked in one pass (as measured with a 12,288-row head)
 
 
 def top_k(x: Tensor, k: int, chunk: int | None = None) -> tuple[Tensor, Tensor]:
     """The ``k`` largest entries of ``x [..., V]`` (float) along its last dim, largest first: values and
     indices ``[..., k]``. Ties go to the lower index; NaN ranks as ``-inf`` (its value is returned).
 
-    Two stages of :func:`_argmax_rounds`: the best ``k`` of every block of ``chunk`` entries (default
-    :data:`TOP_K_CHUNK`), then the best ``k`` of those candidates (blocks in order, so ties still go to
-    the lower index). A whole vocabulary row reduced by one program ran ~30 us on the H200 (a 6/4/16
-    draft spent 165 us of each cycle there); blocks give the GPU rows enough to run side by side.
+    One pass of :func:`_argmax_rounds` over each row, or, for a vocabulary larger than
+    :data:`TOP_K_ONE_PASS` (or whenever ``chunk`` is given), two: the best ``k`` of every block of
+    ``chunk`` entries (default :data:`TOP_K_CHUNK`), then the best ``k`` of those candidates (blocks in
+    order, so ties still go to the lower index). One program per row of a 49,152-entry vocabulary ran
+    ~30 us a step on the H200 (a 6/4/16 draft spent 165 us of each cycle there); blocks give the GPU
+    rows enough to run side by side.
     """
     floor = torch.finfo(x.dtype).min
     key = torch.where(torch.isnan(x) | (x == float("-inf")), floor, x)  # every entry above the mask value
-    vocab, chunk = x.shape[-1], chunk or TOP_K_CHUNK
+    vocab = x.shape[-1]
+    if chunk is None:
+        chunk = TOP_K_CHUNK if vocab > TOP_K_ONE_PASS else vocab
     if vocab <= 2 * chunk:
         return x.gather(-1, (idx := _argmax_rounds(key, k)[1])), idx
     blocks = torch.nn.functional.pad(key, (0, -vocab % chunk), value=float("-inf")).unflatten(-1, (-1, chunk))

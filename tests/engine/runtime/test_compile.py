@@ -59,6 +59,7 @@ def test_compiled_speculation_gives_plain_greedy_tokens(tmp_path, monkeypatch):
     the draft's top-k in blocks of 64 (the 256-token draft vocabulary takes its two-stage path)."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     monkeypatch.setattr("eaglelab.engine.runtime.tree.TOP_K_CHUNK", 64)
+    monkeypatch.setattr("eaglelab.engine.runtime.tree.TOP_K_ONE_PASS", 128)
     model = build_scale_model("tiny", seed=3).model
     spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, cuda_graphs=True, compile=True)
     kernels = compiled_kernels(tmp_path)
