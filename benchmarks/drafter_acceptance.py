@@ -48,6 +48,26 @@ def questions(which: str, n: int, humaneval: str | None, mtbench: str | None, fi
     return ["Complete this Python function:\n\n" + p for p in probs[:n]]
 
 
+def mtbench_categories(n: int, mtbench: str | None) -> list[str]:
+    """The MT-bench category of each of the ``n`` first turns :func:`mtbench_first_turns` picks (same spread)."""
+    from eaglelab.engine.formats.assets import MTBENCH_QUESTIONS, asset_path
+
+    path = Path(mtbench) if mtbench else asset_path(MTBENCH_QUESTIONS)
+    cats = [json.loads(line).get("category", "?") for line in path.read_text().splitlines() if line.strip()]
+    n = max(1, min(n, len(cats)))
+    return [cats[i * len(cats) // n] for i in range(n)]
+
+
+def by_group(groups: list[str], lens_per_prompt: list[list[int]], depth: int) -> dict[str, dict]:
+    """Mean accepted length and per-position acceptance of each group of prompts (e.g. MT-bench category)."""
+    out: dict[str, dict] = {}
+    for g in dict.fromkeys(groups):
+        lens = [a for gg, ls in zip(groups, lens_per_prompt) if gg == g for a in ls]
+        out[g] = {"prompts": groups.count(g), "cycles": len(lens), "mean_accept_len": sum(lens) / len(lens) if lens else None,
+                  "per_position_acceptance": per_position(lens, depth)}
+    return out
+
+
 def per_position(lens: list[int], depth: int) -> list[float]:
     """Conditional acceptance per draft position from accepted lengths (bonus included)."""
     out = []
@@ -94,11 +114,12 @@ def main() -> int:
     ids, how = tokenize_prompts(texts, s.target.tokenizer, s.target.config.vocab_size, args.max_prompt_tokens)
     spec_engine, plain_engine = s.engine(), s.plain_engine()
     timed(spec_engine, ids[0], 16, device), timed(plain_engine, ids[0], 16, device)  # warm-up, graph capture
-    lens, spec_s, plain_s, tokens, same = [], 0.0, 0.0, 0, 0
+    lens, spec_s, plain_s, tokens, same, per_prompt = [], 0.0, 0.0, 0, 0, []
     for prompt in ids:
         r_spec, t_spec = timed(spec_engine, prompt, args.max_new_tokens, device)
         r_plain, t_plain = timed(plain_engine, prompt, args.max_new_tokens, device)
-        lens += [a for cyc in r_spec.accept_lens for a in cyc]
+        per_prompt.append([a for cyc in r_spec.accept_lens for a in cyc])
+        lens += per_prompt[-1]
         spec_s, plain_s = spec_s + t_spec, plain_s + t_plain
         tokens += r_spec.generated_tokens
         same += r_spec.tokens == r_plain.tokens
@@ -111,12 +132,18 @@ def main() -> int:
         "accept_len_histogram": {k: lens.count(k) for k in sorted(set(lens))},
         "spec_tok_s": tokens / spec_s, "plain_tok_s": tokens / plain_s, "speedup": plain_s / spec_s,
         "identical_outputs": f"{same}/{len(ids)}",
+        "accept_len_per_prompt": [sum(ls) / len(ls) if ls else None for ls in per_prompt],
     }
+    if args.set == "mtbench":
+        report["by_category"] = by_group(mtbench_categories(len(ids), args.questions), per_prompt, s.spec.num_steps)
     rates = " ".join(f"{r:.2f}" for r in report["per_position_acceptance"])
     print(f"{args.set} {len(ids)} prompts, {s.spec_label}, {s.device_label} {s.dtype_name}: mean accepted length "
           f"{report['mean_accept_len']:.3f} (bonus included, {len(lens)} cycles); per position {rates}; "
           f"spec {report['spec_tok_s']:.1f} tok/s vs plain {report['plain_tok_s']:.1f} tok/s = {report['speedup']:.2f}x; "
           f"identical outputs {report['identical_outputs']}")
+    for cat, r in report.get("by_category", {}).items():
+        print(f"  {cat:<12} {r['prompts']:>3} prompts  mean accepted length {r['mean_accept_len']:.3f}  per position "
+              + " ".join(f"{x:.2f}" for x in r["per_position_acceptance"]))
     write_report(args.json, report)
     return 0
 

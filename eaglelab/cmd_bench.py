@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scale-model", default=None, metavar="NAME",
                    help="random weights of a named shape instead of --model (--draft default: a random EAGLE-3 "
                         "drafter, for cost): llama3.1-8b | kimi-like | smollm2-135m | tiny")
+    p.add_argument("--draft-vocab", type=int, default=32000, metavar="N",
+                   help="with --scale-model: the random drafter's draft vocabulary (default 32000; the shipped "
+                        "SmolLM2 drafter has 12288): the tree's top-k runs over it every draft step")
     # Greedy, and each configuration chooses graphs, compile, the verify mode and the Triton kernels: not flags here
     # (gemv None: on CPU the session's few-row C kernel, as `run` has it; on CUDA the configs ask for the GEMV).
     p.set_defaults(temperature=0.0, top_k=0, top_p=1.0, attention_mode="decode", cuda_graphs=False, compile=False,
@@ -352,9 +355,14 @@ def _scale_drafter(args, model):
         return tree_spec("ngram", args.steps, args.topk, args.draft_tokens), NgramDrafter, "drafter: n-gram"
     if draft != "default":
         raise EagleLabError("scale models take --draft default | ngram | none", field="--draft", found=draft)
-    net, taps = random_eagle3(model, seed=args.seed + 1)
+    if args.draft_vocab < max(args.topk, 1):
+        raise EagleLabError("the draft vocabulary must hold at least --topk tokens", field="--draft-vocab",
+                            found=args.draft_vocab, expected=f">= {args.topk}")
+    net, taps = random_eagle3(model, seed=args.seed + 1, draft_vocab=args.draft_vocab)
     spec = tree_spec("eagle3", args.steps, args.topk, args.draft_tokens)
-    return spec, (lambda sp: Eagle3Proposer(net, sp, taps)), f"drafter: random EAGLE-3 of the target's width, taps hs{list(taps)}"
+    return spec, (lambda sp: Eagle3Proposer(net, sp, taps)), (
+        f"drafter: random EAGLE-3 of the target's width, {net.config.draft_vocab_size}-token draft vocabulary, "
+        f"taps hs{list(taps)}")
 
 
 def _drafter_factory(drafter):

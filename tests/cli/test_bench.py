@@ -129,3 +129,19 @@ def test_configs_none_with_nothing_else_to_measure_is_refused_before_the_model_b
     err = " ".join(printed.err.split())
     assert rc == 2 and "--configs" in err and "nothing else to measure" in err and "--profile" in err, err
     assert "building tiny" not in err and "headline" not in printed.out
+
+
+def test_the_scale_models_random_drafter_takes_the_draft_vocabulary_asked(tmp_path, questions, capsys):
+    """--draft-vocab sizes the random drafter's head (the tree's top-k runs over it); fewer than --topk is refused."""
+    out = tmp_path / "bench.json"
+    args = ["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions), "--configs",
+            "spec-decode", "--batch-sizes", "1", "--prompts", "1", "--max-new-tokens", "4", "--no-micro",
+            "--steps", "2", "--topk", "2", "--draft-tokens", "4"]
+    assert main(args + ["--draft-vocab", "64", "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert any("64-token draft vocabulary" in n for n in rep["notes"])
+    assert rep["rows"][0]["tokens"] == 4
+    capsys.readouterr()
+    assert main(args + ["--draft-vocab", "1"]) != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--draft-vocab" in err and "at least --topk" in err and "Traceback" not in err
