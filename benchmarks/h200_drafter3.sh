@@ -31,7 +31,14 @@
 #     the cosine schedule ends (LR 0) at the last step the time allows; before that, a guess (TOTAL_STEPS 2400).
 #     Memory at 64 rows of 768 tokens: ~55 GB (7 TTT steps of [64, T, 12288] float32 log-probabilities and the
 #     masked attention's weights); 128 rows would come close to the H200's 141 GB on the longest batches.
-#   VOCAB 12288 (as the shipped drafter; 24.5 MB in bf16, under 25 MB).
+#   VOCAB 12288 (as the shipped drafter; 24.5 MB in bf16, under 25 MB). INTERMEDIATE (unset: the target's 1536) widens
+#     the drafter's MLP (`train --intermediate-size`): the warm start keeps the init's units and adds new ones with
+#     zero down_proj columns, so step 0 computes what INIT did. Each MLP unit costs 3,456 bytes in bf16, each draft
+#     token 1,160; the largest vocabulary (a multiple of 1024) under 25 MB (10^6 bytes, headers included) per width:
+#     1536 x 12288 (24.48 MB), 1792 x 11264 (24.18), 2048 x 10240 (23.88), 2304 x 10240 (24.76), 2560 x 9216 (24.46),
+#     2816 x 8192 (24.15), 3072 x 7168 (23.85), 3328 x 7168 (24.74), 3584 x 6144 (24.43). MAX_MB (25) refuses an
+#     over-budget pair before training, naming the pairs that fit. Stage 1 and stage 2 must get the same
+#     INTERMEDIATE and VOCAB (the checkpoint holds the shapes).
 #   Benches, 40 prompts x 128 new tokens at batch 1 (5 per MT-bench category), each against plain decoding in the
 #     same run (~40 s each, ~75 s for one that compiles new shapes; BENCH_S 290 keeps room for five and the export):
 #     MT-bench chain 3 (--steps 3 --topk 1 --draft-tokens 4, the issue's chain), trees 6/4/16 and 8/8/64 (on an H200 at
@@ -45,7 +52,7 @@
 # vocabulary sort per step) in batches of SYNTH_BS (2048) for SYNTH_S seconds; PROMPTS may then list more prompt
 # directories (e.g. the corpus prompts drafter3 never answered), distilled after them in one run.
 # SYNTH_SYSTEMS names a file of system messages (`synthesize --systems-file`): batch b is conditioned on line b mod n.
-# Knobs: SYNTH_N SYNTH_S SYNTH_SYSTEMS SYNTH_BS SYNTH_NEW SYNTH_T SYNTH_TOP_P SYNTH_SEED BENCHES (default: all five) N_PROMPTS MAX_NEW DISTILL_BS DISTILL_S STAGE1_S STAGE2_S BENCH_S BENCH_CAP (100 s a bench) TOTAL_STEPS TRAIN_BS LR VOCAB EVAL_N
+# Knobs: SYNTH_N SYNTH_S SYNTH_SYSTEMS SYNTH_BS SYNTH_NEW SYNTH_T SYNTH_TOP_P SYNTH_SEED BENCHES (default: all five) N_PROMPTS MAX_NEW DISTILL_BS DISTILL_S STAGE1_S STAGE2_S BENCH_S BENCH_CAP (100 s a bench) TOTAL_STEPS TRAIN_BS LR VOCAB INTERMEDIATE MAX_MB EVAL_N
 # ACC_PROMPTS BENCH_NEW DEVICE (cuda) DTYPE (bfloat16) PROMPTS (.carry/prompts) INIT (the shipped drafter) WORK
 # (~/drafter3).
 set -u
@@ -69,7 +76,8 @@ BS=${TRAIN_BS:-64}
 train_args() {  # TOTAL_STEPS
   TRAIN=(--online --target default --data "$DATA" --out "$D" --checkpoint-dir "$CK" --init-from "${INIT:-$SHIPPED}"
     --total-steps "$1" --batch-size "$BS" --lr "${LR:-4e-4}" --warmup-ratio 0.02 --max-grad-norm 0.5 --ttt-length 7
-    --draft-vocab-size "${VOCAB:-12288}" --max-length 768 --checkpoint-every 200 --log-every 50 --eval-every 400
+    --draft-vocab-size "${VOCAB:-12288}" ${INTERMEDIATE:+--intermediate-size "$INTERMEDIATE"} --max-size-mb "${MAX_MB:-25}"
+    --max-length 768 --checkpoint-every 200 --log-every 50 --eval-every 400
     --eval-samples "${EVAL_N:-512}" --tensorboard "$RES/tb" --device "$DEV" --dtype "$DT" --save-dtype bfloat16)
 }
 

@@ -16,6 +16,12 @@ device. --time-limit stops at a step boundary with a checkpoint, so a long run g
 (--resume continues bit-identically). --eval-every N measures the simulated accepted length and
 per-position acceptance on a held-out split (--eval-samples) and prints it, and writes it to
 TensorBoard with --tensorboard.
+
+--intermediate-size sets the drafter's MLP width (default: the target's). With --init-from, a wider
+MLP than the init's keeps its units and adds new ones whose down_proj columns start at zero: the
+drafter computes what the init did until the first step. --max-size-mb refuses, before any data is
+read, a drafter whose saved tensors would exceed the budget, and names the pairs of
+--intermediate-size and --draft-vocab-size that fit.
 """
 
 from __future__ import annotations
@@ -45,6 +51,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ttt-length", type=int, default=7, help="training-time-test steps (default 7)")
     p.add_argument("--step-decay", type=float, default=0.8, help="loss weight of TTT step i is decay^i")
     p.add_argument("--draft-vocab-size", type=int, default=8192)
+    p.add_argument("--intermediate-size", type=int, default=None, metavar="N",
+                   help="the drafter's MLP width (default: the target's); with --init-from it may exceed the init's: "
+                        "the MLP widens, computing what the init did until the first step")
+    p.add_argument("--max-size-mb", type=float, default=None, metavar="MB",
+                   help="refuse a drafter whose saved tensors exceed MB (10^6 bytes) in --save-dtype; the error "
+                        "names the --intermediate-size / --draft-vocab-size pairs that fit")
     p.add_argument("--max-length", type=int, default=2048, help="tokens kept per sample")
     p.add_argument("--warmup-ratio", type=float, default=0.015)
     p.add_argument("--max-grad-norm", type=float, default=0.5)
@@ -95,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
                             hint="point at the output of `eaglelab capture` or `eaglelab distill` (or SpecForge offline data)")
     device, device_reason = _pick_device(args.device)
     autocast = _autocast(args.dtype, device)
+    save_dtype = parse_dtype(args.save_dtype)
     manifest = _read_data_manifest(args)
     model_arg = _model_arg(args, manifest)
     _check_identity(manifest, model_arg, args.data)
@@ -102,10 +115,12 @@ def run(args: argparse.Namespace) -> int:
         target, data, counts = _online(args, model_arg, device, autocast, console)
         head = TargetHead.from_model(target.model)
         sglang_ids = _layer_ids(args, manifest, head.config.num_layers)
+        _check_size(args, head.config, len(sglang_ids), save_dtype)
         states = _states(target.model, sglang_ids)
     else:
         head, states = TargetHead.load(model_arg, device=device), None
         sglang_ids = _layer_ids(args, manifest, head.config.num_layers)
+        _check_size(args, head.config, len(sglang_ids), save_dtype)
         counts, lengths = _scan(args.data, head.config.vocab_size, console)
         data = SampleSet(args.data, lengths)
     data, heldout = _split(args, data)
@@ -119,8 +134,7 @@ def run(args: argparse.Namespace) -> int:
         total_steps=args.total_steps,
     )
     trainer, init = _trainer(args, head, data, dv, sglang_ids, cfg, device, console, states, heldout)
-    save_dtype = parse_dtype(args.save_dtype)
-    _announce(console, head, data, dv, sglang_ids, trainer, device, device_reason, autocast, save_dtype)
+    _announce(console, head, data, dv, sglang_ids, trainer, device, device_reason, autocast, save_dtype, args.max_size_mb)
     result = _train_loop(trainer, args.tensorboard, console)
     if trainer.checkpoint_dir is not None and (cfg.checkpoint_every or result.stopped_by_time):
         trainer.save_checkpoint()
@@ -131,6 +145,15 @@ def run(args: argparse.Namespace) -> int:
     out = _save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, result, device, init)
     _report_saved(out, head, console)
     return 0
+
+
+def _check_size(args, target, num_aux: int, save_dtype) -> None:
+    """--max-size-mb: refused before the data is read, naming the (intermediate, vocabulary) pairs that fit."""
+    from eaglelab.engine.training.train import check_size_budget, drafter_config
+
+    if args.max_size_mb is not None:
+        size = min(args.draft_vocab_size, target.vocab_size)
+        check_size_budget(drafter_config(target, num_aux, size, args.intermediate_size), args.max_size_mb, save_dtype)
 
 
 def _read_data_manifest(args):
@@ -268,14 +291,18 @@ def _trainer(args, head, data, dv, sglang_ids: list[int], cfg, device, console, 
             raise CheckpointError("aux_hidden_state width disagrees with the layer ids and the target", file=first_path,
                                   field="aux_hidden_state", found=width,
                                   expected=f"{num_aux} x {head.config.hidden_size} = {num_aux * head.config.hidden_size}")
-    dcfg = drafter_config(head.config, num_aux, dv.size)
+    dcfg = drafter_config(head.config, num_aux, dv.size, args.intermediate_size)
     net = new_drafter(dcfg, head, dv.mapping, seed=cfg.seed, init_lm_head=cfg.init_lm_head)
     init = None
     if args.init_from:
-        init = warm_start(net, args.init_from, sglang_ids, head.lm_head_weight)
+        init = warm_start(net, args.init_from, sglang_ids, head.lm_head_weight, seed=cfg.seed)
         mapped = f" (the target's rows mapped, fit error {init.map_rel_error:.0%})" if init.head_rows_new else ""
         console.print(f"warm start from {init.path}: {init.tensors} tensors, {init.head_rows_copied} draft-head rows "
                       f"carried over, {init.head_rows_new} new{mapped}")
+        if init.widened:
+            console.print(f"  MLP widened {init.intermediate_from} -> {init.intermediate_size}: new gate/up rows "
+                          f"N(0, {init.widen_std}) (seed {init.widen_seed}), new down_proj columns 0, so the drafter "
+                          f"computes what {init.path} did until the first step")
     ck_dir = _checkpoint_dir(args, console)
     trainer = Trainer(net, head, data, cfg, device=device, checkpoint_dir=ck_dir, states=states, heldout=heldout)
     if args.resume:
@@ -303,10 +330,11 @@ def _checkpoint_dir(args, console) -> Path:
     return Path(args.out) / "checkpoints"
 
 
-def _announce(console, head, data, dv, ids, trainer, device, device_reason, autocast, save_dtype) -> None:
+def _announce(console, head, data, dv, ids, trainer, device, device_reason, autocast, save_dtype, max_mb=None) -> None:
     from eaglelab.engine.training.train import drafter_size_bytes
 
     size = drafter_size_bytes(trainer.net, save_dtype)
+    budget = f", budget {max_mb:g} MB" if max_mb is not None else ""
     console.print(f"[bold]train[/] EAGLE-3 drafter for {head.config.architecture} "
                   f"(hidden {head.config.hidden_size}, {head.config.num_layers} layers) on {device} ({device_reason}), "
                   f"compute {autocast or 'float32'}")
@@ -316,7 +344,8 @@ def _announce(console, head, data, dv, ids, trainer, device, device_reason, auto
                   f"{trainer.total_steps} steps ({trainer.batches_per_epoch}/epoch){online}")
     console.print(f"  draft vocabulary {dv.size}: covers {dv.coverage:.2%} of the assistant tokens")
     console.print(f"  drafter: {sum(p.numel() for p in trainer.net.parameters()) / 1e6:.2f} M parameters, "
-                  f"{size / 2**20:.1f} MiB in {str(save_dtype).replace('torch.', '')}")
+                  f"{size / 2**20:.1f} MiB in {str(save_dtype).replace('torch.', '')} ({size / 1e6:.2f} MB{budget}): "
+                  f"intermediate {trainer.net.config.intermediate_size}, draft vocabulary {dv.size}")
 
 
 def _train_loop(trainer, tb_dir, console):

@@ -71,6 +71,8 @@ RULES: dict[str, Rule] = {
     "epochs": _count(),
     "ttt_length": _count(1, 64),
     "draft_vocab_size": _count(1, 1 << 24),
+    "intermediate_size": _count(1, 1 << 20),
+    "max_size_mb": _real(0.0, 1e6, low_open=True),
     "max_steps": _count(),
     "total_steps": _count(),
     "checkpoint_every": _count(0),

@@ -137,12 +137,14 @@ class TargetHead:
         return cls(cfg, embed, head_w, get("model.norm.weight", "norm.weight"))
 
 
-def drafter_config(target: ModelConfig, num_aux: int, draft_vocab_size: int) -> Eagle3Config:
-    """A drafter shaped like one target layer: the target's hidden size, heads and MLP width."""
+def drafter_config(target: ModelConfig, num_aux: int, draft_vocab_size: int,
+                   intermediate_size: int | None = None) -> Eagle3Config:
+    """A drafter shaped like one target layer: the target's hidden size and heads; its MLP width
+    ``intermediate_size`` (None: the target's)."""
     return Eagle3Config(
         hidden_size=target.hidden_size, target_hidden_size=target.hidden_size, num_aux=num_aux,
         num_heads=target.num_heads, num_kv_heads=target.num_kv_heads, head_dim=target.head_dim,
-        intermediate_size=target.intermediate_size, vocab_size=target.vocab_size,
+        intermediate_size=intermediate_size or target.intermediate_size, vocab_size=target.vocab_size,
         draft_vocab_size=draft_vocab_size, rms_norm_eps=target.rms_norm_eps, rope_theta=target.rope_theta,
         rope_scaling=target.rope_scaling,
     )
@@ -632,6 +634,81 @@ def drafter_tensors(net: Eagle3Drafter, dtype: torch.dtype = torch.bfloat16) -> 
 def drafter_size_bytes(net: Eagle3Drafter, dtype: torch.dtype = torch.bfloat16) -> int:
     """Bytes of the saved tensors in ``dtype`` (what model.safetensors holds, headers aside)."""
     return sum(t.numel() * t.element_size() for t in drafter_tensors(net, dtype).values())
+
+
+@dataclass(frozen=True)
+class DrafterSize:
+    """What a drafter of a config weighs when saved (headers aside: ~1.5 KB of safetensors JSON)."""
+
+    parameters: int  # trainable: fc, midlayer, norm, lm_head
+    bytes: int  # the floats in the save dtype, d2t int64, t2d bool
+
+    @property
+    def mib(self) -> float:
+        return self.bytes / 2**20
+
+    @property
+    def mb(self) -> float:
+        return self.bytes / 1e6
+
+
+def drafter_size(cfg: Eagle3Config, dtype: torch.dtype = torch.bfloat16) -> DrafterSize:
+    """The parameters and saved bytes of a drafter of ``cfg``, from its tensor shapes alone.
+
+    Worked example (SmolLM2-135M's drafter: hidden 576, 3 aux states, 9/3 heads of 64), bfloat16::
+
+        intermediate 1536, 12,288 draft tokens: 12,167,424 parameters, 24,482,304 bytes
+        intermediate 2816,  8,192 draft tokens: 12,019,968 parameters, 24,154,624 bytes
+
+    i.e. 3,456 bytes per MLP unit (gate and up rows, a down column) and 1,160 per draft token (a
+    head row and its d2t entry).
+    """
+    from eaglelab.engine.formats.draft_checkpoint import expected_tensor_shapes
+
+    shapes = expected_tensor_shapes(
+        hidden_size=cfg.hidden_size, aux_hidden_size=cfg.target_hidden_size, num_aux=cfg.num_aux,
+        num_attention_heads=cfg.num_heads, num_key_value_heads=cfg.num_kv_heads, head_dim=cfg.head_dim,
+        intermediate_size=cfg.intermediate_size, vocab_size=cfg.vocab_size, draft_vocab_size=cfg.draft_vocab_size,
+    )
+    params = sum(math.prod(s) for name, s in shapes.items() if name not in ("d2t", "t2d"))
+    item = torch.empty((), dtype=dtype).element_size()
+    return DrafterSize(params, params * item + math.prod(shapes["d2t"]) * 8 + math.prod(shapes["t2d"]))
+
+
+def check_size_budget(cfg: Eagle3Config, max_mb: float, dtype: torch.dtype = torch.bfloat16) -> DrafterSize:
+    """The drafter's size when it fits ``max_mb`` (10^6 bytes of saved tensors); else a ConfigError that
+    names --intermediate-size and --draft-vocab-size with the combinations that fit."""
+    size = drafter_size(cfg, dtype)
+    if size.bytes <= max_mb * 1e6:
+        return size
+    dt = str(dtype).replace("torch.", "")
+    fits = [f"--intermediate-size {i} --draft-vocab-size {v} ({drafter_size(c, dtype).mb:.2f} MB)"
+            for i, v, c in _fitting(cfg, max_mb * 1e6, dtype)]
+    raise ConfigError(
+        "the drafter would exceed --max-size-mb", field="--intermediate-size, --draft-vocab-size",
+        found=f"intermediate {cfg.intermediate_size}, draft vocabulary {cfg.draft_vocab_size}: {size.mb:.2f} MB "
+              f"({size.mib:.2f} MiB) of {dt} tensors",
+        expected=f"<= {max_mb:g} MB",
+        hint=("these fit: " + "; ".join(fits) + "; or raise --max-size-mb") if fits else
+             "no width or vocabulary fits: raise --max-size-mb",
+    )
+
+
+def _fitting(cfg: Eagle3Config, budget: float, dtype: torch.dtype) -> list[tuple[int, int, Eagle3Config]]:
+    """(intermediate, draft vocabulary, config) that fit ``budget`` bytes, changing one knob: the widest
+    MLP (a multiple of 128) at this vocabulary, the largest vocabulary (a multiple of 256) at this width."""
+    from dataclasses import replace
+
+    out = []
+    for knob, step in (("intermediate_size", 128), ("draft_vocab_size", 256)):
+        at = lambda n: drafter_size(replace(cfg, **{knob: n}), dtype).bytes  # noqa: E731
+        per = at(1) - at(0)  # bytes per unit of the knob (the size is linear in each)
+        best = int((budget - at(0)) // per) // step * step
+        best = min(best, cfg.vocab_size) if knob == "draft_vocab_size" else best
+        if best >= step:
+            c = replace(cfg, **{knob: best})
+            out.append((c.intermediate_size, c.draft_vocab_size, c))
+    return out
 
 
 def save_drafter(net: Eagle3Drafter, out_dir: str | Path, *, target: ModelConfig, sglang_layer_ids: list[int],

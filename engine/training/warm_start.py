@@ -1,11 +1,11 @@
 """Warm start: a new drafter begins from a trained one (``eaglelab train --init-from DIR``).
 
 Every tensor but the draft head is copied as is; shapes must match (same target, same number of
-aux states). The draft vocabulary may differ between the two (new data, another size): the head's
-row of a draft token is then taken from the old drafter when the old vocabulary has that target
-token; a token the old vocabulary lacks gets the target's lm_head row mapped into the drafter's
-space by the least-squares linear map M [H, H] that takes the target's rows of the shared tokens to
-the old drafter's rows::
+aux states), except the MLP's, which may widen (below). The draft vocabulary may differ between the
+two (new data, another size): the head's row of a draft token is then taken from the old drafter
+when the old vocabulary has that target token; a token the old vocabulary lacks gets the target's
+lm_head row mapped into the drafter's space by the least-squares linear map M [H, H] that takes the
+target's rows of the shared tokens to the old drafter's rows::
 
     new draft id j -> target id t = j + d2t_new[j]
     old has t (t2d_old[t]) -> lm_head_new[j] = lm_head_old[old draft id of t]
@@ -18,6 +18,15 @@ drafter warm-started into a 12,288-token vocabulary: TTT loss 132 with the targe
 with the mapped rows, against 18.1 for the shipped drafter itself (the rows it has fit the map to 14%).
 
 The aux ids must be the same in both: ``fc`` was trained on the features of those layers.
+
+The MLP may be wider than the old one's (``--intermediate-size``; never narrower): the widening keeps
+the function. With I_old units widened to I::
+
+    gate/up [I_old, H] -> [I, H]: rows 0..I_old-1 the old ones, rows I_old.. N(0, std) (seeded)
+    down    [H, I_old] -> [H, I]: columns 0..I_old-1 the old ones, columns I_old.. zero
+
+so a new unit's output silu(g) * u meets a zero column: the widened drafter computes what the old
+one did until the first optimizer step, and the new units' gradients start at their down columns.
 """
 
 from __future__ import annotations
@@ -39,6 +48,18 @@ class WarmStart:
     head_rows_copied: int  # draft-head rows taken from the old drafter
     head_rows_new: int  # rows of draft tokens the old vocabulary lacks (the target's rows, mapped)
     map_rel_error: float | None  # ||T M - old|| / ||old|| over the shared rows (None: no new rows)
+    intermediate_from: int  # the old drafter's MLP width
+    intermediate_size: int  # this drafter's (larger: widened, function-preserving)
+    widen_seed: int | None = None  # seed of the new gate/up rows (None: not widened)
+    widen_std: float | None = None  # their standard deviation
+
+    @property
+    def widened(self) -> bool:
+        return self.intermediate_size > self.intermediate_from
+
+
+GATE, UP, DOWN = (f"midlayer.mlp.{n}_proj.weight" for n in ("gate", "up", "down"))
+WIDEN_STD = 0.02  # a fresh drafter's init (new_drafter)
 
 
 def head_rows(old_token_map: torch.Tensor, new_token_map: torch.Tensor, vocab_size: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -58,26 +79,84 @@ def row_map(target_rows: torch.Tensor, old_rows: torch.Tensor) -> tuple[torch.Te
     return m, float((a @ m - b).norm() / b.norm().clamp(min=1e-12))
 
 
-def warm_start(net, path: str | Path, sglang_layer_ids: list[int], target_head: torch.Tensor) -> WarmStart:
-    """Copy the drafter at ``path`` into ``net`` (a fresh :class:`Eagle3Drafter`, vocabulary set);
-    ``target_head`` [V, H]: the target's lm_head, for the rows of tokens the old vocabulary lacks."""
-    from eaglelab.engine.formats.conventions import convert_ids
+def widen_mlp(gate: torch.Tensor, up: torch.Tensor, down: torch.Tensor, width: int, *, seed: int,
+              std: float = WIDEN_STD) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """gate, up [I_old, H] and down [H, I_old] -> float32 [width, H], [width, H], [H, width]: the old
+    units first, new gate/up rows N(0, std) from a generator seeded by ``seed``, new down columns 0.
+
+    Example: I_old 2, width 3 -> gate rows (g0, g1, r0), up rows (u0, u1, r1), down columns (d0, d1, 0).
+    """
+    extra, H = width - gate.shape[0], gate.shape[1]
+    assert extra >= 0, f"widen_mlp narrows {gate.shape[0]} -> {width}"
+    gen = torch.Generator().manual_seed(seed)
+    new_gate = torch.randn(extra, H, generator=gen) * std  # [extra, H]
+    new_up = torch.randn(extra, H, generator=gen) * std
+    zeros = torch.zeros(down.shape[0], extra)  # [H, extra]
+    return (torch.cat([gate.float(), new_gate]), torch.cat([up.float(), new_up]),
+            torch.cat([down.float(), zeros], dim=1))
+
+
+def _mlp_width(ck, state: dict[str, torch.Tensor]) -> int | None:
+    """The old drafter's MLP width when gate, up and down agree on one ([I, H], [I, H], [H, I]); None
+    otherwise (the shape check that follows names the tensor)."""
+    if not all(n in state and state[n].dim() == 2 for n in (GATE, UP, DOWN)):
+        return None
+    width = state[GATE].shape[0]
+    if state[UP].shape[0] != width or state[DOWN].shape[1] != width:
+        return None
+    return width
+
+
+def _widen(net, ck, state: dict[str, torch.Tensor], seed: int) -> tuple[int, bool]:
+    """Widen ``state``'s MLP in place to ``net``'s width; (old width, widened?). Narrowing is refused."""
+    old = _mlp_width(ck, state)
+    width = net.config.intermediate_size
+    if old is None or old == width:
+        return (width if old is None else old), False
+    if old > width:
+        raise CheckpointError("the drafter's MLP is wider than the one to train: a warm start widens, never narrows",
+                              file=ck.config_file, field="intermediate_size", found=old,
+                              expected=f"<= {width} (--intermediate-size)",
+                              hint=f"pass --intermediate-size {old} or more, or train from scratch without --init-from")
+    state[GATE], state[UP], state[DOWN] = widen_mlp(state[GATE], state[UP], state[DOWN], width, seed=seed)
+    return old, True
+
+
+def warm_start(net, path: str | Path, sglang_layer_ids: list[int], target_head: torch.Tensor, *,
+               seed: int = 0) -> WarmStart:
+    """Copy the drafter at ``path`` into ``net`` (a fresh :class:`Eagle3Drafter`, vocabulary set), its
+    MLP widened to ``net``'s (new gate/up rows seeded by ``seed``); ``target_head`` [V, H]: the target's
+    lm_head, for the rows of tokens the old vocabulary lacks."""
     from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
 
     ck = read_draft_checkpoint(path)
     if not ck.has_weights:
         raise CheckpointError("no weights (*.safetensors) in the drafter directory", file=ck.path, field="--init-from")
+    _check_taps(ck, sglang_layer_ids)
+    state = ck.load_state_dict()
+    old_width, widened = _widen(net, ck, state, seed)
+    copied = _copy_body(net, ck, state)
+    rows_copied, rows_new, err = _copy_head(net, ck, state, target_head)
+    return WarmStart(str(path), copied, rows_copied, rows_new, err, old_width, net.config.intermediate_size,
+                     seed if widened else None, WIDEN_STD if widened else None)
+
+
+def _check_taps(ck, sglang_layer_ids: list[int]) -> None:
+    from eaglelab.engine.formats.conventions import convert_ids
+
     if ck.aux_layer_ids is not None:
         old_ids = list(convert_ids(ck.aux_layer_ids, ck.aux_convention or "sglang", "sglang"))
         if sorted(old_ids) != sorted(sglang_layer_ids):
             raise CheckpointError("the drafter was trained on other aux layers", file=ck.config_file,
                                   field="eagle_aux_hidden_state_layer_ids", found=old_ids, expected=list(sglang_layer_ids),
                                   hint="warm-start only from a drafter of the same taps (or train from scratch)")
-    state = ck.load_state_dict()
-    own = dict(net.named_parameters())
+
+
+def _copy_body(net, ck, state: dict[str, torch.Tensor]) -> int:
+    """Copy every parameter but the head, shapes checked; the number copied."""
     copied = 0
     with torch.no_grad():
-        for name, param in own.items():
+        for name, param in net.named_parameters():
             if name == "lm_head.weight":
                 continue
             if name not in state:
@@ -88,22 +167,29 @@ def warm_start(net, path: str | Path, sglang_layer_ids: list[int], target_head: 
                                       hint="warm-start from a drafter of the same target and shape")
             param.copy_(state[name].to(param.dtype))
             copied += 1
-        if "lm_head.weight" not in state or "d2t" not in state:
-            raise CheckpointError("missing tensor", file=ck.path, field="lm_head.weight" if "lm_head.weight" not in state else "d2t")
-        old_head, old_d2t = state["lm_head.weight"], state["d2t"].long()
-        if old_head.shape[0] != old_d2t.numel() or old_head.shape[1] != net.lm_head.weight.shape[1]:
-            raise CheckpointError("wrong tensor shape for a warm start", file=ck.path, field="lm_head.weight",
-                                  found=list(old_head.shape), expected=[old_d2t.numel(), net.lm_head.weight.shape[1]])
-        old_map = torch.arange(old_d2t.numel()) + old_d2t
-        new_map = net.token_map().cpu()
-        new_ids, old_ids = head_rows(old_map, new_map, net.config.vocab_size)
-        head = net.lm_head.weight  # [V_new, H]
-        fresh = torch.ones(head.shape[0], dtype=torch.bool)
-        fresh[new_ids] = False
-        err = None
+    return copied
+
+
+def _copy_head(net, ck, state: dict[str, torch.Tensor], target_head: torch.Tensor) -> tuple[int, int, float | None]:
+    """The draft head's rows: the old ones of shared tokens, the target's (mapped) of new ones;
+    (rows copied, rows new, the map's relative error)."""
+    if "lm_head.weight" not in state or "d2t" not in state:
+        raise CheckpointError("missing tensor", file=ck.path, field="lm_head.weight" if "lm_head.weight" not in state else "d2t")
+    old_head, old_d2t = state["lm_head.weight"], state["d2t"].long()
+    if old_head.shape[0] != old_d2t.numel() or old_head.shape[1] != net.lm_head.weight.shape[1]:
+        raise CheckpointError("wrong tensor shape for a warm start", file=ck.path, field="lm_head.weight",
+                              found=list(old_head.shape), expected=[old_d2t.numel(), net.lm_head.weight.shape[1]])
+    old_map = torch.arange(old_d2t.numel()) + old_d2t
+    new_map = net.token_map().cpu()
+    new_ids, old_ids = head_rows(old_map, new_map, net.config.vocab_size)
+    head = net.lm_head.weight  # [V_new, H]
+    fresh = torch.ones(head.shape[0], dtype=torch.bool)
+    fresh[new_ids] = False
+    err = None
+    with torch.no_grad():
         if bool(fresh.any()):
             tgt = target_head.detach().float().cpu()  # [V, H]
             m, err = row_map(tgt[old_map], old_head.float())
             head[fresh.to(head.device)] = (tgt[new_map[fresh]].double() @ m).to(head)
         head[new_ids.to(head.device)] = old_head[old_ids].to(head)
-    return WarmStart(str(path), copied, int(new_ids.numel()), int(fresh.sum()), err)
+    return int(new_ids.numel()), int(fresh.sum()), err

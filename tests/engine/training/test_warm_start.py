@@ -89,9 +89,13 @@ def test_warm_start_refuses_other_taps_and_shapes(tmp_path):
     with pytest.raises(CheckpointError, match="other aux layers") as e:
         warm_start(drafter(model, 48, seed=1), tmp_path / "old", [0, 1, 3], model.lm_head.weight)
     assert "eagle_aux_hidden_state_layer_ids" in str(e.value)
-    wide = random_model(tiny_config(vocab_size=VOCAB, intermediate_size=CFG["intermediate_size"] * 2), seed=0)
+    narrow = random_model(tiny_config(vocab_size=VOCAB, intermediate_size=CFG["intermediate_size"] // 2), seed=0)
+    with pytest.raises(CheckpointError, match="never narrows") as e:  # a wider MLP widens (test_widen.py)
+        warm_start(drafter(narrow, 48, seed=1), tmp_path / "old", IDS, narrow.lm_head.weight)
+    assert "intermediate_size" in str(e.value)
+    heads = random_model(tiny_config(vocab_size=VOCAB, num_key_value_heads=4), seed=0)
     with pytest.raises(CheckpointError, match="wrong tensor shape") as e:
-        warm_start(drafter(wide, 48, seed=1), tmp_path / "old", IDS, wide.lm_head.weight)
-    assert "mlp" in str(e.value)
+        warm_start(drafter(heads, 48, seed=1), tmp_path / "old", IDS, heads.lm_head.weight)
+    assert "k_proj" in str(e.value)
     with pytest.raises(EagleLabError, match="nothing"):
         warm_start(drafter(model, 48, seed=1), tmp_path / "nothing", IDS, model.lm_head.weight)
