@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# The next GPU batch (planned 2026-12-01, fourth session; not yet run) on ONE H200 (device kind nvidia-h200):
+#   - the draft phase profiled with the shipped head's 12,288-token vocabulary (`bench --draft-vocab`) and with the
+#     random drafter's default 32,000, where `top_k` now ranks in two stages (the fourth session measured one
+#     pass there: ~29 us a step);
+#   - speed benches, the shipped drafter, tree 6/4/16 and 5/4/16 (the fourth session: 1.82x, 1.86x);
+#   - CAPACITY for #13: a drafter with a wider MLP paid for with draft-vocabulary rows (INTERMEDIATE 2816,
+#     VOCAB 8192: 24.15 MB, the shipped 1536 x 12,288 is 24.48 MB), warm-started function-preservingly from the
+#     shipped one, on the 220,324 target-written prompts of the last two sessions (no new synthesis).
+# Back-to-back device calls from the repo root (the machine stays warm ~30 s between calls).
+#
+# Before (here, CPU): .carry/m1/smolpart_00 + .carry/m2/smolpart_01 (the GGUF, xz, split); the big tracked files
+# moved out of the tree (the shipped drafter travels as .carry/shipped); .carry/synth_sys (163,968 prompts written
+# under 30 system messages: prompts.jsonl.xz, 7.4 MB, + manifest.json) and .carry/synth (56,356, 3.7 MB; parked in
+# call A: call B's carry would pass 64 MiB); .carry/assets; .whl.
+#
+#   call A  carry .carry/m1 .carry/synth .carry/assets .whl                     STAGE=A  (66.2 MB with the tree)
+#   call B  carry .carry/m2 .carry/shipped .carry/synth_sys .carry/assets .whl  STAGE=B  (64.9 MB)
+#   call C  carry .carry/shipped .carry/assets .whl                             STAGE=C
+# Knobs: INTERMEDIATE (2816), VOCAB (8192), DISTILL_S (240), STAGE_S, BENCH_S, SPEED_S.
+STAGE=${STAGE:?set STAGE=A, B or C}
+source "$(dirname "$0")/device_stage.sh"
+
+[ -f .carry/shipped/config.json ] && [ ! -f $SHIPPED/config.json ] && { mkdir -p $SHIPPED && cp -r .carry/shipped/. $SHIPPED/; }
+W=$HOME/drafter3
+export INTERMEDIATE=${INTERMEDIATE:-2816} VOCAB=${VOCAB:-8192}
+
+speed() {  # NAME STEPS TOPK DRAFT_TOKENS DRAFTER
+  TAIL=16 run "bench_$1" 120 $EL bench --model default --draft "$5" --steps "$2" --topk "$3" --draft-tokens "$4" \
+    --batch-sizes 1 --prompts 8 --max-new-tokens 128 --configs plain-compile-gemv-attn,spec-compile-gemv-attn \
+    --no-micro --json "$R/h200_smollm2_bench_$1.json"
+}
+
+stage_a() {
+  { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
+    python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"; } > "$R/gpu.txt" 2>&1
+  cat "$R/gpu.txt"
+  mkdir -p ~/m ~/synth_prev && cp .carry/m1/smolpart_00 ~/m/ && cp .carry/synth/* ~/synth_prev/ && log "part 1 and the prompts parked"
+  for v in 12288 32000; do
+    TAIL=40 run "spec_profile_v$v" 140 $EL bench --scale-model smollm2-135m --draft-vocab $v --steps 6 --topk 4 \
+      --draft-tokens 16 --batch-sizes 1 --configs spec-compile-gemv-attn --profile --prompts 2 --max-new-tokens 64 \
+      --no-micro --json "$R/h200_spec_profile_v$v.json"
+  done
+  TAIL=15 run gpu_tests $(left) python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine/runtime
+}
+
+stage_b() {
+  cat ~/m/smolpart_00 .carry/m2/smolpart_01 | xz -d > "$GGUF" || exit 1
+  sha256sum "$GGUF" | tee "$R/sha.txt"
+  mkdir -p ~/synth_sys && cp .carry/synth_sys/manifest.json ~/synth_sys/ \
+    && xz -dc .carry/synth_sys/prompts.jsonl.xz | gzip -1 > ~/synth_sys/prompts.jsonl.gz || exit 1
+  speed 6-4-16_shipped 6 4 16 $SHIPPED
+  speed 5-4-16_shipped 5 4 16 $SHIPPED
+  SYNTH_N=0 DISTILL_S=${DISTILL_S:-240} N_PROMPTS=1000000 PROMPTS="$HOME/synth_sys $HOME/synth_prev" \
+    TOTAL_STEPS=${TOTAL_STEPS:-4000} STAGE1_S=$(( $(left) - 5 )) STAGE=1 \
+    bash benchmarks/h200_drafter3.sh "$R/drafter" > "$R/drafter_stage1.txt" 2>&1
+  log "drafter stage 1 rc=$?"; tail -30 "$R/drafter_stage1.txt"
+}
+
+stage_c() {
+  [ -d "$W/distill/shards" ] || { log "no token ids in $W: the machine went cold after call B"; exit 3; }
+  local s2=$(( $(left) - ${SPEED_S:-130} ))
+  BENCHES="new:mtbench:chain3 new:mtbench:tree8-8-64 new:humaneval:chain3" BENCH_S=${BENCH_S:-190} STAGE2_S=$s2 \
+    STAGE=2 bash benchmarks/h200_drafter3.sh "$R/drafter" > "$R/drafter_stage2.txt" 2>&1
+  log "drafter stage 2 rc=$?"; tail -30 "$R/drafter_stage2.txt"
+  [ -f "$W/drafter/config.json" ] && speed 6-4-16_wide 6 4 16 "$W/drafter"
+}
+
+before_tar() {
+  for f in "$R"/drafter/export/model-0000*.safetensors; do [ -f "$f" ] && mv "$f" "$OUT/"; done
+}
+
+export STAGE_S=${STAGE_S:-$([ "$STAGE" = A ] && echo 330 || echo 585)}; watchdog "$0"
+run_stage A B C
