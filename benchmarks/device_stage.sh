@@ -38,6 +38,23 @@ watchdog() {
   exit 0
 }
 
+# drafter_stage2 BENCHES SPEED_S: h200_drafter3.sh stage 2 (training resumed, export, the acceptance benches BENCHES)
+# in what the stage leaves less SPEED_S seconds (for a speed bench after it); output in $R/drafter_stage2.txt
+drafter_stage2() {
+  [ -d "$HOME/drafter3/distill/shards" ] || { log "no token ids in ~/drafter3: the machine went cold after the last call"; exit 3; }
+  local s2=$(( $(left) - $2 ))
+  BENCHES="$1" BENCH_S=${BENCH_S:-190} STAGE2_S=$s2 STAGE=2 bash benchmarks/h200_drafter3.sh "$R/drafter" \
+    > "$R/drafter_stage2.txt" 2>&1
+  log "drafter stage 2 rc=$?"; tail -30 "$R/drafter_stage2.txt"
+}
+
+# keep_drafter_shards: the exported drafter's shards into $OUT on their own (each under 16 MiB; the tarball would not be)
+keep_drafter_shards() {
+  local f
+  for f in "$R"/drafter/export/model-0000*.safetensors; do [ -f "$f" ] && mv "$f" "$OUT/"; done
+  return 0
+}
+
 # run_stage A B C: call the script's stage_a / stage_b / stage_c for STAGE (one of the letters given), then log done
 run_stage() {
   local s

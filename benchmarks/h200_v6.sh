@@ -52,20 +52,14 @@ stage_b() {
 }
 
 stage_c() {
-  [ -d "$W/distill/shards" ] || { log "no token ids in $W: the machine went cold after call B"; exit 3; }
-  local s2=$(( $(left) - ${SPEED_S:-130} ))
-  BENCHES="new:mtbench:chain3 new:mtbench:tree8-8-64 new:humaneval:chain3" BENCH_S=${BENCH_S:-190} STAGE2_S=$s2 \
-    STAGE=2 bash benchmarks/h200_drafter3.sh "$R/drafter" > "$R/drafter_stage2.txt" 2>&1
-  log "drafter stage 2 rc=$?"; tail -30 "$R/drafter_stage2.txt"
+  drafter_stage2 "new:mtbench:chain3 new:mtbench:tree8-8-64 new:humaneval:chain3" ${SPEED_S:-130}  # then the speed bench below
   local draft=$SHIPPED; [ -f "$W/drafter/config.json" ] && draft=$W/drafter
   TAIL=30 run bench_6-4-16 $(left) $EL bench --model default --draft "$draft" --steps 6 --topk 4 --draft-tokens 16 \
     --batch-sizes 1 --prompts 8 --max-new-tokens 128 --configs plain-compile-gemv-attn,spec-compile-gemv-attn \
     --no-micro --json "$R/h200_smollm2_bench_6-4-16.json"
 }
 
-before_tar() {  # the drafter's shards come back on their own (each under 16 MiB; the tarball would not be)
-  for f in "$R"/drafter/export/model-0000*.safetensors; do [ -f "$f" ] && mv "$f" "$OUT/"; done
-}
+before_tar() { keep_drafter_shards; }
 
 export STAGE_S=${STAGE_S:-$([ "$STAGE" = A ] && echo 330 || echo 585)}; watchdog "$0"
 run_stage A B C

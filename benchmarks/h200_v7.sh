@@ -58,17 +58,11 @@ stage_b() {
 }
 
 stage_c() {
-  [ -d "$W/distill/shards" ] || { log "no token ids in $W: the machine went cold after call B"; exit 3; }
-  local s2=$(( $(left) - ${SPEED_S:-130} ))
-  BENCHES="new:mtbench:chain3 new:mtbench:tree8-8-64 new:humaneval:chain3" BENCH_S=${BENCH_S:-190} STAGE2_S=$s2 \
-    STAGE=2 bash benchmarks/h200_drafter3.sh "$R/drafter" > "$R/drafter_stage2.txt" 2>&1
-  log "drafter stage 2 rc=$?"; tail -30 "$R/drafter_stage2.txt"
+  drafter_stage2 "new:mtbench:chain3 new:mtbench:tree8-8-64 new:humaneval:chain3" ${SPEED_S:-130}  # then the speed bench below
   [ -f "$W/drafter/config.json" ] && speed 6-4-16_wide 6 4 16 "$W/drafter"
 }
 
-before_tar() {
-  for f in "$R"/drafter/export/model-0000*.safetensors; do [ -f "$f" ] && mv "$f" "$OUT/"; done
-}
+before_tar() { keep_drafter_shards; }
 
 export STAGE_S=${STAGE_S:-$([ "$STAGE" = A ] && echo 330 || echo 585)}; watchdog "$0"
 run_stage A B C
