@@ -355,9 +355,10 @@ def _scale_drafter(args, model):
         return tree_spec("ngram", args.steps, args.topk, args.draft_tokens), NgramDrafter, "drafter: n-gram"
     if draft != "default":
         raise EagleLabError("scale models take --draft default | ngram | none", field="--draft", found=draft)
-    if args.draft_vocab < max(args.topk, 1):
+    topk = args.topk or 1  # None: the default chain
+    if args.draft_vocab < topk:
         raise EagleLabError("the draft vocabulary must hold at least --topk tokens", field="--draft-vocab",
-                            found=args.draft_vocab, expected=f">= {args.topk}")
+                            found=args.draft_vocab, expected=f">= {topk}")
     net, taps = random_eagle3(model, seed=args.seed + 1, draft_vocab=args.draft_vocab)
     spec = tree_spec("eagle3", args.steps, args.topk, args.draft_tokens)
     return spec, (lambda sp: Eagle3Proposer(net, sp, taps)), (
