@@ -68,6 +68,18 @@ def by_group(groups: list[str], lens_per_prompt: list[list[int]], depth: int) ->
     return out
 
 
+def draft_vocabulary(engine) -> torch.Tensor | None:
+    """[V] bool on the CPU: the target tokens an EAGLE-3 drafter's head can propose (None: no such head)."""
+    net = getattr(getattr(engine, "drafter", None), "net", None)
+    return net.t2d.bool().cpu() if net is not None and hasattr(net, "t2d") else None
+
+
+def share(pairs: list[tuple[int, int]]) -> float | None:
+    """sum(hits) / sum(totals) of (hits, total) pairs; None when there is nothing to count."""
+    total = sum(t for _, t in pairs)
+    return sum(h for h, _ in pairs) / total if total else None
+
+
 def per_position(lens: list[int], depth: int) -> list[float]:
     """Conditional acceptance per draft position from accepted lengths (bonus included)."""
     out = []
@@ -114,11 +126,14 @@ def main() -> int:
     ids, how = tokenize_prompts(texts, s.target.tokenizer, s.target.config.vocab_size, args.max_prompt_tokens)
     spec_engine, plain_engine = s.engine(), s.plain_engine()
     timed(spec_engine, ids[0], 16, device), timed(plain_engine, ids[0], 16, device)  # warm-up, graph capture
-    lens, spec_s, plain_s, tokens, same, per_prompt = [], 0.0, 0.0, 0, 0, []
+    in_vocab = draft_vocabulary(spec_engine)  # [V] bool: target tokens the drafter can propose (None: no head)
+    lens, spec_s, plain_s, tokens, same, per_prompt, covered = [], 0.0, 0.0, 0, 0, [], []
     for prompt in ids:
         r_spec, t_spec = timed(spec_engine, prompt, args.max_new_tokens, device)
         r_plain, t_plain = timed(plain_engine, prompt, args.max_new_tokens, device)
         per_prompt.append([a for cyc in r_spec.accept_lens for a in cyc])
+        if in_vocab is not None:  # (tokens the draft vocabulary holds, tokens) of plain greedy's answer
+            covered.append((sum(bool(in_vocab[t]) for t in r_plain.tokens[0]), len(r_plain.tokens[0])))
         lens += per_prompt[-1]
         spec_s, plain_s = spec_s + t_spec, plain_s + t_plain
         tokens += r_spec.generated_tokens
@@ -133,17 +148,24 @@ def main() -> int:
         "spec_tok_s": tokens / spec_s, "plain_tok_s": tokens / plain_s, "speedup": plain_s / spec_s,
         "identical_outputs": f"{same}/{len(ids)}",
         "accept_len_per_prompt": [sum(ls) / len(ls) if ls else None for ls in per_prompt],
+        "draft_vocab_coverage": share(covered),
     }
     if args.set == "mtbench":
-        report["by_category"] = by_group(mtbench_categories(len(ids), args.questions), per_prompt, s.spec.num_steps)
+        cats = mtbench_categories(len(ids), args.questions)
+        report["by_category"] = by_group(cats, per_prompt, s.spec.num_steps)
+        for cat, r in report["by_category"].items():
+            r["draft_vocab_coverage"] = share([c for g, c in zip(cats, covered) if g == cat])
     rates = " ".join(f"{r:.2f}" for r in report["per_position_acceptance"])
     print(f"{args.set} {len(ids)} prompts, {s.spec_label}, {s.device_label} {s.dtype_name}: mean accepted length "
           f"{report['mean_accept_len']:.3f} (bonus included, {len(lens)} cycles); per position {rates}; "
           f"spec {report['spec_tok_s']:.1f} tok/s vs plain {report['plain_tok_s']:.1f} tok/s = {report['speedup']:.2f}x; "
           f"identical outputs {report['identical_outputs']}")
+    if report["draft_vocab_coverage"] is not None:
+        print(f"  the draft vocabulary holds {report['draft_vocab_coverage']:.2%} of plain greedy's tokens")
     for cat, r in report.get("by_category", {}).items():
+        cov = f"  draft vocabulary {r['draft_vocab_coverage']:.1%}" if r.get("draft_vocab_coverage") is not None else ""
         print(f"  {cat:<12} {r['prompts']:>3} prompts  mean accepted length {r['mean_accept_len']:.3f}  per position "
-              + " ".join(f"{x:.2f}" for x in r["per_position_acceptance"]))
+              + " ".join(f"{x:.2f}" for x in r["per_position_acceptance"]) + cov)
     write_report(args.json, report)
     return 0
 
