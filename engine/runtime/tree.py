@@ -124,7 +124,7 @@ def top_k(x: Tensor, k: int, chunk: int | None = None) -> tuple[Tensor, Tensor]:
     One pass of :func:`_argmax_rounds` over each row, or, for a vocabulary larger than
     :data:`TOP_K_ONE_PASS` (or whenever ``chunk`` is given), two: the best ``k`` of every block of
     ``chunk`` entries (default :data:`TOP_K_CHUNK`), then the best ``k`` of those candidates (blocks in
-    order, so ties still go to the lower index). One program per row of a 49,152-entry vocabulary ran
+    order, so ties still go to the lower index). One program per row of a 32,000-entry vocabulary ran
     ~30 us a step on the H200 (a 6/4/16 draft spent 165 us of each cycle there); blocks give the GPU
     rows enough to run side by side.
     """
@@ -144,9 +144,10 @@ def top_k(x: Tensor, k: int, chunk: int | None = None) -> tuple[Tensor, Tensor]:
 
 
 def _argmax_rounds(key: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """``k`` rounds of one max each over ``key [..., M]`` (no NaN, every entry ``> -inf``), the entries
+    """``k`` rounds of one max each over ``key [..., M]`` (no NaN; ``-inf`` only for padding), the entries
     already taken masked to ``-inf``: values and indices ``[..., k]``, ties to the lower index; a value
-    is ``-inf`` once fewer than ``k`` entries were left. ``k`` fused reductions under inductor."""
+    is ``-inf`` (its index a repeat or padding) once fewer than ``k`` entries above ``-inf`` were left.
+    ``k`` fused reductions under inductor."""
     pos = torch.arange(key.shape[-1], device=key.device)  # [M]
     values: list[Tensor] = []
     picked: list[Tensor] = []
