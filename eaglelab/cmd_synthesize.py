@@ -6,6 +6,8 @@ method). Turns that were cut, too short, full of template markup or not text are
 are deduplicated and screened against MT-bench and HumanEval like ``eaglelab prompts``. Writes
 DIR/prompts.jsonl.gz and DIR/manifest.json in ``eaglelab prompts``' format; answer them with
 ``eaglelab distill --prompts DIR`` (several prompt directories may be given to distill together).
+With --systems-file, batch b is conditioned on the file's system message b mod n (a wider spread of
+requests: writing, maths, code, ...); the manifest counts what each message kept.
 """
 
 from __future__ import annotations
