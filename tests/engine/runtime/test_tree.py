@@ -9,7 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eaglelab.engine.runtime.tree import (
-    DraftTree, TreeBuilder, chain_tree, make_tree, order_desc, top_k, tree_attention_mask,
+    DraftTree, TreeBuilder, _order_desc_fused, _top_k_fused, chain_tree, make_tree, order_desc, top_k,
+    tree_attention_mask,
 )
 
 Path = tuple[int, ...]
@@ -296,33 +297,56 @@ ranked_values = st.lists(st.sampled_from([0.0, -1.0, 2.5, -2.5, 7.0, float("inf"
 @given(values=ranked_values, data=st.data())
 def test_top_k_is_a_stable_descending_sort(values, data) -> None:
     """top_k's indices = a stable descending sort's first k (ties to the lower index, NaN last with -inf);
-    its values are the entries at those indices; batched rows rank independently; blocks of any size
-    (the last one short, or holding fewer than k entries) give the same."""
+    its values are the entries at those indices; batched rows rank independently. The eager form and the
+    compiled phases' fused form alike, the fused one in blocks of any size (the last one short, or
+    holding fewer than k entries)."""
     k = data.draw(st.integers(1, len(values)))
     x = torch.tensor([values, values[::-1]], dtype=torch.float32)
-    vals, idx = top_k(x, k, chunk=data.draw(st.sampled_from([1, 2, 3, 5, 8, 256])))
-    for row in range(2):
-        expected = _stable_desc(x[row].tolist())[:k]
-        assert idx[row].tolist() == expected
-        torch.testing.assert_close(vals[row], x[row, expected], rtol=0, atol=0, equal_nan=True)
+    chunk = data.draw(st.sampled_from([1, 2, 3, 5, 8, 256]))
+    for vals, idx in (top_k(x, k), _top_k_fused(x, k, chunk)):
+        for row in range(2):
+            expected = _stable_desc(x[row].tolist())[:k]
+            assert idx[row].tolist() == expected
+            torch.testing.assert_close(vals[row], x[row, expected], rtol=0, atol=0, equal_nan=True)
 
 
 @settings(max_examples=150, deadline=None)
 @given(values=ranked_values, data=st.data())
 def test_order_desc_is_a_stable_descending_sort(values, data) -> None:
-    """order_desc = a stable descending sort's first k, for floats (ties, infinities, NaN) and integers."""
+    """order_desc = a stable descending sort's first k, for floats (ties, infinities, NaN) and integers; the
+    compiled phases' fused form (NaN-free input) alike."""
     k = data.draw(st.integers(1, len(values)))
     x = torch.tensor([values, values[::-1]], dtype=torch.float32)
+    clean = torch.where(torch.isnan(x), float("-inf"), x)
     for row in range(2):
         assert order_desc(x, k)[row].tolist() == _stable_desc(x[row].tolist())[:k]
+        assert _order_desc_fused(clean, k)[row].tolist() == _stable_desc(x[row].tolist())[:k]
     ints = torch.tensor([[int(v) if v == v and abs(v) < 1e9 else 3 for v in values]])
-    assert order_desc(ints, k)[0].tolist() == _stable_desc([float(v) for v in ints[0].tolist()])[:k]
+    for rank in (order_desc, _order_desc_fused):
+        assert rank(ints, k)[0].tolist() == _stable_desc([float(v) for v in ints[0].tolist()])[:k]
 
 
 def test_top_k_never_takes_a_blocks_padding_or_an_entry_twice() -> None:
     """Every entry wanted, -inf and NaN among them, in blocks of 2 (the last one half padding): the
     exhausted blocks' markers rank below every real entry."""
     x = torch.tensor([[1.0, float("-inf"), float("nan"), 2.0, 3.0]])
-    vals, idx = top_k(x, 5, chunk=2)
+    vals, idx = _top_k_fused(x, 5, chunk=2)
     assert idx.tolist() == [[4, 3, 0, 1, 2]]
     torch.testing.assert_close(vals, x[:, [4, 3, 0, 1, 2]], rtol=0, atol=0, equal_nan=True)
+
+
+def test_compiled_ranking_takes_the_fused_forms(monkeypatch) -> None:
+    """Under torch.compile the tree ranks with the fused forms (no topk or sort in the traced graph), eagerly
+    with the eager ones; both give the same indices."""
+    import torch._dynamo.testing as dt
+
+    calls: list[str] = []
+    monkeypatch.setattr("eaglelab.engine.runtime.tree._top_k_eager", lambda *a: calls.append("eager") or _top_k_fused(*a))
+    backend = dt.EagerAndRecordGraphs()
+    x = torch.randn(2, 3, 50)
+    got = torch.compile(lambda t: (top_k(t, 3)[1], order_desc(t[..., 0], 2)), backend=backend, fullgraph=True)(x)
+    assert calls == []  # traced: the fused form only
+    traced = [str(n.target) for g in backend.graphs for n in g.graph.nodes]
+    assert traced and not any("topk" in t or "sort" in t for t in traced)
+    assert torch.equal(got[0], top_k(x, 3)[1]) and calls == ["eager"]
+    assert torch.equal(got[1], order_desc(x[..., 0], 2))
