@@ -136,14 +136,15 @@ def top_k(x: Tensor, k: int, chunk: int | None = None) -> tuple[Tensor, Tensor]:
 
 
 def _top_k_eager(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """:func:`top_k` in ``1 + 2k`` operations (on a CPU at k = 4 over [1, 4, 12288], ~9x fewer microseconds
+    """:func:`top_k` in ``2k + 2`` operations (on a CPU at k = 4 over [1, 4, 12288], ~9x fewer microseconds
     than the fused form run eagerly)."""
     floor = torch.finfo(x.dtype).min
     key = torch.nan_to_num(x, nan=floor, posinf=float("inf"), neginf=floor)  # a copy; every entry > -inf
     picked = []
-    for _ in range(k):
+    for r in range(k):
         index = key.argmax(dim=-1, keepdim=True)  # [..., 1]; the first of equal maxima
-        key.scatter_(-1, index, float("-inf"))
+        if r + 1 < k:
+            key.scatter_(-1, index, float("-inf"))
         picked.append(index)
     indices = torch.cat(picked, dim=-1)  # [..., k]
     return x.gather(-1, indices), indices
