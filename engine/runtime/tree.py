@@ -136,8 +136,8 @@ def top_k(x: Tensor, k: int, chunk: int | None = None) -> tuple[Tensor, Tensor]:
 
 
 def _top_k_eager(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
-    """:func:`top_k` in ``2k + 2`` operations (on a CPU at k = 4 over [1, 4, 12288], ~9x fewer microseconds
-    than the fused form run eagerly)."""
+    """:func:`top_k` in ``2k + 2`` operations (on a 2-core CPU, k = 4 over [1, 4, 12288]: 0.34 ms, the fused form
+    run eagerly 1.1 ms, torch.topk 0.08-0.12 ms, whose ties fall where they may)."""
     floor = torch.finfo(x.dtype).min
     key = torch.nan_to_num(x, nan=floor, posinf=float("inf"), neginf=floor)  # a copy; every entry > -inf
     picked = []
