@@ -38,6 +38,27 @@ watchdog() {
   exit 0
 }
 
+# join_gguf: the default model's GGUF from part 1 (parked in ~/m by the call before) and .carry/m2's part 2
+join_gguf() {
+  cat ~/m/smolpart_00 .carry/m2/smolpart_01 | xz -d > "$GGUF" || exit 1
+  sha256sum "$GGUF" | tee "$R/sha.txt"
+}
+
+# speed_bench NAME LIMIT STEPS TOPK DRAFT_TOKENS DRAFTER: bench at batch 1, spec against plain in one process, every
+# kernel on both sides (8 MT-bench prompts x 128 tokens); $R/NAME.txt and $R/h200_smollm2_NAME.json
+speed_bench() {
+  TAIL=${TAIL:-30} run "$1" "$2" $EL bench --model default --draft "$6" --steps "$3" --topk "$4" --draft-tokens "$5" \
+    --batch-sizes 1 --prompts 8 --max-new-tokens 128 --configs plain-compile-gemv-attn,spec-compile-gemv-attn \
+    --no-micro --json "$R/h200_smollm2_$1.json"
+}
+
+# drafter_stage1: h200_drafter3.sh stage 1 (its knobs from the caller's assignments before the call) in what the stage
+# leaves; output in $R/drafter_stage1.txt
+drafter_stage1() {
+  STAGE1_S=$(( $(left) - 5 )) STAGE=1 bash benchmarks/h200_drafter3.sh "$R/drafter" > "$R/drafter_stage1.txt" 2>&1
+  log "drafter stage 1 rc=$?"; tail -40 "$R/drafter_stage1.txt"
+}
+
 # drafter_stage2 BENCHES SPEED_S: h200_drafter3.sh stage 2 (training resumed, export, the acceptance benches BENCHES)
 # in what the stage leaves less SPEED_S seconds (for a speed bench after it); output in $R/drafter_stage2.txt
 drafter_stage2() {

@@ -34,8 +34,7 @@ stage_a() {
 }
 
 stage_b() {
-  cat ~/m/smolpart_00 .carry/m2/smolpart_01 | xz -d > "$GGUF" || exit 1
-  sha256sum "$GGUF" | tee "$R/sha.txt"
+  join_gguf
   run distill $(( ${DISTILL_S:-240} + 100 )) $EL distill --prompts .carry/prompts --out "$DATA" --limit 50000 \
     --max-new-tokens "${MAX_NEW:-256}" --batch-size "${DISTILL_BS:-512}" --max-prompt-tokens 512 \
     --time-limit "${DISTILL_S:-240}" --device cuda --dtype bfloat16

@@ -43,8 +43,7 @@ stage_a() {
 }
 
 stage_b() {
-  cat ~/m/smolpart_00 .carry/m2/smolpart_01 | xz -d > "$GGUF" || exit 1
-  sha256sum "$GGUF" | tee "$R/sha.txt"
+  join_gguf
   # 1. the speed issue's table on the default model: bs 1 and 8, HF generate beside, one process
   TAIL=50 run bench_smollm2 270 $EL bench --model default --batch-sizes 1,8 --prompts 8 --max-new-tokens 128 \
     --configs "${CONFIGS_SMOL:-plain-graphs,plain-compile,plain-compile-gemv-attn,spec-compile,hf}" --no-micro \

@@ -43,20 +43,15 @@ stage_a() {
 }
 
 stage_b() {
-  cat ~/m/smolpart_00 .carry/m2/smolpart_01 | xz -d > "$GGUF" || exit 1
-  sha256sum "$GGUF" | tee "$R/sha.txt"
+  join_gguf
   SYNTH_N=${SYNTH_N:-200000} SYNTH_S=${SYNTH_S:-170} SYNTH_SEED=7 SYNTH_SYSTEMS=benchmarks/synth_systems.txt \
-    DISTILL_S=${DISTILL_S:-170} N_PROMPTS=1000000 PROMPTS=.carry/synth TOTAL_STEPS=${TOTAL_STEPS:-3400} \
-    STAGE1_S=$(( $(left) - 5 )) STAGE=1 bash benchmarks/h200_drafter3.sh "$R/drafter" > "$R/drafter_stage1.txt" 2>&1
-  log "drafter stage 1 rc=$?"; tail -40 "$R/drafter_stage1.txt"
+    DISTILL_S=${DISTILL_S:-170} N_PROMPTS=1000000 PROMPTS=.carry/synth TOTAL_STEPS=${TOTAL_STEPS:-3400} drafter_stage1
 }
 
 stage_c() {
   drafter_stage2 "new:mtbench:chain3 new:mtbench:tree8-8-64 new:humaneval:chain3" ${SPEED_S:-130}  # then the speed bench below
   local draft=$SHIPPED; [ -f "$W/drafter/config.json" ] && draft=$W/drafter
-  TAIL=30 run bench_6-4-16 $(left) $EL bench --model default --draft "$draft" --steps 6 --topk 4 --draft-tokens 16 \
-    --batch-sizes 1 --prompts 8 --max-new-tokens 128 --configs plain-compile-gemv-attn,spec-compile-gemv-attn \
-    --no-micro --json "$R/h200_smollm2_bench_6-4-16.json"
+  speed_bench bench_6-4-16 $(left) 6 4 16 "$draft"
 }
 
 before_tar() { keep_drafter_shards; }

@@ -27,12 +27,6 @@ source "$(dirname "$0")/device_stage.sh"
 W=$HOME/drafter3
 export INTERMEDIATE=${INTERMEDIATE:-2304} VOCAB=${VOCAB:-10240}
 
-speed() {  # NAME STEPS TOPK DRAFT_TOKENS DRAFTER
-  TAIL=16 run "bench_$1" 120 $EL bench --model default --draft "$5" --steps "$2" --topk "$3" --draft-tokens "$4" \
-    --batch-sizes 1 --prompts 8 --max-new-tokens 128 --configs plain-compile-gemv-attn,spec-compile-gemv-attn \
-    --no-micro --json "$R/h200_smollm2_bench_$1.json"
-}
-
 stage_a() {
   { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
     python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"; } > "$R/gpu.txt" 2>&1
@@ -47,21 +41,18 @@ stage_a() {
 }
 
 stage_b() {
-  cat ~/m/smolpart_00 .carry/m2/smolpart_01 | xz -d > "$GGUF" || exit 1
-  sha256sum "$GGUF" | tee "$R/sha.txt"
+  join_gguf
   mkdir -p ~/synth_sys && cp .carry/synth_sys/manifest.json ~/synth_sys/ \
     && xz -dc .carry/synth_sys/prompts.jsonl.xz | gzip -1 > ~/synth_sys/prompts.jsonl.gz || exit 1
-  speed 6-4-16_shipped 6 4 16 $SHIPPED
-  speed 5-4-16_shipped 5 4 16 $SHIPPED
+  TAIL=16 speed_bench bench_6-4-16_shipped 120 6 4 16 $SHIPPED
+  TAIL=16 speed_bench bench_5-4-16_shipped 120 5 4 16 $SHIPPED
   SYNTH_N=0 DISTILL_S=${DISTILL_S:-240} N_PROMPTS=1000000 PROMPTS="$HOME/synth_sys $HOME/synth_prev" \
-    TOTAL_STEPS=${TOTAL_STEPS:-4000} STAGE1_S=$(( $(left) - 5 )) STAGE=1 \
-    bash benchmarks/h200_drafter3.sh "$R/drafter" > "$R/drafter_stage1.txt" 2>&1
-  log "drafter stage 1 rc=$?"; tail -30 "$R/drafter_stage1.txt"
+    TOTAL_STEPS=${TOTAL_STEPS:-4000} drafter_stage1
 }
 
 stage_c() {
   drafter_stage2 "new:mtbench:chain3 new:mtbench:tree8-8-64 new:humaneval:chain3" ${SPEED_S:-130}  # then the speed bench below
-  [ -f "$W/drafter/config.json" ] && speed 6-4-16_wide 6 4 16 "$W/drafter"
+  [ -f "$W/drafter/config.json" ] && TAIL=16 speed_bench bench_6-4-16_wide 120 6 4 16 "$W/drafter"
 }
 
 before_tar() { keep_drafter_shards; }

@@ -44,8 +44,7 @@ stage_a() {
 }
 
 stage_b() {
-  cat ~/m/smolpart_00 .carry/m2/smolpart_01 | xz -d > "$GGUF" || exit 1
-  sha256sum "$GGUF" | tee "$R/sha.txt"
+  join_gguf
   PART=record TAIL=30 run tp_record 95 bash benchmarks/tp_h200x2.sh "$R/tp_record"
   ( export CUDA_VISIBLE_DEVICES=1; STAGE=1 timeout 440 bash benchmarks/h200_drafter2.sh "$R/drafter" > "$R/drafter_stage1.txt" 2>&1 ) &
   local bg=$!

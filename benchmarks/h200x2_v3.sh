@@ -55,8 +55,7 @@ stage_a() {
 }
 
 stage_b() {
-  cat ~/m/smolpart_00 .carry/m2/smolpart_01 | xz -d > "$GGUF" || exit 1
-  sha256sum "$GGUF" | tee "$R/sha.txt"
+  join_gguf
   # 1. the default model TP=2 vs TP=1 (compiled, shipped drafter), both GPUs
   PART=B BUDGET=${TPB_S:-120} TAR="$R/tpB.tgz" TAIL=30 run tp_b $(( ${TPB_S:-120} + 15 )) bash benchmarks/tp_h200x2_v3.sh /tmp/tpB
   # 2. GPU 1: distill + first training piece; GPU 0: the loop's figures on the default model
