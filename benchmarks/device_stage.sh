@@ -1,8 +1,10 @@
-# Sourced (not run) by the device batch scripts (h200_batch.sh, h200x2_batch.sh, h200x2_v3.sh, h200_v4.sh), from
+# Sourced (not run) by the device batch scripts (h200_batch.sh, h200x2_batch.sh, h200x2_v3.sh, h200_v4..v7.sh), from
 # the repo root of a device call, with STAGE and OUT set. It gives them:
-#   T0, R ($OUT/r: every log and result of the stage; tarred into $OUT at the end), EL, SHIPPED, A, GGUF;
+#   T0, R ($OUT/r: every log and result of the stage; tarred into $OUT at the end), EL, SHIPPED (restored from
+#   .carry/shipped when carried), A, GGUF;
 #   log MSG; run NAME LIMIT CMD... (bounded; output kept whole in $R/NAME.txt, its last ${TAIL:-20} lines echoed);
-#   left (seconds left of STAGE_S, less a margin); watchdog SCRIPT (below); run_stage LETTERS... (below);
+#   left (seconds left of STAGE_S, less a margin); watchdog SCRIPT, run_stage LETTERS..., record_gpu, join_gguf,
+#   speed_bench, drafter_stage1, drafter_stage2, keep_drafter_shards (each described below);
 # and it installs the carried wheels (.whl/, once, outside the watchdog) into /tmp/site, links the packages the
 # installed layout expects, places the carried MT-bench and HumanEval files, and keeps NVLink multicast off.
 set -u
@@ -36,6 +38,16 @@ watchdog() {
   tar -czf "$OUT/results_$STAGE.tar.gz" -C "$OUT" r && rm -rf "$R"
   ls -la "$OUT"
   exit 0
+}
+
+# The shipped drafter, when the call carried it as .carry/shipped (the batch moved it out of the tree to fit 64 MiB)
+[ -f .carry/shipped/config.json ] && [ ! -f $SHIPPED/config.json ] && { mkdir -p $SHIPPED && cp -r .carry/shipped/. $SHIPPED/; }
+
+# record_gpu: the GPU, driver and memory, torch, CUDA and Triton into $R/gpu.txt, and echoed
+record_gpu() {
+  { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
+    python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"; } > "$R/gpu.txt" 2>&1
+  cat "$R/gpu.txt"
 }
 
 # join_gguf: the default model's GGUF from part 1 (parked in ~/m by the call before) and .carry/m2's part 2

@@ -25,12 +25,9 @@
 STAGE=${STAGE:?set STAGE=A, B or C}
 source "$(dirname "$0")/device_stage.sh"
 
-[ -f .carry/shipped/config.json ] && [ ! -f $SHIPPED/config.json ] && { mkdir -p $SHIPPED && cp -r .carry/shipped/. $SHIPPED/; }
 
 stage_a() {
-  { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
-    python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"; } > "$R/gpu.txt" 2>&1
-  cat "$R/gpu.txt"
+  record_gpu
   mkdir -p ~/m && cp .carry/m1/smolpart_00 ~/m/ && log "part 1 parked"
   # 1. the attention kernel against SDPA (the engine's path), kernel by kernel
   TAIL=40 run attn_kernel 100 python3 benchmarks/attn_bench.py --json "$R/h200_attn_kernel.json"

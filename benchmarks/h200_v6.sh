@@ -27,13 +27,10 @@
 STAGE=${STAGE:?set STAGE=A, B or C}
 source "$(dirname "$0")/device_stage.sh"
 
-[ -f .carry/shipped/config.json ] && [ ! -f $SHIPPED/config.json ] && { mkdir -p $SHIPPED && cp -r .carry/shipped/. $SHIPPED/; }
 W=$HOME/drafter3  # h200_drafter3.sh's work folder (token ids, checkpoints, the drafter)
 
 stage_a() {
-  { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
-    python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"; } > "$R/gpu.txt" 2>&1
-  cat "$R/gpu.txt"
+  record_gpu
   mkdir -p ~/m && cp .carry/m1/smolpart_00 ~/m/ && log "part 1 parked"
   # 1. a speculative cycle phase by phase and kernel by kernel (random weights: costs only), the last session's command
   TAIL=90 run spec_profile 230 $EL bench --scale-model smollm2-135m --steps 6 --topk 4 --draft-tokens 16 --batch-sizes 1 \

@@ -23,14 +23,11 @@
 STAGE=${STAGE:?set STAGE=A, B or C}
 source "$(dirname "$0")/device_stage.sh"
 
-[ -f .carry/shipped/config.json ] && [ ! -f $SHIPPED/config.json ] && { mkdir -p $SHIPPED && cp -r .carry/shipped/. $SHIPPED/; }
 W=$HOME/drafter3
 export INTERMEDIATE=${INTERMEDIATE:-2304} VOCAB=${VOCAB:-10240}
 
 stage_a() {
-  { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
-    python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"; } > "$R/gpu.txt" 2>&1
-  cat "$R/gpu.txt"
+  record_gpu
   mkdir -p ~/m ~/synth_prev && cp .carry/m1/smolpart_00 ~/m/ && cp .carry/synth/* ~/synth_prev/ && log "part 1 and the prompts parked"
   for v in 12288 32000; do
     TAIL=40 run "spec_profile_v$v" 140 $EL bench --scale-model smollm2-135m --draft-vocab $v --steps 6 --topk 4 \
