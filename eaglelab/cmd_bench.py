@@ -35,7 +35,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--scale-model", default=None, metavar="NAME",
                    help="random weights of a named shape instead of --model (--draft default: a random EAGLE-3 "
                         "drafter, for cost): llama3.1-8b | kimi-like | smollm2-135m | tiny")
-    p.add_argument("--draft-vocab", type=int, default=32000, metavar="N",
+    p.add_argument("--draft-vocab", type=int, default=None, metavar="N",
                    help="with --scale-model: the random drafter's draft vocabulary (default 32000; the shipped "
                         "SmolLM2 drafter has 12288): the tree's top-k runs over it every draft step")
     # Greedy, and each configuration chooses graphs, compile, the verify mode and the Triton kernels: not flags here
@@ -276,6 +276,7 @@ def _setup(args, log, tp=None) -> dict[str, Any]:
     n_prompts = args.prompts or d["prompts"]
     max_new = args.max_new_tokens or d["max_new_tokens"]
     texts = B.mtbench_first_turns(n_prompts, args.questions)
+    _check_draft_vocab(args)
     built = (_scale_setup(args, device, dtype_name, log, tp) if args.scale_model
              else _model_setup(args, device, dtype_name, max_new, log, tp))
     prompts, how = B.tokenize_prompts(texts, built["tokenizer"], built["target"].config.vocab_size, args.max_prompt_tokens)
@@ -341,10 +342,26 @@ def _scale_setup(args, device, dtype_name, log, tp=None) -> dict[str, Any]:
                 notes=notes, weight_bytes=decode_weight_bytes(sm.model))
 
 
+def _check_draft_vocab(args) -> None:
+    """--draft-vocab sizes the scale model's random drafter only, and must hold --topk tokens (said before any
+    model is built)."""
+    from eaglelab.engine.errors import EagleLabError
+
+    if args.draft_vocab is None:
+        return
+    if not args.scale_model:
+        raise EagleLabError("--draft-vocab sizes the random drafter of --scale-model", field="--draft-vocab",
+                            found=args.draft_vocab, hint="a trained drafter's vocabulary is its own: drop --draft-vocab")
+    topk = args.topk or 1  # None: the default chain
+    if args.draft_vocab < topk:
+        raise EagleLabError("the draft vocabulary must hold at least --topk tokens", field="--draft-vocab",
+                            found=args.draft_vocab, expected=f">= {topk}")
+
+
 def _scale_drafter(args, model):
     from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
     from eaglelab.engine.errors import EagleLabError
-    from eaglelab.engine.model.scale_models import random_eagle3
+    from eaglelab.engine.model.scale_models import RANDOM_DRAFT_VOCAB, random_eagle3
     from eaglelab.engine.runtime.spec_config import SpecConfig
     from eaglelab.session import tree_spec
 
@@ -355,11 +372,7 @@ def _scale_drafter(args, model):
         return tree_spec("ngram", args.steps, args.topk, args.draft_tokens), NgramDrafter, "drafter: n-gram"
     if draft != "default":
         raise EagleLabError("scale models take --draft default | ngram | none", field="--draft", found=draft)
-    topk = args.topk or 1  # None: the default chain
-    if args.draft_vocab < topk:
-        raise EagleLabError("the draft vocabulary must hold at least --topk tokens", field="--draft-vocab",
-                            found=args.draft_vocab, expected=f">= {topk}")
-    net, taps = random_eagle3(model, seed=args.seed + 1, draft_vocab=args.draft_vocab)
+    net, taps = random_eagle3(model, seed=args.seed + 1, draft_vocab=args.draft_vocab or RANDOM_DRAFT_VOCAB)
     spec = tree_spec("eagle3", args.steps, args.topk, args.draft_tokens)
     return spec, (lambda sp: Eagle3Proposer(net, sp, taps)), (
         f"drafter: random EAGLE-3 of the target's width, {net.config.draft_vocab_size}-token draft vocabulary, "

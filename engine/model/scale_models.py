@@ -167,7 +167,10 @@ def default_taps(num_layers: int) -> tuple[int, ...]:
     return (1, max(1, num_layers // 2), num_layers - 1)
 
 
-def random_eagle3(target: Transformer, seed: int = 1, draft_vocab: int = 32000) -> tuple[Eagle3Drafter, tuple[int, ...]]:
+RANDOM_DRAFT_VOCAB = 32000  # a random drafter's draft vocabulary (capped at the target's) unless asked otherwise
+
+
+def random_eagle3(target: Transformer, seed: int = 1, draft_vocab: int = RANDOM_DRAFT_VOCAB) -> tuple[Eagle3Drafter, tuple[int, ...]]:
     """A random-weight EAGLE-3 drafter shaped for ``target`` (one layer of its width), and its taps.
 
     For cost only: its proposals are noise. Draft ids map to target ids one to one (d2t = 0).

@@ -145,3 +145,8 @@ def test_the_scale_models_random_drafter_takes_the_draft_vocabulary_asked(tmp_pa
     assert main(args + ["--draft-vocab", "1"]) != 0
     err = " ".join(capsys.readouterr().err.split())
     assert "--draft-vocab" in err and "at least --topk" in err and "Traceback" not in err
+    assert "building tiny" not in err  # said before the model is built
+    real = ["bench", "--model", "default", "--device", "cpu", "--questions", str(questions), "--draft-vocab", "64"]
+    assert main(real) != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "random drafter of --scale-model" in err and "Traceback" not in err
