@@ -23,39 +23,43 @@ from pathlib import Path
 
 import torch
 
-from eaglelab.bench.harness import mtbench_first_turns, tokenize_prompts
+from eaglelab.bench.harness import mtbench_questions, tokenize_prompts
 from eaglelab.session import add_engine_args, build_session
 
 
-def questions(which: str, n: int, humaneval: str | None, mtbench: str | None, file: str | None = None) -> list[str]:
+def questions(which: str, n: int, humaneval: str | None, mtbench: str | None,
+              file: str | None = None) -> tuple[list[str], list[str] | None]:
+    """(the prompts, their MT-bench categories or None)."""
     if which == "mtbench":
-        return mtbench_first_turns(n, mtbench)
+        asked = mtbench_questions(n, mtbench)
+        return [t for t, _ in asked], [c for _, c in asked]
     if which == "file":  # a prompts file of `eaglelab prompts` / `eaglelab synthesize` (held-out prompts of a kind)
-        from eaglelab.engine.errors import EagleLabError
         from eaglelab.engine.training.prompt_corpus import read_corpus
 
         if not file:
             raise SystemExit("--set file needs --file PROMPTS.jsonl.gz")
-        try:
-            return [r["prompt"] for r in read_corpus(file)[:n]]
-        except EagleLabError as exc:  # a missing or unreadable prompts file: said, not a traceback
-            raise SystemExit(f"error: {exc}") from None
+        return [r["prompt"] for r in read_corpus(file)[:n]], None
+    from eaglelab.engine.errors import EagleLabError
     from eaglelab.engine.formats.assets import HUMANEVAL_PROBLEMS, asset_path
 
     path = Path(humaneval) if humaneval else asset_path(HUMANEVAL_PROBLEMS)
-    with gzip.open(path, "rt") as f:
-        probs = [json.loads(line)["prompt"] for line in f if line.strip()]
-    return ["Complete this Python function:\n\n" + p for p in probs[:n]]
+    try:
+        with gzip.open(path, "rt") as f:
+            probs = [json.loads(line)["prompt"] for line in f if line.strip()]
+    except (OSError, EOFError, ValueError, KeyError, TypeError) as exc:
+        raise EagleLabError(f"not a HumanEval problems file ({type(exc).__name__}: {exc})", file=path,
+                            expected='gzip JSON lines with a "prompt" field') from None
+    return ["Complete this Python function:\n\n" + p for p in probs[:n]], None
 
 
-def mtbench_categories(n: int, mtbench: str | None) -> list[str]:
-    """The MT-bench category of each of the ``n`` first turns :func:`mtbench_first_turns` picks (same spread)."""
-    from eaglelab.engine.formats.assets import MTBENCH_QUESTIONS, asset_path
+def questions_or_exit(*args) -> tuple[list[str], list[str] | None]:
+    """:func:`questions`; a missing or unreadable prompts file is said (exit 1), not a traceback."""
+    from eaglelab.engine.errors import EagleLabError
 
-    path = Path(mtbench) if mtbench else asset_path(MTBENCH_QUESTIONS)
-    cats = [json.loads(line).get("category", "?") for line in path.read_text().splitlines() if line.strip()]
-    n = max(1, min(n, len(cats)))
-    return [cats[i * len(cats) // n] for i in range(n)]
+    try:
+        return questions(*args)
+    except EagleLabError as exc:
+        raise SystemExit(f"error: {exc}") from None
 
 
 def by_group(groups: list[str], lens_per_prompt: list[list[int]], depth: int) -> dict[str, dict]:
@@ -118,7 +122,7 @@ def main() -> int:
     p.add_argument("--max-prompt-tokens", type=int, default=1024)
     p.add_argument("--json", default=None, metavar="OUT")
     args = p.parse_args()
-    texts = questions(args.set, args.prompts, args.humaneval, args.questions, args.file)  # before the model loads
+    texts, cats = questions_or_exit(args.set, args.prompts, args.humaneval, args.questions, args.file)  # before the model loads
     s = build_session(args, log=lambda m: print(m, file=sys.stderr))
     if not s.spec.enabled:
         raise SystemExit("needs a drafter (--draft)")
@@ -150,8 +154,7 @@ def main() -> int:
         "accept_len_per_prompt": [sum(ls) / len(ls) if ls else None for ls in per_prompt],
         "draft_vocab_coverage": share(covered),
     }
-    if args.set == "mtbench":
-        cats = mtbench_categories(len(ids), args.questions)
+    if cats is not None:
         report["by_category"] = by_group(cats, per_prompt, s.spec.num_steps)
         for cat, r in report["by_category"].items():
             r["draft_vocab_coverage"] = share([c for g, c in zip(cats, covered) if g == cat])

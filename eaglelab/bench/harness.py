@@ -609,22 +609,33 @@ def write_json(path: str | Path, report: dict[str, Any]) -> None:
 # ---- prompts ---------------------------------------------------------------------------------------
 def mtbench_first_turns(n: int, questions_file: str | Path | None = None) -> list[str]:
     """First turns of ``n`` MT-bench questions, spread evenly over the 80 (so every category shows)."""
+    return [turn for turn, _ in mtbench_questions(n, questions_file)]
+
+
+def mtbench_questions(n: int, questions_file: str | Path | None = None) -> list[tuple[str, str]]:
+    """(first turn, category) of ``n`` MT-bench questions, spread evenly over the file ("?": no category)."""
     from eaglelab.engine.formats.assets import MTBENCH_QUESTIONS, asset_path
     from eaglelab.engine.errors import EagleLabError
 
     path = Path(questions_file) if questions_file else asset_path(MTBENCH_QUESTIONS)
-    turns = []
-    for i, line in enumerate(path.read_text().splitlines()):
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise EagleLabError(f"cannot read the MT-bench questions ({type(exc).__name__}: {exc})", file=path,
+                            hint="pass --questions FILE (an MT-bench question.jsonl), or leave it out for the asset") from None
+    questions = []
+    for i, line in enumerate(text.splitlines()):
         if line.strip():
             try:
-                turns.append(json.loads(line)["turns"][0])
-            except (json.JSONDecodeError, KeyError, IndexError, TypeError):
+                q = json.loads(line)
+                questions.append((q["turns"][0], str(q.get("category", "?"))))
+            except (json.JSONDecodeError, KeyError, IndexError, TypeError, AttributeError):
                 raise EagleLabError("not an MT-bench question line", file=path, field=f"line {i + 1}",
                                     expected='{"question_id": ..., "turns": ["...", ...]}') from None
-    if not turns:
+    if not questions:
         raise EagleLabError("no questions", file=path)
-    n = max(1, min(n, len(turns)))
-    return [turns[i * len(turns) // n] for i in range(n)]
+    n = max(1, min(n, len(questions)))
+    return [questions[i * len(questions) // n] for i in range(n)]
 
 
 def tokenize_prompts(texts: list[str], tokenizer, vocab_size: int, max_tokens: int) -> tuple[list[list[int]], str]:
