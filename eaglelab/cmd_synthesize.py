@@ -82,7 +82,7 @@ def run(args: argparse.Namespace) -> int:
     if target.tokenizer is None:
         raise ConfigError("the target has no tokenizer", file=target.path, hint="synthesis needs tokenizer.json")
     synth = Synthesizer(target.model, target.tokenizer, settings)
-    prefix = target.tokenizer.decode(synth.prefix, skip_special_tokens=False)
+    prefix = target.tokenizer.decode(synth.prefixes[0], skip_special_tokens=False)
     console.print(f"[bold]synthesize[/] {target.name} on {device} ({device_reason}), {dtype} ({dtype_reason}): "
                   f"{settings.count} user turns, batches of {settings.batch_size}, temperature {settings.temperature}, "
                   f"top-p {settings.top_p}, up to {settings.max_new_tokens} tokens")

@@ -118,20 +118,19 @@ TOP_K_CHUNK = 256  # vocabulary entries per block of top_k's first stage
 TOP_K_ONE_PASS = 16384  # vocabularies up to this size are ranked in one pass (as measured with a 12,288-row head)
 
 
-def top_k(x: Tensor, k: int, chunk: int | None = None) -> tuple[Tensor, Tensor]:
+def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     """The ``k`` largest entries of ``x [..., V]`` (float) along its last dim, largest first: values and
     indices ``[..., k]``. Ties go to the lower index; NaN ranks as ``-inf`` (its value is returned).
 
     Eagerly: ``k`` rounds of a max, each taking its entry out in place (:func:`_top_k_eager`). Compiled
-    (:func:`_top_k_fused`): one pass of :func:`_argmax_rounds` over each row, or, for a vocabulary larger than
-    :data:`TOP_K_ONE_PASS` (or whenever ``chunk`` is given), two: the best ``k`` of every block of
-    ``chunk`` entries (default :data:`TOP_K_CHUNK`), then the best ``k`` of those candidates (blocks in
-    order, so ties still go to the lower index). One program per row of a 32,000-entry vocabulary ran
-    ~30 us a step on the H200 (a 6/4/16 draft spent 165 us of each cycle there); blocks give the GPU
-    rows enough to run side by side.
+    (:func:`_top_k_fused`): one pass of :func:`_argmax_rounds` over each row, or, for a vocabulary larger
+    than :data:`TOP_K_ONE_PASS`, two: the best ``k`` of every block of :data:`TOP_K_CHUNK` entries, then
+    the best ``k`` of those candidates (blocks in order, so ties still go to the lower index). One
+    program per row of a 32,000-entry vocabulary ran ~30 us a step on the H200 (a 6/4/16 draft spent
+    165 us of each cycle there); blocks give the GPU rows enough to run side by side.
     """
     if torch.compiler.is_compiling():
-        return _top_k_fused(x, k, chunk)
+        return _top_k_fused(x, k)
     return _top_k_eager(x, k)
 
 
@@ -152,7 +151,8 @@ def _top_k_eager(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
 
 def _top_k_fused(x: Tensor, k: int, chunk: int | None = None) -> tuple[Tensor, Tensor]:
     """:func:`top_k` from reductions and elementwise work (the entries taken are masked by comparison with
-    the indices picked, not written), in blocks past :data:`TOP_K_ONE_PASS` entries."""
+    the indices picked, not written), in blocks past :data:`TOP_K_ONE_PASS` entries (blocks of ``chunk``
+    entries whenever it is given: the tests' way to the two-stage path)."""
     floor = torch.finfo(x.dtype).min
     key = torch.where(torch.isnan(x) | (x == float("-inf")), floor, x)  # every entry above the mask value
     vocab = x.shape[-1]

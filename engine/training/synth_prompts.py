@@ -145,8 +145,7 @@ class Synthesizer:
 
     def __init__(self, model, tokenizer, settings: SynthSettings, *, clock: Callable[[], float] = time.perf_counter):
         self.model, self.tokenizer, self.settings, self.clock = model, tokenizer, settings, clock
-        self.prefixes = [user_turn_prefix(tokenizer, m) for m in settings.conditions]
-        self.prefix = self.prefixes[0]
+        self.prefixes = [user_turn_prefix(tokenizer, m) for m in settings.conditions]  # one per system message
         self._engine = None
 
     @property
