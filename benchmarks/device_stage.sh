@@ -60,7 +60,7 @@ join_gguf() {
 # kernel on both sides (8 MT-bench prompts x 128 tokens); $R/NAME.txt and $R/h200_smollm2_NAME.json
 speed_bench() {
   TAIL=${TAIL:-30} run "$1" "$2" $EL bench --model default --draft "$6" --steps "$3" --topk "$4" --draft-tokens "$5" \
-    --batch-sizes 1 --prompts 8 --max-new-tokens 128 --configs plain-compile-gemv-attn,spec-compile-gemv-attn \
+    --batch-sizes 1 --prompts 8 --max-new-tokens 128 --configs "${CONFIGS:-plain-compile-gemv-attn,spec-compile-gemv-attn}" \
     --no-micro --json "$R/h200_smollm2_$1.json"
 }
 

@@ -26,6 +26,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="verify as a fixed-shape decode over the static cache, or as an eager extend")
     g.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="capture each phase of a cycle in one CUDA graph per batch bucket (default: on with CUDA)")
+    g.add_argument("--one-graph-cycle", action=argparse.BooleanOptionalAction, default=True,
+                   help="run a whole EAGLE-3 cycle (draft, verify, accept, draft-extend, advance) as one phase: one "
+                        "CUDA graph launch per cycle; --no-one-graph-cycle runs a phase (a graph) each (default: on; "
+                        "needs decode-mode verify; off under tensor parallelism)")
     g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile each captured phase whole (once per batch bucket; eager runs: the layers' "
                         "RMSNorm/rotary/SwiGLU), cached on disk under the eaglelab cache (default: on with CUDA graphs)")
@@ -353,7 +357,8 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
         s.spec = SpecConfig(cuda_graphs=graphs, compile=compile_)
         s.spec_label = "off"
         return
-    modes = dict(attention_mode=a.attention_mode, cuda_graphs=graphs, compile=compile_)
+    modes = dict(attention_mode=a.attention_mode, cuda_graphs=graphs, compile=compile_,
+                 one_graph_cycle=getattr(a, "one_graph_cycle", True))
     if draft == "ngram":
         s.spec = tree_spec("ngram", a.steps, a.topk, a.draft_tokens, **modes)
         s.drafter = NgramDrafter(s.spec)
@@ -364,4 +369,5 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
         s.notes.append(f"aux taps: {reason}")
     sp = s.spec
     s.spec_label = (f"{sp.algorithm}, {sp.num_steps} steps, topk {sp.topk}, {sp.draft_tokens} tokens per verify, "
-                    f"verify attention mode {sp.attention_mode}")
+                    f"verify attention mode {sp.attention_mode}"
+                    + (", one graph per cycle" if sp.one_graph_cycle and draft != "ngram" and sp.attention_mode == "decode" else ""))

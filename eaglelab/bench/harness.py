@@ -8,7 +8,8 @@ Everything runs in one process on the same prompts and batch sizes:
     spec-prefill-graphs  the same with the drafter's forwards captured (verify stays eager: the
                          configuration of an SGLang deployment that ran slower than plain decoding)
     spec-decode          speculative, verify in attention mode decode, no graphs
-    spec-decode-graphs   the same with verify and the drafter's forwards captured
+    spec-decode-graphs   the same, the whole cycle replayed as one CUDA graph (the *-phases config: a graph
+                         per phase, five launches a cycle)
     hf                   HF transformers ``generate`` (greedy, eager), the peer
 
 Generation length is fixed (EOS ignored, ``max_new_tokens`` per row) so every configuration
@@ -62,6 +63,7 @@ class BenchConfig:
     compile: bool = False  # each captured phase torch.compile'd whole
     gemv: bool = False  # projections of M <= 16 rows on the Triton GEMV (engine/model/gemv.py)
     attn: bool = False  # attention of T <= 16 query rows on the Triton decode attention (engine/model/decode_attention.py)
+    one_graph: bool = True  # speculative, decode-mode verify: the whole cycle one phase (False: a phase each)
 
     @property
     def triton(self) -> bool:
@@ -91,6 +93,9 @@ CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
     BenchConfig("spec-compile-gemv-attn", True, "decode", True, compile=True, gemv=True, attn=True,
                 description="speculative, decode-mode verify, CUDA graphs + torch.compile'd phases + Triton GEMV "
                             "+ Triton decode attention"),
+    BenchConfig("spec-compile-gemv-attn-phases", True, "decode", True, compile=True, gemv=True, attn=True,
+                one_graph=False, description="as spec-compile-gemv-attn, each phase of the cycle its own graph "
+                                             "(five launches a cycle, not one)"),
     BenchConfig("hf", False, "decode", False, peer=True, description="HF transformers generate (eager)"),
 )}
 
@@ -261,7 +266,8 @@ def _engine_spec(cfg: BenchConfig, ctx: BenchContext) -> SpecConfig:
         return SpecConfig(cuda_graphs=cfg.graphs, compile=cfg.compile)
     s = ctx.spec
     return SpecConfig(s.algorithm, num_steps=s.num_steps, topk=s.topk, num_draft_tokens=s.num_draft_tokens,
-                      attention_mode=cfg.attention_mode, cuda_graphs=cfg.graphs, compile=cfg.compile)
+                      attention_mode=cfg.attention_mode, cuda_graphs=cfg.graphs, compile=cfg.compile,
+                      one_graph_cycle=cfg.one_graph)
 
 
 class FixedCacheEagerRunner(EagerRunner):

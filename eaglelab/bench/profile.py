@@ -303,7 +303,8 @@ def profile_spec_phases(ctx, kset: SpecKernelSet, compiled: bool, batch: int, st
     from eaglelab.bench.harness import CONFIGS, _engine_spec, groups_for
     from eaglelab.engine.runtime.generate import Engine
 
-    spec = _engine_spec(CONFIGS["spec-decode"], ctx)  # decode-mode verify: a phase, as every graph config has it
+    # decode-mode verify, a phase (a graph) each: profiled one by one (a one-graph cycle runs the same functions)
+    spec = _engine_spec(replace(CONFIGS["spec-decode"], one_graph=False), ctx)
     drafter = ctx.make_drafter(spec)
     details = {name: _phase_detail(name, spec) for name in ("draft", "verify", "accept", "draft_extend", "advance")}
     probe = PhaseMeasure(batch, steps, warmup, top, ctx.tp is None or ctx.tp.rank == 0,

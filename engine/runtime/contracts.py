@@ -66,6 +66,41 @@ class Drafter(Protocol):
 
 
 @runtime_checkable
+class FusableDrafter(Protocol):
+    """A drafter whose draft and draft-extend are pure functions of tensors, so the engine can run a whole
+    cycle as one phase (one CUDA graph): what one cycle hands the next lives in runner state."""
+
+    def cycle_parts(self) -> dict[str, Callable[..., tuple]]:
+        """``{"draft": f(root, lengths, hidden, logp) -> (tokens, parents, depth, mask, rank),
+        "draft_extend": f(tokens, path, aux, lengths, accept_len) -> (hidden, logp)}``: the functions of
+        :meth:`Drafter.propose` and :meth:`Drafter.commit` (hidden, logp: the next root's, [B, H], [B, V_draft])."""
+
+    def carry(self, runner: Runner, cache: KVCache) -> dict[str, torch.Tensor]:
+        """After :meth:`Drafter.begin`: ``{"draft_hidden", "draft_logp"}`` moved into ``runner`` state (on
+        the run's ``cache``), which a one-graph cycle updates in place; the drafter keeps reading them."""
+
+
+class PhaseParts:
+    """A phase made of parts run in order: ``body(parts, **inputs)``, ``parts`` a dict of named callables.
+
+    The engine's one-graph cycle is one (draft, verify, accept, draft_extend, advance: the functions of the
+    phases it replaces). A runner that compiles phases compiles each part on its own
+    (:meth:`with_parts`) rather than the whole: the body may do what a compiler cannot trace (record the
+    observer's timing events between parts), and each part compiles as its own phase would.
+    """
+
+    def __init__(self, body: Callable[..., tuple], parts: dict[str, Callable[..., tuple]]) -> None:
+        self.body, self.parts = body, parts
+
+    def __call__(self, **inputs) -> tuple:
+        return self.body(self.parts, **inputs)
+
+    def with_parts(self, wrap: Callable[[str, Callable[..., tuple]], Callable[..., tuple]]) -> "PhaseParts":
+        """The same phase with each part replaced by ``wrap(name, part)`` (a compiled part, say)."""
+        return PhaseParts(self.body, {name: wrap(name, part) for name, part in self.parts.items()})
+
+
+@runtime_checkable
 class Runner(Protocol):
     """Executes the loop's forwards. Shapes: B rows, T prompt tokens, N tree nodes, S cache slots.
 
@@ -84,7 +119,8 @@ class Runner(Protocol):
         may write only ``caches`` and ``state`` (from :meth:`make_state`, updated in place, never copied);
         the graph runner replays it as one CUDA graph per batch bucket (and per input shape), or runs it
         eagerly when ``eager`` gives the reason (``"eager: ..."``); under --compile it compiles the phase
-        first unless ``compile`` is False (a phase run once per request: the prompt's)."""
+        first unless ``compile`` is False (a phase run once per request: the prompt's); a :class:`PhaseParts`
+        ``fn`` is compiled part by part."""
 
     def prefill_width(self, batch: int, prompt_len: int, cache: KVCache) -> tuple[int, str | None]:
         """The width [B, W] to pad a prompt batch to, W >= ``prompt_len``, and None when the prefill on

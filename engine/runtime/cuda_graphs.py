@@ -50,7 +50,7 @@ from typing import Callable, Hashable
 
 import torch
 
-from eaglelab.engine.runtime.contracts import Drafter
+from eaglelab.engine.runtime.contracts import Drafter, PhaseParts
 from eaglelab.engine.model.layers import EAGER_KERNELS, Kernels, prepare_fused
 from eaglelab.engine.runtime.kv_cache import KVCache
 from eaglelab.engine.model.model import Transformer
@@ -204,6 +204,7 @@ class CudaGraphRunner:
         self._graphs: dict[tuple[str, int, int], _Graph] = {}
         self._state: dict[tuple, torch.Tensor] = {}  # (name, shape[1:], dtype) -> the loop state's static buffer
         self._failed: dict[tuple[str, int, int], str] = {}
+        self._parts: dict[tuple, Callable[..., tuple]] = {}  # (phase, part, bucket, fn) -> compiled part
         self._captured = False
         self._pool = None
         self._status: dict[str, str] = {}
@@ -312,6 +313,18 @@ class CudaGraphRunner:
         eager = self._forward_fn(name, ins)
         run = self._compiled(f"{name} [b={b}, T={T}]", eager)
         self._capture((name, b, T), name, b, ins, run, (cache,), None if run is eager else eager)
+
+    def _compiled_phase(self, name: str, b: int, fn: Callable[..., tuple]) -> Callable[..., tuple]:
+        """A phase compiled for bucket ``b``: whole, or part by part (:class:`PhaseParts`; a part already
+        compiled for this bucket, by another graph of the same phase, is reused)."""
+        if not isinstance(fn, PhaseParts) or self.compile_phase is None:
+            return self._compiled(f"{name} [b={b}]", fn)
+
+        def part(key: str, f: Callable[..., tuple]) -> Callable[..., tuple]:
+            if (name, key, b, f) not in self._parts:
+                self._parts[(name, key, b, f)] = self._compiled(f"{name}.{key} [b={b}]", f)
+            return self._parts[(name, key, b, f)]
+        return fn.with_parts(part)
 
     def _compiled(self, label: str, fn: Callable[..., tuple]) -> Callable[..., tuple]:
         """``fn`` compiled whole (static shapes) under --compile, else ``fn`` itself."""
@@ -451,7 +464,7 @@ class CudaGraphRunner:
             if key not in self._graphs and key not in self._failed:
                 ins = _static_copy(inputs, b)
                 bound = {k: self._state[_state_key(k, v)][:b] for k, v in state.items()}
-                run = self._compiled(f"{name} [b={b}]", fn) if compile else fn
+                run = self._compiled_phase(name, b, fn) if compile else fn
                 self._capture(key, name, b, ins, lambda: tuple(run(**ins, **bound)), caches,
                               None if run is fn else lambda: tuple(fn(**ins, **bound)), tuple(bound.values()))
             reason = self._failed.get(key)

@@ -130,6 +130,17 @@ class Eagle3Proposer:
         tree = builder.finish(self.spec.draft_tokens)
         return tree.tokens, tree.parents, tree.depth, tree.mask, tree.rank
 
+    def cycle_parts(self) -> dict:
+        """The draft and draft-extend functions, for an engine running a whole cycle as one phase."""
+        return {"draft": self._draft, "draft_extend": self._extend}
+
+    def carry(self, runner: Runner, cache) -> dict[str, torch.Tensor]:
+        """The next root's hidden state and draft log-probs (from :meth:`begin`) in ``runner`` state on the
+        run's ``cache``: a one-graph cycle writes them in place, and :meth:`propose` reads them there too."""
+        state = runner.make_state({"draft_hidden": self.next_hidden, "draft_logp": self.next_logp}, cache)
+        self.next_hidden, self.next_logp = state["draft_hidden"], state["draft_logp"]
+        return state
+
     # after acceptance: extend over root, d1..dk (features) paired with d1..dk, bonus (tokens)
     def commit(self, st: DraftView, acc: Acceptance, aux: torch.Tensor, runner: Runner) -> None:
         """The draft-extend over the accepted tokens: one phase (one graph per batch bucket)."""

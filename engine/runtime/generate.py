@@ -14,6 +14,10 @@ graph runner, so a cycle is five graph launches and the stop check)::
     draft_extend  the drafter catches up on the accepted tokens with the target's aux features
     advance       the accepted tokens emitted (up to EOS and max_new), lengths and root moved
 
+With an EAGLE-3 drafter and decode-mode verify (``SpecConfig.one_graph_cycle``, the default; not under TP) the
+five run as ONE phase, ``cycle`` (:meth:`Engine._one_graph_cycle`): the same functions in the same order, one
+graph launch per cycle, the observer's phase times taken inside it (:class:`PartMarks`).
+
 The per-row state the phases update (lengths, root, out, n_out, done, hit_eos, limit) is bound to
 the graphs (``runner.make_state``), never copied in or out. The stop check reads the state of the
 step before the last one launched (:class:`StepReader`, on CUDA): the host queues the next step while
@@ -30,6 +34,7 @@ from __future__ import annotations
 import platform
 import sys
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable
@@ -37,7 +42,7 @@ from typing import Callable
 import torch
 
 from eaglelab.engine.runtime.acceptance import Acceptance, greedy_accept, path_ranks, rejection_accept
-from eaglelab.engine.runtime.contracts import DraftView, Drafter, Runner
+from eaglelab.engine.runtime.contracts import DraftView, Drafter, FusableDrafter, PhaseParts, Runner
 from eaglelab.engine.runtime.kv_cache import KVCache
 from eaglelab.engine.runtime.limits import check_memory, kv_cache_bytes
 from eaglelab.engine.model.layers import prefix_mask
@@ -45,10 +50,10 @@ from eaglelab.engine.model.model import Transformer
 from eaglelab.engine.runtime.observer import CycleStats, Observer, RunInfo, RunSummary, json_values
 from eaglelab.engine.runtime.readback import Staged, Stager, StepReader, StepView
 from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA, EAGER_NO_RUNNER, EAGER_OFF, SOURCE_RUNNER, eager_warning
-from eaglelab.engine.runtime.runner import EagerRunner
+from eaglelab.engine.runtime.runner import FORWARD_PHASES, EagerRunner
 from eaglelab.engine.runtime.sampling import SamplingParams, exponential_noise, probs_from_logits, sample_with
 from eaglelab.engine.runtime.spec_config import SpecConfig
-from eaglelab.engine.runtime.timing import PhaseClock, observe_allreduce
+from eaglelab.engine.runtime.timing import PartMarks, PhaseClock, observe_allreduce
 from eaglelab.engine.runtime.tree import DraftTree, tree_attention_mask
 
 StreamFn = Callable[[int, list[int]], None]  # (row, new token ids)
@@ -142,6 +147,14 @@ class Engine:
         if target.tp is not None:  # this engine's observer times the group's all-reduces (None: untimed)
             observe_allreduce(target.tp, observer)
         self.clock = PhaseClock(self.device, enabled=observer is not None, tp=target.tp)
+        # the whole cycle as one phase (see the module's docstring), timed from inside by two PartMarks that
+        # alternate cycle by cycle (a graph's marks are read one cycle late, before it replays again); the
+        # runner's, as its graphs are: engines sharing a runner replay the graphs the first one captured
+        self.one_graph = (spec.enabled and spec.one_graph_cycle and spec.attention_mode == "decode"
+                          and target.tp is None and isinstance(drafter, FusableDrafter))
+        self._marks = _CYCLE_MARKS.setdefault(self.runner, (PartMarks(self.device, True), PartMarks(self.device, True)))
+        self._carry: dict[str, torch.Tensor] = {}
+        self._cycle_fns: dict[tuple, PhaseParts] = {}
         self._cycle = 0
         self._warned: set[str] = set()
         self._stager = Stager(self.device)  # the observer's one device-to-host copy per cycle
@@ -161,6 +174,7 @@ class Engine:
         self._cycle = 0
         self._warned.clear()
         self._pending = None
+        self._cycle_fns.clear()  # they close over the run's caches
         self._announce(len(prompts))
         setup0 = self.runner.setup_seconds
         t0 = time.perf_counter()
@@ -217,6 +231,8 @@ class Engine:
         if self.drafter is not None:
             with self.clock.phase("draft_extend"):
                 self.drafter.begin(st.view(), ids, aux[0] if aux else None, self.runner)
+                if self.one_graph:
+                    self._carry = self.drafter.carry(self.runner, cache)
         self._emit("prefill", st)
         return st
 
@@ -281,6 +297,8 @@ class Engine:
 
     # ---- speculative cycle -------------------------------------------------------------------
     def _spec_cycle(self, st: Batch, sampling: SamplingParams, generator) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.one_graph:
+            return self._one_graph_cycle(st, sampling, generator)
         with self.clock.phase("draft"):
             tree = self.drafter.propose(st.view(), self.runner)
         if self.target.tp is not None and self.target.tp.check_replicas:  # debug: the replicated drafter agrees
@@ -297,6 +315,57 @@ class Engine:
                                                   state=st.state())  # [B] the accepted length, [B] rows that ran
         self._emit("spec", st, {"active": active, "committed": committed, "path": acc.path, **ranks}, tree.num_nodes)
         return committed, active  # read on the host once, at the end of the run
+
+    def _one_graph_cycle(self, st: Batch, sampling: SamplingParams, generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """The cycle above as one phase (one graph per batch bucket): the drafter's draft and draft-extend and
+        the engine's verify, accept and advance, in that order, on the same tensors; what a cycle hands the
+        next (the drafter's root hidden state and log-probs) is runner state, written in place."""
+        B, N = st.root.shape[0], self.spec.draft_tokens
+        observed = self.observer is not None
+        parity = self._cycle % 2 if observed and self.device.type == "cuda" else 0
+        fn = self._cycle_fn(st.cache, sampling, observed, parity)
+        ins = self._noise(B, N, sampling, generator)
+        caches = (st.cache, self.drafter.cache)  # type: ignore[union-attr]
+        committed, active, path, *seen = self.runner.phase(
+            "cycle", fn, ins, caches, (id(self.drafter), sampling, self._eos_key, observed, parity),
+            state=st.state() | self._carry)
+        if observed:
+            self.clock.add(self._marks[parity].take())
+        ranks = {"ranks": seen[0], "open": seen[1]} if observed else {}
+        self._emit("spec", st, {"active": active, "committed": committed, "path": path, **ranks}, N)
+        return committed, active
+
+    def _cycle_fn(self, cache: KVCache, sampling: SamplingParams, observed: bool, parity: int) -> PhaseParts:
+        """The one-graph cycle's function (made once per run and setting; the parts shared by both parities)."""
+        key = (sampling, observed, parity)
+        if key in self._cycle_fns:
+            return self._cycle_fns[key]
+        depth = self.spec.num_steps
+        shared = next((f.parts for k, f in self._cycle_fns.items() if k[:2] == key[:2]), None)
+        parts = shared or {**self.drafter.cycle_parts(), "verify": self._verify_fn(cache, depth),  # type: ignore[union-attr]
+                           "accept": self._accept_fn(cache, sampling, depth, observed), "advance": self._advance_fn}
+        marks = self._marks[parity] if observed else _UNTIMED
+
+        def cycle(parts, draft_hidden, draft_logp, uniform=None, race=None, **state):
+            marks.start()
+            lengths = state["lengths"]
+            with marks.part("draft"):
+                tokens, parents, tree_depth, mask, rank = parts["draft"](state["root"], lengths, draft_hidden, draft_logp)
+            with marks.part("verify"):
+                logits, aux = parts["verify"](lengths, tokens, parents, tree_depth, mask)
+            with marks.part("accept"):
+                accept_len, path, accepted, bonus, *seen = parts["accept"](
+                    lengths, logits, tokens, parents, tree_depth, mask, uniform, race, rank if observed else None)
+            with marks.part("draft_extend"):  # before advance: it reads the cycle's start lengths
+                hidden, logp = parts["draft_extend"](accepted, path, aux, lengths, accept_len)
+                draft_hidden.copy_(hidden)
+                draft_logp.copy_(logp)
+            with marks.part("accept"):  # emit, move the positions: timed as acceptance, as in the phases
+                committed, active = parts["advance"](accepted, accept_len, bonus, **state)
+            return committed, active, path, *seen
+
+        self._cycle_fns[key] = PhaseParts(cycle, parts)
+        return self._cycle_fns[key]
 
     def _advance_fn(self, tokens, accept_len, bonus, **state):
         """The advance phase: the accepted tokens [B, D+1] emitted, ``accept_len`` cached, ``bonus`` the root."""
@@ -436,8 +505,13 @@ class Engine:
         if readback is None:
             readback = {"active": ~st.done}
         batch = st.lengths.shape[0]
+        if kind == "spec" and self.one_graph:  # one graph ran every forward of the cycle
+            replayed = self.runner.graph_status("cycle", self.spec.attention_mode, batch)["cycle"]
+            graph = {phase: replayed for phase in FORWARD_PHASES["spec"]}
+        else:
+            graph = self.runner.graph_status(kind, self.spec.attention_mode, batch)
         pending = _Pending(index=self._cycle, kind=kind, marks=self.clock.take(), tree_nodes=tree_nodes,
-                           graph=self.runner.graph_status(kind, self.spec.attention_mode, batch),
+                           graph=graph,
                            staged=self._stager.stage(readback))
         previous, self._pending = self._pending, pending
         if previous is not None:
@@ -479,6 +553,10 @@ class Engine:
             if message is not None and message not in self._warned:
                 self._warned.add(message)
                 self.observer.on_warning(SOURCE_RUNNER, message)
+
+
+_CYCLE_MARKS: "weakref.WeakKeyDictionary[Runner, tuple[PartMarks, PartMarks]]" = weakref.WeakKeyDictionary()
+_UNTIMED = PartMarks(torch.device("cpu"), enabled=False)  # an unobserved cycle marks nothing
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from eaglelab.engine.runtime.reasons import EAGER_OFF
 # The forwards each kind of cycle runs, as graph_status reports them.
 FORWARD_PHASES: dict[str, tuple[str, ...]] = {
     "prefill": ("prefill",), "decode": ("decode",), "spec": ("draft", "verify", "draft_extend"),
+    "cycle": ("cycle",),  # the one-graph speculative cycle: every forward of "spec" in one phase
 }
 
 

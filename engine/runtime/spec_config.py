@@ -30,6 +30,10 @@ class SpecConfig:
     attention_mode: str = "decode"
     cuda_graphs: bool = False
     compile: bool = False  # torch.compile each captured phase whole (eager runs: RMSNorm, rotary, SwiGLU)
+    # The whole speculative cycle as one phase (one CUDA graph: draft, verify, accept, draft-extend, advance)
+    # where the drafter allows it (EAGLE-3) and verify is decode-mode, without tensor parallelism; False: a
+    # phase (a graph) each, as SGLang runs them.
+    one_graph_cycle: bool = True
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:

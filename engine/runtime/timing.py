@@ -1,9 +1,10 @@
 """Phase timing for the observer: CUDA events on GPU, ``perf_counter`` on CPU, profiler ranges.
 
 A disabled clock costs one attribute check per phase: no event, no range, no host sync.
-An enabled clock records events around each phase (never inside a captured graph: the engine
-times around graph replays); the engine takes a cycle's marks at its end (:meth:`PhaseClock.take`) and
-reads them (:meth:`PhaseClock.elapsed`) one cycle later, when they have long completed.
+An enabled clock records events around each phase (the engine times around graph replays); the engine
+takes a cycle's marks at its end (:meth:`PhaseClock.take`) and reads them (:meth:`PhaseClock.elapsed`)
+one cycle later, when they have long completed. A phase made of parts (the one-graph cycle) times its
+parts from inside with :class:`PartMarks`, whose events a captured graph records at each replay.
 
 Under tensor parallelism the same clock tags each all-reduce with the phase running and hands the
 group's CUDA-event timings to the observer at each ``take``; :func:`observe_allreduce` connects
@@ -51,6 +52,11 @@ class PhaseClock:
                     yield
                     self._open.append((name, t0, time.perf_counter()))
 
+    def add(self, marks: list[tuple[str, object, object]]) -> None:
+        """Marks taken elsewhere (:meth:`PartMarks.take`), as if this clock had timed them."""
+        if self.enabled:
+            self._open.extend(marks)
+
     def take(self) -> list[tuple[str, object, object]]:
         """The phase marks since the last take, unread (CUDA events may still be pending; read them
         with :meth:`elapsed` later). Under TP the all-reduce timings are handed over now: a graph
@@ -69,6 +75,48 @@ class PhaseClock:
             ms = a.elapsed_time(b) if self.cuda else (b - a) * 1e3  # type: ignore[union-attr,operator]
             out[name] = out.get(name, 0.0) + ms
         return out
+
+
+class PartMarks:
+    """Times the parts of one phase from inside its function, which may be captured into a CUDA graph.
+
+    Each call starts afresh (:meth:`start`) and marks its parts; :meth:`take` gives the last call's marks.
+    On CUDA a mark is a pair of timing events; made during a capture they are external events, which the
+    graph records at every replay: after a replay, :meth:`take` gives the capture's pairs, now holding that
+    replay's times. They are read a cycle later, so a graph timed this way must not replay again before:
+    the engine alternates two such graphs (two :class:`PartMarks`). On CPU a mark is two ``perf_counter``
+    readings (the parts run synchronously). Disabled, a mark costs one attribute check.
+    """
+
+    def __init__(self, device: torch.device, enabled: bool) -> None:
+        self.enabled = enabled
+        self.cuda = enabled and device.type == "cuda"
+        self._marks: list[tuple[str, object, object]] = []
+
+    def start(self) -> None:
+        self._marks = []
+
+    @contextlib.contextmanager
+    def part(self, name: str) -> Iterator[None]:
+        if not self.enabled:
+            yield
+            return
+        if self.cuda:
+            external = torch.cuda.is_current_stream_capturing()
+            kw = {"enable_timing": True, "external": True} if external else {"enable_timing": True}
+            start, end = torch.cuda.Event(**kw), torch.cuda.Event(**kw)
+            start.record()
+            yield
+            end.record()
+            self._marks.append((name, start, end))
+        else:
+            t0 = time.perf_counter()
+            yield
+            self._marks.append((name, t0, time.perf_counter()))
+
+    def take(self) -> list[tuple[str, object, object]]:
+        """The last call's marks (a replayed graph's: its capture's events); for :meth:`PhaseClock.add`."""
+        return list(self._marks)
 
 
 def observe_allreduce(tp: TPGroup, observer: Observer | None) -> None:

@@ -54,14 +54,17 @@ def test_compiled_decode_phase_gives_the_eager_tokens(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow  # five phases (draft, verify, accept, draft_extend, advance) compile on the CPU: a few minutes here
-def test_compiled_speculation_gives_plain_greedy_tokens(tmp_path, monkeypatch):
+@pytest.mark.parametrize("one_graph", [True, False], ids=["one-graph-cycle", "graph-per-phase"])
+def test_compiled_speculation_gives_plain_greedy_tokens(tmp_path, monkeypatch, one_graph):
     """EAGLE-3 greedy speculation with every phase compiled and replayed == plain greedy eager decoding;
-    the draft's top-k in blocks of 64 (the 256-token draft vocabulary takes its two-stage path)."""
+    the draft's top-k in blocks of 64 (the 256-token draft vocabulary takes its two-stage path). As one
+    graph per cycle, each of the five parts is compiled on its own (the graph between them times them)."""
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     monkeypatch.setattr("eaglelab.engine.runtime.tree.TOP_K_CHUNK", 64)
     monkeypatch.setattr("eaglelab.engine.runtime.tree.TOP_K_ONE_PASS", 128)
     model = build_scale_model("tiny", seed=3).model
-    spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, cuda_graphs=True, compile=True)
+    spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, cuda_graphs=True, compile=True,
+                      one_graph_cycle=one_graph)
     kernels = compiled_kernels(tmp_path)
     eng = _spec_engine(model, spec, lambda net, taps: EmulatedRunner.for_engine(
         model, spec, Eagle3Proposer(net, spec, taps), max_len=64, buckets=(2,), kernels=kernels), Recorder())
@@ -69,9 +72,12 @@ def test_compiled_speculation_gives_plain_greedy_tokens(tmp_path, monkeypatch):
     plain = Engine(model, spec=SpecConfig(), runner=EagerRunner(model)).generate(PROMPTS, 10)
     assert out.tokens == plain.tokens
     assert compile_report(kernels)[1] == []
-    assert sorted(p.name for p in kernels.compile_phase.made) == [
-        "accept [b=2]", "advance [b=2]", "draft [b=2]", "draft_extend [b=2]", "verify [b=2]"]  # not the prompt's
+    parts = ["accept [b=2]", "advance [b=2]", "draft [b=2]", "draft_extend [b=2]", "verify [b=2]"]  # not the prompt's
+    assert sorted(p.name for p in kernels.compile_phase.made) == [("cycle." if one_graph else "") + p for p in parts]
+    spec_cycles = [c for c in eng.observer.cycles if c.kind == "spec"]
     assert all(v == REPLAY for c in eng.observer.cycles for v in c.graph.values())
+    assert all(set(c.graph) == {"draft", "verify", "draft_extend"} for c in spec_cycles)
+    assert all({"draft", "verify", "accept", "draft_extend"} <= set(c.phase_ms) for c in spec_cycles)
 
 
 @pytest.mark.slow  # compiles a one-layer decode on the CPU (about half a minute here)

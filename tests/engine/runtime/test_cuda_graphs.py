@@ -183,7 +183,8 @@ def test_spec_replay_matches_eager(tiny, kind, mode):
         assert g["draft"] == (draft if kind == "ngram" else REPLAY)
     if kind == "eagle3":  # the proposer drafted on the runner's static cache (the graphs bind it)
         assert runner.draft_cache is not None and drafter.cache is runner.draft_cache
-        assert _phase_graph(runner, "draft", 4).graph.replays == len(graphs)
+        cycle = "cycle" if mode == "decode" else "draft"  # decode-mode verify: the whole cycle one graph
+        assert _phase_graph(runner, cycle, 4).graph.replays == len(graphs)
         assert _phase_graph(runner, "draft_extend", 4, prompt=True).graph.replays == 1  # over the prompt
         assert not [r for (_, r) in runner.fallbacks if r != EAGER_EXTEND], runner.fallbacks
 
@@ -232,15 +233,18 @@ def test_a_sampled_prefill_replays_the_eager_draws(tiny, spec):
     assert _phase_graph(runner, "prefill", 2, prompt=True).graph.replays == 1
 
 
-def test_eagle3_tree_replay_matches_eager(tiny):
-    spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, attention_mode="decode", cuda_graphs=True)
+@pytest.mark.parametrize("one_graph", [True, False])
+def test_eagle3_tree_replay_matches_eager(tiny, one_graph):
+    spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, attention_mode="decode", cuda_graphs=True,
+                      one_graph_cycle=one_graph)
     drafter = _drafter(tiny, spec, "eagle3")
     runner = EmulatedRunner.for_engine(tiny, spec, drafter, max_len=64, buckets=(2,))
     out = _engine(tiny, spec, drafter, runner).generate(PROMPTS[1:3], 8)
     ref = _engine(tiny, spec, _drafter(tiny, spec, "eagle3"), EagerRunner(tiny, drafter.net)).generate(PROMPTS[1:3], 8)
     assert out.tokens == ref.tokens
-    for phase in ("draft", "verify", "accept", "draft_extend"):
+    for phase in ("cycle",) if one_graph else ("draft", "verify", "accept", "draft_extend", "advance"):
         assert _phase_graph(runner, phase, 2).graph.replays > 0, phase
+    assert not any(k[1] == ("draft" if one_graph else "cycle") for k in runner._graphs)
     for phase in ("prefill", "draft_extend"):
         assert _phase_graph(runner, phase, 2, prompt=True).graph.replays == 1, phase
 
@@ -276,7 +280,7 @@ def test_a_speculative_run_longer_than_the_static_cache_binds_no_loop_state(tiny
         ref = _engine(tiny, spec, _drafter(tiny, spec, "eagle3"), EagerRunner(tiny, drafter.net)).generate(PROMPTS[:1], n)
         assert out.tokens == ref.tokens
     assert set(runner._graphs) == graphs and set(runner._state) == buffers
-    assert runner._status["advance"] == "eager: loop state not the graph runner's"
+    assert runner._status["cycle"] == "eager: loop state not the graph runner's"  # the whole cycle: one phase
 
 
 def test_pad_rows_are_reset_and_never_leak(tiny):
@@ -312,7 +316,7 @@ def test_graphs_update_the_bound_loop_state_and_the_lagged_step_changes_nothing(
         out, want = eng.generate(PROMPTS[:batch], 10), ref.generate(PROMPTS[:batch], 10)
         assert (out.tokens, out.stop_reasons, out.cycles) == (want.tokens, want.stop_reasons, want.cycles)
         assert out.accept_lens == want.accept_lens
-    phase = "decode" if kind == "plain" else "advance"
+    phase = "decode" if kind == "plain" else "cycle"
     assert runner._status[phase] == REPLAY and not runner._failed, runner._failed
     assert _phase_graph(runner, phase, 4).graph.replays > 0
 
