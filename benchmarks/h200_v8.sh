@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU batch of 2026-12-01 (fifth session) on ONE H200 (device kind nvidia-h200); h200_v7.sh (planned, never run)
+# The GPU batch of 2026-12-01 (fifth session) on ONE H200 (device kind nvidia-h200): the plan of the fourth session (never run)
 # plus the ONE-GRAPH CYCLE (#12): the whole speculative cycle (draft, verify, accept, draft-extend, advance) replayed
 # as one CUDA graph, against the same cycle as five graphs (config spec-compile-gemv-attn-phases), same process:
 #   - A: the GGUF's part 1 and last sessions' prompts parked; the draft phase profiled at the shipped head's 12,288

@@ -41,16 +41,8 @@ class PhaseClock:
             return
         with self.tp.in_phase(name) if self.tp is not None else contextlib.nullcontext():
             with torch.profiler.record_function(name) if self.profile_ranges else contextlib.nullcontext():
-                if self.cuda:
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
+                with _mark(name, self.cuda, self._open):
                     yield
-                    end.record()
-                    self._open.append((name, start, end))
-                else:
-                    t0 = time.perf_counter()
-                    yield
-                    self._open.append((name, t0, time.perf_counter()))
 
     def add(self, marks: list[tuple[str, object, object]]) -> None:
         """Marks taken elsewhere (:meth:`PartMarks.take`), as if this clock had timed them."""
@@ -101,22 +93,29 @@ class PartMarks:
         if not self.enabled:
             yield
             return
-        if self.cuda:
-            external = torch.cuda.is_current_stream_capturing()
-            kw = {"enable_timing": True, "external": True} if external else {"enable_timing": True}
-            start, end = torch.cuda.Event(**kw), torch.cuda.Event(**kw)
-            start.record()
+        with _mark(name, self.cuda, self._marks):
             yield
-            end.record()
-            self._marks.append((name, start, end))
-        else:
-            t0 = time.perf_counter()
-            yield
-            self._marks.append((name, t0, time.perf_counter()))
 
     def take(self) -> list[tuple[str, object, object]]:
         """The last call's marks (a replayed graph's: its capture's events); for :meth:`PhaseClock.add`."""
         return list(self._marks)
+
+
+@contextlib.contextmanager
+def _mark(name: str, cuda: bool, marks: list[tuple[str, object, object]]) -> Iterator[None]:
+    """Append ``(name, start, end)`` for the block to ``marks``: CUDA timing events on the current stream
+    (external ones during a graph capture, so each replay records them), else ``perf_counter`` readings."""
+    if cuda:
+        kw = {"enable_timing": True, "external": True} if torch.cuda.is_current_stream_capturing() else {"enable_timing": True}
+        start, end = torch.cuda.Event(**kw), torch.cuda.Event(**kw)
+        start.record()
+        yield
+        end.record()
+        marks.append((name, start, end))
+    else:
+        t0 = time.perf_counter()
+        yield
+        marks.append((name, t0, time.perf_counter()))
 
 
 def observe_allreduce(tp: TPGroup, observer: Observer | None) -> None:

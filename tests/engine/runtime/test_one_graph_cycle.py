@@ -125,8 +125,7 @@ def test_real_cuda_graph_of_the_cycle_is_the_phase_cycle_and_times_its_parts():
     results = {}
     for one_graph in (True, False):
         spec = SpecConfig("eagle3", **TREES["tree"], cuda_graphs=True, one_graph_cycle=one_graph)
-        net, taps = _net()
-        drafter = Eagle3Proposer(net.to("cuda"), spec, taps)
+        drafter = Eagle3Proposer(random_drafter(model, 5, draft_vocab=CFG["vocab_size"]).to("cuda"), spec, TAPS)
         runner = CudaGraphRunner.for_engine(model, spec, drafter, max_len=192, buckets=(1, 4))
         seen = CycleCollector()
         out = Engine(model, drafter=drafter, spec=spec, runner=runner, observer=seen).generate(PROMPTS, 40)
