@@ -408,12 +408,15 @@ def _skip_reason(cfg: BenchConfig, ctx: BenchContext) -> str | None:
 
 
 def baseline_name(rows: list[BenchRow]) -> str | None:
-    """Our graph-captured plain decoding when it ran, else plain-eager."""
+    """Our graph-captured plain decoding when it ran, else plain-eager, else the plain configuration with the
+    most turned on that ran (``CONFIGS`` lists them in that order): a run of ``plain-compile-gemv-attn`` beside
+    ``spec-compile-gemv-attn`` reads its speedups against it. None: no plain configuration ran."""
     ran = {r.config for r in rows if r.skipped is None}
     for name in ("plain-graphs", "plain-eager"):
         if name in ran:
             return name
-    return None
+    plain = [name for name, cfg in CONFIGS.items() if not cfg.speculative and not cfg.peer and name in ran]
+    return plain[-1] if plain else None
 
 
 def finish_rows(rows: list[BenchRow], outputs: dict[str, dict[int, list[list[int]]]]) -> list[BenchRow]:

@@ -150,3 +150,21 @@ def test_the_scale_models_random_drafter_takes_the_draft_vocabulary_asked(tmp_pa
     assert main(real) != 0
     err = " ".join(capsys.readouterr().err.split())
     assert "random drafter of --scale-model" in err and "Traceback" not in err
+
+
+def test_speedups_read_against_the_plain_configuration_that_ran():
+    """plain-graphs first, then plain-eager, else the plain configuration with the most turned on: a bench of
+    plain-compile-gemv-attn beside spec-compile-gemv-attn states its speedup (it said "over None")."""
+    from eaglelab.bench.harness import BenchRow, baseline_name, finish_rows
+
+    def rows(*names):
+        return [BenchRow(config=n, batch=1, tok_per_s=100.0 * (i + 1), decode_ms=1.0 if n.startswith("plain") else None,
+                         verify_ms=None if n.startswith("plain") else 1.2) for i, n in enumerate(names)]
+
+    assert baseline_name(rows("plain-eager", "plain-graphs", "spec-decode")) == "plain-graphs"
+    assert baseline_name(rows("plain-compile", "plain-eager")) == "plain-eager"
+    assert baseline_name(rows("plain-compile", "plain-compile-gemv-attn", "spec-compile-gemv-attn")) == \
+        "plain-compile-gemv-attn"
+    assert baseline_name(rows("spec-compile", "hf")) is None
+    done = finish_rows(rows("plain-compile-gemv-attn", "spec-compile-gemv-attn"), {})
+    assert [r.speedup for r in done] == [1.0, 2.0] and done[1].verify_over_decode == pytest.approx(1.2)
