@@ -52,7 +52,7 @@
 # vocabulary sort per step) in batches of SYNTH_BS (2048) for SYNTH_S seconds; PROMPTS may then list more prompt
 # directories (e.g. the corpus prompts drafter3 never answered), distilled after them in one run.
 # SYNTH_SYSTEMS names a file of system messages (`synthesize --systems-file`): batch b is conditioned on line b mod n.
-# Knobs: SYNTH_N SYNTH_S SYNTH_SYSTEMS SYNTH_BS SYNTH_NEW SYNTH_T SYNTH_TOP_P SYNTH_SEED BENCHES (default: all five) N_PROMPTS MAX_NEW DISTILL_BS DISTILL_S STAGE1_S STAGE2_S BENCH_S BENCH_CAP (100 s a bench) TOTAL_STEPS TRAIN_BS LR VOCAB INTERMEDIATE MAX_MB EVAL_N
+# Knobs: SYNTH_N SYNTH_S SYNTH_SYSTEMS SYNTH_BS SYNTH_NEW SYNTH_T SYNTH_TOP_P SYNTH_SEED BENCHES (default: all five) N_PROMPTS MAX_NEW DISTILL_BS DISTILL_S STAGE1_S STAGE2_S BENCH_S BENCH_CAP (150 s a bench: a drafter of new shapes compiles ~60 s of it) TOTAL_STEPS TRAIN_BS LR VOCAB INTERMEDIATE MAX_MB EVAL_N
 # ACC_PROMPTS BENCH_NEW DEVICE (cuda) DTYPE (bfloat16) PROMPTS (.carry/prompts) INIT (the shipped drafter) WORK
 # (~/drafter3).
 set -u
@@ -159,7 +159,7 @@ stage_2() {
 bench() {  # WHICH SET NAME STEPS TOPK DRAFT_TOKENS
   local draft=$D; [ "$1" = shipped ] && draft=$SHIPPED
   local limit=$(( ${STAGE2_S:-505} - $(elapsed) ))
-  [ "$limit" -gt "${BENCH_CAP:-100}" ] && limit=${BENCH_CAP:-100}
+  [ "$limit" -gt "${BENCH_CAP:-150}" ] && limit=${BENCH_CAP:-150}
   if [ "$limit" -lt 20 ]; then log "acc_$1_$2_$3 skipped: the stage's time is spent"; return; fi
   TAIL=2 run "acc_$1_$2_$3" "$limit" python3 benchmarks/drafter_acceptance.py --set "$2" --draft "$draft" --steps "$4" \
     --topk "$5" --draft-tokens "$6" --prompts "${ACC_PROMPTS:-40}" --max-new-tokens "${BENCH_NEW:-128}" \
