@@ -370,4 +370,5 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
     sp = s.spec
     s.spec_label = (f"{sp.algorithm}, {sp.num_steps} steps, topk {sp.topk}, {sp.draft_tokens} tokens per verify, "
                     f"verify attention mode {sp.attention_mode}"
-                    + (", one graph per cycle" if sp.one_graph_cycle and draft != "ngram" and sp.attention_mode == "decode" else ""))
+                    + (", one CUDA graph per cycle" if sp.cuda_graphs and sp.one_graph_cycle and draft != "ngram"
+                       and sp.attention_mode == "decode" and getattr(s.target.model, "tp", None) is None else ""))
