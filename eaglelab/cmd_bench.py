@@ -43,6 +43,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(temperature=0.0, top_k=0, top_p=1.0, attention_mode="decode", cuda_graphs=False, compile=False,
                    gemv=None, decode_attn=False)
     w = p.add_argument_group("workload")
+    w.add_argument("--compile-prefill", action="store_true",
+                   help="the *-compile configs compile the prompt's phases too (prefill, the drafter's extend over the "
+                        "prompt), plain and speculative alike: each request then runs compiled kernels from its first "
+                        "token (compiles once per padded prompt width; not in tok/s)")
     w.add_argument("--configs", default=None, help="comma list (default: all but the *-gemv and *-attn ones; graph configs only "
                                                    "on CUDA; none: no configuration, for --profile)")
     w.add_argument("--batch-sizes", default=None, help=f"comma list (default CUDA {GPU_DEFAULTS['batch_sizes']}, "
@@ -285,6 +289,7 @@ def _setup(args, log, tp=None) -> dict[str, Any]:
         max_new_tokens=max_new, batch_sizes=batch_sizes, repeats=args.repeats or d["repeats"],
         peer=built["peer"], peer_skip=built.get("peer_skip"), log=log, tp=tp,
         compile_mode=None if args.compile_mode == "default" else args.compile_mode,
+        compile_prefill=args.compile_prefill,
         eager_kernels=built.get("kernels") if device.type == "cpu" else None,  # as `run`: the few-row C kernel,
         plain_kernels=built.get("plain_kernels") if device.type == "cpu" else None,  # and MKL for plain decoding
     )

@@ -30,6 +30,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                    help="run a whole EAGLE-3 cycle (draft, verify, accept, draft-extend, advance) as one phase: one "
                         "CUDA graph launch per cycle; --no-one-graph-cycle runs a phase (a graph) each (default: on; "
                         "needs decode-mode verify; off under tensor parallelism)")
+    g.add_argument("--compile-prefill", action=argparse.BooleanOptionalAction, default=False,
+                   help="with --compile, compile the prompt's phases too (the prefill and the drafter's extend over the "
+                        "prompt), once per batch bucket and padded prompt width (~30 s a width the first time, cached "
+                        "on disk): fewer kernels a request (default: off; they are captured uncompiled)")
     g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile each captured phase whole (once per batch bucket; eager runs: the layers' "
                         "RMSNorm/rotary/SwiGLU), cached on disk under the eaglelab cache (default: on with CUDA graphs)")
@@ -354,11 +358,11 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
     if note:
         s.notes.append(note)
     if draft == "none":
-        s.spec = SpecConfig(cuda_graphs=graphs, compile=compile_)
+        s.spec = SpecConfig(cuda_graphs=graphs, compile=compile_, compile_prefill=getattr(a, "compile_prefill", False))
         s.spec_label = "off"
         return
     modes = dict(attention_mode=a.attention_mode, cuda_graphs=graphs, compile=compile_,
-                 one_graph_cycle=getattr(a, "one_graph_cycle", True))
+                 one_graph_cycle=getattr(a, "one_graph_cycle", True), compile_prefill=getattr(a, "compile_prefill", False))
     if draft == "ngram":
         s.spec = tree_spec("ngram", a.steps, a.topk, a.draft_tokens, **modes)
         s.drafter = NgramDrafter(s.spec)

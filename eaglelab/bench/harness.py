@@ -159,6 +159,7 @@ class BenchContext:
     compiled: Any = None  # the compiled Kernels, built on the first config that asks
     tp: Any = None  # TPGroup under --tp: every rank runs every call; the observed call also times collectives
     compile_mode: str | None = None  # torch.compile mode (None: inductor's default)
+    compile_prefill: bool = False  # the compiled configs compile the prompt's phases too (bench --compile-prefill)
     gemv: Any = None  # the Triton GEMV (TritonGemv), built on the first config that asks; its tunings shared
     attention: Any = None  # the Triton decode attention (TritonDecodeAttention), built on the first config that asks
     eager_kernels: Any = None  # the eager spec configs' kernels (on CPU the session's: the few-row C kernel); None: eager
@@ -262,12 +263,13 @@ def _sweep(generate: Callable, groups, max_new: int, device) -> tuple[int, float
 
 
 def _engine_spec(cfg: BenchConfig, ctx: BenchContext) -> SpecConfig:
+    prompt = cfg.compile and ctx.compile_prefill
     if not cfg.speculative:
-        return SpecConfig(cuda_graphs=cfg.graphs, compile=cfg.compile)
+        return SpecConfig(cuda_graphs=cfg.graphs, compile=cfg.compile, compile_prefill=prompt)
     s = ctx.spec
     return SpecConfig(s.algorithm, num_steps=s.num_steps, topk=s.topk, num_draft_tokens=s.num_draft_tokens,
                       attention_mode=cfg.attention_mode, cuda_graphs=cfg.graphs, compile=cfg.compile,
-                      one_graph_cycle=cfg.one_graph)
+                      one_graph_cycle=cfg.one_graph, compile_prefill=prompt)
 
 
 class FixedCacheEagerRunner(EagerRunner):

@@ -82,8 +82,8 @@ class Eagle3Proposer:
 
     # after prefill: extend over the prompt (features of x_p paired with the token x_{p+1})
     def begin(self, st: DraftView, prompt_ids: torch.Tensor, aux: torch.Tensor, runner: Runner) -> None:
-        """The draft-extend over the prompt: one phase, captured (not compiled) per batch bucket and prompt
-        width, as the target's prefill (the engine pads prompts to the runner's prefill widths)."""
+        """The draft-extend over the prompt: one phase, captured per batch bucket and prompt width (compiled only
+        with ``spec.compile_prefill``), as the target's prefill (the engine pads prompts to the runner's widths)."""
         B, T = prompt_ids.shape
         cfg = self.net.config
         S = st.cache_len + self.spec.num_steps * self.spec.topk + 2
@@ -93,7 +93,8 @@ class Eagle3Proposer:
         ins = {"ids": prompt_ids, "aux": aux, "lengths": st.lengths, "root": st.root}
         self.next_hidden, self.next_logp = runner.phase(
             "draft_extend", self._begin, ins, (self.cache,), ("begin", id(self)),
-            eager=eager or (None if width == T else f"eager: prompt width {T} is not a prefill bucket"), compile=False)
+            eager=eager or (None if width == T else f"eager: prompt width {T} is not a prefill bucket"),
+            compile=self.spec.compile_prefill)
 
     def _begin(self, ids, aux, lengths, root):
         """Prompt ids [B, T], target aux [B, T, nH], lengths/root [B] -> the root's hidden [B, H], logp."""

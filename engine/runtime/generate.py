@@ -213,8 +213,8 @@ class Engine:
 
     # ---- prefill -----------------------------------------------------------------------------
     def _prefill(self, prompts, max_new, sampling, generator) -> Batch:
-        """The prompts' forward (one phase: a graph per batch bucket and padded width, not compiled: it runs
-        once per request), the first token."""
+        """The prompts' forward (one phase: a graph per batch bucket and padded width, compiled only with
+        ``spec.compile_prefill``: it runs once per request), the first token."""
         B, N = len(prompts), self.spec.draft_tokens if self.spec.enabled else 1
         lens = torch.tensor([len(p) for p in prompts], device=self.device)
         T = int(max(len(p) for p in prompts))
@@ -225,7 +225,8 @@ class Engine:
         ins = {"ids": ids, "lengths": lens, **self._noise(B, 0, sampling, generator)}
         with self.clock.phase("prefill"):
             first, *aux = self.runner.phase("prefill", self._prefill_fn(cache, sampling), ins, (cache,),
-                                            (sampling, self._taps()), eager=eager, compile=False)  # [B], ([B, W, taps * H])
+                                            (sampling, self._taps()), eager=eager,
+                                            compile=self.spec.compile_prefill)  # [B], ([B, W, taps * H])
         st = Batch(cache=cache, **self._new_state(lens, first, cache, max_new), prompts=prompts, prompt_lens=lens)
         emit_tokens(st.state(), first[:, None], torch.ones_like(lens), self.eos)
         if self.drafter is not None:

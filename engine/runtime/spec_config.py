@@ -34,6 +34,10 @@ class SpecConfig:
     # where the drafter allows it (EAGLE-3) and verify is decode-mode, without tensor parallelism; False: a
     # phase (a graph) each, as SGLang runs them.
     one_graph_cycle: bool = True
+    # Under compile, the prompt's phases too (the prefill and the drafter's extend over the prompt), once per batch
+    # bucket and padded prompt width: a prefill of compiled kernels, not eager ones, for the cost of a compile per
+    # width the first time (cached on disk). False: the prompt's phases are captured uncompiled.
+    compile_prefill: bool = False
 
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:

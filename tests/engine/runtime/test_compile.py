@@ -198,3 +198,32 @@ def test_compiled_phases_inside_cuda_graphs_give_the_eager_tokens(kind, tmp_path
     assert eng.generate(PROMPTS[:1], 12).tokens == alone.tokens  # bucket 1: its own compiled phases
     assert compile_report(kernels)[1] == [] and not runner._failed, runner._failed
     assert all(v == REPLAY for c in eng.observer.cycles[1:] for v in c.graph.values())
+
+
+@pytest.mark.parametrize("compile_prefill", [True, False])
+def test_compile_prefill_compiles_the_prompts_phases_too(compile_prefill):
+    """With ``compile_prefill`` the prompt's phases (the target's prefill, the drafter's extend over the prompt)
+    are compiled whole like the cycle's parts (dynamo's trace, backend eager: fullgraph, no fallback), and the
+    tokens are plain greedy's; without it they are captured uncompiled."""
+    from dataclasses import replace
+
+    from eaglelab.engine.model.layers import EAGER_KERNELS
+    from eaglelab.engine.runtime.compile import CompileLog, PhaseCompiler
+
+    torch._dynamo.reset()
+    model = build_scale_model("tiny", seed=3).model
+    spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, cuda_graphs=True, compile=True,
+                      compile_prefill=compile_prefill)
+    compiler = PhaseCompiler(CompileLog(None), backend="eager")
+    kernels = replace(EAGER_KERNELS, compiled=True, compile_phase=compiler)
+    eng = _spec_engine(model, spec, lambda net, taps: EmulatedRunner.for_engine(
+        model, spec, Eagle3Proposer(net, spec, taps), max_len=64, buckets=(2,), kernels=kernels), Recorder())
+    out = eng.generate(PROMPTS, 10)
+    plain = Engine(model, spec=SpecConfig(), runner=EagerRunner(model)).generate(PROMPTS, 10)
+    assert out.tokens == plain.tokens
+    names = sorted(p.name for p in compiler.made)
+    prompt = ["draft_extend [b=2]", "prefill [b=2]"]  # the drafter's extend over the prompt, the target's prefill
+    assert all(p.reason is None for p in compiler.made), [p.reason for p in compiler.made]
+    assert (set(prompt) <= set(names)) == compile_prefill
+    assert {"cycle.verify [b=2]", "cycle.draft [b=2]"} <= set(names)
+    assert all(v == REPLAY for c in eng.observer.cycles for v in c.graph.values())
