@@ -56,8 +56,7 @@ def main() -> None:
         secs = time.perf_counter() - t0
         for close in closers:
             close()
-        return out.generated_tokens / secs, engine.runner.graph_status("spec" if session.spec.enabled else "decode",
-                                                                      session.spec.attention_mode, 1)
+        return out.generated_tokens / secs, engine.graph_status("spec" if session.spec.enabled else "decode", 1)
 
     one(False), one(True)  # warm-up (and graph capture)
     off, on, graphs = [], [], {}

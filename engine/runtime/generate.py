@@ -161,6 +161,14 @@ class Engine:
         self._pending: _Pending | None = None
 
     # ---- public ------------------------------------------------------------------------------
+    def graph_status(self, kind: str, batch: int) -> dict[str, str]:
+        """Per forward of the last ``kind`` step ("prefill", "decode", "spec") at ``batch`` rows: "replay" or
+        "eager: <reason>"; a one-graph cycle's status stands for each forward it ran."""
+        if kind == "spec" and self.one_graph:
+            replayed = self.runner.graph_status("cycle", self.spec.attention_mode, batch)["cycle"]
+            return {phase: replayed for phase in FORWARD_PHASES["spec"]}
+        return self.runner.graph_status(kind, self.spec.attention_mode, batch)
+
     @torch.inference_mode()
     def generate(
         self,
@@ -506,13 +514,8 @@ class Engine:
         if readback is None:
             readback = {"active": ~st.done}
         batch = st.lengths.shape[0]
-        if kind == "spec" and self.one_graph:  # one graph ran every forward of the cycle
-            replayed = self.runner.graph_status("cycle", self.spec.attention_mode, batch)["cycle"]
-            graph = {phase: replayed for phase in FORWARD_PHASES["spec"]}
-        else:
-            graph = self.runner.graph_status(kind, self.spec.attention_mode, batch)
         pending = _Pending(index=self._cycle, kind=kind, marks=self.clock.take(), tree_nodes=tree_nodes,
-                           graph=graph,
+                           graph=self.graph_status(kind, batch),
                            staged=self._stager.stage(readback))
         previous, self._pending = self._pending, pending
         if previous is not None:

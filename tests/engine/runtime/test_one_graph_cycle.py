@@ -136,3 +136,14 @@ def test_real_cuda_graph_of_the_cycle_is_the_phase_cycle_and_times_its_parts():
         results[one_graph] = (out.tokens, out.accept_lens)
     assert results[True] == results[False]
     assert len([k for k in runner._graphs if k[1] == "cycle"]) == 0  # the last runner: phases
+
+
+def test_the_engine_reports_the_one_graph_status_for_every_forward(tiny):
+    """``Engine.graph_status`` (what probe_overhead.py prints) reads the cycle's graph for draft, verify and
+    draft_extend: the runner alone knows no phase of those names when the cycle is one graph."""
+    out, cycles, runner = _run(tiny, True, "tree", True)
+    spec = SpecConfig("eagle3", **TREES["tree"], cuda_graphs=True)
+    net, taps = _net()
+    eng = Engine(tiny, drafter=Eagle3Proposer(net, spec, taps), spec=spec, runner=runner)
+    assert eng.graph_status("spec", 3) == {"draft": REPLAY, "verify": REPLAY, "draft_extend": REPLAY}
+    assert runner.graph_status("spec", "decode", 3)["verify"] != REPLAY, "the runner's own phase names: none ran"
