@@ -57,11 +57,12 @@ join_gguf() {
 }
 
 # speed_bench NAME LIMIT STEPS TOPK DRAFT_TOKENS DRAFTER: bench at batch 1, spec against plain in one process, every
-# kernel on both sides (8 MT-bench prompts x 128 tokens); $R/NAME.txt and $R/h200_smollm2_NAME.json
+# kernel on both sides (8 MT-bench prompts x 128 tokens); $R/NAME.txt and $R/h200_smollm2_NAME.json; CONFIGS and
+# BENCH_EXTRA (more bench flags) from the caller's assignments
 speed_bench() {
   TAIL=${TAIL:-30} run "$1" "$2" $EL bench --model default --draft "$6" --steps "$3" --topk "$4" --draft-tokens "$5" \
     --batch-sizes 1 --prompts 8 --max-new-tokens 128 --configs "${CONFIGS:-plain-compile-gemv-attn,spec-compile-gemv-attn}" \
-    --no-micro --json "$R/h200_smollm2_$1.json"
+    --no-micro ${BENCH_EXTRA:-} --json "$R/h200_smollm2_$1.json"
 }
 
 # drafter_stage1: h200_drafter3.sh stage 1 (its knobs from the caller's assignments before the call) in what the stage
