@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU batch of 2026-12-01 (fifth session) on ONE H200 (device kind nvidia-h200): the plan of the fourth session (never run)
 # plus the ONE-GRAPH CYCLE (#12): the whole speculative cycle (draft, verify, accept, draft-extend, advance) replayed
-# as one CUDA graph, against the same cycle as five graphs (config spec-compile-gemv-attn-phases), same process:
+# as one CUDA graph, against the same cycle as five graphs (config spec-phases-gemv-attn; it ran as
+# spec-compile-gemv-attn-phases, renamed after), same process:
 #   - A: the GGUF's part 1 and last sessions' prompts parked; the draft phase profiled at the shipped head's 12,288
 #     draft tokens and at 32,000 (the two-stage top-k, not yet measured on a GPU); the runtime's GPU tests (the one-graph
 #     cycle's real capture with external timing events among them);
@@ -27,7 +28,7 @@ STAGE=${STAGE:?set STAGE=A, B or C}
 source "$(dirname "$0")/device_stage.sh"
 
 W=$HOME/drafter3
-ALL3=plain-compile-gemv-attn,spec-compile-gemv-attn,spec-compile-gemv-attn-phases
+ALL3=plain-compile-gemv-attn,spec-compile-gemv-attn,spec-phases-gemv-attn
 export INTERMEDIATE=${INTERMEDIATE:-2304} VOCAB=${VOCAB:-10240}
 
 stage_a() {

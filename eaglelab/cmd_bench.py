@@ -499,7 +499,8 @@ def _rows_table(rows, base) -> Any:
     for col in ("config", "batch", "tok/s", "speedup", "accept len", "same tokens"):
         speed.add_column(col, justify="left" if col == "config" else "right", no_wrap=col != "same tokens")
     cost = _table("phase costs, ms per cycle")
-    for col in ("config", "batch", "decode", "verify", "v/decode", "draft", "extend", "graphs"):
+    cost.padding = (0, 1, 0, 0)  # eight columns: one space between them keeps the graph column at 80 columns
+    for col in ("config", "batch", "decode", "verify", "v/dec", "draft", "extend", "graphs"):  # 80 columns
         cost.add_column(col, justify="left" if col in ("config", "graphs") else "right", no_wrap=col != "graphs")
     last = None
     for r in sorted(rows, key=lambda r: r.batch):

@@ -93,7 +93,7 @@ CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
     BenchConfig("spec-compile-gemv-attn", True, "decode", True, compile=True, gemv=True, attn=True,
                 description="speculative, decode-mode verify, CUDA graphs + torch.compile'd phases + Triton GEMV "
                             "+ Triton decode attention"),
-    BenchConfig("spec-compile-gemv-attn-phases", True, "decode", True, compile=True, gemv=True, attn=True,
+    BenchConfig("spec-phases-gemv-attn", True, "decode", True, compile=True, gemv=True, attn=True,
                 one_graph=False, description="as spec-compile-gemv-attn, each phase of the cycle its own graph "
                                              "(five launches a cycle, not one)"),
     BenchConfig("hf", False, "decode", False, peer=True, description="HF transformers generate (eager)"),

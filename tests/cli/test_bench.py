@@ -168,3 +168,23 @@ def test_speedups_read_against_the_plain_configuration_that_ran():
     assert baseline_name(rows("spec-compile", "hf")) is None
     done = finish_rows(rows("plain-compile-gemv-attn", "spec-compile-gemv-attn"), {})
     assert [r.speedup for r in done] == [1.0, 2.0] and done[1].verify_over_decode == pytest.approx(1.2)
+
+
+def test_the_tables_read_whole_at_80_columns():
+    """No header or figure cut to an ellipsis at 80 columns, the graph column included (a mixed status wraps)."""
+    from rich.console import Console
+
+    from eaglelab.bench.harness import BenchRow
+    from eaglelab.cmd_bench import _rows_table
+
+    graphs = {"draft": "replay", "verify": "eager: extend", "draft_extend": "replay"}
+    rows = [BenchRow(config="plain-compile-gemv-attn", batch=1, tok_per_s=1183.8, decode_ms=0.813,
+                     graph={"decode": "replay"}, speedup=1.0),
+            BenchRow(config="spec-compile-gemv-attn", batch=8, tok_per_s=2276.6, mean_accept_len=3.3, verify_ms=10.911,
+                     draft_ms=0.361, extend_ms=0.063, speedup=1.92, verify_over_decode=1.12, graph=graphs)]
+    console = Console(width=80, record=True)
+    console.print(_rows_table(rows, "plain-compile-gemv-attn"))
+    text = console.export_text()
+    assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
+    for word in ("graphs", "extend", "10.911", "0.063", "ver:E", "plain-compile-gemv-attn"):
+        assert word in text, word
