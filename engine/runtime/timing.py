@@ -77,7 +77,8 @@ class PartMarks:
     graph records at every replay: after a replay, :meth:`take` gives the capture's pairs, now holding that
     replay's times. They are read a cycle later, so a graph timed this way must not replay again before:
     the engine alternates two such graphs (two :class:`PartMarks`). On CPU a mark is two ``perf_counter``
-    readings (the parts run synchronously). Disabled, a mark costs one attribute check.
+    readings (the parts run synchronously). Run eagerly, each part is also a profiler range (``eaglelab trace``);
+    a replayed graph is one launch, its parts' kernels under it. Disabled, a mark costs one attribute check.
     """
 
     def __init__(self, device: torch.device, enabled: bool) -> None:
@@ -93,8 +94,10 @@ class PartMarks:
         if not self.enabled:
             yield
             return
-        with _mark(name, self.cuda, self._marks):
-            yield
+        capturing = self.cuda and torch.cuda.is_current_stream_capturing()  # a replay has no host ranges
+        with contextlib.nullcontext() if capturing else torch.profiler.record_function(name):
+            with _mark(name, self.cuda, self._marks):
+                yield
 
     def take(self) -> list[tuple[str, object, object]]:
         """The last call's marks (a replayed graph's: its capture's events); for :meth:`PhaseClock.add`."""

@@ -17,12 +17,13 @@ import pytest
 PHASES = {"prefill", "draft", "verify", "accept", "draft_extend"}
 
 
-@pytest.fixture(scope="module")
-def trace_logdir(tmp_path_factory, default_target) -> Path:
+@pytest.fixture(scope="module", params=["ngram", "default"])
+def trace_logdir(request, tmp_path_factory, default_target) -> Path:
+    """An n-gram run (a phase each) and an EAGLE-3 run (the cycle one phase: its parts are the ranges)."""
     from eaglelab.cli import main
 
     logdir = tmp_path_factory.mktemp("tb")
-    rc = main(["trace", "--logdir", str(logdir / "run1"), "--max-new-tokens", "5", "--draft", "ngram",
+    rc = main(["trace", "--logdir", str(logdir / "run1"), "--max-new-tokens", "5", "--draft", request.param,
                "Count: 1 2 3 1 2 3"])
     assert rc == 0
     return logdir
