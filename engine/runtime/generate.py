@@ -31,6 +31,7 @@ Graph capture and compilation that happen during a run (lazily, on first use) ar
 
 from __future__ import annotations
 
+import contextlib
 import platform
 import sys
 import time
@@ -335,9 +336,10 @@ class Engine:
         fn = self._cycle_fn(st.cache, sampling, observed, parity)
         ins = self._noise(B, N, sampling, generator)
         caches = (st.cache, self.drafter.cache)  # type: ignore[union-attr]
-        committed, active, path, *seen = self.runner.phase(
-            "cycle", fn, ins, caches, (id(self.drafter), sampling, self._eos_key, observed, parity),
-            state=st.state() | self._carry)
+        with torch.profiler.record_function("cycle") if observed else contextlib.nullcontext():  # trace's range
+            committed, active, path, *seen = self.runner.phase(
+                "cycle", fn, ins, caches, (id(self.drafter), sampling, self._eos_key, observed, parity),
+                state=st.state() | self._carry)
         if observed:
             self.clock.add(self._marks[parity].take())
         ranks = {"ranks": seen[0], "open": seen[1]} if observed else {}
