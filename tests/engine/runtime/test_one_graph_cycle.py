@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from eaglelab.engine.runtime.drafters import Eagle3Proposer
 from eaglelab.engine.runtime.generate import Engine
@@ -147,3 +149,24 @@ def test_the_engine_reports_the_one_graph_status_for_every_forward(tiny):
     eng = Engine(tiny, drafter=Eagle3Proposer(net, spec, taps), spec=spec, runner=runner)
     assert eng.graph_status("spec", 3) == {"draft": REPLAY, "verify": REPLAY, "draft_extend": REPLAY}
     assert runner.graph_status("spec", "decode", 3)["verify"] != REPLAY, "the runner's own phase names: none ran"
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(steps=st.integers(1, 4), topk=st.integers(1, 3), extra=st.integers(0, 6), eos=st.sampled_from([(), (7,), (9, 11)]),
+       max_new=st.integers(2, 20))
+def test_any_tree_runs_the_same_as_one_graph_and_as_phases(tiny, steps, topk, extra, eos, max_new):
+    """For any chain or tree shape, stop tokens and budget: the same tokens, stop reasons and accepted lengths,
+    and the drafter ends in the same state (the last draft-extend's root hidden state and log-probs, exactly)."""
+    most = 1 + topk + (steps - 1) * topk * topk
+    n = steps + 1 if topk == 1 else min(2 + extra, most)
+    got, carried = [], []
+    for one_graph in (True, False):
+        spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=n, one_graph_cycle=one_graph)
+        net, taps = _net()
+        drafter = Eagle3Proposer(net, spec, taps)
+        out = Engine(tiny, eos_token_ids=eos, drafter=drafter, spec=spec,
+                     runner=EagerRunner(tiny, net)).generate(PROMPTS, max_new)
+        got.append((out.tokens, out.stop_reasons, out.accept_lens, out.cycles))
+        carried.append((drafter.next_hidden, drafter.next_logp))
+    assert got[0] == got[1]
+    assert all(torch.equal(a, b) for a, b in zip(*carried))
