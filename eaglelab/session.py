@@ -25,7 +25,8 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--attention-mode", default="decode", choices=("decode", "prefill"),
                    help="verify as a fixed-shape decode over the static cache, or as an eager extend")
     g.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
-                   help="capture each phase of a cycle in one CUDA graph per batch bucket (default: on with CUDA)")
+                   help="replay the loop from CUDA graphs, captured per batch bucket: the whole speculative cycle as one "
+                        "(see --one-graph-cycle) or a graph per phase (default: on with CUDA)")
     g.add_argument("--one-graph-cycle", action=argparse.BooleanOptionalAction, default=True,
                    help="run a whole EAGLE-3 cycle (draft, verify, accept, draft-extend, advance) as one phase: one "
                         "CUDA graph launch per cycle; --no-one-graph-cycle runs a phase (a graph) each (default: on; "
@@ -347,6 +348,7 @@ def resolve_draft(draft: str, model: str, field: str = "--draft") -> tuple[str, 
 def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
     """Resolve --draft and the spec flags into ``s.spec`` and ``s.drafter``."""
     from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
+    from eaglelab.engine.runtime.generate import runs_one_graph_cycle
     from eaglelab.engine.model.eagle3 import load_eagle3
     from eaglelab.engine.runtime.spec_config import SpecConfig
 
@@ -374,5 +376,5 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
     sp = s.spec
     s.spec_label = (f"{sp.algorithm}, {sp.num_steps} steps, topk {sp.topk}, {sp.draft_tokens} tokens per verify, "
                     f"verify attention mode {sp.attention_mode}"
-                    + (", one CUDA graph per cycle" if sp.cuda_graphs and sp.one_graph_cycle and draft != "ngram"
-                       and sp.attention_mode == "decode" and getattr(s.target.model, "tp", None) is None else ""))
+                    + (", one CUDA graph per cycle" if sp.cuda_graphs and runs_one_graph_cycle(sp, s.drafter, s.target.model)
+                       else ""))

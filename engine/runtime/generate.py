@@ -31,7 +31,6 @@ Graph capture and compilation that happen during a run (lazily, on first use) ar
 
 from __future__ import annotations
 
-import contextlib
 import platform
 import sys
 import time
@@ -151,11 +150,13 @@ class Engine:
         # the whole cycle as one phase (see the module's docstring), timed from inside by two PartMarks that
         # alternate cycle by cycle (a graph's marks are read one cycle late, before it replays again); the
         # runner's, as its graphs are: engines sharing a runner replay the graphs the first one captured
-        self.one_graph = (spec.enabled and spec.one_graph_cycle and spec.attention_mode == "decode"
-                          and target.tp is None and isinstance(drafter, FusableDrafter))
-        self._marks = _CYCLE_MARKS.setdefault(self.runner, (PartMarks(self.device, True), PartMarks(self.device, True)))
+        self.one_graph = runs_one_graph_cycle(spec, drafter, target)
+        self._marks: tuple[PartMarks, ...] = ()
+        if self.one_graph:
+            self._marks = _CYCLE_MARKS.setdefault(self.runner, (PartMarks(self.device, True), PartMarks(self.device, True)))
         self._carry: dict[str, torch.Tensor] = {}
-        self._cycle_fns: dict[tuple, PhaseParts] = {}
+        self._cycle_parts: dict[tuple, dict] = {}  # (sampling, observed) -> the parts, shared by both parities
+        self._cycle_fns: dict[tuple, PhaseParts] = {}  # (sampling, observed, parity) -> the cycle's function
         self._cycle = 0
         self._warned: set[str] = set()
         self._stager = Stager(self.device)  # the observer's one device-to-host copy per cycle
@@ -183,7 +184,8 @@ class Engine:
         self._cycle = 0
         self._warned.clear()
         self._pending = None
-        self._cycle_fns.clear()  # they close over the run's caches
+        self._cycle_parts.clear()  # they close over the run's caches
+        self._cycle_fns.clear()
         self._announce(len(prompts))
         setup0 = self.runner.setup_seconds
         t0 = time.perf_counter()
@@ -336,7 +338,7 @@ class Engine:
         fn = self._cycle_fn(st.cache, sampling, observed, parity)
         ins = self._noise(B, N, sampling, generator)
         caches = (st.cache, self.drafter.cache)  # type: ignore[union-attr]
-        with torch.profiler.record_function("cycle") if observed else contextlib.nullcontext():  # trace's range
+        with self.clock.range("cycle"):  # trace: a replayed cycle is one range
             committed, active, path, *seen = self.runner.phase(
                 "cycle", fn, ins, caches, (id(self.drafter), sampling, self._eos_key, observed, parity),
                 state=st.state() | self._carry)
@@ -352,9 +354,11 @@ class Engine:
         if key in self._cycle_fns:
             return self._cycle_fns[key]
         depth = self.spec.num_steps
-        shared = next((f.parts for k, f in self._cycle_fns.items() if k[:2] == key[:2]), None)
-        parts = shared or {**self.drafter.cycle_parts(), "verify": self._verify_fn(cache, depth),  # type: ignore[union-attr]
-                           "accept": self._accept_fn(cache, sampling, depth, observed), "advance": self._advance_fn}
+        if (sampling, observed) not in self._cycle_parts:  # the runner compiles a part once for both parities
+            self._cycle_parts[(sampling, observed)] = {
+                **self.drafter.cycle_parts(), "verify": self._verify_fn(cache, depth),  # type: ignore[union-attr]
+                "accept": self._accept_fn(cache, sampling, depth, observed), "advance": self._advance_fn}
+        parts = self._cycle_parts[(sampling, observed)]
         marks = self._marks[parity] if observed else _UNTIMED
 
         def cycle(parts, draft_hidden, draft_logp, uniform=None, race=None, **state):
@@ -627,6 +631,14 @@ def emit_and_advance(state: dict[str, torch.Tensor], toks: torch.Tensor, count: 
     state["lengths"] += torch.where(active, count, 0)
     state["root"].copy_(torch.where(active, root, state["root"]))
     return emitted, active
+
+
+def runs_one_graph_cycle(spec: SpecConfig, drafter: Drafter | None, target: Transformer) -> bool:
+    """Whether an engine runs the speculative cycle as one phase: asked (``spec.one_graph_cycle``), a drafter
+    whose phases are functions of tensors (EAGLE-3), decode-mode verify (fixed shapes), no tensor parallelism
+    (its all-reduces are timed per phase)."""
+    return (spec.enabled and spec.one_graph_cycle and spec.attention_mode == "decode" and target.tp is None
+            and isinstance(drafter, FusableDrafter))
 
 
 def _eager_reason(spec: SpecConfig, device: torch.device) -> str:

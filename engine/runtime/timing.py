@@ -40,9 +40,12 @@ class PhaseClock:
             yield
             return
         with self.tp.in_phase(name) if self.tp is not None else contextlib.nullcontext():
-            with torch.profiler.record_function(name) if self.profile_ranges else contextlib.nullcontext():
-                with _mark(name, self.cuda, self._open):
-                    yield
+            with self.range(name), _mark(name, self.cuda, self._open, external=False):  # graphs replay outside
+                yield
+
+    def range(self, name: str) -> contextlib.AbstractContextManager:
+        """A profiler range named ``name`` (``eaglelab trace``) when this clock draws them, else nothing."""
+        return torch.profiler.record_function(name) if self.profile_ranges else contextlib.nullcontext()
 
     def add(self, marks: list[tuple[str, object, object]]) -> None:
         """Marks taken elsewhere (:meth:`PartMarks.take`), as if this clock had timed them."""
@@ -96,7 +99,7 @@ class PartMarks:
             return
         capturing = self.cuda and torch.cuda.is_current_stream_capturing()  # a replay has no host ranges
         with contextlib.nullcontext() if capturing else torch.profiler.record_function(name):
-            with _mark(name, self.cuda, self._marks):
+            with _mark(name, self.cuda, self._marks, external=capturing):
                 yield
 
     def take(self) -> list[tuple[str, object, object]]:
@@ -105,11 +108,11 @@ class PartMarks:
 
 
 @contextlib.contextmanager
-def _mark(name: str, cuda: bool, marks: list[tuple[str, object, object]]) -> Iterator[None]:
+def _mark(name: str, cuda: bool, marks: list[tuple[str, object, object]], external: bool) -> Iterator[None]:
     """Append ``(name, start, end)`` for the block to ``marks``: CUDA timing events on the current stream
-    (external ones during a graph capture, so each replay records them), else ``perf_counter`` readings."""
+    (``external`` ones during a graph capture, so each replay records them), else ``perf_counter`` readings."""
     if cuda:
-        kw = {"enable_timing": True, "external": True} if torch.cuda.is_current_stream_capturing() else {"enable_timing": True}
+        kw = {"enable_timing": True, "external": True} if external else {"enable_timing": True}
         start, end = torch.cuda.Event(**kw), torch.cuda.Event(**kw)
         start.record()
         yield
