@@ -483,12 +483,12 @@ def _print(console, report, rows, micro) -> None:
         console.print(line)
 
 
-def _table(title: str):
-    """A table that fits an 80-column terminal: no vertical rules, one space between columns."""
+def _table(title: str, gap: int = 2):
+    """A table that fits an 80-column terminal: no vertical rules, ``gap`` spaces between columns."""
     from rich import box
     from rich.table import Table
 
-    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, 2, 0, 0))
+    return Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False, padding=(0, gap, 0, 0))
 
 
 def _rows_table(rows, base) -> Any:
@@ -498,9 +498,8 @@ def _rows_table(rows, base) -> Any:
     speed = _table(f"end to end (speedup over {base})")
     for col in ("config", "batch", "tok/s", "speedup", "accept len", "same tokens"):
         speed.add_column(col, justify="left" if col == "config" else "right", no_wrap=col != "same tokens")
-    cost = _table("phase costs, ms per cycle")
-    cost.padding = (0, 1, 0, 0)  # eight columns: one space between them keeps the graph column at 80 columns
-    for col in ("config", "batch", "decode", "verify", "v/dec", "draft", "extend", "graphs"):  # 80 columns
+    cost = _table("phase costs, ms per cycle", gap=1)  # eight columns: one space keeps the graph column at 80
+    for col in ("config", "batch", "decode", "verify", "v/dec", "draft", "extend", "graphs"):
         cost.add_column(col, justify="left" if col in ("config", "graphs") else "right", no_wrap=col != "graphs")
     last = None
     for r in sorted(rows, key=lambda r: r.batch):

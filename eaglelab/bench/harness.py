@@ -8,8 +8,8 @@ Everything runs in one process on the same prompts and batch sizes:
     spec-prefill-graphs  the same with the drafter's forwards captured (verify stays eager: the
                          configuration of an SGLang deployment that ran slower than plain decoding)
     spec-decode          speculative, verify in attention mode decode, no graphs
-    spec-decode-graphs   the same, the whole cycle replayed as one CUDA graph (the *-phases config: a graph
-                         per phase, five launches a cycle)
+    spec-decode-graphs   the same, the whole cycle replayed as one CUDA graph (spec-phases-gemv-attn: a
+                         graph per phase, five launches a cycle, every kernel of spec-compile-gemv-attn)
     hf                   HF transformers ``generate`` (greedy, eager), the peer
 
 Generation length is fixed (EOS ignored, ``max_new_tokens`` per row) so every configuration
@@ -263,13 +263,13 @@ def _sweep(generate: Callable, groups, max_new: int, device) -> tuple[int, float
 
 
 def _engine_spec(cfg: BenchConfig, ctx: BenchContext) -> SpecConfig:
-    prompt = cfg.compile and ctx.compile_prefill
+    compile_prefill = cfg.compile and ctx.compile_prefill
     if not cfg.speculative:
-        return SpecConfig(cuda_graphs=cfg.graphs, compile=cfg.compile, compile_prefill=prompt)
+        return SpecConfig(cuda_graphs=cfg.graphs, compile=cfg.compile, compile_prefill=compile_prefill)
     s = ctx.spec
     return SpecConfig(s.algorithm, num_steps=s.num_steps, topk=s.topk, num_draft_tokens=s.num_draft_tokens,
                       attention_mode=cfg.attention_mode, cuda_graphs=cfg.graphs, compile=cfg.compile,
-                      one_graph_cycle=cfg.one_graph, compile_prefill=prompt)
+                      one_graph_cycle=cfg.one_graph, compile_prefill=compile_prefill)
 
 
 class FixedCacheEagerRunner(EagerRunner):
