@@ -124,7 +124,7 @@ def test_real_cuda_graph_of_the_cycle_is_the_phase_cycle_and_times_its_parts():
     from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
 
     model = random_model(CFG, seed=21).to("cuda")
-    results = {}
+    results, cycle_graphs = {}, {}
     for one_graph in (True, False):
         spec = SpecConfig("eagle3", **TREES["tree"], cuda_graphs=True, one_graph_cycle=one_graph)
         drafter = Eagle3Proposer(random_drafter(model, 5, draft_vocab=CFG["vocab_size"]).to("cuda"), spec, TAPS)
@@ -136,8 +136,10 @@ def test_real_cuda_graph_of_the_cycle_is_the_phase_cycle_and_times_its_parts():
         assert all({"draft", "verify", "accept", "draft_extend"} <= set(c.phase_ms) for c in cycles)
         assert all(0 < ms < 1e3 for c in cycles for ms in c.phase_ms.values())
         results[one_graph] = (out.tokens, out.accept_lens)
+        cycle_graphs[one_graph] = len([k for k in runner._graphs if k[1] == "cycle"])
     assert results[True] == results[False]
-    assert len([k for k in runner._graphs if k[1] == "cycle"]) == 0  # the last runner: phases
+    # observed on CUDA, the cycle alternates two graphs (bucket 4), so a replay never re-records unread times
+    assert cycle_graphs == {True: 2, False: 0}
 
 
 def test_the_engine_reports_the_one_graph_status_for_every_forward(tiny):
