@@ -114,20 +114,28 @@ class Session:
         return {"model": self.target.name, "digest": self.target.digest, "eaglelab_version": __version__,
                 "baseline": baseline}
 
-    def engine(self, observer=None, spec=None, drafter=None, baseline: bool = False):
+    def engine(self, observer=None, spec=None, drafter=None, baseline: bool = False, runner=None):
         """The engine for this session (speculative when a drafter was chosen); ``baseline`` marks
-        its runs as the plain baseline of a speculative run in the records they write."""
+        its runs as the plain baseline of a speculative run in the records they write. ``runner`` (from
+        :meth:`runner`) lets engines of the same spec and drafter share captured graphs and static caches."""
         from eaglelab.engine.runtime.generate import Engine
 
         spec = spec or self.spec
         drafter = drafter if drafter is not None else self.drafter
-        runner = self.runner_factory(spec, drafter) if self.runner_factory else self._eager_runner(spec, drafter)
+        runner = runner or self.runner(spec, drafter)
         engine = Engine(
             self.target.model, eos_token_ids=self.target.tokenizer.eos_token_ids if self.target.tokenizer else
             self.target.config.eos_token_ids, drafter=drafter if spec.enabled else None, spec=spec,
             observer=observer, runner=runner, run_info=self.run_info(baseline),
         )
         return engine
+
+    def runner(self, spec=None, drafter=None):
+        """A new runner for an engine of ``spec`` and ``drafter`` (the session's by default): CUDA graphs when
+        the session has them, else eager (None: the engine's own)."""
+        spec = spec or self.spec
+        drafter = drafter if drafter is not None else self.drafter
+        return self.runner_factory(spec, drafter) if self.runner_factory else self._eager_runner(spec, drafter)
 
     def _eager_runner(self, spec, drafter):
         """An eager runner with the session's compiled kernels (None: the engine's own runner)."""
