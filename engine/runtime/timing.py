@@ -76,8 +76,10 @@ class PartMarks:
     """Times the parts of one phase from inside its function, which may be captured into a CUDA graph.
 
     Each call starts afresh (:meth:`start`) and marks its parts; :meth:`take` gives the last call's marks.
-    On CUDA a mark is a pair of timing events; made during a capture they are external events, which the
-    graph records at every replay: after a replay, :meth:`take` gives the capture's pairs, now holding that
+    The parts follow one another (work between two parts counts in the second). On CUDA a part's end event
+    is the next part's start: n parts record n + 1 events (a captured event is a node of the graph, and each
+    costs the replay a few microseconds). Made during a capture they are external events, which the graph
+    records at every replay: after a replay, :meth:`take` gives the capture's pairs, now holding that
     replay's times. They are read a cycle later, so a graph timed this way must not replay again before:
     the engine alternates two such graphs (two :class:`PartMarks`). On CPU a mark is two ``perf_counter``
     readings (the parts run synchronously). Run eagerly, each part is also a profiler range (``eaglelab trace``);
@@ -88,9 +90,11 @@ class PartMarks:
         self.enabled = enabled
         self.cuda = enabled and device.type == "cuda"
         self._marks: list[tuple[str, object, object]] = []
+        self._edge: object = None  # the last part's end event: the next part's start
 
     def start(self) -> None:
         self._marks = []
+        self._edge = None
 
     @contextlib.contextmanager
     def part(self, name: str) -> Iterator[None]:
@@ -99,12 +103,25 @@ class PartMarks:
             return
         capturing = self.cuda and torch.cuda.is_current_stream_capturing()  # a replay has no host ranges
         with contextlib.nullcontext() if capturing else torch.profiler.record_function(name):
-            with _mark(name, self.cuda, self._marks, external=capturing):
-                yield
+            if not self.cuda:
+                with _mark(name, False, self._marks, external=False):
+                    yield
+                return
+            start = self._edge if self._edge is not None else _recorded_event(capturing)
+            yield
+            self._edge = _recorded_event(capturing)
+            self._marks.append((name, start, self._edge))
 
     def take(self) -> list[tuple[str, object, object]]:
         """The last call's marks (a replayed graph's: its capture's events); for :meth:`PhaseClock.add`."""
         return list(self._marks)
+
+
+def _recorded_event(external: bool) -> torch.cuda.Event:
+    """A timing event recorded on the current stream (``external`` during a capture: each replay records it)."""
+    event = torch.cuda.Event(enable_timing=True, external=True) if external else torch.cuda.Event(enable_timing=True)
+    event.record()
+    return event
 
 
 @contextlib.contextmanager
@@ -112,12 +129,9 @@ def _mark(name: str, cuda: bool, marks: list[tuple[str, object, object]], extern
     """Append ``(name, start, end)`` for the block to ``marks``: CUDA timing events on the current stream
     (``external`` ones during a graph capture, so each replay records them), else ``perf_counter`` readings."""
     if cuda:
-        kw = {"enable_timing": True, "external": True} if external else {"enable_timing": True}
-        start, end = torch.cuda.Event(**kw), torch.cuda.Event(**kw)
-        start.record()
+        start = _recorded_event(external)
         yield
-        end.record()
-        marks.append((name, start, end))
+        marks.append((name, start, _recorded_event(external)))
     else:
         t0 = time.perf_counter()
         yield

@@ -137,6 +137,14 @@ def test_real_cuda_graph_of_the_cycle_is_the_phase_cycle_and_times_its_parts():
         assert all(0 < ms < 1e3 for c in cycles for ms in c.phase_ms.values())
         results[one_graph] = (out.tokens, out.accept_lens)
         cycle_graphs[one_graph] = len([k for k in runner._graphs if k[1] == "cycle"])
+        if one_graph:  # parts back to back: each part's end event is the next one's start (n parts, n + 1 events)
+            from eaglelab.engine.runtime.generate import _CYCLE_MARKS
+
+            for marks in _CYCLE_MARKS[runner]:
+                taken = marks.take()
+                assert [name for name, _, _ in taken] == ["draft", "verify", "accept", "draft_extend", "accept"]
+                assert all(b is c for (_, _, b), (_, c, _) in zip(taken, taken[1:]))
+                assert len({id(e) for _, a, b in taken for e in (a, b)}) == len(taken) + 1
     assert results[True] == results[False]
     # observed on CUDA, the cycle alternates two graphs (bucket 4), so a replay never re-records unread times
     assert cycle_graphs == {True: 2, False: 0}
