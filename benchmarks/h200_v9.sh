@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The next GPU batch (planned 2026-12-01, fifth session; not yet run) on ONE H200 (device kind nvidia-h200), for #12:
+# A GPU batch (planned 2026-12-01, fifth session; run in the sixth: benchmarks/results/h200_2026-12-01f, calls A and B) on ONE H200 (device kind nvidia-h200), for #12:
 #   - A: the GGUF's part 1 parked; the runtime's and model's GPU tests with the time they need (the fifth session's
 #     call A gave them 45 s: 2 passed before the limit);
 #   - B: the fastest trees of the fifth session (5/4/16 and 4/4/12, one graph per cycle: 1.94x) again, now with
