@@ -60,9 +60,10 @@ def plain_baseline(session: Any, prompt_ids: Sequence[list[int]], max_new_tokens
     """Plain greedy decoding of each prompt (batch 1, as the speculative runs), probes on."""
     tokens: list[list[int]] = []
     seconds = generated = steps = decode_sum = 0.0
+    runner = session.runner(session.plain_spec(), None)  # one for every prompt: graphs captured once
     for ids in prompt_ids:
         bus = ProbeBus()  # its totals fold this run in as a baseline (the engine marks it so)
-        out = session.plain_engine(observer=bus).generate([ids], max_new_tokens)
+        out = session.plain_engine(observer=bus, runner=runner).generate([ids], max_new_tokens)
         own = bus.totals.baseline or bus.totals
         n = own.cycles_by_kind.get("decode", 0)
         if n:
@@ -81,10 +82,11 @@ def measure(session: Any, label: str, spec: Any, drafter: Any, prompt_ids: Seque
     totals = RunTotals()
     tokens: list[list[int]] = []
     seconds = generated = 0.0
+    runner = session.runner(spec, drafter)  # one for every prompt: graphs captured once
     for ids in prompt_ids:
         bus = ProbeBus()
         bus.subscribe(totals.observe_event)
-        out = session.engine(observer=bus, spec=spec, drafter=drafter).generate([ids], max_new_tokens)
+        out = session.engine(observer=bus, spec=spec, drafter=drafter, runner=runner).generate([ids], max_new_tokens)
         tokens += out.tokens
         seconds += out.seconds
         generated += out.generated_tokens

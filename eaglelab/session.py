@@ -154,12 +154,16 @@ class Session:
         return EagerRunner(self.target.model, net, reason=EAGER_NO_CUDA if spec.cuda_graphs else EAGER_OFF,
                            kernels=kernels)
 
-    def plain_engine(self, observer=None):
-        """Plain decoding with the same model and graph setting: the baseline of a speculative run."""
+    def plain_spec(self):
+        """Plain decoding with the session's graph and compile settings (the baseline's spec)."""
         from eaglelab.engine.runtime.spec_config import SpecConfig
 
-        spec = SpecConfig(cuda_graphs=self.spec.cuda_graphs, compile=self.spec.compile)
-        return self.engine(observer=observer, spec=spec, drafter=None, baseline=True)
+        return SpecConfig(cuda_graphs=self.spec.cuda_graphs, compile=self.spec.compile)
+
+    def plain_engine(self, observer=None, runner=None):
+        """Plain decoding with the same model and graph setting: the baseline of a speculative run
+        (``runner``: from ``runner(plain_spec(), None)``, to share one between baseline engines)."""
+        return self.engine(observer=observer, spec=self.plain_spec(), drafter=None, baseline=True, runner=runner)
 
     def observer(self, record: str | None = None, tensorboard: str | None = None, always: bool = False):
         """A probe bus with the requested sinks (None when nothing asks for one), and a closer."""

@@ -1,0 +1,33 @@
+"""`eaglelab.compare` (the incident examples' side-by-side runs): one runner for all the prompts of a measurement,
+so a GPU run captures its graphs once, not once a prompt; the rows still hold each prompt's own run."""
+
+from __future__ import annotations
+
+import argparse
+
+from eaglelab.compare import measure, plain_baseline
+from eaglelab.engine.runtime.runner import EagerRunner
+from eaglelab.session import add_engine_args, build_session
+from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
+
+
+def test_a_measurement_builds_one_runner_for_all_its_prompts(tmp_path):
+    cfg = tiny_config()
+    path = save_hf_dir(random_model(cfg), cfg, tmp_path / "tiny")
+    add_word_tokenizer(path, vocab=cfg["vocab_size"])
+    p = argparse.ArgumentParser()
+    add_engine_args(p)
+    session = build_session(p.parse_args(["--model", str(path), "--device", "cpu", "--draft", "ngram"]), log=lambda m: None)
+    made: list[tuple] = []
+
+    def factory(spec, drafter):  # stands in for the CUDA-graph runner factory a GPU session has
+        made.append(spec.enabled)
+        return EagerRunner(session.target.model, None)
+
+    session.runner_factory = factory
+    prompts = [[1, 5, 9, 4], [2, 7, 3], [8, 6, 5, 4, 3]]
+    base = plain_baseline(session, prompts, 6)
+    assert made == [False]
+    row = measure(session, "ngram", session.spec, session.drafter, prompts, 6, base)
+    assert made == [False, True]
+    assert row.identical_to_plain and len(base.tokens) == 3
