@@ -122,7 +122,7 @@ class Session:
 
         spec = spec or self.spec
         drafter = drafter if drafter is not None else self.drafter
-        runner = runner or self.runner(spec, drafter)
+        runner = runner if runner is not None else self.runner(spec, drafter)
         engine = Engine(
             self.target.model, eos_token_ids=self.target.tokenizer.eos_token_ids if self.target.tokenizer else
             self.target.config.eos_token_ids, drafter=drafter if spec.enabled else None, spec=spec,
