@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The second GPU batch of 2026-12-01's sixth session on ONE H200 (device kind nvidia-h200), after h200_v9.sh
+# The second GPU batch of 2026-12-01's sixth session (run: benchmarks/results/h200_2026-12-01f, calls C and D) on ONE
+# H200 (device kind nvidia-h200), after h200_v9.sh
 # (which measured --compile-prefill: 2.00x / 2.01x) found two faults:
 #   - probe_overhead.py built a runner per engine, so every timed run captured its graphs again (the one-graph
 #     cycle captures two when observed, one when not: the ratio read 0.708); it now shares one runner (captured in

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The third GPU batch of 2026-12-01's sixth session on ONE H200 (device kind nvidia-h200), after h200_v10.sh measured
+# The third GPU batch of 2026-12-01's sixth session (run: benchmarks/results/h200_2026-12-01f, calls E and F) on ONE
+# H200 (device kind nvidia-h200), after h200_v10.sh measured
 # the probes at 0.967 of unobserved tok/s with the one-graph cycle (target 0.97): the observed cycle's graph now records
 # 6 timing events a replay instead of 10 (each part's end is the next part's start). It measures:
 #   - E: the GGUF's part 1 parked; the one-graph cycle's GPU test (which checks the chained events);
