@@ -158,7 +158,8 @@ class Session:
         """Plain decoding with the session's graph and compile settings (the baseline's spec)."""
         from eaglelab.engine.runtime.spec_config import SpecConfig
 
-        return SpecConfig(cuda_graphs=self.spec.cuda_graphs, compile=self.spec.compile)
+        return SpecConfig(cuda_graphs=self.spec.cuda_graphs, compile=self.spec.compile,
+                          compile_prefill=self.spec.compile_prefill)
 
     def plain_engine(self, observer=None, runner=None):
         """Plain decoding with the same model and graph setting: the baseline of a speculative run
@@ -226,6 +227,8 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
         if tp is not None and tp.world_size > 1:
             session.notes.append("all-reduce timing: the collectives of compiled phases run untimed (clocks and "
                                  "CUDA events cannot be compiled); --no-compile times every one")
+    if session.spec.compile_prefill:
+        session.notes.append(_compile_prefill_note(session.spec, device.type))
     gemv = getattr(args, "gemv", None)  # commands that declare no --gemv build sessions too
     if device.type == "cpu":  # default: on for speculation (its verify's rows); one row is MKL's matrix-vector job
         if gemv or (gemv is None and session.spec.enabled):
@@ -237,9 +240,18 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
         _add_decode_attn(session, log)
     if session.spec.cuda_graphs and device.type == "cuda":
         session.runner_factory = _graph_runner_factory(session)
-        session.notes.append("CUDA graphs: each phase of a cycle captured as one graph, lazily per batch bucket; "
-                             "fallbacks say why")
+        session.notes.append("CUDA graphs: captured lazily per batch bucket (an EAGLE-3 cycle as one graph where it "
+                             "can be, else a graph per phase); fallbacks say why")
     return session
+
+
+def _compile_prefill_note(spec, device_type: str) -> str:
+    """What --compile-prefill does in this session: the prompt's captured phases compiled, or why not."""
+    if spec.compile and spec.cuda_graphs and device_type == "cuda":
+        return ("compile-prefill: the prompt's phases compiled too, once per batch bucket and padded prompt width "
+                "(~30 s a width the first time, then from the disk cache; never counted in tok/s)")
+    why = "no CUDA graphs on a CPU" if device_type != "cuda" else "without --compile and --cuda-graphs"
+    return f"compile-prefill: off ({why}: it compiles the prompt's captured phases); the prompt runs as without it"
 
 
 def _add_gemv(s: Session, log: Callable[[str], None]) -> None:

@@ -1,0 +1,47 @@
+"""`--compile-prefill`: where it cannot act (no CUDA graphs, or no --compile) the run says so instead of ignoring it,
+and the plain baseline of a speculative run gets the same setting as the speculative engine."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from eaglelab.session import _compile_prefill_note, add_engine_args, build_session
+from eaglelab.engine.runtime.spec_config import SpecConfig
+from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
+
+
+@pytest.fixture
+def tiny_dir(tmp_path):
+    cfg = tiny_config()
+    path = save_hf_dir(random_model(cfg), cfg, tmp_path / "tiny")
+    add_word_tokenizer(path, vocab=cfg["vocab_size"])
+    return path
+
+
+def test_on_a_cpu_the_run_says_compile_prefill_is_off_and_why(tiny_dir, capsys):
+    from eaglelab.cli import main
+
+    rc = main(["run", "w1 w2 w3", "--model", str(tiny_dir), "--device", "cpu", "--max-new-tokens", "3",
+               "--draft", "ngram", "--compile-prefill"])
+    out = " ".join("".join(capsys.readouterr()).split())
+    assert rc == 0
+    assert "compile-prefill: off (no CUDA graphs on a CPU" in out
+
+
+def test_the_plain_baseline_compiles_its_prompt_when_the_speculative_engine_does(tiny_dir):
+    p = argparse.ArgumentParser()
+    add_engine_args(p)
+    for flag in ("--compile-prefill", "--no-compile-prefill"):
+        session = build_session(p.parse_args(["--model", str(tiny_dir), "--device", "cpu", "--draft", "ngram", flag]),
+                                log=lambda m: None)
+        assert session.plain_spec().compile_prefill == session.spec.compile_prefill == (flag == "--compile-prefill")
+
+
+def test_the_note_names_what_is_missing():
+    on = SpecConfig(cuda_graphs=True, compile=True, compile_prefill=True)
+    assert _compile_prefill_note(on, "cuda").startswith("compile-prefill: the prompt's phases compiled too")
+    off = SpecConfig(cuda_graphs=True, compile=False, compile_prefill=True)
+    assert "without --compile" in _compile_prefill_note(off, "cuda")
+    assert "no CUDA graphs on a CPU" in _compile_prefill_note(on, "cpu")
