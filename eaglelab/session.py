@@ -40,7 +40,7 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                         "RMSNorm/rotary/SwiGLU), cached on disk under the eaglelab cache (default: on with CUDA graphs)")
     g.add_argument("--gemv", action=argparse.BooleanOptionalAction, default=None,
                    help="run the projections of a decode or small verify on our few-row kernel: on CUDA the Triton GEMV "
-                        "(<= 16 rows, bf16/fp16), tuned per weight shape on first use (default: off); on CPU a C kernel "
+                        "(<= 64 rows, bf16/fp16), tuned per weight shape on first use (default: off); on CPU a C kernel "
                         "(<= 256 rows, float32), built once with the system compiler (default: on when speculating)")
     g.add_argument("--decode-attn", action=argparse.BooleanOptionalAction, default=False,
                    help="run the attention of a decode, verify or draft step (<= 16 query rows, bf16/fp16, CUDA) on "
@@ -259,7 +259,7 @@ def _add_gemv(s: Session, log: Callable[[str], None]) -> None:
     from eaglelab.engine.model.gemv import TritonGemv, dtype_refusal
 
     _add_triton_kernel(s, "--gemv", "gemv", TritonGemv(log), dtype_refusal, "F.linear",
-                       "projections of <= 16 rows on the Triton GEMV (bf16/fp16)")
+                       "projections of <= 64 rows on the Triton GEMV (bf16/fp16; F.linear per shape where it is faster)")
 
 
 def _add_decode_attn(s: Session, log: Callable[[str], None]) -> None:

@@ -1,5 +1,5 @@
 """A Triton matrix-vector kernel for the decode's skinny matmuls: ``y [M, N] = x [M, K] @ W [N, K]^T (+ b)``
-for a few rows (M <= 16: a decode at batch <= 16, a verify of <= 16 tree nodes), bf16/fp16 in and out,
+for a few rows (M <= 64: a decode at batch <= 64, a verify of <= 64 tree nodes, a short prompt), bf16/fp16 in and out,
 float32 accumulation, W row-major as ``nn.Linear`` stores it.
 
 At M = 1 a decode step reads every weight once and does two flops per weight byte pair: its speed is
@@ -7,9 +7,10 @@ the memory bandwidth, and cuBLAS/inductor's GEMMs, tiled for large M, leave part
 program streams a block of ``block_n`` weight rows over K (optionally a 1/``split_k`` share of K, the
 partial sums then added by a second small kernel, in a fixed order: results do not vary run to run),
 multiplying by the x rows it keeps in registers: M = 1 as a multiply-and-row-sum, M > 1 as a tensor-core
-dot of 16 padded rows. A few tilings are timed once per (N, K, M bucket) on the first eager call and
-the fastest is kept, or F.linear where cuBLAS beats every tiling (:class:`TritonGemv`); compiled and
-captured calls reuse that choice.
+dot of the rows padded to 16, 32 or 64. A few tilings are timed once per (N, K, M bucket) on the first eager
+call and the fastest is kept, or F.linear where cuBLAS beats every tiling (:class:`TritonGemv`); compiled and
+captured calls reuse that choice. Past 16 rows a GEMM starts to pay, so there the tuner is the judge: a bucket
+of 32 or 64 rows where no tiling runs keeps F.linear for that shape only.
 
 The kernel is a PyTorch custom op (``torch.ops.eaglelab.gemv``, with a shape-only fake implementation)
 so it composes with ``torch.compile(fullgraph=True)`` and CUDA-graph capture. Triton is optional: it is
@@ -29,7 +30,8 @@ import torch.nn.functional as F
 from eaglelab.engine.model.triton_ops import DTYPES, capturing, first_line, time_in_turn, unavailable
 from eaglelab.engine.model.triton_ops import dtype_refusal as kernel_dtype_refusal
 
-MAX_ROWS = 16  # the rows (M) the kernel takes; more rows are a GEMM's job
+MAX_ROWS = 64  # the rows (M) the kernel takes; more rows are a GEMM's job
+FEW = 16  # up to this many rows every shape takes the kernel unless F.linear is faster; past it, see MANY_ROWS
 
 
 class GemvConfig(NamedTuple):
@@ -43,7 +45,7 @@ class GemvConfig(NamedTuple):
 
 
 # Candidates timed per (N, K, M bucket). M = 1 multiplies and row-sums (any block_n); M > 1 uses a
-# tensor-core dot of 16 rows (block_n, block_k >= 16). Split-K helps where N / block_n is too few
+# tensor-core dot of 16, 32 or 64 padded rows (block_n, block_k >= 16). Split-K helps where N / block_n is too few
 # programs to keep every SM streaming; stages > 1 keep more loads in flight per program (cp.async).
 ONE_ROW = (
     GemvConfig(16, 256, 1, 4, 3), GemvConfig(16, 256, 1, 4, 1), GemvConfig(16, 512, 1, 4, 2),
@@ -56,17 +58,24 @@ FEW_ROWS = (
     GemvConfig(64, 128, 1, 4, 3), GemvConfig(64, 256, 1, 8, 3), GemvConfig(16, 512, 1, 4, 2),
     GemvConfig(16, 128, 2, 4, 4), GemvConfig(32, 256, 2, 4, 3), GemvConfig(16, 256, 4, 4, 3),
 )
+# 17..64 rows (a verify of a wide tree, a short prompt): x tiles of 32-64 rows beside the weight's, so shorter
+# K steps (the tiles of every stage share the SM's shared memory) and more warps for the larger dot.
+MANY_ROWS = (
+    GemvConfig(32, 128, 1, 4, 3), GemvConfig(64, 64, 1, 4, 3), GemvConfig(32, 64, 1, 4, 4),
+    GemvConfig(64, 128, 1, 8, 2), GemvConfig(16, 128, 1, 4, 3), GemvConfig(32, 128, 2, 4, 3),
+    GemvConfig(64, 64, 2, 8, 3),
+)
 LINEAR = GemvConfig(0, 0, 0, 0, 0)  # the tuner's choice where F.linear (cuBLAS) beat every tiling
 TUNE_BYTES = 128 * 2**20  # tuning reads this many bytes of weight copies in turn: more than the L2 cache holds
 
 
 def row_bucket(rows: int) -> int:
-    """The tuning bucket of M rows: the next power of two (1, 2, 4, 8, 16)."""
+    """The tuning bucket of M rows: the next power of two (1, 2, 4, 8, 16, 32, 64)."""
     return 1 << max(rows - 1, 0).bit_length()
 
 
 def candidates(rows: int) -> tuple[GemvConfig, ...]:
-    return ONE_ROW if rows == 1 else FEW_ROWS
+    return ONE_ROW if rows == 1 else FEW_ROWS if rows <= FEW else MANY_ROWS
 
 
 def default_config(n: int, k: int, rows: int) -> GemvConfig:
@@ -152,11 +161,12 @@ class TritonGemv:
         cfg = cfg or default_config(N, K, M)
         if cfg.block_n == 0:  # LINEAR: cuBLAS was faster for this shape
             return F.linear(x, weight, bias)
-        return torch.ops.eaglelab.gemv(x, weight, bias, *cfg)
+        return run_op(x, weight, bias, cfg)
 
     def _tune(self, key, x, weight, bias) -> GemvConfig | None:
         """Check every candidate against ``F.linear`` on these very tensors, time those that agree and F.linear,
-        keep the fastest (:data:`LINEAR` if F.linear). None: no tiling ran or agreed (``reason`` says why)."""
+        keep the fastest (:data:`LINEAR` if F.linear). None: no tiling ran or agreed (``reason`` says why: the
+        kernel is off for good), except past :data:`FEW` rows, where that shape alone keeps F.linear."""
         t0 = time.perf_counter()
         if self.log is not None and not self._said:
             self._said = True
@@ -169,17 +179,22 @@ class TritonGemv:
         times, errors = {}, []
         for cfg in candidates(key[2]):
             try:
-                err = (torch.ops.eaglelab.gemv(x, weight, bias, *cfg).float() - ref).abs().max().item()
+                err = (run_op(x, weight, bias, cfg).float() - ref).abs().max().item()
                 if not err <= tolerance:  # a tiling that computes something else is never chosen
                     errors.append(f"{tuple(cfg)}: max |error| {err:.3g} against F.linear > {tolerance:.3g}")
                     continue
-                times[cfg] = time_in_turn(lambda i: torch.ops.eaglelab.gemv(x, copies[i], bias, *cfg), len(copies), self.reps)
+                times[cfg] = time_in_turn(lambda i: run_op(x, copies[i], bias, cfg), len(copies), self.reps)
             except Exception as exc:  # noqa: BLE001 - a tiling that does not compile is skipped, and said
                 errors.append(f"{tuple(cfg)}: {type(exc).__name__}: {first_line(exc)}")
         if times:  # the bar to beat: F.linear timed the same way
             times[LINEAR] = time_in_turn(lambda i: F.linear(x, copies[i], bias), len(copies), self.reps)
         del copies
         self.setup_seconds += time.perf_counter() - t0
+        if not times and key[2] > FEW:  # a GEMM's territory: this shape keeps F.linear, the kernel stays on
+            self.chosen[key] = LINEAR
+            if self.log is not None:
+                self.log(f"  GEMV [{key[1]} -> {key[0]}] M<={key[2]}: F.linear (no tiling ran: {errors[0]})")
+            return LINEAR
         if not times:
             self.reason = f"eager: Triton GEMV failed on [{key[1]} -> {key[0]}] ({errors[0]})"
             if self.log is not None:
@@ -191,6 +206,11 @@ class TritonGemv:
             self.log(f"  GEMV [{key[1]} -> {key[0]}] M<={key[2]}: {describe(best)}; best tiling {tiled * 1e3:.1f} us, "
                      f"F.linear {times[LINEAR] * 1e3:.1f} us" + "".join(f"\n    tiling skipped: {e}" for e in errors))
         return best
+
+
+def run_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: GemvConfig) -> torch.Tensor:
+    """``torch.ops.eaglelab.gemv`` with this tiling (registered by :func:`load_op`)."""
+    return torch.ops.eaglelab.gemv(x, weight, bias, *cfg)
 
 
 def describe(cfg: GemvConfig) -> str:

@@ -52,15 +52,16 @@ class RecordingGemv:
 @torch.no_grad()
 def test_refusal_names_each_reason_in_order():
     """Example: x [1, 1, 64] bf16 with a [96, 64] bf16 weight on the CPU is refused only for the device;
-    17 rows, float32, or a transposed weight are refused for that first."""
+    65 rows, float32, or a transposed weight are refused for that first."""
     w = torch.zeros(96, 64, dtype=torch.bfloat16)
     x = torch.zeros(1, 1, 64, dtype=torch.bfloat16)
     assert G.refusal(x, w) == "not CUDA (device cpu)"
     assert G.refusal(x, w, unavailable="no triton") == "no triton"
-    assert G.refusal(torch.zeros(17, 64, dtype=torch.bfloat16), w) == "17 rows (the GEMV takes 1..16)"
-    assert G.refusal(torch.zeros(2, 8, 64, dtype=torch.bfloat16), w) == "not CUDA (device cpu)", "16 rows: taken"
-    assert G.refusal(torch.zeros(2, 9, 64, dtype=torch.bfloat16), w) == "18 rows (the GEMV takes 1..16)"
-    assert G.refusal(torch.zeros(0, 64, dtype=torch.bfloat16), w) == "0 rows (the GEMV takes 1..16)"
+    assert G.refusal(torch.zeros(65, 64, dtype=torch.bfloat16), w) == "65 rows (the GEMV takes 1..64)"
+    assert G.refusal(torch.zeros(2, 32, 64, dtype=torch.bfloat16), w) == "not CUDA (device cpu)", "64 rows: taken"
+    assert G.refusal(torch.zeros(17, 64, dtype=torch.bfloat16), w) == "not CUDA (device cpu)", "17 rows: taken"
+    assert G.refusal(torch.zeros(2, 33, 64, dtype=torch.bfloat16), w) == "66 rows (the GEMV takes 1..64)"
+    assert G.refusal(torch.zeros(0, 64, dtype=torch.bfloat16), w) == "0 rows (the GEMV takes 1..64)"
     assert "dtypes torch.float32/torch.bfloat16" in G.refusal(x.float(), w)
     assert "dtypes torch.float16/torch.bfloat16" in G.refusal(x.half(), w)
     assert G.refusal(x, torch.zeros(64, 96, dtype=torch.bfloat16).t()) == "weight not row-major [N, K]"
@@ -75,15 +76,53 @@ def test_refusal_with_gradients_on():
 
 
 def test_row_buckets_and_splits():
-    """M buckets: 1, 2, 4, 8, 16. Split-K: K 4096 in 3 splits: ceil(4096 / 3) = 1366 rounded up to whole
+    """M buckets: 1, 2, 4, 8, 16, 32, 64. Split-K: K 4096 in 3 splits: ceil(4096 / 3) = 1366 rounded up to whole
     256-wide steps = 1536 per program, 3 programs (1536, 1536, 1024)."""
-    assert [G.row_bucket(m) for m in (1, 2, 3, 4, 5, 8, 9, 16)] == [1, 2, 4, 4, 8, 8, 16, 16]
+    assert [G.row_bucket(m) for m in (1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 64)] == [1, 2, 4, 4, 8, 8, 16, 16, 32, 32,
+                                                                                   64, 64]
     assert G.splits(4096, G.GemvConfig(16, 256, 3, 4, 3)) == (1536, 3)
     assert G.splits(4096, G.GemvConfig(16, 256, 1, 4, 3)) == (4096, 1)
     assert G.splits(100, G.GemvConfig(16, 256, 4, 4, 3)) == (256, 1)
-    for rows in (1, 4, 16):  # every tiling the tuner tries is one the kernel can take
+    assert G.candidates(16) == G.FEW_ROWS and G.candidates(17) == G.candidates(64) == G.MANY_ROWS
+    for rows in (1, 4, 16, 32, 64):  # every tiling the tuner tries is one the kernel can take
         for cfg in G.candidates(rows):
             assert cfg.block_k % 16 == 0 and cfg.split_k >= 1 and (rows == 1 or cfg.block_n >= 16), cfg
+
+
+# ---- a shape no tiling runs ----------------------------------------------------------------------
+class _NoDeviceCheck(G.TritonGemv):
+    """The GEMV as if Triton were here (no CUDA either: the device check waived)."""
+
+    def __init__(self):
+        super().__init__()
+        self.reason = None
+
+    def refusal(self, x, weight):
+        why = super().refusal(x, weight)
+        return None if why is not None and why.startswith("not CUDA") else why
+
+
+@torch.no_grad()
+def test_past_16_rows_a_shape_no_tiling_runs_keeps_linear_and_the_kernel_stays_on(monkeypatch):
+    """Every tiling failing (out of shared memory, say) for 24 rows: that shape keeps F.linear (exactly its
+    output), said once, and the kernel stays on for the others; for 3 rows the same failure is the kernel
+    failing here: off for good, with the reason."""
+    def fails(x, weight, bias, cfg):
+        raise RuntimeError("out of resources: shared memory, Required: 270336, Hardware limit: 232448")
+    monkeypatch.setattr(G, "run_op", fails)
+    said: list[str] = []
+    gemv = _NoDeviceCheck()
+    gemv.log = said.append
+    w, b = torch.randn(40, 64).half(), torch.randn(40).half()
+    x24 = torch.randn(24, 64).half()
+    assert torch.equal(gemv(x24, w, b), F.linear(x24, w, b))
+    assert gemv.chosen == {(40, 64, 32): G.LINEAR} and gemv.reason is None
+    assert said[-1].startswith("  GEMV [64 -> 40] M<=32: F.linear (no tiling ran: (32, 128, 1, 4, 3): RuntimeError: "
+                               "out of resources: shared memory")
+    assert torch.equal(gemv(x24[:20], w, b), F.linear(x24[:20], w, b)) and len(said) == 2, "tuned once per bucket"
+    x3 = torch.randn(3, 64).half()
+    assert torch.equal(gemv(x3, w, b), F.linear(x3, w, b))
+    assert gemv.reason.startswith("eager: Triton GEMV failed on [64 -> 40] ((32, 128, 1, 4, 4): RuntimeError: out of")
 
 
 # ---- without Triton --------------------------------------------------------------------------
@@ -210,7 +249,7 @@ INTERPRETED = textwrap.dedent("""
     for K, N in ((64, 48), (200, 37), (96, 130)):
         w = (torch.randn(N, K) * K ** -0.5).half()
         b = torch.randn(N).half()
-        for M in (1, 3, 16):
+        for M in (1, 3, 16, 24, 64):  # x padded to 16, 32, 64 rows for the dot
             x = torch.randn(M, K).half()
             for cfg in tilings:
                 check(x, w, b, cfg)
@@ -240,14 +279,14 @@ INTERPRETED = textwrap.dedent("""
 
 @pytest.mark.skipif(not has_triton(), reason="Triton not installed (it ships with CUDA builds of torch)")
 def test_kernel_matches_linear_under_the_triton_interpreter():
-    """The kernel's indexing on the CPU: Triton's interpreter runs it on CPU tensors (fp16: M 1, 3, 16; K not a
+    """The kernel's indexing on the CPU: Triton's interpreter runs it on CPU tensors (fp16: M 1, 3, 16, 24, 64; K not a
     multiple of the tile; N not a multiple of block_n; split-K in 2 and 3 parts; with and without bias).
     Then the tuner, its timer replaced by set figures: F.linear kept where it was faster, else the fastest tiling."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["checked", str(3 * (3 * 3 * 2 + 2 + 1)), "tuner", "ok"]
+    assert done.stdout.split() == ["checked", str(3 * (5 * 3 * 2 + 2 + 1)), "tuner", "ok"]
 
 
 COMPILED = textwrap.dedent("""
@@ -321,7 +360,7 @@ def test_op_shape_under_fake_tensors():
 @torch.no_grad()
 def test_gemv_matches_linear_on_cuda_eager_compiled_and_captured():
     """Every tiling, on 8B-shaped weights (K 4096 -> N 6144, K 14336 -> N 4096) in bf16 and an odd biased shape
-    (K 1000 -> N 777, nothing a multiple of 16) in bf16 and fp16, M = 1, 4, 16: within rounding of an fp32
+    (K 1000 -> N 777, nothing a multiple of 16) in bf16 and fp16, M = 1, 4, 16, 24, 64: within rounding of an fp32
     reference (no worse than twice F.linear's error plus one ulp of the largest output); the tuner's pick
     (a tiling or F.linear) likewise. Then a tiling's call compiled whole (fullgraph) and replayed from a
     CUDA graph gives the eager kernel's exact output."""
@@ -334,7 +373,7 @@ def test_gemv_matches_linear_on_cuda_eager_compiled_and_captured():
     for dtype, K, N, bias in cases:
         w = (torch.randn(N, K, device=dev, generator=g) * K ** -0.5).to(dtype)
         b = torch.randn(N, device=dev, generator=g).to(dtype) if bias else None
-        for M in (1, 4, 16):
+        for M in (1, 4, 16, 24, 64):
             x = torch.randn(M, K, device=dev, generator=g).to(dtype)
             ref = F.linear(x.float(), w.float(), None if b is None else b.float())
             ulp = ref.abs().max().item() * (2 ** -7 if dtype == torch.bfloat16 else 2 ** -10)
