@@ -4,7 +4,7 @@ Configurations (``--configs``): plain-eager, plain-graphs, plain-compile, plain-
 plain-compile-gemv, plain-compile-gemv-attn, spec-prefill, spec-prefill-graphs, spec-decode, spec-decode-graphs,
 spec-compile, spec-compile-gemv, spec-compile-gemv-attn, hf (``*-compile``: graphs with torch.compile'd phases;
 ``*-gemv``: the projections of M <= 64 rows on our Triton GEMV kernel; ``*-attn``: also the attention of
-<= 16 query rows on our Triton decode attention; these are skipped with the reason where Triton or CUDA is
+<= 64 query rows on our Triton decode attention; these are skipped with the reason where Triton or CUDA is
 missing or the model is float32, and run only when named). Graph configurations need CUDA (skipped on CPU, and
 the speedup baseline is then plain-eager). ``--scale-model`` swaps the target for a random-weight
 model of a named real shape (cost measurements only: acceptance on random weights means nothing).

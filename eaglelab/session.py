@@ -43,8 +43,9 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                         "(<= 64 rows, bf16/fp16), tuned per weight shape on first use (default: off); on CPU a C kernel "
                         "(<= 256 rows, float32), built once with the system compiler (default: on when speculating)")
     g.add_argument("--decode-attn", action=argparse.BooleanOptionalAction, default=False,
-                   help="run the attention of a decode, verify or draft step (<= 16 query rows, bf16/fp16, CUDA) on "
-                        "our Triton kernel made for a few rows over the static cache; prefill keeps SDPA (default: off)")
+                   help="run the attention of a decode, verify or draft step (<= 64 query rows, bf16/fp16, CUDA) on "
+                        "our Triton kernel made for a few rows over the static cache; past 16 rows a shape keeps SDPA "
+                        "where SDPA is faster; longer prefills keep SDPA (default: off)")
 
 
 def add_model_args(p: argparse.ArgumentParser, max_new_tokens: int | None, max_new_help: str = "") -> None:
@@ -267,7 +268,8 @@ def _add_decode_attn(s: Session, log: Callable[[str], None]) -> None:
     from eaglelab.engine.model.decode_attention import TritonDecodeAttention, dtype_refusal
 
     _add_triton_kernel(s, "--decode-attn", "attention", TritonDecodeAttention(log), dtype_refusal, "SDPA",
-                       "attention of <= 16 query rows on the Triton decode attention (bf16/fp16); prefill on SDPA")
+                       "attention of <= 64 query rows on the Triton decode attention (bf16/fp16; past 16 rows SDPA "
+                       "per shape where it is faster); longer prefills on SDPA")
 
 
 def _add_triton_kernel(s: Session, flag: str, field: str, kernel: Any, dtype_refusal: Callable[[Any], str | None],

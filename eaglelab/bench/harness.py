@@ -62,7 +62,7 @@ class BenchConfig:
     description: str = ""
     compile: bool = False  # each captured phase torch.compile'd whole
     gemv: bool = False  # projections of M <= 64 rows on the Triton GEMV (engine/model/gemv.py)
-    attn: bool = False  # attention of T <= 16 query rows on the Triton decode attention (engine/model/decode_attention.py)
+    attn: bool = False  # attention of T <= 64 query rows on the Triton decode attention (engine/model/decode_attention.py)
     one_graph: bool = True  # speculative, decode-mode verify: the whole cycle one phase (False: a phase each)
 
     @property

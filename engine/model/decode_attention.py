@@ -1,11 +1,12 @@
 """A Triton attention kernel for the few query rows of a decode, a verify or a draft step:
-``softmax(q k^T / sqrt(D), masked) v`` for q [B, NH, T, D] (T <= 16) over a layer of the static KV cache
+``softmax(q k^T / sqrt(D), masked) v`` for q [B, NH, T, D] (T <= 64) over a layer of the static KV cache
 k, v [B, KVH, S, D] (read through its strides, never copied) under a bool mask [B, T, S] (True = attend:
 the engine's prefix masks for a decode, tree masks for a verify or a draft step).
 
 At bs 1 a decode's attention is a few small reads that SDPA, made for many query rows, spreads thinly.
 Here one program takes the GROUP = NH / KVH query heads that share a KV head, all T rows of each (a
-tensor-core dot of GROUP * T rows padded to 16), so each K and V row is read once per KV head; the
+tensor-core dot of GROUP * T rows padded to 16; past 64 rows, blocks of 64 in programs of their own), so
+each K and V row is read once per KV head (per block of rows); the
 cache's slots are split across programs (flash-decoding: each split keeps a partial max, sum and
 weighted sum in float32, and a small second kernel merges the splits), so even one row fills the GPU;
 and a block of slots whose mask slice is all False is skipped before its K and V are read: a static
@@ -27,10 +28,11 @@ from typing import Callable, NamedTuple
 import torch
 import torch.nn.functional as F
 
-from eaglelab.engine.model.triton_ops import DTYPES, capturing, first_line, unavailable
+from eaglelab.engine.model.triton_ops import DTYPES, capturing, first_line, time_in_turn, unavailable
 from eaglelab.engine.model.triton_ops import dtype_refusal as kernel_dtype_refusal
 
-MAX_ROWS = 16  # query rows (T) per sequence the kernel takes; more is a prefill, SDPA's job
+MAX_ROWS = 64  # query rows (T) per sequence the kernel takes; more is a prefill, SDPA's job
+FEW = 16  # past this many rows (a wide tree's verify, a short prompt) a shape keeps SDPA where it is faster
 HEAD_DIMS = (16, 32, 64, 128, 256)  # tl.arange needs a power of two
 
 
@@ -99,14 +101,18 @@ class TritonDecodeAttention:
 
     The first eager call of each (T, D, group) shape is checked against SDPA on its own inputs (a host
     sync, once per shape); if the kernel fails or disagrees there, it is switched off for good and
-    ``reason`` says why: callers then take SDPA. Compiled and captured calls run the op as planned.
-    ``setup_seconds`` is the checking time (kept out of tok/s like a compile)."""
+    ``reason`` says why: callers then take SDPA. Past :data:`FEW` rows (where SDPA's tiles start to fill)
+    the check also times both on CUDA, and a shape that fails, disagrees or is slower keeps SDPA alone
+    (``declined`` says why; the kernel stays on for the rest). Compiled and captured calls run the op as
+    planned (or SDPA for a declined shape). ``setup_seconds`` is the checking time (kept out of tok/s like
+    a compile)."""
 
     def __init__(self, log: Callable[[str], None] | None = None, sms: int | None = None) -> None:
         self.log = log
         self.sms = sms if sms is not None else _multiprocessors()  # read here: never inside a compiled trace
         self.reason = triton_unavailable()
         self.checked: set[tuple[int, int, int]] = set()
+        self.declined: dict[tuple[int, int, int], str] = {}  # shapes past FEW rows kept on SDPA, and why
         self.setup_seconds = 0.0
 
     def refusal(self, q: torch.Tensor, k: torch.Tensor, mask: torch.Tensor | None) -> str | None:
@@ -126,14 +132,18 @@ class TritonDecodeAttention:
         k = k if k.stride(-1) == 1 else k.contiguous()
         v = v if v.stride(-1) == 1 else v.contiguous()
         key = (q.shape[2], q.shape[3], q.shape[1] // k.shape[1])
+        if key in self.declined:
+            return sdpa(q, k, v, mask)
         if key not in self.checked and not torch.compiler.is_compiling() and not capturing(q):
             if not self._check(key, q, k, v, mask):
                 return sdpa(q, k, v, mask)
         return run_op(q, k, v, mask, self.plan(q, k))
 
     def _check(self, key, q, k, v, mask) -> bool:
-        """Run the kernel on these inputs against SDPA in float32; off for good (``reason``) if it fails or disagrees."""
+        """Run the kernel on these inputs against SDPA in float32; off for good (``reason``) if it fails or disagrees,
+        or past :data:`FEW` rows, this shape alone on SDPA (``declined``) if it fails, disagrees or is slower."""
         t0 = time.perf_counter()
+        why = None
         try:
             got = run_op(q, k, v, mask, self.plan(q, k)).float()
             ref = sdpa(q.float(), k.float(), v.float(), mask)
@@ -141,15 +151,21 @@ class TritonDecodeAttention:
             err = (got - ref).abs().where(seen, 0.0).max().item()
             tolerance = 0.02 * ref.abs().where(seen, 0.0).max().item() + 1e-2  # bf16 roundings; a wrong kernel is far off
             if not err <= tolerance:
-                self.reason = f"eager: Triton decode attention disagreed with SDPA (T {key[0]}, D {key[1]}: " \
-                              f"max |error| {err:.3g} > {tolerance:.3g})"
+                why = f"eager: Triton decode attention disagreed with SDPA (T {key[0]}, D {key[1]}: " \
+                      f"max |error| {err:.3g} > {tolerance:.3g})"
+            elif key[0] > FEW:
+                why = slower_than_sdpa(q, k, v, mask, self.plan(q, k))
         except Exception as exc:  # noqa: BLE001 - a kernel that does not compile here is switched off, and said
-            self.reason = f"eager: Triton decode attention failed (T {key[0]}, D {key[1]}: " \
-                          f"{type(exc).__name__}: {first_line(exc)})"
+            why = f"eager: Triton decode attention failed (T {key[0]}, D {key[1]}: {type(exc).__name__}: {first_line(exc)})"
         self.setup_seconds += time.perf_counter() - t0
-        if self.reason is not None:
+        if why is not None:
+            if key[0] > FEW:
+                self.declined[key] = why
+            else:
+                self.reason = why
             if self.log is not None:
-                self.log(self.reason)
+                self.log(why if key[0] <= FEW else f"  decode attention (T {key[0]}, D {key[1]}, group {key[2]}): SDPA "
+                         f"for this shape ({why.removeprefix('eager: ')})")
             return False
         self.checked.add(key)
         return True
@@ -158,6 +174,18 @@ class TritonDecodeAttention:
 def run_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, cut: AttnPlan) -> torch.Tensor:
     """``torch.ops.eaglelab.decode_attention`` with this cut (registered by :func:`load_op`)."""
     return torch.ops.eaglelab.decode_attention(q, k, v, mask, *cut)
+
+
+def slower_than_sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, cut: AttnPlan) -> str | None:
+    """Why SDPA is kept for this shape (None: the kernel is as fast or faster): both timed in CUDA graphs on these
+    inputs (on a CPU, Triton's interpreter: nothing to time)."""
+    if not q.is_cuda:
+        return None
+    ours = time_in_turn(lambda i: run_op(q, k, v, mask, cut), 1, 20)
+    theirs = time_in_turn(lambda i: sdpa(q, k, v, mask), 1, 20)
+    if ours <= theirs:
+        return None
+    return f"SDPA faster: {theirs * 1e3:.1f} us against {ours * 1e3:.1f} us"
 
 
 def sdpa(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

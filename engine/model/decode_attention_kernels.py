@@ -1,8 +1,9 @@
 """The Triton kernels behind ``torch.ops.eaglelab.decode_attention`` (see ``decode_attention.py``, which
 imports this module only when it is asked for the kernel: importing it imports Triton).
 
-``attention_kernel``: program (b * KVH + kv head, split) holds the query rows of the GROUP heads that share
-one KV head (row m = g * T + t: head kv_head * GROUP + g, query t), and walks the split's blocks of
+``attention_kernel``: program (b * KVH + kv head, split, r) holds the r-th block of ``BLOCK_M`` (<= 64) of the
+query rows of the GROUP heads that share one KV head (row m = g * T + t: head kv_head * GROUP + g, query t; one
+block unless GROUP * T > 64, as in a verify of a wide tree: larger tiles spill registers), and walks the split's blocks of
 ``BLOCK_S`` cache slots, interleaved (blocks split, split + SPLITS, ...: the used prefix of a static cache
 is spread over every split). A block whose mask slice is all False is skipped before K or V is read. Per
 row it keeps an online softmax in float32 (running max, running sum, the weighted sum of V rows), in log2
@@ -19,6 +20,7 @@ import triton
 import triton.language as tl
 
 LOG2E = 1.4426950408889634
+MAX_BLOCK_M = 64  # query rows per program (ptxas spills registers past it); more (a wide tree's verify) take more programs
 
 
 @triton.jit
@@ -28,12 +30,14 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, acc_ptr, ml_ptr,
                      stride_vb, stride_vh, stride_vs, stride_mb, stride_mt, stride_ms,
                      stride_ob, stride_oh, stride_ot,
                      BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, HEAD_D: tl.constexpr, SPLITS: tl.constexpr,
-                     ROUNDS: tl.constexpr, PARTIAL: tl.constexpr):
-    """One KV head of one batch row, one split of the cache: softmax(q k^T * scale, masked) v for its rows."""
+                     ROUNDS: tl.constexpr, PARTIAL: tl.constexpr, ROW_BLOCKS: tl.constexpr):
+    """One KV head of one batch row, one split of the cache, one block of rows: softmax(q k^T * scale, masked) v."""
     pid_bh, split = tl.program_id(0), tl.program_id(1)
     KVH = NH // GROUP
     b, kvh = pid_bh // KVH, pid_bh % KVH
     rows = tl.arange(0, BLOCK_M)  # [BM] m = g * T + t (padded to BM)
+    if ROW_BLOCKS > 1:  # a compile-time choice: the one-block kernel stays as lean as it was
+        rows += tl.program_id(2) * BLOCK_M  # this program's block of rows (the last one padded)
     t = rows % T
     heads = kvh * GROUP + rows // T
     live = rows < GROUP * T
@@ -112,14 +116,16 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
         ml = torch.empty(B * NH * T * splits * 2, dtype=torch.float32, device=q.device)
     else:
         acc = ml = out  # unread pointers
-    block_m = max(16, triton.next_power_of_2(NH // KVH * T))  # tl.dot takes >= 16 rows
-    attention_kernel[(B * KVH, splits)](
+    rows = NH // KVH * T
+    block_m = min(max(16, triton.next_power_of_2(rows)), MAX_BLOCK_M)  # tl.dot takes >= 16 rows
+    row_blocks = triton.cdiv(rows, block_m)
+    attention_kernel[(B * KVH, splits, row_blocks)](
         q, k, v, allowed, out, acc, ml, NH, T, S, NH // KVH, LOG2E / D ** 0.5,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), allowed.stride(0), allowed.stride(1), allowed.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
         BLOCK_M=block_m, BLOCK_S=block_s, HEAD_D=D, SPLITS=splits, ROUNDS=triton.cdiv(triton.cdiv(S, block_s), splits),
-        PARTIAL=partial, num_warps=num_warps, num_stages=1)
+        PARTIAL=partial, ROW_BLOCKS=row_blocks, num_warps=num_warps, num_stages=1)
     if partial:
         attention_combine_kernel[(B * NH * T,)](acc, ml, out, NH, T, splits, out.stride(0), out.stride(1), out.stride(2),
                                       BLOCK_SPLITS=triton.next_power_of_2(splits), HEAD_D=D, num_warps=1)

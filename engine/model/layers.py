@@ -83,7 +83,7 @@ class Kernels:
     The eager set is the reference; a compiled set fuses each piece into one or two kernels (same maths,
     same dtypes), and offers ``compile_phase`` to compile whole phases. ``gemv`` (None: off) runs the
     projections of a decode or a small verify (M <= 64 rows; on CPU up to 256) as a memory-bound kernel;
-    ``attention`` (None: off) the attention of a decode, a verify or a draft step (T <= 16 query rows
+    ``attention`` (None: off) the attention of a decode, a verify or a draft step (T <= 64 query rows
     under a mask) as a kernel made for a few rows; both fall back to the reference per call, with a reason."""
 
     rms_norm: Callable[[torch.Tensor, torch.Tensor, float], torch.Tensor] = rms_norm

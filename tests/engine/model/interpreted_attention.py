@@ -26,7 +26,7 @@ def cases(draw):
     B = draw(st.integers(1, 3))
     KVH = draw(st.integers(1, 3))
     group = draw(st.sampled_from([1, 2, 3, 4]))
-    T = draw(st.sampled_from([1, 2, 3, 4, 5, 16]))
+    T = draw(st.sampled_from([1, 2, 3, 4, 5, 16, 24, 40]))  # group 4 x 40 = 160 rows: two blocks of rows
     D = draw(st.sampled_from([16, 32, 64]))
     block_s = draw(st.sampled_from([16, 32]))
     S = draw(st.integers(T + 1, 150))

@@ -43,14 +43,15 @@ def spills(ptx: str) -> int:
 
 def main() -> None:
     for shape, (NH, KVH, D) in {"llama3.1-8b": (32, 8, 128), "smollm2-135m": (9, 3, 64)}.items():
-        for T in (1, 16):
+        for T in (1, 16, 24, 64):  # a decode, a verify of 16, of 24 and of 64 tree nodes
             for S in (128, 2048):
                 rows = NH // KVH * T
                 p = A.plan(1, KVH, S, 132, rows=rows, head_dim=D)
                 rounds = -(-(-(-S // p.block_s)) // p.splits)
+                block_m = min(max(16, triton.next_power_of_2(rows)), K.MAX_BLOCK_M)
                 ptx = compile_kernel(K.attention_kernel, {
-                    "BLOCK_M": max(16, triton.next_power_of_2(rows)), "BLOCK_S": p.block_s, "HEAD_D": D,
-                    "SPLITS": p.splits, "ROUNDS": rounds, "PARTIAL": p.splits > 1}, p.num_warps)
+                    "BLOCK_M": block_m, "BLOCK_S": p.block_s, "HEAD_D": D, "SPLITS": p.splits, "ROUNDS": rounds,
+                    "PARTIAL": p.splits > 1, "ROW_BLOCKS": -(-rows // block_m)}, p.num_warps)
                 print(f"{shape} T={T} S={S} {tuple(p)} spills={spills(ptx)}", flush=True)
     ptx = compile_kernel(K.attention_combine_kernel, {"BLOCK_SPLITS": 16, "HEAD_D": 128}, 1)
     print(f"combine spills={spills(ptx)}")

@@ -56,10 +56,10 @@ def test_refusal_names_each_reason_in_order():
     assert A.refusal(q, k, mask) == "not CUDA (device cpu)"
     assert A.refusal(q, k, mask, unavailable="no triton") == "no triton"
     assert A.refusal(q, k, None) == "no mask (a causal prefill: SDPA's job)"
-    q17 = torch.zeros(1, 4, 17, 64, dtype=torch.bfloat16)
-    assert A.refusal(q17, k, torch.ones(1, 17, 100, dtype=torch.bool)) == "17 query rows (the decode attention takes 1..16)"
-    q16 = torch.zeros(1, 4, 16, 64, dtype=torch.bfloat16)
-    assert A.refusal(q16, k, torch.ones(1, 16, 100, dtype=torch.bool)) == "not CUDA (device cpu)", "16 rows: taken"
+    q65 = torch.zeros(1, 4, 65, 64, dtype=torch.bfloat16)
+    assert A.refusal(q65, k, torch.ones(1, 65, 100, dtype=torch.bool)) == "65 query rows (the decode attention takes 1..64)"
+    q64 = torch.zeros(1, 4, 64, 64, dtype=torch.bfloat16)
+    assert A.refusal(q64, k, torch.ones(1, 64, 100, dtype=torch.bool)) == "not CUDA (device cpu)", "64 rows: taken"
     assert "dtypes torch.float32/torch.float32" in A.refusal(q.float(), k.float(), mask)
     assert "dtypes torch.float16/torch.bfloat16" in A.refusal(q.half(), k, mask)
     assert A.refusal(torch.zeros(1, 4, 1, 80, dtype=torch.bfloat16), torch.zeros(1, 2, 100, 80, dtype=torch.bfloat16),
@@ -171,11 +171,41 @@ def test_a_kernel_that_disagrees_or_fails_is_switched_off_for_good(monkeypatch, 
     assert len(calls) == 1 and attention.setup_seconds > 0
 
 
+@pytest.mark.parametrize("failure", ["raises", "slower"])
+@torch.no_grad()
+def test_past_16_rows_a_failing_or_slower_shape_keeps_sdpa_alone(monkeypatch, failure):
+    """T 24 (a wide tree's verify): the kernel failing there, or SDPA timing faster, keeps SDPA for that shape only
+    (said once, the op not called again for it) and the kernel on for T 3."""
+    monkeypatch.setattr(A, "triton_unavailable", lambda: None)
+    calls = []
+
+    def op(q, k, v, mask, cut):
+        calls.append(q.shape[2])
+        if failure == "raises" and q.shape[2] > A.FEW:
+            raise RuntimeError("out of resources: registers")
+        return A.sdpa(q.float(), k.float(), v.float(), mask).nan_to_num().to(q.dtype)
+
+    monkeypatch.setattr(A, "run_op", op)
+    monkeypatch.setattr(A, "slower_than_sdpa", lambda *a: "SDPA faster: 9.0 us against 12.0 us" if failure == "slower" else None)
+    logged = []
+    attention = A.TritonDecodeAttention(log=logged.append, sms=132)
+    q, k, v, mask = _inputs(T=24)
+    expected = A.sdpa(q, k, v, mask)
+    for _ in range(2):
+        torch.testing.assert_close(attention(q, k, v, mask), expected, rtol=0, atol=0, equal_nan=True)
+    assert calls == [24] and attention.reason is None and list(attention.declined) == [(24, 16, 2)]
+    why = "failed (T 24, D 16: RuntimeError: out of resources: registers)" if failure == "raises" else \
+        "SDPA faster: 9.0 us against 12.0 us"
+    assert logged == [f"  decode attention (T 24, D 16, group 2): SDPA for this shape ({'Triton decode attention ' if failure == 'raises' else ''}{why})"]
+    attention(*_inputs(T=3))
+    assert calls == [24, 3, 3] and attention.checked == {(3, 16, 2)}, "T 3 checked and run on the kernel"
+
+
 # ---- routing ---------------------------------------------------------------------------------
 @torch.no_grad()
 def test_decode_attention_of_every_layer_goes_through_kernels_attention_and_prefill_keeps_sdpa():
-    """Tiny model (4 layers, 4 heads over 2 KV heads, D 16) with a 32-slot cache: a prefill of 20 tokens
-    (T 20 > 16: SDPA, no call), then a decode of B = 2 rows (4 calls of T 1 over S 32); the logits equal
+    """Tiny model (4 layers, 4 heads over 2 KV heads, D 16) with an 80-slot cache: a prefill of 70 tokens
+    (T 70 > 64: SDPA, no call), then a decode of B = 2 rows (4 calls of T 1 over S 80); the logits equal
     the eager forward's."""
     from eaglelab.engine.model.layers import prefix_mask
 
@@ -184,14 +214,14 @@ def test_decode_attention_of_every_layer_goes_through_kernels_attention_and_pref
     kernels = replace(EAGER_KERNELS, attention=attention)
     outs = []
     for ks in (kernels, EAGER_KERNELS):
-        cache = model.make_cache(2, 32, dtype=torch.float32, device="cpu")
-        ids = torch.randint(0, 96, (2, 20), generator=torch.Generator().manual_seed(1))
-        slots = torch.arange(20).expand(2, 20)
-        model(ids, slots, cache, slots, prefix_mask(slots, 32), kernels=ks)
-        slot = torch.full((2, 1), 20)
-        hidden, _ = model(ids[:, -1:], slot, cache, slot, prefix_mask(slot, 32), kernels=ks)
+        cache = model.make_cache(2, 80, dtype=torch.float32, device="cpu")
+        ids = torch.randint(0, 96, (2, 70), generator=torch.Generator().manual_seed(1))
+        slots = torch.arange(70).expand(2, 70)
+        model(ids, slots, cache, slots, prefix_mask(slots, 80), kernels=ks)
+        slot = torch.full((2, 1), 70)
+        hidden, _ = model(ids[:, -1:], slot, cache, slot, prefix_mask(slot, 80), kernels=ks)
         outs.append(model.logits(hidden))
-    assert attention.calls == [(1, 32, 4, 2)] * 4
+    assert attention.calls == [(1, 80, 4, 2)] * 4
     torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
 
 
@@ -259,8 +289,9 @@ def test_bench_runs_attn_configs_only_when_named():
                                     "(ImportError: No module named 'triton')"),
     ("cuda", torch.float32, True, "--decode-attn: off for float32 weights (the decode attention takes bfloat16 or "
                                   "float16), SDPA instead"),
-    ("cuda", torch.bfloat16, True, "--decode-attn: attention of <= 16 query rows on the Triton decode attention "
-                                   "(bf16/fp16); prefill on SDPA")])
+    ("cuda", torch.bfloat16, True, "--decode-attn: attention of <= 64 query rows on the Triton decode attention "
+                                   "(bf16/fp16; past 16 rows SDPA per shape where it is faster); longer prefills on "
+                                   "SDPA")])
 def test_run_notes_say_why_the_kernel_is_off(monkeypatch, device, dtype, triton, note):
     from types import SimpleNamespace
 
@@ -416,9 +447,10 @@ def test_engine_with_the_kernel_gives_sdpas_tokens_under_the_interpreter():
 
 @pytest.mark.skipif(not has_triton(), reason="Triton not installed")
 def test_planned_cuts_compile_for_sm90_without_spilling():
-    """The kernels as the planner cuts them (8B and SmolLM2 shapes, T 1 and 16, 128 and 2048 slots) and the merge
-    kernel compile for an H200 (sm_90, no GPU needed: tests/engine/model/sm90_attention.py) and ptxas spills no
-    register: 64-slot blocks of 16 query rows with 4 warps at D 128 spilled ~500 bytes; the planner's cuts none."""
+    """The kernels as the planner cuts them (8B and SmolLM2 shapes, T 1, 16, 24 and 64, 128 and 2048 slots) and the
+    merge kernel compile for an H200 (sm_90, no GPU needed: tests/engine/model/sm90_attention.py) and ptxas spills no
+    register: 64-slot blocks of 16 query rows with 4 warps at D 128 spilled ~500 bytes, one program of 72-128 rows
+    16-580 bytes; the planner's cuts (blocks of at most 64 rows) none."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "tests.engine.model.sm90_attention"], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
@@ -426,7 +458,7 @@ def test_planned_cuts_compile_for_sm90_without_spilling():
         pytest.skip(f"this Triton cannot compile for sm_90 here: {done.stderr.strip().splitlines()[-1]}")
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
-    assert len(lines) == 9 and all(line.endswith("spills=0") for line in lines), done.stdout
+    assert len(lines) == 17 and all(line.endswith("spills=0") for line in lines), done.stdout
 
 
 @pytest.mark.skipif(not has_triton(), reason="Triton not installed")
@@ -464,7 +496,7 @@ def _cuda_case(B, NH, KVH, T, D, S, used, dtype, g, tree: bool = False):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @torch.no_grad()
 def test_kernel_matches_sdpa_on_cuda_eager_compiled_and_captured():
-    """8B (32 / 8 heads, D 128) and SmolLM2 (9 / 3, D 64) shapes, bf16 and fp16, B 1 and 3, T 1, 4 and 16
+    """8B (32 / 8 heads, D 128) and SmolLM2 (9 / 3, D 64) shapes, bf16 and fp16, B 1 to 3, T 1, 4, 16, 24 and 64
     (prefix and tree masks), 128 and 2048 slots with 100 or 1000 used: within twice SDPA's own error against
     an fp32 reference plus an ulp; the default plan and a 1-split and a 5-split one alike. Then a call
     compiled whole (fullgraph) and replayed from a CUDA graph gives the eager kernel's exact output."""
@@ -474,7 +506,9 @@ def test_kernel_matches_sdpa_on_cuda_eager_compiled_and_captured():
     for (NH, KVH, D), dtype, B, T, (S, used), tree in [
             ((32, 8, 128), torch.bfloat16, 1, 1, (128, 100), False), ((32, 8, 128), torch.bfloat16, 1, 4, (2048, 1000), True),
             ((32, 8, 128), torch.bfloat16, 3, 16, (2048, 100), True), ((9, 3, 64), torch.bfloat16, 1, 1, (2048, 100), False),
-            ((9, 3, 64), torch.float16, 3, 4, (128, 100), True), ((9, 3, 64), torch.float16, 1, 16, (2048, 1000), False)]:
+            ((9, 3, 64), torch.float16, 3, 4, (128, 100), True), ((9, 3, 64), torch.float16, 1, 16, (2048, 1000), False),
+            ((9, 3, 64), torch.bfloat16, 1, 24, (2048, 1000), True), ((32, 8, 128), torch.bfloat16, 1, 64, (2048, 100), True),
+            ((9, 3, 64), torch.float16, 2, 64, (128, 100), False)]:  # 17-64 rows: blocks of 64 rows per program
         q, k, v, mask = _cuda_case(B, NH, KVH, T, D, S, used, dtype, g, tree)
         ref = A.sdpa(q.float(), k.float(), v.float(), mask)
         ulp = ref.abs().max().item() * (2 ** -7 if dtype == torch.bfloat16 else 2 ** -10)
