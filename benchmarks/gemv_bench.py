@@ -1,9 +1,12 @@
-"""The Triton GEMV (``engine/model/gemv.py``) against torch's ``F.linear`` on the Llama-3.1-8B decode shapes.
+"""The Triton GEMV (``engine/model/gemv.py``) against torch's ``F.linear`` on the Llama-3.1-8B (or SmolLM2-135M)
+decode shapes.
 
     python benchmarks/gemv_bench.py --json OUT.json        # CUDA only; about a minute on an H200
+    python benchmarks/gemv_bench.py --model smollm2-135m --rows 1,16,24,32,64   # a wide tree's verify
 
-For each projection (K -> N: qkv 4096 -> 6144, o 4096 -> 4096, gate_up 4096 -> 28672, down 14336 -> 4096,
-head 4096 -> 128256) at M = 1, 4, 8, 16 rows, bf16: the max abs error of both against an fp32 reference,
+For each projection (Llama-3.1-8B, K -> N: qkv 4096 -> 6144, o 4096 -> 4096, gate_up 4096 -> 28672, down
+14336 -> 4096, head 4096 -> 128256; SmolLM2-135M: 576 -> 960, 576 -> 576, 576 -> 3072, 1536 -> 576,
+576 -> 49152) at M = 1, 4, 8, 16 rows (``--rows``), bf16: the max abs error of both against an fp32 reference,
 then the time per call of F.linear, of the tiling our tuner chose, and of every candidate tiling. Times
 are medians over replays of a CUDA graph of ``--calls`` calls, each call on the next of several weight
 copies (together > 256 MB, more than the L2 cache: a decode streams 15 GB of distinct weights, so a
@@ -32,6 +35,11 @@ from eaglelab.engine.model.triton_ops import triton_version
 
 SHAPES = {"qkv": (4096, 6144), "o": (4096, 4096), "gate_up": (4096, 28672), "down": (14336, 4096),
           "head": (4096, 128256)}  # name -> (K, N)
+MODELS = {  # model -> (its projections' (K, N), decoder layers)
+    "llama3.1-8b": (SHAPES, 32),
+    "smollm2-135m": ({"qkv": (576, 960), "o": (576, 576), "gate_up": (576, 3072), "down": (1536, 576),
+                      "head": (576, 49152)}, 30),
+}
 E2E = ("python -m eaglelab bench --scale-model llama3.1-8b --draft none --dtype bfloat16 --seed 0 --batch-sizes 1,8 "
        "--configs plain-graphs,plain-graphs-gemv,plain-compile,plain-compile-gemv --prompts 2 "
        "--max-new-tokens 64 --repeats 2 --no-micro --json OUT/gemv_e2e_llama8b.json  (or: benchmarks/gemv_h200.sh e2e)")
@@ -95,6 +103,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--json", default=None, metavar="OUT", help="write every figure as JSON")
     p.add_argument("--rows", default="1,4,8,16", help="comma list of M")
+    p.add_argument("--model", default="llama3.1-8b", choices=tuple(MODELS), help="whose projection shapes")
     p.add_argument("--shapes", default=",".join(SHAPES), help=f"comma list of {', '.join(SHAPES)}")
     p.add_argument("--calls", type=int, default=50, help="calls per CUDA graph")
     p.add_argument("--replays", type=int, default=5, help="timed replays (median)")
@@ -112,8 +121,10 @@ def main() -> int:
             "replays": args.replays, "gemv_reason": gemv.reason}
     print(json.dumps(info), flush=True)
     results = []
+    shapes, layers = MODELS[args.model]
+    info["model"] = args.model
     for name in args.shapes.split(","):
-        K, N = SHAPES[name]
+        K, N = shapes[name]
         for rows in (int(m) for m in args.rows.split(",")):
             try:
                 r = one_shape(name, K, N, rows, gemv, args)
@@ -125,7 +136,7 @@ def main() -> int:
             torch.cuda.empty_cache()
             if args.json:  # after every point: a run cut short keeps what it measured
                 _write(args.json, {"info": info, "results": results, "partial": True})
-    summary = _summary(results)
+    summary = _summary(results, layers)
     for s in summary:
         print(s)
     print(f"done in {time.perf_counter() - t0:.0f} s (tuning {gemv.setup_seconds:.1f} s)")
@@ -142,19 +153,19 @@ def _write(path: str, report: dict) -> None:
     Path(path).write_text(json.dumps(report, indent=1))
 
 
-def _summary(results: list[dict]) -> list[str]:
-    """Per M: one decode layer's worth of projections (qkv + o + gate_up + down) plus the head, time-weighted."""
+def _summary(results: list[dict], layers: int = 32) -> list[str]:
+    """Per M: ``layers`` decode layers' projections (qkv + o + gate_up + down) plus the head, time-weighted."""
     out = []
     for rows in sorted({r["M"] for r in results}):
         got = [r for r in results if r["M"] == rows and r.get("gemv_ms") and r.get("torch_ms")]
         if len(got) == len(SHAPES):
             layer = lambda key: sum(r[key] for r in got if r["name"] != "head")  # noqa: E731
             head = {r["name"]: r for r in got}["head"]
-            t_torch, t_gemv = 32 * layer("torch_ms") + head["torch_ms"], 32 * layer("gemv_ms") + head["gemv_ms"]
+            t_torch, t_gemv = layers * layer("torch_ms") + head["torch_ms"], layers * layer("gemv_ms") + head["gemv_ms"]
             best = {r["name"]: (r["best_candidate"] or {}).get("ms") for r in got}
-            t_best = (32 * sum(v for k, v in best.items() if k != "head") + best["head"]) if all(best.values()) else None
+            t_best = (layers * sum(v for k, v in best.items() if k != "head") + best["head"]) if all(best.values()) else None
             tilings = f", our best tilings alone {t_best:.3f} ms" if t_best else ""
-            out.append(f"M={rows}: 32 layers + head, matmuls only: torch {t_torch:.3f} ms, gemv (tuner's picks) "
+            out.append(f"M={rows}: {layers} layers + head, matmuls only: torch {t_torch:.3f} ms, gemv (tuner's picks) "
                        f"{t_gemv:.3f} ms = x{t_torch / t_gemv:.2f}{tilings}")
     return out
 
