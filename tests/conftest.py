@@ -72,6 +72,20 @@ def add_word_tokenizer(model_dir: Path, vocab: int) -> None:
     (model_dir / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, "eos_token": "<|im_end|>"}))
 
 
+def tiny_hf_dir(path: Path) -> Path:
+    """The tiny random model (``tiny_config``) as an HF directory with the word tokenizer: a ``--model`` for CLI tests."""
+    cfg = tiny_config()
+    save_hf_dir(random_model(cfg), cfg, path)
+    add_word_tokenizer(path, vocab=cfg["vocab_size"])
+    return path
+
+
+@pytest.fixture
+def tiny_dir(tmp_path) -> Path:
+    """:func:`tiny_hf_dir` in the test's temporary directory."""
+    return tiny_hf_dir(tmp_path / "tiny")
+
+
 @pytest.fixture(scope="session")
 def default_target():
     """The real SmolLM2-135M-Instruct in float32 (converted from the GGUF on first use)."""

@@ -8,16 +8,13 @@ import argparse
 from eaglelab.compare import measure, plain_baseline
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.session import add_engine_args, build_session
-from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
 
 
-def test_a_measurement_builds_one_runner_for_all_its_prompts(tmp_path):
-    cfg = tiny_config()
-    path = save_hf_dir(random_model(cfg), cfg, tmp_path / "tiny")
-    add_word_tokenizer(path, vocab=cfg["vocab_size"])
+def test_a_measurement_builds_one_runner_for_all_its_prompts(tiny_dir):
     p = argparse.ArgumentParser()
     add_engine_args(p)
-    session = build_session(p.parse_args(["--model", str(path), "--device", "cpu", "--draft", "ngram"]), log=lambda m: None)
+    session = build_session(p.parse_args(["--model", str(tiny_dir), "--device", "cpu", "--draft", "ngram"]),
+                            log=lambda m: None)
     made: list[tuple] = []
 
     def factory(spec, drafter):  # stands in for the CUDA-graph runner factory a GPU session has

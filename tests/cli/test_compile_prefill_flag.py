@@ -5,19 +5,9 @@ from __future__ import annotations
 
 import argparse
 
-import pytest
 
 from eaglelab.session import _compile_prefill_note, add_engine_args, build_session
 from eaglelab.engine.runtime.spec_config import SpecConfig
-from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
-
-
-@pytest.fixture
-def tiny_dir(tmp_path):
-    cfg = tiny_config()
-    path = save_hf_dir(random_model(cfg), cfg, tmp_path / "tiny")
-    add_word_tokenizer(path, vocab=cfg["vocab_size"])
-    return path
 
 
 def test_on_a_cpu_the_run_says_compile_prefill_is_off_and_why(tiny_dir, capsys):

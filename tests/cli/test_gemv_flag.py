@@ -7,15 +7,6 @@ import pytest
 import torch
 
 from eaglelab.engine.model import gemv as G
-from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
-
-
-@pytest.fixture
-def tiny_dir(tmp_path):
-    cfg = tiny_config()
-    path = save_hf_dir(random_model(cfg), cfg, tmp_path / "tiny")
-    add_word_tokenizer(path, vocab=cfg["vocab_size"])
-    return path
 
 
 def _run(tiny_dir, capsys, *flags: str) -> tuple[int, str]:
