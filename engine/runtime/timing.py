@@ -40,7 +40,7 @@ class PhaseClock:
             yield
             return
         with self.tp.in_phase(name) if self.tp is not None else contextlib.nullcontext():
-            with self.range(name), _mark(name, self.cuda, self._open, external=False):  # graphs replay outside
+            with self.range(name), _mark(name, self.cuda, self._open):  # outside any graph: replays are timed around
                 yield
 
     def range(self, name: str) -> contextlib.AbstractContextManager:
@@ -90,11 +90,9 @@ class PartMarks:
         self.enabled = enabled
         self.cuda = enabled and device.type == "cuda"
         self._marks: list[tuple[str, object, object]] = []
-        self._edge: object = None  # the last part's end event: the next part's start
 
     def start(self) -> None:
         self._marks = []
-        self._edge = None
 
     @contextlib.contextmanager
     def part(self, name: str) -> Iterator[None]:
@@ -104,13 +102,12 @@ class PartMarks:
         capturing = self.cuda and torch.cuda.is_current_stream_capturing()  # a replay has no host ranges
         with contextlib.nullcontext() if capturing else torch.profiler.record_function(name):
             if not self.cuda:
-                with _mark(name, False, self._marks, external=False):
+                with _mark(name, False, self._marks):
                     yield
                 return
-            start = self._edge if self._edge is not None else _recorded_event(capturing)
+            start = self._marks[-1][2] if self._marks else _recorded_event(capturing)  # the last part's end
             yield
-            self._edge = _recorded_event(capturing)
-            self._marks.append((name, start, self._edge))
+            self._marks.append((name, start, _recorded_event(capturing)))
 
     def take(self) -> list[tuple[str, object, object]]:
         """The last call's marks (a replayed graph's: its capture's events); for :meth:`PhaseClock.add`."""
@@ -125,13 +122,13 @@ def _recorded_event(external: bool) -> torch.cuda.Event:
 
 
 @contextlib.contextmanager
-def _mark(name: str, cuda: bool, marks: list[tuple[str, object, object]], external: bool) -> Iterator[None]:
-    """Append ``(name, start, end)`` for the block to ``marks``: CUDA timing events on the current stream
-    (``external`` ones during a graph capture, so each replay records them), else ``perf_counter`` readings."""
+def _mark(name: str, cuda: bool, marks: list[tuple[str, object, object]]) -> Iterator[None]:
+    """Append ``(name, start, end)`` for the block to ``marks``: CUDA timing events on the current stream, else
+    ``perf_counter`` readings."""
     if cuda:
-        start = _recorded_event(external)
+        start = _recorded_event(False)
         yield
-        marks.append((name, start, _recorded_event(external)))
+        marks.append((name, start, _recorded_event(False)))
     else:
         t0 = time.perf_counter()
         yield
