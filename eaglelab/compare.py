@@ -60,7 +60,7 @@ def plain_baseline(session: Any, prompt_ids: Sequence[list[int]], max_new_tokens
     """Plain greedy decoding of each prompt (batch 1, as the speculative runs), probes on."""
     tokens: list[list[int]] = []
     seconds = generated = steps = decode_sum = 0.0
-    runner = session.runner(session.plain_spec(), None)  # one for every prompt: graphs captured once
+    runner = session.runner(session.spec.plain(), None)  # one for every prompt: graphs captured once
     for ids in prompt_ids:
         bus = ProbeBus()  # its totals fold this run in as a baseline (the engine marks it so)
         out = session.plain_engine(observer=bus, runner=runner).generate([ids], max_new_tokens)

@@ -155,17 +155,10 @@ class Session:
         return EagerRunner(self.target.model, net, reason=EAGER_NO_CUDA if spec.cuda_graphs else EAGER_OFF,
                            kernels=kernels)
 
-    def plain_spec(self):
-        """Plain decoding with the session's graph and compile settings (the baseline's spec)."""
-        from eaglelab.engine.runtime.spec_config import SpecConfig
-
-        return SpecConfig(cuda_graphs=self.spec.cuda_graphs, compile=self.spec.compile,
-                          compile_prefill=self.spec.compile_prefill)
-
     def plain_engine(self, observer=None, runner=None):
         """Plain decoding with the same model and graph setting: the baseline of a speculative run
-        (``runner``: from ``runner(plain_spec(), None)``, to share one between baseline engines)."""
-        return self.engine(observer=observer, spec=self.plain_spec(), drafter=None, baseline=True, runner=runner)
+        (``runner``: from ``runner(spec.plain(), None)``, to share one between baseline engines)."""
+        return self.engine(observer=observer, spec=self.spec.plain(), drafter=None, baseline=True, runner=runner)
 
     def observer(self, record: str | None = None, tensorboard: str | None = None, always: bool = False):
         """A probe bus with the requested sinks (None when nothing asks for one), and a closer."""
@@ -382,15 +375,16 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
     draft = a.draft
     graphs = a.cuda_graphs if a.cuda_graphs is not None else s.target.device.type == "cuda"
     compile_ = a.compile if a.compile is not None else graphs
+    prefill = getattr(a, "compile_prefill", False)  # commands that declare no --compile-prefill build sessions too
     draft, note = resolve_draft(a.draft, a.model)
     if note:
         s.notes.append(note)
     if draft == "none":
-        s.spec = SpecConfig(cuda_graphs=graphs, compile=compile_, compile_prefill=getattr(a, "compile_prefill", False))
+        s.spec = SpecConfig(cuda_graphs=graphs, compile=compile_, compile_prefill=prefill)
         s.spec_label = "off"
         return
     modes = dict(attention_mode=a.attention_mode, cuda_graphs=graphs, compile=compile_,
-                 one_graph_cycle=getattr(a, "one_graph_cycle", True), compile_prefill=getattr(a, "compile_prefill", False))
+                 one_graph_cycle=getattr(a, "one_graph_cycle", True), compile_prefill=prefill)
     if draft == "ngram":
         s.spec = tree_spec("ngram", a.steps, a.topk, a.draft_tokens, **modes)
         s.drafter = NgramDrafter(s.spec)

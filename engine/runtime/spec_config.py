@@ -39,6 +39,10 @@ class SpecConfig:
     # width the first time (cached on disk). False: the prompt's phases are captured uncompiled.
     compile_prefill: bool = False
 
+    def plain(self) -> "SpecConfig":
+        """Plain decoding with these graph and compile settings: the baseline a speculative run is measured against."""
+        return SpecConfig(cuda_graphs=self.cuda_graphs, compile=self.compile, compile_prefill=self.compile_prefill)
+
     def __post_init__(self) -> None:
         if self.algorithm not in ALGORITHMS:
             raise ConfigError("unknown algorithm", field="algorithm", found=self.algorithm, expected=" | ".join(ALGORITHMS))

@@ -26,7 +26,7 @@ def test_the_plain_baseline_compiles_its_prompt_when_the_speculative_engine_does
     for flag in ("--compile-prefill", "--no-compile-prefill"):
         session = build_session(p.parse_args(["--model", str(tiny_dir), "--device", "cpu", "--draft", "ngram", flag]),
                                 log=lambda m: None)
-        assert session.plain_spec().compile_prefill == session.spec.compile_prefill == (flag == "--compile-prefill")
+        assert session.spec.plain().compile_prefill == session.spec.compile_prefill == (flag == "--compile-prefill")
 
 
 def test_the_note_names_what_is_missing():
@@ -35,3 +35,12 @@ def test_the_note_names_what_is_missing():
     off = SpecConfig(cuda_graphs=True, compile=False, compile_prefill=True)
     assert "without --compile" in _compile_prefill_note(off, "cuda")
     assert "no CUDA graphs on a CPU" in _compile_prefill_note(on, "cpu")
+
+
+def test_the_plain_spec_keeps_every_mode_a_baseline_must_share():
+    """The baseline of a speculative run: no speculation, the same graphs, compile and compiled prompt."""
+    spec = SpecConfig("eagle3", num_steps=5, topk=4, num_draft_tokens=16, cuda_graphs=True, compile=True,
+                      compile_prefill=True)
+    assert spec.plain() == SpecConfig(cuda_graphs=True, compile=True, compile_prefill=True)
+    assert not spec.plain().enabled and SpecConfig().plain() == SpecConfig()
+
