@@ -293,7 +293,8 @@ def _setup(args, log, tp=None) -> dict[str, Any]:
         eager_kernels=built.get("kernels") if device.type == "cpu" else None,  # as `run`: the few-row C kernel,
         plain_kernels=built.get("plain_kernels") if device.type == "cpu" else None,  # and MKL for plain decoding
     )
-    notes = built["notes"] + [f"prompts: {len(prompts)} MT-bench first turns, {how}; "
+    notes = built["notes"] + ([_compile_prefill_note(device.type)] if args.compile_prefill else [])
+    notes += [f"prompts: {len(prompts)} MT-bench first turns, {how}; "
                               f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",
                               f"generation: {max_new} tokens per row, EOS ignored, greedy"]
     micro_bs = _int_list(args.micro_batch_sizes or d["micro_batch_sizes"], "--micro-batch-sizes")
@@ -312,12 +313,26 @@ def _model_setup(args, device, dtype_name, max_new, log, tp=None) -> dict[str, A
     if tp is not None:
         return dict(target=target.model, tokenizer=target.tokenizer, spec=s.spec, make_drafter=_drafter_factory(s.drafter),
                     peer=None, peer_skip=_TP_PEER_SKIP, name=f"{target.name} ({target.config.num_layers} layers)",
-                    notes=list(s.notes), weight_bytes=decode_weight_bytes(target.model))
+                    notes=_session_notes(s), weight_bytes=decode_weight_bytes(target.model))
     peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(target.path, target.device, target.dtype), target.device)  # noqa: E731
     return dict(target=target.model, tokenizer=target.tokenizer, spec=s.spec, make_drafter=_drafter_factory(s.drafter),
-                peer=peer, name=f"{target.name} ({target.config.num_layers} layers)", notes=list(s.notes),
+                peer=peer, name=f"{target.name} ({target.config.num_layers} layers)", notes=_session_notes(s),
                 weight_bytes=decode_weight_bytes(target.model), kernels=s.kernels,
                 plain_kernels=None if s.plain_on_mkl else s.kernels)
+
+
+def _session_notes(s) -> list[str]:
+    """The session's notes that hold for a bench: its --compile-prefill note judged the session's own graphs and compile,
+    which bench's configurations set instead (:func:`_compile_prefill_note` says what the flag does here)."""
+    return [n for n in s.notes if not n.startswith("compile-prefill:")]
+
+
+def _compile_prefill_note(device_type: str) -> str:
+    """What bench --compile-prefill does: the configurations that compile under CUDA graphs compile the prompt too."""
+    if device_type == "cuda":
+        return ("compile-prefill: the *-compile* configurations compile the prompt's phases too, once per batch bucket "
+                "and padded prompt width (~30 s a width the first time, then from the disk cache; never in tok/s)")
+    return "compile-prefill: off (no CUDA graphs on a CPU: it compiles the prompt's captured phases)"
 
 
 _TP_PEER_SKIP = "HF peer skipped under --tp (it runs on one GPU; compare with a --tp 1 run)"

@@ -44,3 +44,27 @@ def test_the_plain_spec_keeps_every_mode_a_baseline_must_share():
     assert spec.plain() == SpecConfig(cuda_graphs=True, compile=True, compile_prefill=True)
     assert not spec.plain().enabled and SpecConfig().plain() == SpecConfig()
 
+
+
+def test_bench_says_what_compile_prefill_does_in_its_configurations(tiny_dir, tmp_path, capsys):
+    """bench's session has no --compile or --cuda-graphs of its own (its configurations set them): the note the session
+    would write ("without --compile and --cuda-graphs") is replaced by bench's, which names the compiled configurations."""
+    import json
+
+    from eaglelab.cli import main
+    from eaglelab.cmd_bench import _compile_prefill_note as bench_note
+    from eaglelab.cmd_bench import _session_notes
+
+    on_cuda = bench_note("cuda")
+    assert "*-compile* configurations compile the prompt" in on_cuda and "without --compile" not in on_cuda
+    session = argparse.Namespace(notes=["compile-prefill: off (without --compile and --cuda-graphs: ...)", "drafter: x"])
+    assert _session_notes(session) == ["drafter: x"]
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question_id": 1, "category": "writing", "turns": ["w1 w2 w3"]}) + "\n")
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--model", str(tiny_dir), "--device", "cpu", "--draft", "ngram", "--questions", str(questions),
+               "--configs", "plain-eager", "--batch-sizes", "1", "--prompts", "1", "--max-new-tokens", "3",
+               "--repeats", "1", "--no-micro", "--compile-prefill", "--json", str(out)])
+    assert rc == 0, capsys.readouterr()
+    notes = [n for n in json.loads(out.read_text())["notes"] if n.startswith("compile-prefill:")]
+    assert notes == [bench_note("cpu")]
