@@ -10,7 +10,8 @@
 #   call B  carry .carry/m2 .carry/shipped .carry/assets .whl      STAGE=B
 #   call C  carry .carry/m1 .whl                                   STAGE=A   (again: the machine had gone cold)
 #   call D  carry .carry/m2 .carry/shipped .carry/assets .whl      STAGE=D
-# D (after B found the texts move with the prompt's kernels, not the verify's): 5/4/24 on 24 MT-bench prompts, so
+# D (after B found the texts move with the prompt's kernels, not the verify's): 5/4/24 on 24 MT-bench prompts, each timed (bench
+# times one prompt per repeat at batch 1: the earlier batch-1 figures timed 2 prompts), so
 # one prompt's text falling into a loop weighs less; the prompt left uncompiled (fewer compiles: the budget's end).
 STAGE=${STAGE:?set STAGE=A, B or D}
 source "$(dirname "$0")/device_stage.sh"
@@ -39,7 +40,7 @@ stage_d() {
   join_gguf
   TAIL=16 run bench_5-4-24_p24 $(left) $EL bench --model default --draft $SHIPPED --steps 5 --topk 4 --draft-tokens 24 \
     --batch-sizes 1 --prompts 24 --max-new-tokens 128 --configs plain-compile-gemv-attn,spec-compile-gemv-attn --no-micro \
-    --repeats 1 --json "$R/h200_smollm2_bench_5-4-24_p24.json"
+    --repeats 24 --json "$R/h200_smollm2_bench_5-4-24_p24.json"
 }
 
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in A) echo 60;; D) echo 205;; *) echo 560;; esac)}; watchdog "$0"
