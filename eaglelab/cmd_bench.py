@@ -54,7 +54,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--prompts", type=int, default=None, help="MT-bench questions used (first turns; default CUDA 8, CPU 2)")
     w.add_argument("--questions", default=None, metavar="FILE", help="an MT-bench question.jsonl (default: the packaged one)")
     w.add_argument("--max-prompt-tokens", type=int, default=512, help="cut longer prompts")
-    w.add_argument("--repeats", type=int, default=None, help="timed calls per point, each on the next prompt group; the median counts (default 2; HF: 1)")
+    w.add_argument("--repeats", type=int, default=None, help="timed passes per point, each over every prompt; the median pass counts (default 2; "
+                   "the HF peer: one pass over the first batch of prompts)")
     w.add_argument("--micro", action=argparse.BooleanOptionalAction, default=True,
                    help="also time a 1-token decode against verifies of 2..8 tokens")
     w.add_argument("--micro-only", action="store_true", help="only the micro-measure")

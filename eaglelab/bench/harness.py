@@ -14,8 +14,9 @@ Everything runs in one process on the same prompts and batch sizes:
 
 Generation length is fixed (EOS ignored, ``max_new_tokens`` per row) so every configuration
 produces the same number of tokens. Per (configuration, batch size): one short warm-up call,
-``repeats`` timed calls (call r takes prompt group r: the prompts in batches of that size; tok/s
-end to end, prefill included, is the median call), then one observed call of at most 32 tokens
+``repeats`` timed passes, each over every prompt (in groups of that batch size; tok/s end to end, prefill
+included, is the median pass's tokens over its seconds; the HF peer, slow, times the first group once), then one
+observed call of at most 32 tokens
 for per-phase times (CUDA events, medians over cycles) and graph status.
 Speedups are over our graph-captured plain decoding at the same batch size (plain-eager where
 graphs cannot run). The micro-measure times one 1-token decode against one verify of N tokens
@@ -312,15 +313,17 @@ class OurSystem:
 
 
 def measure(generate: Callable, observed: Callable | None, cfg: BenchConfig, ctx: BenchContext, batch: int,
-            repeats: int) -> tuple[BenchRow, list[list[int]]]:
-    """Warm up, time ``repeats`` calls (call r on prompt group r, all configs alike), then one
-    shorter observed call for phase times. -> (row, the first timed call's outputs)."""
+            repeats: int, first_group_only: bool = False) -> tuple[BenchRow, list[list[int]]]:
+    """Warm up, time ``repeats`` passes, each over every prompt group (the prompts in batches of ``batch``; all
+    configs alike; ``first_group_only``: the first group alone, as the slow HF peer runs), then one shorter observed
+    call for phase times. -> (row, the first pass's outputs)."""
     groups = groups_for(ctx.prompts, batch)
+    groups = groups[:1] if first_group_only else groups
     dev, M = ctx.device, ctx.max_new_tokens
     generate(groups[0], min(8, M))  # warm-up: allocator, kernels, lazy init
     calls, accepts, first = [], [], None
-    for r in range(repeats):
-        tokens, seconds, acc, outs = _sweep(generate, [groups[r % len(groups)]], M, dev)
+    for _ in range(repeats):
+        tokens, seconds, acc, outs = _sweep(generate, groups, M, dev)
         calls.append((tokens / seconds if seconds > 0 else 0.0, tokens, seconds))
         accepts += acc
         first = first if first is not None else outs
@@ -358,8 +361,7 @@ def run_config(cfg: BenchConfig, ctx: BenchContext) -> tuple[list[BenchRow], dic
     rows, outputs = [], {}
     made = _compiled_phases(ctx)
     for b in ctx.batch_sizes:
-        repeats = 1 if cfg.peer else ctx.repeats
-        row, outs = measure(gen, observed, cfg, ctx, b, repeats)
+        row, outs = measure(gen, observed, cfg, ctx, b, 1 if cfg.peer else ctx.repeats, first_group_only=cfg.peer)
         if cfg.gemv:
             row = replace(row, gemv=ctx.triton_gemv().reason or "on")
         if cfg.attn:

@@ -44,16 +44,16 @@ def test_bench_runs_on_cpu_and_writes_the_report(tmp_path, questions, capsys):
     for b in (1, 2):
         assert rows[("plain-graphs", b)]["skipped"] == "CUDA graphs need a CUDA device"
         plain = rows[("plain-eager", b)]
-        assert plain["speedup"] == 1.0 and plain["tok_per_s"] > 0 and plain["tokens"] == b * 6
+        assert plain["speedup"] == 1.0 and plain["tok_per_s"] > 0 and plain["tokens"] == 2 * 6  # every prompt
         assert plain["decode_ms"] > 0 and plain["graph"] == {"decode": "eager: CUDA graphs off"}
         for cfg in ("spec-prefill", "spec-decode"):
             r = rows[(cfg, b)]
-            assert r["tokens"] == b * 6 and 1.0 <= r["mean_accept_len"] <= 4.0
+            assert r["tokens"] == 2 * 6 and 1.0 <= r["mean_accept_len"] <= 4.0
             assert r["verify_ms"] > 0 and r["draft_ms"] > 0 and r["extend_ms"] > 0
             assert r["verify_over_decode"] == pytest.approx(r["verify_ms"] / plain["decode_ms"])
             assert r["speedup"] == pytest.approx(r["tok_per_s"] / plain["tok_per_s"])
             assert r["same_tokens_as_plain_eager"] == 1.0  # float32: speculation is exact
-        assert rows[("hf", b)]["tok_per_s"] > 0 and rows[("hf", b)]["tokens"] == b * 6
+        assert rows[("hf", b)]["tok_per_s"] > 0 and rows[("hf", b)]["tokens"] == b * 6  # the first group
     assert rows[("spec-prefill", 1)]["graph"]["verify"] == "eager: CUDA graphs off"
     # micro: per batch size, the decode and N = 2..8 in both attention modes (eager only on CPU)
     assert len(rep["micro"]) == 1 * (1 + 7 * 2)  # CPU default: micro at batch 1 only
@@ -188,3 +188,32 @@ def test_the_tables_read_whole_at_80_columns():
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
     for word in ("graphs", "extend", "10.911", "0.063", "ver:E", "plain-compile-gemv-attn"):
         assert word in text, word
+
+
+def test_every_prompt_is_timed_at_every_batch_size():
+    """A pass times every prompt (in groups of the batch size), not one group per repeat: at batch 1 with 8 prompts
+    and 2 repeats, the old harness timed 2 prompts, so one prompt whose text fell into a loop moved the figure."""
+    from types import SimpleNamespace
+
+    from eaglelab.bench import harness as H
+
+    prompts = [[i + 1] * (i + 2) for i in range(5)]
+    timed: list[list[list[int]]] = []
+
+    def generate(group, max_new):
+        if max_new == 4:  # the timed calls (the warm-up asks for min(8, M) = 4 tokens here too: counted apart below)
+            timed.append(group)
+        return SimpleNamespace(tokens=[[7] * max_new for _ in group], accept_lens=[[2, 3]], setup_seconds=0.0)
+
+    ctx = H.BenchContext(target=torch.nn.Linear(2, 2), spec=None, make_drafter=None, prompts=prompts,
+                         max_new_tokens=4, batch_sizes=(1,), repeats=2)
+    for batch, n_groups in ((1, 5), (2, 3)):
+        timed.clear()
+        row, outs = H.measure(generate, None, H.CONFIGS["plain-eager"], ctx, batch, repeats=2)
+        assert len(timed) == 1 + 2 * n_groups  # the warm-up, then two passes over every group
+        assert [p for g in timed[1:1 + n_groups] for p in g][:5] == prompts
+        assert row.tokens == n_groups * batch * 4 and len(outs) == n_groups * batch
+        assert len(row.sweeps_tok_per_s) == 2
+        timed.clear()
+        H.measure(generate, None, H.CONFIGS["plain-eager"], ctx, batch, repeats=1, first_group_only=True)
+        assert len(timed) == 2  # the HF peer's way: the warm-up and the first group once

@@ -64,7 +64,7 @@ def test_a_gemv_config_runs_to_the_end_and_records_the_gemv(tmp_path, questions,
     rows = {r["config"]: r for r in json.loads(out.read_text())["rows"]}
     gemv = rows[GEMV]
     assert gemv["skipped"] is None and gemv["gemv"] == "on"
-    assert gemv["tokens"] == 4 and gemv["tok_per_s"] > 0
+    assert gemv["tokens"] == 2 * 4 and gemv["tok_per_s"] > 0  # both prompts, 4 tokens each
     assert gemv["graph"] == {"decode": EAGER_NO_CUDA}  # the graph runner ran eagerly and said why
     assert gemv["same_tokens_as_plain_eager"] == 1.0  # F.linear under the GEMV's refusal: the same tokens
     assert rows["plain-eager"]["gemv"] is None  # not a *-gemv configuration
@@ -89,7 +89,7 @@ def test_an_attn_config_runs_to_the_end_and_records_both_kernels(tmp_path, quest
     rows = {r["config"]: r for r in report["rows"]}
     row = rows[ATTN]
     assert row["skipped"] is None and row["gemv"] == "on" and row["decode_attn"] == "on"
-    assert row["tokens"] == 4 and row["tok_per_s"] > 0
+    assert row["tokens"] == 2 * 4 and row["tok_per_s"] > 0  # both prompts
     assert row["graph"] == {"decode": EAGER_NO_CUDA}
     assert row["same_tokens_as_plain_eager"] == 1.0  # SDPA and F.linear under the kernels' refusals
     assert rows["plain-eager"]["decode_attn"] is None
