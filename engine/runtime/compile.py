@@ -151,6 +151,12 @@ def compiled_kernels(cache_root: Path, log: Callable[[str], None] | None = None,
     )
 
 
+def kernel_setup_seconds(kernels: Kernels) -> float:
+    """Seconds the GEMV has spent tuning and the decode attention checking, so far (both shared by every runner
+    that holds them)."""
+    return sum(k.setup_seconds for k in (kernels.gemv, kernels.attention) if k is not None)
+
+
 def compile_report(kernels: Kernels) -> tuple[float, list[str]]:
     """Seconds spent compiling (and tuning the GEMV, checking the decode attention) so far, and the reasons
     of the pieces and phases that run eagerly (and of a GEMV or decode attention asked for and off)."""
@@ -158,8 +164,5 @@ def compile_report(kernels: Kernels) -> tuple[float, list[str]]:
     if isinstance(kernels.compile_phase, PhaseCompiler):
         parts += kernels.compile_phase.made
     seconds, reasons = sum(p.compile_seconds for p in parts), [p.reason for p in parts if p.reason]
-    for kernel in (kernels.gemv, kernels.attention):
-        if kernel is not None:
-            seconds += kernel.setup_seconds
-            reasons += [kernel.reason] if kernel.reason else []
-    return seconds, reasons
+    reasons += [k.reason for k in (kernels.gemv, kernels.attention) if k is not None and k.reason]
+    return seconds + kernel_setup_seconds(kernels), reasons

@@ -50,6 +50,7 @@ from typing import Callable, Hashable
 
 import torch
 
+from eaglelab.engine.runtime.compile import kernel_setup_seconds
 from eaglelab.engine.runtime.contracts import Drafter, PhaseParts
 from eaglelab.engine.model.layers import EAGER_KERNELS, Kernels, prepare_fused
 from eaglelab.engine.runtime.kv_cache import KVCache
@@ -210,8 +211,15 @@ class CudaGraphRunner:
         self._status: dict[str, str] = {}
         self._foreign = "eager: cache not the graph runner's"
         self._observer: Observer | None = None
-        # time spent building fused weights and capturing (compiles included), summed; kept out of tok/s
-        self.setup_seconds = prepare_fused(target, drafter, gemv=self.kernels.gemv)
+        # time spent building fused weights and capturing (compiles included), summed, less the kernels' own
+        # set-up (tuning, checks), which :attr:`setup_seconds` adds wherever it happened; kept out of tok/s
+        self._setup = prepare_fused(target, drafter, gemv=self.kernels.gemv)
+
+    @property
+    def setup_seconds(self) -> float:
+        """Set-up so far, kept out of tok/s: fused weights, captures (compiles included), and the GEMV's tuning and
+        the decode attention's checks, inside a capture or in an eager phase (a prompt's drafter extend)."""
+        return self._setup + kernel_setup_seconds(self.kernels)
 
     @classmethod
     def for_engine(cls, target: Transformer, spec: SpecConfig, drafter: Drafter | None = None, **kw) -> "CudaGraphRunner":
@@ -340,7 +348,7 @@ class CudaGraphRunner:
         are saved before and restored after, so a capture in the middle of a run (lazy capture) leaves
         the run's state as it was.
         """
-        mem0, t0 = self._reserved(), time.perf_counter()
+        mem0, t0, kernels0 = self._reserved(), time.perf_counter(), kernel_setup_seconds(self.kernels)
         tp = self.target.tp
         saved = [(c, c.k[:, :b].clone(), None if c.v is None else c.v[:, :b].clone())  # MLA caches hold no V
                  for c in caches if c is not None]
@@ -361,7 +369,7 @@ class CudaGraphRunner:
                 t.copy_(old)
             if tp is not None:  # ranks finish a capture at different times: meet here (set-up time), not
                 tp.check(f"capture of {name} graph")  # at the next replay's first collective (skew)
-            self.setup_seconds += time.perf_counter() - t0
+            self._setup += time.perf_counter() - t0 - (kernel_setup_seconds(self.kernels) - kernels0)
         on_replay = (lambda: tp.replayed(key)) if tp is not None else None
         self._graphs[key] = _Graph(ins, tuple(outputs), graph, on_replay, keep=(fn, eager))
         stats = GraphCaptureStats(

@@ -50,3 +50,19 @@ def test_the_graph_runner_counts_the_fused_weights_as_set_up_too():
     runner = CudaGraphRunner(target, None, enabled=False)  # on CPU it runs eagerly, but is made the same way
     assert all(fl._fused for fl in fused_linears(target))
     assert runner.setup_seconds > 0.0
+
+
+def test_the_graph_runner_counts_kernel_set_up_outside_a_capture_once():
+    """The GEMV's tuning and the decode attention's checks happen on a shape's first eager call: inside a capture
+    (its time already in the capture's) or in an eager phase, such as a drafter's extend over a prompt. Both count
+    as set-up, once (a capture subtracts the kernels' share of its wall time); before, the eager ones were timed as generation (a GPU `run` of one prompt read ~60 ms slower)."""
+    from types import SimpleNamespace
+
+    from eaglelab.engine.model.layers import Kernels
+
+    target = random_model(CFG, seed=7)
+    gemv = SimpleNamespace(layout=None, reason="not CUDA", setup_seconds=0.0, refusal=lambda *a: "not CUDA")
+    runner = CudaGraphRunner(target, None, enabled=False, kernels=Kernels(gemv=gemv))
+    before = runner.setup_seconds
+    gemv.setup_seconds += 0.25  # a shape tuned in an eager phase
+    assert runner.setup_seconds == before + 0.25
