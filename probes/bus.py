@@ -44,6 +44,18 @@ Subscriber = Callable[[Event], None]
 MAIN_PHASE: dict[str, str] = {"decode": "decode", "spec": "verify"}
 
 
+def _without_setup(stats: CycleStats | Step) -> dict[str, float]:
+    """A cycle's phase times less the set-up made inside it (a lazy capture, a compile, a kernel's tuning: kept out of
+    every mean, as out of tok/s). A cycle of one phase (a prompt's prefill) loses the set-up from it; a cycle of
+    several cannot say which phase held it, so none of its phases count."""
+    setup = getattr(stats, "setup_ms", 0.0)
+    if setup <= 0.0:
+        return stats.phase_ms
+    if len(stats.phase_ms) == 1:
+        return {phase: max(ms - setup, 0.0) for phase, ms in stats.phase_ms.items()}
+    return {}
+
+
 @dataclass
 class RunTotals:
     """Running totals of one run, fed with engine stats or with events (duck-typed alike).
@@ -86,7 +98,7 @@ class RunTotals:
         kind = stats.kind
         self.cycles_by_kind[kind] = self.cycles_by_kind.get(kind, 0) + 1
         self.tokens_by_kind[kind] = self.tokens_by_kind.get(kind, 0) + int(sum(stats.accept_len))
-        for phase, ms in stats.phase_ms.items():
+        for phase, ms in _without_setup(stats).items():
             key = (kind, phase)
             self.phase_ms_sum[key] = self.phase_ms_sum.get(key, 0.0) + ms
             self.phase_ms_count[key] = self.phase_ms_count.get(key, 0) + 1

@@ -161,6 +161,7 @@ class Engine:
         self._warned: set[str] = set()
         self._stager = Stager(self.device)  # the observer's one device-to-host copy per cycle
         self._pending: _Pending | None = None
+        self._setup_seen = 0.0  # the runner's set-up seconds when the last cycle was queued
 
     # ---- public ------------------------------------------------------------------------------
     def graph_status(self, kind: str, batch: int) -> dict[str, str]:
@@ -187,7 +188,7 @@ class Engine:
         self._cycle_parts.clear()  # they close over the run's caches
         self._cycle_fns.clear()
         self._announce(len(prompts))
-        setup0 = self.runner.setup_seconds
+        setup0 = self._setup_seen = self.runner.setup_seconds  # each cycle's stats carry the set-up made since
         t0 = time.perf_counter()
         st = self._prefill(prompts, max_new_tokens, sampling, generator)
         accepted: list[tuple[torch.Tensor, torch.Tensor]] = []  # per cycle (accept_len, active), on device
@@ -520,8 +521,9 @@ class Engine:
         if readback is None:
             readback = {"active": ~st.done}
         batch = st.lengths.shape[0]
+        setup, self._setup_seen = self.runner.setup_seconds - self._setup_seen, self.runner.setup_seconds
         pending = _Pending(index=self._cycle, kind=kind, marks=self.clock.take(), tree_nodes=tree_nodes,
-                           graph=self.graph_status(kind, batch),
+                           graph=self.graph_status(kind, batch), setup_ms=setup * 1e3,
                            staged=self._stager.stage(readback))
         previous, self._pending = self._pending, pending
         if previous is not None:
@@ -553,7 +555,7 @@ class Engine:
         self.observer.on_cycle(CycleStats(
             index=p.index, kind=p.kind, phase_ms=self.clock.elapsed(p.marks), accept_len=acc_len,
             accepted_positions=positions, num_draft_tokens=p.tree_nodes, verify_tokens=p.tree_nodes * len(acc_len),
-            graph=p.graph, active_rows=len(active), accepted_ranks=ranks, path_open=opened,
+            graph=p.graph, active_rows=len(active), accepted_ranks=ranks, path_open=opened, setup_ms=p.setup_ms,
         ))
 
     def _warn_eager(self, graph: dict[str, str]) -> None:
@@ -579,6 +581,7 @@ class _Pending:
     graph: dict[str, str]
     tree_nodes: int
     staged: Staged
+    setup_ms: float = 0.0
 
 
 def loop_state(lengths: torch.Tensor, root: torch.Tensor, slots: int, max_new: int,

@@ -67,6 +67,7 @@ class CycleStats:
     active_rows: int = 0  # rows still generating when the cycle began
     accepted_ranks: tuple[tuple[int, ...], ...] = ()
     path_open: tuple[bool, ...] = ()
+    setup_ms: float = 0.0  # set-up inside this cycle (a lazy capture, a compile, a kernel's tuning): its phases hold it
 
 
 @dataclass(frozen=True)

@@ -141,3 +141,18 @@ def test_a_baseline_run_on_the_same_bus_only_lends_its_decode_cost():
     assert t.decode_ms == pytest.approx(12.0) and not t.in_baseline
     assert t.baseline is not None and t.baseline.warnings == [("runner", "the baseline's")]
     assert t.observe_event(ev.Step(9, "decode", {"decode": 1.0})) is True
+
+
+def test_set_up_inside_a_cycle_stays_out_of_the_phase_means() -> None:
+    """A GPU run's first prefill and first cycle hold a lazy capture and a compile (seconds): the summary's
+    "prefill ms (mean)" read 28,435 ms and the economics line "186 ms per plain decode" before."""
+    t = RunTotals()
+    t.observe_cycle(CycleStats(0, "prefill", {"prefill": 2004.0}, accept_len=(1,), setup_ms=2000.0))
+    t.observe_cycle(CycleStats(1, "decode", {"decode": 900.0}, accept_len=(1,), setup_ms=899.5))
+    t.observe_cycle(CycleStats(2, "decode", {"decode": 0.5}, accept_len=(1,)))
+    t.observe_cycle(CycleStats(3, "spec", {"draft": 500.0, "verify": 700.0}, accept_len=(3,), setup_ms=1199.0))
+    t.observe_cycle(CycleStats(4, "spec", {"draft": 0.3, "verify": 1.0}, accept_len=(3,)))
+    assert t.mean_phase_ms("prefill") == pytest.approx(4.0)  # one phase: the set-up comes off it
+    assert t.decode_ms == pytest.approx(0.5)  # the compile's step keeps 0.5 ms alone: the mean reads (0.5 + 0.5) / 2
+    assert t.mean_phase_ms("verify") == pytest.approx(1.0) and t.mean_phase_ms("draft") == pytest.approx(0.3)
+    assert t.cycles_by_kind == {"prefill": 1, "decode": 2, "spec": 2}  # counted, only their times left out

@@ -66,3 +66,35 @@ def test_the_graph_runner_counts_kernel_set_up_outside_a_capture_once():
     before = runner.setup_seconds
     gemv.setup_seconds += 0.25  # a shape tuned in an eager phase
     assert runner.setup_seconds == before + 0.25
+
+
+def test_each_cycle_reports_the_set_up_made_inside_it():
+    """The engine tells the observer how much set-up (capture, compile, a kernel's tuning) a cycle held, so the
+    probes keep it out of the phase means as the run keeps it out of tok/s."""
+    seen = []
+
+    class _Collect:
+        def __getattr__(self, name):
+            return lambda *a, **k: None
+
+        def on_cycle(self, stats):
+            seen.append((stats.kind, stats.setup_ms))
+
+    class _TunesOnTheSecondDecode(EagerRunner):
+        extra, decodes = 0.0, 0
+
+        @property
+        def setup_seconds(self):
+            return super().setup_seconds + self.extra
+
+        def phase(self, name, *a, **k):
+            if name == "decode":
+                self.decodes += 1
+                if self.decodes == 2:
+                    self.extra += 0.25
+            return super().phase(name, *a, **k)
+
+    target = random_model(CFG, seed=8)
+    Engine(target, observer=_Collect(), runner=_TunesOnTheSecondDecode(target, None)).generate(PROMPTS[:1], 5)
+    assert seen[0] == ("prefill", 0.0)
+    assert [s for k, s in seen if k == "decode"] == [0.0, 250.0, 0.0, 0.0]
