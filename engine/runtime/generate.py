@@ -521,7 +521,8 @@ class Engine:
         if readback is None:
             readback = {"active": ~st.done}
         batch = st.lengths.shape[0]
-        setup, self._setup_seen = self.runner.setup_seconds - self._setup_seen, self.runner.setup_seconds
+        now = self.runner.setup_seconds  # set-up made during this cycle (a lazy capture, a compile, a tuning)
+        setup, self._setup_seen = now - self._setup_seen, now
         pending = _Pending(index=self._cycle, kind=kind, marks=self.clock.take(), tree_nodes=tree_nodes,
                            graph=self.graph_status(kind, batch), setup_ms=setup * 1e3,
                            staged=self._stager.stage(readback))
