@@ -622,4 +622,7 @@ def _headline_lines(h) -> list[str]:
     for cfg, by_batch in h.get("spec_speedup", {}).items():
         shown = "  ".join(f"b{b}: {v:.2f}x" for b, v in sorted(by_batch.items()))
         out.append(f"  {cfg} speedup over {h['baseline']}: {shown}")
+        for b, x in sorted(h.get("spec_speedup_spread", {}).get(cfg, {}).items()):
+            out.append(f"    b{b}, prompt group by group ({x['groups']}): {x['min']:.2f}x .. {x['max']:.2f}x, "
+                       f"median {x['median']:.2f}x")
     return out

@@ -112,6 +112,10 @@ class BenchRow:
     seconds: float = 0.0
     sweeps_tok_per_s: tuple[float, ...] = ()
     mean_accept_len: float | None = None
+    # the first pass, per prompt group (at batch 1: per prompt): one text falling into a loop shows here
+    group_tok_per_s: tuple[float, ...] = ()
+    group_accept_len: tuple[float | None, ...] = ()
+    group_speedups: tuple[float, ...] = ()  # each group's tok/s over the baseline's on the same group
     decode_ms: float | None = None
     verify_ms: float | None = None
     draft_ms: float | None = None
@@ -247,20 +251,27 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
-def _sweep(generate: Callable, groups, max_new: int, device) -> tuple[int, float, list[int], list[list[int]]]:
-    """Generate every group; -> (tokens, seconds, accept lengths, per-row outputs). Graph capture and
-    compilation inside a call (``setup_seconds``) are not generation time, as in ``eaglelab run``."""
+def _sweep(generate: Callable, groups, max_new: int, device) -> tuple[int, float, list[int], list[list[int]], list]:
+    """Generate every group; -> (tokens, seconds, accept lengths, per-row outputs, per group (tok/s, mean accepted
+    length or None)). Graph capture and compilation inside a call (``setup_seconds``) are not generation time, as
+    in ``eaglelab run``."""
     _sync(device)
     t0 = time.perf_counter()
-    tokens, accepts, outputs, setup = 0, [], [], 0.0
+    tokens, accepts, outputs, setup, per_group = 0, [], [], 0.0, []
     for g in groups:
+        g0 = time.perf_counter()
         res = generate(g, max_new)
-        setup += getattr(res, "setup_seconds", 0.0)  # the HF peer's result has none
-        tokens += sum(len(t) for t in res.tokens)
-        accepts += [a for cyc in getattr(res, "accept_lens", []) for a in cyc]
+        _sync(device)
+        own_setup = getattr(res, "setup_seconds", 0.0)  # the HF peer's result has none
+        setup += own_setup
+        n = sum(len(t) for t in res.tokens)
+        tokens += n
+        acc = [a for cyc in getattr(res, "accept_lens", []) for a in cyc]
+        accepts += acc
         outputs += res.tokens
-    _sync(device)
-    return tokens, time.perf_counter() - t0 - setup, accepts, outputs
+        seconds = time.perf_counter() - g0 - own_setup
+        per_group.append((n / seconds if seconds > 0 else 0.0, sum(acc) / len(acc) if acc else None))
+    return tokens, time.perf_counter() - t0 - setup, accepts, outputs, per_group
 
 
 def _engine_spec(cfg: BenchConfig, ctx: BenchContext) -> SpecConfig:
@@ -321,15 +332,16 @@ def measure(generate: Callable, observed: Callable | None, cfg: BenchConfig, ctx
     groups = groups[:1] if first_group_only else groups
     dev, M = ctx.device, ctx.max_new_tokens
     generate(groups[0], min(8, M))  # warm-up: allocator, kernels, lazy init
-    calls, accepts, first = [], [], None
+    calls, accepts, first, per_group = [], [], None, []
     for _ in range(repeats):
-        tokens, seconds, acc, outs = _sweep(generate, groups, M, dev)
+        tokens, seconds, acc, outs, groups_seen = _sweep(generate, groups, M, dev)
         calls.append((tokens / seconds if seconds > 0 else 0.0, tokens, seconds))
         accepts += acc
-        first = first if first is not None else outs
+        first, per_group = (first, per_group) if first is not None else (outs, groups_seen)
     row = dict(config=cfg.name, batch=batch, tok_per_s=statistics.median(c[0] for c in calls), tokens=calls[0][1],
                seconds=calls[0][2], sweeps_tok_per_s=tuple(c[0] for c in calls),
-               mean_accept_len=sum(accepts) / len(accepts) if accepts else None)
+               mean_accept_len=sum(accepts) / len(accepts) if accepts else None,
+               group_tok_per_s=tuple(t for t, _ in per_group), group_accept_len=tuple(a for _, a in per_group))
     if observed is not None:
         col = PhaseCollector()
         if ctx.tp is not None:
@@ -435,7 +447,10 @@ def finish_rows(rows: list[BenchRow], outputs: dict[str, dict[int, list[list[int
         ref = by.get((base, r.batch)) if base else None
         speed = r.tok_per_s / ref.tok_per_s if ref and ref.tok_per_s else None
         ratio = r.verify_ms / ref.decode_ms if ref and ref.decode_ms and r.verify_ms is not None else None
-        done.append(replace(r, speedup=speed, verify_over_decode=ratio,
+        groups = ()
+        if ref and len(ref.group_tok_per_s) == len(r.group_tok_per_s) and all(ref.group_tok_per_s):
+            groups = tuple(t / b for t, b in zip(r.group_tok_per_s, ref.group_tok_per_s))
+        done.append(replace(r, speedup=speed, verify_over_decode=ratio, group_speedups=groups,
                             same_tokens_as_plain_eager=_agreement(outputs, r.config, r.batch)))
     return done
 
@@ -589,6 +604,10 @@ def headline(rows: list[BenchRow], micro: list[MicroRow], weight_bytes: int, hbm
     h["verify_over_decode_batch1"] = _micro_ratios(micro, 1)
     h["spec_speedup"] = {c: {r.batch: r.speedup for r in rows if r.config == c and r.speedup is not None}
                          for c in CONFIGS if c.startswith("spec") and any(r.config == c and r.speedup for r in rows)}
+    h["spec_speedup_spread"] = {c: {r.batch: {"groups": len(r.group_speedups), "min": min(r.group_speedups),
+                                              "median": statistics.median(r.group_speedups), "max": max(r.group_speedups)}
+                                    for r in rows if r.config == c and len(r.group_speedups) > 1}
+                                for c in h["spec_speedup"]}
     return h
 
 

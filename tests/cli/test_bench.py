@@ -60,11 +60,21 @@ def test_bench_runs_on_cpu_and_writes_the_report(tmp_path, questions, capsys):
     assert all(m["ms"] > 0 for m in rep["micro"])
     assert {m["over_decode"] for m in rep["micro"] if m["tokens"] == 1} == {1.0}
     head = rep["headline"]
+    plain1 = rows[("plain-eager", 1)]
     assert set(head["verify_over_decode_batch1"]) == {"decode-eager", "prefill-eager"}
     assert head["plain_vs_hf_batch1"]["ratio"] == pytest.approx(rows[("plain-eager", 1)]["tok_per_s"] / rows[("hf", 1)]["tok_per_s"])
     assert "bandwidth_bound_batch1" not in head  # an HBM bound means nothing on CPU unless --hbm-tbps is given
     printed = capsys.readouterr().out
     assert "headline" in printed and "spec-decode speedup over plain-eager" in printed
+    for cfg in ("spec-prefill", "spec-decode"):  # batch 1: a speedup per prompt, each against plain on that prompt
+        r = rows[(cfg, 1)]
+        assert len(r["group_speedups"]) == 2 and len(r["group_tok_per_s"]) == 2 and all(r["group_accept_len"])
+        assert r["group_speedups"][0] == pytest.approx(r["group_tok_per_s"][0] / plain1["group_tok_per_s"][0])
+        spread = head["spec_speedup_spread"][cfg]["1"]  # JSON keys
+        assert spread["groups"] == 2 and spread["min"] <= spread["median"] <= spread["max"]
+    assert len(rows[("spec-decode", 2)]["group_speedups"]) == 1  # both prompts in one group: no spread to show
+    assert "2" not in head["spec_speedup_spread"]["spec-decode"]
+    assert "b1, prompt group by group (2)" in " ".join(printed.split())
 
 
 def test_bench_rejects_an_unknown_config(questions, capsys):
@@ -214,6 +224,7 @@ def test_every_prompt_is_timed_at_every_batch_size():
         assert [p for g in timed[1:1 + n_groups] for p in g][:5] == prompts
         assert row.tokens == n_groups * batch * 4 and len(outs) == n_groups * batch
         assert len(row.sweeps_tok_per_s) == 2
+        assert len(row.group_tok_per_s) == n_groups and row.group_accept_len == (2.5,) * n_groups  # per group, pass 1
         timed.clear()
         H.measure(generate, None, H.CONFIGS["plain-eager"], ctx, batch, repeats=1, first_group_only=True)
         assert len(timed) == 2  # the HF peer's way: the warm-up and the first group once
