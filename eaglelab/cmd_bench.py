@@ -43,7 +43,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(temperature=0.0, top_k=0, top_p=1.0, attention_mode="decode", cuda_graphs=False, compile=False,
                    gemv=None, decode_attn=False)
     w = p.add_argument_group("workload")
-    w.add_argument("--compile-prefill", action="store_true",
+    w.add_argument("--compile-prefill", action="store_true", dest="bench_compile_prefill",  # the configs', not the session's
                    help="the *-compile configs compile the prompt's phases too (prefill, the drafter's extend over the "
                         "prompt), plain and speculative alike: each request then runs compiled kernels from its first "
                         "token (compiles once per padded prompt width; not in tok/s)")
@@ -290,11 +290,11 @@ def _setup(args, log, tp=None) -> dict[str, Any]:
         max_new_tokens=max_new, batch_sizes=batch_sizes, repeats=args.repeats or d["repeats"],
         peer=built["peer"], peer_skip=built.get("peer_skip"), log=log, tp=tp,
         compile_mode=None if args.compile_mode == "default" else args.compile_mode,
-        compile_prefill=args.compile_prefill,
+        compile_prefill=args.bench_compile_prefill,
         eager_kernels=built.get("kernels") if device.type == "cpu" else None,  # as `run`: the few-row C kernel,
         plain_kernels=built.get("plain_kernels") if device.type == "cpu" else None,  # and MKL for plain decoding
     )
-    notes = built["notes"] + ([_compile_prefill_note(device.type)] if args.compile_prefill else [])
+    notes = built["notes"] + ([_compile_prefill_note(device.type)] if args.bench_compile_prefill else [])
     notes += [f"prompts: {len(prompts)} MT-bench first turns, {how}; "
                               f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",
                               f"generation: {max_new} tokens per row, EOS ignored, greedy"]
@@ -314,26 +314,23 @@ def _model_setup(args, device, dtype_name, max_new, log, tp=None) -> dict[str, A
     if tp is not None:
         return dict(target=target.model, tokenizer=target.tokenizer, spec=s.spec, make_drafter=_drafter_factory(s.drafter),
                     peer=None, peer_skip=_TP_PEER_SKIP, name=f"{target.name} ({target.config.num_layers} layers)",
-                    notes=_session_notes(s), weight_bytes=decode_weight_bytes(target.model))
+                    notes=list(s.notes), weight_bytes=decode_weight_bytes(target.model))
     peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(target.path, target.device, target.dtype), target.device)  # noqa: E731
     return dict(target=target.model, tokenizer=target.tokenizer, spec=s.spec, make_drafter=_drafter_factory(s.drafter),
-                peer=peer, name=f"{target.name} ({target.config.num_layers} layers)", notes=_session_notes(s),
+                peer=peer, name=f"{target.name} ({target.config.num_layers} layers)", notes=list(s.notes),
                 weight_bytes=decode_weight_bytes(target.model), kernels=s.kernels,
                 plain_kernels=None if s.plain_on_mkl else s.kernels)
 
 
-def _session_notes(s) -> list[str]:
-    """The session's notes that hold for a bench: its --compile-prefill note judged the session's own graphs and compile,
-    which bench's configurations set instead (:func:`_compile_prefill_note` says what the flag does here)."""
-    return [n for n in s.notes if not n.startswith("compile-prefill:")]
-
-
 def _compile_prefill_note(device_type: str) -> str:
     """What bench --compile-prefill does: the configurations that compile under CUDA graphs compile the prompt too."""
+    from eaglelab.engine.runtime.spec_config import SpecConfig
+    from eaglelab.session import _compile_prefill_note as session_note
+
     if device_type == "cuda":
         return ("compile-prefill: the *-compile* configurations compile the prompt's phases too, once per batch bucket "
                 "and padded prompt width (~30 s a width the first time, then from the disk cache; never in tok/s)")
-    return "compile-prefill: off (no CUDA graphs on a CPU: it compiles the prompt's captured phases)"
+    return session_note(SpecConfig(), device_type)  # off, and why
 
 
 _TP_PEER_SKIP = "HF peer skipped under --tp (it runs on one GPU; compare with a --tp 1 run)"
