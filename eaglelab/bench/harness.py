@@ -337,7 +337,8 @@ def measure(generate: Callable, observed: Callable | None, cfg: BenchConfig, ctx
         tokens, seconds, acc, outs, groups_seen = _sweep(generate, groups, M, dev)
         calls.append((tokens / seconds if seconds > 0 else 0.0, tokens, seconds))
         accepts += acc
-        first, per_group = (first, per_group) if first is not None else (outs, groups_seen)
+        if first is None:
+            first, per_group = outs, groups_seen
     row = dict(config=cfg.name, batch=batch, tok_per_s=statistics.median(c[0] for c in calls), tokens=calls[0][1],
                seconds=calls[0][2], sweeps_tok_per_s=tuple(c[0] for c in calls),
                mean_accept_len=sum(accepts) / len(accepts) if accepts else None,
