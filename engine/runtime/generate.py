@@ -193,16 +193,23 @@ class Engine:
         st = self._prefill(prompts, max_new_tokens, sampling, generator)
         accepted: list[tuple[torch.Tensor, torch.Tensor]] = []  # per cycle (accept_len, active), on device
         emitted = [0] * len(prompts)
-        watched = {"done": st.done} | ({"n_out": st.n_out, "out": st.out} if stream is not None else {})
+        watched = {"done": st.done, "n_out": st.n_out} | ({"out": st.out} if stream is not None else {})
         reader = StepReader(self.stop_lag, watched)
         launched: deque[StepView] = deque([reader.view(watched)])  # oldest first
         steps_left = max(max_new_tokens - 1, 0)  # a step emits >= 1 token per row not done: then all are
+        near_end, finished = False, False
         while steps_left:
-            if len(launched) > self.stop_lag:  # the host reads the step before the last one launched
+            # the host reads the step before the last one launched; near the budget's end, the step in flight
+            # too (it may finish every row: waiting for it costs a launch, queuing one more a whole cycle)
+            while launched and (len(launched) > self.stop_lag or near_end):
                 seen = launched.popleft()
                 emitted = self._stream(seen, stream, emitted)
-                if seen.all_done():
+                finished = seen.all_done()
+                if finished:
                     break
+                near_end = self._may_finish_next(seen, max_new_tokens)
+            if finished:
+                break
             steps_left -= 1
             self._cycle += 1
             if self.spec.enabled:
@@ -454,6 +461,16 @@ class Engine:
         cache.copy_slots(base + src, base + steps)
 
     # ---- bookkeeping -------------------------------------------------------------------------
+    def _may_finish_next(self, seen: StepView, max_new: int) -> bool:
+        """Whether one speculative cycle after ``seen`` can finish every row by length: each row not done has at
+        most ``num_steps + 1`` tokens (a whole path and its bonus) left. Plain decoding's step count is exact,
+        and an EOS cannot be foreseen: neither needs the check."""
+        if not (self.stop_lag and self.spec.enabled):
+            return False
+        got = seen.read()
+        left = max_new - got["n_out"][~got["done"]]
+        return bool((left <= self.spec.num_steps + 1).all())
+
     def _stream(self, seen: StepView, stream: StreamFn | None, emitted: list[int]) -> list[int]:
         """Hand ``stream`` each row's tokens emitted since ``emitted`` (as of the step ``seen``)."""
         if stream is None:

@@ -89,7 +89,8 @@ class StepReader:
     ``lag`` 0 (CPU, and tensor parallelism): the state is read directly after each step. ``lag`` 1
     (CUDA): the state is copied without blocking into one of two host buffers (pinned on CUDA) behind
     an event and read one step later, so the host queues step i+1 while the device runs step i; the
-    step launched after the one that finished every row is an extra one, which changes nothing.
+    step launched after the one that finished every row is an extra one, which changes nothing. (The engine
+    avoids it where it can: near a speculative run's budget it reads the step in flight before queuing one more.)
     """
 
     def __init__(self, lag: int, like: dict[str, torch.Tensor]) -> None:

@@ -19,6 +19,8 @@ from eaglelab.engine.runtime.readback import StepReader
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from tests.conftest import CycleCollector, random_model
+from tests.engine.runtime.test_accepted_length import TARGET as ORACLE_TARGET
+from tests.engine.runtime.test_accepted_length import OracleDrafter
 from tests.engine.runtime.test_speculative import CFG, PROMPTS, TAPS, random_drafter
 
 
@@ -110,6 +112,26 @@ def test_rows_stopped_by_length_leave_no_extra_step(target, eos, lag):
     runner = CountingRunner(target)
     out = Engine(target, eos_token_ids=(eos,), runner=runner, stop_lag=lag).generate(PROMPTS[:1], 13)
     assert out.stop_reasons == ["eos"] and runner.calls["decode"] == out.cycles + lag
+
+
+@pytest.mark.parametrize("steps", [1, 3, 5])
+@pytest.mark.parametrize("max_new", [2, 7, 13, 30])
+def test_speculation_stopped_by_length_launches_no_extra_cycle(steps, max_new):
+    """No EOS, a drafter whose every draft is accepted (cycles of steps + 1 tokens): once every row is within
+    one cycle of its budget, the lagged loop waits for the cycle in flight before it queues another, so it
+    launches exactly the run's cycles, as the direct loop does. (An extra cycle costs a whole verify; the
+    wait, one launch.) Without that wait the lagged loop launched one cycle more."""
+    free = Engine(ORACLE_TARGET).generate([[7, 8, 9]], max_new).tokens[0]
+    spec = SpecConfig("ngram", num_steps=steps)
+    outs = []
+    for lag in (0, 1):
+        runner = CountingRunner(ORACLE_TARGET)
+        out = Engine(ORACLE_TARGET, drafter=OracleDrafter(spec, free), spec=spec, runner=runner,
+                     stop_lag=lag).generate([[7, 8, 9]], max_new)
+        assert runner.calls.get("verify", 0) == out.cycles, (lag, runner.calls, out.cycles)
+        outs.append(out)
+    assert outs[0].tokens == outs[1].tokens == [free]
+    assert outs[1].cycles == -(-(max_new - 1) // (steps + 1))  # every cycle but the last commits steps + 1
 
 
 @pytest.mark.parametrize("kind", ["plain", "tree"])
