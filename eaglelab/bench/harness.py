@@ -121,6 +121,10 @@ class BenchRow:
     draft_ms: float | None = None
     extend_ms: float | None = None
     accept_ms: float | None = None
+    # per request (median over the prompt groups of the observed pass): the prompt's forward, and for a
+    # speculative config the drafter's extend over the prompt; with the cycles, what a request costs
+    prefill_ms: float | None = None
+    begin_ms: float | None = None
     verify_over_decode: float | None = None  # verify ms / baseline's 1-token decode ms
     speedup: float | None = None  # tok/s over the baseline's tok/s at this batch
     same_tokens_as_plain_eager: float | None = None  # share of rows identical to plain-eager's
@@ -327,7 +331,7 @@ def measure(generate: Callable, observed: Callable | None, cfg: BenchConfig, ctx
             repeats: int, first_group_only: bool = False) -> tuple[BenchRow, list[list[int]]]:
     """Warm up, time ``repeats`` passes, each over every prompt group (the prompts in batches of ``batch``; all
     configs alike; ``first_group_only``: the first group alone, as the slow HF peer runs), then one shorter observed
-    call for phase times. -> (row, the first pass's outputs)."""
+    pass for phase times (per cycle, and per request: the prompt's phases). -> (row, the first pass's outputs)."""
     groups = groups_for(ctx.prompts, batch)
     groups = groups[:1] if first_group_only else groups
     dev, M = ctx.device, ctx.max_new_tokens
@@ -347,10 +351,12 @@ def measure(generate: Callable, observed: Callable | None, cfg: BenchConfig, ctx
         col = PhaseCollector()
         if ctx.tp is not None:
             ctx.tp.arrivals = []
-        observed(col)(groups[0], min(32, M))
+        for g in groups:  # every group: prompts differ in width, so do their prefills
+            observed(col)(g, min(32, M))
         row.update(decode_ms=col.median_ms("decode", "decode"), verify_ms=col.median_ms("verify", "spec"),
                    draft_ms=col.median_ms("draft", "spec"), extend_ms=col.median_ms("draft_extend", "spec"),
-                   accept_ms=col.median_ms("accept", "spec"), graph=col.graph_summary())
+                   accept_ms=col.median_ms("accept", "spec"), prefill_ms=col.median_ms("prefill", "prefill"),
+                   begin_ms=col.median_ms("draft_extend", "prefill"), graph=col.graph_summary())
         if ctx.tp is not None:
             from eaglelab.bench.tp import observed_collectives
 

@@ -53,6 +53,8 @@ def test_bench_runs_on_cpu_and_writes_the_report(tmp_path, questions, capsys):
             assert r["verify_over_decode"] == pytest.approx(r["verify_ms"] / plain["decode_ms"])
             assert r["speedup"] == pytest.approx(r["tok_per_s"] / plain["tok_per_s"])
             assert r["same_tokens_as_plain_eager"] == 1.0  # float32: speculation is exact
+            assert r["prefill_ms"] > 0 and r["begin_ms"] > 0  # per request: the prompt, the drafter's extend over it
+        assert plain["prefill_ms"] > 0 and plain["begin_ms"] is None  # no drafter
         assert rows[("hf", b)]["tok_per_s"] > 0 and rows[("hf", b)]["tokens"] == b * 6  # the first group
     assert rows[("spec-prefill", 1)]["graph"]["verify"] == "eager: CUDA graphs off"
     # micro: per batch size, the decode and N = 2..8 in both attention modes (eager only on CPU)
@@ -75,6 +77,25 @@ def test_bench_runs_on_cpu_and_writes_the_report(tmp_path, questions, capsys):
     assert len(rows[("spec-decode", 2)]["group_speedups"]) == 1  # both prompts in one group: no spread to show
     assert "2" not in head["spec_speedup_spread"]["spec-decode"]
     assert "b1, prompt group by group (2)" in " ".join(printed.split())
+    assert "per request, ms" in printed
+
+
+def test_the_request_table_gives_a_requests_wall_time():
+    """A request's wall time = a group's tokens / tok/s: 2 groups of 64 tokens at 2,000 tok/s -> 32.0 ms;
+    the prompt's and the drafter's per-request phases beside it; a row never observed is left out."""
+    from rich.console import Console
+
+    from eaglelab.bench.harness import BenchRow
+    from eaglelab.cmd_bench import _request_table
+
+    rows = [BenchRow(config="spec-compile-gemv-attn", batch=1, tok_per_s=2000.0, tokens=128,
+                     group_tok_per_s=(1900.0, 2100.0), prefill_ms=3.25, begin_ms=0.41),
+            BenchRow(config="hf", batch=1, tok_per_s=12.0, tokens=64, group_tok_per_s=(12.0,))]
+    console = Console(width=80, record=True)
+    console.print(*_request_table(rows))
+    text = console.export_text()
+    assert "32.0" in text and "3.25" in text and "0.41" in text and "hf" not in text
+    assert _request_table(rows[1:]) == []
 
 
 def test_bench_rejects_an_unknown_config(questions, capsys):
