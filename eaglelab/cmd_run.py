@@ -80,7 +80,9 @@ class StreamedAnswer:
         self.shown.extend(new)
         text = self.tokenizer.decode(self.shown)
         if text.startswith(self.printed) and len(text) > len(self.printed):
-            self.out.print(text[len(self.printed):], end="", markup=False)
+            if not self.out.quiet:  # the text as it is, straight to the file: no rich rendering between cycles
+                self.out.file.write(text[len(self.printed):])
+                self.out.file.flush()
             self.printed = text
             self.midline = not text.endswith("\n")
 

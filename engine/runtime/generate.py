@@ -198,18 +198,21 @@ class Engine:
         launched: deque[StepView] = deque([reader.view(watched)])  # oldest first
         steps_left = max(max_new_tokens - 1, 0)  # a step emits >= 1 token per row not done: then all are
         near_end, finished = False, False
+        unstreamed: list[StepView] = []  # read, their tokens not yet handed to the stream
         while steps_left:
             # the host reads the step before the last one launched; near the budget's end, the step in flight
             # too (it may finish every row: waiting for it costs a launch, queuing one more a whole cycle)
             while launched and (len(launched) > self.stop_lag or near_end):
                 seen = launched.popleft()
-                emitted = self._stream(seen, stream, emitted)
+                unstreamed.append(seen)
                 finished = seen.all_done()
                 if finished:
                     break
                 near_end = self._may_finish_next(seen, max_new_tokens)
             if finished:
                 break
+            if not self.stop_lag:  # read at once: the stream goes first, as the step before it
+                emitted, unstreamed = self._stream(unstreamed, stream, emitted), []
             steps_left -= 1
             self._cycle += 1
             if self.spec.enabled:
@@ -217,12 +220,15 @@ class Engine:
             else:
                 self._decode_step(st, sampling, generator)
             launched.append(reader.view(watched))
+            # lagged: the text goes out once the next step is queued, so printing it overlaps the device's work
+            emitted, unstreamed = self._stream(unstreamed, stream, emitted), []
         else:  # the budget is spent (the last step finished every row): read the steps still unread, up
             while launched:  # to the first that finished every row; a step launched after it is extra
                 seen = launched.popleft()
-                emitted = self._stream(seen, stream, emitted)
+                unstreamed.append(seen)
                 if seen.all_done():
                     break
+        emitted = self._stream(unstreamed, stream, emitted)
         self._forget_extra(len(launched), accepted)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -471,11 +477,12 @@ class Engine:
         left = max_new - got["n_out"][~got["done"]]
         return bool((left <= self.spec.num_steps + 1).all())
 
-    def _stream(self, seen: StepView, stream: StreamFn | None, emitted: list[int]) -> list[int]:
-        """Hand ``stream`` each row's tokens emitted since ``emitted`` (as of the step ``seen``)."""
-        if stream is None:
+    def _stream(self, views: list[StepView], stream: StreamFn | None, emitted: list[int]) -> list[int]:
+        """Hand ``stream`` each row's tokens emitted since ``emitted``, as of the last of ``views`` (steps read
+        in launch order; tokens once emitted never change, so the last view holds all of theirs)."""
+        if stream is None or not views:
             return emitted
-        got = seen.read()
+        got = views[-1].read()
         n_out = got["n_out"].tolist()
         for b, (old, new) in enumerate(zip(emitted, n_out)):
             if new > old:

@@ -87,7 +87,7 @@ class StepReader:
     """How the generation loop sees each step it launched, to stop and to stream.
 
     ``lag`` 0 (CPU, and tensor parallelism): the state is read directly after each step. ``lag`` 1
-    (CUDA): the state is copied without blocking into one of two host buffers (pinned on CUDA) behind
+    (CUDA): the state is copied without blocking into one of three host buffers (pinned on CUDA) behind
     an event and read one step later, so the host queues step i+1 while the device runs step i; the
     step launched after the one that finished every row is an extra one, which changes nothing. (The engine
     avoids it where it can: near a speculative run's budget it reads the step in flight before queuing one more.)
@@ -98,8 +98,10 @@ class StepReader:
         self.lag = lag
         device = next(iter(like.values())).device
         self.cuda = device.type == "cuda"
+        # lag + 2 buffers: the step read, the step in flight, and the one just launched (a read step's tokens
+        # are streamed after the next launch, so its buffer must outlive that launch's copy)
         self._ring = [{k: torch.empty(v.shape, dtype=v.dtype, pin_memory=self.cuda) for k, v in like.items()}
-                      for _ in range(lag + 1 if lag else 0)]
+                      for _ in range(lag + 2 if lag else 0)]
         self._events = [torch.cuda.Event() for _ in self._ring] if self.cuda else []
         self._next = 0
 

@@ -135,6 +135,29 @@ def test_speculation_stopped_by_length_launches_no_extra_cycle(steps, max_new):
 
 
 @pytest.mark.parametrize("kind", ["plain", "tree"])
+def test_a_lagged_loop_streams_a_step_once_the_next_is_queued(target, kind):
+    """Lagged: the tokens of the step just read go to the stream after the next step is launched, so the host's
+    printing overlaps the device's work instead of delaying the launch (on the GPU, printing each cycle's text
+    before the launch made `eaglelab run` half as fast as its cycles). The prefill's token: after step 2."""
+    log: list[str] = []
+
+    class Logging(CountingRunner):
+        def phase(self, name, *args, **kw):
+            log.append(name)
+            return super().phase(name, *args, **kw)
+
+    spec = SPECS[kind]
+    drafter = None if spec is None else Eagle3Proposer(random_drafter(target, 7), spec, TAPS)
+    runner = Logging(target, None if drafter is None else drafter.net)
+    engine = Engine(target, drafter=drafter, spec=spec or SpecConfig(), runner=runner, stop_lag=1)
+    out = engine.generate(PROMPTS[:1], 9, stream=lambda row, toks: log.append("stream"))
+    step = "decode" if spec is None else "cycle"
+    launches = [i for i, name in enumerate(log) if name == step]
+    assert len(launches) >= 3 and out.cycles >= 3
+    assert log.index("stream") > launches[1]  # the prefill's token streamed after the second step's launch
+
+
+@pytest.mark.parametrize("kind", ["plain", "tree"])
 @pytest.mark.parametrize("lag", [0, 1])
 def test_a_stream_sees_every_token_once(target, eos, kind, lag):
     got: dict[int, list[int]] = {b: [] for b in range(len(PROMPTS))}
