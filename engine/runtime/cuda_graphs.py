@@ -42,6 +42,7 @@ observer through ``on_graph_captured``. Replay decisions use host-side shapes on
 from __future__ import annotations
 
 import contextlib
+import gc
 
 import time
 from collections import Counter
@@ -367,6 +368,9 @@ class CudaGraphRunner:
                     c.v[:, :b].copy_(v)
             for t, old in kept:
                 t.copy_(old)
+            if _builds_kernels(self.kernels):  # a compile leaves hundreds of thousands of Python objects behind:
+                gc.collect()  # collected here (set-up time) they are old, and no collection inside the generation
+                # loop walks them (one full collection costs ~0.1-0.2 s: several whole requests of a small model)
             if tp is not None:  # ranks finish a capture at different times: meet here (set-up time), not
                 tp.check(f"capture of {name} graph")  # at the next replay's first collective (skew)
             self._setup += time.perf_counter() - t0 - (kernel_setup_seconds(self.kernels) - kernels0)
@@ -399,8 +403,7 @@ class CudaGraphRunner:
             with torch.cuda.stream(stream):
                 if eager is not None:
                     eager()
-                if eager is not None or self.kernels.compiled or self.kernels.gemv is not None \
-                        or self.kernels.attention is not None:
+                if eager is not None or _builds_kernels(self.kernels):
                     fn()  # compiles (or loads) the kernels, tunes the GEMV, checks the decode attention: all may
                     # sync, so before sync detection
                 _warm_up(fn, self.warmup)
@@ -594,3 +597,9 @@ def _warm_up(fn: Callable[[], tuple], iterations: int) -> None:
             fn()
     finally:
         torch.cuda.set_sync_debug_mode(previous)
+
+
+def _builds_kernels(kernels: Kernels) -> bool:
+    """Whether a phase's first call compiles, tunes or checks kernels (torch.compile, the Triton GEMV or decode
+    attention), which happens on the capture's warm-up."""
+    return kernels.compiled or kernels.gemv is not None or kernels.attention is not None

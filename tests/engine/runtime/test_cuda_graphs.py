@@ -7,6 +7,8 @@ static buffers, which is what a CUDA graph does. The GPU test compares real grap
 
 from __future__ import annotations
 
+import time
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -395,6 +397,41 @@ def test_capture_restores_the_rows_of_a_k_only_mla_cache(mla):
     runner._capture(("phase", "decode", 3, 1), "decode", 2, {}, broken, (cache,))
     assert torch.equal(cache.k, before)
     assert runner._failed[("phase", "decode", 3, 1)] == "eager: capture failed (operation not permitted when stream is capturing)"
+
+
+def test_a_capture_ends_with_a_garbage_collection_timed_as_set_up(mla, monkeypatch):
+    """The objects a compile leaves are collected inside the capture's set-up time, not by a collection the
+    generation loop would trigger (a full one costs ~0.1-0.2 s, inside tok/s); a failed capture too. Without
+    compiled or Triton kernels there is nothing to collect: no collection."""
+    import gc
+
+    calls = []
+
+    def slow_collect(*args):
+        calls.append(args)
+        time.sleep(0.05)
+        return 0
+
+    monkeypatch.setattr(gc, "collect", slow_collect)
+    from dataclasses import replace
+
+    from eaglelab.engine.model.layers import EAGER_KERNELS
+
+    runner = EmulatedRunner.for_engine(mla, SpecConfig(cuda_graphs=True), None, max_len=16, buckets=(1, 3),
+                                       kernels=replace(EAGER_KERNELS, compiled=True))  # what a compile leaves
+    cache = runner.make_cache(2, 16)
+    before = runner.setup_seconds
+    runner._capture(("phase", "decode", 2, 1), "decode", 2, {}, lambda: (cache.k[0, :2, 0, 0, :1].clone(),), (cache,))
+    assert len(calls) == 1 and runner.setup_seconds - before >= 0.05
+
+    def broken():
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    runner._capture(("phase", "decode", 3, 1), "decode", 2, {}, broken, (cache,))
+    assert len(calls) == 2 and runner.setup_seconds - before >= 0.1
+    plain = EmulatedRunner.for_engine(mla, SpecConfig(cuda_graphs=True), None, max_len=16, buckets=(1, 3))
+    plain._capture(("phase", "decode", 2, 1), "decode", 2, {}, lambda: (cache.k[0, :2, 0, 0, :1].clone(),), (cache,))
+    assert len(calls) == 2
 
 
 @pytest.mark.parametrize("kind", ["plain", "eagle3"])
