@@ -129,7 +129,8 @@ def _run(args: argparse.Namespace, tp) -> int:
     answer.tokenizer = tok
     # Every rank streams (a quiet console prints nothing): the same host work between cycles on every
     # rank, so none reaches the next forward's first collective late and makes the others wait.
-    result = engine.generate([ids], args.max_new_tokens, session.sampling, session.generator(), stream=answer.stream)
+    result = engine.generate([ids], args.max_new_tokens, session.sampling, session.generator(), stream=answer.stream,
+                             warm_up=session.warm_up_tokens())
     console.print()
     ar_summary = None
     if allreduce is not None:  # every rank's timings, published on rank 0's bus (into the record)
@@ -145,7 +146,8 @@ def _run(args: argparse.Namespace, tp) -> int:
         # On the same bus: the record keeps it as this run's baseline (the TUI's "verify x decode"),
         # the summary takes its decode cost; the run's own figures do not change.
         baseline = session.plain_engine(observer=observer).generate(
-            [ids], args.max_new_tokens, session.sampling, session.generator())
+            [ids], args.max_new_tokens, session.sampling, session.generator(),
+            warm_up=session.warm_up_tokens(session.spec.plain()))
     summary_rows(console, session, result, baseline, ar_summary)
     if session.spec.enabled:
         probes.show()  # per-phase costs, graph status and the verdict
@@ -172,7 +174,7 @@ def summary_rows(console, session, result, baseline, allreduce=None) -> None:
     ]
     setup = result.setup_seconds + (baseline.setup_seconds if baseline is not None else 0.0)
     if setup > 0:
-        rows.append(("setup", f"{setup:.2f} s capturing CUDA graphs and compiling [dim](once; not in tok/s)[/]"))
+        rows.append(("setup", f"{setup:.2f} s capturing CUDA graphs, compiling and warming up [dim](once; not in tok/s)[/]"))
     if session.spec.enabled:
         rows.append(("speculation", session.spec_label))
         if result.mean_accept_len is not None:

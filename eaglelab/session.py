@@ -155,6 +155,15 @@ class Session:
         return EagerRunner(self.target.model, net, reason=EAGER_NO_CUDA if spec.cuda_graphs else EAGER_OFF,
                            kernels=kernels)
 
+    def warm_up_tokens(self, spec=None) -> int:
+        """Tokens a timed run generates first, untimed (``Engine.generate(warm_up=...)``), so its CUDA graphs are
+        captured and replayed once before the clock starts: two speculative cycles (both graphs of the observed
+        cycle) or two decode steps. 0 without CUDA graphs (an eager run's first cycles cost what the others do)."""
+        if self.runner_factory is None:
+            return 0
+        spec = spec or self.spec
+        return 2 * (spec.num_steps + 1) + 2 if spec.enabled else 3
+
     def plain_engine(self, observer=None, runner=None):
         """Plain decoding with the same model and graph setting: the baseline of a speculative run
         (``runner``: from ``runner(spec.plain(), None)``, to share one between baseline engines)."""

@@ -162,6 +162,7 @@ class Engine:
         self._stager = Stager(self.device)  # the observer's one device-to-host copy per cycle
         self._pending: _Pending | None = None
         self._setup_seen = 0.0  # the runner's set-up seconds when the last cycle was queued
+        self._muted = False  # a warm-up: cycles not observed
 
     # ---- public ------------------------------------------------------------------------------
     def graph_status(self, kind: str, batch: int) -> dict[str, str]:
@@ -180,19 +181,56 @@ class Engine:
         sampling: SamplingParams = SamplingParams(),
         generator: torch.Generator | None = None,
         stream: StreamFn | None = None,
+        warm_up: int = 0,
     ) -> GenerationResult:
+        """``warm_up``: first generate that many tokens (at most ``max_new_tokens``) of the same prompts, unobserved
+        and unstreamed, so the run's one-time costs (lazy captures and compiles, a graph's first replays, the
+        garbage a compile leaves) happen before it is timed; that time is set-up. ``generator``'s state is the
+        same after it, so a sampled run draws what it would without."""
         assert prompts and all(prompts), "every prompt needs at least one token"
-        self._cycle = 0
         self._warned.clear()
-        self._pending = None
-        self._cycle_parts.clear()  # they close over the run's caches
-        self._cycle_fns.clear()
         self._announce(len(prompts))
+        warm = self._warm_up(prompts, min(warm_up, max_new_tokens), sampling, generator) if warm_up else 0.0
+        self._reset_run()
         setup0 = self._setup_seen = self.runner.setup_seconds  # each cycle's stats carry the set-up made since
         t0 = time.perf_counter()
         st = self._prefill(prompts, max_new_tokens, sampling, generator)
-        accepted: list[tuple[torch.Tensor, torch.Tensor]] = []  # per cycle (accept_len, active), on device
-        emitted = [0] * len(prompts)
+        accepted = self._loop(st, max_new_tokens, sampling, generator, stream)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        self._flush_observed()
+        setup = self.runner.setup_seconds - setup0  # lazy captures and compiles: timed apart, never in tok/s
+        return self._finish(st, time.perf_counter() - t0 - setup, accepted, warm + setup)
+
+    def _reset_run(self) -> None:
+        self._cycle = 0
+        self._pending = None
+        self._cycle_parts.clear()  # they close over the run's caches
+        self._cycle_fns.clear()
+        self.clock.take()  # marks of an unobserved warm-up
+
+    def _warm_up(self, prompts, max_new: int, sampling: SamplingParams, generator) -> float:
+        """Generate ``max_new`` tokens without telling the observer or a stream (the same phases and graphs as
+        the run). -> its wall seconds."""
+        t0 = time.perf_counter()
+        self._reset_run()
+        saved = generator.get_state() if generator is not None else None
+        self._muted = True
+        try:
+            self._loop(self._prefill(prompts, max_new, sampling, generator), max_new, sampling, generator, None)
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+        finally:
+            self._muted = False
+            if saved is not None:
+                generator.set_state(saved)
+        return time.perf_counter() - t0
+
+    def _loop(self, st: Batch, max_new_tokens: int, sampling: SamplingParams, generator,
+              stream: StreamFn | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Decode steps or speculative cycles until every row is done. -> per cycle (accept_len, active), on device."""
+        accepted: list[tuple[torch.Tensor, torch.Tensor]] = []
+        emitted = [0] * st.root.shape[0]
         watched = {"done": st.done, "n_out": st.n_out} | ({"out": st.out} if stream is not None else {})
         reader = StepReader(self.stop_lag, watched)
         launched: deque[StepView] = deque([reader.view(watched)])  # oldest first
@@ -230,11 +268,7 @@ class Engine:
                     break
         emitted = self._stream(unstreamed, stream, emitted)
         self._forget_extra(len(launched), accepted)
-        if self.device.type == "cuda":
-            torch.cuda.synchronize(self.device)
-        self._flush_observed()
-        setup = self.runner.setup_seconds - setup0  # lazy captures and compiles: timed apart, never in tok/s
-        return self._finish(st, time.perf_counter() - t0 - setup, accepted, setup)
+        return accepted
 
     # ---- prefill -----------------------------------------------------------------------------
     def _prefill(self, prompts, max_new, sampling, generator) -> Batch:
@@ -541,6 +575,9 @@ class Engine:
         the rows not done, built here so an unobserved run launches nothing for it); the previous
         cycle's stats are built and delivered now, while the device runs this one."""
         if self.observer is None:
+            return
+        if self._muted:  # a warm-up: nothing to tell
+            self.clock.take()
             return
         if readback is None:
             readback = {"active": ~st.done}
