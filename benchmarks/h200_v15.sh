@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The next GPU batch (planned 2026-12-01, eighth session; NOT YET RUN) on ONE H200 (device kind nvidia-h200), for #12.
+# The eighth session measured 1.81x over 24 MT-bench prompts (5/4/24, the prompt compiled; h200_2026-12-01h) and
+# found `eaglelab run --compare` still reading 0.66-0.98x for a prompt bench times at ~2x. Landed after its last
+# call, unmeasured: `run` warms up two cycles before its clock starts, and a capture that compiled ends with a full
+# garbage collection inside its set-up time. This batch checks both, and profiles the cycle for the next cut.
+#   - A: the GGUF's part 1 parked; each phase of a 5/4/24 speculative cycle profiled kernel by kernel on SmolLM2's
+#     shape (random weights: `bench --scale-model smollm2-135m --profile`; carries the MT-bench questions, which
+#     the eighth session's call A lacked).
+#   - B: join; `run --compare` on questions 81 and 82 (the eighth session: 0.66-0.98x and 0.81x), each with a
+#     record, whose per-cycle host stamps show any gap between cycles; then 5/4/24 over 24 prompts at batch 8.
+# Budget: A ~280 s, B ~560 s (cold compiles: a `run` with the prompt compiled takes ~170 s of set-up the first
+# time, ~85 s from the disk cache; give each command its own generous limit, as the eighth session's B overran).
+#
+#   call A  carry .carry/m1 .carry/assets .whl                   STAGE=A
+#   call B  carry .carry/m2 .carry/shipped .carry/assets .whl    STAGE=B
+STAGE=${STAGE:?set STAGE=A or B}
+source "$(dirname "$0")/device_stage.sh"
+Q81="Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural experiences and must-see attractions."
+Q82="Draft a professional email seeking your supervisor's feedback on the 'Quarterly Financial Report' you prepared. Ask specifically about the data analysis, presentation style, and the clarity of conclusions drawn. Keep the email short and to the point."
+
+stage_a() {
+  record_gpu
+  mkdir -p ~/m && cp .carry/m1/smolpart_00 ~/m/ && log "part 1 parked"
+  TAIL=80 run spec_profile $(left) $EL bench --scale-model smollm2-135m --draft-vocab 12288 --dtype bfloat16 --seed 0 \
+    --steps 5 --topk 4 --draft-tokens 24 --batch-sizes 1 --prompts 2 --max-new-tokens 64 --repeats 1 \
+    --configs spec-compile-gemv-attn --no-micro --profile --json "$R/h200_spec_profile_5-4-24.json"
+}
+
+compare_run() {  # NAME LIMIT PROMPT
+  TAIL=40 run "$1" "$2" $EL run --device cuda --steps 5 --topk 4 --draft-tokens 24 --max-new-tokens 128 \
+    --cuda-graphs --compile --gemv --decode-attn --compile-prefill --compare --record "$R/$1.jsonl" "$3"
+}
+
+stage_b() {
+  join_gguf
+  compare_run run_compare_q81 240 "$Q81"
+  compare_run run_compare_q82 120 "$Q82"
+  TAIL=24 run p24_5-4-24_b8_cp $(left) $EL bench --model default --draft $SHIPPED --steps 5 --topk 4 --draft-tokens 24 \
+    --batch-sizes 8 --prompts 24 --max-new-tokens 128 --repeats 2 --no-micro --compile-prefill \
+    --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/h200_smollm2_p24_5-4-24_b8_cp.json"
+}
+
+export STAGE_S=${STAGE_S:-$([ "$STAGE" = A ] && echo 280 || echo 585)}; watchdog "$0"
+run_stage A B
