@@ -1,9 +1,10 @@
-# Sourced (not run) by the device batch scripts (h200_batch.sh, h200x2_batch.sh, h200x2_v3.sh, h200_v4..v7.sh), from
+# Sourced (not run) by the device batch scripts (h200_batch.sh, h200x2_batch.sh, h200x2_v3.sh, h200_v4..v15.sh), from
 # the repo root of a device call, with STAGE and OUT set. It gives them:
 #   T0, R ($OUT/r: every log and result of the stage; tarred into $OUT at the end), EL, SHIPPED (restored from
 #   .carry/shipped when carried), A, GGUF;
 #   log MSG; run NAME LIMIT CMD... (bounded; output kept whole in $R/NAME.txt, its last ${TAIL:-20} lines echoed);
-#   left (seconds left of STAGE_S, less a margin); watchdog SCRIPT, run_stage LETTERS..., record_gpu, join_gguf,
+#   left (seconds left of STAGE_S, less a margin); watchdog SCRIPT, run_stage LETTERS..., record_gpu, park_part1,
+#   spec_profile, Q81, join_gguf,
 #   speed_bench, drafter_stage1, drafter_stage2, keep_drafter_shards (each described below);
 # and it installs the carried wheels (.whl/, once, outside the watchdog) into /tmp/site, links the packages the
 # installed layout expects, places the carried MT-bench and HumanEval files, and keeps NVLink multicast off.
@@ -48,6 +49,23 @@ record_gpu() {
   { nvidia-smi --query-gpu=index,name,driver_version,memory.total --format=csv,noheader
     python3 -c "import torch, triton; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'triton', triton.__version__)"; } > "$R/gpu.txt" 2>&1
   cat "$R/gpu.txt"
+}
+
+# MT-bench's first question (81), the prompt the run checks use
+Q81="Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural experiences and must-see attractions."
+
+# park_part1: the default model's GGUF part 1 into ~/m, for join_gguf in the next call (the machine stays warm ~30 s)
+park_part1() {
+  mkdir -p ~/m && cp .carry/m1/smolpart_00 ~/m/ && log "part 1 parked"
+}
+
+# spec_profile STEPS TOPK DRAFT_TOKENS: each phase of a speculative cycle profiled kernel by kernel on SmolLM2's shape
+# (random weights, the shipped drafter's 12,288-token draft vocabulary), in what the stage leaves; needs the carried
+# MT-bench questions
+spec_profile() {
+  TAIL=80 run spec_profile $(left) $EL bench --scale-model smollm2-135m --draft-vocab 12288 --dtype bfloat16 --seed 0 \
+    --steps "$1" --topk "$2" --draft-tokens "$3" --batch-sizes 1 --prompts 2 --max-new-tokens 64 --repeats 1 \
+    --configs spec-compile-gemv-attn --no-micro --profile --json "$R/h200_spec_profile_$1-$2-$3.json"
 }
 
 # join_gguf: the default model's GGUF from part 1 (parked in ~/m by the call before) and .carry/m2's part 2

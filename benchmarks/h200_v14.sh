@@ -18,14 +18,11 @@
 # Knobs: STAGE_S.
 STAGE=${STAGE:?set STAGE=A, B or C}
 source "$(dirname "$0")/device_stage.sh"
-Q81="Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural experiences and must-see attractions."
 
 stage_a() {
   record_gpu
-  mkdir -p ~/m && cp .carry/m1/smolpart_00 ~/m/ && log "part 1 parked"
-  TAIL=80 run spec_profile $(left) $EL bench --scale-model smollm2-135m --draft-vocab 12288 --dtype bfloat16 --seed 0 \
-    --steps 5 --topk 4 --draft-tokens 24 --batch-sizes 1 --prompts 2 --max-new-tokens 64 --repeats 1 \
-    --configs spec-compile-gemv-attn --no-micro --profile --json "$R/h200_spec_profile_5-4-24.json"
+  park_part1
+  spec_profile 5 4 24
 }
 
 # fair NAME LIMIT STEPS TOPK DRAFT_TOKENS [BATCH] [EXTRA...]: plain and speculative in one process, every kernel on
