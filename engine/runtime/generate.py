@@ -26,7 +26,8 @@ the device runs this one. A row stopped by EOS can leave one step launched after
 row is done: the loop launches no more).
 
 Graph capture and compilation that happen during a run (lazily, on first use) are timed apart
-(``setup_seconds``) and never counted in the run's seconds or tok/s.
+(``setup_seconds``) and never counted in the run's seconds or tok/s; so is a warm-up (``generate(warm_up=N)``:
+N tokens of the same prompts first, unobserved, so a first request's one-time costs happen before the clock).
 """
 
 from __future__ import annotations
@@ -251,7 +252,7 @@ class Engine:
                 near_end = self._may_finish_next(seen, max_new_tokens)
             if finished:
                 break
-            if not self.stop_lag:  # read at once: the stream goes first, as the step before it
+            if not self.stop_lag:  # read at once (CPU, TP): the step has finished, its text goes out now
                 emitted, unstreamed = self._stream(unstreamed, stream, emitted), []
             steps_left -= 1
             self._cycle += 1
