@@ -290,3 +290,32 @@ def test_on_cuda_graphs_the_lagged_loop_gives_the_stop_at_once_run(kind):
     assert engine.stop_lag == 0 and Engine(model).stop_lag == 1  # the CUDA default: lagged
     assert (lagged.tokens, lagged.stop_reasons) == (direct.tokens, direct.stop_reasons)
     assert (lagged.cycles, lagged.accept_lens) == (direct.cycles, direct.accept_lens)
+
+
+@pytest.mark.parametrize("kind", ["chain", "tree", "plain"])
+def test_the_result_is_read_in_a_few_copies_not_one_per_cycle(target, kind, monkeypatch):
+    """On a GPU each read is a sync: the result (tokens, stop reasons, accepted lengths) takes a fixed handful of
+    reads however many cycles ran (a read per cycle cost a speculative request ~1-2 ms, inside bench's timing),
+    and gives what reading each cycle gives."""
+    engine = _engine(target, -1, SPECS[kind], 0)
+    reads = []
+    finish = Engine._finish
+
+    def counted(self, st, seconds, accepted, setup):
+        original = torch.Tensor.tolist
+
+        def tolist(t):
+            reads.append(tuple(t.shape))
+            return original(t)
+
+        monkeypatch.setattr(torch.Tensor, "tolist", tolist)
+        try:
+            return finish(self, st, seconds, accepted, setup)
+        finally:
+            monkeypatch.setattr(torch.Tensor, "tolist", original)
+
+    monkeypatch.setattr(Engine, "_finish", counted)
+    out = engine.generate(PROMPTS, 13)
+    assert out.cycles >= 4 and len(reads) <= 5, reads
+    if kind != "plain":
+        assert sum(map(sum, out.accept_lens)) + len(PROMPTS) == sum(map(len, out.tokens))  # 1 + accepted per row
