@@ -12,9 +12,13 @@
 # Budget: A ~280 s, B ~560 s (cold compiles: a `run` with the prompt compiled takes ~170 s of set-up the first
 # time, ~85 s from the disk cache; give each command its own generous limit, as the eighth session's B overran).
 #
+#   - C (right after B, the GGUF and the compile cache still there): 5/8/32 over 24 prompts at batch 1, the prompt
+#     compiled, beside 5/4/24 again (`cpu_2026-12-01h_trees`: 5/8/32 accepts 3.38 against 3.20; predicted ~+3%).
+#
 #   call A  carry .carry/m1 .carry/assets .whl                   STAGE=A
 #   call B  carry .carry/m2 .carry/shipped .carry/assets .whl    STAGE=B
-STAGE=${STAGE:?set STAGE=A or B}
+#   call C  carry .carry/shipped .carry/assets .whl              STAGE=C
+STAGE=${STAGE:?set STAGE=A, B or C}
 source "$(dirname "$0")/device_stage.sh"
 Q82="Draft a professional email seeking your supervisor's feedback on the 'Quarterly Financial Report' you prepared. Ask specifically about the data analysis, presentation style, and the clarity of conclusions drawn. Keep the email short and to the point."
 
@@ -38,5 +42,17 @@ stage_b() {
     --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/h200_smollm2_p24_5-4-24_b8_cp.json"
 }
 
+fair_cp() {  # NAME LIMIT STEPS TOPK DRAFT_TOKENS: batch 1, 24 prompts each timed, the prompt compiled
+  TAIL=24 run "$1" "$2" $EL bench --model default --draft $SHIPPED --steps "$3" --topk "$4" --draft-tokens "$5" \
+    --batch-sizes 1 --prompts 24 --max-new-tokens 128 --repeats 2 --no-micro --compile-prefill \
+    --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/h200_smollm2_$1.json"
+}
+
+stage_c() {
+  [ -f "$GGUF" ] || { log "no GGUF: the machine went cold after call B"; exit 3; }
+  fair_cp p24_5-8-32_cp 330 5 8 32
+  fair_cp p24_5-4-24_cp $(left) 5 4 24
+}
+
 export STAGE_S=${STAGE_S:-$([ "$STAGE" = A ] && echo 280 || echo 585)}; watchdog "$0"
-run_stage A B
+run_stage A B C
