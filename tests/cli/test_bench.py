@@ -210,14 +210,17 @@ def test_the_tables_read_whole_at_80_columns():
 
     graphs = {"draft": "replay", "verify": "eager: extend", "draft_extend": "replay"}
     rows = [BenchRow(config="plain-compile-gemv-attn", batch=1, tok_per_s=1183.8, decode_ms=0.813,
-                     graph={"decode": "replay"}, speedup=1.0),
+                     graph={"decode": "replay"}, speedup=1.0, tokens=3072, group_tok_per_s=(1180.0,) * 24,
+                     prefill_ms=1.107),
             BenchRow(config="spec-compile-gemv-attn", batch=8, tok_per_s=2276.6, mean_accept_len=3.3, verify_ms=10.911,
-                     draft_ms=0.361, extend_ms=0.063, speedup=1.92, verify_over_decode=1.12, graph=graphs)]
+                     draft_ms=0.361, extend_ms=0.063, speedup=1.92, verify_over_decode=1.12, graph=graphs,
+                     tokens=3072, group_tok_per_s=(2270.0,) * 3, prefill_ms=12.345, begin_ms=0.987)]
     console = Console(width=80, record=True)
     console.print(_rows_table(rows, "plain-compile-gemv-attn"))
     text = console.export_text()
     assert "…" not in text and max(len(line) for line in text.splitlines()) <= 80
-    for word in ("graphs", "extend", "10.911", "0.063", "ver:E", "plain-compile-gemv-attn"):
+    for word in ("graphs", "extend", "10.911", "0.063", "ver:E", "plain-compile-gemv-attn", "drafter's extend",
+                 "whole request", "12.35", "0.99", "1.11"):
         assert word in text, word
 
 
