@@ -330,8 +330,8 @@ class OurSystem:
 def measure(generate: Callable, observed: Callable | None, cfg: BenchConfig, ctx: BenchContext, batch: int,
             repeats: int, first_group_only: bool = False) -> tuple[BenchRow, list[list[int]]]:
     """Warm up, time ``repeats`` passes, each over every prompt group (the prompts in batches of ``batch``; all
-    configs alike; ``first_group_only``: the first group alone, as the slow HF peer runs), then one shorter observed
-    pass for phase times (per cycle, and per request: the prompt's phases). -> (row, the first pass's outputs)."""
+    configs alike; ``first_group_only``: the first group alone, as the slow HF peer runs), then one observed pass
+    like them for phase times (per cycle, and per request: the prompt's phases). -> (row, the first pass's outputs)."""
     groups = groups_for(ctx.prompts, batch)
     groups = groups[:1] if first_group_only else groups
     dev, M = ctx.device, ctx.max_new_tokens
@@ -351,8 +351,8 @@ def measure(generate: Callable, observed: Callable | None, cfg: BenchConfig, ctx
         col = PhaseCollector()
         if ctx.tp is not None:
             ctx.tp.arrivals = []
-        for g in groups:  # every group: prompts differ in width, so do their prefills
-            observed(col)(g, min(32, M))
+        for g in groups:  # every group (prompts differ in width, so do their prefills), as long as the timed passes
+            observed(col)(g, M)  # (a cycle's verify and attention cost grow with the context)
         row.update(decode_ms=col.median_ms("decode", "decode"), verify_ms=col.median_ms("verify", "spec"),
                    draft_ms=col.median_ms("draft", "spec"), extend_ms=col.median_ms("draft_extend", "spec"),
                    accept_ms=col.median_ms("accept", "spec"), prefill_ms=col.median_ms("prefill", "prefill"),
