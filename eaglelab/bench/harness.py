@@ -16,8 +16,8 @@ Generation length is fixed (EOS ignored, ``max_new_tokens`` per row) so every co
 produces the same number of tokens. Per (configuration, batch size): one short warm-up call,
 ``repeats`` timed passes, each over every prompt (in groups of that batch size; tok/s end to end, prefill
 included, is the median pass's tokens over its seconds; the HF peer, slow, times the first group once), then one
-observed call of at most 32 tokens
-for per-phase times (CUDA events, medians over cycles) and graph status.
+observed pass like them for per-phase times (CUDA events, medians over cycles), per-request times (the prompt's
+phases) and graph status.
 Speedups are over our graph-captured plain decoding at the same batch size (plain-eager where
 graphs cannot run). The micro-measure times one 1-token decode against one verify of N tokens
 (N = 2..8) over a cache holding ``context`` tokens, with and without graphs, in both attention

@@ -234,7 +234,10 @@ class Engine:
         """Decode steps or speculative cycles until every row is done. -> per cycle (accept_len, active), on device."""
         accepted: list[tuple[torch.Tensor, torch.Tensor]] = []
         emitted = [0] * st.root.shape[0]
-        watched = {"done": st.done, "n_out": st.n_out} | ({"out": st.out} if stream is not None else {})
+        reads_ahead = bool(self.stop_lag and self.spec.enabled)  # near the budget's end: see _may_finish_next
+        counts = stream is not None or reads_ahead  # plain decoding without a stream copies "done" alone a step
+        watched = {"done": st.done} | ({"n_out": st.n_out} if counts else {})
+        watched |= {"out": st.out} if stream is not None else {}
         reader = StepReader(self.stop_lag, watched)
         launched: deque[StepView] = deque([reader.view(watched)])  # oldest first
         steps_left = max(max_new_tokens - 1, 0)  # a step emits >= 1 token per row not done: then all are
@@ -249,7 +252,7 @@ class Engine:
                 finished = seen.all_done()
                 if finished:
                     break
-                near_end = self._may_finish_next(seen, max_new_tokens)
+                near_end = reads_ahead and self._may_finish_next(seen, max_new_tokens)
             if finished:
                 break
             if not self.stop_lag:  # read at once (CPU, TP): the step has finished, its text goes out now
@@ -505,11 +508,9 @@ class Engine:
 
     # ---- bookkeeping -------------------------------------------------------------------------
     def _may_finish_next(self, seen: StepView, max_new: int) -> bool:
-        """Whether one speculative cycle after ``seen`` can finish every row by length: each row not done has at
-        most ``num_steps + 1`` tokens (a whole path and its bonus) left. Plain decoding's step count is exact,
-        and an EOS cannot be foreseen: neither needs the check."""
-        if not (self.stop_lag and self.spec.enabled):
-            return False
+        """Whether one speculative cycle after ``seen`` (a lagged view) can finish every row by length: each row not
+        done has at most ``num_steps + 1`` tokens (a whole path and its bonus) left. Plain decoding's step count is
+        exact, and an EOS cannot be foreseen: neither needs the check."""
         got = seen.read()
         left = max_new - got["n_out"][~got["done"]]
         return bool((left <= self.spec.num_steps + 1).all())
