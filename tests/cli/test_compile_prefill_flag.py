@@ -45,14 +45,12 @@ def test_the_plain_spec_keeps_every_mode_a_baseline_must_share():
     assert not spec.plain().enabled and SpecConfig().plain() == SpecConfig()
 
 
-
 def test_bench_says_what_compile_prefill_does_in_its_configurations(tiny_dir, tmp_path, capsys):
     """bench's session has no --compile or --cuda-graphs of its own (its configurations set them): the note the session
     would write ("without --compile and --cuda-graphs") is replaced by bench's, which names the compiled configurations."""
     import json
 
-    from eaglelab.cli import main
-    from eaglelab.cli import build_parser
+    from eaglelab.cli import build_parser, main
     from eaglelab.cmd_bench import _compile_prefill_note as bench_note
 
     on_cuda = bench_note("cuda")

@@ -55,7 +55,8 @@ def test_the_graph_runner_counts_the_fused_weights_as_set_up_too():
 def test_the_graph_runner_counts_kernel_set_up_outside_a_capture_once():
     """The GEMV's tuning and the decode attention's checks happen on a shape's first eager call: inside a capture
     (its time already in the capture's) or in an eager phase, such as a drafter's extend over a prompt. Both count
-    as set-up, once (a capture subtracts the kernels' share of its wall time); before, the eager ones were timed as generation (a GPU `run` of one prompt read ~60 ms slower)."""
+    as set-up, once (a capture subtracts the kernels' share of its wall time); before, the eager ones were timed as
+    generation."""
     from types import SimpleNamespace
 
     from eaglelab.engine.model.layers import Kernels
