@@ -115,7 +115,10 @@ def _ancestry(parents: Tensor, steps: int) -> tuple[Tensor, Tensor]:
 
 
 TOP_K_CHUNK = 256  # vocabulary entries per block of top_k's first stage
-TOP_K_ONE_PASS = 16384  # vocabularies up to this size are ranked in one pass (as measured with a 12,288-row head)
+# Vocabularies up to this size are ranked in one pass. On the H200 two stages won at 12,288 (the shipped drafter's
+# draft vocabulary) and at 32,000: the draft's expansion step 13-16 us against 20-23 us a call, a 5/4/24 draft phase
+# 0.271 ms against 0.292 (benchmarks/topk_bench.py, results/h200_2026-12-01i/D). Smaller vocabularies: not measured.
+TOP_K_ONE_PASS = 4096
 
 
 def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -127,7 +130,8 @@ def top_k(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     than :data:`TOP_K_ONE_PASS`, two: the best ``k`` of every block of :data:`TOP_K_CHUNK` entries, then
     the best ``k`` of those candidates (blocks in order, so ties still go to the lower index). One
     program per row of a 32,000-entry vocabulary ran ~30 us a step on the H200 (a 6/4/16 draft spent
-    165 us of each cycle there); blocks give the GPU rows enough to run side by side.
+    165 us of each cycle there), of a 12,288-entry one ~13 us; blocks give the GPU rows enough to run side
+    by side.
     """
     if torch.compiler.is_compiling():
         return _top_k_fused(x, k)

@@ -350,3 +350,19 @@ def test_compiled_ranking_takes_the_fused_forms(monkeypatch) -> None:
     assert traced and not any("topk" in t or "sort" in t for t in traced)
     assert torch.equal(got[0], top_k(x, 3)[1]) and calls == ["eager"]
     assert torch.equal(got[1], order_desc(x[..., 0], 2))
+
+
+def test_the_shipped_drafters_vocabulary_is_ranked_in_blocks(monkeypatch) -> None:
+    """A 12,288-token draft vocabulary (the shipped drafter's) takes the two-stage top-k: its first ranking is
+    over blocks of TOP_K_CHUNK entries, not the whole row (on the H200 one program per row cost ~13 us a draft
+    step there, the blocks less); the result is the one-pass result."""
+    from eaglelab.engine.runtime import tree
+
+    shapes: list[tuple[int, ...]] = []
+    rounds = tree._argmax_rounds
+    monkeypatch.setattr(tree, "_argmax_rounds", lambda key, k: shapes.append(tuple(key.shape)) or rounds(key, k))
+    x = torch.randn(1, 4, 12288, generator=torch.Generator().manual_seed(0))
+    vals, idx = _top_k_fused(x, 4)
+    assert shapes[0] == (1, 4, 12288 // tree.TOP_K_CHUNK, tree.TOP_K_CHUNK)
+    assert idx.tolist() == _top_k_fused(x, 4, chunk=12288)[1].tolist() == torch.topk(x, 4).indices.tolist()
+    torch.testing.assert_close(vals, torch.topk(x, 4).values, rtol=0, atol=0)
