@@ -7,7 +7,8 @@ the memory bandwidth, and cuBLAS/inductor's GEMMs, tiled for large M, leave part
 program streams a block of ``block_n`` weight rows over K (optionally a 1/``split_k`` share of K, the
 partial sums then added by a second small kernel, in a fixed order: results do not vary run to run),
 multiplying by the x rows it keeps in registers: M = 1 as a multiply-and-row-sum, M > 1 as a tensor-core
-dot of the rows padded to 16, 32 or 64. A few tilings are timed once per (N, K, M bucket) on the first eager
+dot of the rows padded to 16, 32 or 64, or (tilings of fewer than 16 weight rows) the same multiply-and-sum for
+every row on the CUDA cores, which keeps a decode's many small programs. A few tilings are timed once per (N, K, M bucket) on the first eager
 call and the fastest is kept, or F.linear where cuBLAS beats every tiling (:class:`TritonGemv`); compiled and
 captured calls reuse that choice. Past 16 rows a GEMM starts to pay, so there the tuner is the judge: a bucket
 of 32 or 64 rows where no tiling runs keeps F.linear for that shape only.
@@ -45,7 +46,7 @@ class GemvConfig(NamedTuple):
 
 
 # Candidates timed per (N, K, M bucket). M = 1 multiplies and row-sums (any block_n); M > 1 uses a
-# tensor-core dot of 16, 32 or 64 padded rows (block_n, block_k >= 16). Split-K helps where N / block_n is too few
+# tensor-core dot of 16, 32 or 64 padded rows (block_n, block_k >= 16), or with block_n < 16 the CUDA cores. Split-K helps where N / block_n is too few
 # programs to keep every SM streaming; stages > 1 keep more loads in flight per program (cp.async).
 ONE_ROW = (
     GemvConfig(16, 256, 1, 4, 3), GemvConfig(16, 256, 1, 4, 1), GemvConfig(16, 512, 1, 4, 2),
@@ -53,17 +54,22 @@ ONE_ROW = (
     GemvConfig(32, 512, 1, 8, 1), GemvConfig(8, 256, 2, 2, 4), GemvConfig(16, 256, 2, 4, 3),
     GemvConfig(16, 512, 4, 4, 1), GemvConfig(32, 256, 4, 4, 3),
 )
+# Blocks of fewer than 16 weight rows take the CUDA-core path at M > 1 (no dot: products summed as for one row, in
+# [rows, block_n, block_k] float32 registers, at most 128 a thread): as many programs as a decode's GEMV.
 FEW_ROWS = (
     GemvConfig(32, 128, 1, 4, 4), GemvConfig(32, 256, 1, 4, 3), GemvConfig(16, 256, 1, 4, 3),
     GemvConfig(64, 128, 1, 4, 3), GemvConfig(64, 256, 1, 8, 3), GemvConfig(16, 512, 1, 4, 2),
     GemvConfig(16, 128, 2, 4, 4), GemvConfig(32, 256, 2, 4, 3), GemvConfig(16, 256, 4, 4, 3),
+    GemvConfig(8, 64, 1, 4, 3), GemvConfig(4, 128, 1, 4, 3),
 )
 # 17..64 rows (a verify of a wide tree, a short prompt): x tiles of 32-64 rows beside the weight's, so shorter
-# K steps (the tiles of every stage share the SM's shared memory) and more warps for the larger dot.
+# K steps (the tiles of every stage share the SM's shared memory) and more warps for the larger dot. At 24 rows
+# the dot's tilings and cuBLAS cost 1.5-1.9x a one-row GEMV of the same weights on the H200 (SmolLM2's verify: 483
+# us of matmuls over 30 layers against ~318 at one row), hence the CUDA-core tilings beside them (not yet timed there).
 MANY_ROWS = (
     GemvConfig(32, 128, 1, 4, 3), GemvConfig(64, 64, 1, 4, 3), GemvConfig(32, 64, 1, 4, 4),
     GemvConfig(64, 128, 1, 8, 2), GemvConfig(16, 128, 1, 4, 3), GemvConfig(32, 128, 2, 4, 3),
-    GemvConfig(64, 64, 2, 8, 3),
+    GemvConfig(64, 64, 2, 8, 3), GemvConfig(8, 32, 1, 4, 3), GemvConfig(4, 64, 1, 4, 3), GemvConfig(8, 64, 1, 8, 3),
 )
 LINEAR = GemvConfig(0, 0, 0, 0, 0)  # the tuner's choice where F.linear (cuBLAS) beat every tiling
 TUNE_BYTES = 128 * 2**20  # tuning reads this many bytes of weight copies in turn: more than the L2 cache holds

@@ -2,7 +2,8 @@
 when it is asked for the kernel: importing it imports Triton).
 
 ``gemv_kernel``: program (n, s) computes the output columns of one block of ``BLOCK_N`` weight rows over
-the s-th share of K. ``split_sum_kernel``: with K split, adds the float32 shares in order (s = 0, 1, ...),
+the s-th share of K: for one row as a multiply-and-row-sum, for a few rows with blocks of fewer than 16 weight
+rows as products summed on the CUDA cores (as many programs as one row gets), else as a tensor-core dot. ``split_sum_kernel``: with K split, adds the float32 shares in order (s = 0, 1, ...),
 then the bias, and casts: no atomics, so a result does not vary from run to run.
 """
 
@@ -43,6 +44,12 @@ def gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, k_per_split, stride_xm, str
             w, x = _tiles(x_ptr, w_ptr, rows_m, rows_n, k0, M, N, K, stride_xm, stride_wn, BLOCK_K)
             part += w.to(tl.float32) * x.to(tl.float32)  # [BN, BK] * [1, BK]
         acc = tl.sum(part, axis=1)[None, :]  # [1, BN]
+    elif BLOCK_N < 16:  # a few rows on the CUDA cores, summed as for one row: as many programs as M = 1 gets
+        part3 = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
+        for k0 in tl.range(k_lo, k_hi, BLOCK_K, num_stages=STAGES):
+            w, x = _tiles(x_ptr, w_ptr, rows_m, rows_n, k0, M, N, K, stride_xm, stride_wn, BLOCK_K)
+            part3 += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]  # [BM, 1, BK] * [1, BN, BK]
+        acc = tl.sum(part3, axis=2)  # [BM, BN]
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         for k0 in range(k_lo, k_hi, BLOCK_K):
@@ -79,7 +86,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block
     per, programs_k = splits(K, GemvConfig(block_n, block_k, split_k, num_warps, num_stages))
     y = torch.empty(M, N, dtype=x.dtype, device=x.device)
     b = bias if bias is not None else weight  # an unread pointer when there is no bias
-    block_m = 1 if M == 1 else max(16, 1 << (M - 1).bit_length())  # tl.dot takes >= 16 rows
+    block_m = 1 << (M - 1).bit_length()  # the rows padded to a power of two
+    block_m = block_m if M == 1 or block_n < 16 else max(16, block_m)  # tl.dot takes >= 16 rows
     partial = programs_k > 1
     out = torch.empty(programs_k, M, N, dtype=torch.float32, device=x.device) if partial else y
     gemv_kernel[(triton.cdiv(N, block_n), programs_k)](

@@ -86,7 +86,10 @@ def test_row_buckets_and_splits():
     assert G.candidates(16) == G.FEW_ROWS and G.candidates(17) == G.candidates(64) == G.MANY_ROWS
     for rows in (1, 4, 16, 32, 64):  # every tiling the tuner tries is one the kernel can take
         for cfg in G.candidates(rows):
-            assert cfg.block_k % 16 == 0 and cfg.split_k >= 1 and (rows == 1 or cfg.block_n >= 16), cfg
+            assert cfg.block_k % 16 == 0 and cfg.split_k >= 1, cfg
+            if rows > 1 and cfg.block_n < 16:  # the CUDA-core path: [rows, block_n, block_k] float32 sums in registers
+                assert G.row_bucket(rows) * cfg.block_n * cfg.block_k <= 128 * 32 * cfg.num_warps, (rows, cfg)
+    assert any(c.block_n < 16 for c in G.MANY_ROWS) and any(c.block_n < 16 for c in G.FEW_ROWS)
 
 
 # ---- a shape no tiling runs ----------------------------------------------------------------------
@@ -245,7 +248,8 @@ INTERPRETED = textwrap.dedent("""
         err = (y.float() - ref).abs().max().item()
         assert err <= 2e-2 * ref.abs().max().item(), (tuple(x.shape), tuple(w.shape), cfg, err)
         checked += 1
-    tilings = [G.GemvConfig(16, 32, 1, 4, 2), G.GemvConfig(16, 32, 3, 4, 2), G.GemvConfig(32, 64, 2, 4, 2)]
+    tilings = [G.GemvConfig(16, 32, 1, 4, 2), G.GemvConfig(16, 32, 3, 4, 2), G.GemvConfig(32, 64, 2, 4, 2),
+               G.GemvConfig(8, 32, 1, 4, 2), G.GemvConfig(4, 64, 2, 4, 2)]  # the last two: CUDA cores at M > 1
     for K, N in ((64, 48), (200, 37), (96, 130)):
         w = (torch.randn(N, K) * K ** -0.5).half()
         b = torch.randn(N).half()
@@ -256,6 +260,8 @@ INTERPRETED = textwrap.dedent("""
                 check(x, w, None, cfg)
         for cfg in tilings[:2]:  # bf16: the interpreter's tl.dot misreads bf16, so M = 1 only (no dot there)
             check(torch.randn(1, K).bfloat16(), w.bfloat16(), b.bfloat16(), cfg)
+        for cfg in tilings[3:]:  # the CUDA-core path has no dot: bf16 at several rows
+            check(torch.randn(24, K).bfloat16(), w.bfloat16(), b.bfloat16(), cfg)
         strided = torch.randn(4, 2, K).half()[:, 0]  # rows 2K apart: the row stride is an argument
         check(strided, w, b, tilings[0])
     print("checked", checked)
@@ -286,7 +292,7 @@ def test_kernel_matches_linear_under_the_triton_interpreter():
     done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["checked", str(3 * (5 * 3 * 2 + 2 + 1)), "tuner", "ok"]
+    assert done.stdout.split() == ["checked", str(3 * (5 * 5 * 2 + 2 + 2 + 1)), "tuner", "ok"]
 
 
 COMPILED = textwrap.dedent("""
