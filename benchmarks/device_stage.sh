@@ -4,7 +4,7 @@
 #   .carry/shipped when carried), A, GGUF;
 #   log MSG; run NAME LIMIT CMD... (bounded; output kept whole in $R/NAME.txt, its last ${TAIL:-20} lines echoed);
 #   left (seconds left of STAGE_S, less a margin); watchdog SCRIPT, run_stage LETTERS..., record_gpu, park_part1,
-#   spec_profile, Q81, join_gguf,
+#   spec_profile, Q81, Q82, fair_cp, join_gguf,
 #   speed_bench, drafter_stage1, drafter_stage2, keep_drafter_shards (each described below);
 # and it installs the carried wheels (.whl/, once, outside the watchdog) into /tmp/site, links the packages the
 # installed layout expects, places the carried MT-bench and HumanEval files, and keeps NVLink multicast off.
@@ -53,6 +53,17 @@ record_gpu() {
 
 # MT-bench's first question (81), the prompt the run checks use
 Q81="Compose an engaging travel blog post about a recent trip to Hawaii, highlighting cultural experiences and must-see attractions."
+
+# MT-bench's question 82, the second prompt of the run checks
+Q82="Draft a professional email seeking your supervisor's feedback on the 'Quarterly Financial Report' you prepared. Ask specifically about the data analysis, presentation style, and the clarity of conclusions drawn. Keep the email short and to the point."
+
+# fair_cp NAME LIMIT STEPS TOPK DRAFT_TOKENS: the shipped drafter against plain decoding at batch 1, every kernel on
+# both sides, 24 MT-bench prompts each timed in two passes, the prompt compiled; $R/NAME.txt, $R/h200_smollm2_NAME.json
+fair_cp() {
+  TAIL=24 run "$1" "$2" $EL bench --model default --draft $SHIPPED --steps "$3" --topk "$4" --draft-tokens "$5" \
+    --batch-sizes 1 --prompts 24 --max-new-tokens 128 --repeats 2 --no-micro --compile-prefill \
+    --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/h200_smollm2_$1.json"
+}
 
 # park_part1: the default model's GGUF part 1 into ~/m, for join_gguf in the next call (the machine stays warm ~30 s)
 park_part1() {

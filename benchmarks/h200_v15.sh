@@ -21,7 +21,6 @@
 #   call D  carry .carry/shipped .carry/assets .whl              STAGE=D   (batch 8, if time is left)
 STAGE=${STAGE:?set STAGE=A, B, C or D}
 source "$(dirname "$0")/device_stage.sh"
-Q82="Draft a professional email seeking your supervisor's feedback on the 'Quarterly Financial Report' you prepared. Ask specifically about the data analysis, presentation style, and the clarity of conclusions drawn. Keep the email short and to the point."
 
 stage_a() {
   record_gpu
@@ -45,12 +44,6 @@ stage_d() {  # batch 8, if device time is left after C
   TAIL=24 run p24_5-4-24_b8_cp $(left) $EL bench --model default --draft $SHIPPED --steps 5 --topk 4 --draft-tokens 24 \
     --batch-sizes 8 --prompts 24 --max-new-tokens 128 --repeats 2 --no-micro --compile-prefill \
     --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/h200_smollm2_p24_5-4-24_b8_cp.json"
-}
-
-fair_cp() {  # NAME LIMIT STEPS TOPK DRAFT_TOKENS: batch 1, 24 prompts each timed, the prompt compiled
-  TAIL=24 run "$1" "$2" $EL bench --model default --draft $SHIPPED --steps "$3" --topk "$4" --draft-tokens "$5" \
-    --batch-sizes 1 --prompts 24 --max-new-tokens 128 --repeats 2 --no-micro --compile-prefill \
-    --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/h200_smollm2_$1.json"
 }
 
 stage_c() {

@@ -20,19 +20,12 @@
 # for the shipped drafter, moved out of the tree for the calls).
 STAGE=${STAGE:?set STAGE=A, B or C}
 source "$(dirname "$0")/device_stage.sh"
-Q82="Draft a professional email seeking your supervisor's feedback on the 'Quarterly Financial Report' you prepared. Ask specifically about the data analysis, presentation style, and the clarity of conclusions drawn. Keep the email short and to the point."
 RUN_ARGS="--device cuda --steps 5 --topk 4 --draft-tokens 24 --max-new-tokens 128 --cuda-graphs --compile --gemv --decode-attn --compile-prefill --compare"
 
 stage_a() {
   record_gpu
   park_part1
   spec_profile 5 4 24
-}
-
-fair_cp() {  # NAME LIMIT STEPS TOPK DRAFT_TOKENS: batch 1, 24 prompts each timed, the prompt compiled
-  TAIL=24 run "$1" "$2" $EL bench --model default --draft $SHIPPED --steps "$3" --topk "$4" --draft-tokens "$5" \
-    --batch-sizes 1 --prompts 24 --max-new-tokens 128 --repeats 2 --no-micro --compile-prefill \
-    --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/h200_smollm2_$1.json"
 }
 
 compare_run() {  # NAME LIMIT PROMPT

@@ -19,12 +19,6 @@
 STAGE=${STAGE:?set STAGE=A, B or C}
 source "$(dirname "$0")/device_stage.sh"
 
-fair_cp() {  # NAME LIMIT STEPS TOPK DRAFT_TOKENS: batch 1, 24 prompts each timed, the prompt compiled
-  TAIL=24 run "$1" "$2" $EL bench --model default --draft $SHIPPED --steps "$3" --topk "$4" --draft-tokens "$5" \
-    --batch-sizes 1 --prompts 24 --max-new-tokens 128 --repeats 2 --no-micro --compile-prefill \
-    --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/h200_smollm2_$1.json"
-}
-
 stage_a() {
   record_gpu
   park_part1
