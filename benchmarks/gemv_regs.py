@@ -36,7 +36,8 @@ def resources(rows: int, cfg, arch: int, scratch: str) -> tuple[int, int, int]:
              "BLOCK_K": cfg.block_k, "STAGES": cfg.num_stages}
     sig = SIGNATURE | {k: "constexpr" for k in const}
     names = list(sig)
-    src = ASTSource(fn=gemv_kernels.gemv_kernel, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()})
+    src = ASTSource(fn=gemv_kernels.gemv_kernel, signature=sig,
+                    constexprs={(names.index(k),): v for k, v in const.items()})
     kernel = triton.compile(src, target=GPUTarget("cuda", arch, 32),
                             options={"num_warps": cfg.num_warps, "num_stages": cfg.num_stages})
     cubin = os.path.join(scratch, "gemv.cubin")

@@ -8,10 +8,10 @@ program streams a block of ``block_n`` weight rows over K (optionally a 1/``spli
 partial sums then added by a second small kernel, in a fixed order: results do not vary run to run),
 multiplying by the x rows it keeps in registers: M = 1 as a multiply-and-row-sum, M > 1 as a tensor-core
 dot of the rows padded to 16, 32 or 64, or (tilings of fewer than 16 weight rows) the same multiply-and-sum for
-every row on the CUDA cores, which keeps a decode's many small programs. A few tilings are timed once per (N, K, M bucket) on the first eager
-call and the fastest is kept, or F.linear where cuBLAS beats every tiling (:class:`TritonGemv`); compiled and
-captured calls reuse that choice. Past 16 rows a GEMM starts to pay, so there the tuner is the judge: a bucket
-of 32 or 64 rows where no tiling runs keeps F.linear for that shape only.
+every row on the CUDA cores, which keeps a decode's many small programs. A few tilings are timed once per
+(N, K, M bucket) on the first eager call and the fastest is kept, or F.linear where cuBLAS beats every tiling
+(:class:`TritonGemv`); compiled and captured calls reuse that choice. Past 16 rows a GEMM starts to pay, so there
+the tuner is the judge: a bucket of 32 or 64 rows where no tiling runs keeps F.linear for that shape only.
 
 The kernel is a PyTorch custom op (``torch.ops.eaglelab.gemv``, with a shape-only fake implementation)
 so it composes with ``torch.compile(fullgraph=True)`` and CUDA-graph capture. Triton is optional: it is
@@ -46,8 +46,9 @@ class GemvConfig(NamedTuple):
 
 
 # Candidates timed per (N, K, M bucket). M = 1 multiplies and row-sums (any block_n); M > 1 uses a
-# tensor-core dot of 16, 32 or 64 padded rows (block_n, block_k >= 16), or with block_n < 16 the CUDA cores. Split-K helps where N / block_n is too few
-# programs to keep every SM streaming; stages > 1 keep more loads in flight per program (cp.async).
+# tensor-core dot of 16, 32 or 64 padded rows (block_n, block_k >= 16), or with block_n < 16 the CUDA cores.
+# Split-K helps where N / block_n is too few programs to keep every SM streaming; stages > 1 keep more loads in
+# flight per program (cp.async).
 ONE_ROW = (
     GemvConfig(16, 256, 1, 4, 3), GemvConfig(16, 256, 1, 4, 1), GemvConfig(16, 512, 1, 4, 2),
     GemvConfig(32, 256, 1, 4, 3), GemvConfig(8, 512, 1, 4, 3), GemvConfig(64, 128, 1, 4, 3),
@@ -69,7 +70,8 @@ FEW_ROWS = (
 MANY_ROWS = (
     GemvConfig(32, 128, 1, 4, 3), GemvConfig(64, 64, 1, 4, 3), GemvConfig(32, 64, 1, 4, 4),
     GemvConfig(64, 128, 1, 8, 2), GemvConfig(16, 128, 1, 4, 3), GemvConfig(32, 128, 2, 4, 3),
-    GemvConfig(64, 64, 2, 8, 3), GemvConfig(8, 32, 1, 4, 3), GemvConfig(4, 64, 1, 4, 3), GemvConfig(8, 64, 1, 8, 3),
+    GemvConfig(64, 64, 2, 8, 3), GemvConfig(8, 32, 1, 4, 3), GemvConfig(4, 64, 1, 4, 3),
+    GemvConfig(8, 64, 1, 8, 3),
 )
 LINEAR = GemvConfig(0, 0, 0, 0, 0)  # the tuner's choice where F.linear (cuBLAS) beat every tiling
 TUNE_BYTES = 128 * 2**20  # tuning reads this many bytes of weight copies in turn: more than the L2 cache holds

@@ -3,8 +3,9 @@ when it is asked for the kernel: importing it imports Triton).
 
 ``gemv_kernel``: program (n, s) computes the output columns of one block of ``BLOCK_N`` weight rows over
 the s-th share of K: for one row as a multiply-and-row-sum, for a few rows with blocks of fewer than 16 weight
-rows as products summed on the CUDA cores (as many programs as one row gets), else as a tensor-core dot. ``split_sum_kernel``: with K split, adds the float32 shares in order (s = 0, 1, ...),
-then the bias, and casts: no atomics, so a result does not vary from run to run.
+rows as products summed on the CUDA cores (as many programs as one row gets), else as a tensor-core dot.
+``split_sum_kernel``: with K split, adds the float32 shares in order (s = 0, 1, ...), then the bias, and casts: no
+atomics, so a result does not vary from run to run.
 """
 
 from __future__ import annotations

@@ -87,7 +87,7 @@ def test_row_buckets_and_splits():
     for rows in (1, 4, 16, 32, 64):  # every tiling the tuner tries is one the kernel can take
         for cfg in G.candidates(rows):
             assert cfg.block_k % 16 == 0 and cfg.split_k >= 1, cfg
-            if rows > 1 and cfg.block_n < 16:  # the CUDA-core path: [rows, block_n, block_k] float32 sums in registers
+            if rows > 1 and cfg.block_n < 16:  # the CUDA-core path: [rows, block_n, block_k] float32 sums, registers
                 assert G.row_bucket(rows) * cfg.block_n * cfg.block_k <= 128 * 32 * cfg.num_warps, (rows, cfg)
     assert any(c.block_n < 16 for c in G.MANY_ROWS) and any(c.block_n < 16 for c in G.FEW_ROWS)
 
