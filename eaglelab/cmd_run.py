@@ -161,6 +161,8 @@ def summary_rows(console, session, result, baseline, allreduce=None) -> None:
     """The end-of-run table: tokens, speed, device, dtype, acceptance, speedup, all-reduce cost."""
     from rich.table import Table
 
+    from eaglelab.compare import output_difference
+
     t = Table(title="run summary", show_header=False, title_justify="left")
     t.add_column("what", style="bold")
     t.add_column("value")
@@ -184,30 +186,17 @@ def summary_rows(console, session, result, baseline, allreduce=None) -> None:
         rows.append(("plain decoding", f"{baseline.tokens_per_second:.1f} tok/s (same prompt, same run)"))
         rows.append(("speedup", f"{ratio:.2f}x over plain decoding"))
         if session.sampling.greedy:
-            text, alarm = output_check(result.tokens, baseline.tokens, session.dtype_name, session.spec.draft_tokens)
-            rows.append(("output check", f"[red]{text}[/]" if alarm else text))
+            check = "identical to plain greedy decoding"
+            diff = output_difference(result.tokens, baseline.tokens, session.dtype_name, session.spec.draft_tokens)
+            if diff is not None:
+                text, alarm = diff
+                check = f"[red]{text}[/]" if alarm else text
+            rows.append(("output check", check))
     if allreduce is not None:
         rows.append(("tensor parallel", allreduce_row(allreduce, session.target.config.num_layers)))
     for k, v in rows:
         t.add_row(k, str(v))
     console.print(t)
-
-
-def output_check(tokens: list[list[int]], plain: list[list[int]], dtype: str, verify_tokens: int) -> tuple[str, bool]:
-    """The summary's check of greedy speculation against plain greedy decoding of the same prompt: its text, and
-    whether it is an alarm. In float32 the two must agree token for token; in bfloat16 or float16 a verify of
-    ``verify_tokens`` rows rounds differently from one-token decodes, so two near-tied logits can part them after
-    a while: that says where, and how to check exactly, rather than raise a false alarm."""
-    if tokens == plain:
-        return "identical to plain greedy decoding", False
-    n = max(len(r) for r in plain)
-    first = min((next((i for i, (a, b) in enumerate(zip(r, q)) if a != b), min(len(r), len(q)))
-                 for r, q in zip(tokens, plain) if r != q), default=0)
-    if dtype == "float32":
-        return (f"DIFFERS from plain greedy decoding from token {first + 1} of {n} (in float32 speculation must match "
-                "it exactly: please report this)"), True
-    return (f"the first {first} of {n} tokens match plain greedy decoding, then they part: in {dtype} a verify of "
-            f"{verify_tokens} tokens rounds differently from one-token decodes (--dtype float32 checks exactly)"), False
 
 
 def allreduce_row(summary, num_layers: int) -> str:

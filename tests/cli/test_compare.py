@@ -27,4 +27,28 @@ def test_a_measurement_builds_one_runner_for_all_its_prompts(tiny_dir):
     assert made == [False]
     row = measure(session, "ngram", session.spec, session.drafter, prompts, 6, base)
     assert made == [False, True]
-    assert row.identical_to_plain and len(base.tokens) == 3
+    assert row.identical_to_plain and row.output_difference is None and len(base.tokens) == 3
+
+
+def test_the_table_says_where_a_bf16_run_parted_from_plain_greedy(tiny_dir):
+    """The `output` row shows the output check's text (as `run`'s summary does), not a bare "DIFFERS"."""
+    from dataclasses import replace
+
+    from rich.console import Console
+
+    from eaglelab.compare import output_difference, table
+
+    p = argparse.ArgumentParser()
+    add_engine_args(p)
+    session = build_session(p.parse_args(["--model", str(tiny_dir), "--device", "cpu", "--draft", "ngram"]),
+                            log=lambda m: None)
+    prompts = [[1, 5, 9, 4]]
+    base = plain_baseline(session, prompts, 6)
+    row = measure(session, "ngram", session.spec, session.drafter, prompts, 6, base)
+    text, _ = output_difference([[1, 2, 9]], [[1, 2, 3]], "bfloat16", 4)
+    parted = replace(row, label="parted", output_difference=text)
+    assert not parted.identical_to_plain
+    console = Console(width=400, record=True)
+    console.print(table([row, parted], "t"))
+    shown = console.export_text()
+    assert "identical to plain greedy" in shown and "the first 2 of 3 tokens match" in shown
