@@ -91,6 +91,13 @@ def default_config(n: int, k: int, rows: int) -> GemvConfig:
     return candidates(rows)[0]
 
 
+def padded_rows(rows: int, block_n: int) -> int:
+    """The kernel's BLOCK_M: the rows padded to a power of two, and to at least 16 for the tensor-core dot (tilings
+    of 16 weight rows or more at M > 1; tl.dot takes >= 16 rows)."""
+    block_m = 1 << (rows - 1).bit_length()
+    return block_m if rows == 1 or block_n < 16 else max(16, block_m)
+
+
 def splits(k: int, cfg: GemvConfig) -> tuple[int, int]:
     """(K per split, rounded up to whole ``block_k`` steps; programs along K)."""
     per = -(-k // cfg.split_k)

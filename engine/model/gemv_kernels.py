@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from eaglelab.engine.model.gemv import GemvConfig, splits
+from eaglelab.engine.model.gemv import GemvConfig, padded_rows, splits
 
 
 @triton.jit
@@ -87,8 +87,7 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block
     per, programs_k = splits(K, GemvConfig(block_n, block_k, split_k, num_warps, num_stages))
     y = torch.empty(M, N, dtype=x.dtype, device=x.device)
     b = bias if bias is not None else weight  # an unread pointer when there is no bias
-    block_m = 1 << (M - 1).bit_length()  # the rows padded to a power of two
-    block_m = block_m if M == 1 or block_n < 16 else max(16, block_m)  # tl.dot takes >= 16 rows
+    block_m = padded_rows(M, block_n)
     partial = programs_k > 1
     out = torch.empty(programs_k, M, N, dtype=torch.float32, device=x.device) if partial else y
     gemv_kernel[(triton.cdiv(N, block_n), programs_k)](

@@ -88,8 +88,11 @@ def test_row_buckets_and_splits():
         for cfg in G.candidates(rows):
             assert cfg.block_k % 16 == 0 and cfg.split_k >= 1, cfg
             if rows > 1 and cfg.block_n < 16:  # the CUDA-core path: [rows, block_n, block_k] float32 sums, registers
-                assert G.row_bucket(rows) * cfg.block_n * cfg.block_k <= 128 * 32 * cfg.num_warps, (rows, cfg)
+                assert G.padded_rows(rows, cfg.block_n) * cfg.block_n * cfg.block_k <= 128 * 32 * cfg.num_warps, cfg
     assert any(c.block_n < 16 for c in G.MANY_ROWS) and any(c.block_n < 16 for c in G.FEW_ROWS)
+    # the kernel's rows: a power of two, at least 16 for the dot (block_n >= 16), as they are for the CUDA cores
+    assert [G.padded_rows(m, 16) for m in (1, 3, 16, 24)] == [1, 16, 16, 32]
+    assert [G.padded_rows(m, 8) for m in (1, 3, 16, 24)] == [1, 4, 16, 32]
 
 
 # ---- a shape no tiling runs ----------------------------------------------------------------------
