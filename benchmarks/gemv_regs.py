@@ -17,9 +17,12 @@ import re
 import subprocess
 import tempfile
 
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
+try:
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+except ImportError as exc:
+    raise SystemExit(f"gemv_regs.py needs Triton ({exc}): pip install triton (it runs without a GPU)") from None
 
 from eaglelab.engine.model import gemv_kernels
 from eaglelab.engine.model.gemv import candidates, padded_rows
