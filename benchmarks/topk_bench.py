@@ -3,8 +3,8 @@ stages (blocks, then the blocks' best), at the drafter's vocabulary sizes.
 
     python benchmarks/topk_bench.py [--vocab 8192,12288,32000] [--rows 1x1,1x4,8x4] [--chunks 128,256,512]
 
-What is timed: ``log_softmax`` of float32 logits ``[B, F, V]`` and :func:`expand_step` (top-k of every row, the
-candidates' scores, the new frontier), as one ``torch.compile(fullgraph=True, dynamic=False)`` function: the part
+What is timed: :func:`expand_step` of float32 logits ``[B, F, V]`` (their log-probabilities' top-k, the row's
+log-sum-exp from the same passes, the candidates' scores, the new frontier), as one ``torch.compile(fullgraph=True, dynamic=False)`` function: the part
 of a draft step after the drafter's head (F = 1 at the root, F = topk after it). Per case: the median over replays
 of a CUDA graph of ``--calls`` calls on inputs in turn (launch costs out, as in the engine's captured draft), for
 the one-pass path and each block size; the tokens and scores must agree with the one-pass path's. CUDA only.
@@ -27,7 +27,7 @@ from eaglelab.engine.runtime import tree
 
 def expansion(topk: int):
     def fn(logits: torch.Tensor, scores: torch.Tensor):
-        exp = tree.expand_step(scores, torch.log_softmax(logits, dim=-1), topk)
+        exp = tree.expand_step(scores, logits, topk)
         return exp.tokens, exp.scores, exp.selected
     return fn
 

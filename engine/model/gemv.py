@@ -5,7 +5,8 @@ float32 accumulation, W row-major as ``nn.Linear`` stores it.
 At M = 1 a decode step reads every weight once and does two flops per weight byte pair: its speed is
 the memory bandwidth, and cuBLAS/inductor's GEMMs, tiled for large M, leave part of it unused. Here each
 program streams a block of ``block_n`` weight rows over K (optionally a 1/``split_k`` share of K, the
-partial sums then added by a second small kernel, in a fixed order: results do not vary run to run),
+float32 shares then added by the block's last program in the same launch, in a fixed order: results do not vary
+run to run),
 multiplying by the x rows it keeps in registers: M = 1 as a multiply-and-row-sum, M > 1 as a tensor-core
 dot of the rows padded to 16, 32 or 64, or (tilings of fewer than 16 weight rows) the same multiply-and-sum for
 every row on the CUDA cores, which keeps a decode's many small programs. A few tilings are timed once per
@@ -47,8 +48,8 @@ class GemvConfig(NamedTuple):
 
 # Candidates timed per (N, K, M bucket). M = 1 multiplies and row-sums (any block_n); M > 1 uses a
 # tensor-core dot of 16, 32 or 64 padded rows (block_n, block_k >= 16), or with block_n < 16 the CUDA cores.
-# Split-K helps where N / block_n is too few programs to keep every SM streaming; stages > 1 keep more loads in
-# flight per program (cp.async).
+# Split-K helps where N / block_n is too few programs to keep every SM streaming (its shares are added in the same
+# launch, by the last program of each block); stages > 1 keep more loads in flight per program (cp.async).
 ONE_ROW = (
     GemvConfig(16, 256, 1, 4, 3), GemvConfig(16, 256, 1, 4, 1), GemvConfig(16, 512, 1, 4, 2),
     GemvConfig(32, 256, 1, 4, 3), GemvConfig(8, 512, 1, 4, 3), GemvConfig(64, 128, 1, 4, 3),
@@ -56,22 +57,25 @@ ONE_ROW = (
     GemvConfig(16, 512, 4, 4, 1), GemvConfig(32, 256, 4, 4, 3),
 )
 # Blocks of fewer than 16 weight rows take the CUDA-core path at M > 1 (no dot: products summed as for one row, in
-# [rows, block_n, block_k] float32 registers, at most 128 a thread): as many programs as a decode's GEMV.
+# [rows, block_n, block_k] float32 registers, at most 128 a thread): as many programs as a decode's GEMV. On the
+# H200 at 4 rows they won SmolLM2's qkv, o and down (2.9-4.2 us).
 FEW_ROWS = (
     GemvConfig(32, 128, 1, 4, 4), GemvConfig(32, 256, 1, 4, 3), GemvConfig(16, 256, 1, 4, 3),
     GemvConfig(64, 128, 1, 4, 3), GemvConfig(64, 256, 1, 8, 3), GemvConfig(16, 512, 1, 4, 2),
     GemvConfig(16, 128, 2, 4, 4), GemvConfig(32, 256, 2, 4, 3), GemvConfig(16, 256, 4, 4, 3),
-    GemvConfig(8, 64, 1, 4, 3), GemvConfig(4, 128, 1, 4, 3),
+    GemvConfig(8, 64, 1, 4, 3), GemvConfig(4, 128, 1, 4, 3), GemvConfig(16, 128, 4, 4, 3),
+    GemvConfig(16, 64, 3, 4, 3),
 )
 # 17..64 rows (a verify of a wide tree, a short prompt): x tiles of 32-64 rows beside the weight's, so shorter
-# K steps (the tiles of every stage share the SM's shared memory) and more warps for the larger dot. At 24 rows
-# the dot's tilings and cuBLAS cost 1.5-1.9x a one-row GEMV of the same weights on the H200 (SmolLM2's verify: 483
-# us of matmuls over 30 layers against ~318 at one row), hence the CUDA-core tilings beside them (not yet timed there).
+# K steps (the tiles of every stage share the SM's shared memory) and more warps for the larger dot. At 24 rows on
+# the H200 the dot's tilings and cuBLAS cost 1.5-1.9x a one-row GEMV of the same weights (SmolLM2's down: 5.0 us
+# against 2.7), with 36-60 programs for its 576-960 columns, each reading all of x; the CUDA-core tilings cost
+# 7-9 us there (h200_2026-12-01j). Hence the dot split along K in 2-4 shares: 4x the programs, a quarter of x each.
 MANY_ROWS = (
     GemvConfig(32, 128, 1, 4, 3), GemvConfig(64, 64, 1, 4, 3), GemvConfig(32, 64, 1, 4, 4),
     GemvConfig(64, 128, 1, 8, 2), GemvConfig(16, 128, 1, 4, 3), GemvConfig(32, 128, 2, 4, 3),
-    GemvConfig(64, 64, 2, 8, 3), GemvConfig(8, 32, 1, 4, 3), GemvConfig(4, 64, 1, 4, 3),
-    GemvConfig(8, 64, 1, 8, 3),
+    GemvConfig(64, 64, 2, 8, 3), GemvConfig(16, 128, 4, 4, 3), GemvConfig(16, 64, 3, 4, 3),
+    GemvConfig(16, 128, 2, 4, 3), GemvConfig(16, 64, 4, 4, 2),
 )
 LINEAR = GemvConfig(0, 0, 0, 0, 0)  # the tuner's choice where F.linear (cuBLAS) beat every tiling
 TUNE_BYTES = 128 * 2**20  # tuning reads this many bytes of weight copies in turn: more than the L2 cache holds

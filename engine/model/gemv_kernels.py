@@ -1,11 +1,13 @@
-"""The Triton kernels behind ``torch.ops.eaglelab.gemv`` (see ``gemv.py``, which imports this module only
+"""The Triton kernel behind ``torch.ops.eaglelab.gemv`` (see ``gemv.py``, which imports this module only
 when it is asked for the kernel: importing it imports Triton).
 
 ``gemv_kernel``: program (n, s) computes the output columns of one block of ``BLOCK_N`` weight rows over
 the s-th share of K: for one row as a multiply-and-row-sum, for a few rows with blocks of fewer than 16 weight
 rows as products summed on the CUDA cores (as many programs as one row gets), else as a tensor-core dot.
-``split_sum_kernel``: with K split, adds the float32 shares in order (s = 0, 1, ...), then the bias, and casts: no
-atomics, so a result does not vary from run to run.
+With K split, each program writes its float32 share and takes a ticket for its block of columns; the program
+that takes the last ticket adds the shares in order (s = 0, 1, ...), then the bias, casts and stores, and puts the
+ticket counter back to 0 for the next call: one launch, no atomics on the sums, so a result does not vary from run
+to run.
 """
 
 from __future__ import annotations
@@ -29,10 +31,20 @@ def _tiles(x_ptr, w_ptr, rows_m, rows_n, k0, M, N, K, stride_xm, stride_wn, BLOC
 
 
 @triton.jit
-def gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, k_per_split, stride_xm, stride_wn,
-                HAS_BIAS: tl.constexpr, PARTIAL: tl.constexpr,
+def _finish(acc, b_ptr, y_ptr, rows_m, rows_n, M, N, HAS_BIAS: tl.constexpr):
+    """y[rows_m, rows_n] = acc (+ bias), cast to y's dtype."""
+    if HAS_BIAS:
+        acc += tl.load(b_ptr + rows_n, mask=rows_n < N, other=0.0).to(tl.float32)[None, :]
+    out = rows_m[:, None] * N + rows_n[None, :]  # [BM, BN] offsets in a row-major [M, N]
+    tl.store(y_ptr + out, acc.to(y_ptr.dtype.element_ty), mask=(rows_m[:, None] < M) & (rows_n[None, :] < N))
+
+
+@triton.jit
+def gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, ticket_ptr, M, N, K, k_per_split, stride_xm, stride_wn,
+                HAS_BIAS: tl.constexpr, SPLITS: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr):
-    """y[:, n-block] = x @ W[n-block]^T over K share s (+ bias). PARTIAL: float32 sums to y[s, M, N] instead.
+    """y[:, n-block] = x @ W[n-block]^T over K share s (+ bias); SPLITS > 1: float32 shares in part[s, M, N],
+    added by the block's last program to finish (its ticket counter, ticket[n], left at 0).
     STAGES: the loads of the one-row loop pipelined that many steps ahead (1: not at all)."""
     pid_n, pid_k = tl.program_id(0), tl.program_id(1)
     rows_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN] weight rows = output columns
@@ -56,28 +68,33 @@ def gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, M, N, K, k_per_split, stride_xm, str
         for k0 in range(k_lo, k_hi, BLOCK_K):
             w, x = _tiles(x_ptr, w_ptr, rows_m, rows_n, k0, M, N, K, stride_xm, stride_wn, BLOCK_K)
             acc = tl.dot(x, tl.trans(w), acc)  # [BM, BN], tensor cores, float32
-    out = rows_m[:, None] * N + rows_n[None, :]  # [BM, BN] offsets in a row-major [M, N]
-    keep = (rows_m[:, None] < M) & (rows_n[None, :] < N)
-    if PARTIAL:
-        tl.store(y_ptr + pid_k * M * N + out, acc, mask=keep)
+    if SPLITS == 1:
+        _finish(acc, b_ptr, y_ptr, rows_m, rows_n, M, N, HAS_BIAS)
     else:
-        if HAS_BIAS:
-            acc += tl.load(b_ptr + rows_n, mask=rows_n < N, other=0.0).to(tl.float32)[None, :]
-        tl.store(y_ptr + out, acc.to(y_ptr.dtype.element_ty), mask=keep)
+        out = rows_m[:, None] * N + rows_n[None, :]
+        keep = (rows_m[:, None] < M) & (rows_n[None, :] < N)
+        tl.store(part_ptr + pid_k * M * N + out, acc, mask=keep)
+        tl.debug_barrier()  # every thread's share stored before the ticket is taken (its release publishes them)
+        ticket = tl.atomic_add(ticket_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+        if ticket == SPLITS - 1:  # the last share of this block is in: add them all, in order
+            total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+            for s in tl.static_range(SPLITS):  # read past this SM's L1: other programs wrote them
+                total += tl.load(part_ptr + s * M * N + out, mask=keep, other=0.0, cache_modifier=".cg")
+            tl.store(ticket_ptr + pid_n, 0)  # ready for the next call (kernels on a stream run in order)
+            _finish(total, b_ptr, y_ptr, rows_m, rows_n, M, N, HAS_BIAS)
 
 
-@triton.jit
-def split_sum_kernel(part_ptr, b_ptr, y_ptr, MN, N, SPLITS: tl.constexpr, HAS_BIAS: tl.constexpr,
-                     BLOCK: tl.constexpr):
-    """y[M, N] = sum over s of part[s, M, N] (in order s = 0, 1, ...) + b, cast to y's dtype."""
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    keep = offs < MN
-    acc = tl.zeros((BLOCK,), dtype=tl.float32)
-    for s in tl.static_range(SPLITS):
-        acc += tl.load(part_ptr + s * MN + offs, mask=keep, other=0.0)
-    if HAS_BIAS:
-        acc += tl.load(b_ptr + offs % N, mask=keep, other=0.0).to(tl.float32)
-    tl.store(y_ptr + offs, acc.to(y_ptr.dtype.element_ty), mask=keep)
+TICKETS = 1 << 16  # ticket counters per device: one per block of output columns (N / block_n of a call)
+_tickets: dict[torch.device, torch.Tensor] = {}
+
+
+def tickets(device: torch.device) -> torch.Tensor:
+    """The split-K ticket counters of ``device``, all 0 between calls (made once, on the first split call; made
+    under a CUDA-graph capture they live in that graph's memory pool, which is kept while the tensor is).
+    Shared by every call on the device: calls on one stream at a time, as a forward's are."""
+    if device not in _tickets:
+        _tickets[device] = torch.zeros(TICKETS, dtype=torch.int32, device=device)
+    return _tickets[device]
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block_n: int, block_k: int,
@@ -85,18 +102,18 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block
     """x [M, K] @ weight [N, K]^T (+ bias [N]) -> [M, N] in x's dtype; the tiling as int arguments."""
     (M, K), N = x.shape, weight.shape[0]
     per, programs_k = splits(K, GemvConfig(block_n, block_k, split_k, num_warps, num_stages))
+    programs_n = triton.cdiv(N, block_n)
     y = torch.empty(M, N, dtype=x.dtype, device=x.device)
     b = bias if bias is not None else weight  # an unread pointer when there is no bias
-    block_m = padded_rows(M, block_n)
-    partial = programs_k > 1
-    out = torch.empty(programs_k, M, N, dtype=torch.float32, device=x.device) if partial else y
-    gemv_kernel[(triton.cdiv(N, block_n), programs_k)](
-        x, weight, b, out, M, N, K, per, x.stride(0), weight.stride(0),
-        HAS_BIAS=bias is not None, PARTIAL=partial, BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_K=block_k,
-        STAGES=num_stages, num_warps=num_warps, num_stages=num_stages)
-    if partial:
-        split_sum_kernel[(triton.cdiv(M * N, 1024),)](
-            out, b, y, M * N, N, SPLITS=programs_k, HAS_BIAS=bias is not None, BLOCK=1024, num_warps=4)
+    if programs_k > 1:
+        assert programs_n <= TICKETS, f"{programs_n} column blocks > {TICKETS} ticket counters"
+        part, ticket = torch.empty(programs_k, M, N, dtype=torch.float32, device=x.device), tickets(x.device)
+    else:
+        part = ticket = y  # unread pointers
+    gemv_kernel[(programs_n, programs_k)](
+        x, weight, b, y, part, ticket, M, N, K, per, x.stride(0), weight.stride(0),
+        HAS_BIAS=bias is not None, SPLITS=programs_k, BLOCK_M=padded_rows(M, block_n), BLOCK_N=block_n,
+        BLOCK_K=block_k, STAGES=num_stages, num_warps=num_warps, num_stages=num_stages)
     return y
 
 

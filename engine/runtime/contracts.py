@@ -71,12 +71,12 @@ class FusableDrafter(Protocol):
     cycle as one phase (one CUDA graph): what one cycle hands the next lives in runner state."""
 
     def cycle_parts(self) -> dict[str, Callable[..., tuple]]:
-        """``{"draft": f(root, lengths, hidden, logp) -> (tokens, parents, depth, mask, rank),
-        "draft_extend": f(tokens, path, aux, lengths, accept_len) -> (hidden, logp)}``: the functions of
-        :meth:`Drafter.propose` and :meth:`Drafter.commit` (hidden, logp: the next root's, [B, H], [B, V_draft])."""
+        """``{"draft": f(root, lengths, hidden, logits) -> (tokens, parents, depth, mask, rank),
+        "draft_extend": f(tokens, path, aux, lengths, accept_len) -> (hidden, logits)}``: the functions of
+        :meth:`Drafter.propose` and :meth:`Drafter.commit` (hidden, logits: the next root's, [B, H], [B, V_draft])."""
 
     def carry(self, runner: Runner, cache: KVCache) -> dict[str, torch.Tensor]:
-        """After :meth:`Drafter.begin`: ``{"draft_hidden", "draft_logp"}`` moved into ``runner`` state (on
+        """After :meth:`Drafter.begin`: ``{"draft_hidden", "draft_logits"}`` moved into ``runner`` state (on
         the run's ``cache``), which a one-graph cycle updates in place; the drafter keeps reading them."""
 
 

@@ -91,13 +91,13 @@ class Eagle3Proposer:
         self.kernels = runner.kernels  # the phases below run with the runner's (maybe compiled) kernels
         width, eager = runner.prefill_width(B, T, self.cache)
         ins = {"ids": prompt_ids, "aux": aux, "lengths": st.lengths, "root": st.root}
-        self.next_hidden, self.next_logp = runner.phase(
+        self.next_hidden, self.next_logits = runner.phase(
             "draft_extend", self._begin, ins, (self.cache,), ("begin", id(self)),
             eager=eager or (None if width == T else f"eager: prompt width {T} is not a prefill bucket"),
             compile=self.spec.compile_prefill)
 
     def _begin(self, ids, aux, lengths, root):
-        """Prompt ids [B, T], target aux [B, T, nH], lengths/root [B] -> the root's hidden [B, H], logp."""
+        """Prompt ids [B, T], target aux [B, T, nH], lengths/root [B] -> the root's hidden [B, H], logits."""
         B, T = ids.shape
         nxt = torch.cat([ids[:, 1:], ids[:, :1]], dim=1)  # [B, T]: x_{p+1} beside the features of x_p
         rows = torch.arange(B, device=ids.device)
@@ -106,18 +106,18 @@ class Eagle3Proposer:
         hidden = self.net.hidden(nxt, self.net.fuse(aux), positions, self.cache, positions,
                                  prefix_mask(positions, self.cache.max_len), self.kernels)  # [B, T, H]
         last = hidden[rows, lengths - 1]  # [B, H]
-        return last, torch.log_softmax(self.net.head(last, self.kernels), dim=-1)  # [B, H], [B, V_draft]
+        return last, self.net.head(last, self.kernels)  # [B, H], [B, V_draft] (the draft normalises them)
 
     def propose(self, st: DraftView, runner: Runner) -> DraftTree:
         """Every draft step, top-k and the tree: one phase (one graph per batch bucket)."""
-        ins = {"root": st.root, "lengths": st.lengths, "hidden": self.next_hidden, "logp": self.next_logp}
+        ins = {"root": st.root, "lengths": st.lengths, "hidden": self.next_hidden, "logits": self.next_logits}
         tokens, parents, depth, mask, rank = runner.phase("draft", self._draft, ins, (self.cache,), (id(self), self.spec))
         return DraftTree(tokens, parents, depth, mask, max_depth=self.spec.num_steps, rank=rank)
 
-    def _draft(self, root, lengths, hidden, logp):
-        """root/lengths [B], hidden [B, H] and logp [B, V_draft] at the root -> the tree's tensors."""
+    def _draft(self, root, lengths, hidden, logits):
+        """root/lengths [B], hidden [B, H] and logits [B, V_draft] at the root -> the tree's tensors."""
         builder = TreeBuilder(root, self.spec.topk, token_map=self._map)
-        frontier = builder.step(logp)
+        frontier = builder.step(logits)
         hidden = hidden[:, None]  # [B, 1, H]; the root's features
         K, dev = self.spec.topk, root.device
         B, S = root.shape[0], self.cache.max_len
@@ -127,7 +127,7 @@ class Eagle3Proposer:
             slots = lengths[:, None] + (depth - 1) * K + torch.arange(K, device=dev)  # [B, K]
             mask = _draft_mask(lengths, frontier.mask, S)  # [B, K, S]
             hidden, logits = self.net(frontier.tokens, feats, positions, self.cache, slots, mask, self.kernels)
-            frontier = builder.step(torch.log_softmax(logits, dim=-1))
+            frontier = builder.step(logits)  # normalised there, in the top-k's own passes
         tree = builder.finish(self.spec.draft_tokens)
         return tree.tokens, tree.parents, tree.depth, tree.mask, tree.rank
 
@@ -136,20 +136,20 @@ class Eagle3Proposer:
         return {"draft": self._draft, "draft_extend": self._extend}
 
     def carry(self, runner: Runner, cache) -> dict[str, torch.Tensor]:
-        """The next root's hidden state and draft log-probs (from :meth:`begin`) in ``runner`` state on the
+        """The next root's hidden state and draft logits (from :meth:`begin`) in ``runner`` state on the
         run's ``cache``: a one-graph cycle writes them in place, and :meth:`propose` reads them there too."""
-        state = runner.make_state({"draft_hidden": self.next_hidden, "draft_logp": self.next_logp}, cache)
-        self.next_hidden, self.next_logp = state["draft_hidden"], state["draft_logp"]
+        state = runner.make_state({"draft_hidden": self.next_hidden, "draft_logits": self.next_logits}, cache)
+        self.next_hidden, self.next_logits = state["draft_hidden"], state["draft_logits"]
         return state
 
     # after acceptance: extend over root, d1..dk (features) paired with d1..dk, bonus (tokens)
     def commit(self, st: DraftView, acc: Acceptance, aux: torch.Tensor, runner: Runner) -> None:
         """The draft-extend over the accepted tokens: one phase (one graph per batch bucket)."""
         ins = {"tokens": acc.tokens, "path": acc.path, "aux": aux, "lengths": st.lengths, "accept_len": acc.accept_len}
-        self.next_hidden, self.next_logp = runner.phase("draft_extend", self._extend, ins, (self.cache,), id(self))
+        self.next_hidden, self.next_logits = runner.phase("draft_extend", self._extend, ins, (self.cache,), id(self))
 
     def _extend(self, tokens, path, aux, lengths, accept_len):
-        """Accepted tokens/path [B, D+1], verify aux [B, N, nH] -> the next root's hidden [B, H], logp."""
+        """Accepted tokens/path [B, D+1], verify aux [B, N, nH] -> the next root's hidden [B, H], logits."""
         D1 = path.shape[1]
         feats = self.net.fuse(aux.gather(1, path.clamp(min=0)[..., None].expand(-1, -1, aux.shape[-1])))  # [B, D+1, H]
         positions = lengths[:, None] + torch.arange(D1, device=aux.device)  # [B, D+1]
@@ -157,7 +157,7 @@ class Eagle3Proposer:
                                  prefix_mask(positions, self.cache.max_len), self.kernels)  # [B, D+1, H]
         rows = torch.arange(hidden.shape[0], device=hidden.device)
         last = hidden[rows, accept_len - 1]  # [B, H]: only the next root's logits are needed
-        return last, torch.log_softmax(self.net.head(last, self.kernels), dim=-1)  # [B, H], [B, V_draft]
+        return last, self.net.head(last, self.kernels)  # [B, H], [B, V_draft]
 
 
 def _draft_mask(prefix_len: torch.Tensor, frontier_mask: torch.Tensor, kv_len: int) -> torch.Tensor:

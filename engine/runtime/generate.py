@@ -415,20 +415,20 @@ class Engine:
         parts = self._cycle_parts[(sampling, observed)]
         marks = self._marks[parity] if observed else _UNTIMED
 
-        def cycle(parts, draft_hidden, draft_logp, uniform=None, race=None, **state):
+        def cycle(parts, draft_hidden, draft_logits, uniform=None, race=None, **state):
             marks.start()
             lengths = state["lengths"]
             with marks.part("draft"):
-                tokens, parents, tree_depth, mask, rank = parts["draft"](state["root"], lengths, draft_hidden, draft_logp)
+                tokens, parents, tree_depth, mask, rank = parts["draft"](state["root"], lengths, draft_hidden, draft_logits)
             with marks.part("verify"):
                 logits, aux = parts["verify"](lengths, tokens, parents, tree_depth, mask)
             with marks.part("accept"):
                 accept_len, path, accepted, bonus, *seen = parts["accept"](
                     lengths, logits, tokens, parents, tree_depth, mask, uniform, race, rank if observed else None)
             with marks.part("draft_extend"):  # before advance: it reads the cycle's start lengths
-                hidden, logp = parts["draft_extend"](accepted, path, aux, lengths, accept_len)
+                hidden, root_logits = parts["draft_extend"](accepted, path, aux, lengths, accept_len)
                 draft_hidden.copy_(hidden)
-                draft_logp.copy_(logp)
+                draft_logits.copy_(root_logits)
             with marks.part("accept"):  # emit, move the positions: timed as acceptance, as in the phases
                 committed, active = parts["advance"](accepted, accept_len, bonus, **state)
             return committed, active, path, *seen

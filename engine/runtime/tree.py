@@ -5,7 +5,7 @@ Pure tensor functions with fixed shapes and no host synchronisation, testable wi
 Semantics follow SGLang's EAGLE tree (``topk`` children per node, ``num_steps`` drafter steps):
 
 * step 0 expands the root (the last committed token) into its ``topk`` most likely children,
-  scored by their log-probability;
+  scored by their log-probability (the drafter's logits normalised: :func:`top_k_log_softmax`);
 * every later step expands each of the ``topk`` frontier nodes into ``topk`` children
   (``topk * topk`` candidates, cumulative score = parent score + child log-prob) and keeps the
   best ``topk`` as the new frontier;
@@ -23,9 +23,9 @@ operation is a launch or a pass of its own, they take the few operations that gi
 
 Worked example, B = 1, topk = 2, num_steps = 2, num_draft_tokens = 4, root token 9::
 
-    step 0: root -> a (log p -0.1), b (-0.5)                     frontier (a, b)
-    step 1: a -> c (-0.2), d (-2.0); b -> e (-0.1), f (-3.0)      cumulative c -0.3, e -0.6, ...
-    finish: rank a -0.1, c -0.3, b -0.5, e -0.6, ...  keep a, c, b  ->  nodes ordered by (depth, rank):
+    step 0: root -> a (log p -0.2), b (-1.8)                     frontier (a, b)
+    step 1: a -> c (-0.1), d (-2.5); b -> e (-0.05), f (-3.5)     cumulative c -0.3, e -1.85, d -2.7, f -5.3
+    finish: rank a -0.2, c -0.3, b -1.8, e -1.85, ...  keep a, c, b  ->  nodes ordered by (depth, rank):
     tokens  [9, a, b, c]    parents [-1, 0, 0, 1]    depth [0, 1, 1, 2]
 """
 
@@ -153,23 +153,49 @@ def _top_k_eager(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
     return x.gather(-1, indices), indices
 
 
-def _top_k_fused(x: Tensor, k: int, chunk: int | None = None) -> tuple[Tensor, Tensor]:
+def _top_k_fused(x: Tensor, k: int, chunk: int | None = None, normalise: bool = False) -> tuple[Tensor, Tensor]:
     """:func:`top_k` from reductions and elementwise work (the entries taken are masked by comparison with
     the indices picked, not written), in blocks past :data:`TOP_K_ONE_PASS` entries (blocks of ``chunk``
-    entries whenever it is given: the tests' way to the two-stage path)."""
+    entries whenever it is given: the tests' way to the two-stage path). ``normalise``: the values less the row's
+    log-sum-exp (:func:`top_k_log_softmax`; ``x`` then float32), which in blocks comes from each block's max (its
+    first pick) and sum of exponentials, reductions over the same block as its picks."""
     floor = torch.finfo(x.dtype).min
     key = torch.where(torch.isnan(x) | (x == float("-inf")), floor, x)  # every entry above the mask value
     vocab = x.shape[-1]
     if chunk is None:
         chunk = TOP_K_CHUNK if vocab > TOP_K_ONE_PASS else vocab
     if vocab <= 2 * chunk:
-        return x.gather(-1, (idx := _argmax_rounds(key, k)[1])), idx
+        indices = _argmax_rounds(key, k)[1]
+        shift = torch.logsumexp(x, dim=-1, keepdim=True) if normalise else 0.0
+        return x.gather(-1, indices) - shift, indices
     blocks = torch.nn.functional.pad(key, (0, -vocab % chunk), value=float("-inf")).unflatten(-1, (-1, chunk))
     local_key, local = _argmax_rounds(blocks, min(k, chunk))  # [..., C, k']; -inf past a block's entries
     start = torch.arange(blocks.shape[-2], device=x.device)[:, None] * chunk  # [C, 1]
     pick = _argmax_rounds(local_key.flatten(-2), k)[1]  # [..., k] into the candidates
     indices = (local + start).flatten(-2).gather(-1, pick)  # [..., k]
-    return x.gather(-1, indices), indices
+    if not normalise:
+        return x.gather(-1, indices), indices
+    peak = local_key[..., 0]  # [..., C]: each block's max
+    mass = torch.exp(blocks - peak[..., None]).sum(dim=-1)  # [..., C]; padding adds exp(-inf) = 0
+    top = peak.amax(dim=-1, keepdim=True)  # [..., 1]
+    lse = top + torch.log((mass * torch.exp(peak - top)).sum(dim=-1, keepdim=True))
+    return x.gather(-1, indices) - lse, indices
+
+
+def top_k_log_softmax(x: Tensor, k: int) -> tuple[Tensor, Tensor]:
+    """The ``k`` most likely entries of ``softmax(x)`` over ``x [..., V]``'s last dim: their log-probabilities
+    (float32) and indices ``[..., k]``, most likely first, ties to the lower index; a NaN entry has probability 0.
+
+    Ranked on ``x`` itself (a log-probability is ``x`` less the row's log-sum-exp, one shift for the whole row),
+    so compiled, the normaliser comes out of :func:`top_k`'s own passes and no softmax reads the vocabulary
+    apart from them (on the H200 a draft step's log-softmax was four launches of its own). Log-probabilities given
+    as ``x`` come back as they were, up to rounding: normalising twice changes nothing.
+    """
+    x = torch.where(torch.isnan(x), float("-inf"), x.float())
+    if torch.compiler.is_compiling():
+        return _top_k_fused(x, k, normalise=True)
+    values, indices = _top_k_eager(x, k)
+    return values - torch.logsumexp(x, dim=-1, keepdim=True), indices
 
 
 def _argmax_rounds(key: Tensor, k: int) -> tuple[Tensor, Tensor]:
@@ -230,13 +256,13 @@ class Expansion:
     selected: Tensor  # [B, K] long; index into the candidates
 
 
-def expand_step(scores: Tensor, logprobs: Tensor, topk: int) -> Expansion:
-    """Expand a frontier with cumulative ``scores [B, F]`` given the drafter's ``logprobs [B, F, V]``."""
-    batch, width, _ = logprobs.shape
-    vals, idx = top_k(logprobs.float(), topk)  # [B, F, K]
+def expand_step(scores: Tensor, logits: Tensor, topk: int) -> Expansion:
+    """Expand a frontier with cumulative ``scores [B, F]`` given the drafter's ``logits [B, F, V]`` (or log-probs)."""
+    batch, width, _ = logits.shape
+    vals, idx = top_k_log_softmax(logits, topk)  # [B, F, K]
     vals = torch.where(torch.isnan(vals), float("-inf"), vals.clamp(max=0.0))  # log p <= 0
     cand_scores = (scores.float()[:, :, None] + vals).reshape(batch, width * topk)  # [B, F*K]
-    slot = torch.arange(width, device=logprobs.device).repeat_interleave(topk)  # [F*K]
+    slot = torch.arange(width, device=logits.device).repeat_interleave(topk)  # [F*K]
     return Expansion(
         tokens=idx.reshape(batch, width * topk),
         scores=cand_scores,
@@ -269,11 +295,11 @@ class TreeBuilder:
     Usage (``num_steps`` calls to :meth:`step`; the drafter runs between them)::
 
         builder = TreeBuilder(root_tokens, topk)                   # root_tokens [B]
-        frontier = builder.step(drafter_logprobs_at_root)          # [B, V] or [B, 1, V]
+        frontier = builder.step(drafter_logits_at_root)            # [B, V] or [B, 1, V]
         for _ in range(num_steps - 1):
             hidden = hidden.gather(1, frontier.parent_slot ...)     # the drafter's own state
-            logprobs = drafter(frontier.tokens, hidden, ...)       # [B, K, V]
-            frontier = builder.step(logprobs)
+            logits = drafter(frontier.tokens, hidden, ...)         # [B, K, V]
+            frontier = builder.step(logits)
         tree = builder.finish(num_draft_tokens)
 
     ``token_map [V_draft]`` maps drafter vocabulary ids to target ids (EAGLE-3's ``d2t``:
@@ -298,15 +324,16 @@ class TreeBuilder:
         """Candidates produced so far (the root not included)."""
         return sum(t.shape[1] for t in self._tokens)
 
-    def step(self, logprobs: Tensor) -> Frontier:
-        """Expand the current frontier given the drafter's ``logprobs [B, F, V]`` (``[B, V]`` at the root)."""
-        if logprobs.dim() == 2:
-            logprobs = logprobs[:, None, :]
-        assert logprobs.shape[:2] == self._frontier_ids.shape, (
-            f"logprobs {tuple(logprobs.shape)} do not match the frontier {tuple(self._frontier_ids.shape)}"
+    def step(self, logits: Tensor) -> Frontier:
+        """Expand the current frontier given the drafter's ``logits [B, F, V]`` (``[B, V]`` at the root; log-probs
+        do as well: the step normalises each row, :func:`top_k_log_softmax`)."""
+        if logits.dim() == 2:
+            logits = logits[:, None, :]
+        assert logits.shape[:2] == self._frontier_ids.shape, (
+            f"logits {tuple(logits.shape)} do not match the frontier {tuple(self._frontier_ids.shape)}"
         )
-        assert logprobs.shape[2] >= self.topk, f"vocab {logprobs.shape[2]} < topk {self.topk}"
-        exp = expand_step(self._frontier_scores, logprobs, self.topk)
+        assert logits.shape[2] >= self.topk, f"vocab {logits.shape[2]} < topk {self.topk}"
+        exp = expand_step(self._frontier_scores, logits, self.topk)
         tokens = exp.tokens if self._map is None else self._map[exp.tokens]  # [B, F*K]
         offset = 1 + self.num_candidates
         self._tokens.append(tokens)

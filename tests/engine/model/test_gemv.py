@@ -89,7 +89,8 @@ def test_row_buckets_and_splits():
             assert cfg.block_k % 16 == 0 and cfg.split_k >= 1, cfg
             if rows > 1 and cfg.block_n < 16:  # the CUDA-core path: [rows, block_n, block_k] float32 sums, registers
                 assert G.padded_rows(rows, cfg.block_n) * cfg.block_n * cfg.block_k <= 128 * 32 * cfg.num_warps, cfg
-    assert any(c.block_n < 16 for c in G.MANY_ROWS) and any(c.block_n < 16 for c in G.FEW_ROWS)
+    assert any(c.block_n < 16 for c in G.FEW_ROWS)  # 2-16 rows: the CUDA cores beside the dot
+    assert any(c.split_k > 1 and c.block_n == 16 for c in G.MANY_ROWS)  # 17-64 rows: the dot split along K
     # the kernel's rows: a power of two, at least 16 for the dot (block_n >= 16), as they are for the CUDA cores
     assert [G.padded_rows(m, 16) for m in (1, 3, 16, 24)] == [1, 16, 16, 32]
     assert [G.padded_rows(m, 8) for m in (1, 3, 16, 24)] == [1, 4, 16, 32]
@@ -267,6 +268,8 @@ INTERPRETED = textwrap.dedent("""
             check(torch.randn(24, K).bfloat16(), w.bfloat16(), b.bfloat16(), cfg)
         strided = torch.randn(4, 2, K).half()[:, 0]  # rows 2K apart: the row stride is an argument
         check(strided, w, b, tilings[0])
+    from eaglelab.engine.model import gemv_kernels as GK
+    assert not GK.tickets(torch.device("cpu")).any()  # every split call left its ticket counters at 0
     print("checked", checked)
 
     # The tuner (its CUDA-graph timer replaced by set figures): F.linear kept where it is faster, else a tiling.
@@ -290,6 +293,7 @@ INTERPRETED = textwrap.dedent("""
 def test_kernel_matches_linear_under_the_triton_interpreter():
     """The kernel's indexing on the CPU: Triton's interpreter runs it on CPU tensors (fp16: M 1, 3, 16, 24, 64; K not a
     multiple of the tile; N not a multiple of block_n; split-K in 2 and 3 parts; with and without bias).
+    Split calls leave their ticket counters at 0 (else the next call's shares would be added by the wrong program).
     Then the tuner, its timer replaced by set figures: F.linear kept where it was faster, else the fastest tiling."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, cwd=ROOT, capture_output=True, text=True,

@@ -102,7 +102,7 @@ def test_the_drafter_carry_is_runner_state_and_survives_a_second_run(tiny):
     for prompts in (PROMPTS, PROMPTS[1:2]):
         assert eng.generate(prompts, 16).tokens == ref.generate(prompts, 16).tokens
     bound = {key[0] for key in runner._state}
-    assert {"draft_hidden", "draft_logp"} <= bound
+    assert {"draft_hidden", "draft_logits"} <= bound
     assert drafter.next_hidden.data_ptr() == runner._state[next(k for k in runner._state if k[0] == "draft_hidden")].data_ptr()
     assert len([k for k in runner._graphs if k[1] == "cycle"]) == 1
 
@@ -177,6 +177,6 @@ def test_any_tree_runs_the_same_as_one_graph_and_as_phases(tiny, steps, topk, ex
         out = Engine(tiny, eos_token_ids=eos, drafter=drafter, spec=spec,
                      runner=EagerRunner(tiny, net)).generate(PROMPTS, max_new)
         got.append((out.tokens, out.stop_reasons, out.accept_lens, out.cycles))
-        carried.append((drafter.next_hidden, drafter.next_logp))
+        carried.append((drafter.next_hidden, drafter.next_logits))
     assert got[0] == got[1]
     assert all(torch.equal(a, b) for a, b in zip(*carried))

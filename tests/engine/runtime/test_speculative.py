@@ -105,7 +105,7 @@ def test_drafter_incremental_state_equals_full_recompute(target):
     original = prop.propose
 
     def spy(st, runner):
-        seen.append(prop.next_logp[0].clone())
+        seen.append(prop.next_logits[0].clone())
         return original(st, runner)
 
     prop.propose = spy
@@ -116,10 +116,10 @@ def test_drafter_incremental_state_equals_full_recompute(target):
     T = seq.shape[1]
     with torch.no_grad():
         _, logits = net(seq[:, 1:], net.fuse(aux[:, :-1]), torch.arange(T - 1)[None])
-    full = torch.log_softmax(logits[0], -1)  # row p predicts token p + 2
-    for i, logp in enumerate(seen):  # cycle i drafts for the root at position len(prompt) + i
+    full = logits[0]  # row p predicts token p + 2
+    for i, root_logits in enumerate(seen):  # cycle i drafts for the root at position len(prompt) + i
         p = len(prompt) + i - 1
-        assert torch.allclose(logp, full[p], atol=1e-4), f"cycle {i}"
+        assert torch.allclose(root_logits, full[p], atol=1e-4), f"cycle {i}"
 
 
 def test_sampling_with_speculation_is_seeded_and_valid(target):

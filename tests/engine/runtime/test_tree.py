@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import numpy as np
 import pytest
 import torch
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 
 from eaglelab.engine.runtime.tree import (
     DraftTree, TreeBuilder, _order_desc_fused, _top_k_fused, chain_tree, make_tree, order_desc, top_k,
-    tree_attention_mask,
+    top_k_log_softmax, tree_attention_mask,
 )
 
 Path = tuple[int, ...]
@@ -162,28 +163,54 @@ def test_frontier_parent_slot_and_mask(shape) -> None:
 
 
 def test_worked_example() -> None:
-    """topk 2, 2 steps, 4 nodes: root 9 -> a(-0.1), b(-0.5); a -> c(-0.2), d(-2); b -> e(-0.1), f(-3).
-    Ranking a -0.1, c -0.3, b -0.5, e -0.6: tokens [9, a, b, c], parents [-1, 0, 0, 1]."""
+    """topk 2, 2 steps, 4 nodes: root 9 -> a(-0.2), b(-1.8); a -> c(-0.1), d(-2.5); b -> e(-0.05), f(-3.5).
+    Ranking a -0.2, c -0.3, b -1.8, e -1.85: tokens [9, a, b, c], parents [-1, 0, 0, 1]."""
     a, b, c, d, e, f = 1, 2, 3, 4, 5, 6
 
     def lp(vals: dict[int, float]) -> torch.Tensor:
-        out = torch.full((8,), -9.0)
+        """Log-probs over 8 tokens: ``vals``, the rest of the mass shared by the others (a distribution, so the
+        builder's own normalising leaves it as it is)."""
+        rest = (1.0 - sum(math.exp(v) for v in vals.values())) / (8 - len(vals))
+        out = torch.full((8,), math.log(rest))
         for tok, v in vals.items():
             out[tok] = v
         return out
 
     builder = TreeBuilder(torch.tensor([9]), topk=2)
-    first = builder.step(lp({a: -0.1, b: -0.5})[None])  # [B, V] at the root
+    first = builder.step(lp({a: -0.2, b: -1.8})[None])  # [B, V] at the root
     assert first.tokens.tolist() == [[a, b]] and first.parent_slot.tolist() == [[0, 0]]
-    second = builder.step(torch.stack([lp({c: -0.2, d: -2.0}), lp({e: -0.1, f: -3.0})])[None])
+    second = builder.step(torch.stack([lp({c: -0.1, d: -2.5}), lp({e: -0.05, f: -3.5})])[None])
     assert second.tokens.tolist() == [[c, e]] and second.parent_slot.tolist() == [[0, 1]]
-    torch.testing.assert_close(second.scores, torch.tensor([[-0.3, -0.6]]))
+    torch.testing.assert_close(second.scores, torch.tensor([[-0.3, -1.85]]))
     tree = builder.finish(4)
     assert tree.tokens.tolist() == [[9, a, b, c]]
     assert tree.parents.tolist() == [[-1, 0, 0, 1]]
     assert tree.depth.tolist() == [[0, 1, 1, 2]]
     assert tree.rank.tolist() == [[0, 0, 1, 0]]  # b is the root's second choice
     assert builder.finish(7).tokens.tolist() == [[9, a, b, c, e, d, f]]
+
+
+def test_logits_are_normalised_per_row() -> None:
+    """The builder takes logits: a row shifted by a constant drafts the same, with the same scores, and a score is
+    the log-probability (log-softmax), eagerly and in the fused form (one pass and in blocks)."""
+    gen = torch.Generator().manual_seed(5)
+    logits = torch.randn(2, 3, 700, generator=gen) * 3.0
+    shifted = logits + torch.tensor([10.0, -4.0, 0.5])[None, :, None]
+    want = torch.log_softmax(logits, -1).topk(4, dim=-1)
+    for make in (top_k_log_softmax, lambda x, k: _top_k_fused(x.float(), k, normalise=True),
+                 lambda x, k: _top_k_fused(x.float(), k, chunk=64, normalise=True)):
+        for x in (logits, shifted):
+            values, indices = make(x, 4)
+            assert torch.equal(indices, want.indices)
+            torch.testing.assert_close(values, want.values, atol=2e-5, rtol=0)
+    nan = logits.clone()
+    nan[0, 0, 3] = float("nan")
+    values, indices = top_k_log_softmax(nan, 4)
+    assert 3 not in indices[0, 0].tolist() and torch.isfinite(values).all()  # NaN: probability 0, never picked
+    builders = [TreeBuilder(torch.zeros(2, dtype=torch.long), topk=3) for _ in range(2)]
+    frontiers = [builders[0].step(logits[:, 0]), builders[1].step(logits[:, 0] + 7.0)]
+    assert torch.equal(frontiers[0].tokens, frontiers[1].tokens)
+    torch.testing.assert_close(frontiers[0].scores, frontiers[1].scores)
 
 
 def test_token_map_translates_drafter_ids() -> None:
