@@ -34,8 +34,8 @@ SIGNATURE = {"x_ptr": "*bf16", "w_ptr": "*bf16", "b_ptr": "*bf16", "y_ptr": "*bf
 
 def resources(rows: int, cfg, arch: int, scratch: str) -> tuple[int, int, int]:
     """(registers a thread, stack bytes a thread, shared bytes) of ``cfg``'s kernel at ``rows`` rows."""
-    const = {"HAS_BIAS": False, "SPLITS": cfg.split_k, "BLOCK_M": padded_rows(rows, cfg.block_n), "BLOCK_N": cfg.block_n,
-             "BLOCK_K": cfg.block_k, "STAGES": cfg.num_stages}
+    const = {"HAS_BIAS": False, "SPLITS": cfg.split_k, "BLOCK_M": padded_rows(rows, cfg.block_n),
+             "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "STAGES": cfg.num_stages}
     sig = SIGNATURE | {k: "constexpr" for k in const}
     names = list(sig)
     src = ASTSource(fn=gemv_kernels.gemv_kernel, signature=sig,

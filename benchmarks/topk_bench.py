@@ -4,10 +4,11 @@ stages (blocks, then the blocks' best), at the drafter's vocabulary sizes.
     python benchmarks/topk_bench.py [--vocab 8192,12288,32000] [--rows 1x1,1x4,8x4] [--chunks 128,256,512]
 
 What is timed: :func:`expand_step` of float32 logits ``[B, F, V]`` (their log-probabilities' top-k, the row's
-log-sum-exp from the same passes, the candidates' scores, the new frontier), as one ``torch.compile(fullgraph=True, dynamic=False)`` function: the part
-of a draft step after the drafter's head (F = 1 at the root, F = topk after it). Per case: the median over replays
-of a CUDA graph of ``--calls`` calls on inputs in turn (launch costs out, as in the engine's captured draft), for
-the one-pass path and each block size; the tokens and scores must agree with the one-pass path's. CUDA only.
+log-sum-exp from the same passes, the candidates' scores, the new frontier), as one
+``torch.compile(fullgraph=True, dynamic=False)`` function: the part of a draft step after the drafter's head
+(F = 1 at the root, F = topk after it). Per case: the median over replays of a CUDA graph of ``--calls`` calls on
+inputs in turn (launch costs out, as in the engine's captured draft), for the one-pass path and each block size;
+the tokens and scores must agree with the one-pass path's. CUDA only.
 
 The one-pass path gives each row one program; a 6/4/16 draft at a 32,000-token vocabulary spent ~30 us a step there
 on the H200 (hence two stages past ``TOP_K_ONE_PASS`` entries). This measures where the crossover lies.

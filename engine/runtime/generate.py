@@ -419,7 +419,8 @@ class Engine:
             marks.start()
             lengths = state["lengths"]
             with marks.part("draft"):
-                tokens, parents, tree_depth, mask, rank = parts["draft"](state["root"], lengths, draft_hidden, draft_logits)
+                tokens, parents, tree_depth, mask, rank = parts["draft"](state["root"], lengths, draft_hidden,
+                                                                         draft_logits)
             with marks.part("verify"):
                 logits, aux = parts["verify"](lengths, tokens, parents, tree_depth, mask)
             with marks.part("accept"):
