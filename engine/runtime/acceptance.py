@@ -20,7 +20,7 @@ import torch
 from torch import Tensor
 
 from eaglelab.engine.runtime.sampling import exponential_noise, sample_with
-from eaglelab.engine.runtime.tree import DraftTree
+from eaglelab.engine.runtime.tree import DraftTree, greedy_token
 
 
 @dataclass(frozen=True)
@@ -55,7 +55,7 @@ def greedy_accept(tree: DraftTree, target_logits: Tensor) -> Acceptance:
     accepted. The deepest accepted node wins (the first in node order among equally deep ones);
     the bonus is the target's argmax there. Commits exactly what plain greedy decoding would.
     """
-    pred = torch.argmax(target_logits, dim=-1)  # [B, N]; the target's next token after node i
+    pred = greedy_token(target_logits)  # [B, N]; the target's next token after node i
     parent_pred = pred.gather(1, tree.parents.clamp(min=0))  # [B, N]
     match = (tree.tokens == parent_pred) | (tree.parents < 0)  # [B, N]; the root always matches
     accepted = ~(tree.mask & ~match[:, None, :]).any(dim=-1)  # [B, N]; every ancestor-or-self matches

@@ -56,7 +56,7 @@ from eaglelab.engine.runtime.runner import FORWARD_PHASES, EagerRunner
 from eaglelab.engine.runtime.sampling import SamplingParams, exponential_noise, probs_from_logits, sample_with
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from eaglelab.engine.runtime.timing import PartMarks, PhaseClock, observe_allreduce
-from eaglelab.engine.runtime.tree import DraftTree, tree_attention_mask
+from eaglelab.engine.runtime.tree import DraftTree, greedy_token, tree_attention_mask
 
 StreamFn = Callable[[int, list[int]], None]  # (row, new token ids)
 
@@ -732,5 +732,5 @@ def _tree_inputs(tree: DraftTree) -> dict[str, torch.Tensor]:
 def _pick(logits: torch.Tensor, sampling: SamplingParams, race: torch.Tensor | None) -> torch.Tensor:
     """[B, V] -> [B]: argmax when greedy, else the race over the processed distribution."""
     if sampling.greedy:
-        return logits.argmax(-1)
+        return greedy_token(logits)
     return sample_with(probs_from_logits(logits, sampling), race)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eaglelab.engine.runtime.tree import (
-    DraftTree, TreeBuilder, _order_desc_fused, _top_k_fused, chain_tree, make_tree, order_desc, top_k,
+    DraftTree, TreeBuilder, _order_desc_fused, _top_k_fused, chain_tree, greedy_token, make_tree, order_desc, top_k,
     top_k_log_softmax, tree_attention_mask,
 )
 
@@ -393,3 +393,24 @@ def test_the_shipped_drafters_vocabulary_is_ranked_in_blocks(monkeypatch) -> Non
     assert shapes[0] == (1, 4, 12288 // tree.TOP_K_CHUNK, tree.TOP_K_CHUNK)
     assert idx.tolist() == _top_k_fused(x, 4, chunk=12288)[1].tolist() == torch.topk(x, 4).indices.tolist()
     torch.testing.assert_close(vals, torch.topk(x, 4).values, rtol=0, atol=0)
+
+
+def test_greedy_token_is_argmax_eagerly_and_compiled(monkeypatch) -> None:
+    """The greedy pick: argmax eagerly; compiled, the fused top-1, in blocks past TOP_K_ONE_PASS entries (a
+    49,152-token vocabulary: blocks of TOP_K_CHUNK), the same index on ties (the first of equal maxima), bf16 too."""
+    import torch._dynamo.testing as dt
+
+    from eaglelab.engine.runtime import tree
+
+    gen = torch.Generator().manual_seed(2)
+    x = torch.round(torch.randn(3, 24, 49152, generator=gen) * 2)  # coarse: many equal maxima
+    x[0, 0, 100] = x[0, 0, 40000] = 50.0  # the first of two maxima in different blocks
+    shapes: list[tuple[int, ...]] = []
+    rounds = tree._argmax_rounds
+    monkeypatch.setattr(tree, "_argmax_rounds", lambda key, k: shapes.append(tuple(key.shape)) or rounds(key, k))
+    for t in (x, x.bfloat16()):
+        shapes.clear()
+        got = torch.compile(greedy_token, backend=dt.EagerAndRecordGraphs(), fullgraph=True)(t)
+        assert shapes and shapes[0] == (3, 24, 49152 // tree.TOP_K_CHUNK, tree.TOP_K_CHUNK)
+        assert torch.equal(got, t.argmax(dim=-1)) and torch.equal(greedy_token(t), t.argmax(dim=-1))
+    assert greedy_token(x)[0, 0] == 100
