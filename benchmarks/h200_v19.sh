@@ -9,8 +9,9 @@
 #     goes now; `spec_profile`).
 #   - B (right after A): join; the 24-prompt bench at 5/4/24 (against 1.95x, 2,371.5 / 1,214.9 tok/s);
 #     `run --compare` on question 81 (against 2.24x).
-#   - C (run in the tenth session with its last device seconds): the 5/4/24 cycle and plain decoding on SmolLM2's
-#     shape (random weights) after the greedy pick's change, against h200_2026-12-01k/A/spec_scale.txt.
+#   - C (no GGUF: a quick check on its own, ~3 min with a cold start; the tenth session's last 204 device seconds
+#     were too few to start one): the 5/4/24 cycle and plain decoding on SmolLM2's shape (random weights) after the
+#     greedy pick's change, against h200_2026-12-01k/A/spec_scale.txt (decode 0.816 ms, requests 108.5 / 172.4 ms).
 #
 #   call A  carry .carry/m1 .carry/assets .whl                   STAGE=A
 #   call B  carry .carry/m2 .carry/shipped .carry/assets .whl    STAGE=B
