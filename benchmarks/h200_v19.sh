@@ -5,8 +5,9 @@
 # greedy pick (a verify's 24 rows and a decode's one over SmolLM2's 49,152 logits) ranked in blocks when compiled
 # (`tree.greedy_token`; inductor's argmax was one program per row, ~9-10 us a call). It speeds plain decoding as
 # much as speculation: the figure to watch is both tok/s, not the ratio.
-#   - A: the GGUF's part 1 parked; the 5/4/24 cycle profiled kernel by kernel on SmolLM2's shape (where the 1.28 ms
-#     goes now; `spec_profile`).
+#   - A: the GGUF's part 1 parked; the GEMV alone on SmolLM2's shapes at 1, 4, 24 rows (the 17-64-row dot with
+#     256-512-wide K steps, added untimed); the 5/4/24 cycle profiled kernel by kernel on SmolLM2's shape (where the
+#     1.28 ms goes now; `spec_profile`).
 #   - B (right after A): join; the 24-prompt bench at 5/4/24 (against 1.95x, 2,371.5 / 1,214.9 tok/s);
 #     `run --compare` on question 81 (against 2.24x).
 #   - C (no GGUF: a quick check on its own, ~3 min with a cold start; the tenth session's last 204 device seconds
@@ -24,6 +25,8 @@ source "$(dirname "$0")/device_stage.sh"
 stage_a() {
   record_gpu
   park_part1
+  TAIL=40 run gemv_smollm2 60 python3 benchmarks/gemv_bench.py --model smollm2-135m --rows 1,4,24 \
+    --json "$R/h200_gemv_smollm2.json"
   spec_profile 5 4 24
 }
 
