@@ -143,7 +143,7 @@ def greedy_token(logits: Tensor) -> Tensor:
 
     Eagerly ``argmax``; compiled, :func:`top_k`'s fused form with k = 1, which ranks a vocabulary past
     :data:`TOP_K_ONE_PASS` entries in blocks (inductor's ``argmax`` gives each row one program: SmolLM2's 49,152
-    logits took ~9-10 us so on the H200, in a decode's pick and a verify's 24 alike). A NaN wins eagerly, as in
+    logits took ~9-10 us that way on the H200, in a decode's pick and a verify's 24 alike). A NaN wins eagerly, as in
     ``argmax``, and ranks as ``-inf`` compiled: a target and its speculation pick in the same mode, so alike.
     """
     if torch.compiler.is_compiling():
