@@ -385,7 +385,7 @@ class Engine:
     def _one_graph_cycle(self, st: Batch, sampling: SamplingParams, generator) -> tuple[torch.Tensor, torch.Tensor]:
         """The cycle above as one phase (one graph per batch bucket): the drafter's draft and draft-extend and
         the engine's verify, accept and advance, in that order, on the same tensors; what a cycle hands the
-        next (the drafter's root hidden state and log-probs) is runner state, written in place."""
+        next (the drafter's root hidden state and logits) is runner state, written in place."""
         B, N = st.root.shape[0], self.spec.draft_tokens
         observed = self.observer is not None
         parity = self._cycle % 2 if observed and self.device.type == "cuda" else 0
