@@ -1,10 +1,10 @@
-# Sourced (not run) by the device batch scripts (h200_batch.sh, h200x2_batch.sh, h200x2_v3.sh, h200_v4..v15.sh), from
+# Sourced (not run) by the device batch scripts (h200_batch.sh, h200x2_batch.sh, h200x2_v3.sh, h200_v4..v19.sh), from
 # the repo root of a device call, with STAGE and OUT set. It gives them:
 #   T0, R ($OUT/r: every log and result of the stage; tarred into $OUT at the end), EL, SHIPPED (restored from
 #   .carry/shipped when carried), A, GGUF;
 #   log MSG; run NAME LIMIT CMD... (bounded; output kept whole in $R/NAME.txt, its last ${TAIL:-20} lines echoed);
 #   left (seconds left of STAGE_S, less a margin); watchdog SCRIPT, run_stage LETTERS..., record_gpu, park_part1,
-#   spec_profile, Q81, Q82, fair_cp, join_gguf,
+#   spec_profile, Q81, Q82, fair_cp, RUN_ARGS, compare_run, gemv_smollm2, spec_scale, join_gguf,
 #   speed_bench, drafter_stage1, drafter_stage2, keep_drafter_shards (each described below);
 # and it installs the carried wheels (.whl/, once, outside the watchdog) into /tmp/site, links the packages the
 # installed layout expects, places the carried MT-bench and HumanEval files, and keeps NVLink multicast off.
@@ -63,6 +63,29 @@ fair_cp() {
   TAIL=24 run "$1" "$2" $EL bench --model default --draft $SHIPPED --steps "$3" --topk "$4" --draft-tokens "$5" \
     --batch-sizes 1 --prompts 24 --max-new-tokens 128 --repeats 2 --no-micro --compile-prefill \
     --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/h200_smollm2_$1.json"
+}
+
+# RUN_ARGS: `eaglelab run` as the run checks take it (5/4/24, every kernel, the prompt compiled, plain in the same run)
+RUN_ARGS="--device cuda --steps 5 --topk 4 --draft-tokens 24 --max-new-tokens 128 --cuda-graphs --compile --gemv --decode-attn --compile-prefill --compare"
+
+# compare_run NAME LIMIT PROMPT: `eaglelab run $RUN_ARGS` on PROMPT (e.g. "$Q81"), its record in $R/NAME.jsonl
+compare_run() {
+  TAIL=40 run "$1" "$2" $EL run $RUN_ARGS --record "$R/$1.jsonl" "$3"
+}
+
+# gemv_smollm2 LIMIT ROWS: the GEMV alone on SmolLM2's shapes at ROWS (e.g. 1,4,24), every tiling timed;
+# $R/gemv_smollm2.txt, $R/h200_gemv_smollm2.json
+gemv_smollm2() {
+  TAIL=40 run gemv_smollm2 "$1" python3 benchmarks/gemv_bench.py --model smollm2-135m --rows "$2" \
+    --json "$R/h200_gemv_smollm2.json"
+}
+
+# spec_scale LIMIT: the 5/4/24 cycle and plain decoding on SmolLM2's shape (random weights, the shipped drafter's
+# 12,288-token draft vocabulary), every kernel; $R/spec_scale.txt, $R/h200_spec_scale.json
+spec_scale() {
+  TAIL=14 run spec_scale "$1" $EL bench --scale-model smollm2-135m --draft-vocab 12288 --dtype bfloat16 --seed 0 \
+    --steps 5 --topk 4 --draft-tokens 24 --batch-sizes 1 --prompts 2 --max-new-tokens 128 --repeats 3 \
+    --configs plain-compile-gemv-attn,spec-compile-gemv-attn --no-micro --json "$R/h200_spec_scale.json"
 }
 
 # park_part1: the default model's GGUF part 1 into ~/m, for join_gguf in the next call (the machine stays warm ~30 s)

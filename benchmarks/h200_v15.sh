@@ -28,11 +28,6 @@ stage_a() {
   spec_profile 5 4 24
 }
 
-compare_run() {  # NAME LIMIT PROMPT
-  TAIL=40 run "$1" "$2" $EL run --device cuda --steps 5 --topk 4 --draft-tokens 24 --max-new-tokens 128 \
-    --cuda-graphs --compile --gemv --decode-attn --compile-prefill --compare --record "$R/$1.jsonl" "$3"
-}
-
 stage_b() {
   join_gguf
   compare_run run_compare_q81 320 "$Q81"  # cold: ~170 s of set-up for the speculative engine, ~60 s for plain

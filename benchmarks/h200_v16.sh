@@ -20,16 +20,11 @@
 # for the shipped drafter, moved out of the tree for the calls).
 STAGE=${STAGE:?set STAGE=A, B or C}
 source "$(dirname "$0")/device_stage.sh"
-RUN_ARGS="--device cuda --steps 5 --topk 4 --draft-tokens 24 --max-new-tokens 128 --cuda-graphs --compile --gemv --decode-attn --compile-prefill --compare"
 
 stage_a() {
   record_gpu
   park_part1
   spec_profile 5 4 24
-}
-
-compare_run() {  # NAME LIMIT PROMPT
-  TAIL=40 run "$1" "$2" $EL run $RUN_ARGS --record "$R/$1.jsonl" "$3"
 }
 
 profiled_run() {  # NAME LIMIT PROMPT: `run` under cProfile, its 40 costliest functions by own and by total time

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The next GPU batch (planned 2026-12-01, ninth session; NOT YET RUN) on ONE H200 (device kind nvidia-h200), for #12.
+# A GPU batch planned 2026-12-01 in the ninth session on ONE H200 (device kind nvidia-h200), for #12; calls A and B
+# ran in the tenth (h200_2026-12-01j: the CUDA-core tilings lose at 24 rows, 1.93x), C did not (its premise failed).
 # The ninth session measured 1.89x over 24 MT-bench prompts (5/4/24, the prompt compiled; h200_2026-12-01i) and found
 # the verify's 0.16 ms over a decode to be its matmuls at 24 rows (the dot's tilings and cuBLAS at 1.5-1.9x a one-row
 # GEMV of the same weights). Landed after its last real-model call, unmeasured there: the draft's top-k in two stages
@@ -22,18 +23,14 @@ source "$(dirname "$0")/device_stage.sh"
 stage_a() {
   record_gpu
   park_part1
-  TAIL=40 run gemv_smollm2 120 python3 benchmarks/gemv_bench.py --model smollm2-135m --rows 1,4,24,32 \
-    --json "$R/h200_gemv_smollm2.json"
-  TAIL=14 run spec_scale $(left) $EL bench --scale-model smollm2-135m --draft-vocab 12288 --dtype bfloat16 --seed 0 \
-    --steps 5 --topk 4 --draft-tokens 24 --batch-sizes 1 --prompts 2 --max-new-tokens 128 --repeats 3 \
-    --configs plain-compile-gemv-attn,spec-compile-gemv-attn --no-micro --json "$R/h200_spec_scale.json"
+  gemv_smollm2 120 1,4,24,32
+  spec_scale $(left)
 }
 
 stage_b() {
   join_gguf
   fair_cp p24_5-4-24_cp 420 5 4 24
-  TAIL=40 run run_compare_q81 $(left) $EL run --device cuda --steps 5 --topk 4 --draft-tokens 24 --max-new-tokens 128 \
-    --cuda-graphs --compile --gemv --decode-attn --compile-prefill --compare --record "$R/run_compare_q81.jsonl" "$Q81"
+  compare_run run_compare_q81 $(left) "$Q81"
 }
 
 stage_c() {

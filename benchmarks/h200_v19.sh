@@ -25,22 +25,18 @@ source "$(dirname "$0")/device_stage.sh"
 stage_a() {
   record_gpu
   park_part1
-  TAIL=40 run gemv_smollm2 60 python3 benchmarks/gemv_bench.py --model smollm2-135m --rows 1,4,24 \
-    --json "$R/h200_gemv_smollm2.json"
+  gemv_smollm2 60 1,4,24
   spec_profile 5 4 24
 }
 
 stage_b() {
   join_gguf
   fair_cp p24_5-4-24_cp 420 5 4 24
-  TAIL=40 run run_compare_q81 $(left) $EL run --device cuda --steps 5 --topk 4 --draft-tokens 24 --max-new-tokens 128 \
-    --cuda-graphs --compile --gemv --decode-attn --compile-prefill --compare --record "$R/run_compare_q81.jsonl" "$Q81"
+  compare_run run_compare_q81 $(left) "$Q81"
 }
 
 stage_c() {
-  TAIL=14 run spec_scale $(left) $EL bench --scale-model smollm2-135m --draft-vocab 12288 --dtype bfloat16 --seed 0 \
-    --steps 5 --topk 4 --draft-tokens 24 --batch-sizes 1 --prompts 2 --max-new-tokens 128 --repeats 3 \
-    --configs plain-compile-gemv-attn,spec-compile-gemv-attn --no-micro --json "$R/h200_spec_scale.json"
+  spec_scale $(left)
 }
 
 export STAGE_S=${STAGE_S:-$([ "$STAGE" = A ] && echo 280 || echo 585)}; watchdog "$0"
