@@ -6,8 +6,7 @@ At M = 1 a decode step reads every weight once and does two flops per weight byt
 the memory bandwidth, and cuBLAS/inductor's GEMMs, tiled for large M, leave part of it unused. Here each
 program streams a block of ``block_n`` weight rows over K (optionally a 1/``split_k`` share of K, the
 float32 shares then added by the block's last program in the same launch, in a fixed order: results do not vary
-run to run),
-multiplying by the x rows it keeps in registers: M = 1 as a multiply-and-row-sum, M > 1 as a tensor-core
+run to run), multiplying by the x rows it keeps in registers: M = 1 as a multiply-and-row-sum, M > 1 as a tensor-core
 dot of the rows padded to 16, 32 or 64, or (tilings of fewer than 16 weight rows) the same multiply-and-sum for
 every row on the CUDA cores, which keeps a decode's many small programs. A few tilings are timed once per
 (N, K, M bucket) on the first eager call and the fastest is kept, or F.linear where cuBLAS beats every tiling
@@ -58,7 +57,7 @@ ONE_ROW = (
 )
 # Blocks of fewer than 16 weight rows take the CUDA-core path at M > 1 (no dot: products summed as for one row, in
 # [rows, block_n, block_k] float32 registers, at most 128 a thread): as many programs as a decode's GEMV. On the
-# H200 at 4 rows they won SmolLM2's qkv, o and down (2.9-4.2 us).
+# H200 at 4 rows they won SmolLM2's qkv and o (2.8-3.0 us), and down until split-K took one launch (then 4.0 us).
 FEW_ROWS = (
     GemvConfig(32, 128, 1, 4, 4), GemvConfig(32, 256, 1, 4, 3), GemvConfig(16, 256, 1, 4, 3),
     GemvConfig(64, 128, 1, 4, 3), GemvConfig(64, 256, 1, 8, 3), GemvConfig(16, 512, 1, 4, 2),
