@@ -43,6 +43,7 @@ from typing import Callable
 
 import torch
 
+from eaglelab.engine.runtime import cycle_ops
 from eaglelab.engine.runtime.acceptance import Acceptance, greedy_accept, path_ranks, rejection_accept
 from eaglelab.engine.runtime.contracts import DraftView, Drafter, FusableDrafter, PhaseParts, Runner
 from eaglelab.engine.runtime.kv_cache import KVCache
@@ -143,6 +144,8 @@ class Engine:
             stop_lag = 1 if self.device.type == "cuda" and target.tp is None else 0
         assert stop_lag == 0 or target.tp is None, "under TP the observer takes each cycle at once: stop_lag 0"
         self.stop_lag = stop_lag
+        if self.device.type == "cuda":
+            cycle_ops.load()  # the bookkeeping kernels of compiled phases (Triton imported once, outside any trace)
         self.runner: Runner = runner or EagerRunner(target, drafter.net if drafter is not None else None,
                                                    reason=_eager_reason(spec, self.device))
         self.run_info = run_info or {}
@@ -349,7 +352,7 @@ class Engine:
             hidden, _ = self.target(state["root"][:, None], slots, cache, slots, prefix_mask(slots, cache.max_len),
                                     kernels=self.runner.kernels)  # [B, 1, H]
             nxt = _pick(self.target.logits(hidden[:, 0], self.runner.kernels), sampling, race)  # [B]
-            emit_and_advance(state, nxt[:, None], torch.ones_like(nxt), nxt, self.eos)
+            emit_and_advance(state, nxt[:, None], None, nxt, self.eos)
             return ()
         return decode
 
@@ -439,7 +442,7 @@ class Engine:
 
     def _advance_fn(self, tokens, accept_len, bonus, **state):
         """The advance phase: the accepted tokens [B, D+1] emitted, ``accept_len`` cached, ``bonus`` the root."""
-        return emit_and_advance(state, tokens.clamp(min=0), accept_len, bonus, self.eos)
+        return emit_and_advance(state, tokens, accept_len, bonus, self.eos)
 
     def _verify(self, st: Batch, tree: DraftTree):
         """The target over the tree at slots lengths..lengths+N-1. -> (logits [B, N, V], aux or None)."""
@@ -485,11 +488,15 @@ class Engine:
     def _accept_fn(self, cache: KVCache, sampling: SamplingParams, max_depth: int, observed: bool):
         def accept(lengths, logits, tokens, parents, depth, mask, uniform=None, race=None, rank=None):
             tree = DraftTree(tokens, parents, depth, mask, max_depth, rank)
-            if sampling.greedy:
-                acc = greedy_accept(tree, logits)
+            if sampling.greedy and cycle_ops.applies(logits):  # compiled on CUDA: the walk and compaction, one kernel
+                acc = Acceptance(*cycle_ops.greedy_commit(tree, greedy_token(logits), lengths, cache.k, cache.v,
+                                                           compact=self.spec.topk > 1))
             else:
-                acc = rejection_accept(tree, probs_from_logits(logits, sampling), uniform=uniform, race=race)
-            self._compact(cache, lengths, acc)
+                if sampling.greedy:
+                    acc = greedy_accept(tree, logits)
+                else:
+                    acc = rejection_accept(tree, probs_from_logits(logits, sampling), uniform=uniform, race=race)
+                self._compact(cache, lengths, acc)
             seen = path_ranks(tree, acc) if observed else ()
             return acc.accept_len, acc.path, acc.tokens, acc.bonus, *seen
         return accept
@@ -698,11 +705,16 @@ def emit_tokens(state: dict[str, torch.Tensor], toks: torch.Tensor, count: torch
     return emitted
 
 
-def emit_and_advance(state: dict[str, torch.Tensor], toks: torch.Tensor, count: torch.Tensor, root: torch.Tensor,
+def emit_and_advance(state: dict[str, torch.Tensor], toks: torch.Tensor, count: torch.Tensor | None, root: torch.Tensor,
                      eos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """One step's bookkeeping, in place: :func:`emit_tokens`, then the one place positions move:
-    rows that were not done gain ``count`` [B] cached tokens and the new ``root`` [B].
-    -> (emitted [B], active [B]: the rows not done before this step)."""
+    rows that were not done gain ``count`` [B] cached tokens (None: one each) and the new ``root`` [B].
+    ``toks`` past a row's count may be -1 (a speculative path's padding). Compiled on CUDA, one kernel
+    (:func:`cycle_ops.emit_advance`). -> (emitted [B], active [B]: the rows not done before this step)."""
+    if cycle_ops.applies(toks):
+        return cycle_ops.emit_advance(state, toks, count, root, eos)
+    toks = toks.clamp(min=0)  # the padding is never emitted; clamped, it matches no EOS id either
+    count = torch.ones_like(root) if count is None else count
     active = ~state["done"]
     emitted = emit_tokens(state, toks, count, eos)
     state["lengths"] += torch.where(active, count, 0)

@@ -1,0 +1,168 @@
+"""The Triton kernels behind ``torch.ops.eaglelab.greedy_commit`` and ``torch.ops.eaglelab.emit_advance`` (see
+``cycle_ops.py``, which imports this module only when a compiled phase on CUDA asks for them: importing it imports
+Triton).
+
+``greedy_commit_kernel``: program (b, layer) walks row b's draft tree against the target's greedy picks (every
+program of the row the same walk: 24 nodes cost less than a launch), and moves that layer's K/V of the accepted path
+onto consecutive slots; the layer-0 program also stores the acceptance (length, path, committed tokens, bonus).
+``emit_advance_kernel``: program b emits row b's committed tokens up to EOS and its budget and moves its length and
+root, as ``generate.emit_and_advance`` does in ~10 operations.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def greedy_commit_kernel(pred_ptr, tok_ptr, par_ptr, dep_ptr, mask_ptr, len_ptr,
+                         acc_len_ptr, path_ptr, out_tok_ptr, bonus_ptr, k_ptr, v_ptr,
+                         N, D1, H, HD,
+                         s_pred_b, s_pred_n, s_tok_b, s_tok_n, s_par_b, s_par_n, s_dep_b, s_dep_n,
+                         s_mask_b, s_mask_i, s_mask_j,
+                         sk_l, sk_b, sk_h, sk_s, sv_l, sv_b, sv_h, sv_s,
+                         NP: tl.constexpr, DP: tl.constexpr, HP: tl.constexpr, HDP: tl.constexpr,
+                         COMPACT: tl.constexpr, HAS_V: tl.constexpr):
+    """Row b = program_id(0); layer = program_id(1) (the cache's layers; 1 without compaction)."""
+    b, layer = tl.program_id(0), tl.program_id(1)
+    i = tl.arange(0, NP)  # nodes (padded)
+    real = i < N
+    tok = tl.load(tok_ptr + b * s_tok_b + i * s_tok_n, mask=real, other=-1)
+    par = tl.load(par_ptr + b * s_par_b + i * s_par_n, mask=real, other=-1)
+    dep = tl.load(dep_ptr + b * s_dep_b + i * s_dep_n, mask=real, other=0)
+    # the target's pick after each node's parent; a node matches when its token is that pick (the root always)
+    after_parent = tl.load(pred_ptr + b * s_pred_b + tl.maximum(par, 0) * s_pred_n, mask=real, other=-2)
+    match = (tok == after_parent) | (par < 0)
+    # anc[i, j]: node j is node i or one of its ancestors; node i is accepted when every such j matches
+    anc = tl.load(mask_ptr + b * s_mask_b + i[:, None] * s_mask_i + i[None, :] * s_mask_j,
+                  mask=real[:, None] & real[None, :], other=0) != 0
+    misses = tl.sum((anc & (match == 0)[None, :]).to(tl.int32), axis=1)
+    key = tl.where((misses == 0) & real, dep, -1)
+    last = tl.min(tl.where(key == tl.max(key, axis=0), i, NP), axis=0)  # the first of the deepest accepted
+    on_path = tl.sum(tl.where(i[:, None] == last, anc.to(tl.int32), 0), axis=0) > 0  # anc's row `last`
+    level = tl.arange(0, DP)
+    at = on_path[None, :] & (dep[None, :] == level[:, None])  # [DP, NP]: the path's node at each level
+    path = tl.where(tl.sum(at.to(tl.int32), axis=1) > 0, tl.sum(tl.where(at, i[None, :], 0), axis=1), -1)
+    if layer == 0:
+        accept_len = tl.sum(tl.where(i == last, dep, 0), axis=0) + 1
+        bonus = tl.load(pred_ptr + b * s_pred_b + last * s_pred_n)
+        below = on_path[None, :] & (dep[None, :] == level[:, None] + 1)  # the path's node one level down
+        drafts = tl.where(tl.sum(below.to(tl.int32), axis=1) > 0, tl.sum(tl.where(below, tok[None, :], 0), axis=1), -1)
+        keep = level < D1
+        tl.store(acc_len_ptr + b, accept_len)
+        tl.store(bonus_ptr + b, bonus)
+        tl.store(path_ptr + b * D1 + level, path, mask=keep)
+        tl.store(out_tok_ptr + b * D1 + level, tl.where(level == accept_len - 1, bonus, drafts), mask=keep)
+    if COMPACT:  # tree slot base + path[l] -> slot base + l, this layer, every KV head (sources are never below)
+        base = tl.load(len_ptr + b)
+        move = (level < D1) & (path >= 0) & (path != level)
+        h, d = tl.arange(0, HP), tl.arange(0, HDP)
+        sel = move[:, None, None] & (h < H)[None, :, None] & (d < HD)[None, None, :]
+        src, dst = (base + path)[:, None, None], (base + level)[:, None, None]
+        k_row = k_ptr + layer * sk_l + b * sk_b + h[None, :, None] * sk_h + d[None, None, :]
+        moved = tl.load(k_row + src * sk_s, mask=sel)
+        tl.store(k_row + dst * sk_s, moved, mask=sel)
+        if HAS_V:
+            v_row = v_ptr + layer * sv_l + b * sv_b + h[None, :, None] * sv_h + d[None, None, :]
+            moved_v = tl.load(v_row + src * sv_s, mask=sel)
+            tl.store(v_row + dst * sv_s, moved_v, mask=sel)
+
+
+@triton.jit
+def emit_advance_kernel(tok_ptr, count_ptr, new_root_ptr, eos_ptr, out_ptr, n_out_ptr, done_ptr, hit_ptr, limit_ptr,
+                        len_ptr, root_ptr, emitted_ptr, active_ptr, K, E, S, s_tok_b, s_tok_k, s_out_b, s_root,
+                        KP: tl.constexpr, EP: tl.constexpr, HAS_COUNT: tl.constexpr):
+    """Row b = program_id(0): tokens[b, :count[b]] (count 1 without HAS_COUNT) emitted into out[b] at n_out[b]."""
+    b = tl.program_id(0)
+    k = tl.arange(0, KP)
+    done = tl.load(done_ptr + b) != 0
+    n_out = tl.load(n_out_ptr + b)
+    limit = tl.load(limit_ptr + b)
+    if HAS_COUNT:
+        count = tl.load(count_ptr + b)
+    else:
+        count = n_out * 0 + 1
+    toks = tl.maximum(tl.load(tok_ptr + b * s_tok_b + k * s_tok_k, mask=k < K, other=0), 0)
+    live = tl.load(done_ptr + b + k * 0) == 0  # the row is not done, in every lane (a vector: masks take no scalar)
+    valid = (k < K) & (k < count) & (k < limit - n_out) & live
+    e = tl.arange(0, EP)
+    eos = tl.load(eos_ptr + e, mask=e < E, other=-1)  # ids >= 0, so the padding (-1) matches no token
+    is_eos = (tl.sum((toks[:, None] == eos[None, :]).to(tl.int32), axis=1) > 0) & valid
+    eos_i = is_eos.to(tl.int32)
+    keep = valid & ((tl.cumsum(eos_i, axis=0) - eos_i) == 0)  # up to the first EOS
+    tl.store(out_ptr + b * s_out_b + tl.minimum(n_out + k, S - 1), toks, mask=keep)
+    emitted = tl.sum(keep.to(tl.int64), axis=0)
+    hit = (tl.load(hit_ptr + b) != 0) | (tl.sum((is_eos & keep).to(tl.int32), axis=0) > 0)
+    n_new = n_out + emitted
+    tl.store(n_out_ptr + b, n_new)
+    tl.store(hit_ptr + b, hit)
+    tl.store(done_ptr + b, done | hit | (n_new >= limit))
+    tl.store(emitted_ptr + b, emitted)
+    tl.store(active_ptr + b, done == 0)
+    if done == 0:
+        tl.store(len_ptr + b, tl.load(len_ptr + b) + count)
+        tl.store(root_ptr + b * s_root, tl.load(new_root_ptr + b))
+
+
+def _pow2(n: int) -> int:
+    return triton.next_power_of_2(max(int(n), 1))
+
+
+def greedy_commit(pred: torch.Tensor, tokens: torch.Tensor, parents: torch.Tensor, depth: torch.Tensor,
+                  mask: torch.Tensor, lengths: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None,
+                  max_depth: int, compact: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """See ``cycle_ops.greedy_commit``; k/v ``[L, B, KVH, S, D]`` (D contiguous), moved in place when ``compact``."""
+    B, N = tokens.shape
+    D1 = max_depth + 1
+    accept_len = torch.empty(B, dtype=torch.long, device=tokens.device)
+    bonus = torch.empty(B, dtype=torch.long, device=tokens.device)
+    path = torch.empty(B, D1, dtype=torch.long, device=tokens.device)
+    committed = torch.empty(B, D1, dtype=torch.long, device=tokens.device)
+    L, _, H, _, HD = k.shape
+    assert k.stride(4) == 1 and (v is None or v.stride(4) == 1), "the caches' head dim must be contiguous"
+    vv = v if v is not None else k  # an unread pointer without V
+    greedy_commit_kernel[(B, L if compact else 1)](
+        pred, tokens, parents, depth, mask, lengths, accept_len, path, committed, bonus, k, vv,
+        N, D1, H, HD, *pred.stride(), *tokens.stride(), *parents.stride(), *depth.stride(), *mask.stride(),
+        *k.stride()[:4], *vv.stride()[:4],
+        NP=_pow2(N), DP=_pow2(D1), HP=_pow2(H), HDP=_pow2(HD), COMPACT=compact, HAS_V=v is not None, num_warps=4)
+    return accept_len, path, committed, bonus
+
+
+def emit_advance(tokens: torch.Tensor, count: torch.Tensor | None, new_root: torch.Tensor, eos: torch.Tensor,
+                 out: torch.Tensor, n_out: torch.Tensor, done: torch.Tensor, hit_eos: torch.Tensor,
+                 limit: torch.Tensor, lengths: torch.Tensor, root: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """See ``cycle_ops.emit_advance``; the state tensors updated in place."""
+    B, K = tokens.shape
+    emitted = torch.empty(B, dtype=torch.long, device=tokens.device)
+    active = torch.empty(B, dtype=torch.bool, device=tokens.device)
+    emit_advance_kernel[(B,)](
+        tokens, count if count is not None else tokens, new_root, eos, out, n_out, done, hit_eos, limit, lengths, root,
+        emitted, active, K, eos.numel(), out.shape[1], *tokens.stride(), out.stride(0), root.stride(0),
+        KP=_pow2(K), EP=_pow2(eos.numel()), HAS_COUNT=count is not None, num_warps=1)
+    return emitted, active
+
+
+def _commit_shapes(pred, tokens, parents, depth, mask, lengths, k, v, max_depth, compact):
+    """What torch.compile traces with: the outputs' shapes and dtypes, no kernel."""
+    B = tokens.shape[0]
+    return (tokens.new_empty(B), tokens.new_empty(B, max_depth + 1), tokens.new_empty(B, max_depth + 1),
+            tokens.new_empty(B))
+
+
+def _advance_shapes(tokens, count, new_root, eos, out, n_out, done, hit_eos, limit, lengths, root):
+    return n_out.new_empty(tokens.shape[0]), done.new_empty(tokens.shape[0])
+
+
+def register():
+    """The two ops, each an opaque custom op with a shape-only (fake) implementation and its in-place writes
+    declared (the caches; the loop state), so torch.compile(fullgraph) keeps each as one call in its graph, writing
+    the buffers in place, and CUDA graphs capture its launch. Called once per process (``cycle_ops.load``)."""
+    commit = torch.library.custom_op("eaglelab::greedy_commit", greedy_commit, mutates_args=("k", "v"))
+    commit.register_fake(_commit_shapes)
+    advance = torch.library.custom_op("eaglelab::emit_advance", emit_advance,
+                                      mutates_args=("out", "n_out", "done", "hit_eos", "lengths", "root"))
+    advance.register_fake(_advance_shapes)
+    return commit, advance

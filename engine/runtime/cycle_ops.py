@@ -1,0 +1,63 @@
+"""A speculative cycle's bookkeeping as two kernels, for compiled phases on CUDA: greedy acceptance with its KV
+compaction (``greedy_commit``), and emitting the committed tokens with the move of lengths and roots
+(``emit_advance``).
+
+Compiled, the reference functions (``acceptance.greedy_accept`` with ``Engine._compact``, and
+``generate.emit_and_advance``) became 7 and 6 small kernels on the H200 (SmolLM2, 5/4/24, one row), each a few
+microseconds of launch and ramp for well under a microsecond of work: ~30 us of a ~1.35 ms cycle
+(``benchmarks/results/h200_2026-12-01l/A``). Each op here is one launch. They compute exactly what the reference
+does (integers in, integers out; ``tests/engine/runtime/interpreted_cycle_ops.py`` checks them against it under Triton's
+interpreter, ``test_cycle_ops.py`` on CUDA, compiled and captured).
+
+Both are PyTorch custom ops whose in-place writes are declared (the KV cache; the loop state), so a compiled phase
+keeps them as calls writing the runner's buffers in place, and CUDA graphs capture them. Triton is imported on first
+use only (``cycle_kernels.py``); where it cannot be, the reference runs.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from eaglelab.engine.runtime.tree import DraftTree
+
+
+def applies(x: torch.Tensor) -> bool:
+    """Whether a phase's bookkeeping on ``x``'s device takes the kernels: compiled on CUDA, the ops loaded
+    (:func:`load`, called where an engine is made: a traced function must not import or register). As
+    ``tree.top_k``, eager phases keep the reference: it is what the kernels are checked against."""
+    return torch.compiler.is_compiling() and x.is_cuda and _loaded
+
+
+_loaded = False
+
+
+def load() -> bool:
+    """Import Triton and our kernels and register the two ops, once per process. -> whether they loaded
+    (a failure, e.g. no Triton, leaves the reference in use)."""
+    global _loaded
+    if not _loaded:
+        try:
+            from eaglelab.engine.runtime import cycle_kernels  # imports triton: ImportError without it
+
+            cycle_kernels.register()
+            _loaded = True
+        except Exception:  # noqa: BLE001 - any import or registration failure: the reference runs
+            return False
+    return True
+
+
+def greedy_commit(tree: DraftTree, pred: torch.Tensor, lengths: torch.Tensor, k: torch.Tensor,
+                  v: torch.Tensor | None, compact: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Greedy acceptance of ``tree`` against the target's picks ``pred [B, N]`` (its next token after each node), as
+    ``acceptance.greedy_accept``: -> (accept_len [B], path [B, D+1], committed tokens [B, D+1], bonus [B]). With
+    ``compact``, the accepted path's K/V (tree node i at slot lengths + i) moved onto slots lengths..lengths + D in
+    ``k`` and ``v`` ``[L, B, KVH, S, D]`` (``v`` None: a K-only cache), as ``KVCache.copy_slots``."""
+    return torch.ops.eaglelab.greedy_commit(pred, tree.tokens, tree.parents, tree.depth, tree.mask, lengths, k, v, tree.max_depth, compact)
+
+
+def emit_advance(state: dict[str, torch.Tensor], toks: torch.Tensor, count: torch.Tensor | None, root: torch.Tensor,
+                 eos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``generate.emit_and_advance`` in one kernel (``count`` None: one token a row; ``toks`` past a row's count, a
+    path's -1 padding, never emitted). -> (emitted [B], active [B])."""
+    return torch.ops.eaglelab.emit_advance(toks, count, root, eos, state["out"], state["n_out"], state["done"], state["hit_eos"],
+                   state["limit"], state["lengths"], state["root"])

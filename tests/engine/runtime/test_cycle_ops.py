@@ -1,0 +1,118 @@
+"""The cycle's bookkeeping kernels (engine/runtime/cycle_ops.py): where they apply, and the kernels against the
+reference functions they replace, under Triton's interpreter (CPU, where Triton is installed: hypothesis cases, and
+both ops compiled writing in place) and on CUDA (``gpu``: compiled and captured, bf16 caches)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from eaglelab.engine.runtime import cycle_ops
+from eaglelab.engine.runtime.acceptance import greedy_accept
+from eaglelab.engine.runtime.generate import emit_and_advance
+from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.runtime.tree import TreeBuilder
+from tests.conftest import has_triton
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_eager_and_cpu_phases_keep_the_reference():
+    """Only a compiled phase on CUDA takes the kernels: eagerly (the reference the kernels are checked against) and
+    on a CPU, never, whether or not the ops loaded."""
+    assert not cycle_ops.applies(torch.zeros(1))
+    assert not torch.compile(lambda x: x + cycle_ops.applies(x), fullgraph=True)(torch.zeros(1)).any()
+
+
+@pytest.mark.skipif(not has_triton(), reason="Triton not installed (it ships with CUDA builds of torch)")
+def test_kernels_match_the_reference_under_the_triton_interpreter():
+    """tests/engine/runtime/interpreted_cycle_ops.py: 60 hypothesis cases a kernel (trees and chains, caches with and
+    without V, rows done, budgets and EOS ids met), then both ops in one compiled function, writing in place."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "tests.engine.runtime.interpreted_cycle_ops", "60"], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    counts = dict(zip(done.stdout.split()[::2], map(int, done.stdout.split()[1::2])))
+    assert counts["commit"] == counts["advance"] == 60 and counts["compiled"] == 1, counts
+    assert min(counts["moved"], counts["chain"], counts["no_v"], counts["eos_hit"], counts["budget_hit"]) >= 5, counts
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_kernels_compiled_and_captured_on_cuda_match_the_reference():
+    """A 5/4/24 tree of three rows over a bf16 cache of 4 layers: the acceptance, the compacted cache and the
+    advanced state of the compiled phase (the kernels) equal the eager reference's, and so does a CUDA graph of it
+    replayed over the next cycle's inputs."""
+    dev, B, V, S = torch.device("cuda"), 3, 50, 96
+    assert cycle_ops.load()
+    gen = torch.Generator(device=dev).manual_seed(0)
+    root = torch.randint(0, V, (B,), device=dev, generator=gen)
+    builder = TreeBuilder(root, 4)
+    for s in range(5):
+        builder.step(torch.randn(B, 1 if s == 0 else 4, V, device=dev, generator=gen))
+    tree = builder.finish(24)
+    eos = torch.tensor([7], device=dev)
+
+    def inputs(seed):
+        g = torch.Generator(device=dev).manual_seed(seed)
+        logits = torch.randn(B, 24, V, device=dev, generator=g)
+        parent_pick = tree.tokens.gather(1, torch.where(tree.parents >= 0, tree.parents, 0))
+        logits.scatter_(2, parent_pick[..., None], 9.0)  # the target picks most drafted tokens: deep paths
+        cache = KVCache(4, B, 3, S, 64, dtype=torch.bfloat16, device=dev)
+        cache.k.normal_(generator=g)
+        cache.v.normal_(generator=g)
+        state = {"lengths": torch.tensor([5, 40, 60], device=dev), "root": root.clone(),
+                 "out": torch.full((B, S), -1, device=dev), "n_out": torch.tensor([0, 3, 10], device=dev),
+                 "done": torch.tensor([False, False, True], device=dev), "hit_eos": torch.zeros(B, dtype=torch.bool, device=dev),
+                 "limit": torch.tensor([64, 5, 64], device=dev)}
+        return logits, cache, state
+
+    def reference(logits, cache, state):
+        acc = greedy_accept(tree, logits)
+        steps = torch.arange(acc.path.shape[1], device=dev)
+        base = state["lengths"][:, None]
+        cache.copy_slots(base + torch.where(acc.path >= 0, acc.path, steps), base + steps)
+        return (acc.accept_len, acc.path, acc.tokens, acc.bonus,
+                *emit_and_advance(state, acc.tokens, acc.accept_len, acc.bonus, eos))
+
+    def fused(logits, cache, state):
+        assert cycle_ops.applies(logits)
+        pred = logits.argmax(-1)
+        acc = cycle_ops.greedy_commit(tree, pred, state["lengths"], cache.k, cache.v, compact=True)
+        return (*acc, *emit_and_advance(state, acc[2], acc[0], acc[3], eos))
+
+    def same(a, b):
+        (ra, ca, sa), (rb, cb, sb) = a, b
+        assert all(torch.equal(x, y) for x, y in zip(ra, rb))
+        assert torch.equal(ca.k, cb.k) and torch.equal(ca.v, cb.v)
+        assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+    compiled = torch.compile(fused, fullgraph=True, dynamic=False)
+    ref_in, got_in = inputs(1), inputs(1)
+    want = reference(*ref_in)
+    assert int(want[0].max()) >= 4, "the test's tree should accept deep paths"
+    same((want, *ref_in[1:]), (compiled(*got_in), *got_in[1:]))
+
+    static = inputs(1)
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        compiled(*static)  # warm-up outside the capture
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = compiled(*static)
+    nxt = inputs(2)
+    static[0].copy_(nxt[0])
+    static[1].k.copy_(nxt[1].k)
+    static[1].v.copy_(nxt[1].v)
+    for k in static[2]:
+        static[2][k].copy_(nxt[2][k])
+    graph.replay()
+    torch.cuda.synchronize()
+    same((reference(*nxt), *nxt[1:]), (out, *static[1:]))
