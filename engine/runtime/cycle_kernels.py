@@ -15,6 +15,8 @@ import torch
 import triton
 import triton.language as tl
 
+CHUNK = 256  # vocabulary entries per program of a draft step's first pass (tree.TOP_K_CHUNK)
+
 
 @triton.jit
 def greedy_commit_kernel(pred_ptr, tok_ptr, par_ptr, dep_ptr, mask_ptr, len_ptr,
@@ -106,6 +108,85 @@ def emit_advance_kernel(tok_ptr, count_ptr, new_root_ptr, eos_ptr, out_ptr, n_ou
         tl.store(root_ptr + b * s_root, tl.load(new_root_ptr + b))
 
 
+FLOOR = -3.4028234663852886e38  # float32's lowest: the rank key of a NaN or -inf entry (tree._top_k_fused's)
+
+
+@triton.jit
+def expand_blocks_kernel(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, V, C, s_x_row,
+                         CHUNK: tl.constexpr, K: tl.constexpr, KP: tl.constexpr):
+    """Program (row, c): the best K entries of block c (CHUNK entries) of the drafter's logits row, in K rounds of a
+    max (ties to the lower index), their rank keys and indices; the block's max key and sum of exp(key - max)."""
+    row, c = tl.program_id(0), tl.program_id(1)
+    j = c * CHUNK + tl.arange(0, CHUNK)
+    x = tl.load(x_ptr + row * s_x_row + j, mask=j < V, other=0.0).to(tl.float32)
+    key = tl.where((x != x) | (x == float("-inf")), FLOOR, x)
+    key = tl.where(j < V, key, float("-inf"))  # padding past the vocabulary: below every entry
+    peak = tl.max(key, axis=0)
+    mass = tl.sum(tl.exp(key - peak), axis=0)
+    r = tl.arange(0, KP)
+    vals = tl.full((KP,), float("-inf"), tl.float32)
+    idxs = tl.zeros((KP,), tl.int32)
+    for t in tl.static_range(K):
+        best = tl.max(key, axis=0)
+        at = tl.min(tl.where(key == best, j, 2147483647), axis=0)
+        vals = tl.where(r == t, best, vals)
+        idxs = tl.where(r == t, at, idxs)
+        key = tl.where(j == at, float("-inf"), key)
+    out = (row * C + c) * K + r
+    tl.store(val_ptr + out, vals, mask=r < K)
+    tl.store(idx_ptr + out, idxs, mask=r < K)
+    tl.store(peak_ptr + row * C + c, peak)
+    tl.store(mass_ptr + row * C + c, mass)
+
+
+@triton.jit
+def expand_select_kernel(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, score_ptr, tok_ptr, cand_ptr, sel_ptr,
+                         F, C, s_x_b, s_x_f, s_score_b, s_score_f,
+                         K: tl.constexpr, FP: tl.constexpr, KP: tl.constexpr, CP: tl.constexpr, CKP: tl.constexpr):
+    """Program b: for each of the F frontier rows, the best K of its blocks' candidates (K rounds, ties to the first
+    candidate: the lower index), their log-probabilities (less the row's log-sum-exp from the blocks' maxima and
+    sums) added to the frontier node's score: F * K candidates; then the K best candidates (ranks counted, ties to
+    the lower candidate)."""
+    b = tl.program_id(0)
+    f = tl.arange(0, FP)[:, None]  # [FP, 1]
+    q = tl.arange(0, CKP)[None, :]  # [1, CKP]: candidate c * K + t of the blocks
+    rows = b * F + f
+    real = (f < F) & (q < C * K)
+    cand = tl.load(val_ptr + rows * (C * K) + q, mask=real, other=float("-inf"))
+    cand_idx = tl.load(idx_ptr + rows * (C * K) + q, mask=real, other=0)
+    r = tl.arange(0, KP)[None, :]  # [1, KP]
+    picks = tl.zeros((FP, KP), tl.int32)
+    for t in tl.static_range(K):
+        best = tl.max(cand, axis=1)[:, None]  # [FP, 1]
+        at = tl.min(tl.where(cand == best, q, 2147483647), axis=1)[:, None]
+        picks = tl.where(r == t, tl.sum(tl.where(q == at, cand_idx, 0), axis=1)[:, None], picks)
+        cand = tl.where(q == at, float("-inf"), cand)
+    c = tl.arange(0, CP)[None, :]
+    peak = tl.load(peak_ptr + rows * C + c, mask=(f < F) & (c < C), other=float("-inf"))
+    mass = tl.load(mass_ptr + rows * C + c, mask=(f < F) & (c < C), other=0.0)
+    top = tl.max(peak, axis=1)[:, None]  # [FP, 1]
+    lse = top + tl.log(tl.sum(tl.where(c < C, mass * tl.exp(peak - top), 0.0), axis=1)[:, None])
+    valid = (f < F) & (r < K)  # [FP, KP]
+    x = tl.load(x_ptr + b * s_x_b + f * s_x_f + picks, mask=valid, other=0.0).to(tl.float32)
+    logp = tl.where(x != x, float("-inf"), x) - lse
+    logp = tl.where(logp != logp, float("-inf"), tl.minimum(logp, 0.0))  # log p <= 0; -inf less -inf: -inf
+    score = tl.load(score_ptr + b * s_score_b + f * s_score_f, mask=f < F, other=0.0) + logp  # [FP, KP]
+    flat = f * K + r  # the candidate's index, frontier-major
+    tl.store(tok_ptr + b * F * K + flat, picks.to(tl.int64), mask=valid)
+    tl.store(cand_ptr + b * F * K + flat, score, mask=valid)
+    # the K best candidates, best first: candidate j ranks before i when it scores higher, or the same and j < i
+    s_i = tl.reshape(score, (FP * KP,))
+    ok = tl.reshape(valid, (FP * KP,))
+    pos = tl.arange(0, FP * KP)  # [M]: padded positions keep the candidates' order
+    s_j = s_i[None, :]
+    before = ok[None, :] & ((ok == 0)[:, None] | (s_j > s_i[:, None]) | ((s_j == s_i[:, None]) & (pos[None, :] < pos[:, None])))
+    rank = tl.sum(before.to(tl.int32), axis=1)  # [M]
+    index = (pos // KP) * K + pos % KP
+    t = tl.arange(0, KP)
+    chosen = tl.sum(tl.where((rank[None, :] == t[:, None]) & ok[None, :], index[None, :], 0), axis=1)
+    tl.store(sel_ptr + b * K + t, chosen.to(tl.int64), mask=t < K)
+
+
 def _pow2(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
 
@@ -145,6 +226,29 @@ def emit_advance(tokens: torch.Tensor, count: torch.Tensor | None, new_root: tor
     return emitted, active
 
 
+def tree_expand(scores: torch.Tensor, logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """See ``cycle_ops.tree_expand``: blocks of ``CHUNK`` entries per program, then one program per batch row."""
+    B, F, V = logits.shape
+    chunk = min(CHUNK, _pow2(V))
+    C = triton.cdiv(V, chunk)
+    rows = logits.reshape(B * F, V).contiguous()  # a view of the drafter's logits (they are contiguous)
+    dev = logits.device
+    vals = torch.empty(B * F, C, topk, dtype=torch.float32, device=dev)
+    idxs = torch.empty(B * F, C, topk, dtype=torch.int32, device=dev)
+    peak = torch.empty(B * F, C, dtype=torch.float32, device=dev)
+    mass = torch.empty(B * F, C, dtype=torch.float32, device=dev)
+    expand_blocks_kernel[(B * F, C)](rows, vals, idxs, peak, mass, V, C, rows.stride(0),
+                                     CHUNK=chunk, K=topk, KP=_pow2(topk), num_warps=4)
+    tokens = torch.empty(B, F * topk, dtype=torch.long, device=dev)
+    cand = torch.empty(B, F * topk, dtype=torch.float32, device=dev)
+    selected = torch.empty(B, topk, dtype=torch.long, device=dev)
+    sc = scores.float()
+    expand_select_kernel[(B,)](rows, vals, idxs, peak, mass, sc, tokens, cand, selected, F, C, F * rows.stride(0), rows.stride(0),
+                               *sc.stride(), K=topk, FP=_pow2(F), KP=_pow2(topk), CP=_pow2(C),
+                               CKP=_pow2(C * topk), num_warps=4)
+    return tokens, cand, selected
+
+
 def _commit_shapes(pred, tokens, parents, depth, mask, lengths, k, v, max_depth, compact):
     """What torch.compile traces with: the outputs' shapes and dtypes, no kernel."""
     B = tokens.shape[0]
@@ -156,6 +260,12 @@ def _advance_shapes(tokens, count, new_root, eos, out, n_out, done, hit_eos, lim
     return n_out.new_empty(tokens.shape[0]), done.new_empty(tokens.shape[0])
 
 
+def _expand_shapes(scores, logits, topk):
+    B, F, _ = logits.shape
+    return (scores.new_empty(B, F * topk, dtype=torch.long), scores.new_empty(B, F * topk, dtype=torch.float32),
+            scores.new_empty(B, topk, dtype=torch.long))
+
+
 def register():
     """The two ops, each an opaque custom op with a shape-only (fake) implementation and its in-place writes
     declared (the caches; the loop state), so torch.compile(fullgraph) keeps each as one call in its graph, writing
@@ -165,4 +275,6 @@ def register():
     advance = torch.library.custom_op("eaglelab::emit_advance", emit_advance,
                                       mutates_args=("out", "n_out", "done", "hit_eos", "lengths", "root"))
     advance.register_fake(_advance_shapes)
-    return commit, advance
+    expand = torch.library.custom_op("eaglelab::tree_expand", tree_expand, mutates_args=())
+    expand.register_fake(_expand_shapes)
+    return commit, advance, expand

@@ -16,9 +16,12 @@ use only (``cycle_kernels.py``); where it cannot be, the reference runs.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 
-from eaglelab.engine.runtime.tree import DraftTree
+if TYPE_CHECKING:  # tree.py takes this module's expansion: no import back at run time
+    from eaglelab.engine.runtime.tree import DraftTree
 
 
 def applies(x: torch.Tensor) -> bool:
@@ -46,7 +49,7 @@ def load() -> bool:
     return True
 
 
-def greedy_commit(tree: DraftTree, pred: torch.Tensor, lengths: torch.Tensor, k: torch.Tensor,
+def greedy_commit(tree: "DraftTree", pred: torch.Tensor, lengths: torch.Tensor, k: torch.Tensor,
                   v: torch.Tensor | None, compact: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Greedy acceptance of ``tree`` against the target's picks ``pred [B, N]`` (its next token after each node), as
     ``acceptance.greedy_accept``: -> (accept_len [B], path [B, D+1], committed tokens [B, D+1], bonus [B]). With
@@ -61,3 +64,11 @@ def emit_advance(state: dict[str, torch.Tensor], toks: torch.Tensor, count: torc
     path's -1 padding, never emitted). -> (emitted [B], active [B])."""
     return torch.ops.eaglelab.emit_advance(toks, count, root, eos, state["out"], state["n_out"], state["done"], state["hit_eos"],
                    state["limit"], state["lengths"], state["root"])
+
+
+def tree_expand(scores: torch.Tensor, logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A draft step's expansion (``tree.expand_step``) in two kernels: the drafter's ``logits [B, F, V]`` ranked in
+    blocks of 256 entries, then per batch row each frontier node's ``topk`` most likely tokens, their cumulative
+    scores (``scores [B, F]`` plus the log-probability) and the ``topk`` best of those F * topk candidates.
+    -> (tokens [B, F*topk] (drafter ids), scores [B, F*topk] float32, selected [B, topk])."""
+    return torch.ops.eaglelab.tree_expand(scores, logits, topk)

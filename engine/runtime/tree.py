@@ -36,6 +36,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from eaglelab.engine.runtime import cycle_ops
+
 
 @dataclass(frozen=True)
 class DraftTree:
@@ -272,14 +274,17 @@ class Expansion:
 def expand_step(scores: Tensor, logits: Tensor, topk: int) -> Expansion:
     """Expand a frontier with cumulative ``scores [B, F]`` given the drafter's ``logits [B, F, V]`` (or log-probs)."""
     batch, width, _ = logits.shape
+    slot = torch.arange(width, device=logits.device).repeat_interleave(topk).expand(batch, width * topk)  # [B, F*K]
+    if cycle_ops.applies(logits):  # compiled on CUDA: two kernels (the rest of this function in one pass)
+        tokens, cand_scores, selected = cycle_ops.tree_expand(scores, logits, topk)
+        return Expansion(tokens=tokens, scores=cand_scores, parent_slot=slot, selected=selected)
     vals, idx = top_k_log_softmax(logits, topk)  # [B, F, K]
     vals = torch.where(torch.isnan(vals), float("-inf"), vals.clamp(max=0.0))  # log p <= 0
     cand_scores = (scores.float()[:, :, None] + vals).reshape(batch, width * topk)  # [B, F*K]
-    slot = torch.arange(width, device=logits.device).repeat_interleave(topk)  # [F*K]
     return Expansion(
         tokens=idx.reshape(batch, width * topk),
         scores=cand_scores,
-        parent_slot=slot.expand(batch, width * topk),
+        parent_slot=slot,
         selected=order_desc(cand_scores, topk),
     )
 

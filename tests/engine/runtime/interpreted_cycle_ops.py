@@ -22,9 +22,11 @@ from eaglelab.engine.runtime import cycle_ops
 from eaglelab.engine.runtime.acceptance import greedy_accept
 from eaglelab.engine.runtime.generate import emit_and_advance
 from eaglelab.engine.runtime.kv_cache import KVCache
-from eaglelab.engine.runtime.tree import chain_tree, make_tree
+from eaglelab.engine.runtime.tree import chain_tree, expand_step, make_tree
 
-SEEN = {"commit": 0, "moved": 0, "chain": 0, "no_v": 0, "advance": 0, "eos_hit": 0, "budget_hit": 0}
+CASES = int(sys.argv[1]) if sys.argv[1:2] and sys.argv[1].isdigit() else 40  # hypothesis cases per op
+SEEN = {"commit": 0, "moved": 0, "chain": 0, "no_v": 0, "advance": 0, "eos_hit": 0, "budget_hit": 0, "expand": 0,
+        "blocks": 0, "ties": 0, "nan": 0}
 
 
 @st.composite
@@ -41,7 +43,7 @@ def commit_cases(draw):
     return chain, parents, tokens, pred, L, H, D, S, lengths, draw(st.booleans()), draw(st.integers(0, 2**16))
 
 
-@settings(max_examples=int(sys.argv[1]) if len(sys.argv) > 1 else 40, deadline=None,
+@settings(max_examples=CASES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(commit_cases())
 def check_commit(case) -> None:
@@ -91,7 +93,7 @@ def advance_cases(draw):
     return S, eos, rows, draw(st.booleans())
 
 
-@settings(max_examples=int(sys.argv[1]) if len(sys.argv) > 1 else 40, deadline=None,
+@settings(max_examples=CASES, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(advance_cases())
 def check_advance(case) -> None:
@@ -121,6 +123,42 @@ def check_advance(case) -> None:
     SEEN["advance"] += 1
     SEEN["eos_hit"] += int(bool((ref["hit_eos"] & ~state["done"].new_tensor([r[4] for r in rows])).any()))
     SEEN["budget_hit"] += int(bool((ref["n_out"] >= ref["limit"]).any()))
+
+
+@st.composite
+def expand_cases(draw):
+    topk = draw(st.integers(1, 6))
+    V = draw(st.sampled_from([topk, 7, 100, 256, 300, 777, 1100]))
+    V = max(V, topk)
+    ties = draw(st.booleans())  # small integer logits: many equal entries, ties broken by index
+    # ties within a frontier node's row only: across rows, equal log-probabilities come from sums in another order
+    B, F = draw(st.integers(1, 3)), 1 if ties else draw(st.sampled_from([1, topk]))
+    poison = draw(st.booleans())  # a few NaN and -inf logits
+    return topk, V, B, F, ties, poison, draw(st.sampled_from([torch.float32, torch.bfloat16])), draw(st.integers(0, 2**16))
+
+
+@settings(max_examples=CASES, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(expand_cases())
+def check_expand(case) -> None:
+    topk, V, B, F, ties, poison, dtype, seed = case
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randint(0, 3, (B, F, V), generator=gen).float() if ties else torch.randn(B, F, V, generator=gen) * 3
+    if poison:
+        logits.view(-1)[torch.randint(0, B * F * V, (max(B * F * V // 50, 1),), generator=gen)] = float("nan")
+        logits.view(-1)[torch.randint(0, B * F * V, (max(B * F * V // 50, 1),), generator=gen)] = float("-inf")
+    logits = logits.to(dtype)
+    scores = -torch.rand(B, F, generator=gen) * 4
+    want = expand_step(scores, logits, topk)  # eager: the reference
+    tokens, cand, selected = cycle_ops.tree_expand(scores, logits, topk)
+    torch.testing.assert_close(cand, want.scores, rtol=1e-5, atol=1e-5, msg=lambda m: f"{m} {case}")
+    real = torch.isfinite(want.scores)  # -inf candidates (a row of fewer live entries than topk) have no order
+    assert torch.equal(tokens[real], want.tokens[real]), (tokens, want.tokens, case)
+    assert torch.equal(selected, want.selected) or not real.all(), (selected, want.selected, case)
+    SEEN["expand"] += 1
+    SEEN["blocks"] += int(V > 256)
+    SEEN["ties"] += int(ties)
+    SEEN["nan"] += int(poison)
 
 
 def check_compiled_in_place() -> None:
@@ -157,9 +195,51 @@ def check_compiled_in_place() -> None:
     SEEN["compiled"] = 1
 
 
+def check_engine() -> None:
+    """EAGLE-3 greedy speculation on a tiny random model, every phase compiled as one graph a cycle, the three ops
+    taken as on CUDA (here by the CPU's compiled phases, the kernels interpreted) == plain greedy eager decoding."""
+    import tempfile
+
+    from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
+    from eaglelab.engine.runtime.compile import compile_report, compiled_kernels
+    from eaglelab.engine.runtime.drafters import Eagle3Proposer
+    from eaglelab.engine.runtime.generate import Engine
+    from eaglelab.engine.runtime.runner import EagerRunner
+    from eaglelab.engine.runtime.spec_config import SpecConfig
+    from tests.engine.runtime.test_cuda_graphs import EmulatedRunner
+
+    traced = {"greedy_commit": 0, "emit_advance": 0, "tree_expand": 0}
+    for name in traced:
+        def counted(*args, _name=name, _fn=getattr(cycle_ops, name), **kwargs):
+            traced[_name] += 1
+            return _fn(*args, **kwargs)
+        setattr(cycle_ops, name, counted)
+    cycle_ops.applies = lambda x: torch.compiler.is_compiling()  # the CPU's compiled phases as CUDA's
+    prompts = [[5, 9, 33, 7, 5, 9, 33], [100, 2, 3]]
+    model = build_scale_model("tiny", seed=3).model
+    net, taps = random_eagle3(model, seed=5, draft_vocab=300)  # two blocks of the expansion's first pass
+    spec = SpecConfig("eagle3", num_steps=3, topk=3, num_draft_tokens=8, cuda_graphs=True, compile=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        kernels = compiled_kernels(tmp)
+        runner = EmulatedRunner.for_engine(model, spec, Eagle3Proposer(net, spec, taps), max_len=64, buckets=(2,),
+                                           kernels=kernels)
+        eng = Engine(model, drafter=Eagle3Proposer(net, spec, taps), spec=spec, runner=runner)
+        out = eng.generate(prompts, 12)
+        assert compile_report(kernels)[1] == []
+    plain = Engine(model, spec=SpecConfig(), runner=EagerRunner(model)).generate(prompts, 12)
+    assert out.tokens == plain.tokens, (out.tokens, plain.tokens)
+    assert all(traced.values()), traced
+    SEEN["engine"] = 1
+
+
 if __name__ == "__main__":
     assert cycle_ops.load(), "Triton did not load"
+    if sys.argv[1:] == ["engine"]:
+        check_engine()
+        print(" ".join(f"{k} {v}" for k, v in SEEN.items() if v))
+        sys.exit(0)
     check_commit()
     check_advance()
+    check_expand()
     check_compiled_in_place()
     print(" ".join(f"{k} {v}" for k, v in SEEN.items()))

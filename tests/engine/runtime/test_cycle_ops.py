@@ -16,7 +16,7 @@ from eaglelab.engine.runtime import cycle_ops
 from eaglelab.engine.runtime.acceptance import greedy_accept
 from eaglelab.engine.runtime.generate import emit_and_advance
 from eaglelab.engine.runtime.kv_cache import KVCache
-from eaglelab.engine.runtime.tree import TreeBuilder
+from eaglelab.engine.runtime.tree import TreeBuilder, expand_step
 from tests.conftest import has_triton
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -31,15 +31,27 @@ def test_eager_and_cpu_phases_keep_the_reference():
 
 @pytest.mark.skipif(not has_triton(), reason="Triton not installed (it ships with CUDA builds of torch)")
 def test_kernels_match_the_reference_under_the_triton_interpreter():
-    """tests/engine/runtime/interpreted_cycle_ops.py: 60 hypothesis cases a kernel (trees and chains, caches with and
-    without V, rows done, budgets and EOS ids met), then both ops in one compiled function, writing in place."""
+    """tests/engine/runtime/interpreted_cycle_ops.py: 60 hypothesis cases an op (trees and chains, caches with and
+    without V, rows done, budgets and EOS ids met; draft steps over vocabularies of one block and several, tied,
+    NaN and -inf logits), then the two writing ops in one compiled function, writing in place."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "tests.engine.runtime.interpreted_cycle_ops", "60"], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     counts = dict(zip(done.stdout.split()[::2], map(int, done.stdout.split()[1::2])))
-    assert counts["commit"] == counts["advance"] == 60 and counts["compiled"] == 1, counts
-    assert min(counts["moved"], counts["chain"], counts["no_v"], counts["eos_hit"], counts["budget_hit"]) >= 5, counts
+    assert counts["commit"] == counts["advance"] == counts["expand"] == 60 and counts["compiled"] == 1, counts
+    assert min(counts[k] for k in ("moved", "chain", "no_v", "eos_hit", "budget_hit", "blocks", "ties", "nan")) >= 5, counts
+
+
+@pytest.mark.skipif(not has_triton(), reason="Triton not installed (it ships with CUDA builds of torch)")
+def test_compiled_speculation_with_the_kernels_gives_plain_greedy_tokens_under_the_interpreter():
+    """The engine's compiled one-graph cycle taking the three ops as on CUDA (the CPU's compiled phases standing in,
+    the kernels interpreted): EAGLE-3 greedy speculation == plain greedy eager decoding, each op traced."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-m", "tests.engine.runtime.interpreted_cycle_ops", "engine"], env=env,
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert done.stdout.split()[-2:] == ["engine", "1"], done.stdout[-500:]
 
 
 @pytest.mark.gpu
@@ -116,3 +128,40 @@ def test_kernels_compiled_and_captured_on_cuda_match_the_reference():
     graph.replay()
     torch.cuda.synchronize()
     same((reference(*nxt), *nxt[1:]), (out, *static[1:]))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_tree_expansion_compiled_and_captured_on_cuda_matches_the_eager_step():
+    """A draft step of the shipped drafter's shape (4 frontier nodes, 12,288-entry draft vocabulary, bf16 logits):
+    the compiled step (the two kernels) against the eager one, and a CUDA graph of it over new logits."""
+    dev = torch.device("cuda")
+    assert cycle_ops.load()
+    gen = torch.Generator(device=dev).manual_seed(0)
+    scores = -torch.rand(2, 4, device=dev, generator=gen)
+    logits = (torch.randn(2, 4, 12288, device=dev, generator=gen) * 4).bfloat16()
+
+    def step(s, x):
+        e = expand_step(s, x, 4)
+        return e.tokens, e.scores, e.selected
+
+    def same(got, want):
+        assert torch.equal(got[0], want[0]) and torch.equal(got[2], want[2])
+        torch.testing.assert_close(got[1], want[1], rtol=1e-5, atol=1e-5)
+
+    compiled = torch.compile(step, fullgraph=True, dynamic=False)
+    same(compiled(scores, logits), step(scores, logits))
+    static = logits.clone()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        compiled(scores, static)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        out = compiled(scores, static)
+    fresh = (torch.randn(2, 4, 12288, device=dev, generator=gen) * 4).bfloat16()
+    static.copy_(fresh)
+    graph.replay()
+    torch.cuda.synchronize()
+    same(out, step(scores, fresh))
