@@ -5,10 +5,19 @@
 #   - A (no GGUF): the GEMV alone on SmolLM2's shapes at 1, 4, 24 rows (the 17-64-row dot with 256-512-wide K steps,
 #     untimed so far); the 5/4/24 cycle profiled kernel by kernel on SmolLM2's shape (random weights), with the
 #     greedy pick ranked in blocks when compiled (`tree.greedy_token`, unmeasured); the GPU tests of the loop.
-#   - B, C: see below (written after A).
+#   - B (after A's profile: the cycle's bookkeeping, 15 kernels and 38 us replayed, and each draft step's top-k,
+#     log-softmax and selection, ~6 kernels, became three Triton ops in compiled phases: `engine/runtime/cycle_ops.py`):
+#     the GGUF's part 1 parked; the GPU tests of the ops and of compiled phases in graphs; the 5/4/24 profile again
+#     (against A: accept 9 + advance 6 kernels, 38 us; draft 120 kernels, 260 us).
+#   - C (right after B): join; the 24-prompt bench at 5/4/24 (against 1.95x, h200_2026-12-01k); `run --compare` on
+#     question 81 (against 2.24x).
 #
 #   call A  carry .carry/assets .whl                             STAGE=A
-STAGE=${STAGE:?set STAGE=A}
+#   call B  carry .carry/m1 .carry/assets .whl                   STAGE=B
+#   call C  carry .carry/m2 .carry/shipped .carry/assets .whl    STAGE=C
+# The GGUF's parts: `xz -6` of it split at 58,000,000 bytes; the shipped drafter and docs/tp2_smollm2_h200x2.jsonl
+# moved out of the tree for B and C (64 MiB).
+STAGE=${STAGE:?set STAGE=A, B or C}
 source "$(dirname "$0")/device_stage.sh"
 
 stage_a() {
@@ -20,5 +29,20 @@ stage_a() {
   spec_profile 5 4 24
 }
 
-export STAGE_S=${STAGE_S:-330}; watchdog "$0"
-run_stage A
+stage_b() {
+  record_gpu
+  park_part1
+  TAIL=8 run gpu_tests $(( $(left) - 200 )) python3 -m pytest -q -m gpu -p no:cacheprovider \
+    tests/engine/runtime/test_cycle_ops.py tests/engine/runtime/test_compile.py tests/engine/runtime/test_loop.py \
+    tests/engine/runtime/test_one_graph_cycle.py tests/engine/runtime/test_acceptance.py tests/engine/runtime/test_tree.py
+  spec_profile 5 4 24
+}
+
+stage_c() {
+  join_gguf
+  fair_cp p24_5-4-24_cp 420 5 4 24
+  compare_run run_compare_q81 $(left) "$Q81"
+}
+
+export STAGE_S=${STAGE_S:-$([ "$STAGE" = C ] && echo 585 || echo 400)}; watchdog "$0"
+run_stage A B C

@@ -73,8 +73,9 @@ def test_kernels_compiled_and_captured_on_cuda_match_the_reference():
     def inputs(seed):
         g = torch.Generator(device=dev).manual_seed(seed)
         logits = torch.randn(B, 24, V, device=dev, generator=g)
-        parent_pick = tree.tokens.gather(1, torch.where(tree.parents >= 0, tree.parents, 0))
-        logits.scatter_(2, parent_pick[..., None], 9.0)  # the target picks most drafted tokens: deep paths
+        for b, (toks, pars) in enumerate(zip(tree.tokens.tolist(), tree.parents.tolist())):
+            for tok, par in zip(toks[1:], pars[1:]):
+                logits[b, par, tok] = 9.0  # after each node the target picks one of its drafted children: deep paths
         cache = KVCache(4, B, 3, S, 64, dtype=torch.bfloat16, device=dev)
         cache.k.normal_(generator=g)
         cache.v.normal_(generator=g)
