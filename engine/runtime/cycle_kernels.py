@@ -108,7 +108,7 @@ def emit_advance_kernel(tok_ptr, count_ptr, new_root_ptr, eos_ptr, out_ptr, n_ou
         tl.store(root_ptr + b * s_root, tl.load(new_root_ptr + b))
 
 
-FLOOR = -3.4028234663852886e38  # float32's lowest: the rank key of a NaN or -inf entry (tree._top_k_fused's)
+FLOOR = tl.constexpr(-3.4028234663852886e38)  # float32's lowest: the rank key of a NaN or -inf entry (tree._top_k_fused's)
 
 
 @triton.jit

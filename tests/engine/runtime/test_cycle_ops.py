@@ -44,6 +44,41 @@ def test_kernels_match_the_reference_under_the_triton_interpreter():
 
 
 @pytest.mark.skipif(not has_triton(), reason="Triton not installed (it ships with CUDA builds of torch)")
+def test_kernels_compile_for_hopper():
+    """Each kernel through Triton's compiler for sm_90, no GPU needed (the interpreter runs code the compiler rejects:
+    a global of a plain float compiled nowhere), at the shapes of the shipped 5/4/24 tree and a 3-wide one."""
+    import inspect
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    from eaglelab.engine.runtime import cycle_kernels as K
+
+    def compile_(fn, types: dict[str, str], const: dict, warps: int = 4) -> None:
+        names = list(inspect.signature(fn.fn).parameters)
+        sig = {n: "constexpr" if n in const else types.get(n, "i32") for n in names}
+        src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()})
+        assert triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}).asm["ptx"]
+
+    long = {n: "*i64" for n in ("pred_ptr", "tok_ptr", "par_ptr", "dep_ptr", "len_ptr", "acc_len_ptr", "path_ptr",
+                                "out_tok_ptr", "bonus_ptr", "count_ptr", "new_root_ptr", "eos_ptr", "out_ptr", "n_out_ptr",
+                                "limit_ptr", "root_ptr", "emitted_ptr", "cand_ptr", "sel_ptr")}
+    flags = {n: "*i1" for n in ("mask_ptr", "done_ptr", "hit_ptr", "active_ptr")}
+    floats = {"x_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "val_ptr": "*fp32", "idx_ptr": "*i32",
+              "peak_ptr": "*fp32", "mass_ptr": "*fp32", "score_ptr": "*fp32"}
+    types = long | flags | floats
+    for compact, has_v in ((True, True), (True, False), (False, True)):
+        compile_(K.greedy_commit_kernel, types, {"NP": 32, "DP": 8, "HP": 4, "HDP": 64, "COMPACT": compact, "HAS_V": has_v})
+    for kp, ep, counted in ((8, 2, True), (1, 1, False)):
+        compile_(K.emit_advance_kernel, types, {"KP": kp, "EP": ep, "HAS_COUNT": counted}, warps=1)
+    for k, kp in ((4, 4), (3, 4)):
+        compile_(K.expand_blocks_kernel, types, {"CHUNK": 256, "K": k, "KP": kp})
+        for fp in (1, 4):
+            compile_(K.expand_select_kernel, types, {"K": k, "FP": fp, "KP": kp, "CP": 64, "CKP": 256})
+
+
+@pytest.mark.skipif(not has_triton(), reason="Triton not installed (it ships with CUDA builds of torch)")
 def test_compiled_speculation_with_the_kernels_gives_plain_greedy_tokens_under_the_interpreter():
     """The engine's compiled one-graph cycle taking the three ops as on CUDA (the CPU's compiled phases standing in,
     the kernels interpreted): EAGLE-3 greedy speculation == plain greedy eager decoding, each op traced."""
