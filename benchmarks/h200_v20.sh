@@ -56,5 +56,10 @@ stage_c() {
   compare_run run_compare_q81 $(left) "$Q81"
 }
 
+# D (right after C, on the warm machine): the 5/4/24 profile with the three ops compiled in (against A).
+stage_d() {
+  spec_profile 5 4 24
+}
+
 export STAGE_S=${STAGE_S:-$([ "$STAGE" = C ] && echo 585 || echo 400)}; watchdog "$0"
-run_stage A B B2 C
+run_stage A B B2 C D
