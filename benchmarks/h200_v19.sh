@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The next GPU batch (planned 2026-12-01, tenth session; NOT YET RUN) on ONE H200 (device kind nvidia-h200), for #12.
+# A GPU batch planned 2026-12-01 in the tenth session and never run: h200_v20.sh took its place (its calls A and B) on ONE H200 (device kind nvidia-h200), for #12.
 # The tenth session measured 1.95x over 24 MT-bench prompts (5/4/24, the prompt compiled; h200_2026-12-01k): verify
 # 0.956, draft 0.262, extend 0.057 ms against a 0.807 ms decode. Landed after its last call, unmeasured there: the
 # greedy pick (a verify's 24 rows and a decode's one over SmolLM2's 49,152 logits) ranked in blocks when compiled

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU batch of 2026-12-01's eleventh session on ONE H200 (device kind nvidia-h200), for #12. Replaces h200_v19.sh
 # (never run): its B (the 24-prompt bench of the tenth session's last engine) is folded into this batch's last call,
-# which measures whatever this session lands on top.
+# which measures whatever this session lands on top. Ran: A, B (its draft kernel did not compile), B2, C, D; output and
+# figures in benchmarks/results/h200_2026-12-01l/ (2.00x over 24 prompts at 5/4/24).
 #   - A (no GGUF): the GEMV alone on SmolLM2's shapes at 1, 4, 24 rows (the 17-64-row dot with 256-512-wide K steps,
 #     untimed so far); the 5/4/24 cycle profiled kernel by kernel on SmolLM2's shape (random weights), with the
 #     greedy pick ranked in blocks when compiled (`tree.greedy_token`, unmeasured); the GPU tests of the loop.
