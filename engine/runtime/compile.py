@@ -27,6 +27,7 @@ from typing import Any, Callable
 import torch
 
 from eaglelab.engine.model.layers import Kernels, rms_norm, rotary_qk, swiglu
+from eaglelab.engine.runtime import cycle_ops
 
 # Every (phase, bucket) compiles the same phase function (one code object) with other shapes and
 # other captured state: more entries than dynamo's default limit of 8, which would run eagerly.
@@ -91,6 +92,9 @@ class CompiledOrEager:
         self.compile_seconds += time.perf_counter() - t0
         self._ready = True
         self.log(f"  compiled {self.name} in {self.compile_seconds:.1f} s")
+        missing = cycle_ops.untold_reason()
+        if missing is not None:  # on CUDA: compiled phases do the cycle's bookkeeping without its kernels (slower)
+            self.log(f"  {missing}: compiled phases run the reference bookkeeping instead")
         return out
 
 

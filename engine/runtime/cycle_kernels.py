@@ -1,12 +1,15 @@
-"""The Triton kernels behind ``torch.ops.eaglelab.greedy_commit`` and ``torch.ops.eaglelab.emit_advance`` (see
-``cycle_ops.py``, which imports this module only when a compiled phase on CUDA asks for them: importing it imports
-Triton).
+"""The Triton kernels behind ``torch.ops.eaglelab.greedy_commit``, ``emit_advance`` and ``tree_expand`` (see
+``cycle_ops.py``, which imports this module only in :func:`cycle_ops.load`: importing it imports Triton).
 
 ``greedy_commit_kernel``: program (b, layer) walks row b's draft tree against the target's greedy picks (every
 program of the row the same walk: 24 nodes cost less than a launch), and moves that layer's K/V of the accepted path
 onto consecutive slots; the layer-0 program also stores the acceptance (length, path, committed tokens, bonus).
 ``emit_advance_kernel``: program b emits row b's committed tokens up to EOS and its budget and moves its length and
 root, as ``generate.emit_and_advance`` does in ~10 operations.
+``expand_blocks_kernel`` then ``expand_select_kernel``: a draft step's expansion (``tree.expand_step``), the
+drafter's logits ranked in blocks of :data:`CHUNK` entries (each block's best k, max and sum of exponentials, as
+``tree._top_k_fused`` does), then per batch row each frontier node's best k, their log-probabilities and cumulative
+scores, and the k best of those candidates (ties to the lower index throughout, as the reference).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-CHUNK = 256  # vocabulary entries per program of a draft step's first pass (tree.TOP_K_CHUNK)
+from eaglelab.engine.runtime.tree import TOP_K_CHUNK as CHUNK  # vocabulary entries a program of the first pass
 
 
 @triton.jit
@@ -108,7 +111,7 @@ def emit_advance_kernel(tok_ptr, count_ptr, new_root_ptr, eos_ptr, out_ptr, n_ou
         tl.store(root_ptr + b * s_root, tl.load(new_root_ptr + b))
 
 
-FLOOR = tl.constexpr(-3.4028234663852886e38)  # float32's lowest: the rank key of a NaN or -inf entry (tree._top_k_fused's)
+FLOOR = tl.constexpr(-3.4028234663852886e38)  # float32's lowest: a NaN or -inf entry's rank key, as tree._top_k_fused's
 
 
 @triton.jit
@@ -179,7 +182,8 @@ def expand_select_kernel(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, score_ptr,
     ok = tl.reshape(valid, (FP * KP,))
     pos = tl.arange(0, FP * KP)  # [M]: padded positions keep the candidates' order
     s_j = s_i[None, :]
-    before = ok[None, :] & ((ok == 0)[:, None] | (s_j > s_i[:, None]) | ((s_j == s_i[:, None]) & (pos[None, :] < pos[:, None])))
+    tie = (s_j == s_i[:, None]) & (pos[None, :] < pos[:, None])
+    before = ok[None, :] & ((ok == 0)[:, None] | (s_j > s_i[:, None]) | tie)
     rank = tl.sum(before.to(tl.int32), axis=1)  # [M]
     index = (pos // KP) * K + pos % KP
     t = tl.arange(0, KP)
@@ -226,7 +230,8 @@ def emit_advance(tokens: torch.Tensor, count: torch.Tensor | None, new_root: tor
     return emitted, active
 
 
-def tree_expand(scores: torch.Tensor, logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def tree_expand(scores: torch.Tensor, logits: torch.Tensor,
+                topk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # spelled out: the op's schema
     """See ``cycle_ops.tree_expand``: blocks of ``CHUNK`` entries per program, then one program per batch row."""
     B, F, V = logits.shape
     chunk = min(CHUNK, _pow2(V))
@@ -243,7 +248,8 @@ def tree_expand(scores: torch.Tensor, logits: torch.Tensor, topk: int) -> tuple[
     cand = torch.empty(B, F * topk, dtype=torch.float32, device=dev)
     selected = torch.empty(B, topk, dtype=torch.long, device=dev)
     sc = scores.float()
-    expand_select_kernel[(B,)](rows, vals, idxs, peak, mass, sc, tokens, cand, selected, F, C, F * rows.stride(0), rows.stride(0),
+    expand_select_kernel[(B,)](rows, vals, idxs, peak, mass, sc, tokens, cand, selected, F, C,
+                               F * rows.stride(0), rows.stride(0),
                                *sc.stride(), K=topk, FP=_pow2(F), KP=_pow2(topk), CP=_pow2(C),
                                CKP=_pow2(C * topk), num_warps=4)
     return tokens, cand, selected
@@ -267,9 +273,10 @@ def _expand_shapes(scores, logits, topk):
 
 
 def register():
-    """The two ops, each an opaque custom op with a shape-only (fake) implementation and its in-place writes
-    declared (the caches; the loop state), so torch.compile(fullgraph) keeps each as one call in its graph, writing
-    the buffers in place, and CUDA graphs capture its launch. Called once per process (``cycle_ops.load``)."""
+    """The three ops, each an opaque custom op with a shape-only (fake) implementation and its in-place writes
+    declared (the caches; the loop state; the expansion writes none), so torch.compile(fullgraph) keeps each as one
+    call in its graph, writing the buffers in place, and CUDA graphs capture its launches. Called once per process
+    (``cycle_ops.load``)."""
     commit = torch.library.custom_op("eaglelab::greedy_commit", greedy_commit, mutates_args=("k", "v"))
     commit.register_fake(_commit_shapes)
     advance = torch.library.custom_op("eaglelab::emit_advance", emit_advance,

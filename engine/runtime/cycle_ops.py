@@ -1,17 +1,18 @@
-"""A speculative cycle's bookkeeping as two kernels, for compiled phases on CUDA: greedy acceptance with its KV
-compaction (``greedy_commit``), and emitting the committed tokens with the move of lengths and roots
-(``emit_advance``).
+"""A speculative cycle's small integer work as Triton kernels, for compiled phases on CUDA: greedy acceptance with
+its KV compaction (``greedy_commit``), emitting the committed tokens with the move of lengths and roots
+(``emit_advance``), and a draft step's expansion of the tree (``tree_expand``).
 
-Compiled, the reference functions (``acceptance.greedy_accept`` with ``Engine._compact``, and
-``generate.emit_and_advance``) became 7 and 6 small kernels on the H200 (SmolLM2, 5/4/24, one row), each a few
-microseconds of launch and ramp for well under a microsecond of work: ~30 us of a ~1.35 ms cycle
-(``benchmarks/results/h200_2026-12-01l/A``). Each op here is one launch. They compute exactly what the reference
-does (integers in, integers out; ``tests/engine/runtime/interpreted_cycle_ops.py`` checks them against it under Triton's
+Compiled, the reference functions (``acceptance.greedy_accept`` with ``Engine._compact``, ``generate.emit_and_advance``
+and ``tree.expand_step``) became 7, 6 and ~6 small kernels on the H200 (SmolLM2, 5/4/24, one row), each a few
+microseconds of launch and ramp for well under a microsecond of work (``benchmarks/results/h200_2026-12-01l``:
+accept and advance 38 -> 22 us replayed, the draft phase 260 -> 223 us, a cycle ~1.35 -> ~1.27 ms). Each op here is
+one launch (the expansion two). They compute what the reference does: the same integers, and the expansion's scores
+up to float32 rounding (``tests/engine/runtime/interpreted_cycle_ops.py`` checks them against it under Triton's
 interpreter, ``test_cycle_ops.py`` on CUDA, compiled and captured).
 
-Both are PyTorch custom ops whose in-place writes are declared (the KV cache; the loop state), so a compiled phase
-keeps them as calls writing the runner's buffers in place, and CUDA graphs capture them. Triton is imported on first
-use only (``cycle_kernels.py``); where it cannot be, the reference runs.
+They are PyTorch custom ops whose in-place writes are declared (the KV cache; the loop state), so a compiled phase
+keeps each as a call writing the runner's buffers in place, and CUDA graphs capture them. Triton is imported by
+:func:`load` only (``cycle_kernels.py``); where it cannot be, the reference runs.
 """
 
 from __future__ import annotations
@@ -32,41 +33,55 @@ def applies(x: torch.Tensor) -> bool:
 
 
 _loaded = False
+reason: str | None = None  # why the ops did not load (None: they did, or load() was not called)
 
 
 def load() -> bool:
-    """Import Triton and our kernels and register the two ops, once per process. -> whether they loaded
-    (a failure, e.g. no Triton, leaves the reference in use)."""
-    global _loaded
-    if not _loaded:
+    """Import Triton and our kernels and register the three ops, once per process. -> whether they loaded (a
+    failure, e.g. no Triton, leaves the reference in use and says why in :data:`reason`)."""
+    global _loaded, reason
+    if not _loaded and reason is None:
         try:
             from eaglelab.engine.runtime import cycle_kernels  # imports triton: ImportError without it
 
             cycle_kernels.register()
             _loaded = True
-        except Exception:  # noqa: BLE001 - any import or registration failure: the reference runs
-            return False
-    return True
+        except Exception as exc:  # noqa: BLE001 - any import or registration failure: the reference runs
+            reason = f"the cycle's kernels unavailable ({type(exc).__name__}: {str(exc).splitlines()[0][:120]})"
+    return _loaded
+
+
+def untold_reason() -> str | None:
+    """:data:`reason`, the first time it is asked for (a compiler's log says it once per process), else None."""
+    global _told
+    if reason is None or _told:
+        return None
+    _told = True
+    return reason
+
+
+_told = False
 
 
 def greedy_commit(tree: "DraftTree", pred: torch.Tensor, lengths: torch.Tensor, k: torch.Tensor,
-                  v: torch.Tensor | None, compact: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                  v: torch.Tensor | None, compact: bool) -> tuple[torch.Tensor, ...]:
     """Greedy acceptance of ``tree`` against the target's picks ``pred [B, N]`` (its next token after each node), as
     ``acceptance.greedy_accept``: -> (accept_len [B], path [B, D+1], committed tokens [B, D+1], bonus [B]). With
     ``compact``, the accepted path's K/V (tree node i at slot lengths + i) moved onto slots lengths..lengths + D in
     ``k`` and ``v`` ``[L, B, KVH, S, D]`` (``v`` None: a K-only cache), as ``KVCache.copy_slots``."""
-    return torch.ops.eaglelab.greedy_commit(pred, tree.tokens, tree.parents, tree.depth, tree.mask, lengths, k, v, tree.max_depth, compact)
+    return torch.ops.eaglelab.greedy_commit(pred, tree.tokens, tree.parents, tree.depth, tree.mask, lengths, k, v,
+                                            tree.max_depth, compact)
 
 
 def emit_advance(state: dict[str, torch.Tensor], toks: torch.Tensor, count: torch.Tensor | None, root: torch.Tensor,
                  eos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """``generate.emit_and_advance`` in one kernel (``count`` None: one token a row; ``toks`` past a row's count, a
     path's -1 padding, never emitted). -> (emitted [B], active [B])."""
-    return torch.ops.eaglelab.emit_advance(toks, count, root, eos, state["out"], state["n_out"], state["done"], state["hit_eos"],
-                   state["limit"], state["lengths"], state["root"])
+    return torch.ops.eaglelab.emit_advance(toks, count, root, eos, state["out"], state["n_out"], state["done"],
+                                           state["hit_eos"], state["limit"], state["lengths"], state["root"])
 
 
-def tree_expand(scores: torch.Tensor, logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def tree_expand(scores: torch.Tensor, logits: torch.Tensor, topk: int) -> tuple[torch.Tensor, ...]:
     """A draft step's expansion (``tree.expand_step``) in two kernels: the drafter's ``logits [B, F, V]`` ranked in
     blocks of 256 entries, then per batch row each frontier node's ``topk`` most likely tokens, their cumulative
     scores (``scores [B, F]`` plus the log-probability) and the ``topk`` best of those F * topk candidates.

@@ -492,10 +492,8 @@ class Engine:
                 acc = Acceptance(*cycle_ops.greedy_commit(tree, greedy_token(logits), lengths, cache.k, cache.v,
                                                            compact=self.spec.topk > 1))
             else:
-                if sampling.greedy:
-                    acc = greedy_accept(tree, logits)
-                else:
-                    acc = rejection_accept(tree, probs_from_logits(logits, sampling), uniform=uniform, race=race)
+                acc = (greedy_accept(tree, logits) if sampling.greedy else
+                       rejection_accept(tree, probs_from_logits(logits, sampling), uniform=uniform, race=race))
                 self._compact(cache, lengths, acc)
             seen = path_ranks(tree, acc) if observed else ()
             return acc.accept_len, acc.path, acc.tokens, acc.bonus, *seen

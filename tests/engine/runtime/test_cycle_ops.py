@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from eaglelab.engine.runtime import cycle_ops
+from eaglelab.engine.runtime.compile import CompiledOrEager
 from eaglelab.engine.runtime.acceptance import greedy_accept
 from eaglelab.engine.runtime.generate import emit_and_advance
 from eaglelab.engine.runtime.kv_cache import KVCache
@@ -27,6 +28,26 @@ def test_eager_and_cpu_phases_keep_the_reference():
     on a CPU, never, whether or not the ops loaded."""
     assert not cycle_ops.applies(torch.zeros(1))
     assert not torch.compile(lambda x: x + cycle_ops.applies(x), fullgraph=True)(torch.zeros(1)).any()
+
+
+def test_a_compile_log_says_once_why_the_kernels_are_missing(monkeypatch):
+    """Where the ops did not load on CUDA, the first phase compiled says so (once a process): compiled phases then do
+    the bookkeeping the slower way, and a user should know why."""
+    monkeypatch.setattr(cycle_ops, "reason", "the cycle's kernels unavailable (ImportError: no triton)")
+    monkeypatch.setattr(cycle_ops, "_told", False)
+    said: list[str] = []
+    for name in ("first", "second"):
+        assert CompiledOrEager(name, lambda x: x + 1, said.append)(torch.zeros(2)).tolist() == [1.0, 1.0]
+    assert [m for m in said if "unavailable" in m] == [
+        "  the cycle's kernels unavailable (ImportError: no triton): compiled phases run the reference bookkeeping instead"]
+
+
+@pytest.mark.skipif(not has_triton(), reason="Triton not installed (it ships with CUDA builds of torch)")
+def test_the_ops_register_where_triton_is():
+    """Where Triton imports, the three ops load (a schema torch cannot infer fails here, not silently on a GPU)."""
+    assert cycle_ops.load(), cycle_ops.reason
+    assert cycle_ops.reason is None
+    assert all(hasattr(torch.ops.eaglelab, op) for op in ("greedy_commit", "emit_advance", "tree_expand"))
 
 
 @pytest.mark.skipif(not has_triton(), reason="Triton not installed (it ships with CUDA builds of torch)")
