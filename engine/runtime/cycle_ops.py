@@ -5,8 +5,8 @@ its KV compaction (``greedy_commit``), emitting the committed tokens with the mo
 Compiled, the reference functions (``acceptance.greedy_accept`` with ``Engine._compact``, ``generate.emit_and_advance``
 and ``tree.expand_step``) became 7, 6 and ~6 small kernels on the H200 (SmolLM2, 5/4/24, one row), each a few
 microseconds of launch and ramp for well under a microsecond of work (``benchmarks/results/h200_2026-12-01l``:
-accept and advance 38 -> 22 us replayed, the draft phase 260 -> 223 us, a cycle ~1.35 -> ~1.27 ms). Each op here is
-one launch (the expansion two). They compute what the reference does: the same integers, and the expansion's scores
+accept and advance 38 -> 22 us replayed, the draft phase 260 -> 223 us; a cycle's phases ~1.31 -> ~1.27 ms). Each
+op here is one launch (the expansion two). They compute what the reference does: the same integers, the scores
 up to float32 rounding (``tests/engine/runtime/interpreted_cycle_ops.py`` checks them against it under Triton's
 interpreter, ``test_cycle_ops.py`` on CUDA, compiled and captured).
 
