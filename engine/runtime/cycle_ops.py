@@ -68,7 +68,7 @@ def greedy_commit(tree: "DraftTree", pred: torch.Tensor, lengths: torch.Tensor, 
     """Greedy acceptance of ``tree`` against the target's picks ``pred [B, N]`` (its next token after each node), as
     ``acceptance.greedy_accept``: -> (accept_len [B], path [B, D+1], committed tokens [B, D+1], bonus [B]). With
     ``compact``, the accepted path's K/V (tree node i at slot lengths + i) moved onto slots lengths..lengths + D in
-    ``k`` and ``v`` ``[L, B, KVH, S, D]`` (``v`` None: a K-only cache), as ``KVCache.copy_slots``."""
+    ``k`` and ``v`` ``[L, B, KVH, S, D]`` (``v`` None: a K-only cache), as ``KVCache.compact_path``."""
     return torch.ops.eaglelab.greedy_commit(pred, tree.tokens, tree.parents, tree.depth, tree.mask, lengths, k, v,
                                             tree.max_depth, compact)
 

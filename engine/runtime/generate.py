@@ -504,13 +504,8 @@ class Engine:
 
         A chain's accepted path is already nodes 0..k at slots len..len+k: nothing to move.
         """
-        if self.spec.topk == 1:
-            return
-        D1 = acc.path.shape[1]
-        steps = torch.arange(D1, device=lengths.device)
-        src = torch.where(acc.path >= 0, acc.path, steps)  # [B, D+1]
-        base = lengths[:, None]
-        cache.copy_slots(base + src, base + steps)
+        if self.spec.topk > 1:
+            cache.compact_path(lengths, acc.path)
 
     # ---- bookkeeping -------------------------------------------------------------------------
     def _may_finish_next(self, seen: StepView, max_new: int) -> bool:

@@ -55,10 +55,16 @@ class KVCache:
         b = self.k.shape[1] if batch is None else batch
         return self.k_layers[layer][:b], (None if self.v_layers is None else self.v_layers[layer][:b])
 
+    def compact_path(self, lengths: torch.Tensor, path: torch.Tensor) -> None:
+        """After a tree verify (tree node i at slot ``lengths[b] + i``), move the accepted ``path [B, D+1]``'s
+        entries (node ids, -1 past its end) onto slots ``lengths[b]``, ``lengths[b] + 1``, ..., for all layers.
+        Example: lengths [5], path [[0, 2, 3, -1]] -> slot 7 to 6, slot 8 to 7 (5 stays; past the path, nothing)."""
+        steps = torch.arange(path.shape[1], device=path.device)
+        base = lengths[:, None]
+        self.copy_slots(base + torch.where(path >= 0, path, steps), base + steps)
+
     def copy_slots(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Move entries within each row, for all layers: slot ``src[b, i]`` -> ``dst[b, i]``.
-
-        Used after a tree verify to compact the accepted path onto consecutive slots.
         ``src``/``dst`` are [B, N]; pairs with src == dst are harmless.
         """
         rows = self._rows[: src.shape[0]]

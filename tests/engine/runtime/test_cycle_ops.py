@@ -143,9 +143,7 @@ def test_kernels_compiled_and_captured_on_cuda_match_the_reference():
 
     def reference(logits, cache, state):
         acc = greedy_accept(tree, logits)
-        steps = torch.arange(acc.path.shape[1], device=dev)
-        base = state["lengths"][:, None]
-        cache.copy_slots(base + torch.where(acc.path >= 0, acc.path, steps), base + steps)
+        cache.compact_path(state["lengths"], acc.path)
         return (acc.accept_len, acc.path, acc.tokens, acc.bonus,
                 *emit_and_advance(state, acc.tokens, acc.accept_len, acc.bonus, eos))
 
