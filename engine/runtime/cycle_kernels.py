@@ -89,11 +89,11 @@ def emit_advance_kernel(tok_ptr, count_ptr, new_root_ptr, eos_ptr, out_ptr, n_ou
         count = tl.load(count_ptr + b)
     else:
         count = n_out * 0 + 1
-    toks = tl.maximum(tl.load(tok_ptr + b * s_tok_b + k * s_tok_k, mask=k < K, other=0), 0)
+    toks = tl.load(tok_ptr + b * s_tok_b + k * s_tok_k, mask=k < K, other=0)  # -1 padding: past the count
     live = tl.load(done_ptr + b + k * 0) == 0  # the row is not done, in every lane (a vector: masks take no scalar)
     valid = (k < K) & (k < count) & (k < limit - n_out) & live
     e = tl.arange(0, EP)
-    eos = tl.load(eos_ptr + e, mask=e < E, other=-1)  # ids >= 0, so the padding (-1) matches no token
+    eos = tl.load(eos_ptr + e, mask=e < E, other=-2)  # below every id and the -1 padding: matches no token
     is_eos = (tl.sum((toks[:, None] == eos[None, :]).to(tl.int32), axis=1) > 0) & valid
     eos_i = is_eos.to(tl.int32)
     keep = valid & ((tl.cumsum(eos_i, axis=0) - eos_i) == 0)  # up to the first EOS

@@ -702,11 +702,11 @@ def emit_and_advance(state: dict[str, torch.Tensor], toks: torch.Tensor, count: 
                      eos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """One step's bookkeeping, in place: :func:`emit_tokens`, then the one place positions move:
     rows that were not done gain ``count`` [B] cached tokens (None: one each) and the new ``root`` [B].
-    ``toks`` past a row's count may be -1 (a speculative path's padding). Compiled on CUDA, one kernel
+    ``toks`` past a row's count may be -1 (a speculative path's padding: never emitted, nor taken for an EOS, since
+    only tokens within the count are). Compiled on CUDA, one kernel
     (:func:`cycle_ops.emit_advance`). -> (emitted [B], active [B]: the rows not done before this step)."""
     if cycle_ops.applies(toks):
         return cycle_ops.emit_advance(state, toks, count, root, eos)
-    toks = toks.clamp(min=0)  # the padding is never emitted; clamped, it matches no EOS id either
     count = torch.ones_like(root) if count is None else count
     active = ~state["done"]
     emitted = emit_tokens(state, toks, count, eos)
