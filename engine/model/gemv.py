@@ -70,8 +70,8 @@ FEW_ROWS = (
 # the H200 the dot's tilings and cuBLAS cost 1.5-1.9x a one-row GEMV of the same weights (SmolLM2's down: 5.0 us
 # against 2.7), with 36-60 programs for its 576-960 columns, each reading all of x; the CUDA-core tilings cost
 # 7-9 us there (h200_2026-12-01j). Hence the dot split along K in 2-4 shares: 4x the programs, a quarter of x each
-# (down at 24 rows: 4.4 us, h200_2026-12-01k), and longer K steps, so a program waits on fewer loads in turn (the
-# one-row tilings take 512: 3 steps over SmolLM2's 1,536; not yet timed at 17-64 rows).
+# (down at 24 rows: 4.4 us, h200_2026-12-01k), and longer K steps (256-512), so a program waits on fewer loads in turn:
+# timed on SmolLM2's shapes at 24 rows (h200_2026-12-01l/A) they were no shape's pick, kept for the tuner elsewhere.
 MANY_ROWS = (
     GemvConfig(32, 128, 1, 4, 3), GemvConfig(64, 64, 1, 4, 3), GemvConfig(32, 64, 1, 4, 4),
     GemvConfig(64, 128, 1, 8, 2), GemvConfig(16, 128, 1, 4, 3), GemvConfig(32, 128, 2, 4, 3),
