@@ -2,7 +2,7 @@
 same prompts, from one run of the real engine (greedy, batch 1, a chain of ``--steps`` drafts):
 
 1. engine: the engine's mean accepted length (bonus included) over its cycles;
-2. walk: the simulation of training (:mod:`acceptance_sim`, a batched TTT forward over the target's
+2. walk: the simulation of training (:mod:`offline_eval`, a batched TTT forward over the target's
    own answer with the target's states computed afresh) replayed on the engine's cycle anchors
    (first anchor: the last prompt token; next anchor: + the accepted length). With lossless greedy
    speculation the answer is the target's greedy answer, so (1) and (2) must agree up to float
@@ -31,13 +31,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from drafter_acceptance import per_position, questions, write_report  # noqa: E402
 
 from eaglelab.bench.harness import tokenize_prompts  # noqa: E402
-from eaglelab.engine.training.acceptance_sim import walk  # noqa: E402
+from eaglelab.engine.training.offline_eval import walk  # noqa: E402
 from eaglelab.session import add_engine_args, build_session  # noqa: E402
 
 
 def simulated(s, prompt: list[int], answer: list[int], steps: int):
     """(hits bool [n, steps], valid bool [n]) at every anchor p of prompt + answer."""
-    from eaglelab.engine.training.acceptance_sim import anchor_hits
+    from eaglelab.engine.training.offline_eval import anchor_hits
     from eaglelab.engine.training.online import TargetStates
     from eaglelab.engine.training.train import TargetHead, TrainBatch
 

@@ -377,7 +377,7 @@ def _check_draft_vocab(args) -> None:
 
 
 def _scale_drafter(args, model):
-    from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
+    from eaglelab.engine.runtime.drafters import Eagle3Drafter, NgramDrafter
     from eaglelab.engine.errors import EagleLabError
     from eaglelab.engine.model.scale_models import RANDOM_DRAFT_VOCAB, random_eagle3
     from eaglelab.engine.runtime.spec_config import SpecConfig
@@ -392,20 +392,20 @@ def _scale_drafter(args, model):
         raise EagleLabError("scale models take --draft default | ngram | none", field="--draft", found=draft)
     net, taps = random_eagle3(model, seed=args.seed + 1, draft_vocab=args.draft_vocab or RANDOM_DRAFT_VOCAB)
     spec = tree_spec("eagle3", args.steps, args.topk, args.draft_tokens)
-    return spec, (lambda sp: Eagle3Proposer(net, sp, taps)), (
+    return spec, (lambda sp: Eagle3Drafter(net, sp, taps)), (
         f"drafter: random EAGLE-3 of the target's width, {net.config.draft_vocab_size}-token draft vocabulary, "
         f"taps hs{list(taps)}")
 
 
 def _drafter_factory(drafter):
     """Fresh drafters of the session's kind for each configuration's spec."""
-    from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
+    from eaglelab.engine.runtime.drafters import Eagle3Drafter, NgramDrafter
 
     if drafter is None:
         return None
     if isinstance(drafter, NgramDrafter):
         return NgramDrafter
-    return lambda spec: Eagle3Proposer(drafter.net, spec, drafter.target_taps)
+    return lambda spec: Eagle3Drafter(drafter.net, spec, drafter.target_taps)
 
 
 def _default_tokenizer():

@@ -103,7 +103,7 @@ def _live(args: argparse.Namespace) -> Any:
     handed to the drafter (what a deployment of this config actually feeds it)."""
     import torch
 
-    from eaglelab.engine.runtime.drafters import Eagle3Proposer
+    from eaglelab.engine.runtime.drafters import Eagle3Drafter
     from eaglelab.engine.model.eagle3 import load_eagle3
     from eaglelab.engine.errors import EagleLabError
     from eaglelab.engine.runtime.generate import Engine
@@ -116,7 +116,7 @@ def _live(args: argparse.Namespace) -> Any:
     target = load_target(args.target or "default", device=args.device, dtype=args.dtype, with_tokenizer=False)
     net, taps, _ = load_eagle3(args.draft_dir, target.model, serving=args.serving)
     spec = SpecConfig("eagle3", num_steps=1)
-    proposer = Eagle3Proposer(net, spec, taps)
+    proposer = Eagle3Drafter(net, spec, taps)
     fed: list[torch.Tensor] = []
     begin = proposer.begin
 

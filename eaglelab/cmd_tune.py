@@ -111,7 +111,7 @@ def _context(args, settings, n_prompts: int, log=lambda m: None):
     from eaglelab.bench import harness as H
     from eaglelab.cmd_bench import _drafter_factory
     from eaglelab.engine.errors import EagleLabError
-    from eaglelab.engine.runtime.drafters import Eagle3Proposer
+    from eaglelab.engine.runtime.drafters import Eagle3Drafter
     from eaglelab.session import add_engine_args, build_session
 
     # The session's own flags, parsed (not a forged Namespace): a flag added there gets its default here too.
@@ -125,7 +125,7 @@ def _context(args, settings, n_prompts: int, log=lambda m: None):
         raise EagleLabError("tune measures a tree drafter", field="--draft", found=args.draft,
                             expected="default | PATH of an EAGLE-3 drafter")
     s = build_session(ns, log=lambda m: None)
-    if not isinstance(s.drafter, Eagle3Proposer):
+    if not isinstance(s.drafter, Eagle3Drafter):
         raise EagleLabError("tune measures a tree drafter, and no EAGLE-3 drafter ships for this model",
                             field="--draft", found=args.draft, hint="pass --draft PATH of an EAGLE-3 drafter")
     texts = H.mtbench_first_turns(n_prompts, args.questions)

@@ -72,7 +72,7 @@ def eaglelab_target(pytestconfig: pytest.Config):
 def _drafter(target, model: str, draft: str, steps: int, topk: int, draft_tokens: int, attention_mode: str):
     """(spec, drafter) for a ``--draft``-style name: "default" | "ngram" | a drafter directory."""
     from eaglelab.engine.model.eagle3 import load_eagle3
-    from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
+    from eaglelab.engine.runtime.drafters import Eagle3Drafter, NgramDrafter
     from eaglelab.engine.runtime.spec_config import SpecConfig
     from eaglelab.session import resolve_draft
 
@@ -84,7 +84,7 @@ def _drafter(target, model: str, draft: str, steps: int, topk: int, draft_tokens
         return spec, NgramDrafter(spec)
     spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=draft_tokens, attention_mode=attention_mode)
     net, taps, _ = load_eagle3(name, target.model)
-    return spec, Eagle3Proposer(net, spec, taps)
+    return spec, Eagle3Drafter(net, spec, taps)
 
 
 @pytest.fixture

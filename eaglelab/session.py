@@ -375,7 +375,7 @@ def resolve_draft(draft: str, model: str, field: str = "--draft") -> tuple[str, 
 
 def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
     """Resolve --draft and the spec flags into ``s.spec`` and ``s.drafter``."""
-    from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
+    from eaglelab.engine.runtime.drafters import Eagle3Drafter, NgramDrafter
     from eaglelab.engine.runtime.generate import runs_one_graph_cycle
     from eaglelab.engine.model.eagle3 import load_eagle3
     from eaglelab.engine.runtime.spec_config import SpecConfig
@@ -400,7 +400,7 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
     else:
         net, taps, reason = load_eagle3(draft, s.target.model, serving=a.serving, warn=log)
         s.spec = tree_spec("eagle3", a.steps, a.topk, a.draft_tokens, **modes)
-        s.drafter = Eagle3Proposer(net, s.spec, taps)
+        s.drafter = Eagle3Drafter(net, s.spec, taps)
         s.notes.append(f"aux taps: {reason}")
     sp = s.spec
     s.spec_label = (f"{sp.algorithm}, {sp.num_steps} steps, topk {sp.topk}, {sp.draft_tokens} tokens per verify, "

@@ -26,7 +26,7 @@ import sys
 from rich.console import Console
 
 from eaglelab.compare import measure, plain_baseline, table
-from eaglelab.engine.runtime.drafters import Eagle3Proposer
+from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.session import add_engine_args, build_session
 
 # Prompts like the shipped drafter's training prompts, so acceptance is not what limits it.
@@ -52,9 +52,9 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> dict:
     baseline = plain_baseline(session, prompts, args.max_new_tokens)
     rows = [
         measure(session, f"healthy: verify in decode mode ({graphs})", healthy_spec,
-                Eagle3Proposer(net, healthy_spec, taps), prompts, args.max_new_tokens, baseline),
+                Eagle3Drafter(net, healthy_spec, taps), prompts, args.max_new_tokens, baseline),
         measure(session, "broken: verify in prefill (extend) mode, eager", broken_spec,
-                Eagle3Proposer(net, broken_spec, taps), prompts, args.max_new_tokens, baseline),
+                Eagle3Drafter(net, broken_spec, taps), prompts, args.max_new_tokens, baseline),
     ]
     console.print(table(rows, "incident 1: verify not graph-captured"))
     return {"healthy": rows[0], "broken": rows[1]}

@@ -32,7 +32,7 @@ from rich.console import Console
 
 from eaglelab.compare import measure, plain_baseline, table
 from eaglelab.engine.formats.conventions import engine_taps, ids_for_engine
-from eaglelab.engine.runtime.drafters import Eagle3Proposer
+from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.session import add_engine_args, build_session, shipped_drafter_dir
 
 PROMPTS = (
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None, console: Console | None = None) -> dict:
     for s in served:
         taps = served_taps(s, session.target.config.num_layers)
         console.print(f"[dim]{s.label}: {s.serving} taps hs{list(taps)}[/]")
-        rows.append(measure(session, s.label, session.spec, Eagle3Proposer(net, session.spec, taps), prompts,
+        rows.append(measure(session, s.label, session.spec, Eagle3Drafter(net, session.spec, taps), prompts,
                             args.max_new_tokens, baseline))
     console.print(table(rows, "incident 2: wiring fixed the wrong way"))
     data = capture_data(work / "data", args, console)

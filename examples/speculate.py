@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import eaglelab
-from eaglelab.engine.runtime.drafters import Eagle3Proposer
+from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.model.eagle3 import load_eagle3
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.formats.loader import load_target
@@ -37,7 +37,7 @@ with RecordWriter("run.jsonl") as record:
     bus.subscribe(record)
     ids = [target.tokenizer.chat_ids(prompt)]
     eos = target.tokenizer.eos_token_ids
-    spec_out = Engine(target.model, eos_token_ids=eos, drafter=Eagle3Proposer(net, spec, taps), spec=spec,
+    spec_out = Engine(target.model, eos_token_ids=eos, drafter=Eagle3Drafter(net, spec, taps), spec=spec,
                       observer=bus).generate(ids, 96)
 plain = Engine(target.model, eos_token_ids=eos).generate(ids, 96)
 print(target.tokenizer.decode(spec_out.tokens[0]))

@@ -36,7 +36,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from eaglelab.engine.formats.conventions import hf_indices_to_ids, tappable_hf_range
-from eaglelab.engine.model.eagle3 import Eagle3Drafter
+from eaglelab.engine.model.eagle3 import Eagle3Network
 
 VERDICT_EXIT: dict[str, int] = {"ok": 0, "mismatch": 1}
 
@@ -107,7 +107,7 @@ class TapScore:
 class AgreementScorer:
     """Teacher-forced top-1 agreement of ``drafter`` with the target, for any taps (memoised)."""
 
-    def __init__(self, drafter: Eagle3Drafter, tp: TargetPass) -> None:
+    def __init__(self, drafter: Eagle3Network, tp: TargetPass) -> None:
         self.drafter, self.tp = drafter, tp
         self.n = drafter.config.num_aux
         self.width = drafter.config.target_hidden_size
@@ -316,7 +316,7 @@ def _conclusion(wrong: bool, config_hf: Sequence[int], config_score: TapScore | 
 # ======================================================================================================
 
 
-def drafter_for_search(draft_dir: str | Any, embed: Any, target_hidden: int) -> tuple[Any, Eagle3Drafter]:
+def drafter_for_search(draft_dir: str | Any, embed: Any, target_hidden: int) -> tuple[Any, Eagle3Network]:
     """The checkpoint and its drafter network on the target's embedding, whatever its config's ids say
     (a config naming the wrong number of ids is what the search judges, so it must still load)."""
     from eaglelab.engine.errors import CheckpointError
@@ -327,7 +327,7 @@ def drafter_for_search(draft_dir: str | Any, embed: Any, target_hidden: int) -> 
     if not ck.has_weights:
         raise CheckpointError("no weights (*.safetensors) in the drafter directory", file=ck.path,
                               hint="the search runs the drafter: it needs its weights")
-    net = Eagle3Drafter(config_from_checkpoint(ck, target_hidden), embed).float()
+    net = Eagle3Network(config_from_checkpoint(ck, target_hidden), embed).float()
     load_drafter_weights(net, ck)
     net = net.to(device=embed.weight.device, dtype=embed.weight.dtype).eval()
     net.d2t = net.d2t.long()

@@ -111,7 +111,7 @@ class Eagle3MidLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h, kernels), kernels)
 
 
-class Eagle3Drafter(nn.Module):
+class Eagle3Network(nn.Module):
     """The drafter network. ``embed`` is the target's embedding, shared, not owned."""
 
     def __init__(self, cfg: Eagle3Config, embed: nn.Embedding) -> None:
@@ -196,7 +196,7 @@ def config_from_checkpoint(ck, target_hidden: int) -> Eagle3Config:
     )
 
 
-def load_drafter_weights(drafter: Eagle3Drafter, ck) -> None:
+def load_drafter_weights(drafter: Eagle3Network, ck) -> None:
     """Copy a checkpoint's tensors into ``drafter``, checking every name and shape."""
     state = ck.load_state_dict()
     own = dict(drafter.named_parameters())
@@ -253,7 +253,7 @@ def load_eagle3(path, target_model, *, device=None, dtype=None, serving: str | N
             found=len(taps), expected=cfg.num_aux,
         )
     emb = target_model.embed_tokens
-    net = Eagle3Drafter(cfg, emb).float()
+    net = Eagle3Network(cfg, emb).float()
     load_drafter_weights(net, ck)
     net = net.to(device=device or emb.weight.device, dtype=dtype or emb.weight.dtype).eval()
     net.d2t = net.d2t.long()

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from eaglelab.engine.model.config import ModelConfig
-from eaglelab.engine.model.eagle3 import Eagle3Config, Eagle3Drafter
+from eaglelab.engine.model.eagle3 import Eagle3Config, Eagle3Network
 from eaglelab.engine.errors import ConfigError
 from eaglelab.engine.model.model import Transformer
 from eaglelab.engine.runtime.tp_group import TPGroup
@@ -170,7 +170,7 @@ def default_taps(num_layers: int) -> tuple[int, ...]:
 RANDOM_DRAFT_VOCAB = 32000  # a random drafter's draft vocabulary (capped at the target's) unless asked otherwise
 
 
-def random_eagle3(target: Transformer, seed: int = 1, draft_vocab: int = RANDOM_DRAFT_VOCAB) -> tuple[Eagle3Drafter, tuple[int, ...]]:
+def random_eagle3(target: Transformer, seed: int = 1, draft_vocab: int = RANDOM_DRAFT_VOCAB) -> tuple[Eagle3Network, tuple[int, ...]]:
     """A random-weight EAGLE-3 drafter shaped for ``target`` (one layer of its width), and its taps.
 
     For cost only: its proposals are noise. Draft ids map to target ids one to one (d2t = 0).
@@ -185,10 +185,10 @@ def random_eagle3(target: Transformer, seed: int = 1, draft_vocab: int = RANDOM_
         rope_theta=cfg.rope_theta, rope_scaling=cfg.rope_scaling,
     )
     if param.device.type == "cpu":
-        net = Eagle3Drafter(dcfg, target.embed_tokens).to(param.dtype)
+        net = Eagle3Network(dcfg, target.embed_tokens).to(param.dtype)
     else:
         with torch.device("meta"):
-            net = Eagle3Drafter(dcfg, target.embed_tokens)
+            net = Eagle3Network(dcfg, target.embed_tokens)
         net = net.to(param.dtype).to_empty(device=param.device)
     net._embed = [target.embed_tokens]
     randomize_(net, seed)

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from eaglelab.engine.model.layers import Kernels
-    from eaglelab.engine.runtime.acceptance import Acceptance
+    from eaglelab.engine.runtime.verification import Acceptance
     from eaglelab.engine.runtime.kv_cache import KVCache
     from eaglelab.engine.runtime.observer import Observer
     from eaglelab.engine.runtime.tree import DraftTree

@@ -23,7 +23,7 @@ not captured, graphs off, no CUDA.
 Static buffers. Graphs bind device addresses, so the runner owns the KV caches: one target cache
 of ``max(buckets)`` rows x ``max_len`` slots (bucket b uses its first b rows) that the engine takes
 through :meth:`CudaGraphRunner.make_cache`, and one drafter cache of the shape
-:class:`~eaglelab.engine.runtime.drafters.Eagle3Proposer` allocates for it (``max_len + steps * topk + 2``
+:class:`~eaglelab.engine.runtime.drafters.Eagle3Drafter` allocates for it (``max_len + steps * topk + 2``
 slots). The proposer allocates its own cache per run and hands it to every ``draft`` call; the
 runner runs all of those calls (eager ones too, so the state stays in one place) on its own static
 drafter cache instead, whenever that cache has the proposer's shape. Nothing outside
@@ -92,7 +92,7 @@ def bucket_for(batch: int, buckets: tuple[int, ...]) -> int | None:
 
 
 def draft_cache_len(max_len: int, spec: SpecConfig) -> int:
-    """Slots of the drafter cache :class:`Eagle3Proposer` allocates over a target cache of ``max_len``."""
+    """Slots of the drafter cache :class:`Eagle3Drafter` allocates over a target cache of ``max_len``."""
     return max_len + spec.num_steps * spec.topk + 2
 
 
@@ -182,7 +182,7 @@ class CudaGraphRunner:
         kernels: Kernels = EAGER_KERNELS,
         prefill_tokens: int = PREFILL_TOKENS,
     ) -> None:
-        """``drafter`` is the drafter network (an Eagle3Drafter) or None; ``taps`` the aux taps the
+        """``drafter`` is the drafter network (an Eagle3Network) or None; ``taps`` the aux taps the
         engine passes to verify; ``max_len`` the static cache's slots (a run needing more runs eagerly);
         ``prefill_tokens`` the largest prefill captured (bucket rows x padded width; 0: never).
         """
@@ -224,7 +224,7 @@ class CudaGraphRunner:
 
     @classmethod
     def for_engine(cls, target: Transformer, spec: SpecConfig, drafter: Drafter | None = None, **kw) -> "CudaGraphRunner":
-        """A runner for an Engine given its drafter (an Eagle3Proposer, an NgramDrafter or None)."""
+        """A runner for an Engine given its drafter (an Eagle3Drafter, an NgramDrafter or None)."""
         use = drafter if spec.enabled else None
         net = use.net if use is not None else None
         taps = use.target_taps if use is not None else ()

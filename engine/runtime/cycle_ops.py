@@ -2,7 +2,7 @@
 its KV compaction (``greedy_commit``), emitting the committed tokens with the move of lengths and roots
 (``emit_advance``), and a draft step's expansion of the tree (``tree_expand``).
 
-Compiled, the reference functions (``acceptance.greedy_accept`` with ``Engine._compact``, ``generate.emit_and_advance``
+Compiled, the reference functions (``verification.greedy_accept`` with ``Engine._compact``, ``generate.emit_and_advance``
 and ``tree.expand_step``) became 7, 6 and ~6 small kernels on the H200 (SmolLM2, 5/4/24, one row), each a few
 microseconds of launch and ramp for well under a microsecond of work (``benchmarks/results/h200_2026-12-01l``:
 accept and advance 38 -> 22 us replayed, the draft phase 260 -> 223 us; a cycle's phases ~1.31 -> ~1.27 ms). Each
@@ -66,7 +66,7 @@ _told = False
 def greedy_commit(tree: "DraftTree", pred: torch.Tensor, lengths: torch.Tensor, k: torch.Tensor,
                   v: torch.Tensor | None, compact: bool) -> tuple[torch.Tensor, ...]:
     """Greedy acceptance of ``tree`` against the target's picks ``pred [B, N]`` (its next token after each node), as
-    ``acceptance.greedy_accept``: -> (accept_len [B], path [B, D+1], committed tokens [B, D+1], bonus [B]). With
+    ``verification.greedy_accept``: -> (accept_len [B], path [B, D+1], committed tokens [B, D+1], bonus [B]). With
     ``compact``, the accepted path's K/V (tree node i at slot lengths + i) moved onto slots lengths..lengths + D in
     ``k`` and ``v`` ``[L, B, KVH, S, D]`` (``v`` None: a K-only cache), as ``KVCache.compact_path``."""
     return torch.ops.eaglelab.greedy_commit(pred, tree.tokens, tree.parents, tree.depth, tree.mask, lengths, k, v,

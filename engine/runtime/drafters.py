@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import torch
 
-from eaglelab.engine.runtime.acceptance import Acceptance
+from eaglelab.engine.runtime.verification import Acceptance
 from eaglelab.engine.runtime.contracts import DraftView, Runner
-from eaglelab.engine.model.eagle3 import Eagle3Drafter
+from eaglelab.engine.model.eagle3 import Eagle3Network
 from eaglelab.engine.model.layers import EAGER_KERNELS, prefix_mask
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from eaglelab.engine.runtime.tree import DraftTree, TreeBuilder, chain_tree
@@ -68,10 +68,10 @@ class NgramDrafter:
         pass
 
 
-class Eagle3Proposer:
-    """Drives an :class:`Eagle3Drafter`: its KV cache, the draft tree, the draft-extend."""
+class Eagle3Drafter:
+    """Drives an :class:`Eagle3Network`: its KV cache, the draft tree, the draft-extend."""
 
-    def __init__(self, net: Eagle3Drafter, spec: SpecConfig, target_taps: tuple[int, ...]) -> None:
+    def __init__(self, net: Eagle3Network, spec: SpecConfig, target_taps: tuple[int, ...]) -> None:
         assert len(target_taps) == net.config.num_aux, (
             f"{len(target_taps)} taps for an fc expecting {net.config.num_aux} aux states"
         )

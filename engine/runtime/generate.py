@@ -44,7 +44,7 @@ from typing import Callable
 import torch
 
 from eaglelab.engine.runtime import cycle_ops
-from eaglelab.engine.runtime.acceptance import Acceptance, greedy_accept, path_ranks, rejection_accept
+from eaglelab.engine.runtime.verification import Acceptance, greedy_accept, path_ranks, rejection_accept
 from eaglelab.engine.runtime.contracts import DraftView, Drafter, FusableDrafter, PhaseParts, Runner
 from eaglelab.engine.runtime.kv_cache import KVCache
 from eaglelab.engine.runtime.limits import check_memory, kv_cache_bytes

@@ -1,6 +1,6 @@
 """Train an EAGLE-3 drafter on SpecForge-format data, with training-time test (TTT).
 
-What the drafter sees matches :class:`eaglelab.engine.runtime.drafters.Eagle3Proposer` exactly. For an
+What the drafter sees matches :class:`eaglelab.engine.runtime.drafters.Eagle3Drafter` exactly. For an
 anchor position p of a sequence x_0..x_{T-1} (aux features a_p, target final hidden h_p):
 
 * step 0 (the draft-extend): features ``fc(a_p)``, token ``x_{p+1}``, RoPE position ``p``;
@@ -38,7 +38,7 @@ import torch
 from torch import nn
 
 from eaglelab.engine.model.config import ModelConfig
-from eaglelab.engine.model.eagle3 import Eagle3Config, Eagle3Drafter
+from eaglelab.engine.model.eagle3 import Eagle3Config, Eagle3Network
 from eaglelab.engine.errors import CheckpointError, ConfigError
 from eaglelab.engine.formats.validate import load_tensor_dict
 from eaglelab.engine.model.layers import apply_rotary, attend
@@ -151,10 +151,10 @@ def drafter_config(target: ModelConfig, num_aux: int, draft_vocab_size: int,
 
 
 def new_drafter(cfg: Eagle3Config, head: TargetHead, vocab: VocabMapping, *, seed: int = 0,
-                init_lm_head: str = "target") -> Eagle3Drafter:
+                init_lm_head: str = "target") -> Eagle3Network:
     """A freshly initialised float32 drafter on the CPU: linear weights N(0, 0.02), norms 1,
     optionally the lm_head (and final norm) taken from the target's rows of the draft vocabulary."""
-    net = Eagle3Drafter(cfg, head.embed)
+    net = Eagle3Network(cfg, head.embed)
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in net.named_parameters():
@@ -280,7 +280,7 @@ def target_probs(head_rows: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
     return torch.softmax(logits, dim=-1)
 
 
-def _drafter_step(net: Eagle3Drafter, embeds, feats, positions, keys: list, values: list, mask):
+def _drafter_step(net: Eagle3Network, embeds, feats, positions, keys: list, values: list, mask):
     """One drafter layer forward over all anchors, attending to the keys of every step so far."""
     mid, attn = net.midlayer, net.midlayer.self_attn
     B, T, _ = feats.shape
@@ -308,7 +308,7 @@ def _shift_left(x: torch.Tensor, k: int) -> torch.Tensor:
     return out
 
 
-def ttt_hidden(net: Eagle3Drafter, input_ids: torch.Tensor, aux: torch.Tensor, steps: int) -> Iterator[torch.Tensor]:
+def ttt_hidden(net: Eagle3Network, input_ids: torch.Tensor, aux: torch.Tensor, steps: int) -> Iterator[torch.Tensor]:
     """The drafter's pre-norm outputs [B, T, H] of TTT steps 0..steps-1, one per step, at every
     anchor p (step i at anchor p is draft step i of a chain grown from position p)."""
     B, T = input_ids.shape
@@ -326,7 +326,7 @@ def ttt_hidden(net: Eagle3Drafter, input_ids: torch.Tensor, aux: torch.Tensor, s
         yield feats
 
 
-def ttt_forward(net: Eagle3Drafter, batch: TrainBatch, probs: torch.Tensor, steps: int) -> TTTResult:
+def ttt_forward(net: Eagle3Network, batch: TrainBatch, probs: torch.Tensor, steps: int) -> TTTResult:
     """Unroll ``steps`` drafter steps over every anchor of ``batch``; ``probs`` [B, T, V_draft]
     is the target's restricted distribution at each position (see :func:`target_probs`)."""
     lm = batch.loss_mask
@@ -402,7 +402,7 @@ class Trainer:
     ``clock`` (seconds) decides the time limit.
     """
 
-    def __init__(self, net: Eagle3Drafter, head: TargetHead, data, cfg: TrainConfig, *,
+    def __init__(self, net: Eagle3Network, head: TargetHead, data, cfg: TrainConfig, *,
                  device: torch.device | str = "cpu", checkpoint_dir: str | Path | None = None,
                  states=None, heldout=None, clock: Callable[[], float] = time.perf_counter) -> None:
         self.cfg, self.data, self.states, self.heldout, self.clock = cfg, data, states, heldout, clock
@@ -512,7 +512,7 @@ class Trainer:
 
     def evaluate(self):
         """Simulated acceptance (chains up to ``ttt_length`` steps) on the held-out split."""
-        from eaglelab.engine.training.acceptance_sim import simulate
+        from eaglelab.engine.training.offline_eval import simulate
 
         cfg, data = self.cfg, self.heldout
         assert data is not None, "no held-out split to evaluate on"
@@ -621,7 +621,7 @@ class _Accumulator:
 # ---- the shipped format ------------------------------------------------------------------------------
 
 
-def drafter_tensors(net: Eagle3Drafter, dtype: torch.dtype = torch.bfloat16) -> dict[str, torch.Tensor]:
+def drafter_tensors(net: Eagle3Network, dtype: torch.dtype = torch.bfloat16) -> dict[str, torch.Tensor]:
     """The SGLang tensor names and values: floats in ``dtype``, d2t int64, t2d bool."""
     out = {}
     for name, t in net.state_dict().items():
@@ -631,7 +631,7 @@ def drafter_tensors(net: Eagle3Drafter, dtype: torch.dtype = torch.bfloat16) -> 
     return out
 
 
-def drafter_size_bytes(net: Eagle3Drafter, dtype: torch.dtype = torch.bfloat16) -> int:
+def drafter_size_bytes(net: Eagle3Network, dtype: torch.dtype = torch.bfloat16) -> int:
     """Bytes of the saved tensors in ``dtype`` (what model.safetensors holds, headers aside)."""
     return sum(t.numel() * t.element_size() for t in drafter_tensors(net, dtype).values())
 
@@ -711,7 +711,7 @@ def _fitting(cfg: Eagle3Config, budget: float, dtype: torch.dtype) -> list[tuple
     return out
 
 
-def save_drafter(net: Eagle3Drafter, out_dir: str | Path, *, target: ModelConfig, sglang_layer_ids: list[int],
+def save_drafter(net: Eagle3Network, out_dir: str | Path, *, target: ModelConfig, sglang_layer_ids: list[int],
                  dtype: torch.dtype = torch.bfloat16, provenance: dict[str, Any] | None = None) -> Path:
     """Write the drafter in the SGLang/SpecForge format: config.json (eagle_config ids in the SGLang
     convention, max_position_embeddings = the target's) and model.safetensors."""

@@ -124,7 +124,7 @@ def _widen(net, ck, state: dict[str, torch.Tensor], seed: int) -> tuple[int, boo
 
 def warm_start(net, path: str | Path, sglang_layer_ids: list[int], target_head: torch.Tensor, *,
                seed: int = 0) -> WarmStart:
-    """Copy the drafter at ``path`` into ``net`` (a fresh :class:`Eagle3Drafter`, vocabulary set), its
+    """Copy the drafter at ``path`` into ``net`` (a fresh :class:`Eagle3Network`, vocabulary set), its
     MLP widened to ``net``'s (new gate/up rows seeded by ``seed``); ``target_head`` [V, H]: the target's
     lm_head, for the rows of tokens the old vocabulary lacks."""
     from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint

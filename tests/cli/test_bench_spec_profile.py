@@ -14,7 +14,7 @@ from eaglelab.cli import build_parser, main
 from eaglelab.engine.model.layers import EAGER_KERNELS
 from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
 from eaglelab.engine.runtime.compile import CompileLog, PhaseCompiler
-from eaglelab.engine.runtime.drafters import Eagle3Proposer
+from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.runtime.spec_config import SpecConfig
@@ -77,7 +77,7 @@ def test_bench_profile_shows_each_phase_of_a_speculative_cycle(tmp_path, questio
 def _ctx(model, taps_net, spec) -> BenchContext:
     net, taps = taps_net
     prompts = [[5, 9, 11, 3, 7, 2, 8], [4, 4, 1, 6, 30, 2]]
-    return BenchContext(target=model, spec=spec, make_drafter=lambda sp: Eagle3Proposer(net, sp, taps), prompts=prompts,
+    return BenchContext(target=model, spec=spec, make_drafter=lambda sp: Eagle3Drafter(net, sp, taps), prompts=prompts,
                         max_new_tokens=12, batch_sizes=(2,))
 
 

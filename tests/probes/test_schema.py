@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from eaglelab.engine.runtime.drafters import Eagle3Proposer
+from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.observer import (
     AllReduceStats,
@@ -99,7 +99,7 @@ def test_a_recorded_run_reads_back_as_exactly_what_the_engine_sent(tmp_path: Pat
     forward runs eagerly): the record holds one line per hook call, equal field for field."""
     target = random_model(CFG, seed=3)
     spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=6, cuda_graphs=True)
-    drafter = Eagle3Proposer(random_drafter(target, seed=4), spec, TAPS)
+    drafter = Eagle3Drafter(random_drafter(target, seed=4), spec, TAPS)
     bus = ProbeBus()
     writer = RecordWriter(tmp_path / "run.jsonl")
     bus.subscribe(writer)

@@ -11,7 +11,7 @@ from torch import nn
 
 from eaglelab.engine.model.cpu_gemm import BLOCK, MAX_ROWS, CpuGemm, pack
 from eaglelab.engine.model.layers import FusedLinear, Kernels, fused_linears
-from eaglelab.engine.runtime.drafters import Eagle3Proposer
+from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.runtime.spec_config import SpecConfig
@@ -130,7 +130,7 @@ def test_speculation_on_the_kernel_equals_plain_greedy(gemm, topk, steps, tokens
     greedy speculative output == plain greedy output, and the runner built every packed copy up front."""
     target = random_model(CFG, seed=21)
     spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=tokens)
-    proposer = Eagle3Proposer(random_drafter(target, 3), spec, TAPS)
+    proposer = Eagle3Drafter(random_drafter(target, 3), spec, TAPS)
     kernels = Kernels(gemv=gemm)
     runner = EagerRunner(target, proposer.net, kernels=kernels)
     assert all(gemm.layout in fl._fused for fl in fused_linears(target) + fused_linears(proposer.net))
@@ -155,7 +155,7 @@ def test_shipped_drafter_on_the_kernel_is_lossless(default_target, tmp_path):
     spec = SpecConfig("eagle3", num_steps=3, topk=1)
     ids = [tok.chat_ids("Summarize the key ideas of open source software in a few bullet points.")]
     eos, kernels = tok.eos_token_ids, Kernels(gemv=kernel)
-    out = Engine(model, eos_token_ids=eos, drafter=Eagle3Proposer(net, spec, taps), spec=spec,
+    out = Engine(model, eos_token_ids=eos, drafter=Eagle3Drafter(net, spec, taps), spec=spec,
                  runner=EagerRunner(model, net, kernels=kernels)).generate(ids, 40)
     plain = Engine(model, eos_token_ids=eos, runner=EagerRunner(model, kernels=kernels)).generate(ids, 40)
     assert out.tokens == plain.tokens == Engine(model, eos_token_ids=eos).generate(ids, 40).tokens

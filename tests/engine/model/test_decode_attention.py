@@ -231,7 +231,7 @@ def test_engine_phases_reach_the_kernel_and_speculation_stays_lossless():
     attention of <= 16 rows on the stand-in give the plain eager tokens; the verify hands it T = 4 rows per
     target layer, and the drafter's layer takes its steps too (its KV heads: the drafter's)."""
     from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
-    from eaglelab.engine.runtime.drafters import Eagle3Proposer
+    from eaglelab.engine.runtime.drafters import Eagle3Drafter
     from eaglelab.engine.runtime.generate import Engine
     from eaglelab.engine.runtime.runner import EagerRunner
     from eaglelab.engine.runtime.spec_config import SpecConfig
@@ -249,7 +249,7 @@ def test_engine_phases_reach_the_kernel_and_speculation_stays_lossless():
     net, taps = random_eagle3(model, seed=5, draft_vocab=256)
     attention.calls.clear()
     runner = EagerRunner(model, net, kernels=kernels)
-    out = Engine(model, drafter=Eagle3Proposer(net, spec, taps), spec=spec, runner=runner).generate(prompts, 8)
+    out = Engine(model, drafter=Eagle3Drafter(net, spec, taps), spec=spec, runner=runner).generate(prompts, 8)
     assert out.tokens == plain
     target_heads = (model.config.num_heads, model.config.num_kv_heads)
     assert any(t == 4 and (nh, kvh) == target_heads for t, _, nh, kvh in attention.calls), "the verify of 4 tokens"
@@ -397,7 +397,7 @@ ENGINE = textwrap.dedent("""
     from eaglelab.engine.model import decode_attention as A
     from eaglelab.engine.model.layers import EAGER_KERNELS
     from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
-    from eaglelab.engine.runtime.drafters import Eagle3Proposer
+    from eaglelab.engine.runtime.drafters import Eagle3Drafter
     from eaglelab.engine.runtime.generate import Engine
     from eaglelab.engine.runtime.runner import EagerRunner
     from eaglelab.engine.runtime.spec_config import SpecConfig
@@ -422,7 +422,7 @@ ENGINE = textwrap.dedent("""
         spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=tokens)
         net, taps = random_eagle3(model, seed=5, draft_vocab=256)
         runner = EagerRunner(model, net, kernels=kernels)
-        out = Engine(model, drafter=Eagle3Proposer(net, spec, taps), spec=spec, runner=runner).generate(prompts, 8)
+        out = Engine(model, drafter=Eagle3Drafter(net, spec, taps), spec=spec, runner=runner).generate(prompts, 8)
         print(f"spec{topk}", out.tokens == plain, CpuAttention.calls)
     print("reason", attention.reason, "rows", ",".join(str(t) for t, _, _ in sorted(attention.checked)))
 """)

@@ -192,7 +192,7 @@ def test_engine_phases_pass_the_gemv_to_the_head_and_speculation_stays_lossless(
     plain eager tokens; the prefill and the decode phase hand the head their rows (B = 2: [2, H] -> V; the
     prefill its rows' last positions only) and the verify phase hands it the tree's (B x N = 2 x 4 = 8 rows)."""
     from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
-    from eaglelab.engine.runtime.drafters import Eagle3Proposer
+    from eaglelab.engine.runtime.drafters import Eagle3Drafter
     from eaglelab.engine.runtime.generate import Engine
     from eaglelab.engine.runtime.runner import EagerRunner
     from eaglelab.engine.runtime.spec_config import SpecConfig
@@ -210,7 +210,7 @@ def test_engine_phases_pass_the_gemv_to_the_head_and_speculation_stays_lossless(
     net, taps = random_eagle3(model, seed=5, draft_vocab=256)
     gemv.calls.clear()
     runner = EagerRunner(model, net, kernels=kernels)
-    out = Engine(model, drafter=Eagle3Proposer(net, spec, taps), spec=spec, runner=runner).generate(prompts, 8)
+    out = Engine(model, drafter=Eagle3Drafter(net, spec, taps), spec=spec, runner=runner).generate(prompts, 8)
     assert out.tokens == plain
     assert any(rows == 8 and n == V for rows, n, _ in gemv.calls), "the verify's head over 2 x 4 tree nodes"
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from eaglelab.engine.model.config import ModelConfig
-from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
-from eaglelab.engine.model.eagle3 import Eagle3Config, Eagle3Drafter
+from eaglelab.engine.runtime.drafters import Eagle3Drafter, NgramDrafter
+from eaglelab.engine.model.eagle3 import Eagle3Config, Eagle3Network
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.formats.loader import load_random
 from eaglelab.engine.model.model import Transformer
@@ -39,18 +39,18 @@ def build(cfg_dict: dict, tp, replicate_embedding: bool = True) -> Transformer:
     return model.eval()
 
 
-def random_drafter(target: Transformer) -> Eagle3Proposer:
+def random_drafter(target: Transformer) -> Eagle3Drafter:
     cfg = target.config
     dcfg = Eagle3Config(hidden_size=cfg.hidden_size, target_hidden_size=cfg.hidden_size, num_aux=3, num_heads=4,
                         num_kv_heads=2, head_dim=8, intermediate_size=48, vocab_size=cfg.vocab_size,
                         draft_vocab_size=cfg.vocab_size)
-    net = Eagle3Drafter(dcfg, target.embed_tokens)
+    net = Eagle3Network(dcfg, target.embed_tokens)
     g = torch.Generator().manual_seed(7)
     with torch.no_grad():
         for name, p in net.named_parameters():
             p.copy_(torch.randn(p.shape, generator=g) * 0.2 if p.dim() > 1 else torch.ones(p.shape))
     spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=6)
-    return Eagle3Proposer(net.eval(), spec, (1, 2, 3))
+    return Eagle3Drafter(net.eval(), spec, (1, 2, 3))
 
 
 def greedy_runs(target: Transformer) -> dict[str, list[list[int]]]:

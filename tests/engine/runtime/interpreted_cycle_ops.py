@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eaglelab.engine.runtime import cycle_ops
-from eaglelab.engine.runtime.acceptance import greedy_accept
+from eaglelab.engine.runtime.verification import greedy_accept
 from eaglelab.engine.runtime.generate import emit_and_advance
 from eaglelab.engine.runtime.kv_cache import KVCache
 from eaglelab.engine.runtime.tree import chain_tree, expand_step, make_tree
@@ -200,7 +200,7 @@ def check_engine() -> None:
 
     from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
     from eaglelab.engine.runtime.compile import compile_report, compiled_kernels
-    from eaglelab.engine.runtime.drafters import Eagle3Proposer
+    from eaglelab.engine.runtime.drafters import Eagle3Drafter
     from eaglelab.engine.runtime.generate import Engine
     from eaglelab.engine.runtime.runner import EagerRunner
     from eaglelab.engine.runtime.spec_config import SpecConfig
@@ -219,9 +219,9 @@ def check_engine() -> None:
     spec = SpecConfig("eagle3", num_steps=3, topk=3, num_draft_tokens=8, cuda_graphs=True, compile=True)
     with tempfile.TemporaryDirectory() as tmp:
         kernels = compiled_kernels(tmp)
-        runner = EmulatedRunner.for_engine(model, spec, Eagle3Proposer(net, spec, taps), max_len=64, buckets=(2,),
+        runner = EmulatedRunner.for_engine(model, spec, Eagle3Drafter(net, spec, taps), max_len=64, buckets=(2,),
                                            kernels=kernels)
-        eng = Engine(model, drafter=Eagle3Proposer(net, spec, taps), spec=spec, runner=runner)
+        eng = Engine(model, drafter=Eagle3Drafter(net, spec, taps), spec=spec, runner=runner)
         out = eng.generate(prompts, 12)
         assert compile_report(kernels)[1] == []
     plain = Engine(model, spec=SpecConfig(), runner=EagerRunner(model)).generate(prompts, 12)

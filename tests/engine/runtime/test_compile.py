@@ -17,7 +17,7 @@ from eaglelab.engine.model.layers import EAGER_KERNELS, prefix_mask, rms_norm
 from eaglelab.engine.model.model import Transformer
 from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3, randomize_, scale_config
 from eaglelab.engine.runtime.compile import CompiledOrEager, compile_report, compiled_kernels
-from eaglelab.engine.runtime.drafters import Eagle3Proposer
+from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.runtime.spec_config import SpecConfig
@@ -30,7 +30,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 def _spec_engine(model, spec, runner, observer=None):
     net, taps = random_eagle3(model, seed=5, draft_vocab=256)
-    return Engine(model, drafter=Eagle3Proposer(net, spec, taps), spec=spec, runner=runner(net, taps), observer=observer)
+    return Engine(model, drafter=Eagle3Drafter(net, spec, taps), spec=spec, runner=runner(net, taps), observer=observer)
 
 
 @pytest.mark.slow  # inductor compiles the decode phase of a 4-layer model on the CPU (about a minute here)
@@ -67,7 +67,7 @@ def test_compiled_speculation_gives_plain_greedy_tokens(tmp_path, monkeypatch, o
                       one_graph_cycle=one_graph)
     kernels = compiled_kernels(tmp_path)
     eng = _spec_engine(model, spec, lambda net, taps: EmulatedRunner.for_engine(
-        model, spec, Eagle3Proposer(net, spec, taps), max_len=64, buckets=(2,), kernels=kernels), Recorder())
+        model, spec, Eagle3Drafter(net, spec, taps), max_len=64, buckets=(2,), kernels=kernels), Recorder())
     out = eng.generate(PROMPTS, 10)
     plain = Engine(model, spec=SpecConfig(), runner=EagerRunner(model)).generate(PROMPTS, 10)
     assert out.tokens == plain.tokens
@@ -191,7 +191,7 @@ def test_compiled_phases_inside_cuda_graphs_give_the_eager_tokens(kind, tmp_path
     else:
         spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, cuda_graphs=True, compile=True)
         eng = _spec_engine(model, spec, lambda net, taps: CudaGraphRunner.for_engine(
-            model, spec, Eagle3Proposer(net, spec, taps), max_len=64, buckets=(1, 2), kernels=kernels), Recorder())
+            model, spec, Eagle3Drafter(net, spec, taps), max_len=64, buckets=(1, 2), kernels=kernels), Recorder())
         runner = eng.runner
     assert eng.generate(PROMPTS, 12).tokens == plain.tokens
     alone = Engine(model, spec=SpecConfig(), runner=EagerRunner(model)).generate(PROMPTS[:1], 12)
@@ -217,7 +217,7 @@ def test_compile_prefill_compiles_the_prompts_phases_too(compile_prefill):
     compiler = PhaseCompiler(CompileLog(None), backend="eager")
     kernels = replace(EAGER_KERNELS, compiled=True, compile_phase=compiler)
     eng = _spec_engine(model, spec, lambda net, taps: EmulatedRunner.for_engine(
-        model, spec, Eagle3Proposer(net, spec, taps), max_len=64, buckets=(2,), kernels=kernels), Recorder())
+        model, spec, Eagle3Drafter(net, spec, taps), max_len=64, buckets=(2,), kernels=kernels), Recorder())
     out = eng.generate(PROMPTS, 10)
     plain = Engine(model, spec=SpecConfig(), runner=EagerRunner(model)).generate(PROMPTS, 10)
     assert out.tokens == plain.tokens

@@ -12,7 +12,7 @@ import torch
 
 from eaglelab.engine.runtime.contracts import DraftView, Drafter, Runner
 from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
-from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
+from eaglelab.engine.runtime.drafters import Eagle3Drafter, NgramDrafter
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA, EAGER_OFF, SOURCE_RUNNER, eager_warning
 from eaglelab.engine.runtime.runner import EagerRunner
@@ -29,7 +29,7 @@ def target():
 
 def test_shipped_drafters_and_runners_satisfy_the_protocols(target):
     spec = SpecConfig("eagle3", num_steps=2)
-    eagle = Eagle3Proposer(random_drafter(target, seed=1), spec, TAPS)
+    eagle = Eagle3Drafter(random_drafter(target, seed=1), spec, TAPS)
     ngram = NgramDrafter(SpecConfig("ngram", num_steps=2))
     assert isinstance(eagle, Drafter) and isinstance(ngram, Drafter)
     assert eagle.net is not None and ngram.net is None and ngram.target_taps == ()

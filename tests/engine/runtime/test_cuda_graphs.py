@@ -18,7 +18,7 @@ from eaglelab.engine.runtime.cuda_graphs import (
     EAGER_EXTEND, EAGER_HOST_DRAFTER, EAGER_NO_CUDA, EAGER_OFF, EAGER_PREFILL, REPLAY,
     MOE_PREFILL_TOKENS, CudaGraphRunner, GraphPlan, bucket_for, draft_cache_len, prefill_bucket,
 )
-from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
+from eaglelab.engine.runtime.drafters import Eagle3Drafter, NgramDrafter
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
@@ -97,7 +97,7 @@ def _drafter(model, spec, kind):
     if kind == "ngram":
         return NgramDrafter(spec)
     net, taps = random_eagle3(model, seed=5, draft_vocab=256)
-    return Eagle3Proposer(net, spec, taps)
+    return Eagle3Drafter(net, spec, taps)
 
 
 # ---- pure helpers ----------------------------------------------------------------------------------

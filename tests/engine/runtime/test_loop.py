@@ -13,7 +13,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
+from eaglelab.engine.runtime.drafters import Eagle3Drafter, NgramDrafter
 from eaglelab.engine.runtime.generate import Engine, emit_and_advance, emit_tokens, loop_state
 from eaglelab.engine.runtime.readback import StepReader
 from eaglelab.engine.runtime.runner import EagerRunner
@@ -40,7 +40,7 @@ def eos(target) -> int:
 def _engine(target, eos: int, spec: SpecConfig | None, lag: int, observer=None) -> Engine:
     if spec is None:
         return Engine(target, eos_token_ids=(eos,), observer=observer, stop_lag=lag)
-    drafter = Eagle3Proposer(random_drafter(target, 7), spec, TAPS) if spec.algorithm == "eagle3" \
+    drafter = Eagle3Drafter(random_drafter(target, 7), spec, TAPS) if spec.algorithm == "eagle3" \
         else NgramDrafter(spec)
     return Engine(target, eos_token_ids=(eos,), drafter=drafter, spec=spec, observer=observer, stop_lag=lag)
 
@@ -147,7 +147,7 @@ def test_a_lagged_loop_streams_a_step_once_the_next_is_queued(target, kind):
             return super().phase(name, *args, **kw)
 
     spec = SPECS[kind]
-    drafter = None if spec is None else Eagle3Proposer(random_drafter(target, 7), spec, TAPS)
+    drafter = None if spec is None else Eagle3Drafter(random_drafter(target, 7), spec, TAPS)
     runner = Logging(target, None if drafter is None else drafter.net)
     engine = Engine(target, drafter=drafter, spec=spec or SpecConfig(), runner=runner, stop_lag=1)
     out = engine.generate(PROMPTS[:1], 9, stream=lambda row, toks: log.append("stream"))
@@ -277,7 +277,7 @@ def test_on_cuda_graphs_the_lagged_loop_gives_the_stop_at_once_run(kind):
         drafter = None
         if kind == "eagle3":
             net, taps = random_eagle3(model, seed=5, draft_vocab=256)
-            drafter = Eagle3Proposer(net, spec, taps)
+            drafter = Eagle3Drafter(net, spec, taps)
         runner = CudaGraphRunner.for_engine(model, spec, drafter, max_len=64, buckets=(1, 4))
         engine = Engine(model, eos_token_ids=(eos,), drafter=drafter, spec=spec, runner=runner, stop_lag=lag)
         got: dict[int, list[int]] = {b: [] for b in range(len(PROMPTS))}

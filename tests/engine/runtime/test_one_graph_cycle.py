@@ -12,7 +12,7 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eaglelab.engine.runtime.drafters import Eagle3Proposer
+from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.reasons import REPLAY
 from eaglelab.engine.runtime.runner import EagerRunner
@@ -40,7 +40,7 @@ def _net():
 def _run(model, one_graph: bool, tree: str, graphs: bool, sampling=SamplingParams(), eos=(), max_new=40):
     spec = SpecConfig("eagle3", **TREES[tree], cuda_graphs=graphs, one_graph_cycle=one_graph)
     net, taps = _net()
-    drafter = Eagle3Proposer(net, spec, taps)
+    drafter = Eagle3Drafter(net, spec, taps)
     runner = (EmulatedRunner.for_engine(model, spec, drafter, max_len=192, buckets=(4,)) if graphs
               else EagerRunner(model, net))
     seen = CycleCollector()
@@ -95,10 +95,10 @@ def test_the_drafter_carry_is_runner_state_and_survives_a_second_run(tiny):
     bound state buffers; a second run on the same runner (new prompts, fewer rows) replays the same graph."""
     spec = SpecConfig("eagle3", **TREES["tree"], cuda_graphs=True)
     net, taps = _net()
-    drafter = Eagle3Proposer(net, spec, taps)
+    drafter = Eagle3Drafter(net, spec, taps)
     runner = EmulatedRunner.for_engine(tiny, spec, drafter, max_len=192, buckets=(4,))
     eng = Engine(tiny, drafter=drafter, spec=spec, runner=runner)
-    ref = Engine(tiny, drafter=Eagle3Proposer(net, spec, taps), spec=spec, runner=EagerRunner(tiny, net))
+    ref = Engine(tiny, drafter=Eagle3Drafter(net, spec, taps), spec=spec, runner=EagerRunner(tiny, net))
     for prompts in (PROMPTS, PROMPTS[1:2]):
         assert eng.generate(prompts, 16).tokens == ref.generate(prompts, 16).tokens
     bound = {key[0] for key in runner._state}
@@ -112,7 +112,7 @@ def test_the_cycle_runs_as_phases_where_it_cannot_be_one(tiny, why):
     spec = SpecConfig("eagle3", num_steps=2, attention_mode="prefill" if why.startswith("prefill") else "decode",
                       one_graph_cycle=why.startswith("prefill"))
     net, taps = _net()
-    eng = Engine(tiny, drafter=Eagle3Proposer(net, spec, taps), spec=spec)
+    eng = Engine(tiny, drafter=Eagle3Drafter(net, spec, taps), spec=spec)
     assert not eng.one_graph
 
 
@@ -127,7 +127,7 @@ def test_real_cuda_graph_of_the_cycle_is_the_phase_cycle_and_times_its_parts():
     results, cycle_graphs = {}, {}
     for one_graph in (True, False):
         spec = SpecConfig("eagle3", **TREES["tree"], cuda_graphs=True, one_graph_cycle=one_graph)
-        drafter = Eagle3Proposer(random_drafter(model, 5, draft_vocab=CFG["vocab_size"]).to("cuda"), spec, TAPS)
+        drafter = Eagle3Drafter(random_drafter(model, 5, draft_vocab=CFG["vocab_size"]).to("cuda"), spec, TAPS)
         runner = CudaGraphRunner.for_engine(model, spec, drafter, max_len=192, buckets=(1, 4))
         seen = CycleCollector()
         out = Engine(model, drafter=drafter, spec=spec, runner=runner, observer=seen).generate(PROMPTS, 40)
@@ -156,7 +156,7 @@ def test_the_engine_reports_the_one_graph_status_for_every_forward(tiny):
     out, cycles, runner = _run(tiny, True, "tree", True)
     spec = SpecConfig("eagle3", **TREES["tree"], cuda_graphs=True)
     net, taps = _net()
-    eng = Engine(tiny, drafter=Eagle3Proposer(net, spec, taps), spec=spec, runner=runner)
+    eng = Engine(tiny, drafter=Eagle3Drafter(net, spec, taps), spec=spec, runner=runner)
     assert eng.graph_status("spec", 3) == {"draft": REPLAY, "verify": REPLAY, "draft_extend": REPLAY}
     assert runner.graph_status("spec", "decode", 3)["verify"] != REPLAY, "the runner's own phase names: none ran"
 
@@ -173,7 +173,7 @@ def test_any_tree_runs_the_same_as_one_graph_and_as_phases(tiny, steps, topk, ex
     for one_graph in (True, False):
         spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=n, one_graph_cycle=one_graph)
         net, taps = _net()
-        drafter = Eagle3Proposer(net, spec, taps)
+        drafter = Eagle3Drafter(net, spec, taps)
         out = Engine(tiny, eos_token_ids=eos, drafter=drafter, spec=spec,
                      runner=EagerRunner(tiny, net)).generate(PROMPTS, max_new)
         got.append((out.tokens, out.stop_reasons, out.accept_lens, out.cycles))

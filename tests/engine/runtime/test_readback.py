@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eaglelab.engine.runtime.drafters import Eagle3Proposer
+from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.readback import Stager
 from eaglelab.engine.runtime.spec_config import SpecConfig
@@ -42,7 +42,7 @@ def _counting(monkeypatch) -> dict[str, int]:
 
 
 def _run(target, observer, spec, monkeypatch):
-    drafter = Eagle3Proposer(random_drafter(target, 3), spec, TAPS)
+    drafter = Eagle3Drafter(random_drafter(target, 3), spec, TAPS)
     engine = Engine(target, eos_token_ids=(3,), drafter=drafter, spec=spec, observer=observer)
     with monkeypatch.context() as m:
         counts = _counting(m)
@@ -103,7 +103,7 @@ def test_with_cuda_graphs_an_observer_adds_one_pinned_readback_per_cycle(monkeyp
     counted = []
     for observer in (None, CycleCollector()):
         net, taps = random_eagle3(model, seed=5, draft_vocab=256)
-        drafter = Eagle3Proposer(net, spec, taps)
+        drafter = Eagle3Drafter(net, spec, taps)
         runner = CudaGraphRunner.for_engine(model, spec, drafter, max_len=64, buckets=(1, 2, 4))
         engine = Engine(model, drafter=drafter, spec=spec, runner=runner, observer=observer)
         engine.generate(PROMPTS[:2], 12)  # captures the graphs

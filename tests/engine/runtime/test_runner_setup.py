@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from eaglelab.engine.model.layers import fused_linears
 from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
-from eaglelab.engine.runtime.drafters import Eagle3Proposer
+from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.runtime.spec_config import SpecConfig
@@ -21,7 +21,7 @@ def _held(fused) -> list[list[int]]:
 def test_a_runner_builds_the_fused_weights_when_made_and_counts_them_as_set_up():
     target = random_model(CFG, seed=5)
     spec = SpecConfig("eagle3", num_steps=2, topk=1, attention_mode="decode")
-    drafter = Eagle3Proposer(random_drafter(target, 3), spec, TAPS)
+    drafter = Eagle3Drafter(random_drafter(target, 3), spec, TAPS)
     fused = fused_linears(target) + fused_linears(drafter.net)
     lazy = Engine(target, drafter=drafter, spec=spec, runner=_Unprepared(target, drafter.net)).generate(PROMPTS[:2], 6)
     for fl in fused:  # back to a fresh model's state: nothing built

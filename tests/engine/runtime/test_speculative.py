@@ -12,8 +12,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from eaglelab.engine.runtime.drafters import Eagle3Proposer, NgramDrafter
-from eaglelab.engine.model.eagle3 import Eagle3Config, Eagle3Drafter, load_eagle3
+from eaglelab.engine.runtime.drafters import Eagle3Drafter, NgramDrafter
+from eaglelab.engine.model.eagle3 import Eagle3Config, Eagle3Network, load_eagle3
 from eaglelab.engine.errors import CheckpointError, EagleLabError
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.spec_config import SpecConfig
@@ -28,11 +28,11 @@ def target():
     return random_model(CFG, seed=21)
 
 
-def random_drafter(target, seed: int, draft_vocab: int = 48) -> Eagle3Drafter:
+def random_drafter(target, seed: int, draft_vocab: int = 48) -> Eagle3Network:
     torch.manual_seed(seed)
     cfg = Eagle3Config(hidden_size=64, target_hidden_size=64, num_aux=3, num_heads=4, num_kv_heads=2, head_dim=16,
                        intermediate_size=96, vocab_size=CFG["vocab_size"], draft_vocab_size=draft_vocab)
-    net = Eagle3Drafter(cfg, target.embed_tokens)
+    net = Eagle3Network(cfg, target.embed_tokens)
     with torch.no_grad():
         for name, p in net.named_parameters():
             p.normal_(0, 0.2) if "norm" not in name else p.fill_(1.0)
@@ -59,7 +59,7 @@ def test_eagle3_greedy_equals_plain(target, seed, shape, mode, batch):
     spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=ndt, attention_mode=mode)
     prompts = PROMPTS[:batch]
     plain = Engine(target, eos_token_ids=(3,)).generate(prompts, 18)
-    drafter = Eagle3Proposer(random_drafter(target, seed), spec, TAPS)
+    drafter = Eagle3Drafter(random_drafter(target, seed), spec, TAPS)
     spec_out = Engine(target, eos_token_ids=(3,), drafter=drafter, spec=spec).generate(prompts, 18)
     assert spec_out.tokens == plain.tokens
     assert spec_out.stop_reasons == plain.stop_reasons
@@ -100,7 +100,7 @@ def test_drafter_incremental_state_equals_full_recompute(target):
     its KV cache, positions and draft-extend bookkeeping are right, not merely lossless."""
     spec = SpecConfig("eagle3", num_steps=1, topk=1)
     net = random_drafter(target, 3)
-    prop = Eagle3Proposer(net, spec, TAPS)
+    prop = Eagle3Drafter(net, spec, TAPS)
     seen: list[torch.Tensor] = []
     original = prop.propose
 
@@ -126,7 +126,7 @@ def test_sampling_with_speculation_is_seeded_and_valid(target):
     from eaglelab.engine.runtime.sampling import SamplingParams
 
     spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5)
-    drafter = Eagle3Proposer(random_drafter(target, 5), spec, TAPS)
+    drafter = Eagle3Drafter(random_drafter(target, 5), spec, TAPS)
     eng = Engine(target, drafter=drafter, spec=spec)
     params = SamplingParams(temperature=0.9, top_p=0.95)
     a = eng.generate(PROMPTS, 12, params, torch.Generator().manual_seed(1)).tokens
@@ -167,7 +167,7 @@ def test_specforge_checkpoint_loads_and_runs_losslessly(target, tmp_path):
     for (n1, a), (n2, b) in zip(net.state_dict().items(), loaded.state_dict().items()):
         assert n1 == n2 and torch.equal(a, b), n1
     spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=6)
-    out = Engine(target, drafter=Eagle3Proposer(loaded, spec, taps), spec=spec).generate(PROMPTS, 10)
+    out = Engine(target, drafter=Eagle3Drafter(loaded, spec, taps), spec=spec).generate(PROMPTS, 10)
     assert out.tokens == Engine(target).generate(PROMPTS, 10).tokens
 
 
@@ -224,7 +224,7 @@ def test_shipped_drafter_is_lossless_and_beats_chance(default_target, topk, step
     ids = [tok.chat_ids("Summarize the key ideas of open source software in a few bullet points.")]
     eos = tok.eos_token_ids
     spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=ndt)
-    out = Engine(default_target.model, eos_token_ids=eos, drafter=Eagle3Proposer(net, spec, taps), spec=spec).generate(ids, 40)
+    out = Engine(default_target.model, eos_token_ids=eos, drafter=Eagle3Drafter(net, spec, taps), spec=spec).generate(ids, 40)
     plain = Engine(default_target.model, eos_token_ids=eos).generate(ids, 40)
     assert out.tokens == plain.tokens
     assert out.mean_accept_len > 1.8
@@ -236,7 +236,7 @@ def test_cycles_report_sibling_ranks_of_the_accepted_path(target):
     go deeper (closed); a path that accepted nothing was offered depth 1 (open)."""
     obs = CycleCollector()
     spec = SpecConfig("eagle3", num_steps=3, topk=4, num_draft_tokens=1 + 4 + 2 * 16)
-    drafter = Eagle3Proposer(random_drafter(target, 5, draft_vocab=CFG["vocab_size"]), spec, TAPS)
+    drafter = Eagle3Drafter(random_drafter(target, 5, draft_vocab=CFG["vocab_size"]), spec, TAPS)
     Engine(target, drafter=drafter, spec=spec, observer=obs).generate(PROMPTS, 40)
     rows = [(a, pos, r, o) for c in obs.cycles if c.kind == "spec"
             for a, pos, r, o in zip(c.accept_len, c.accepted_positions, c.accepted_ranks, c.path_open)]

@@ -71,7 +71,7 @@ def _compiled_phases_rank(tp, backend: str):
     """This rank's tokens from eager and compiled-phase runs (plain and speculative), the phases
     that compiled, and every fallback reason."""
     from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
-    from eaglelab.engine.runtime.drafters import Eagle3Proposer
+    from eaglelab.engine.runtime.drafters import Eagle3Drafter
     from eaglelab.engine.runtime.generate import Engine
     from eaglelab.session import tree_spec
 
@@ -82,11 +82,11 @@ def _compiled_phases_rank(tp, backend: str):
     prompts = [[1, 5, 9, 13, 2], [7, 3, 8, 4, 6]]
     out, seen, reasons = {}, set(), []
     for kind in ("plain", "spec"):
-        drafter = Eagle3Proposer(net, spec, taps) if kind == "spec" else None
+        drafter = Eagle3Drafter(net, spec, taps) if kind == "spec" else None
         kw = {"drafter": drafter, "spec": spec} if drafter else {}
         eager = Engine(target, **kw).generate(prompts, 6).tokens
         runner = _CompilingRunner(target, net if drafter else None, backend)
-        drafter = Eagle3Proposer(net, spec, taps) if kind == "spec" else None
+        drafter = Eagle3Drafter(net, spec, taps) if kind == "spec" else None
         kw = {"drafter": drafter, "spec": spec} if drafter else {}
         tp.arrivals = []  # as the bench's observed call: the probe's clocks on
         compiled = Engine(target, runner=runner, **kw).generate(prompts, 6).tokens
@@ -126,7 +126,7 @@ def _compiled_graphs_rank(tp, cache_root: str):
     from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
     from eaglelab.engine.runtime.compile import compile_report, compiled_kernels
     from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
-    from eaglelab.engine.runtime.drafters import Eagle3Proposer
+    from eaglelab.engine.runtime.drafters import Eagle3Drafter
     from eaglelab.engine.runtime.generate import Engine
     from eaglelab.engine.runtime.spec_config import SpecConfig
     from eaglelab.session import tree_spec
@@ -140,7 +140,7 @@ def _compiled_graphs_rank(tp, cache_root: str):
     for kind in ("plain", "spec"):
         spec = (tree_spec("eagle3", 3, 2, 6, cuda_graphs=True, compile=True) if kind == "spec"
                 else SpecConfig(cuda_graphs=True, compile=True))
-        drafter = Eagle3Proposer(net, spec, taps) if kind == "spec" else None
+        drafter = Eagle3Drafter(net, spec, taps) if kind == "spec" else None
         runner = CudaGraphRunner.for_engine(target, spec, drafter, max_len=128, buckets=(2,), kernels=kernels)
         col = PhaseCollector()
         out[kind] = Engine(target, drafter=drafter, spec=spec, observer=col, runner=runner).generate(prompts, 6).tokens

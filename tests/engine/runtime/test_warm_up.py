@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eaglelab.engine.runtime.drafters import Eagle3Proposer
+from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.sampling import SamplingParams
 from eaglelab.engine.runtime.spec_config import SpecConfig
@@ -70,7 +70,7 @@ def test_an_eager_engine_warms_up_too(tiny):  # noqa: F811
     outs = []
     for warm_up in (0, 5):
         net_drafter = _drafter(tiny, spec, "eagle3")
-        assert isinstance(net_drafter, Eagle3Proposer)
+        assert isinstance(net_drafter, Eagle3Drafter)
         outs.append(Engine(tiny, drafter=net_drafter, spec=spec).generate(PROMPTS, 10, warm_up=warm_up))
     assert outs[0].tokens == outs[1].tokens and outs[1].setup_seconds > outs[0].setup_seconds
 

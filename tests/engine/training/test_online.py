@@ -12,10 +12,10 @@ import pytest
 import torch
 
 from eaglelab.engine.errors import CheckpointError
-from eaglelab.engine.runtime.drafters import Eagle3Proposer
+from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.spec_config import SpecConfig
-from eaglelab.engine.training.acceptance_sim import (
+from eaglelab.engine.training.offline_eval import (
     AcceptanceEval,
     anchor_hits,
     batch_cycles,
@@ -292,7 +292,7 @@ def test_simulated_acceptance_equals_the_engine_chain(tmp_path):
     spec = SpecConfig("eagle3", num_steps=3, topk=1, num_draft_tokens=4)
     checked = 0
     for p in prompts(4, seed=9):
-        res = Engine(model, eos_token_ids=(), drafter=Eagle3Proposer(net, spec, TAPS), spec=spec).generate([p], 24)
+        res = Engine(model, eos_token_ids=(), drafter=Eagle3Drafter(net, spec, TAPS), spec=spec).generate([p], 24)
         seq = torch.tensor(p + res.tokens[0])[None]  # [1, T]
         mask = torch.zeros_like(seq, dtype=torch.float32)
         mask[:, len(p):] = 1.0

@@ -16,7 +16,7 @@ import torch
 from eaglelab.engine.training.capture import CaptureSettings, capture
 from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
 from eaglelab.engine.training.draft_vocab import build_draft_vocab, scan_data
-from eaglelab.engine.runtime.drafters import Eagle3Proposer
+from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.model.eagle3 import load_eagle3
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.kv_cache import KVCache
@@ -75,7 +75,7 @@ def fresh(model, vocab, seed: int = 0, init: str = "target"):
 def mean_accept(model, net, ps) -> float:
     net.eval()
     spec = SpecConfig("eagle3", num_steps=4, topk=1)
-    res = Engine(model, eos_token_ids=(2,), drafter=Eagle3Proposer(net, spec, TAPS), spec=spec).generate(ps, 32)
+    res = Engine(model, eos_token_ids=(2,), drafter=Eagle3Drafter(net, spec, TAPS), spec=spec).generate(ps, 32)
     return res.mean_accept_len
 
 
@@ -189,7 +189,7 @@ def test_speculation_with_the_trained_drafter_stays_lossless(trained):
     spec = SpecConfig("eagle3", num_steps=4, topk=1)
     plain = Engine(model, eos_token_ids=(2,)).generate(ps, 32).tokens
     trainer.net.eval()
-    fast = Engine(model, eos_token_ids=(2,), drafter=Eagle3Proposer(trainer.net, spec, TAPS), spec=spec).generate(ps, 32)
+    fast = Engine(model, eos_token_ids=(2,), drafter=Eagle3Drafter(trainer.net, spec, TAPS), spec=spec).generate(ps, 32)
     assert fast.tokens == plain
 
 

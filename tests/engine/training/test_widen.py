@@ -16,8 +16,8 @@ import torch
 from eaglelab.engine.errors import CheckpointError, ConfigError
 from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
 from eaglelab.engine.model.config import ModelConfig
-from eaglelab.engine.model.eagle3 import Eagle3Drafter, config_from_checkpoint, load_eagle3
-from eaglelab.engine.runtime.drafters import Eagle3Proposer
+from eaglelab.engine.model.eagle3 import Eagle3Network, config_from_checkpoint, load_eagle3
+from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from eaglelab.engine.training.draft_vocab import build_draft_vocab
@@ -80,7 +80,7 @@ def old_and_wide(tmp_path):
 @pytest.mark.parametrize("intermediate,draft_vocab,num_aux", [(128, 48, 3), (200, 96, 3), (64, 128, 2), (1, 1, 1)])
 def test_size_helper_equals_a_built_drafter(intermediate, draft_vocab, num_aux):
     cfg = drafter_config(random_model(CFG).config, num_aux, draft_vocab, intermediate)
-    net = Eagle3Drafter(cfg, torch.nn.Embedding(VOCAB, CFG["hidden_size"]))
+    net = Eagle3Network(cfg, torch.nn.Embedding(VOCAB, CFG["hidden_size"]))
     for dtype in (torch.bfloat16, torch.float32):
         size = drafter_size(cfg, dtype)
         assert size.parameters == sum(p.numel() for p in net.parameters())
@@ -200,7 +200,7 @@ def test_a_wider_drafter_loads_from_its_config_and_speculates_losslessly(tmp_pat
     prompts = [ids[0, :5].tolist(), ids[0, 2:9].tolist()]
     spec = SpecConfig("eagle3", num_steps=3, topk=1)
     plain = Engine(model, eos_token_ids=(2,)).generate(prompts, 16).tokens
-    fast = Engine(model, eos_token_ids=(2,), drafter=Eagle3Proposer(net, spec, taps), spec=spec).generate(prompts, 16)
+    fast = Engine(model, eos_token_ids=(2,), drafter=Eagle3Drafter(net, spec, taps), spec=spec).generate(prompts, 16)
     assert fast.tokens == plain
 
 

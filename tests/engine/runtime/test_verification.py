@@ -10,7 +10,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eaglelab.engine.runtime.acceptance import Acceptance, greedy_accept, rejection_accept, path_ranks
+from eaglelab.engine.runtime.verification import Acceptance, greedy_accept, rejection_accept, path_ranks
 from eaglelab.engine.runtime.sampling import SamplingParams, probs_from_logits, sample
 from eaglelab.engine.runtime.tree import DraftTree, TreeBuilder, chain_tree, make_tree, tree_attention_mask
 
