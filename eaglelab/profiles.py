@@ -1,0 +1,241 @@
+"""Device profiles: the measured-best speculative settings for one drafter on one kind of device.
+
+A profile says, per batch bucket, which tree (steps, topk, draft tokens) ran fastest for a drafter on a
+device, and whether our kernels (the few-row GEMV, the decode attention) and ``torch.compile`` paid there,
+with the figure that decided it. ``run``, ``bench``, ``tune``, the TUI and the pytest fixtures take their
+defaults from the profile that matches the device at hand (flags given on the command line always win),
+and every value chosen this way carries its reason to the run's summary.
+
+Where profiles come from, first match wins:
+
+1. ``eaglelab tune`` writes one per (drafter, device) into the eaglelab cache
+   (``$EAGLELAB_CACHE/profiles/``), from the configurations it confirmed by real runs;
+2. a drafter directory may ship ``eaglelab_profiles.json`` beside its weights: the shipped drafter carries
+   the profiles measured for it on the H200 and on a CPU.
+
+A profile matches a device by name (``torch.cuda.get_device_name``, or ``cpu``) and dtype; a drafter by the
+SHA-256 of its weights and config (:func:`drafter_digest`), so a retrained drafter never inherits the old
+one's tree. This module imports no torch.
+
+File layout (JSON, one file may hold profiles for several devices)::
+
+    {"schema": 1,
+     "profiles": [{"device": "NVIDIA H200", "dtype": "bfloat16", "drafter_sha256": "...",
+                   "compile": true, "gemv": true, "decode_attn": true,
+                   "kernels_reason": "...",
+                   "buckets": [{"max_batch": 1, "steps": 5, "topk": 4, "draft_tokens": 24,
+                                "measured": "2.00x over plain decoding, ..."}, ...],
+                   "source": "..."}]}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from eaglelab.engine.errors import EagleLabError
+
+SCHEMA = 1
+SHIPPED_NAME = "eaglelab_profiles.json"  # beside a drafter's weights
+MAX_PROFILE_BYTES = 1 << 20  # a profile is a few KB: anything larger is not one
+
+
+@dataclass(frozen=True)
+class BucketChoice:
+    """The tree measured fastest for batches up to ``max_batch`` (the next bucket takes larger ones)."""
+
+    max_batch: int
+    steps: int
+    topk: int
+    draft_tokens: int
+    measured: str = ""  # the figure that chose it, e.g. "2.00x over plain decoding (2,446.5 vs 1,222.9 tok/s)"
+
+    @property
+    def label(self) -> str:
+        return f"{self.steps} steps, topk {self.topk}, {self.draft_tokens} draft tokens"
+
+
+@dataclass(frozen=True)
+class DeviceProfile:
+    """The measured-best settings of one drafter on one kind of device (see the module docstring)."""
+
+    device: str  # "NVIDIA H200" | "cpu"
+    dtype: str  # "bfloat16" | "float32" | ...
+    drafter_sha256: str
+    buckets: tuple[BucketChoice, ...]
+    compile: bool | None = None  # None: the profile does not say (the engine's own default stands)
+    gemv: bool | None = None
+    decode_attn: bool | None = None
+    kernels_reason: str = ""
+    source: str = ""  # what measured it: a command and a date, or the tune run that wrote it
+    path: str = field(default="", compare=False)  # the file it was read from
+
+    def bucket(self, batch: int) -> BucketChoice:
+        """The smallest bucket that holds ``batch`` rows, else the largest one."""
+        fits = [b for b in self.buckets if b.max_batch >= batch]
+        return min(fits, key=lambda b: b.max_batch) if fits else max(self.buckets, key=lambda b: b.max_batch)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d.pop("path")
+        d["buckets"] = [asdict(b) for b in self.buckets]
+        return d
+
+
+def device_key(device_type: str, device_name: str | None) -> str:
+    """The name a profile matches: ``cpu`` for any CPU, the GPU's marketing name for CUDA devices."""
+    return "cpu" if device_type == "cpu" else (device_name or device_type)
+
+
+def drafter_digest(drafter_dir: str | Path) -> str:
+    """SHA-256 of a drafter: its config.json, then every tensor of its ``*.safetensors`` files by name (name,
+    dtype, shape, bytes), so the same weights digest alike whether one file holds them or several shards."""
+    root = Path(drafter_dir)
+    h = hashlib.sha256()
+    config = root / "config.json"
+    if config.is_file():
+        h.update(config.read_bytes())
+    tensors: dict[str, tuple[Path, dict]] = {}
+    for shard in sorted(root.glob("*.safetensors")):
+        for name, entry in _safetensors_header(shard).items():
+            tensors[name] = (shard, entry)
+    for name in sorted(tensors):
+        shard, entry = tensors[name]
+        h.update(f"{name}|{entry['dtype']}|{entry['shape']}|".encode())
+        h.update(_tensor_bytes(shard, entry))
+    return h.hexdigest()
+
+
+def _safetensors_header(path: Path) -> dict[str, dict]:
+    """A safetensors file's header (8 bytes of little-endian length, then JSON), metadata left out."""
+    with path.open("rb") as f:
+        n = int.from_bytes(f.read(8), "little")
+        if not 0 < n <= 100 * 2**20:
+            raise EagleLabError("not a safetensors file (header length)", file=str(path), found=n,
+                                expected="a header of 1 byte .. 100 MiB")
+        header = json.loads(f.read(n))
+    header.pop("__metadata__", None)
+    return {k: {**v, "start": 8 + n} for k, v in header.items()}
+
+
+def _tensor_bytes(path: Path, entry: dict) -> bytes:
+    begin, end = entry["data_offsets"]
+    with path.open("rb") as f:
+        f.seek(entry["start"] + begin)
+        return f.read(end - begin)
+
+
+def cache_profile_path(cache: Path, drafter_sha256: str) -> Path:
+    """Where ``tune`` keeps the profiles it wrote for one drafter."""
+    return cache / "profiles" / f"{drafter_sha256[:16]}.json"
+
+
+def find_profile(device: str, dtype: str, drafter_dir: str | Path | None, cache: Path,
+                 drafter_sha256: str | None = None) -> DeviceProfile | None:
+    """The profile for this drafter on this device and dtype: tune's (in ``cache``) first, then the
+    one shipped beside the drafter. None when neither has one. A file that is not a profile is an error
+    that names it (a profile silently ignored would give wrong defaults without a word)."""
+    if drafter_dir is None:
+        return None
+    sha = drafter_sha256 or drafter_digest(drafter_dir)
+    for path in (cache_profile_path(cache, sha), Path(drafter_dir) / SHIPPED_NAME):
+        if not path.is_file():
+            continue
+        for p in read_profiles(path):
+            if p.device == device and p.dtype == dtype and p.drafter_sha256 == sha:
+                return p
+    return None
+
+
+def read_profiles(path: Path) -> list[DeviceProfile]:
+    """Every profile in a profiles file, checked field by field."""
+    try:
+        if path.stat().st_size > MAX_PROFILE_BYTES:
+            raise EagleLabError("too large for a profiles file", file=str(path),
+                                found=f"{path.stat().st_size} bytes", expected=f"<= {MAX_PROFILE_BYTES} bytes")
+        doc = json.loads(path.read_text(encoding="utf-8"), parse_constant=_no_constant)
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise EagleLabError("not a readable profiles file", file=str(path), found=_first_line(exc),
+                            expected=f"JSON written by `eaglelab tune` (schema {SCHEMA})",
+                            hint="delete it and run `eaglelab tune` again") from None
+    if not isinstance(doc, dict) or doc.get("schema") != SCHEMA or not isinstance(doc.get("profiles"), list):
+        raise EagleLabError("not a profiles file", file=str(path), field="schema / profiles",
+                            found=_short(doc), expected=f'{{"schema": {SCHEMA}, "profiles": [...]}}',
+                            hint="delete it and run `eaglelab tune` again")
+    return [_profile(p, path, i) for i, p in enumerate(doc["profiles"])]
+
+
+def write_profile(path: Path, profile: DeviceProfile) -> None:
+    """Add ``profile`` to the file at ``path`` (replacing one for the same device, dtype and drafter),
+    written to a temporary file first and renamed, so a reader never sees half a file."""
+    kept = [p for p in (read_profiles(path) if path.is_file() else [])
+            if (p.device, p.dtype, p.drafter_sha256) != (profile.device, profile.dtype, profile.drafter_sha256)]
+    doc = {"schema": SCHEMA, "profiles": [p.to_json() for p in (*kept, profile)]}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _profile(d: Any, path: Path, i: int) -> DeviceProfile:
+    where = f"profiles[{i}]"
+    if not isinstance(d, dict):
+        raise _bad(path, where, d, "an object")
+    text = {k: _text(d, k, path, where) for k in ("device", "dtype", "drafter_sha256")}
+    flags = {k: _flag(d, k, path, where) for k in ("compile", "gemv", "decode_attn")}
+    buckets = d.get("buckets")
+    if not isinstance(buckets, list) or not buckets:
+        raise _bad(path, f"{where}.buckets", buckets, "a non-empty list of buckets")
+    return DeviceProfile(
+        **text, **flags, buckets=tuple(_bucket(b, path, f"{where}.buckets[{j}]") for j, b in enumerate(buckets)),
+        kernels_reason=str(d.get("kernels_reason", "")), source=str(d.get("source", "")), path=str(path))
+
+
+def _bucket(b: Any, path: Path, where: str) -> BucketChoice:
+    if not isinstance(b, dict):
+        raise _bad(path, where, b, "an object")
+    ints = {}
+    for k, low in (("max_batch", 1), ("steps", 1), ("topk", 1), ("draft_tokens", 2)):
+        v = b.get(k)
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= 4096:
+            raise _bad(path, f"{where}.{k}", v, f"an integer in [{low}, 4096]")
+        ints[k] = v
+    if ints["topk"] == 1 and ints["draft_tokens"] != ints["steps"] + 1:
+        raise _bad(path, f"{where}.draft_tokens", ints["draft_tokens"], f"steps + 1 = {ints['steps'] + 1} for a chain")
+    return BucketChoice(**ints, measured=str(b.get("measured", "")))
+
+
+def _text(d: dict, k: str, path: Path, where: str) -> str:
+    v = d.get(k)
+    if not isinstance(v, str) or not v:
+        raise _bad(path, f"{where}.{k}", v, "a non-empty string")
+    return v
+
+
+def _flag(d: dict, k: str, path: Path, where: str) -> bool | None:
+    v = d.get(k)
+    if v is not None and not isinstance(v, bool):
+        raise _bad(path, f"{where}.{k}", v, "true, false or absent")
+    return v
+
+
+def _bad(path: Path, where: str, found: Any, expected: str) -> EagleLabError:
+    return EagleLabError("unexpected value in a profiles file", file=str(path), field=where, found=_short(found),
+                         expected=expected, hint="delete the file and run `eaglelab tune` again")
+
+
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _short(x: Any) -> str:
+    s = repr(x)
+    return s if len(s) <= 80 else s[:77] + "..."
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [type(exc).__name__])[0]

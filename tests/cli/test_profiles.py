@@ -1,0 +1,97 @@
+"""Device profiles (eaglelab/profiles.py): the shipped drafter's measured-best settings, found by device and drafter."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from eaglelab.engine.errors import EagleLabError
+from eaglelab.profiles import (SHIPPED_NAME, BucketChoice, DeviceProfile, cache_profile_path, drafter_digest,
+                               find_profile, read_profiles, write_profile)
+from eaglelab.session import shipped_drafter_dir
+
+
+def _profile(sha: str, device: str = "NVIDIA H200", **kw) -> DeviceProfile:
+    buckets = kw.pop("buckets", (BucketChoice(1, 5, 4, 24, "2.00x"), BucketChoice(8, 4, 4, 12, "1.44x")))
+    return DeviceProfile(device=device, dtype="bfloat16", drafter_sha256=sha, buckets=buckets, **kw)
+
+
+def test_the_shipped_drafter_carries_profiles_for_its_own_weights(tmp_path):
+    """A retrained drafter shipped without new profiles fails here: its digest no longer matches."""
+    shipped = shipped_drafter_dir()
+    assert shipped is not None
+    profiles = read_profiles(shipped / SHIPPED_NAME)
+    assert {(p.device, p.dtype) for p in profiles} == {("NVIDIA H200", "bfloat16"), ("cpu", "float32")}
+    h200 = find_profile("NVIDIA H200", "bfloat16", shipped, tmp_path)
+    assert h200 is not None and (h200.compile, h200.gemv, h200.decode_attn) == (True, True, True)
+    assert (h200.bucket(1).steps, h200.bucket(1).topk, h200.bucket(1).draft_tokens) == (5, 4, 24)
+    cpu = find_profile("cpu", "float32", shipped, tmp_path)
+    assert cpu is not None and cpu.bucket(1).label == "3 steps, topk 1, 4 draft tokens"
+    assert find_profile("NVIDIA A100-SXM4-80GB", "bfloat16", shipped, tmp_path) is None
+    assert find_profile("NVIDIA H200", "float16", shipped, tmp_path) is None  # measured in bf16 only
+
+
+def test_bucket_is_the_smallest_that_holds_the_batch_else_the_largest():
+    p = _profile("x" * 64, buckets=(BucketChoice(8, 4, 4, 12), BucketChoice(1, 5, 4, 24), BucketChoice(32, 3, 1, 4)))
+    assert [p.bucket(b).max_batch for b in (1, 2, 8, 9, 32, 33, 512)] == [1, 8, 8, 32, 32, 32, 32]
+
+
+def test_digest_is_the_same_for_one_file_or_shards_and_changes_with_a_weight(tmp_path):
+    a = {"fc.weight": torch.arange(12, dtype=torch.bfloat16).reshape(3, 4), "norm.weight": torch.ones(4)}
+    one, two, changed = (tmp_path / n for n in ("one", "two", "changed"))
+    for d in (one, two, changed):
+        d.mkdir()
+        (d / "config.json").write_text('{"hidden_size": 4}')
+    save_file(a, str(one / "model.safetensors"))
+    save_file({"fc.weight": a["fc.weight"]}, str(two / "model-00001-of-00002.safetensors"))
+    save_file({"norm.weight": a["norm.weight"]}, str(two / "model-00002-of-00002.safetensors"))
+    save_file({**a, "norm.weight": torch.full((4,), 2.0)}, str(changed / "model.safetensors"))
+    assert drafter_digest(one) == drafter_digest(two) != drafter_digest(changed)
+
+
+def test_tune_profile_in_the_cache_wins_over_the_shipped_one(tmp_path):
+    drafter = tmp_path / "drafter"
+    drafter.mkdir()
+    (drafter / "config.json").write_text("{}")
+    sha = drafter_digest(drafter)
+    write_profile(drafter / SHIPPED_NAME, _profile(sha))
+    assert find_profile("NVIDIA H200", "bfloat16", drafter, tmp_path).bucket(1).steps == 5
+    tuned = _profile(sha, buckets=(BucketChoice(1, 6, 8, 32, "tuned"),), source="eaglelab tune")
+    write_profile(cache_profile_path(tmp_path, sha), tuned)
+    assert find_profile("NVIDIA H200", "bfloat16", drafter, tmp_path) == tuned
+
+
+def test_write_replaces_the_same_device_and_keeps_the_others(tmp_path):
+    path = tmp_path / "p.json"
+    write_profile(path, _profile("a" * 64))
+    write_profile(path, _profile("a" * 64, device="cpu"))
+    write_profile(path, _profile("a" * 64, buckets=(BucketChoice(1, 2, 1, 3),)))
+    got = read_profiles(path)
+    assert [(p.device, p.bucket(1).steps) for p in got] == [("cpu", 5), ("NVIDIA H200", 2)]
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
+@pytest.mark.parametrize("text, field", [
+    ("not json", None),
+    ('{"schema": 2, "profiles": []}', "schema / profiles"),
+    ('{"schema": 1, "profiles": [{"device": "cpu", "dtype": "float32", "drafter_sha256": "x", "buckets": []}]}',
+     "profiles[0].buckets"),
+    ('{"schema": 1, "profiles": [{"device": "cpu", "dtype": "float32", "drafter_sha256": "x", '
+     '"buckets": [{"max_batch": 1, "steps": 3, "topk": 1, "draft_tokens": NaN}]}]}', None),
+    ('{"schema": 1, "profiles": [{"device": "cpu", "dtype": "float32", "drafter_sha256": "x", '
+     '"buckets": [{"max_batch": 1, "steps": 3, "topk": 1, "draft_tokens": 9}]}]}', "profiles[0].buckets[0].draft_tokens"),
+    ('{"schema": 1, "profiles": [{"device": "cpu", "dtype": "float32", "drafter_sha256": "x", "gemv": "yes", '
+     '"buckets": [{"max_batch": 1, "steps": 3, "topk": 1, "draft_tokens": 4}]}]}', "profiles[0].gemv"),
+])
+def test_a_broken_profiles_file_is_named_with_its_field_and_a_fix(tmp_path, text, field):
+    path = tmp_path / "p.json"
+    path.write_text(text)
+    with pytest.raises(EagleLabError) as err:
+        read_profiles(path)
+    assert err.value.file == str(path) and err.value.hint
+    if field:
+        assert err.value.field == field
+    json.dumps(str(err.value))  # a message, not an object
