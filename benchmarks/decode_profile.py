@@ -41,7 +41,7 @@ from eaglelab.engine.errors import EagleLabError
 from eaglelab.engine.formats.loader import load_target, parse_dtype
 from eaglelab.engine.model.scale_models import SCALE_PRESETS, build_scale_model
 from eaglelab.engine.runtime.spec_config import SpecConfig
-from eaglelab.session import _pick_device
+from eaglelab.devices import pick_device
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,7 +80,7 @@ def profile_decode(args: argparse.Namespace) -> dict:
     if args.tokens < 2 or args.repeats < 1 or args.profile_steps < 1:
         raise EagleLabError("need --tokens >= 2, --repeats >= 1, --profile-steps >= 1",
                             field="--tokens/--repeats/--profile-steps", found=(args.tokens, args.repeats, args.profile_steps))
-    device, _ = _pick_device(args.device)
+    device, _ = pick_device(args.device)
     cuda = device.type == "cuda"
     compile_ = cuda if args.compile is None else args.compile
     dtype = parse_dtype(args.dtype) if args.dtype else (torch.bfloat16 if cuda else torch.float32)

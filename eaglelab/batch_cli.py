@@ -1,5 +1,5 @@
 """What the commands that generate with the target in large batches (``distill``, ``synthesize``) share: their
-device and graph flags, the device's name for the record, a progress bar's columns, and running out of memory
+device and graph flags, a progress bar's columns, and running out of memory
 said as the user's --batch-size."""
 
 from __future__ import annotations
@@ -15,15 +15,6 @@ def add_batch_generation_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-cuda-graphs", action="store_true", help="decode eagerly on CUDA")
     p.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     p.add_argument("--dtype", default="auto", help="auto (bfloat16 on CUDA, float32 on CPU) | float32 | bfloat16")
-
-
-def device_name(device) -> str:
-    """``cpu``, or ``cuda:0 (NVIDIA H200)``: what a manifest records."""
-    if device.type != "cuda":
-        return str(device)
-    import torch
-
-    return f"{device} ({torch.cuda.get_device_name(device)})"
 
 
 def progress_columns() -> tuple:

@@ -18,12 +18,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from eaglelab.bench.setup import CPU_DEFAULTS, GPU_DEFAULTS
 from eaglelab.session import add_model_args
-
-GPU_DEFAULTS = {"batch_sizes": "1,2,4,8,16,32", "prompts": 8, "max_new_tokens": 64, "repeats": 2,
-                "micro_batch_sizes": "1,8,32"}
-CPU_DEFAULTS = {"batch_sizes": "1,2", "prompts": 2, "max_new_tokens": 32, "repeats": 2, "micro_batch_sizes": "1"}
-
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -82,8 +78,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-TP_CONFIGS = "plain-eager,plain-graphs,spec-decode-graphs"
-
 
 def run(args: argparse.Namespace) -> int:
     if args.tp is None or args.tp == 1:
@@ -104,372 +98,32 @@ def run(args: argparse.Namespace) -> int:
 def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run the bench on this rank (``tp``: its group, or None). -> (report, outputs per config and
     batch). Under TP every rank measures; only rank 0 prints and writes the JSON."""
-    import torch
     from rich.console import Console
 
-    from eaglelab.bench import harness as B
+    from eaglelab.bench.harness import write_json
+    from eaglelab.bench.suite import run_bench
 
     quiet = tp is not None and tp.rank != 0
     console, err = Console(highlight=False, quiet=quiet), Console(stderr=True, highlight=False, quiet=quiet)
-    log = lambda msg: err.print(f"[dim]{msg}[/]")  # noqa: E731
-    torch.manual_seed(args.seed)
-    configs = _configs(args, default=TP_CONFIGS if tp is not None else None)
-    _check_profile(args, configs)
-    setup = _setup(args, log, tp)
-    ctx = setup["ctx"]
-    hbm = args.hbm_tbps if args.hbm_tbps is not None else (4.3 if ctx.device.type == "cuda" else 0.0)
     write = bool(args.json) and not quiet
-    section = None
-    if tp is not None:  # first: the issue's figure, kept even if a later configuration runs out of time
-        from eaglelab.bench.tp import tp_section
-
-        section = tp_section(ctx, tp, args.micro_context, log)
-    profiles = None
-    rows, outputs, captures = [], {}, {}
-
-    def full_report(rows, micro) -> dict[str, Any]:
-        """The report of what is measured so far, the --tp section and the profile included."""
-        report = _report(args, setup, rows, micro, captures, B.headline(rows, micro, setup["weight_bytes"], hbm))
-        return {**report, **({"tp": section} if section is not None else {}),
-                **({"profile": profiles} if profiles is not None else {})}
-
-    if not args.micro_only:
-        for name in configs:
-            got, outs, caps = B.run_config(B.CONFIGS[name], ctx)
-            rows += got
-            outputs[name], captures[name] = outs, caps
-            _release(ctx.device)
-            if write:  # a partial report after each configuration (a run cut short keeps what it measured)
-                B.write_json(args.json, {**full_report(B.finish_rows(rows, outputs), []), "partial": True})
-        rows = B.finish_rows(rows, outputs)
-    if args.profile:  # after the configurations: plain-compile's decode compiles are then cache hits
-        def keep(found: list[dict[str, Any]]) -> None:  # each profile as it is measured: a cut run keeps them
-            nonlocal profiles
-            profiles = found
-            if write:
-                B.write_json(args.json, {**full_report(rows, []), "partial": True})
-
-        keep(_profile(args, setup, tp, log, rows, keep))
-    micro = []
-    if args.micro or args.micro_only:
-        log("micro-measure: 1-token decode vs verify of N tokens")
-        cuda = ctx.device.type == "cuda"
-        micro = B.micro_measure(ctx.target, setup["micro_batch_sizes"], context=args.micro_context, log=log,
-                                iters=20 if cuda else 3, warmup=3 if cuda else 1)
-    report = full_report(rows, micro)
-    _print(console, report, rows, micro)
-    if profiles is not None:
+    res = run_bench(args, tp, log=lambda msg: err.print(f"[dim]{msg}[/]"),
+                    write=(lambda report: write_json(args.json, report)) if write else None)
+    _print(console, res.report, res.rows, res.micro)
+    if res.profiles is not None:
         from eaglelab.bench.profile import print_profile
 
-        print_profile(console, profiles, ctx.device.type == "cuda")
-    if section is not None:
+        print_profile(console, res.profiles, res.setup.ctx.device.type == "cuda")
+    if res.tp_section is not None:
         from eaglelab.bench.tp import print_tp
 
-        print_tp(console, section, rows)
+        print_tp(console, res.tp_section, res.rows)
     if write:
-        B.write_json(args.json, report)
+        write_json(args.json, res.report)
         console.print(f"[dim]wrote {args.json}[/]")
-    return report, outputs
+    return res.report, res.outputs
 
 
-def _profile(args, setup, tp, log, rows, keep=lambda found: None) -> list[dict[str, Any]]:
-    """``--profile``: one decode step per batch size under torch.profiler, eager layers and, on CUDA,
-    compiled whole as the *-compile configurations compile a phase (on CPU those do not run); then, per
-    kernel set of the speculative configurations that ran, each phase of a speculative cycle alike.
-    ``keep`` gets the profiles measured so far after each batch of them (the partial report)."""
-    from eaglelab.bench.profile import profile_decode, profile_section, profile_spec_phases, spec_kernel_sets, with_measured
-
-    ctx = setup["ctx"]
-    cuda = ctx.device.type == "cuda"
-    steps, warmup = (10, 3) if cuda else (2, 1)
-    compiler = ctx.kernels(True).compile_phase if cuda else None
-    log("profile: one decode step per batch size, kernel by kernel" + (" (rank 0)" if tp is not None else ""))
-    found = profile_decode(ctx.target, tp, ctx.batch_sizes, ctx.max_len, compiler, setup["weight_bytes"],
-                           steps=steps, warmup=warmup, log=log)
-    keep(profile_section(found))
-    for kset in spec_kernel_sets(ctx, rows):
-        log(f"profile: the phases of a speculative cycle, kernel set of {', '.join(kset.configs)}")
-        for compiled in (False, True) if kset.compiler is not None else (False,):
-            for b in ctx.batch_sizes:
-                phases, _ = profile_spec_phases(ctx, kset, compiled, b, steps=steps, warmup=warmup, log=log)
-                found += with_measured(phases, rows, kset, compiled)
-                keep(profile_section(found))
-            _release(ctx.device)
-    _release(ctx.device)
-    return profile_section(found)
-
-
-def _release(device) -> None:
-    """Give the finished configuration's graphs, pools and caches back before the next one."""
-    import gc
-
-    import torch
-
-    gc.collect()
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-
-
-# ---- setup -----------------------------------------------------------------------------------------
-def _configs(args, default: str | None = None) -> list[str]:
-    """The --configs names (checked), else ``default`` (a comma list), else every configuration but
-    the ``*-gemv`` and ``*-attn`` ones (our Triton kernels)."""
-    from eaglelab.engine.errors import EagleLabError
-    from eaglelab.bench.harness import CONFIGS
-
-    text = args.configs or default
-    if text is None:
-        return [name for name, cfg in CONFIGS.items() if not cfg.triton]
-    if text.strip() == "none":  # only the --tp section, --profile and the micro-measure
-        if not (getattr(args, "profile", False) or getattr(args, "tp", None) is not None
-                or getattr(args, "micro", False) or getattr(args, "micro_only", False)):
-            raise EagleLabError("no configuration, and nothing else to measure", field="--configs", found="none",
-                                hint="add --profile, --tp N or --micro, or name configurations")
-        return []
-    names = [c.strip() for c in text.split(",") if c.strip()]
-    for n in names:
-        if n not in CONFIGS:
-            raise EagleLabError("unknown configuration", field="--configs", found=n, expected=", ".join(CONFIGS))
-    return names
-
-
-def _check_profile(args, configs: list[str]) -> None:
-    """--profile profiles the decode step and the phases of the speculative configurations that run: refuse
-    the combinations where what it was asked to profile cannot run (before the model builds)."""
-    from eaglelab.bench.harness import CONFIGS
-    from eaglelab.engine.errors import EagleLabError
-
-    if not getattr(args, "profile", False):
-        return
-    if args.micro_only:
-        raise EagleLabError("--micro-only measures only the micro-measure: nothing would be profiled with it",
-                            field="--profile", found="--profile --micro-only",
-                            hint="drop --micro-only (--configs none profiles the decode step alone)")
-    spec = [n for n in configs if CONFIGS[n].speculative]
-    if spec and args.configs and args.draft == "none":
-        raise EagleLabError("the speculative phases need a drafter to profile", field="--draft", found="none",
-                            expected="default, ngram or a drafter directory, with " + ", ".join(spec),
-                            hint="name a drafter, or drop the speculative configurations from --configs")
-
-
-def _int_list(text: str, field: str) -> tuple[int, ...]:
-    from eaglelab.engine.errors import EagleLabError
-
-    try:
-        vals = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
-    except ValueError:
-        raise EagleLabError("expected a comma list of integers", field=field, found=text) from None
-    if not vals or vals[0] < 1:
-        raise EagleLabError("values must be >= 1", field=field, found=text)
-    return vals
-
-
-def _setup(args, log, tp=None) -> dict[str, Any]:
-    """Load (or build) the target and drafter, the prompts, and the bench context."""
-    import torch
-
-    from eaglelab.bench import harness as B
-    from eaglelab.session import _pick_device, _pick_dtype
-
-    device, device_reason = _pick_device(args.device)
-    if tp is not None and device.type == "cuda":  # one GPU per rank, as torchrun numbers them
-        device = torch.device("cuda", tp.local_rank)
-        device_reason += f"; tensor parallel rank {tp.rank} of {tp.world_size} on GPU {tp.local_rank}"
-    dtype_name, dtype_reason = _pick_dtype(args.dtype, device)
-    d = GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS
-    batch_sizes = _int_list(args.batch_sizes or d["batch_sizes"], "--batch-sizes")
-    n_prompts = args.prompts or d["prompts"]
-    max_new = args.max_new_tokens or d["max_new_tokens"]
-    texts = B.mtbench_first_turns(n_prompts, args.questions)
-    _check_draft_vocab(args)
-    built = (_scale_setup(args, device, dtype_name, log, tp) if args.scale_model
-             else _model_setup(args, device, dtype_name, max_new, log, tp))
-    prompts, how = B.tokenize_prompts(texts, built["tokenizer"], built["target"].config.vocab_size, args.max_prompt_tokens)
-    ctx = B.BenchContext(
-        target=built["target"], spec=built["spec"], make_drafter=built["make_drafter"], prompts=prompts,
-        max_new_tokens=max_new, batch_sizes=batch_sizes, repeats=args.repeats or d["repeats"],
-        peer=built["peer"], peer_skip=built.get("peer_skip"), log=log, tp=tp,
-        compile_mode=None if args.compile_mode == "default" else args.compile_mode,
-        compile_prefill=args.bench_compile_prefill,
-        eager_kernels=built.get("kernels") if device.type == "cpu" else None,  # as `run`: the few-row C kernel,
-        plain_kernels=built.get("plain_kernels") if device.type == "cpu" else None,  # and MKL for plain decoding
-    )
-    notes = built["notes"] + ([_compile_prefill_note(device.type)] if args.bench_compile_prefill else [])
-    notes += [f"prompts: {len(prompts)} MT-bench first turns, {how}; "
-                              f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",
-                              f"generation: {max_new} tokens per row, EOS ignored, greedy"]
-    micro_bs = _int_list(args.micro_batch_sizes or d["micro_batch_sizes"], "--micro-batch-sizes")
-    return dict(ctx=ctx, notes=notes, model=built["name"], weight_bytes=built["weight_bytes"], micro_batch_sizes=micro_bs,
-                device_reason=device_reason, dtype_reason=dtype_reason, dtype_name=dtype_name)
-
-
-def _model_setup(args, device, dtype_name, max_new, log, tp=None) -> dict[str, Any]:
-    from eaglelab.engine.model.scale_models import decode_weight_bytes
-    from eaglelab.bench import harness as B
-    from eaglelab.session import build_session
-
-    args.max_new_tokens = max_new  # the device's bench default, resolved
-    s = build_session(args, log=log, tp=tp)
-    target = s.target
-    if tp is not None:
-        return dict(target=target.model, tokenizer=target.tokenizer, spec=s.spec, make_drafter=_drafter_factory(s.drafter),
-                    peer=None, peer_skip=_TP_PEER_SKIP, name=f"{target.name} ({target.config.num_layers} layers)",
-                    notes=list(s.notes), weight_bytes=decode_weight_bytes(target.model))
-    peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(target.path, target.device, target.dtype), target.device)  # noqa: E731
-    return dict(target=target.model, tokenizer=target.tokenizer, spec=s.spec, make_drafter=_drafter_factory(s.drafter),
-                peer=peer, name=f"{target.name} ({target.config.num_layers} layers)", notes=list(s.notes),
-                weight_bytes=decode_weight_bytes(target.model), kernels=s.kernels,
-                plain_kernels=None if s.plain_on_mkl else s.kernels)
-
-
-def _compile_prefill_note(device_type: str) -> str:
-    """What bench --compile-prefill does: the configurations that compile under CUDA graphs compile the prompt too."""
-    from eaglelab.engine.runtime.spec_config import SpecConfig
-    from eaglelab.session import _compile_prefill_note as session_note
-
-    if device_type == "cuda":
-        return ("compile-prefill: the *-compile* configurations compile the prompt's phases too, once per batch bucket "
-                "and padded prompt width (~30 s a width the first time, then from the disk cache; never in tok/s)")
-    return session_note(SpecConfig(), device_type)  # off, and why
-
-
-_TP_PEER_SKIP = "HF peer skipped under --tp (it runs on one GPU; compare with a --tp 1 run)"
-
-
-def _scale_setup(args, device, dtype_name, log, tp=None) -> dict[str, Any]:
-    from eaglelab.engine.formats.loader import parse_dtype
-    from eaglelab.engine.model.scale_models import build_scale_model, decode_weight_bytes
-    from eaglelab.bench import harness as B
-
-    dtype = parse_dtype(dtype_name)
-    log(f"building {args.scale_model} with random weights on {device} ({dtype_name}) ...")
-    # --tp (even 1): each full tensor drawn from its own seeded generator, so every TP size holds the same model
-    per_tensor = args.tp is not None
-    sm = build_scale_model(args.scale_model, device=device, dtype=dtype, seed=args.seed, tp=tp, per_tensor_seed=per_tensor)
-    spec, make_drafter, draft_note = _scale_drafter(args, sm.model)
-    peer, peer_skip = None, None
-    if tp is not None:
-        peer_skip = _TP_PEER_SKIP
-    elif sm.config.moe is None:
-        peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(sm.hf_config, device, dtype), device)  # noqa: E731
-    else:
-        peer_skip = "HF peer skipped: our kimi-like is GQA DeepSeek-V3 (not an HF architecture), and a 2nd copy would not fit"
-    notes = [f"scale model {args.scale_model}: random weights; cost figures only, acceptance means nothing", draft_note]
-    return dict(target=sm.model, tokenizer=_default_tokenizer(), spec=spec, make_drafter=make_drafter, peer=peer,
-                peer_skip=peer_skip, name=f"{args.scale_model} (random weights, {sm.config.num_layers} layers)",
-                notes=notes, weight_bytes=decode_weight_bytes(sm.model))
-
-
-def _check_draft_vocab(args) -> None:
-    """--draft-vocab sizes the scale model's random drafter only, and must hold --topk tokens (said before any
-    model is built)."""
-    from eaglelab.engine.errors import EagleLabError
-
-    if args.draft_vocab is None:
-        return
-    if not args.scale_model:
-        raise EagleLabError("--draft-vocab sizes the random drafter of --scale-model", field="--draft-vocab",
-                            found=args.draft_vocab, hint="a trained drafter's vocabulary is its own: drop --draft-vocab")
-    topk = args.topk or 1  # None: the default chain
-    if args.draft_vocab < topk:
-        raise EagleLabError("the draft vocabulary must hold at least --topk tokens", field="--draft-vocab",
-                            found=args.draft_vocab, expected=f">= {topk}")
-
-
-def _scale_drafter(args, model):
-    from eaglelab.engine.runtime.drafters import Eagle3Drafter, NgramDrafter
-    from eaglelab.engine.errors import EagleLabError
-    from eaglelab.engine.model.scale_models import RANDOM_DRAFT_VOCAB, random_eagle3
-    from eaglelab.engine.runtime.spec_config import SpecConfig
-    from eaglelab.session import tree_spec
-
-    draft = args.draft
-    if draft == "none":
-        return SpecConfig(), None, "drafter: none"
-    if draft == "ngram":
-        return tree_spec("ngram", args.steps, args.topk, args.draft_tokens), NgramDrafter, "drafter: n-gram"
-    if draft != "default":
-        raise EagleLabError("scale models take --draft default | ngram | none", field="--draft", found=draft)
-    net, taps = random_eagle3(model, seed=args.seed + 1, draft_vocab=args.draft_vocab or RANDOM_DRAFT_VOCAB)
-    spec = tree_spec("eagle3", args.steps, args.topk, args.draft_tokens)
-    return spec, (lambda sp: Eagle3Drafter(net, sp, taps)), (
-        f"drafter: random EAGLE-3 of the target's width, {net.config.draft_vocab_size}-token draft vocabulary, "
-        f"taps hs{list(taps)}")
-
-
-def _drafter_factory(drafter):
-    """Fresh drafters of the session's kind for each configuration's spec."""
-    from eaglelab.engine.runtime.drafters import Eagle3Drafter, NgramDrafter
-
-    if drafter is None:
-        return None
-    if isinstance(drafter, NgramDrafter):
-        return NgramDrafter
-    return lambda spec: Eagle3Drafter(drafter.net, spec, drafter.target_taps)
-
-
-def _default_tokenizer():
-    """The default model's tokenizer if it is already converted here (never converts or downloads)."""
-    from eaglelab.engine.formats.assets import cache_dir
-    from eaglelab.engine.formats.loader import DEFAULT_MODEL_NAME
-    from eaglelab.engine.formats.tokenizer import Tokenizer
-
-    path = cache_dir() / "models" / DEFAULT_MODEL_NAME
-    return Tokenizer(path) if (path / "tokenizer.json").exists() else None
-
-
-def _quiet(fn):
-    def call(*a, **kw):
-        import transformers
-
-        transformers.logging.set_verbosity_error()
-        return fn(*a, **kw)
-
-    return call
-
-
-# ---- report ----------------------------------------------------------------------------------------
-def _report(args, setup, rows, micro, captures, head) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    from eaglelab.bench import harness as B
-
-    ctx = setup["ctx"]
-    return {
-        "schema": B.SCHEMA,
-        "hardware": B.hardware(ctx.device, next(ctx.target.parameters()).dtype),
-        "settings": {
-            "model": setup["model"], "scale_model": args.scale_model, "spec": ctx.spec.to_dict(),
-            "batch_sizes": list(ctx.batch_sizes), "prompts": len(ctx.prompts), "max_new_tokens": ctx.max_new_tokens,
-            "repeats": ctx.repeats, "static_cache_slots": ctx.max_len, "micro_context": args.micro_context,
-            "device_reason": setup["device_reason"], "dtype_reason": setup["dtype_reason"],
-            "speedup_baseline": B.baseline_name(rows),
-        },
-        "notes": setup["notes"],
-        "rows": [asdict(r) for r in rows],
-        "micro": [asdict(m) for m in micro],
-        "captures": captures,
-        "headline": head,
-        **({"gemv_tilings": _gemv_tilings(ctx.gemv)} if ctx.gemv is not None else {}),
-        **({"decode_attention": _decode_attention(ctx.attention)} if ctx.attention is not None else {}),
-    }
-
-
-def _gemv_tilings(gemv) -> dict[str, Any]:
-    """The Triton GEMV's state: why it is off (if it is), tuning time, the tiling chosen per shape."""
-    from eaglelab.engine.model.gemv import describe
-
-    return {"reason": gemv.reason, "tune_seconds": gemv.setup_seconds,
-            "chosen": [{"n": n, "k": k, "rows_bucket": m, "choice": describe(cfg), **cfg._asdict()}
-                       for (n, k, m), cfg in gemv.chosen.items()]}
-
-
-def _decode_attention(attention) -> dict[str, Any]:
-    """The Triton decode attention's state: why it is off (if it is), checking time, the shapes checked."""
-    return {"reason": attention.reason, "check_seconds": attention.setup_seconds, "sms": attention.sms,
-            "checked": [{"query_rows": t, "head_dim": d, "group": g} for t, d, g in sorted(attention.checked)]}
-
-
+# ---- printing --------------------------------------------------------------------------------------
 def _f(v, pattern: str = "{:.2f}") -> str:
     return "-" if v is None else pattern.format(v)
 

@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     from eaglelab.engine.training.capture import check_layer_ids, read_manifest
     from eaglelab.engine.formats.loader import resolve_model_dir
     from eaglelab.engine.model.config import ModelConfig
-    from eaglelab.session import _pick_device, _pick_dtype
+    from eaglelab.devices import pick_device, pick_dtype
 
     console = Console(stderr=True, highlight=False)
     pairs = _prompt_pairs(args)
@@ -116,8 +116,8 @@ def run(args: argparse.Namespace) -> int:
                     source=model_dir / "config.json")  # before any weight is read
     out = Path(args.out)
     _check_resume(out, read_manifest(out), settings, console)
-    device, device_reason = _pick_device(args.device)
-    dtype, dtype_reason = _pick_dtype(args.dtype, device)
+    device, device_reason = pick_device(args.device)
+    dtype, dtype_reason = pick_dtype(args.dtype, device)
     target = (_Streamed(model_dir, device, dtype, console) if args.stream
               else _InMemory(args.model, device, dtype, console))
     tok = target.tokenizer

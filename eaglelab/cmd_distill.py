@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from eaglelab.batch_cli import add_batch_generation_args, device_name, out_of_memory_is_batch_size, progress_columns
+from eaglelab.batch_cli import add_batch_generation_args, out_of_memory_is_batch_size, progress_columns
+from eaglelab.devices import device_name
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -44,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     from eaglelab.engine.training.capture import target_identity
     from eaglelab.engine.training.distill import DistillSettings, Distiller, update_manifest
     from eaglelab.engine.training.prompt_corpus import read_corpus
-    from eaglelab.session import _pick_device, _pick_dtype
+    from eaglelab.devices import pick_device, pick_dtype
 
     console = Console(stderr=True, highlight=False)
     settings = DistillSettings(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
@@ -53,8 +54,8 @@ def run(args: argparse.Namespace) -> int:
     records = [r for path in args.prompts for r in read_corpus(path)]
     if args.limit is not None:
         records = records[: args.limit]
-    device, device_reason = _pick_device(args.device)
-    dtype, dtype_reason = _pick_dtype(args.dtype, device)
+    device, device_reason = pick_device(args.device)
+    dtype, dtype_reason = pick_dtype(args.dtype, device)
     target = load_target(args.model, device=device, dtype=dtype)
     if target.tokenizer is None:
         raise ConfigError("the target has no tokenizer", file=target.path, hint="distill needs tokenizer.json")

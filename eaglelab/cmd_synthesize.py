@@ -15,7 +15,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from eaglelab.batch_cli import add_batch_generation_args, device_name, out_of_memory_is_batch_size, progress_columns
+from eaglelab.batch_cli import add_batch_generation_args, out_of_memory_is_batch_size, progress_columns
+from eaglelab.devices import device_name
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -66,7 +67,7 @@ def run(args: argparse.Namespace) -> int:
     from eaglelab.engine.training import prompt_corpus as pc
     from eaglelab.engine.training.capture import target_identity
     from eaglelab.engine.training.synth_prompts import SynthSettings, Synthesizer, synthesis_manifest
-    from eaglelab.session import _pick_device, _pick_dtype
+    from eaglelab.devices import pick_device, pick_dtype
 
     console = Console(stderr=True, highlight=False)
     settings = SynthSettings(count=args.count, temperature=args.temperature, top_p=args.top_p,
@@ -76,8 +77,8 @@ def run(args: argparse.Namespace) -> int:
                              systems=read_systems(args.systems_file) if args.systems_file else ())
     with console.status("reading the evaluation sets (MT-bench, HumanEval) for the overlap check ..."):
         overlap = pc.OverlapIndex.from_texts(pc.evaluation_texts())
-    device, device_reason = _pick_device(args.device)
-    dtype, dtype_reason = _pick_dtype(args.dtype, device)
+    device, device_reason = pick_device(args.device)
+    dtype, dtype_reason = pick_dtype(args.dtype, device)
     target = load_target(args.model, device=device, dtype=dtype)
     if target.tokenizer is None:
         raise ConfigError("the target has no tokenizer", file=target.path, hint="synthesis needs tokenizer.json")

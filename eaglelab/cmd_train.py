@@ -97,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
     from eaglelab.engine.training.capture import read_manifest
     from eaglelab.engine.formats.loader import parse_dtype
     from eaglelab.engine.training.train import SampleSet, TargetHead, TrainConfig
-    from eaglelab.session import _pick_device
+    from eaglelab.devices import pick_device
 
     from eaglelab.engine.errors import EagleLabError
 
@@ -105,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
     if not Path(args.data).is_dir():
         raise EagleLabError("no such data directory", file=args.data, field="--data",
                             hint="point at the output of `eaglelab capture` or `eaglelab distill` (or SpecForge offline data)")
-    device, device_reason = _pick_device(args.device)
+    device, device_reason = pick_device(args.device)
     autocast = _autocast(args.dtype, device)
     save_dtype = parse_dtype(args.save_dtype)
     manifest = _read_data_manifest(args)

@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-GPU = {"steps": "1,2,3,4,5,6", "topk": "1,2,4,8", "draft_tokens": "2,3,4,5,6,7,8,10,12,16",
+from eaglelab.bench.tune_predict import DEFAULT_DRAFT_TOKENS
+from eaglelab.flags import int_list
+
+GPU = {"steps": "1,2,3,4,5,6", "topk": "1,2,4,8", "draft_tokens": DEFAULT_DRAFT_TOKENS,
        "batch_sizes": "1,8,32", "prompts": 16, "max_new_tokens": 128, "cost_tokens": 32}
 CPU = {"steps": "1,2,3,4,5", "topk": "1,2,4", "draft_tokens": "2,3,4,5,6,8",
        "batch_sizes": "1", "prompts": 4, "max_new_tokens": 48, "cost_tokens": 16}
@@ -61,7 +64,9 @@ def run(args: argparse.Namespace) -> int:
 
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)  # tables stay whole in a pipe
     if args.from_record:
-        report = _from_record(args)
+        from eaglelab.bench.tune_predict import from_record
+
+        report = from_record(args.from_record, args.steps, args.topk, args.draft_tokens or GPU["draft_tokens"], args.top)
     else:
         report = _measure_and_confirm(args, console)
     _print(console, report)
@@ -74,18 +79,6 @@ def run(args: argparse.Namespace) -> int:
 
 
 # ---- inputs -----------------------------------------------------------------------------------
-def _ints(text: str, field: str, least: int = 1) -> tuple[int, ...]:
-    from eaglelab.engine.errors import EagleLabError
-
-    try:
-        vals = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
-    except ValueError:
-        raise EagleLabError("expected a comma list of integers", field=field, found=text) from None
-    if not vals or vals[0] < least:
-        raise EagleLabError(f"values must be >= {least}", field=field, found=text)
-    return vals
-
-
 def _settings(args, cuda: bool):
     from eaglelab.bench.tune import TuneSettings
     from eaglelab.engine.errors import EagleLabError
@@ -98,49 +91,12 @@ def _settings(args, cuda: bool):
     if args.confirm < 0:
         raise EagleLabError("must be >= 0", field="--confirm", found=args.confirm)
     return TuneSettings(
-        steps=_ints(args.steps or d["steps"], "--steps"), topks=_ints(args.topk or d["topk"], "--topk"),
-        draft_tokens=_ints(args.draft_tokens or d["draft_tokens"], "--draft-tokens", least=2),
-        batch_sizes=_ints(args.batch_sizes or d["batch_sizes"], "--batch-sizes"),
+        steps=int_list(args.steps or d["steps"], "--steps"), topks=int_list(args.topk or d["topk"], "--topk"),
+        draft_tokens=int_list(args.draft_tokens or d["draft_tokens"], "--draft-tokens", least=2),
+        batch_sizes=int_list(args.batch_sizes or d["batch_sizes"], "--batch-sizes"),
         new_tokens=args.max_new_tokens or d["max_new_tokens"], cost_tokens=args.cost_tokens or d["cost_tokens"],
         confirm=args.confirm, compile=args.compile and cuda,
     ), (args.prompts or d["prompts"])
-
-
-def _context(args, settings, n_prompts: int, log=lambda m: None):
-    """Target, drafter and prompts, as the bench loads them. -> (BenchContext, notes, model name)."""
-    from eaglelab.bench import harness as H
-    from eaglelab.cmd_bench import _drafter_factory
-    from eaglelab.engine.errors import EagleLabError
-    from eaglelab.engine.runtime.drafters import Eagle3Drafter
-    from eaglelab.session import add_engine_args, build_session
-
-    # The session's own flags, parsed (not a forged Namespace): a flag added there gets its default here too.
-    engine_flags = argparse.ArgumentParser(add_help=False)
-    add_engine_args(engine_flags)
-    ns = engine_flags.parse_args(
-        ["--model", args.model, "--device", args.device, "--dtype", args.dtype, "--seed", str(args.seed),
-         "--max-new-tokens", str(settings.new_tokens), "--draft", args.draft, "--no-cuda-graphs", "--no-compile"]
-        + (["--serving", args.serving] if args.serving else []))
-    if args.draft in ("ngram", "none"):
-        raise EagleLabError("tune measures a tree drafter", field="--draft", found=args.draft,
-                            expected="default | PATH of an EAGLE-3 drafter")
-    s = build_session(ns, log=lambda m: None)
-    if not isinstance(s.drafter, Eagle3Drafter):
-        raise EagleLabError("tune measures a tree drafter, and no EAGLE-3 drafter ships for this model",
-                            field="--draft", found=args.draft, hint="pass --draft PATH of an EAGLE-3 drafter")
-    texts = H.mtbench_first_turns(n_prompts, args.questions)
-    target = s.target
-    prompts, how = H.tokenize_prompts(texts, target.tokenizer, target.config.vocab_size, args.max_prompt_tokens)
-    ctx = H.BenchContext(target=target.model, spec=s.spec, make_drafter=_drafter_factory(s.drafter), prompts=prompts,
-                         max_new_tokens=settings.new_tokens, batch_sizes=settings.batch_sizes, log=log)
-    notes = list(s.notes) + [f"prompts: {len(prompts)} MT-bench first turns, {how}; "
-                             f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",
-                             f"generation: {settings.new_tokens} tokens per row, EOS ignored, greedy"]
-    if args.compile and not settings.compile:
-        notes.append("--compile: ignored on CPU (it compiles the phases of CUDA graphs)")
-    elif settings.compile:
-        notes.append("phases: CUDA graphs of torch.compile'd phases (the verify micro-measure: uncompiled graphs)")
-    return ctx, notes, f"{target.name} ({target.config.num_layers} layers)", _draft_path(args)
 
 
 # ---- the live pass ------------------------------------------------------------------------------
@@ -150,175 +106,40 @@ def _measure_and_confirm(args, console) -> dict[str, Any]:
 
     from eaglelab.bench import harness as H
     from eaglelab.bench import tune as TP
-    from eaglelab.probes.bus import ProbeBus
-    from eaglelab.probes.events import PhaseCost, Step
+    from eaglelab.bench.tune_predict import predict
+    from eaglelab.devices import pick_device
 
     torch.manual_seed(args.seed)
-    from eaglelab.session import _pick_device
-
-    device, _ = _pick_device(args.device)
+    device, _ = pick_device(args.device)
     settings, n_prompts = _settings(args, device.type == "cuda")
-    ctx, notes, model, draft_path = _context(args, settings, n_prompts, log=lambda m: console.print(f"[dim]{m}[/]"))
-    bus, steps, costs = ProbeBus(aggregate=False), [], []
-    bus.subscribe(lambda e: steps.append(e) if isinstance(e, Step) else costs.append(e) if isinstance(e, PhaseCost) else None)
-    close = _record_sink(bus, args.record)
-    wide = settings.wide
-    cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
-    try:
-        with Progress(*cols, console=console, transient=True) as bar:
-            task = bar.add_task(f"acceptance: wide tree, {wide.num_steps} steps, topk {wide.topk}, "
-                                f"{wide.draft_tokens} tokens", total=None)
-            TP.acceptance_run(ctx, settings, bus, model, lambda done, total: bar.update(task, completed=done, total=total))
-            pairs = [(s, k) for k in settings.topks for s in settings.steps]
-            task = bar.add_task("phase costs", total=2 * len(settings.batch_sizes) + len(pairs))
-            prefill = {}
-            for b in settings.batch_sizes:
-                prefill[b] = TP.plain_costs(ctx, settings, b, bus.publish)
-                bar.advance(task)
-                TP.verify_costs(ctx, settings, b, bus.publish)
-                bar.advance(task)
-            for s, k in pairs:
-                TP.draft_costs(ctx, settings, s, k, bus.publish, prefill)
-                bar.advance(task)
-    finally:
-        close()
-    report = _predict(steps, costs, settings.steps, settings.topks, settings.draft_tokens, args.top)
-    report.update(model=model, notes=notes, hardware=H.hardware(ctx.device, next(ctx.target.parameters()).dtype),
-                  settings=_settings_dict(settings, len(ctx.prompts)), record=args.record, draft_path=draft_path)
-    report["confirmation"] = _confirm(ctx, settings, report, console) if settings.confirm else []
-    return report
-
-
-def _draft_path(args) -> str:
-    from eaglelab.session import shipped_drafter_dir
-
-    shipped = shipped_drafter_dir()
-    return str(shipped) if args.draft == "default" and shipped is not None else str(args.draft)
-
-
-def _record_sink(bus, path: str | None):
-    if not path:
-        return lambda: None
-    from eaglelab.probes.record import RecordWriter
-
-    writer = RecordWriter(path)
-    bus.subscribe(writer)
-    return writer.close
-
-
-def _settings_dict(settings, prompts: int) -> dict[str, Any]:
-    from dataclasses import asdict
-
-    d = asdict(settings)
-    d.update(prompts=prompts, wide_tree=settings.wide.to_dict())
-    return d
-
-
-def _confirm(ctx, settings, report, console) -> list[dict[str, Any]]:
-    """Run the best predictions and plain decoding for real; predicted end to end against measured."""
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
-
-    from eaglelab.bench import tune as TP
-    from eaglelab.probes.tuning import Prediction, plain_end_to_end_tok_per_s
-
-    out = []
-    jobs = [(b, p) for b in settings.batch_sizes
-            for p in [None] + report["predictions"][str(b)][: settings.confirm]]
+    tt = TP.load_tune_target(settings, n_prompts, model=args.model, draft=args.draft, device=args.device,
+                             dtype=args.dtype, seed=args.seed, serving=args.serving, questions=args.questions,
+                             max_prompt_tokens=args.max_prompt_tokens, compile_asked=args.compile,
+                             log=lambda m: console.print(f"[dim]{m}[/]"))
+    ctx = tt.ctx
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*cols, console=console, transient=True) as bar:
-        task = bar.add_task("confirming: real runs", total=len(jobs))
-        for b, p in jobs:
-            costs = report["costs"][str(b)]
-            config = None if p is None else (p["steps"], p["topk"], p["draft_tokens"])
-            got = TP.confirm_run(ctx, settings, config, b)
-            if p is None:
-                pred_tps, pred_a = plain_end_to_end_tok_per_s(_costs_obj(costs), settings.new_tokens), None
-            else:
-                pred = Prediction(**{k: p[k] for k in Prediction.__dataclass_fields__})
-                pred_tps = pred.end_to_end_tok_per_s(settings.new_tokens, costs["prefill_ms"] + costs["begin_ms"])
-                pred_a = pred.accept_len
-            out.append(dict(batch=b, steps=got.steps, topk=got.topk, draft_tokens=got.draft_tokens,
-                            predicted_tok_per_s=pred_tps, measured_tok_per_s=got.tok_per_s,
-                            predicted_accept_len=pred_a, measured_accept_len=got.accept_len))
-            bar.advance(task)
-    return out
-
-
-def _costs_obj(d: dict[str, Any]):
-    from eaglelab.probes.tuning import PhaseCosts
-
-    return PhaseCosts(batch=d["batch"], decode_ms=d["decode_ms"], verify_ms={}, draft_ms={}, extend_ms={},
-                      accept_ms={}, prefill_ms=d["prefill_ms"], begin_ms=d["begin_ms"])
-
-
-# ---- from a record ------------------------------------------------------------------------------
-def _from_record(args) -> dict[str, Any]:
-    from eaglelab.engine.errors import EagleLabError
-    from eaglelab.probes.events import PhaseCost, RunStarted, Step
-    from eaglelab.probes.record import read_record
-
-    result = read_record(args.from_record)
-    steps = [e for e in result.events if isinstance(e, Step)]
-    costs = [e for e in result.events if isinstance(e, PhaseCost)]
-    if not any(s.kind == "spec" and s.accepted_ranks for s in steps):
-        raise EagleLabError("no speculative cycle with accepted ranks in this record", file=args.from_record,
-                            expected="a record of a wide-tree run by this eaglelab (eaglelab tune --record FILE)")
-    table = _table(steps)
-    started = next((e for e in result.events if isinstance(e, RunStarted)), None)
-    wide = started.spec if started else {}
-    depth, width = int(wide.get("num_steps", table.max_depth)), int(wide.get("topk", table.max_rank))
-    grid_steps = _ints(args.steps, "--steps") if args.steps else tuple(range(1, depth + 1))
-    grid_topk = _ints(args.topk, "--topk") if args.topk else tuple(k for k in (1, 2, 4, 8) if k <= width)
-    grid_n = _ints(args.draft_tokens or GPU["draft_tokens"], "--draft-tokens", least=2)
-    if costs:
-        grid_steps = tuple(sorted({e.steps for e in costs if e.phase == "draft"} & set(grid_steps)))
-        grid_topk = tuple(sorted({e.topk for e in costs if e.phase == "draft"} & set(grid_topk)))
-        grid_n = tuple(sorted({e.tokens for e in costs if e.phase == "verify"} & set(grid_n)))
-    report = _predict(steps, costs, grid_steps, grid_topk, grid_n, args.top)
-    report.update(model=started.model if started else "?", record=args.from_record, confirmation=[],
-                  hardware={"device": started.device if started else "?", "dtype": started.dtype if started else "?"},
-                  notes=[f"from the record {args.from_record}: nothing was run"]
-                  + ([] if costs else ["no phase costs in this record (only `eaglelab tune --record` writes them): "
-                                       "ranked by expected accepted length alone"]))
+        steps, costs = TP.measuring_pass(ctx, settings, tt.model, args.record, _progress(bar))
+    report = predict(steps, costs, settings.steps, settings.topks, settings.draft_tokens, args.top)
+    report.update(model=tt.model, notes=list(tt.notes), hardware=H.hardware(ctx.device, next(ctx.target.parameters()).dtype),
+                  settings=TP.settings_dict(settings, len(ctx.prompts)), record=args.record, draft_path=tt.draft_path)
+    report["confirmation"] = []
+    if settings.confirm:
+        with Progress(*cols, console=console, transient=True) as bar:
+            report["confirmation"] = TP.confirm(ctx, settings, report, _progress(bar))
     return report
 
 
-def _table(steps):
-    from eaglelab.probes.tuning import table_from_steps
+def _progress(bar):
+    """(what, done, total) -> a task of ``bar`` per ``what``, updated."""
+    tasks: dict[str, Any] = {}
 
-    return table_from_steps(steps).table()
+    def update(what: str, done: int, total: int | None) -> None:
+        if what not in tasks:
+            tasks[what] = bar.add_task(what, total=total)
+        bar.update(tasks[what], completed=done, total=total)
 
-
-# ---- the model's side -------------------------------------------------------------------------
-def _predict(steps, costs, grid_steps, grid_topk, grid_n, top: int) -> dict[str, Any]:
-    """The acceptance table, costs and ranked predictions, as plain data."""
-    from dataclasses import asdict
-
-    from eaglelab.probes import tuning as T
-
-    counts = T.table_from_steps(steps)
-    table = counts.table()
-    configs = [c for c in T.grid_configs(grid_steps, grid_topk, grid_n) if c[0] <= max(table.max_depth, 1)]
-    by_batch = T.costs_from_events(costs)
-    preds = {str(b): [dict(asdict(p), cycle_ms=p.cycle_ms, tok_per_s=p.tok_per_s, speedup=p.speedup,
-                           break_even_accept_len=p.break_even_accept_len, plain_tok_per_s=p.plain_tok_per_s)
-                      for p in T.rank_configs(table, c, configs)]
-             for b, c in by_batch.items()}
-    by_len = [dict(steps=c[0], topk=c[1], draft_tokens=c[2], accept_len=a) for c, a in T.rank_by_accept_len(table, configs)]
-    return {
-        "schema": "eaglelab.tune/1",
-        "acceptance": {"rates": [list(r) for r in table.rates], "offered": list(table.offered),
-                       "row_cycles": counts.row_cycles, "wide_mean_accept_len": counts.mean_accept_len},
-        "costs": {str(b): {"batch": b, "decode_ms": c.decode_ms, "prefill_ms": c.prefill_ms, "begin_ms": c.begin_ms,
-                           "verify_ms": {str(n): v for n, v in sorted(c.verify_ms.items())},
-                           "draft_ms": {f"{s},{k}": v for (s, k), v in sorted(c.draft_ms.items())},
-                           "extend_ms": {f"{s},{k}": v for (s, k), v in sorted(c.extend_ms.items())},
-                           "accept_ms": {f"{s},{k}": v for (s, k), v in sorted(c.accept_ms.items())}}
-                  for b, c in by_batch.items()},
-        "predictions": preds,
-        "by_accept_len": by_len,
-        "shown": top,
-    }
+    return update
 
 
 # ---- printing ---------------------------------------------------------------------------------

@@ -119,6 +119,17 @@ def check_value(dest: str, value: Any, rule: Rule) -> None:
         raise EagleLabError("out of range", field=name, found=value, expected=rule.expected())
 
 
+def int_list(text: str, field: str, least: int = 1) -> tuple[int, ...]:
+    """A comma list of integers >= ``least`` (``--batch-sizes 1,8,32``), sorted, without repeats."""
+    try:
+        vals = tuple(sorted({int(x) for x in text.split(",") if x.strip()}))
+    except ValueError:
+        raise EagleLabError("expected a comma list of integers", field=field, found=text) from None
+    if not vals or vals[0] < least:
+        raise EagleLabError(f"values must be >= {least}", field=field, found=text)
+    return vals
+
+
 def check_text(dest: str, value: str) -> None:
     """Text a user typed must be valid Unicode (a non-UTF-8 byte arrives as a lone surrogate)."""
     try:

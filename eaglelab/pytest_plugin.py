@@ -41,8 +41,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers",
-        "eaglelab_acceptance(baseline, draft='default', prompts=None, steps=3, topk=1, draft_tokens=0, "
-        "max_new_tokens=32, tolerance=0.05, mean_tolerance=0.1): settings for the eaglelab_acceptance fixture",
+        "eaglelab_acceptance(baseline, draft='default', prompts=None, steps=None, topk=None, draft_tokens=None, "
+        "max_new_tokens=32, tolerance=0.05, mean_tolerance=0.1): settings for the eaglelab_acceptance fixture "
+        "(tree settings left None: eaglelab run's defaults)",
     )
 
 
@@ -69,22 +70,17 @@ def eaglelab_target(pytestconfig: pytest.Config):
     return load_target(pytestconfig.getoption("--eaglelab-model"), device=pytestconfig.getoption("--eaglelab-device"))
 
 
-def _drafter(target, model: str, draft: str, steps: int, topk: int, draft_tokens: int, attention_mode: str):
-    """(spec, drafter) for a ``--draft``-style name: "default" | "ngram" | a drafter directory."""
-    from eaglelab.engine.model.eagle3 import load_eagle3
-    from eaglelab.engine.runtime.drafters import Eagle3Drafter, NgramDrafter
-    from eaglelab.engine.runtime.spec_config import SpecConfig
-    from eaglelab.session import resolve_draft
+def drafter_for(target, model: str, draft: str, steps: int | None = None, topk: int | None = None,
+                draft_tokens: int | None = None, attention_mode: str = "decode"):
+    """(spec, drafter) for a ``--draft``-style name ("default" | "ngram" | a drafter directory), from the drafter
+    registry that ``eaglelab run`` asks; steps/topk/draft_tokens left None take its tree defaults."""
+    from eaglelab.draft_registry import TreeFlags, choose_drafter
 
-    name, _ = resolve_draft(draft, model, field="draft")
-    if name == "none":
+    choice = choose_drafter(draft, model, target.model, TreeFlags(steps, topk, draft_tokens),
+                            modes=dict(attention_mode=attention_mode), field="draft")
+    if choice.kind == "none":
         raise ValueError("draft='none' measures nothing: name a drafter ('default', 'ngram' or a directory)")
-    if name == "ngram":
-        spec = SpecConfig("ngram", num_steps=steps, attention_mode=attention_mode)
-        return spec, NgramDrafter(spec)
-    spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=draft_tokens, attention_mode=attention_mode)
-    net, taps, _ = load_eagle3(name, target.model)
-    return spec, Eagle3Drafter(net, spec, taps)
+    return choice.spec, choice.drafter()
 
 
 @pytest.fixture
@@ -96,11 +92,11 @@ def eaglelab_spec_run(eaglelab_target, pytestconfig: pytest.Config) -> Callable[
     target = eaglelab_target
     model = pytestconfig.getoption("--eaglelab-model")
 
-    def run(prompts: list[str], draft: str = "ngram", steps: int = 3, topk: int = 1,
-            draft_tokens: int = 0, attention_mode: str = "decode", max_new_tokens: int = 32) -> SpecRun:
+    def run(prompts: list[str], draft: str = "ngram", steps: int | None = None, topk: int | None = None,
+            draft_tokens: int | None = None, attention_mode: str = "decode", max_new_tokens: int = 32) -> SpecRun:
         tok = target.tokenizer
         ids = [tok.chat_ids(p) for p in prompts]
-        spec, drafter = _drafter(target, model, draft, steps, topk, draft_tokens, attention_mode)
+        spec, drafter = drafter_for(target, model, draft, steps, topk, draft_tokens, attention_mode)
         bus = ProbeBus()
         events: list[Any] = []
         bus.subscribe(events.append)
@@ -156,8 +152,10 @@ def eaglelab_acceptance(eaglelab_target, request: pytest.FixtureRequest):
 
 
 def measure_acceptance(target, model: str, *, draft: str = "default", prompts: list[str] | None = None,
-                       steps: int = 3, topk: int = 1, draft_tokens: int = 0, max_new_tokens: int = 32):
-    """Greedy acceptance of ``draft`` on ``prompts`` (each alone, chat-templated), with its settings."""
+                       steps: int | None = None, topk: int | None = None, draft_tokens: int | None = None,
+                       max_new_tokens: int = 32):
+    """Greedy acceptance of ``draft`` on ``prompts`` (each alone, chat-templated), with its settings (the tree
+    flags left None take ``eaglelab run``'s defaults: :func:`eaglelab.draft_registry.tree_defaults`)."""
     from eaglelab import acceptance_guard as guard
     from eaglelab.engine.runtime.generate import Engine
     from eaglelab.probes.acceptance import AcceptanceStats
@@ -165,7 +163,7 @@ def measure_acceptance(target, model: str, *, draft: str = "default", prompts: l
     from eaglelab.probes.events import Step
 
     prompts = list(prompts or guard.DEFAULT_PROMPTS)
-    spec, drafter = _drafter(target, model, draft, steps, topk, draft_tokens, "decode")
+    spec, drafter = drafter_for(target, model, draft, steps, topk, draft_tokens)
     stats = AcceptanceStats()
     bus = ProbeBus()
     bus.subscribe(lambda e: stats.observe_step(e) if isinstance(e, Step) else None)

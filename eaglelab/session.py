@@ -9,7 +9,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
-DRAFT_CHOICES = "default | ngram | none | PATH"
+from eaglelab.devices import device_name, pick_device, pick_dtype, rank_device
+from eaglelab.draft_registry import (  # noqa: F401  (tree_spec, shipped_drafter_dir: the session's API for scripts)
+    DRAFT_CHOICES, DraftChoice, TreeFlags, choose_drafter, resolve_draft, shipped_drafter_dir, tree_spec,
+)
 
 
 DEFAULT_MAX_NEW_TOKENS = 128  # run, trace, the TUI (bench measures fewer: its own device-dependent defaults)
@@ -66,25 +69,6 @@ def add_model_args(p: argparse.ArgumentParser, max_new_tokens: int | None, max_n
                    help="read the drafter's aux layer ids as this engine would (default: the checkpoint format's)")
 
 
-def tree_spec(algorithm: str, steps: int | None, topk: int | None, draft_tokens: int | None, **kw: Any):
-    """The :class:`SpecConfig` for a drafter kind and the tree flags: every tree default in one place
-    (EAGLE-3: 3 steps for a chain, 5 for a tree; n-gram: a chain of 4)."""
-    from eaglelab.engine.runtime.spec_config import SpecConfig
-
-    if algorithm == "ngram":
-        return SpecConfig("ngram", num_steps=steps if steps is not None else 4, topk=1,
-                          num_draft_tokens=draft_tokens or 0, **kw)
-    topk = topk if topk is not None else 1
-    steps = steps if steps is not None else (5 if topk > 1 else 3)
-    return SpecConfig(algorithm, num_steps=steps, topk=topk, num_draft_tokens=draft_tokens or 0, **kw)
-
-
-def shipped_drafter_dir() -> Path | None:
-    """The EAGLE-3 drafter shipped inside the package for the default model, if present."""
-    path = Path(__file__).parent / "drafters" / "smollm2-135m-eagle3"
-    return path if (path / "config.json").exists() else None
-
-
 @dataclass
 class Session:
     args: argparse.Namespace
@@ -97,6 +81,7 @@ class Session:
     spec_label: str
     sampling: Any
     drafter: Any = None
+    draft: DraftChoice | None = None  # what --draft became: its kind and a factory of fresh drafters (bench, tune)
     notes: list[str] = field(default_factory=list)
     runner_factory: Callable[..., Any] | None = None
     kernels: Any = None  # the layers' elementwise kernels (compiled with --compile), shared by every engine
@@ -199,17 +184,12 @@ class Session:
 
 def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, tp=None) -> Session:
     """Load the target and drafter the flags name; every auto choice keeps its reason."""
-    import torch
-
     from eaglelab.engine.errors import EagleLabError
     from eaglelab.engine.formats.loader import load_target
     from eaglelab.engine.runtime.sampling import SamplingParams
 
-    device, device_reason = _pick_device(args.device)
-    if tp is not None and device.type == "cuda":  # one GPU per rank, as torchrun numbers them
-        device = torch.device("cuda", tp.local_rank)
-        device_reason += f"; tensor parallel rank {tp.rank} of {tp.world_size} on GPU {tp.local_rank}"
-    dtype_name, dtype_reason = _pick_dtype(args.dtype, device)
+    device, device_reason = rank_device(*pick_device(args.device), tp)
+    dtype_name, dtype_reason = pick_dtype(args.dtype, device)
     try:
         sampling = SamplingParams(temperature=args.temperature, top_k=args.top_k, top_p=args.top_p)
     except ValueError as exc:
@@ -217,8 +197,7 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
     if args.max_new_tokens < 1:
         raise EagleLabError("must be >= 1", field="--max-new-tokens", found=args.max_new_tokens)
     target = load_target(args.model, device=device, dtype=dtype_name, tp=tp)
-    label = str(device) + (f" ({torch.cuda.get_device_name(device)})" if device.type == "cuda" else "")
-    session = Session(args, target, label, device_reason, dtype_name, dtype_reason, None, "", sampling)
+    session = Session(args, target, device_name(device), device_reason, dtype_name, dtype_reason, None, "", sampling)
     _choose_drafter(session, log)
     if session.spec.compile:
         from eaglelab.engine.formats.assets import cache_dir
@@ -231,7 +210,7 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
             session.notes.append("all-reduce timing: the collectives of compiled phases run untimed (clocks and "
                                  "CUDA events cannot be compiled); --no-compile times every one")
     if session.spec.compile_prefill:
-        session.notes.append(_compile_prefill_note(session.spec, device.type))
+        session.notes.append(compile_prefill_note(session.spec, device.type))
     gemv = getattr(args, "gemv", None)  # commands that declare no --gemv build sessions too
     if device.type == "cpu":  # default: on for speculation (its verify's rows); one row is MKL's matrix-vector job
         if gemv or (gemv is None and session.spec.enabled):
@@ -248,7 +227,7 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
     return session
 
 
-def _compile_prefill_note(spec, device_type: str) -> str:
+def compile_prefill_note(spec, device_type: str) -> str:
     """What --compile-prefill does in this session: the prompt's captured phases compiled, or why not."""
     if spec.compile and spec.cuda_graphs and device_type == "cuda":
         return ("compile-prefill: the prompt's phases compiled too, once per batch bucket and padded prompt width "
@@ -328,80 +307,23 @@ def _graph_runner_factory(s: Session) -> Callable[..., Any]:
     return make
 
 
-def _pick_device(name: str):
-    import torch
-
-    from eaglelab.engine.errors import EagleLabError
-
-    if name == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda"), "auto: CUDA is available"
-        return torch.device("cpu"), "auto: no CUDA device"
-    try:
-        dev = torch.device(name)
-    except RuntimeError:
-        raise EagleLabError("unknown device", field="--device", found=name, expected="auto | cpu | cuda | cuda:N") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise EagleLabError("CUDA is not available here", field="--device", found=name, hint="use --device cpu")
-    return dev, "as asked"
-
-
-def _pick_dtype(name: str, device) -> tuple[str, str]:
-    from eaglelab.engine.formats.loader import parse_dtype
-
-    if name == "auto":
-        if device.type == "cuda":
-            return "bfloat16", "auto: bfloat16 on CUDA (tensor cores, half the weight traffic)"
-        return "float32", "auto: float32 on CPU (exact, and bf16 matmuls are slow on most CPUs)"
-    parse_dtype(name)
-    return str(parse_dtype(name)).replace("torch.", ""), "as asked"
-
-
-def resolve_draft(draft: str, model: str, field: str = "--draft") -> tuple[str, str | None]:
-    """The drafter a ``--draft`` value names ("default" | "ngram" | "none" | a directory), with a note
-    on what "default" chose. "default" is the drafter shipped for the default model, else n-gram."""
-    from eaglelab.engine.errors import EagleLabError
-
-    if draft == "default":
-        shipped = shipped_drafter_dir()
-        if shipped is not None and model == "default":
-            return str(shipped), "drafter: the EAGLE-3 drafter shipped for SmolLM2-135M-Instruct"
-        why = "no drafter ships for this model" if model != "default" else "no shipped drafter installed"
-        return "ngram", f"drafter: n-gram ({why})"
-    if draft in ("ngram", "none") or Path(draft).exists():
-        return draft, None
-    raise EagleLabError("no such drafter", field=field, found=draft, expected=DRAFT_CHOICES)
-
-
 def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
-    """Resolve --draft and the spec flags into ``s.spec`` and ``s.drafter``."""
-    from eaglelab.engine.runtime.drafters import Eagle3Drafter, NgramDrafter
+    """Resolve --draft and the spec flags (through the drafter registry) into ``s.spec`` and ``s.drafter``."""
     from eaglelab.engine.runtime.generate import runs_one_graph_cycle
-    from eaglelab.engine.model.eagle3 import load_eagle3
-    from eaglelab.engine.runtime.spec_config import SpecConfig
 
     a = s.args
-    draft = a.draft
     graphs = a.cuda_graphs if a.cuda_graphs is not None else s.target.device.type == "cuda"
     compile_ = a.compile if a.compile is not None else graphs
-    prefill = getattr(a, "compile_prefill", False)  # commands that declare no --compile-prefill build sessions too
-    draft, note = resolve_draft(a.draft, a.model)
-    if note:
-        s.notes.append(note)
-    if draft == "none":
-        s.spec = SpecConfig(cuda_graphs=graphs, compile=compile_, compile_prefill=prefill)
+    modes = dict(attention_mode=a.attention_mode, cuda_graphs=graphs, compile=compile_,
+                 one_graph_cycle=getattr(a, "one_graph_cycle", True),
+                 compile_prefill=getattr(a, "compile_prefill", False))  # commands without these build sessions too
+    s.draft = choose_drafter(a.draft, a.model, s.target.model, TreeFlags.from_args(a), modes=modes,
+                             serving=a.serving, log=log)
+    s.spec, s.drafter = s.draft.spec, s.draft.drafter()
+    s.notes += s.draft.notes
+    if not s.spec.enabled:
         s.spec_label = "off"
         return
-    modes = dict(attention_mode=a.attention_mode, cuda_graphs=graphs, compile=compile_,
-                 one_graph_cycle=getattr(a, "one_graph_cycle", True), compile_prefill=prefill)
-    if draft == "ngram":
-        s.spec = tree_spec("ngram", a.steps, a.topk, a.draft_tokens, **modes)
-        s.drafter = NgramDrafter(s.spec)
-    else:
-        net, taps, reason = load_eagle3(draft, s.target.model, serving=a.serving, warn=log)
-        s.spec = tree_spec("eagle3", a.steps, a.topk, a.draft_tokens, **modes)
-        s.drafter = Eagle3Drafter(net, s.spec, taps)
-        s.notes.append(f"aux taps: {reason}")
     sp = s.spec
     s.spec_label = (f"{sp.algorithm}, {sp.num_steps} steps, topk {sp.topk}, {sp.draft_tokens} tokens per verify, "
                     f"verify attention mode {sp.attention_mode}"

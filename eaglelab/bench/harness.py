@@ -19,9 +19,8 @@ included, is the median pass's tokens over its seconds; the HF peer, slow, times
 observed pass like them for per-phase times (CUDA events, medians over cycles), per-request times (the prompt's
 phases) and graph status.
 Speedups are over our graph-captured plain decoding at the same batch size (plain-eager where
-graphs cannot run). The micro-measure times one 1-token decode against one verify of N tokens
-(N = 2..8) over a cache holding ``context`` tokens, with and without graphs, in both attention
-modes, each call synchronised and timed on the host (so launch overhead counts), median of many.
+graphs cannot run). The configurations are one table (``configs.py``); the micro-measure is ``micro.py``,
+the headline and the JSON report ``report.py``, the loading from flags ``setup.py``, a whole run ``suite.py``.
 """
 
 from __future__ import annotations
@@ -37,68 +36,17 @@ from typing import Any, Callable
 
 import torch
 
-from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner, GraphPlan
+from eaglelab.bench.configs import CONFIGS, BenchConfig
+from eaglelab.bench.timing import sync
+from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
 from eaglelab.engine.runtime.generate import Engine
-from eaglelab.engine.runtime.kv_cache import KVCache
-from eaglelab.engine.model.layers import prefix_mask
+from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.runtime.observer import BaseObserver, CycleStats
 from eaglelab.engine.model.layers import EAGER_KERNELS, Kernels
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.runtime.spec_config import SpecConfig
-from eaglelab.engine.runtime.tree import chain_tree, tree_attention_mask
 
 SCHEMA = "eaglelab.bench/1"
-HBM_TBPS_H200 = 4.3
-
-
-@dataclass(frozen=True)
-class BenchConfig:
-    """One column of the comparison."""
-
-    name: str
-    speculative: bool
-    attention_mode: str  # verify attention mode ("decode" for plain decoding)
-    graphs: bool
-    peer: bool = False  # HF transformers generate
-    description: str = ""
-    compile: bool = False  # each captured phase torch.compile'd whole
-    gemv: bool = False  # projections of M <= 64 rows on the Triton GEMV (engine/model/gemv.py)
-    attn: bool = False  # attention of T <= 64 query rows on the Triton decode attention (engine/model/decode_attention.py)
-    one_graph: bool = True  # speculative, decode-mode verify: the whole cycle one phase (False: a phase each)
-
-    @property
-    def triton(self) -> bool:
-        """Whether this config asks for one of our Triton kernels (run only when named)."""
-        return self.gemv or self.attn
-
-
-CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
-    BenchConfig("plain-eager", False, "decode", False, description="plain greedy, eager"),
-    BenchConfig("plain-graphs", False, "decode", True, description="plain greedy, CUDA graphs"),
-    BenchConfig("plain-compile", False, "decode", True, compile=True,
-                description="plain greedy, CUDA graphs + torch.compile'd phases"),
-    BenchConfig("plain-graphs-gemv", False, "decode", True, gemv=True,
-                description="plain greedy, CUDA graphs, Triton GEMV for the projections"),
-    BenchConfig("plain-compile-gemv", False, "decode", True, compile=True, gemv=True,
-                description="plain greedy, CUDA graphs + torch.compile'd phases + Triton GEMV"),
-    BenchConfig("plain-compile-gemv-attn", False, "decode", True, compile=True, gemv=True, attn=True,
-                description="plain greedy, CUDA graphs + torch.compile'd phases + Triton GEMV + Triton decode attention"),
-    BenchConfig("spec-prefill", True, "prefill", False, description="speculative, verify as eager extend"),
-    BenchConfig("spec-prefill-graphs", True, "prefill", True, description="speculative, drafter captured, verify eager extend"),
-    BenchConfig("spec-decode", True, "decode", False, description="speculative, decode-mode verify, eager"),
-    BenchConfig("spec-decode-graphs", True, "decode", True, description="speculative, decode-mode verify, CUDA graphs"),
-    BenchConfig("spec-compile", True, "decode", True, compile=True,
-                description="speculative, decode-mode verify, CUDA graphs + torch.compile'd phases"),
-    BenchConfig("spec-compile-gemv", True, "decode", True, compile=True, gemv=True,
-                description="speculative, decode-mode verify, CUDA graphs + torch.compile'd phases + Triton GEMV"),
-    BenchConfig("spec-compile-gemv-attn", True, "decode", True, compile=True, gemv=True, attn=True,
-                description="speculative, decode-mode verify, CUDA graphs + torch.compile'd phases + Triton GEMV "
-                            "+ Triton decode attention"),
-    BenchConfig("spec-phases-gemv-attn", True, "decode", True, compile=True, gemv=True, attn=True,
-                one_graph=False, description="as spec-compile-gemv-attn, each phase of the cycle its own graph "
-                                             "(five launches a cycle, not one)"),
-    BenchConfig("hf", False, "decode", False, peer=True, description="HF transformers generate (eager)"),
-)}
 
 
 @dataclass(frozen=True)
@@ -136,19 +84,6 @@ class BenchRow:
     # *-compile configs: each phase compile of this config that fell back to eager (the phase then ran its
     # eager layers, inside its graph: still "R"), with its reason; under --tp from every rank ("rank r: ...")
     compile_fallbacks: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class MicroRow:
-    """One micro-measure: a 1-token decode (tokens == 1) or a verify of ``tokens`` tokens."""
-
-    batch: int
-    tokens: int
-    attention_mode: str  # "decode" | "prefill"
-    graphs: bool
-    ms: float
-    status: str  # "replay" | "eager: why"
-    over_decode: float | None = None  # ms / the 1-token decode's ms (graph-captured where possible)
 
 
 @dataclass
@@ -250,22 +185,17 @@ def groups_for(prompts: list[list[int]], batch: int) -> list[list[list[int]]]:
     return [[prompts[(g * batch + i) % n] for i in range(batch)] for g in range(math.ceil(n / batch))]
 
 
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _sweep(generate: Callable, groups, max_new: int, device) -> tuple[int, float, list[int], list[list[int]], list]:
+def sweep(generate: Callable, groups, max_new: int, device) -> tuple[int, float, list[int], list[list[int]], list]:
     """Generate every group; -> (tokens, seconds, accept lengths, per-row outputs, per group (tok/s, mean accepted
     length or None)). Graph capture and compilation inside a call (``setup_seconds``) are not generation time, as
     in ``eaglelab run``."""
-    _sync(device)
+    sync(device)
     t0 = time.perf_counter()
     tokens, accepts, outputs, setup, per_group = 0, [], [], 0.0, []
     for g in groups:
         g0 = time.perf_counter()
         res = generate(g, max_new)
-        _sync(device)
+        sync(device)
         own_setup = getattr(res, "setup_seconds", 0.0)  # the HF peer's result has none
         setup += own_setup
         n = sum(len(t) for t in res.tokens)
@@ -278,7 +208,7 @@ def _sweep(generate: Callable, groups, max_new: int, device) -> tuple[int, float
     return tokens, time.perf_counter() - t0 - setup, accepts, outputs, per_group
 
 
-def _engine_spec(cfg: BenchConfig, ctx: BenchContext) -> SpecConfig:
+def engine_spec(cfg: BenchConfig, ctx: BenchContext) -> SpecConfig:
     compile_prefill = cfg.compile and ctx.compile_prefill
     if not cfg.speculative:
         return SpecConfig(cuda_graphs=cfg.graphs, compile=cfg.compile, compile_prefill=compile_prefill)
@@ -308,7 +238,7 @@ class OurSystem:
     """Our engine in one configuration: one runner (graphs captured once) for every batch size."""
 
     def __init__(self, cfg: BenchConfig, ctx: BenchContext) -> None:
-        self.spec = _engine_spec(cfg, ctx)
+        self.spec = engine_spec(cfg, ctx)
         self.ctx = ctx
         self.drafter = ctx.make_drafter(self.spec) if cfg.speculative and ctx.make_drafter else None
         net = self.drafter.net if self.drafter is not None else None
@@ -338,7 +268,7 @@ def measure(generate: Callable, observed: Callable | None, cfg: BenchConfig, ctx
     generate(groups[0], min(8, M))  # warm-up: allocator, kernels, lazy init
     calls, accepts, first, per_group = [], [], None, []
     for _ in range(repeats):
-        tokens, seconds, acc, outs, groups_seen = _sweep(generate, groups, M, dev)
+        tokens, seconds, acc, outs, groups_seen = sweep(generate, groups, M, dev)
         calls.append((tokens / seconds if seconds > 0 else 0.0, tokens, seconds))
         accepts += acc
         if first is None:
@@ -390,7 +320,7 @@ def run_config(cfg: BenchConfig, ctx: BenchContext) -> tuple[list[BenchRow], dic
         ctx.log(f"  batch {b:>3}: {row.tok_per_s:8.1f} tok/s")
     if not cfg.peer:
         captures = system.capture_stats()  # graphs are captured lazily, by the warm-up calls
-    fallbacks = _compile_fallbacks(ctx, _compiled_phases(ctx)[len(made):])
+    fallbacks = compile_fallbacks(ctx, _compiled_phases(ctx)[len(made):])
     if fallbacks:
         rows = [replace(r, compile_fallbacks=fallbacks) for r in rows]
     return rows, outputs, captures
@@ -401,7 +331,7 @@ def _compiled_phases(ctx: BenchContext) -> list[Any]:
     return list(ctx.compiled.compile_phase.made) if ctx.compiled is not None else []
 
 
-def _compile_fallbacks(ctx: BenchContext, phases: list[Any]) -> tuple[str, ...]:
+def compile_fallbacks(ctx: BenchContext, phases: list[Any]) -> tuple[str, ...]:
     """The reasons of the phases that did not compile; under TP every rank's (a collective on the
     side group: every rank calls this at the same point), so a failure on rank 1 is not silent."""
     mine = [p.reason for p in phases if p.reason]
@@ -470,108 +400,7 @@ def _agreement(outputs, config: str, batch: int) -> float | None:
     return sum(a == b for a, b in zip(ref, got)) / len(ref)
 
 
-# ---- micro-measure ---------------------------------------------------------------------------------
-def _time_call(fn: Callable[[], Any], device: torch.device, warmup: int, iters: int) -> float:
-    """Median ms of one synchronised call (host clock: launch overhead and syncs count)."""
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        _sync(device)
-        t0 = time.perf_counter()
-        fn()
-        _sync(device)
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
-
-
-class _MicroBench:
-    """A cache holding ``context`` tokens per row, and the three calls the micro-measure times."""
-
-    def __init__(self, target, batch_sizes, widths, context: int, graphs: bool) -> None:
-        dev = next(target.parameters()).device
-        self.target, self.device, self.context = target, dev, context
-        S = -(-(context + max(widths) + 2) // 64) * 64
-        plan = GraphPlan(buckets=tuple(batch_sizes), max_len=S, decode=True, verify_tokens=tuple(widths),
-                         draft_width=0, extend_width=0)
-        self.graph_runner = CudaGraphRunner(target, plan=plan, enabled=graphs) if graphs else None
-        self.eager = EagerRunner(target)
-        if self.graph_runner is not None and self.graph_runner.make_cache(max(batch_sizes), S) is not None:
-            self.cache = self.graph_runner.cache
-        else:
-            self.cache = target.make_cache(max(batch_sizes), S, dtype=next(target.parameters()).dtype, device=dev)
-        self._fill(max(batch_sizes))
-
-    @torch.inference_mode()
-    def _fill(self, rows: int) -> None:
-        g = torch.Generator(device="cpu").manual_seed(0)
-        ids = torch.randint(0, self.target.config.vocab_size, (rows, self.context), generator=g).to(self.device)
-        pos = torch.arange(self.context, device=self.device).expand(rows, -1)
-        self.eager.prefill(self.cache, ids, pos, prefix_mask(pos, self.cache.max_len), ())
-
-    def runner(self, graphs: bool):
-        return self.graph_runner if graphs else self.eager
-
-    def decode_fn(self, batch: int, graphs: bool) -> Callable[[], Any]:
-        runner, S = self.runner(graphs), self.cache.max_len
-        tok = torch.full((batch, 1), 7, dtype=torch.long, device=self.device)
-        slots = torch.full((batch, 1), self.context, dtype=torch.long, device=self.device)
-
-        def call():
-            hidden = runner.decode(self.cache, tok, slots, prefix_mask(slots, S))
-            return self.target.logits(hidden[:, 0]).argmax(-1)
-
-        return call
-
-    def verify_fn(self, batch: int, n: int, mode: str, graphs: bool) -> Callable[[], Any]:
-        runner, S = self.runner(graphs), self.cache.max_len
-        lengths = torch.full((batch,), self.context, dtype=torch.long, device=self.device)
-        tree = chain_tree(torch.full((batch, n), 7, dtype=torch.long, device=self.device))
-        slots = lengths[:, None] + torch.arange(n, device=self.device)
-        positions = tree.positions(lengths)
-
-        def call():  # mirrors Engine._verify
-            if mode == "decode":
-                mask = tree_attention_mask(lengths, tree, S)
-                hidden, _ = runner.verify(self.cache, tree.tokens, positions, slots, mask, ())
-            else:
-                kv_len = int(lengths.max()) + n  # the extend path's host sync
-                mask = tree_attention_mask(lengths, tree, kv_len)
-                hidden, _ = runner.verify_extend(self.cache, tree.tokens, positions, slots, mask, (), kv_len)
-            return self.target.logits(hidden).argmax(-1)
-
-        return call
-
-    def status(self, graphs: bool, phase: str) -> str:
-        runner = self.runner(graphs)
-        return runner.graph_status("spec" if phase == "verify" else "decode", "decode", 1)[phase]
-
-
-@torch.inference_mode()
-def micro_measure(target, batch_sizes: tuple[int, ...], widths: tuple[int, ...] = tuple(range(2, 9)),
-                  context: int = 256, warmup: int = 5, iters: int = 30, log=lambda m: None) -> list[MicroRow]:
-    """1-token decode vs verify of N tokens, graphs on/off, attention modes decode/prefill."""
-    dev = next(target.parameters()).device
-    cuda = dev.type == "cuda"
-    mb = _MicroBench(target, batch_sizes, widths, context, graphs=cuda)
-    rows: list[MicroRow] = []
-    for b in batch_sizes:
-        timed = lambda fn: _time_call(fn, dev, warmup, iters)  # noqa: E731
-        dec = {g: timed(mb.decode_fn(b, g)) for g in ((False, True) if cuda else (False,))}
-        base = dec[True] if cuda else dec[False]
-        for g, ms in dec.items():
-            rows.append(MicroRow(b, 1, "decode", g, ms, mb.status(g, "decode"), ms / base))
-        for n in widths:
-            for mode, g in (("decode", False), ("decode", True), ("prefill", False)):
-                if g and not cuda:
-                    continue
-                ms = timed(mb.verify_fn(b, n, mode, g))
-                rows.append(MicroRow(b, n, mode, g, ms, mb.status(g, "verify"), ms / base))
-        log(f"  micro batch {b:>3}: decode {base:.3f} ms")
-    return rows
-
-
-# ---- headline, hardware, JSON ----------------------------------------------------------------------
+# ---- hardware, JSON --------------------------------------------------------------------------------
 def hardware(device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
     """What the figures were measured on."""
     import platform
@@ -590,53 +419,6 @@ def hardware(device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
     except ImportError:
         info["transformers"] = None
     return info
-
-
-def headline(rows: list[BenchRow], micro: list[MicroRow], weight_bytes: int, hbm_tbps: float) -> dict[str, Any]:
-    """The figures the issue asks for, at batch 1 (and the speedup per batch size)."""
-    by = {(r.config, r.batch): r for r in rows if r.skipped is None}
-    base = baseline_name(rows)
-    h: dict[str, Any] = {"baseline": base}
-    plain = by.get((base, 1)) if base else None
-    hf = by.get(("hf", 1))
-    if plain and hf and hf.tok_per_s:
-        h["plain_vs_hf_batch1"] = {"ours": plain.tok_per_s, "hf": hf.tok_per_s, "ratio": plain.tok_per_s / hf.tok_per_s}
-    bound = hbm_tbps * 1e12 / weight_bytes if weight_bytes else None
-    if plain and bound:
-        step = 1000.0 / plain.decode_ms if plain.decode_ms else None
-        h["bandwidth_bound_batch1"] = {"weight_bytes": weight_bytes, "hbm_tbps": hbm_tbps, "bound_tok_per_s": bound,
-                                       "ours_tok_per_s": plain.tok_per_s, "fraction": plain.tok_per_s / bound,
-                                       "decode_step_tok_per_s": step, "decode_step_fraction": step / bound if step else None,
-                                       "plain_configs": _bound_fractions(rows, bound)}
-    h["verify_over_decode_batch1"] = _micro_ratios(micro, 1)
-    h["spec_speedup"] = {c: {r.batch: r.speedup for r in rows if r.config == c and r.speedup is not None}
-                         for c in CONFIGS if c.startswith("spec") and any(r.config == c and r.speedup for r in rows)}
-    h["spec_speedup_spread"] = {c: {r.batch: {"groups": len(r.group_speedups), "min": min(r.group_speedups),
-                                              "median": statistics.median(r.group_speedups), "max": max(r.group_speedups)}
-                                    for r in rows if r.config == c and len(r.group_speedups) > 1}
-                                for c in h["spec_speedup"]}
-    return h
-
-
-def _bound_fractions(rows: list[BenchRow], bound: float) -> dict[str, dict[str, float | None]]:
-    """Every plain configuration at batch 1 as a share of the weight-bandwidth bound (end to end, and
-    per decode step), so compile and GEMV variants read against the bound in one run."""
-    out: dict[str, dict[str, float | None]] = {}
-    for r in rows:
-        if r.batch == 1 and r.skipped is None and r.config.startswith("plain") and r.tok_per_s:
-            step = 1000.0 / r.decode_ms if r.decode_ms else None
-            out[r.config] = {"tok_per_s": r.tok_per_s, "fraction": r.tok_per_s / bound,
-                             "decode_step_tok_per_s": step, "decode_step_fraction": step / bound if step else None}
-    return out
-
-
-def _micro_ratios(micro: list[MicroRow], batch: int) -> dict[str, dict[int, float]]:
-    out: dict[str, dict[int, float]] = {}
-    for m in micro:
-        if m.batch == batch and m.tokens > 1 and m.over_decode is not None:
-            key = f"{m.attention_mode}-{'graphs' if m.graphs else 'eager'}"
-            out.setdefault(key, {})[m.tokens] = m.over_decode
-    return out
 
 
 def write_json(path: str | Path, report: dict[str, Any]) -> None:

@@ -31,7 +31,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from eaglelab.bench.harness import _sync, _time_call
+from eaglelab.bench.timing import sync, time_call
 from eaglelab.engine.model.layers import prefix_mask
 from eaglelab.engine.runtime.runner import EagerRunner
 
@@ -94,7 +94,8 @@ def _decode_phase(target, cache, batch: int, context: int) -> tuple[Callable, di
     compiles for the *-compile configurations, over a cache of the runner's shape, so its compile is
     the same graph (inductor's on-disk cache then serves the second). The rows are marked done, so every
     profiled step is the same step (same slot, same kernels: nothing in the phase depends on it)."""
-    from eaglelab.engine.runtime.generate import Engine, loop_state
+    from eaglelab.engine.runtime.generate import Engine
+    from eaglelab.engine.runtime.loop_state import loop_state
     from eaglelab.engine.runtime.sampling import SamplingParams
 
     dev = cache.k.device
@@ -185,7 +186,7 @@ def _measure(fn: Callable[[], Any], dev: torch.device, steps: int, warmup: int, 
     (None off rank 0)."""
     for _ in range(warmup):
         fn()
-    step_ms = _time_call(fn, dev, 0, max(3, steps))
+    step_ms = time_call(fn, dev, 0, max(3, steps))
     if not rank0:
         _unprofiled(fn, dev, steps)
         return None
@@ -300,11 +301,11 @@ def profile_spec_phases(ctx, kset: SpecKernelSet, compiled: bool, batch: int, st
     """One speculative run of ``batch`` rows (the first prompt group, greedy, ``max_new`` tokens per row)
     whose first cycle's phases are profiled as they come, with the eager layers of ``kset`` or
     (``compiled``) compiled whole by its compiler. -> (a profile per phase on rank 0, the run's tokens)."""
-    from eaglelab.bench.harness import CONFIGS, _engine_spec, groups_for
+    from eaglelab.bench.harness import CONFIGS, engine_spec, groups_for
     from eaglelab.engine.runtime.generate import Engine
 
     # decode-mode verify, a phase (a graph) each: profiled one by one (a one-graph cycle runs the same functions)
-    spec = _engine_spec(replace(CONFIGS["spec-decode"], one_graph=False), ctx)
+    spec = engine_spec(replace(CONFIGS["spec-decode"], one_graph=False), ctx)
     drafter = ctx.make_drafter(spec)
     details = {name: _phase_detail(name, spec) for name in ("draft", "verify", "accept", "draft_extend", "advance")}
     probe = PhaseMeasure(batch, steps, warmup, top, ctx.tp is None or ctx.tp.rank == 0,
@@ -366,18 +367,18 @@ def _profiled(fn, dev, steps: int, cuda: bool) -> list[tuple[str, int, float]]:
     from torch.profiler import ProfilerActivity, profile
 
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    _sync(dev)
+    sync(dev)
     with profile(activities=acts) as prof:
         for _ in range(steps):
             fn()
-        _sync(dev)
+        sync(dev)
     return _device_times(prof, cuda)
 
 
 def _unprofiled(fn, dev, steps: int) -> list:
     for _ in range(steps):
         fn()
-    _sync(dev)
+    sync(dev)
     return []
 
 

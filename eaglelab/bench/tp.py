@@ -32,7 +32,8 @@ from typing import Any, Callable
 
 import torch
 
-from eaglelab.bench.harness import _MicroBench, _time_call
+from eaglelab.bench.micro import MicroBench
+from eaglelab.bench.timing import time_call
 
 
 @dataclass(frozen=True)
@@ -88,12 +89,12 @@ def allreduce_share(target, tp, batch_sizes: tuple[int, ...], verify_tokens: int
     counts: dict[tuple[int, str], int] = {}
     for noop in (False, True):
         with tp.collectives_off() if noop else contextlib.nullcontext():
-            mb = _MicroBench(target, batch_sizes, widths, context, graphs=dev.type == "cuda")
+            mb = MicroBench(target, batch_sizes, widths, context, graphs=dev.type == "cuda")
             for b in batch_sizes:
                 for g in modes:
                     calls = {"decode": mb.decode_fn(b, g), "verify": mb.verify_fn(b, widths[0], "decode", g)}
                     for step, fn in calls.items():
-                        timed[(noop, g, b, step)] = _time_call(fn, dev, warmup, iters)
+                        timed[(noop, g, b, step)] = time_call(fn, dev, warmup, iters)
                         if not noop and not g:
                             counts[(b, step)] = _count_collectives(tp, fn)
             del mb  # its cache and graph pool go back before the next set is built

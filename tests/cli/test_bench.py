@@ -136,12 +136,12 @@ def test_a_bench_cut_short_keeps_the_partial_report(tmp_path, questions, monkeyp
 
 def test_a_bench_cut_short_after_the_profile_keeps_it_in_the_partial_report(tmp_path, questions, monkeypatch, capsys):
     """The micro-measure (after --profile) fails: the JSON holds the rows and the profile, marked partial."""
-    from eaglelab.bench import harness
+    from eaglelab.bench import micro
 
     def fails(*a, **k):
         raise RuntimeError("the machine went away")
 
-    monkeypatch.setattr(harness, "micro_measure", fails)
+    monkeypatch.setattr(micro, "micro_measure", fails)
     out = tmp_path / "bench.json"
     rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions),
                "--configs", "plain-eager", "--batch-sizes", "1", "--prompts", "2", "--max-new-tokens", "4",

@@ -187,10 +187,10 @@ def test_allreduce_share_captures_graphs_with_and_without_collectives():
 def _fallbacks_rank(tp):
     from types import SimpleNamespace
 
-    from eaglelab.bench.harness import _compile_fallbacks
+    from eaglelab.bench.harness import compile_fallbacks
 
     phases = [SimpleNamespace(reason=None), SimpleNamespace(reason="eager: verify [b=1] did not compile (X)")]
-    return _compile_fallbacks(SimpleNamespace(tp=tp), phases if tp.rank == 1 else phases[:1])
+    return compile_fallbacks(SimpleNamespace(tp=tp), phases if tp.rank == 1 else phases[:1])
 
 
 def test_a_compile_fallback_on_another_rank_is_reported_by_rank_0():

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 
-from eaglelab.session import _compile_prefill_note, add_engine_args, build_session
+from eaglelab.session import add_engine_args, build_session, compile_prefill_note
 from eaglelab.engine.runtime.spec_config import SpecConfig
 
 
@@ -31,10 +31,10 @@ def test_the_plain_baseline_compiles_its_prompt_when_the_speculative_engine_does
 
 def test_the_note_names_what_is_missing():
     on = SpecConfig(cuda_graphs=True, compile=True, compile_prefill=True)
-    assert _compile_prefill_note(on, "cuda").startswith("compile-prefill: the prompt's phases compiled too")
+    assert compile_prefill_note(on, "cuda").startswith("compile-prefill: the prompt's phases compiled too")
     off = SpecConfig(cuda_graphs=True, compile=False, compile_prefill=True)
-    assert "without --compile" in _compile_prefill_note(off, "cuda")
-    assert "no CUDA graphs on a CPU" in _compile_prefill_note(on, "cpu")
+    assert "without --compile" in compile_prefill_note(off, "cuda")
+    assert "no CUDA graphs on a CPU" in compile_prefill_note(on, "cpu")
 
 
 def test_the_plain_spec_keeps_every_mode_a_baseline_must_share():
@@ -51,7 +51,7 @@ def test_bench_says_what_compile_prefill_does_in_its_configurations(tiny_dir, tm
     import json
 
     from eaglelab.cli import build_parser, main
-    from eaglelab.cmd_bench import _compile_prefill_note as bench_note
+    from eaglelab.bench.setup import compile_prefill_note as bench_note
 
     on_cuda = bench_note("cuda")
     assert "*-compile* configurations compile the prompt" in on_cuda and "without --compile" not in on_cuda

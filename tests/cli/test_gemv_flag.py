@@ -71,7 +71,8 @@ def test_headline_reads_every_plain_config_against_the_bandwidth_bound():
     """15 GB of weights per token at 4.3 TB/s: a bound of 286.7 tok/s. The baseline plain-graphs (118.2 tok/s,
     6.5 ms decodes) is 41% of it; plain-compile-gemv (240 tok/s, 4 ms decodes = 250 tok/s) 84% end to end,
     87% per step; a skipped config and batch 8 do not count."""
-    from eaglelab.bench.harness import BenchRow, headline
+    from eaglelab.bench.harness import BenchRow
+    from eaglelab.bench.report import headline
     from eaglelab.cmd_bench import _headline_lines
 
     rows = [BenchRow("plain-graphs", 1, tok_per_s=118.2, decode_ms=6.5),

@@ -111,7 +111,7 @@ def test_tune_compile_measures_the_bench_compile_configs():
 
     import torch
 
-    from eaglelab.bench.tune import _config
+    from eaglelab.bench.tune import config_for
     from eaglelab.cli import build_parser
     from eaglelab.cmd_tune import _settings
     from eaglelab.engine.runtime.spec_config import SpecConfig
@@ -122,7 +122,7 @@ def test_tune_compile_measures_the_bench_compile_configs():
     assert on_gpu.compile and not on_cpu.compile
     assert not _settings(build_parser().parse_args(["tune"]), cuda=True)[0].compile
     gpu, cpu, spec = SimpleNamespace(device=torch.device("cuda")), SimpleNamespace(device=torch.device("cpu")), SpecConfig("eagle3")
-    assert (_config(gpu, on_gpu, None).name, _config(gpu, on_gpu, spec).name) == ("plain-compile", "spec-compile")
-    assert _config(gpu, on_gpu, spec).compile and _config(gpu, on_gpu, spec).graphs
-    assert (_config(gpu, on_cpu, spec).name, _config(gpu, on_cpu, spec).compile) == ("spec-decode-graphs", False)
-    assert (_config(cpu, on_cpu, None).name, _config(cpu, on_cpu, None).graphs) == ("plain-eager", False)
+    assert (config_for(gpu, on_gpu, None).name, config_for(gpu, on_gpu, spec).name) == ("plain-compile", "spec-compile")
+    assert config_for(gpu, on_gpu, spec).compile and config_for(gpu, on_gpu, spec).graphs
+    assert (config_for(gpu, on_cpu, spec).name, config_for(gpu, on_cpu, spec).compile) == ("spec-decode-graphs", False)
+    assert (config_for(cpu, on_cpu, None).name, config_for(cpu, on_cpu, None).graphs) == ("plain-eager", False)

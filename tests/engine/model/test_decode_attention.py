@@ -268,14 +268,11 @@ def test_eager_pieces_keep_the_attention_kernel():
 
 # ---- the switch: run and bench ----------------------------------------------------------------
 def test_bench_runs_attn_configs_only_when_named():
-    import argparse
+    from eaglelab.bench.configs import CONFIGS, pick_configs
 
-    from eaglelab.bench.harness import CONFIGS
-    from eaglelab.cmd_bench import _configs
-
-    default = _configs(argparse.Namespace(configs=None))
+    default = pick_configs(None)
     assert "plain-compile-gemv" not in default and not any(name.endswith("-attn") for name in default)
-    named = _configs(argparse.Namespace(configs="plain-compile-gemv,plain-compile-gemv-attn,spec-compile-gemv-attn"))
+    named = pick_configs("plain-compile-gemv,plain-compile-gemv-attn,spec-compile-gemv-attn")
     assert named == ["plain-compile-gemv", "plain-compile-gemv-attn", "spec-compile-gemv-attn"]
     for name in named[1:]:
         cfg = CONFIGS[name]

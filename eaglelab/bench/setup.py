@@ -1,0 +1,164 @@
+"""``eaglelab bench``'s flags turned into what it measures: the target (a real model through the session, or a
+scale model of random weights), the drafter (both through the drafter registry), the prompts and the
+:class:`~eaglelab.bench.harness.BenchContext`, with every device default and the reason for each choice."""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from eaglelab.bench import harness as B
+from eaglelab.flags import int_list
+
+# Per device, what a flag left out measures: CUDA sweeps the batch sizes a server sees, CPU stays short enough
+# to finish in minutes on a laptop.
+GPU_DEFAULTS = {"batch_sizes": "1,2,4,8,16,32", "prompts": 8, "max_new_tokens": 64, "repeats": 2,
+                "micro_batch_sizes": "1,8,32"}
+CPU_DEFAULTS = {"batch_sizes": "1,2", "prompts": 2, "max_new_tokens": 32, "repeats": 2, "micro_batch_sizes": "1"}
+HBM_TBPS_CUDA = 4.3  # --hbm-tbps's default on CUDA: an H200's memory bandwidth (none on CPU)
+TP_PEER_SKIP = "HF peer skipped under --tp (it runs on one GPU; compare with a --tp 1 run)"
+
+
+@dataclass(frozen=True)
+class BenchSetup:
+    """What a bench run measures with, and what its report says about it."""
+
+    ctx: B.BenchContext
+    notes: tuple[str, ...]
+    model: str  # the name the report prints
+    weight_bytes: int  # read per decoded token: the weight-bandwidth bound's numerator
+    micro_batch_sizes: tuple[int, ...]
+    device_reason: str
+    dtype_reason: str
+    dtype_name: str
+
+    @property
+    def hbm_tbps(self) -> float:
+        """The bandwidth of the bound unless --hbm-tbps says otherwise."""
+        return HBM_TBPS_CUDA if self.ctx.device.type == "cuda" else 0.0
+
+
+def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = None) -> BenchSetup:
+    """Load (or build) the target and drafter, the prompts, and the bench context."""
+    from eaglelab.devices import pick_device, pick_dtype, rank_device
+
+    device, device_reason = rank_device(*pick_device(args.device), tp)
+    dtype_name, dtype_reason = pick_dtype(args.dtype, device)
+    d = GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS
+    batch_sizes = int_list(args.batch_sizes or d["batch_sizes"], "--batch-sizes")
+    max_new = args.max_new_tokens or d["max_new_tokens"]
+    texts = B.mtbench_first_turns(args.prompts or d["prompts"], args.questions)
+    check_draft_vocab(args)
+    built = (_scale_setup(args, device, dtype_name, log, tp) if args.scale_model
+             else _model_setup(args, max_new, log, tp))
+    prompts, how = B.tokenize_prompts(texts, built["tokenizer"], built["target"].config.vocab_size, args.max_prompt_tokens)
+    cpu = device.type == "cpu"
+    ctx = B.BenchContext(
+        target=built["target"], spec=built["spec"], make_drafter=built["make_drafter"], prompts=prompts,
+        max_new_tokens=max_new, batch_sizes=batch_sizes, repeats=args.repeats or d["repeats"],
+        peer=built["peer"], peer_skip=built.get("peer_skip"), log=log, tp=tp,
+        compile_mode=None if args.compile_mode == "default" else args.compile_mode,
+        compile_prefill=args.bench_compile_prefill,
+        eager_kernels=built.get("kernels") if cpu else None,  # as `run`: the few-row C kernel,
+        plain_kernels=built.get("plain_kernels") if cpu else None,  # and MKL for plain decoding
+    )
+    notes = built["notes"] + ([compile_prefill_note(device.type)] if args.bench_compile_prefill else [])
+    notes += [f"prompts: {len(prompts)} MT-bench first turns, {how}; "
+              f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",
+              f"generation: {max_new} tokens per row, EOS ignored, greedy"]
+    micro_bs = int_list(args.micro_batch_sizes or d["micro_batch_sizes"], "--micro-batch-sizes")
+    return BenchSetup(ctx, tuple(notes), built["name"], built["weight_bytes"], micro_bs, device_reason, dtype_reason,
+                      dtype_name)
+
+
+def _model_setup(args, max_new: int, log, tp=None) -> dict[str, Any]:
+    """A real target and its drafter, through the session `run` builds (so the same registry and kernels)."""
+    from eaglelab.engine.model.scale_models import decode_weight_bytes
+    from eaglelab.session import build_session
+
+    args.max_new_tokens = max_new  # the device's bench default, resolved
+    s = build_session(args, log=log, tp=tp)
+    target = s.target
+    common = dict(target=target.model, tokenizer=target.tokenizer, spec=s.spec, make_drafter=s.draft.make,
+                  name=f"{target.name} ({target.config.num_layers} layers)", notes=list(s.notes),
+                  weight_bytes=decode_weight_bytes(target.model))
+    if tp is not None:
+        return dict(common, peer=None, peer_skip=TP_PEER_SKIP)
+    peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(target.path, target.device, target.dtype), target.device)  # noqa: E731
+    return dict(common, peer=peer, kernels=s.kernels, plain_kernels=None if s.plain_on_mkl else s.kernels)
+
+
+def compile_prefill_note(device_type: str) -> str:
+    """What bench --compile-prefill does: the configurations that compile under CUDA graphs compile the prompt too."""
+    from eaglelab.engine.runtime.spec_config import SpecConfig
+    from eaglelab.session import compile_prefill_note as session_note
+
+    if device_type == "cuda":
+        return ("compile-prefill: the *-compile* configurations compile the prompt's phases too, once per batch bucket "
+                "and padded prompt width (~30 s a width the first time, then from the disk cache; never in tok/s)")
+    return session_note(SpecConfig(), device_type)  # off, and why
+
+
+def _scale_setup(args, device, dtype_name: str, log, tp=None) -> dict[str, Any]:
+    """A scale model of random weights and its drafter (the registry's random one for --draft default)."""
+    from eaglelab.draft_registry import TreeFlags, random_drafter
+    from eaglelab.engine.formats.loader import parse_dtype
+    from eaglelab.engine.model.scale_models import build_scale_model, decode_weight_bytes
+
+    dtype = parse_dtype(dtype_name)
+    log(f"building {args.scale_model} with random weights on {device} ({dtype_name}) ...")
+    # --tp (even 1): each full tensor drawn from its own seeded generator, so every TP size holds the same model
+    per_tensor = args.tp is not None
+    sm = build_scale_model(args.scale_model, device=device, dtype=dtype, seed=args.seed, tp=tp, per_tensor_seed=per_tensor)
+    draft = random_drafter(args.draft, sm.model, TreeFlags.from_args(args), seed=args.seed + 1,
+                           draft_vocab=args.draft_vocab)
+    peer, peer_skip = None, None
+    if tp is not None:
+        peer_skip = TP_PEER_SKIP
+    elif sm.config.moe is None:
+        peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(sm.hf_config, device, dtype), device)  # noqa: E731
+    else:
+        peer_skip = "HF peer skipped: our kimi-like is GQA DeepSeek-V3 (not an HF architecture), and a 2nd copy would not fit"
+    notes = [f"scale model {args.scale_model}: random weights; cost figures only, acceptance means nothing", *draft.notes]
+    return dict(target=sm.model, tokenizer=default_tokenizer(), spec=draft.spec, make_drafter=draft.make, peer=peer,
+                peer_skip=peer_skip, name=f"{args.scale_model} (random weights, {sm.config.num_layers} layers)",
+                notes=notes, weight_bytes=decode_weight_bytes(sm.model))
+
+
+def check_draft_vocab(args: argparse.Namespace) -> None:
+    """--draft-vocab sizes the scale model's random drafter only, and must hold the tree's topk tokens (said
+    before any model is built)."""
+    from eaglelab.draft_registry import TreeFlags, tree_defaults
+    from eaglelab.engine.errors import EagleLabError
+
+    if args.draft_vocab is None:
+        return
+    if not args.scale_model:
+        raise EagleLabError("--draft-vocab sizes the random drafter of --scale-model", field="--draft-vocab",
+                            found=args.draft_vocab, hint="a trained drafter's vocabulary is its own: drop --draft-vocab")
+    topk = tree_defaults("eagle3", TreeFlags.from_args(args)).topk
+    if args.draft_vocab < topk:
+        raise EagleLabError("the draft vocabulary must hold at least --topk tokens", field="--draft-vocab",
+                            found=args.draft_vocab, expected=f">= {topk}")
+
+
+def default_tokenizer():
+    """The default model's tokenizer if it is already converted here (never converts or downloads)."""
+    from eaglelab.engine.formats.assets import cache_dir
+    from eaglelab.engine.formats.loader import DEFAULT_MODEL_NAME
+    from eaglelab.engine.formats.tokenizer import Tokenizer
+
+    path = cache_dir() / "models" / DEFAULT_MODEL_NAME
+    return Tokenizer(path) if (path / "tokenizer.json").exists() else None
+
+
+def _quiet(fn):
+    """``fn`` with transformers' logging at errors only (loading the peer warns about what we do not use)."""
+    def call(*a, **kw):
+        import transformers
+
+        transformers.logging.set_verbosity_error()
+        return fn(*a, **kw)
+
+    return call

@@ -1,0 +1,86 @@
+"""What ``eaglelab tune`` predicts, as plain data: the acceptance table, the phase costs and every grid point
+ranked (:func:`predict`), from a live measuring pass or from a record one wrote (:func:`from_record`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from eaglelab.flags import int_list
+from eaglelab.probes.tuning import table_from_steps
+
+DEFAULT_DRAFT_TOKENS = "2,3,4,5,6,7,8,10,12,16"  # N tried for trees from a record: the CUDA grid's
+
+
+def costs_from_report(d: dict[str, Any]):
+    """A batch's plain-decoding costs from the report's ``costs`` (what plain decoding's prediction needs)."""
+    from eaglelab.probes.tuning import PhaseCosts
+
+    return PhaseCosts(batch=d["batch"], decode_ms=d["decode_ms"], verify_ms={}, draft_ms={}, extend_ms={},
+                      accept_ms={}, prefill_ms=d["prefill_ms"], begin_ms=d["begin_ms"])
+
+
+def from_record(path: str, steps_text: str | None = None, topk_text: str | None = None,
+                draft_tokens_text: str = DEFAULT_DRAFT_TOKENS, top: int = 8) -> dict[str, Any]:
+    """The report of a record a tuning pass wrote (``eaglelab tune --record``), running nothing: the grid from the
+    flags' texts (None: what the record's wide tree covers), restricted to what its costs measured."""
+    from eaglelab.engine.errors import EagleLabError
+    from eaglelab.probes.events import PhaseCost, RunStarted, Step
+    from eaglelab.probes.record import read_record
+
+    result = read_record(path)
+    steps = [e for e in result.events if isinstance(e, Step)]
+    costs = [e for e in result.events if isinstance(e, PhaseCost)]
+    if not any(s.kind == "spec" and s.accepted_ranks for s in steps):
+        raise EagleLabError("no speculative cycle with accepted ranks in this record", file=path,
+                            expected="a record of a wide-tree run by this eaglelab (eaglelab tune --record FILE)")
+    table = table_from_steps(steps).table()
+    started = next((e for e in result.events if isinstance(e, RunStarted)), None)
+    wide = started.spec if started else {}
+    depth, width = int(wide.get("num_steps", table.max_depth)), int(wide.get("topk", table.max_rank))
+    grid_steps = int_list(steps_text, "--steps") if steps_text else tuple(range(1, depth + 1))
+    grid_topk = int_list(topk_text, "--topk") if topk_text else tuple(k for k in (1, 2, 4, 8) if k <= width)
+    grid_n = int_list(draft_tokens_text, "--draft-tokens", least=2)
+    if costs:
+        grid_steps = tuple(sorted({e.steps for e in costs if e.phase == "draft"} & set(grid_steps)))
+        grid_topk = tuple(sorted({e.topk for e in costs if e.phase == "draft"} & set(grid_topk)))
+        grid_n = tuple(sorted({e.tokens for e in costs if e.phase == "verify"} & set(grid_n)))
+    report = predict(steps, costs, grid_steps, grid_topk, grid_n, top)
+    report.update(model=started.model if started else "?", record=path, confirmation=[],
+                  hardware={"device": started.device if started else "?", "dtype": started.dtype if started else "?"},
+                  notes=[f"from the record {path}: nothing was run"]
+                  + ([] if costs else ["no phase costs in this record (only `eaglelab tune --record` writes them): "
+                                       "ranked by expected accepted length alone"]))
+    return report
+
+
+# ---- the model's side -------------------------------------------------------------------------
+def predict(steps: list, costs: list, grid_steps: tuple[int, ...], grid_topk: tuple[int, ...], grid_n: tuple[int, ...],
+            top: int) -> dict[str, Any]:
+    """The acceptance table, costs and ranked predictions, as plain data."""
+    from dataclasses import asdict
+
+    from eaglelab.probes import tuning as T
+
+    counts = T.table_from_steps(steps)
+    table = counts.table()
+    configs = [c for c in T.grid_configs(grid_steps, grid_topk, grid_n) if c[0] <= max(table.max_depth, 1)]
+    by_batch = T.costs_from_events(costs)
+    preds = {str(b): [dict(asdict(p), cycle_ms=p.cycle_ms, tok_per_s=p.tok_per_s, speedup=p.speedup,
+                           break_even_accept_len=p.break_even_accept_len, plain_tok_per_s=p.plain_tok_per_s)
+                      for p in T.rank_configs(table, c, configs)]
+             for b, c in by_batch.items()}
+    by_len = [dict(steps=c[0], topk=c[1], draft_tokens=c[2], accept_len=a) for c, a in T.rank_by_accept_len(table, configs)]
+    return {
+        "schema": "eaglelab.tune/1",
+        "acceptance": {"rates": [list(r) for r in table.rates], "offered": list(table.offered),
+                       "row_cycles": counts.row_cycles, "wide_mean_accept_len": counts.mean_accept_len},
+        "costs": {str(b): {"batch": b, "decode_ms": c.decode_ms, "prefill_ms": c.prefill_ms, "begin_ms": c.begin_ms,
+                           "verify_ms": {str(n): v for n, v in sorted(c.verify_ms.items())},
+                           "draft_ms": {f"{s},{k}": v for (s, k), v in sorted(c.draft_ms.items())},
+                           "extend_ms": {f"{s},{k}": v for (s, k), v in sorted(c.extend_ms.items())},
+                           "accept_ms": {f"{s},{k}": v for (s, k), v in sorted(c.accept_ms.items())}}
+                  for b, c in by_batch.items()},
+        "predictions": preds,
+        "by_accept_len": by_len,
+        "shown": top,
+    }

@@ -1,0 +1,160 @@
+"""Where a ``--draft`` value becomes a drafter, and where the tree defaults live.
+
+Every entry point asks here: ``run``, ``trace``, ``bench`` (a real or a scale model), ``tune``, the TUI
+(through :func:`eaglelab.session.build_session`) and the pytest plugin. :func:`choose_drafter` turns
+("default" | "ngram" | "none" | a directory) and the tree flags into a :class:`DraftChoice`: the
+:class:`SpecConfig`, a factory of fresh drafters for any spec of that kind (bench and tune build one per
+configuration), and the notes a run prints. :func:`tree_defaults` fills the tree flags not given.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+DRAFT_CHOICES = "default | ngram | none | PATH"
+SHIPPED_DRAFTER = "smollm2-135m-eagle3"  # eaglelab/drafters/<this>: the drafter for the default model
+
+# The spec fields a plain (--draft none) run keeps of the run's modes: graphs and compile settings, which its
+# baseline shares; the verify mode and the one-graph cycle mean nothing without a drafter.
+PLAIN_MODES = ("cuda_graphs", "compile", "compile_prefill")
+
+
+@dataclass(frozen=True)
+class TreeFlags:
+    """``--steps``, ``--topk``, ``--draft-tokens`` as given (None: not given, :func:`tree_defaults` decides)."""
+
+    steps: int | None = None
+    topk: int | None = None
+    draft_tokens: int | None = None
+
+    @classmethod
+    def from_args(cls, args: Any) -> "TreeFlags":
+        return cls(args.steps, args.topk, args.draft_tokens)
+
+
+@dataclass(frozen=True)
+class TreeShape:
+    """A drafter kind's tree: draft steps, children per node, tokens verified (0: the spec derives it)."""
+
+    steps: int
+    topk: int
+    draft_tokens: int
+
+
+def tree_defaults(algorithm: str, flags: TreeFlags) -> TreeShape:
+    """The tree for ``algorithm`` ("eagle3" | "ngram"): the flags given, the defaults for the rest. Every tree
+    default lives here (a per-device measured profile would replace these constants in this one function).
+
+    EAGLE-3: a chain (topk 1) of 3 steps, 5 steps for a tree (topk > 1): a tree offers several candidates a
+    depth, so it pays to go deeper than a chain does (``eaglelab tune`` finds the fastest on given hardware).
+    n-gram: always a chain (a lookup proposes one continuation) of 4 steps: a lookup costs no forward, so a
+    step more than EAGLE-3's chain costs only a verify one token wider.
+    """
+    if algorithm == "ngram":
+        return TreeShape(flags.steps if flags.steps is not None else 4, 1, flags.draft_tokens or 0)
+    topk = flags.topk if flags.topk is not None else 1
+    steps = flags.steps if flags.steps is not None else (5 if topk > 1 else 3)
+    return TreeShape(steps, topk, flags.draft_tokens or 0)
+
+
+def tree_spec(algorithm: str, steps: int | None, topk: int | None, draft_tokens: int | None, **modes: Any):
+    """The :class:`SpecConfig` of a drafter kind, its tree from :func:`tree_defaults` and ``modes``
+    (attention_mode, cuda_graphs, compile, ...)."""
+    from eaglelab.engine.runtime.spec_config import SpecConfig
+
+    shape = tree_defaults(algorithm, TreeFlags(steps, topk, draft_tokens))
+    return SpecConfig(algorithm, num_steps=shape.steps, topk=shape.topk, num_draft_tokens=shape.draft_tokens, **modes)
+
+
+def shipped_drafter_dir() -> Path | None:
+    """The EAGLE-3 drafter shipped inside the package for the default model, if present."""
+    path = Path(__file__).parent / "drafters" / SHIPPED_DRAFTER
+    return path if (path / "config.json").exists() else None
+
+
+def resolve_draft(draft: str, model: str, field: str = "--draft") -> tuple[str, str | None]:
+    """The drafter a ``--draft`` value names ("default" | "ngram" | "none" | a directory), with a note
+    on what "default" chose. "default" is the drafter shipped for the default model, else n-gram."""
+    from eaglelab.engine.errors import EagleLabError
+
+    if draft == "default":
+        shipped = shipped_drafter_dir()
+        if shipped is not None and model == "default":
+            return str(shipped), "drafter: the EAGLE-3 drafter shipped for SmolLM2-135M-Instruct"
+        why = "no drafter ships for this model" if model != "default" else "no shipped drafter installed"
+        return "ngram", f"drafter: n-gram ({why})"
+    if draft in ("ngram", "none") or Path(draft).exists():
+        return draft, None
+    raise EagleLabError("no such drafter", field=field, found=draft, expected=DRAFT_CHOICES)
+
+
+@dataclass(frozen=True)
+class DraftChoice:
+    """What a ``--draft`` value became."""
+
+    kind: str  # "none" | "ngram" | "eagle3"
+    spec: Any  # SpecConfig: the tree and modes of this run
+    make: Callable[[Any], Any] | None  # spec -> a fresh drafter of this kind (None: no speculation)
+    notes: tuple[str, ...] = ()  # what "default" chose, the aux taps: printed by run and bench
+    path: str | None = None  # the drafter directory (EAGLE-3 from disk)
+
+    def drafter(self, spec: Any = None) -> Any:
+        """A fresh drafter for ``spec`` (this choice's by default); None without speculation."""
+        return self.make(spec if spec is not None else self.spec) if self.make is not None else None
+
+
+def choose_drafter(draft: str, model: str, target: Any, flags: TreeFlags = TreeFlags(), *,
+                   modes: dict[str, Any] | None = None, serving: str | None = None,
+                   log: Callable[[str], None] | None = None, field: str = "--draft") -> DraftChoice:
+    """``draft`` for the target ``target`` (a Transformer; ``model`` is its --model value), the tree from
+    ``flags`` and :func:`tree_defaults`, ``modes`` into the spec. An EAGLE-3 drafter is loaded once; its factory
+    shares the network between the drafters it makes."""
+    from eaglelab.engine.runtime.drafters import NgramDrafter
+    from eaglelab.engine.runtime.spec_config import SpecConfig
+
+    modes = dict(modes or {})
+    name, note = resolve_draft(draft, model, field)
+    notes = (note,) if note else ()
+    if name == "none":
+        return DraftChoice("none", SpecConfig(**{k: v for k, v in modes.items() if k in PLAIN_MODES}), None, notes)
+    if name == "ngram":
+        return DraftChoice("ngram", tree_spec("ngram", flags.steps, flags.topk, flags.draft_tokens, **modes),
+                           NgramDrafter, notes)
+    from eaglelab.engine.formats.drafter_loader import load_eagle3
+
+    net, taps, reason = load_eagle3(name, target, serving=serving, warn=log)
+    spec = tree_spec("eagle3", flags.steps, flags.topk, flags.draft_tokens, **modes)
+    return DraftChoice("eagle3", spec, _eagle3_factory(net, taps), notes + (f"aux taps: {reason}",), path=name)
+
+
+def random_drafter(draft: str, target: Any, flags: TreeFlags = TreeFlags(), *, seed: int = 1,
+                   draft_vocab: int | None = None) -> DraftChoice:
+    """The drafter of a scale model (random weights, for cost): "default" is a random EAGLE-3 drafter of the
+    target's width (``draft_vocab`` tokens, default ``RANDOM_DRAFT_VOCAB``), "ngram" and "none" as for a real
+    model; a directory is refused (a trained drafter's taps mean nothing on random weights)."""
+    from eaglelab.engine.errors import EagleLabError
+    from eaglelab.engine.model.scale_models import RANDOM_DRAFT_VOCAB, random_eagle3
+    from eaglelab.engine.runtime.drafters import NgramDrafter
+    from eaglelab.engine.runtime.spec_config import SpecConfig
+
+    if draft == "none":
+        return DraftChoice("none", SpecConfig(), None, ("drafter: none",))
+    if draft == "ngram":
+        return DraftChoice("ngram", tree_spec("ngram", flags.steps, flags.topk, flags.draft_tokens), NgramDrafter,
+                           ("drafter: n-gram",))
+    if draft != "default":
+        raise EagleLabError("scale models take --draft default | ngram | none", field="--draft", found=draft)
+    net, taps = random_eagle3(target, seed=seed, draft_vocab=draft_vocab or RANDOM_DRAFT_VOCAB)
+    spec = tree_spec("eagle3", flags.steps, flags.topk, flags.draft_tokens)
+    note = (f"drafter: random EAGLE-3 of the target's width, {net.config.draft_vocab_size}-token draft vocabulary, "
+            f"taps hs{list(taps)}")
+    return DraftChoice("eagle3", spec, _eagle3_factory(net, taps), (note,))
+
+
+def _eagle3_factory(net: Any, taps: tuple[int, ...]) -> Callable[[Any], Any]:
+    """spec -> an Eagle3Drafter over the one loaded network."""
+    from eaglelab.engine.runtime.drafters import Eagle3Drafter
+
+    return lambda spec: Eagle3Drafter(net, spec, taps)
