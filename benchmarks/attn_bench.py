@@ -13,8 +13,8 @@ come from memory as in a decode, not from the L2 cache), and the ratio. ``--swee
 case runs in its own try: an error is printed and the next case runs.
 
 The end-to-end figures (the issue's: plain decoding at batch 1 as a share of the weight-bandwidth bound; the
-speculative cycle) come from ``eaglelab bench``; the commands are printed at the end (``attn_h200.sh`` runs
-them all in bounded parts).
+speculative cycle) come from ``eaglelab bench``; the commands are printed at the end (``h200_speed.sh`` stage C runs the
+8B shape's in a bounded device call).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
-# Sourced (not run) by the device batch scripts (h200_batch.sh, h200x2_batch.sh, h200x2_v3.sh, h200_v4..v19.sh), from
-# the repo root of a device call, with STAGE and OUT set. It gives them:
+# Sourced (not run) by the device batch scripts (h200_speed.sh, h200_drafter.sh), from the repo root of a device call,
+# with STAGE and OUT set; benchmarks/README.md says what each call carries and why. It gives them:
 #   T0, R ($OUT/r: every log and result of the stage; tarred into $OUT at the end), EL, SHIPPED (restored from
 #   .carry/shipped when carried), A, GGUF;
 #   log MSG; run NAME LIMIT CMD... (bounded; output kept whole in $R/NAME.txt, its last ${TAIL:-20} lines echoed);
@@ -117,19 +117,19 @@ speed_bench() {
     --no-micro ${BENCH_EXTRA:-} --json "$R/h200_smollm2_$1.json"
 }
 
-# drafter_stage1: h200_drafter3.sh stage 1 (its knobs from the caller's assignments before the call) in what the stage
+# drafter_stage1: drafter_stages.sh stage 1 (its knobs from the caller's assignments before the call) in what the stage
 # leaves; output in $R/drafter_stage1.txt
 drafter_stage1() {
-  STAGE1_S=$(( $(left) - 5 )) STAGE=1 bash benchmarks/h200_drafter3.sh "$R/drafter" > "$R/drafter_stage1.txt" 2>&1
+  STAGE1_S=$(( $(left) - 5 )) STAGE=1 bash benchmarks/drafter_stages.sh "$R/drafter" > "$R/drafter_stage1.txt" 2>&1
   log "drafter stage 1 rc=$?"; tail -40 "$R/drafter_stage1.txt"
 }
 
-# drafter_stage2 BENCHES SPEED_S: h200_drafter3.sh stage 2 (training resumed, export, the acceptance benches BENCHES)
+# drafter_stage2 BENCHES SPEED_S: drafter_stages.sh stage 2 (training resumed, export, the acceptance benches BENCHES)
 # in what the stage leaves less SPEED_S seconds (for a speed bench after it); output in $R/drafter_stage2.txt
 drafter_stage2() {
   [ -d "$HOME/drafter3/distill/shards" ] || { log "no token ids in ~/drafter3: the machine went cold after the last call"; exit 3; }
   local s2=$(( $(left) - $2 ))
-  BENCHES="$1" BENCH_S=${BENCH_S:-190} STAGE2_S=$s2 STAGE=2 bash benchmarks/h200_drafter3.sh "$R/drafter" \
+  BENCHES="$1" BENCH_S=${BENCH_S:-190} STAGE2_S=$s2 STAGE=2 bash benchmarks/drafter_stages.sh "$R/drafter" \
     > "$R/drafter_stage2.txt" 2>&1
   log "drafter stage 2 rc=$?"; tail -30 "$R/drafter_stage2.txt"
 }

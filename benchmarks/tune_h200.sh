@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# `eaglelab tune` on one H200: the README's GPU tune figures (issue #19). Run on the GPU machine from the repo root.
+# `eaglelab tune` on one H200: the GPU tune figures of docs/figures.md (issue #19). Run on the GPU machine from the repo
+# root. (The published run, h200_2026-11-30b/C_tune_train_bench, ran the same command from a two-GPU batch.)
 #
-# The default model travels as in benchmarks/h200_final.sh (the GGUF xz-compressed in two parts: call 1 parks
-# .carry/m1/smolpart_00 in ~/m, call 2 carries .carry/m2 .carry/assets .whl); this script is call 2:
+# The default model travels as benchmarks/README.md describes (the GGUF xz-compressed in two parts: a first call parks
+# .carry/m1/smolpart_00 in ~/m, e.g. `STAGE=A bash benchmarks/h200_speed.sh`; this script is the second call):
 #   call 2: carry .carry/m2 .carry/assets .whl;  bash benchmarks/tune_h200.sh
 # It writes to $OUT: the printed report, the JSON of every prediction and real run, and the run record
 # (which `eaglelab tune --from` turns into the same predictions anywhere, without a GPU).
