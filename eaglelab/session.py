@@ -6,13 +6,11 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Callable
 
 from eaglelab.devices import device_name, pick_device, pick_dtype, rank_device
-from eaglelab.draft_registry import (  # noqa: F401  (tree_spec, shipped_drafter_dir: the session's API for scripts)
-    DRAFT_CHOICES, DraftChoice, TreeFlags, choose_drafter, resolve_draft, shipped_drafter_dir, tree_spec,
-)
+from eaglelab.draft_registry import DRAFT_CHOICES, DraftChoice, TreeFlags, choose_drafter
+from eaglelab.draft_registry import shipped_drafter_dir, tree_spec  # noqa: F401  (the session's API for scripts)
 
 
 DEFAULT_MAX_NEW_TOKENS = 128  # run, trace, the TUI (bench measures fewer: its own device-dependent defaults)

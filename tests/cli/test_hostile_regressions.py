@@ -156,13 +156,13 @@ def test_a_file_that_is_not_a_training_checkpoint_is_refused(tmp_path) -> None:
 
 
 def test_a_diverged_drafter_is_never_written(tmp_path) -> None:
-    from eaglelab.cmd_train import _check_finite
+    from eaglelab.training_jobs import check_finite
 
     net = torch.nn.Linear(2, 2)
     with torch.no_grad():
         net.weight[0, 0] = math.nan
     with pytest.raises(EagleLabError, match="training diverged"):
-        _check_finite(net, str(tmp_path / "out"))
+        check_finite(net, str(tmp_path / "out"))
     assert not (tmp_path / "out").exists()
 
 

@@ -108,7 +108,7 @@ def test_out_of_memory_in_any_command_is_a_resource_error_naming_its_size_flags(
     # in eaglelab" (exit 3): it is a size the device cannot hold, the user's to shrink.
     import torch
 
-    from eaglelab import cmd_bench, cmd_train
+    from eaglelab import cmd_bench, training_jobs
 
     def device_runs_out(*_a, **_k):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 12.00 GiB\nmore detail")
@@ -116,7 +116,7 @@ def test_out_of_memory_in_any_command_is_a_resource_error_naming_its_size_flags(
     def host_runs_out(*_a, **_k):
         raise MemoryError()
 
-    monkeypatch.setattr(cmd_train, "_read_data_manifest", device_runs_out)
+    monkeypatch.setattr(training_jobs, "read_data_manifest", device_runs_out)
     rc = main(["train", "--data", str(tmp_path), "--out", str(tmp_path / "out"), "--device", "cpu"])
     err = " ".join(capsys.readouterr().err.split())
     assert rc == 2 and "out of device memory" in err and "12.00 GiB" in err and "more detail" not in err, err
@@ -144,12 +144,12 @@ def test_a_real_failed_cpu_allocation_in_a_command_is_a_resource_error(tmp_path,
     # The allocator's own error, not a mimic: a tensor far larger than any host holds.
     import torch
 
-    from eaglelab import cmd_train
+    from eaglelab import training_jobs
 
     def allocate_too_much(*_a, **_k):
         torch.empty(1 << 60, dtype=torch.uint8)
 
-    monkeypatch.setattr(cmd_train, "_read_data_manifest", allocate_too_much)
+    monkeypatch.setattr(training_jobs, "read_data_manifest", allocate_too_much)
     rc = main(["train", "--data", str(tmp_path), "--out", str(tmp_path / "out"), "--device", "cpu"])
     err = " ".join(capsys.readouterr().err.split())
     assert rc == 2 and "out of host (CPU) memory" in err and "internal error" not in err, err
