@@ -2,8 +2,8 @@
 crash the CLI. Each mutated input must end in exit 0, 1 or 2 with no traceback and no internal error
 (``--json`` still printing one JSON object), within a bounded time (a hang detector, not a speed test).
 
-The number of examples scales with ``EAGLELAB_HOSTILE_SCALE`` (default 1; the README's reliability
-section quotes a sweep at a larger scale). Every input tried is counted and printed at the end of the
+The number of examples scales with ``EAGLELAB_HOSTILE_SCALE`` (default 1; docs/reliability.md
+quotes a sweep at a larger scale). Every input tried is counted and printed at the end of the
 module (``pytest -s``).
 """
 
