@@ -39,7 +39,8 @@ def simulated(s, prompt: list[int], answer: list[int], steps: int):
     """(hits bool [n, steps], valid bool [n]) at every anchor p of prompt + answer."""
     from eaglelab.engine.training.offline_eval import anchor_hits
     from eaglelab.engine.training.online import TargetStates
-    from eaglelab.engine.training.train import TargetHead, TrainBatch
+    from eaglelab.engine.training.train import TargetHead
+    from eaglelab.engine.training.ttt import TrainBatch
 
     ids = torch.tensor([prompt + answer], device=s.target.device)  # [1, T]
     mask = torch.zeros_like(ids, dtype=torch.float32)

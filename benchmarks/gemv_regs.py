@@ -25,7 +25,8 @@ except ImportError as exc:
     raise SystemExit(f"gemv_regs.py needs Triton ({exc}): pip install triton (it runs without a GPU)") from None
 
 from eaglelab.engine.model import gemv_kernels
-from eaglelab.engine.model.gemv import candidates, padded_rows
+from eaglelab.engine.model.gemv import candidates
+from eaglelab.engine.model.gemv_tiling import padded_rows
 
 SIGNATURE = {"x_ptr": "*bf16", "w_ptr": "*bf16", "b_ptr": "*bf16", "y_ptr": "*bf16", "part_ptr": "*fp32",
              "ticket_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "k_per_split": "i32", "stride_xm": "i32",

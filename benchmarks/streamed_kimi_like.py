@@ -27,7 +27,7 @@ def write_checkpoint(out: Path, layers: int, device: str, width: str = "gpu", se
     """Shards model-<i>.safetensors (one per decoder layer, plus one for embedding/norm/head) and the index."""
     from safetensors.torch import save_file
 
-    from eaglelab.engine.formats.loader import checkpoint_shapes
+    from eaglelab.engine.model.weights import checkpoint_shapes
     from eaglelab.engine.model.config import ModelConfig
     from eaglelab.engine.model.moe import kimi_like_config
 

@@ -104,7 +104,7 @@ def _live(args: argparse.Namespace) -> Any:
     import torch
 
     from eaglelab.engine.runtime.drafters import Eagle3Drafter
-    from eaglelab.engine.model.eagle3 import load_eagle3
+    from eaglelab.engine.formats.drafter_loader import load_eagle3
     from eaglelab.engine.errors import EagleLabError
     from eaglelab.engine.runtime.generate import Engine
     from eaglelab.engine.formats.loader import load_target

@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> int:
 def join_tp(n: int, device: str):
     """Join the torchrun-launched group of ``n`` ranks (``--tp N``), checking the process count."""
     from eaglelab.engine.errors import EagleLabError
-    from eaglelab.engine.runtime.tp_group import init_tp
+    from eaglelab.engine.core.tp_group import init_tp
 
     if n < 1:
         raise EagleLabError("must be >= 1", field="--tp", found=n)

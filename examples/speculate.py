@@ -15,7 +15,7 @@ from pathlib import Path
 
 import eaglelab
 from eaglelab.engine.runtime.drafters import Eagle3Drafter
-from eaglelab.engine.model.eagle3 import load_eagle3
+from eaglelab.engine.formats.drafter_loader import load_eagle3
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.formats.loader import load_target
 from eaglelab.engine.runtime.spec_config import SpecConfig

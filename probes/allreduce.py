@@ -1,6 +1,6 @@
 """The all-reduce probe: per layer and site, bytes, transfer time and arrival skew across ranks.
 
-How each time is measured (``engine/runtime/tp_group.py`` times every collective of the forward through
+How each time is measured (``engine/core/tp_group.py`` times every collective of the forward through
 ``TPGroup.all_reduce`` / ``all_gather`` while an observer is attached):
 
 - CPU (gloo): the wall clock around the call; gloo collectives block the host until done.

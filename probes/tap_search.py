@@ -321,7 +321,7 @@ def drafter_for_search(draft_dir: str | Any, embed: Any, target_hidden: int) -> 
     (a config naming the wrong number of ids is what the search judges, so it must still load)."""
     from eaglelab.engine.errors import CheckpointError
     from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
-    from eaglelab.engine.model.eagle3 import config_from_checkpoint, load_drafter_weights
+    from eaglelab.engine.formats.drafter_loader import config_from_checkpoint, load_drafter_weights
 
     ck = read_draft_checkpoint(draft_dir)
     if not ck.has_weights:

@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import torch
 
-from eaglelab.engine.runtime.tp_group import TPError, init_tp
+from eaglelab.engine.core.tp_group import TPError, init_tp
 
 
 @dataclass(frozen=True)

@@ -31,11 +31,12 @@ import torch
 from torch import nn
 
 from eaglelab.engine.errors import CheckpointError
-from eaglelab.engine.formats.loader import copy_sharded, parse_dtype, read_tensors, safetensors_files
+from eaglelab.engine.formats.loader import parse_dtype, read_tensors, safetensors_files
 from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.model.layers import RMSNorm, Rotary
 from eaglelab.engine.model.model import DecoderLayer
 from eaglelab.engine.model.tp_layers import ParallelLMHead, VocabParallelEmbedding
+from eaglelab.engine.model.weights import copy_sharded
 
 LayerProgress = Callable[[int, int, float], None]  # (layers done, total, seconds for the last one)
 FP8_BLOCK = 128

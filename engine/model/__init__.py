@@ -1,2 +1,3 @@
-"""The models: config, shared layers, the target (dense and MoE), the EAGLE-3 drafter, tensor-parallel
-(sharded) layers, scale presets."""
+"""The models: config, shared layers, the target (dense and MoE), the EAGLE-3 network, tensor-parallel
+(sharded) layers, checkpoint tensor names (``weights.py``), scale presets. Nothing here reads a file:
+loading is :mod:`eaglelab.engine.formats` (one layer up)."""

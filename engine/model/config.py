@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.engine.errors import ConfigError, read_json_object
-from eaglelab.engine.formats.validate import check_int, check_real, check_rope_scaling, real_number
+from eaglelab.engine.core.fields import check_int, check_real, check_rope_scaling, real_number
 
 # HF architectures we run, and the family they map to.
 ARCHITECTURES: dict[str, str] = {

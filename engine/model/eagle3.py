@@ -1,7 +1,8 @@
 """The EAGLE-3 drafter: one Llama-style layer over [embedding ; fused target features].
 
-Reads SGLang/SpecForge (``LlamaForCausalLMEagle3``) and speculators (``Eagle3Speculator``)
-checkpoints unchanged through :mod:`eaglelab.engine.formats.draft_checkpoint`. The token embedding is the
+The network reads no file: :func:`eaglelab.engine.formats.drafter_loader.load_eagle3` builds one from
+SGLang/SpecForge (``LlamaForCausalLMEagle3``) and speculators (``Eagle3Speculator``) checkpoints
+unchanged. The token embedding is the
 target's; ``fc`` fuses the target's aux hidden states (n x H_target -> H); later draft steps feed
 back the drafter's own pre-norm hidden state (H). Draft-vocabulary ids map to target ids through
 ``d2t`` (target id = draft id + d2t[draft id]).
@@ -23,8 +24,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from eaglelab.engine.errors import CheckpointError
-from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.model.layers import EAGER_KERNELS, FusedLinear, Kernels, RMSNorm, Rotary, attend
 
 
@@ -174,88 +174,3 @@ class Eagle3Network(nn.Module):
         cfg = self.config
         scaling = dict(cfg.rope_scaling) if cfg.rope_scaling else None
         self.rotary.inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta, scaling).to(self.fc.weight.device)
-
-
-def config_from_checkpoint(ck, target_hidden: int) -> Eagle3Config:
-    """An :class:`Eagle3Config` from a read :class:`DraftCheckpoint`."""
-    num_aux = ck.num_aux_from_fc or (len(ck.aux_layer_ids) if ck.aux_layer_ids else 3)
-    return Eagle3Config(
-        hidden_size=ck.hidden_size,
-        target_hidden_size=ck.target_hidden_size or target_hidden,
-        num_aux=num_aux,
-        num_heads=ck.num_attention_heads,
-        num_kv_heads=ck.num_key_value_heads,
-        head_dim=ck.head_dim,
-        intermediate_size=ck.intermediate_size,
-        vocab_size=ck.vocab_size,
-        draft_vocab_size=ck.draft_vocab_size,
-        rms_norm_eps=ck.rms_norm_eps,
-        rope_theta=ck.rope_theta,
-        rope_scaling=tuple(sorted(ck.rope_scaling.items())) if ck.rope_scaling else None,
-        norm_before_residual=bool(ck.norm_before_residual),
-    )
-
-
-def load_drafter_weights(drafter: Eagle3Network, ck) -> None:
-    """Copy a checkpoint's tensors into ``drafter``, checking every name and shape."""
-    state = ck.load_state_dict()
-    own = dict(drafter.named_parameters())
-    own.update({"d2t": drafter.d2t, "t2d": drafter.t2d})
-    for name, param in own.items():
-        if name not in state:
-            if name == "t2d" and "d2t" in state:
-                continue  # derivable from d2t; filled below
-            raise CheckpointError("missing tensor", file=ck.path, field=name, hint="an EAGLE-3 checkpoint needs it")
-        src = state[name]
-        if tuple(src.shape) != tuple(param.shape):
-            raise CheckpointError(
-                "wrong tensor shape", file=ck.path, field=name, found=list(src.shape), expected=list(param.shape)
-            )
-        with torch.no_grad():
-            param.copy_(src.to(param.dtype))
-    if "t2d" not in state:
-        with torch.no_grad():
-            drafter.t2d.zero_()
-            drafter.t2d[drafter.token_map()] = True
-
-
-def load_eagle3(path, target_model, *, device=None, dtype=None, serving: str | None = None, warn=None):
-    """Load an EAGLE-3 drafter directory for ``target_model`` (a :class:`Transformer`).
-
-    Returns ``(drafter, hf_taps, reason)``: the network, the HF ``output_hidden_states`` indices
-    the target must feed it, and how those indices were chosen (shown to the user).
-    """
-    from eaglelab.engine.formats.conventions import default_hf_indices, ids_to_hf_indices
-    from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
-
-    ck = read_draft_checkpoint(path)
-    tcfg = target_model.config
-    errors = [f for f in ck.validate(tcfg) if f.severity == "error"]
-    if errors:
-        first = errors[0]
-        raise CheckpointError(first.message, file=ck.config_file, field=first.field, hint=first.hint)
-    if not ck.has_weights:
-        raise CheckpointError("no weights (*.safetensors) in the drafter directory", file=ck.path)
-    cfg = config_from_checkpoint(ck, tcfg.hidden_size)
-    if ck.aux_layer_ids is None:
-        taps = default_hf_indices(tcfg.num_layers)
-        reason = f"config names no aux ids: using the serving engines' default taps hs{list(taps)}"
-        if warn:
-            warn(reason)
-    else:
-        conv = serving or ck.aux_convention or ck.default_serving
-        # Serving engines capture in layer order whatever order the config lists, so do we.
-        taps = tuple(sorted(ids_to_hf_indices(ck.aux_layer_ids, conv)))
-        reason = f"ids {list(ck.aux_layer_ids)} read in the {conv} convention = hs{list(taps)}"
-    if len(taps) != cfg.num_aux:
-        raise CheckpointError(
-            "aux ids disagree with the fc width", file=ck.config_file, field="eagle_aux_hidden_state_layer_ids",
-            found=len(taps), expected=cfg.num_aux,
-        )
-    emb = target_model.embed_tokens
-    net = Eagle3Network(cfg, emb).float()
-    load_drafter_weights(net, ck)
-    net = net.to(device=device or emb.weight.device, dtype=dtype or emb.weight.dtype).eval()
-    net.d2t = net.d2t.long()
-    net.reset_buffers()
-    return net, tuple(taps), reason

@@ -15,7 +15,7 @@ the tuner is the judge: a bucket of 32 or 64 rows where no tiling runs keeps F.l
 
 The kernel is a PyTorch custom op (``torch.ops.eaglelab.gemv``, with a shape-only fake implementation)
 so it composes with ``torch.compile(fullgraph=True)`` and CUDA-graph capture. Triton is optional: it is
-imported on first use only (``gemv_kernels.py``), and without it (or without CUDA) the kernel is
+imported on first use only (``gemv_kernels.py``; the tiling arithmetic both use is ``gemv_tiling.py``), and without it (or without CUDA) the kernel is
 unavailable with a reason.
 """
 
@@ -23,26 +23,17 @@ from __future__ import annotations
 
 import functools
 import time
-from typing import Callable, NamedTuple
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
 
+from eaglelab.engine.model.gemv_tiling import GemvConfig
 from eaglelab.engine.model.triton_ops import DTYPES, capturing, first_line, time_in_turn, unavailable
 from eaglelab.engine.model.triton_ops import dtype_refusal as kernel_dtype_refusal
 
 MAX_ROWS = 64  # the rows (M) the kernel takes; more rows are a GEMM's job
 FEW = 16  # up to this many rows every shape takes the kernel unless F.linear is faster; past it, see MANY_ROWS
-
-
-class GemvConfig(NamedTuple):
-    """One tiling: weight rows per program, K per loop step, K splits, warps, pipeline stages."""
-
-    block_n: int
-    block_k: int
-    split_k: int
-    num_warps: int
-    num_stages: int
 
 
 # Candidates timed per (N, K, M bucket). M = 1 multiplies and row-sums (any block_n); M > 1 uses a
@@ -95,20 +86,6 @@ def candidates(rows: int) -> tuple[GemvConfig, ...]:
 def default_config(n: int, k: int, rows: int) -> GemvConfig:
     """The untuned choice (a call compiled or captured before any eager call tuned its shape)."""
     return candidates(rows)[0]
-
-
-def padded_rows(rows: int, block_n: int) -> int:
-    """The kernel's BLOCK_M: the rows padded to a power of two, and to at least 16 for the tensor-core dot (tilings
-    of 16 weight rows or more at M > 1; tl.dot takes >= 16 rows)."""
-    block_m = 1 << (rows - 1).bit_length()
-    return block_m if rows == 1 or block_n < 16 else max(16, block_m)
-
-
-def splits(k: int, cfg: GemvConfig) -> tuple[int, int]:
-    """(K per split, rounded up to whole ``block_k`` steps; programs along K)."""
-    per = -(-k // cfg.split_k)
-    per = -(-per // cfg.block_k) * cfg.block_k
-    return per, -(-k // per)
 
 
 def triton_unavailable() -> str | None:

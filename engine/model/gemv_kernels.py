@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from eaglelab.engine.model.gemv import GemvConfig, padded_rows, splits
+from eaglelab.engine.model.gemv_tiling import GemvConfig, padded_rows, splits
 
 
 @triton.jit

@@ -40,8 +40,8 @@ from torch import nn
 from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.model.layers import EAGER_KERNELS, Kernels, RMSNorm, yarn_mscale
 from eaglelab.engine.model.tp_layers import ColumnParallelLinear, RowParallelLinear, head_split
-from eaglelab.engine.runtime.tp_group import TPGroup
-from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.core.tp_group import TPGroup
+from eaglelab.engine.core.kv_cache import KVCache
 
 
 def mla_softmax_scale(cfg: ModelConfig) -> float:

@@ -16,16 +16,17 @@ import torch
 from torch import nn
 
 from eaglelab.engine.model.config import ModelConfig
-from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.model.layers import EAGER_KERNELS, FusedLinear, Kernels, RMSNorm, Rotary, attend, rope_inv_freq
 from eaglelab.engine.model.tp_layers import (
     ColumnParallelLinear,
+    DenseMLP,
     ParallelLMHead,
     RowParallelLinear,
     VocabParallelEmbedding,
     head_split,
 )
-from eaglelab.engine.runtime.tp_group import TPGroup
+from eaglelab.engine.core.tp_group import TPGroup
 
 
 class Attention(nn.Module):
@@ -71,27 +72,6 @@ class Attention(nn.Module):
         if self.tp:
             out = self.tp.all_reduce(out, self.layer, "attn")
         return out
-
-
-class DenseMLP(nn.Module):
-    """SwiGLU MLP: down(silu(gate(x)) * up(x)); gate/up column-parallel, down row-parallel."""
-
-    def __init__(self, cfg: ModelConfig, layer: int, tp: TPGroup | None, intermediate: int | None = None) -> None:
-        super().__init__()
-        self.layer, self.tp = layer, tp
-        inter = intermediate or cfg.intermediate_size
-        self.gate_proj = ColumnParallelLinear(cfg.hidden_size, inter, False, tp, "gate_proj")
-        self.up_proj = ColumnParallelLinear(cfg.hidden_size, inter, False, tp, "up_proj")
-        self.down_proj = RowParallelLinear(inter, cfg.hidden_size, tp, "down_proj")
-        self.gate_up = FusedLinear(self.gate_proj, self.up_proj)
-        self.down = FusedLinear(self.down_proj)
-
-    def forward(self, x: torch.Tensor, reduce: bool = True, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
-        gate, up = self.gate_up(x, kernels.gemv)  # one matmul: [B, T, 2I] split
-        (y,) = self.down(kernels.swiglu(gate, up), kernels.gemv)  # [B, T, H] (partial under TP)
-        if self.tp and reduce:
-            y = self.tp.all_reduce(y, self.layer, "mlp")
-        return y
 
 
 class DecoderLayer(nn.Module):

@@ -39,8 +39,8 @@ from torch import nn
 
 from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.model.layers import EAGER_KERNELS, Kernels
-from eaglelab.engine.model.model import DenseMLP
-from eaglelab.engine.runtime.tp_group import TPGroup
+from eaglelab.engine.model.tp_layers import DenseMLP
+from eaglelab.engine.core.tp_group import TPGroup
 
 
 class Router(nn.Module):

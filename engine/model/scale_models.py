@@ -30,7 +30,7 @@ from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.model.eagle3 import Eagle3Config, Eagle3Network
 from eaglelab.engine.errors import ConfigError
 from eaglelab.engine.model.model import Transformer
-from eaglelab.engine.runtime.tp_group import TPGroup
+from eaglelab.engine.core.tp_group import TPGroup
 
 _LLAMA31_8B: dict[str, Any] = {
     "architectures": ["LlamaForCausalLM"], "model_type": "llama",
@@ -141,7 +141,7 @@ def randomize_sharded_(model: Transformer, seed: int, std: float = 0.02) -> None
     slice; matrices ~ N(0, std), norm weights 1, other vectors 0. One full tensor at a time is held."""
     import zlib
 
-    from eaglelab.engine.formats.loader import checkpoint_shapes, copy_sharded
+    from eaglelab.engine.model.weights import checkpoint_shapes, copy_sharded
 
     shapes = checkpoint_shapes(model.config)
     p = next(model.parameters())

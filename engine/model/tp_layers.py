@@ -1,4 +1,4 @@
-"""Sharded layers for tensor parallelism (the group itself is ``engine/runtime/tp_group.py``).
+"""Sharded layers for tensor parallelism (the group itself is ``engine/core/tp_group.py``).
 
 With ``tp=None`` (a single process) every layer here is a plain linear and no collective runs.
 Column-parallel linears split their output features over ranks, row-parallel ones their input
@@ -38,7 +38,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from eaglelab.engine.runtime.tp_group import TPGroup
+from eaglelab.engine.core.tp_group import TPGroup
+from eaglelab.engine.model.config import ModelConfig
+from eaglelab.engine.model.layers import EAGER_KERNELS, FusedLinear, Kernels
 
 
 @dataclass(frozen=True)
@@ -197,3 +199,24 @@ class RowParallelLinear(nn.Module):
 
     def shard_of(self, name: str, full: torch.Tensor) -> torch.Tensor:
         return full if self.tp is None else full.narrow(1, *self.cols)
+
+
+class DenseMLP(nn.Module):
+    """SwiGLU MLP: down(silu(gate(x)) * up(x)); gate/up column-parallel, down row-parallel."""
+
+    def __init__(self, cfg: ModelConfig, layer: int, tp: TPGroup | None, intermediate: int | None = None) -> None:
+        super().__init__()
+        self.layer, self.tp = layer, tp
+        inter = intermediate or cfg.intermediate_size
+        self.gate_proj = ColumnParallelLinear(cfg.hidden_size, inter, False, tp, "gate_proj")
+        self.up_proj = ColumnParallelLinear(cfg.hidden_size, inter, False, tp, "up_proj")
+        self.down_proj = RowParallelLinear(inter, cfg.hidden_size, tp, "down_proj")
+        self.gate_up = FusedLinear(self.gate_proj, self.up_proj)
+        self.down = FusedLinear(self.down_proj)
+
+    def forward(self, x: torch.Tensor, reduce: bool = True, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
+        gate, up = self.gate_up(x, kernels.gemv)  # one matmul: [B, T, 2I] split
+        (y,) = self.down(kernels.swiglu(gate, up), kernels.gemv)  # [B, T, H] (partial under TP)
+        if self.tp and reduce:
+            y = self.tp.all_reduce(y, self.layer, "mlp")
+        return y

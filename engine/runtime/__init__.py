@@ -1,2 +1,3 @@
-"""The runtime: the speculative loop, runners (eager, CUDA graphs), KV cache, tree, acceptance, sampling,
-drafters, timing, the tensor-parallel group and the contracts (observer, drafter, runner)."""
+"""The runtime: the speculative loop (the cycle listed once in ``cycle.py``, run by ``generate.py``),
+runners (eager, CUDA graphs), tree, verification, sampling, drafters, timing and the contracts
+(observer, drafter, runner). The KV cache and the TP group it uses are in :mod:`eaglelab.engine.core`."""

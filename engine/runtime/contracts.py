@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
     from eaglelab.engine.model.layers import Kernels
     from eaglelab.engine.runtime.verification import Acceptance
-    from eaglelab.engine.runtime.kv_cache import KVCache
+    from eaglelab.engine.core.kv_cache import KVCache
     from eaglelab.engine.runtime.observer import Observer
     from eaglelab.engine.runtime.tree import DraftTree
 

@@ -54,7 +54,7 @@ import torch
 from eaglelab.engine.runtime.compile import kernel_setup_seconds
 from eaglelab.engine.runtime.contracts import Drafter, PhaseParts
 from eaglelab.engine.model.layers import EAGER_KERNELS, Kernels, prepare_fused
-from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.model.model import Transformer
 from eaglelab.engine.runtime.observer import GraphCaptureStats, Observer
 from eaglelab.engine.runtime.reasons import (

@@ -5,7 +5,7 @@
 program of the row the same walk: 24 nodes cost less than a launch), and moves that layer's K/V of the accepted path
 onto consecutive slots; the layer-0 program also stores the acceptance (length, path, committed tokens, bonus).
 ``emit_advance_kernel``: program b emits row b's committed tokens up to EOS and its budget and moves its length and
-root, as ``generate.emit_and_advance`` does in ~10 operations.
+root, as ``loop_state.emit_and_advance`` does in ~10 operations.
 ``expand_blocks_kernel`` then ``expand_select_kernel``: a draft step's expansion (``tree.expand_step``), the
 drafter's logits ranked in blocks of :data:`CHUNK` entries (each block's best k, max and sum of exponentials, as
 ``tree._top_k_fused`` does), then per batch row each frontier node's best k, their log-probabilities and cumulative
@@ -18,7 +18,9 @@ import torch
 import triton
 import triton.language as tl
 
-from eaglelab.engine.runtime.tree import TOP_K_CHUNK as CHUNK  # vocabulary entries a program of the first pass
+# Vocabulary entries a program of the first pass ranks: tree.TOP_K_CHUNK's value, not imported (tree.py imports
+# cycle_ops, which loads this module: no import back). The result does not depend on it, only the speed.
+CHUNK = 256
 
 
 @triton.jit

@@ -2,7 +2,7 @@
 its KV compaction (``greedy_commit``), emitting the committed tokens with the move of lengths and roots
 (``emit_advance``), and a draft step's expansion of the tree (``tree_expand``).
 
-Compiled, the reference functions (``verification.greedy_accept`` with ``Engine._compact``, ``generate.emit_and_advance``
+Compiled, the reference functions (``verification.greedy_accept`` with ``Engine._compact``, ``loop_state.emit_and_advance``
 and ``tree.expand_step``) became 7, 6 and ~6 small kernels on the H200 (SmolLM2, 5/4/24, one row), each a few
 microseconds of launch and ramp for well under a microsecond of work (``benchmarks/results/h200_2026-12-01l``:
 accept and advance 38 -> 22 us replayed, the draft phase 260 -> 223 us; a cycle's phases ~1.31 -> ~1.27 ms). Each
@@ -17,12 +17,19 @@ keeps each as a call writing the runner's buffers in place, and CUDA graphs capt
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
-if TYPE_CHECKING:  # tree.py takes this module's expansion: no import back at run time
-    from eaglelab.engine.runtime.tree import DraftTree
+class TreeTensors(Protocol):
+    """What :func:`greedy_commit` reads of a draft tree (``tree.DraftTree`` has it). A protocol, not an import:
+    tree.py calls this module's expansion, so this module does not import tree.py back."""
+
+    tokens: torch.Tensor  # [B, N]
+    parents: torch.Tensor  # [B, N]
+    depth: torch.Tensor  # [B, N]
+    mask: torch.Tensor  # [B, N, N]
+    max_depth: int
 
 
 def applies(x: torch.Tensor) -> bool:
@@ -63,7 +70,7 @@ def untold_reason() -> str | None:
 _told = False
 
 
-def greedy_commit(tree: "DraftTree", pred: torch.Tensor, lengths: torch.Tensor, k: torch.Tensor,
+def greedy_commit(tree: TreeTensors, pred: torch.Tensor, lengths: torch.Tensor, k: torch.Tensor,
                   v: torch.Tensor | None, compact: bool) -> tuple[torch.Tensor, ...]:
     """Greedy acceptance of ``tree`` against the target's picks ``pred [B, N]`` (its next token after each node), as
     ``verification.greedy_accept``: -> (accept_len [B], path [B, D+1], committed tokens [B, D+1], bonus [B]). With
@@ -75,7 +82,7 @@ def greedy_commit(tree: "DraftTree", pred: torch.Tensor, lengths: torch.Tensor, 
 
 def emit_advance(state: dict[str, torch.Tensor], toks: torch.Tensor, count: torch.Tensor | None, root: torch.Tensor,
                  eos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``generate.emit_and_advance`` in one kernel (``count`` None: one token a row; ``toks`` past a row's count, a
+    """``loop_state.emit_and_advance`` in one kernel (``count`` None: one token a row; ``toks`` past a row's count, a
     path's -1 padding, never emitted). -> (emitted [B], active [B])."""
     return torch.ops.eaglelab.emit_advance(toks, count, root, eos, state["out"], state["n_out"], state["done"],
                                            state["hit_eos"], state["limit"], state["lengths"], state["root"])

@@ -1,12 +1,13 @@
 """The generation loop: prefill, then plain decode steps or speculative cycles.
 
-State lives in fixed device buffers (:class:`Batch`); positions advance in one place
-(:func:`emit_and_advance`, run inside the decode phase and the advance phase). Per row:
+State lives in fixed device buffers (:class:`~.loop_state.Batch`); positions advance in one place
+(:func:`~.loop_state.emit_and_advance`, run inside the decode phase and the advance phase). Per row:
 ``lengths[b]`` tokens are in the target's KV cache and ``root[b]``, the last token emitted, is not
 yet (the next decode step or verify computes it).
 
-A speculative cycle (each phase one ``runner.phase``: one CUDA graph per batch bucket under the
-graph runner, so a cycle is five graph launches and the stop check)::
+A speculative cycle, listed once in :func:`~.cycle.speculative_cycle` and run phase by phase
+(:class:`EagerPhases`: each phase one ``runner.phase``, one CUDA graph per batch bucket under the graph
+runner, so a cycle is five graph launches and the stop check)::
 
     draft         the drafter proposes a tree of N tokens per row (node 0 = root)
     verify        the target runs all N at slots lengths..lengths+N-1, positions lengths+depth; logits
@@ -15,8 +16,9 @@ graph runner, so a cycle is five graph launches and the stop check)::
     advance       the accepted tokens emitted (up to EOS and max_new), lengths and root moved
 
 With an EAGLE-3 drafter and decode-mode verify (``SpecConfig.one_graph_cycle``, the default; not under TP) the
-five run as ONE phase, ``cycle`` (:meth:`Engine._one_graph_cycle`): the same functions in the same order, one
-graph launch per cycle, the observer's phase times taken inside it (:class:`PartMarks`).
+five run as ONE phase, ``cycle`` (:meth:`Engine._one_graph_cycle`): the same listing over the same functions
+(:class:`~.cycle.GraphParts`), one graph launch per cycle, the observer's phase times taken inside it
+(:class:`PartMarks`).
 
 The per-row state the phases update (lengths, root, out, n_out, done, hit_eos, limit) is bound to
 the graphs (``runner.make_state``), never copied in or out. The stop check reads the state of the
@@ -43,13 +45,14 @@ from typing import Callable
 
 import torch
 
-from eaglelab.engine.runtime import cycle_ops
-from eaglelab.engine.runtime.verification import Acceptance, greedy_accept, path_ranks, rejection_accept
-from eaglelab.engine.runtime.contracts import DraftView, Drafter, FusableDrafter, PhaseParts, Runner
-from eaglelab.engine.runtime.kv_cache import KVCache
-from eaglelab.engine.runtime.limits import check_memory, kv_cache_bytes
+from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.model.layers import prefix_mask
 from eaglelab.engine.model.model import Transformer
+from eaglelab.engine.runtime import cycle_ops
+from eaglelab.engine.runtime.contracts import Drafter, FusableDrafter, PhaseParts, Runner
+from eaglelab.engine.runtime.cycle import GraphParts, speculative_cycle
+from eaglelab.engine.runtime.limits import check_memory, kv_cache_bytes
+from eaglelab.engine.runtime.loop_state import Batch, emit_and_advance, emit_tokens, loop_state
 from eaglelab.engine.runtime.observer import CycleStats, Observer, RunInfo, RunSummary, json_values
 from eaglelab.engine.runtime.readback import Staged, Stager, StepReader, StepView
 from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA, EAGER_NO_RUNNER, EAGER_OFF, SOURCE_RUNNER, eager_warning
@@ -58,33 +61,9 @@ from eaglelab.engine.runtime.sampling import SamplingParams, exponential_noise, 
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from eaglelab.engine.runtime.timing import PartMarks, PhaseClock, observe_allreduce
 from eaglelab.engine.runtime.tree import DraftTree, greedy_token, tree_attention_mask
+from eaglelab.engine.runtime.verification import Acceptance, greedy_accept, path_ranks, rejection_accept
 
 StreamFn = Callable[[int, list[int]], None]  # (row, new token ids)
-
-
-@dataclass
-class Batch:
-    """Device state of a batch being generated; the [B] tensors and ``out`` are updated in place."""
-
-    cache: KVCache
-    lengths: torch.Tensor  # [B] tokens in the target cache
-    root: torch.Tensor  # [B] last emitted token (not yet in the cache)
-    out: torch.Tensor  # [B, S] emitted tokens (S = the cache's slots >= max_new + N + 1: fixed per runner)
-    n_out: torch.Tensor  # [B]
-    done: torch.Tensor  # [B] bool
-    hit_eos: torch.Tensor  # [B] bool
-    limit: torch.Tensor  # [B] tokens a row may emit (max_new): a tensor, so graphs do not bake it in
-    prompts: list[list[int]]
-    prompt_lens: torch.Tensor  # [B]
-
-    def view(self) -> DraftView:
-        """What a drafter may read of this batch (the same tensors; drafters never write them)."""
-        return DraftView(self.root, self.lengths, self.out, self.n_out, self.prompts, self.cache.max_len)
-
-    def state(self) -> dict[str, torch.Tensor]:
-        """What the phases update in place (the graph runner binds these buffers)."""
-        return {"lengths": self.lengths, "root": self.root, "out": self.out, "n_out": self.n_out,
-                "done": self.done, "hit_eos": self.hit_eos, "limit": self.limit}
 
 
 @dataclass
@@ -366,29 +345,18 @@ class Engine:
 
     # ---- speculative cycle -------------------------------------------------------------------
     def _spec_cycle(self, st: Batch, sampling: SamplingParams, generator) -> tuple[torch.Tensor, torch.Tensor]:
+        """One speculative cycle (:func:`speculative_cycle`), phase by phase or as one graph."""
         if self.one_graph:
             return self._one_graph_cycle(st, sampling, generator)
-        with self.clock.phase("draft"):
-            tree = self.drafter.propose(st.view(), self.runner)
-        if self.target.tp is not None and self.target.tp.check_replicas:  # debug: the replicated drafter agrees
-            self.target.tp.assert_same(tree.tokens, f"draft tokens of cycle {self._cycle}")
-        with self.clock.phase("verify"):
-            logits, aux = self._verify(st, tree)  # [B, N, V]
-        with self.clock.phase("accept"):
-            acc, ranks = self._accept(st, tree, logits, sampling, generator)
-        with self.clock.phase("draft_extend"):
-            self.drafter.commit(st.view(), acc, aux, self.runner)
-        with self.clock.phase("accept"):  # emit the accepted tokens, move the positions: timed as acceptance
-            ins = {"tokens": acc.tokens, "accept_len": acc.accept_len, "bonus": acc.bonus}
-            committed, active = self.runner.phase("advance", self._advance_fn, ins, (), self._eos_key,
-                                                  state=st.state())  # [B] the accepted length, [B] rows that ran
+        phases = EagerPhases(self, st, sampling, generator)
+        tree, (acc, ranks), (committed, active) = speculative_cycle(phases, self.clock.phase)
         self._emit("spec", st, {"active": active, "committed": committed, "path": acc.path, **ranks}, tree.num_nodes)
         return committed, active  # read on the host once, at the end of the run
 
     def _one_graph_cycle(self, st: Batch, sampling: SamplingParams, generator) -> tuple[torch.Tensor, torch.Tensor]:
-        """The cycle above as one phase (one graph per batch bucket): the drafter's draft and draft-extend and
-        the engine's verify, accept and advance, in that order, on the same tensors; what a cycle hands the
-        next (the drafter's root hidden state and logits) is runner state, written in place."""
+        """The cycle as one phase (one graph per batch bucket): the drafter's draft and draft-extend and the
+        engine's verify, accept and advance, called directly (:class:`GraphParts`) on the same tensors; what a
+        cycle hands the next (the drafter's root hidden state and logits) is runner state, written in place."""
         B, N = st.root.shape[0], self.spec.draft_tokens
         observed = self.observer is not None
         parity = self._cycle % 2 if observed and self.device.type == "cuda" else 0
@@ -420,22 +388,9 @@ class Engine:
 
         def cycle(parts, draft_hidden, draft_logits, uniform=None, race=None, **state):
             marks.start()
-            lengths = state["lengths"]
-            with marks.part("draft"):
-                tokens, parents, tree_depth, mask, rank = parts["draft"](state["root"], lengths, draft_hidden,
-                                                                         draft_logits)
-            with marks.part("verify"):
-                logits, aux = parts["verify"](lengths, tokens, parents, tree_depth, mask)
-            with marks.part("accept"):
-                accept_len, path, accepted, bonus, *seen = parts["accept"](
-                    lengths, logits, tokens, parents, tree_depth, mask, uniform, race, rank if observed else None)
-            with marks.part("draft_extend"):  # before advance: it reads the cycle's start lengths
-                hidden, root_logits = parts["draft_extend"](accepted, path, aux, lengths, accept_len)
-                draft_hidden.copy_(hidden)
-                draft_logits.copy_(root_logits)
-            with marks.part("accept"):  # emit, move the positions: timed as acceptance, as in the phases
-                committed, active = parts["advance"](accepted, accept_len, bonus, **state)
-            return committed, active, path, *seen
+            steps = GraphParts(parts, state, draft_hidden, draft_logits, uniform, race, observed)
+            _, acc, (committed, active) = speculative_cycle(steps, marks.part)
+            return committed, active, acc[1], *acc[4:]  # the path; observed: its ranks, whether it stayed open
 
         self._cycle_fns[key] = PhaseParts(cycle, parts)
         return self._cycle_fns[key]
@@ -641,6 +596,39 @@ class Engine:
                 self.observer.on_warning(SOURCE_RUNNER, message)
 
 
+@dataclass(frozen=True)
+class EagerPhases:
+    """The phases of :func:`speculative_cycle` one by one, each its own ``runner.phase`` (one graph per batch
+    bucket under the graph runner, so a cycle is five graph launches and the stop check): any drafter, either
+    verify mode, TP. The tree is a :class:`DraftTree`, the acceptance ``(Acceptance, ranks)``."""
+
+    engine: Engine
+    st: Batch
+    sampling: SamplingParams
+    generator: torch.Generator | None
+
+    def draft(self) -> DraftTree:
+        e = self.engine
+        tree = e.drafter.propose(self.st.view(), e.runner)  # type: ignore[union-attr]
+        if e.target.tp is not None and e.target.tp.check_replicas:  # debug: the replicated drafter agrees
+            e.target.tp.assert_same(tree.tokens, f"draft tokens of cycle {e._cycle}")
+        return tree
+
+    def verify(self, tree: DraftTree) -> tuple[torch.Tensor, object]:
+        return self.engine._verify(self.st, tree)  # [B, N, V], aux
+
+    def accept(self, tree: DraftTree, verified: tuple) -> tuple[Acceptance, dict[str, torch.Tensor]]:
+        return self.engine._accept(self.st, tree, verified[0], self.sampling, self.generator)
+
+    def draft_extend(self, verified: tuple, accepted: tuple[Acceptance, dict]) -> None:
+        self.engine.drafter.commit(self.st.view(), accepted[0], verified[1], self.engine.runner)  # type: ignore[union-attr]
+
+    def advance(self, accepted: tuple[Acceptance, dict]) -> tuple[torch.Tensor, torch.Tensor]:
+        acc, e = accepted[0], self.engine
+        ins = {"tokens": acc.tokens, "accept_len": acc.accept_len, "bonus": acc.bonus}
+        return e.runner.phase("advance", e._advance_fn, ins, (), e._eos_key, state=self.st.state())
+
+
 _CYCLE_MARKS: "weakref.WeakKeyDictionary[Runner, tuple[PartMarks, PartMarks]]" = weakref.WeakKeyDictionary()
 _UNTIMED = PartMarks(torch.device("cpu"), enabled=False)  # an unobserved cycle marks nothing
 
@@ -656,63 +644,6 @@ class _Pending:
     tree_nodes: int
     staged: Staged
     setup_ms: float = 0.0
-
-
-def loop_state(lengths: torch.Tensor, root: torch.Tensor, slots: int, max_new: int,
-               done: bool = False) -> dict[str, torch.Tensor]:
-    """The per-row state the phases update (:meth:`Batch.state`) for rows holding ``lengths`` [B] cached
-    tokens with ``root`` [B] next: nothing emitted yet into ``out`` [B, slots], ``max_new`` tokens
-    allowed; ``done`` rows emit nothing and never move (a profiled step repeated as it is)."""
-    B, dev = lengths.shape[0], lengths.device
-    return {
-        "lengths": lengths, "root": root,
-        "out": torch.full((B, slots), -1, dtype=torch.long, device=dev),
-        "n_out": torch.zeros(B, dtype=torch.long, device=dev),
-        "done": torch.full((B,), done, dtype=torch.bool, device=dev),
-        "hit_eos": torch.zeros(B, dtype=torch.bool, device=dev),
-        "limit": torch.full((B,), max_new, dtype=torch.long, device=dev),
-    }
-
-
-def emit_tokens(state: dict[str, torch.Tensor], toks: torch.Tensor, count: torch.Tensor,
-                eos: torch.Tensor) -> torch.Tensor:
-    """Emit up to count[b] tokens of toks [B, K] per row not done, stopping after EOS and at ``limit``.
-
-    Updates ``out``, ``n_out``, ``hit_eos``, ``done`` of ``state`` in place (fixed shapes, no host
-    sync: it runs inside the phases' graphs). Returns the tokens emitted per row [B]: for a verify
-    step this is the *accepted length* (bonus included, cut after the first EOS or at max_new, as
-    SGLang counts it). Example: toks [[5, 2, 7]], count [3], eos [2], n_out [0], limit [8] ->
-    out[0, :2] = [5, 2], emitted [2], hit_eos and done [True].
-    """
-    out, n_out, done = state["out"], state["n_out"], state["done"]
-    k = torch.arange(toks.shape[1], device=toks.device)  # [K]
-    valid = (k < count[:, None]) & ~done[:, None] & (k < (state["limit"] - n_out)[:, None])  # [B, K]
-    is_eos = (toks[..., None] == eos).any(-1) & valid  # not isin: its sorting path syncs with the host
-    keep = valid & ((is_eos.long().cumsum(1) - is_eos.long()) == 0)  # up to the first EOS
-    pos = (n_out[:, None] + k).clamp(max=out.shape[1] - 1)  # [B, K]; kept tokens never reach the clamp
-    out.scatter_(1, pos, torch.where(keep, toks, out.gather(1, pos)))
-    emitted = keep.sum(1)  # [B]
-    n_out += emitted
-    state["hit_eos"] |= (is_eos & keep).any(1)
-    done |= state["hit_eos"] | (n_out >= state["limit"])
-    return emitted
-
-
-def emit_and_advance(state: dict[str, torch.Tensor], toks: torch.Tensor, count: torch.Tensor | None, root: torch.Tensor,
-                     eos: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One step's bookkeeping, in place: :func:`emit_tokens`, then the one place positions move:
-    rows that were not done gain ``count`` [B] cached tokens (None: one each) and the new ``root`` [B].
-    ``toks`` past a row's count may be -1 (a speculative path's padding: never emitted, nor taken for an EOS, since
-    only tokens within the count are). Compiled on CUDA, one kernel
-    (:func:`cycle_ops.emit_advance`). -> (emitted [B], active [B]: the rows not done before this step)."""
-    if cycle_ops.applies(toks):
-        return cycle_ops.emit_advance(state, toks, count, root, eos)
-    count = torch.ones_like(root) if count is None else count
-    active = ~state["done"]
-    emitted = emit_tokens(state, toks, count, eos)
-    state["lengths"] += torch.where(active, count, 0)
-    state["root"].copy_(torch.where(active, root, state["root"]))
-    return emitted, active
 
 
 def runs_one_graph_cycle(spec: SpecConfig, drafter: Drafter | None, target: Transformer) -> bool:

@@ -14,7 +14,7 @@ from torch import nn
 from eaglelab.engine.model.layers import EAGER_KERNELS, Kernels, prepare_fused
 from eaglelab.engine.model.model import Transformer
 from eaglelab.engine.runtime.compile import compile_report
-from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.runtime.observer import Observer
 from eaglelab.engine.runtime.reasons import EAGER_OFF
 

@@ -20,7 +20,7 @@ from typing import Iterator
 import torch
 
 from eaglelab.engine.runtime.observer import AllReduceStats, Observer
-from eaglelab.engine.runtime.tp_group import TPGroup
+from eaglelab.engine.core.tp_group import TPGroup
 
 
 class PhaseClock:

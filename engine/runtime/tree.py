@@ -116,7 +116,7 @@ def _ancestry(parents: Tensor, steps: int) -> tuple[Tensor, Tensor]:
     return depth, mask
 
 
-TOP_K_CHUNK = 256  # vocabulary entries per block of top_k's first stage
+TOP_K_CHUNK = 256  # vocabulary entries per block of top_k's first stage (cycle_kernels.CHUNK: the same)
 # Vocabularies up to this size are ranked in one pass. On the H200 two stages won at 12,288 (the shipped drafter's
 # draft vocabulary) and at 32,000: the draft's expansion step 13-16 us against 20-23 us a call, a 5/4/24 draft phase
 # 0.271 ms against 0.292 (benchmarks/topk_bench.py, results/h200_2026-12-01i/D). Smaller vocabularies: not measured.

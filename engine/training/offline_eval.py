@@ -101,7 +101,7 @@ def anchor_hits(net, batch, head_weight: torch.Tensor, steps: int) -> tuple[torc
     """(hits bool [B, n, steps], valid bool [B, n]) at anchors p = 0..n-1 of ``batch`` (a TrainBatch
     with states), n = T - steps - 1; valid where the drafted positions p+2..p+steps+1 are all answer
     tokens. ``head_weight`` [V, H]: the target's full lm_head."""
-    from eaglelab.engine.training.train import ttt_hidden
+    from eaglelab.engine.training.ttt import ttt_hidden
 
     ids, lm = batch.input_ids, batch.loss_mask  # [B, T]
     B, T = ids.shape

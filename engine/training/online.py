@@ -57,7 +57,7 @@ class TokenData:
 
     def load(self, indices: list[int], max_length: int, pad_multiple: int = 1):
         """Rows -> a right-padded TrainBatch without states (T padded to ``pad_multiple``)."""
-        from eaglelab.engine.training.train import TrainBatch
+        from eaglelab.engine.training.ttt import TrainBatch
 
         pairs = [self.ids_and_mask(i) for i in indices]
         T = max(min(int(ids.numel()), max_length) for ids, _ in pairs)
@@ -116,7 +116,7 @@ class TargetStates:
     @torch.no_grad()
     def fill(self, batch):
         """A TrainBatch with ``aux`` [B, T, n*H] and ``hidden`` [B, T, H] (the target's dtype)."""
-        from eaglelab.engine.training.train import TrainBatch
+        from eaglelab.engine.training.ttt import TrainBatch
 
         ids = batch.input_ids  # [B, T], on the target's device
         positions = torch.arange(ids.shape[1], device=ids.device).expand_as(ids)

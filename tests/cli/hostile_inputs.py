@@ -15,7 +15,8 @@ from pathlib import Path
 import torch
 
 from eaglelab.cli import main
-from eaglelab.engine.formats.draft_checkpoint import expected_tensor_shapes, save_draft_checkpoint, sglang_config
+from eaglelab.engine.formats.draft_checkpoint import expected_tensor_shapes
+from eaglelab.engine.formats.draft_export import save_draft_checkpoint, sglang_config
 from eaglelab.engine.formats.specforge_data import Sample, write_sample
 from eaglelab.errors import INTERNAL_ERROR_EXIT
 from tests.conftest import random_model, save_hf_dir, tiny_config

@@ -14,7 +14,8 @@ import pytest
 import torch
 
 from eaglelab.cli import main
-from eaglelab.engine.formats.draft_checkpoint import expected_tensor_shapes, save_draft_checkpoint, sglang_config
+from eaglelab.engine.formats.draft_checkpoint import expected_tensor_shapes
+from eaglelab.engine.formats.draft_export import save_draft_checkpoint, sglang_config
 from eaglelab.engine.formats.specforge_data import Sample, list_samples, write_sample
 
 TEXTS = [

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from eaglelab.engine.formats.draft_checkpoint import speculators_config
+from eaglelab.engine.formats.draft_export import speculators_config
 from eaglelab.engine.formats.specforge_data import list_samples, read_sample
 from tests.cli.hostile_inputs import Inputs, assert_handled, copy_tree, make_inputs, run_cli
 from tests.conftest import add_word_tokenizer, shard_checkpoint

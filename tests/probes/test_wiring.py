@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from eaglelab.engine.formats.draft_checkpoint import expected_tensor_shapes, save_draft_checkpoint, sglang_config, speculators_config
+from eaglelab.engine.formats.draft_checkpoint import expected_tensor_shapes
+from eaglelab.engine.formats.draft_export import save_draft_checkpoint, sglang_config, speculators_config
 from eaglelab.engine.errors import CheckpointError
 from eaglelab.engine.formats.specforge_data import Sample, list_samples, write_sample
 from eaglelab.probes.wiring import Tolerance, check_wiring, live_check, match_slots, score

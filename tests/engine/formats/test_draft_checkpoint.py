@@ -12,13 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from eaglelab.engine.formats.draft_checkpoint import (
-    expected_tensor_shapes,
-    read_draft_checkpoint,
-    save_draft_checkpoint,
-    sglang_config,
-    speculators_config,
-)
+from eaglelab.engine.formats.draft_checkpoint import expected_tensor_shapes, read_draft_checkpoint
+from eaglelab.engine.formats.draft_export import save_draft_checkpoint, sglang_config, speculators_config
 from eaglelab.engine.errors import CheckpointError, ConfigError
 
 H, VOCAB, DRAFT_VOCAB = 64, 256, 64

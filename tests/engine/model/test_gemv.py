@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from eaglelab.engine.model import gemv as G
+from eaglelab.engine.model import gemv_tiling as GT
 from eaglelab.engine.model.layers import EAGER_KERNELS, FusedLinear, Kernels
 from eaglelab.engine.runtime.compile import compile_report
 from tests.conftest import assert_compiles_and_captures, has_triton, random_model, tiny_config
@@ -80,20 +81,20 @@ def test_row_buckets_and_splits():
     256-wide steps = 1536 per program, 3 programs (1536, 1536, 1024)."""
     assert [G.row_bucket(m) for m in (1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 64)] == [1, 2, 4, 4, 8, 8, 16, 16, 32, 32,
                                                                                    64, 64]
-    assert G.splits(4096, G.GemvConfig(16, 256, 3, 4, 3)) == (1536, 3)
-    assert G.splits(4096, G.GemvConfig(16, 256, 1, 4, 3)) == (4096, 1)
-    assert G.splits(100, G.GemvConfig(16, 256, 4, 4, 3)) == (256, 1)
+    assert GT.splits(4096, GT.GemvConfig(16, 256, 3, 4, 3)) == (1536, 3)
+    assert GT.splits(4096, GT.GemvConfig(16, 256, 1, 4, 3)) == (4096, 1)
+    assert GT.splits(100, GT.GemvConfig(16, 256, 4, 4, 3)) == (256, 1)
     assert G.candidates(16) == G.FEW_ROWS and G.candidates(17) == G.candidates(64) == G.MANY_ROWS
     for rows in (1, 4, 16, 32, 64):  # every tiling the tuner tries is one the kernel can take
         for cfg in G.candidates(rows):
             assert cfg.block_k % 16 == 0 and cfg.split_k >= 1, cfg
             if rows > 1 and cfg.block_n < 16:  # the CUDA-core path: [rows, block_n, block_k] float32 sums, registers
-                assert G.padded_rows(rows, cfg.block_n) * cfg.block_n * cfg.block_k <= 128 * 32 * cfg.num_warps, cfg
+                assert GT.padded_rows(rows, cfg.block_n) * cfg.block_n * cfg.block_k <= 128 * 32 * cfg.num_warps, cfg
     assert any(c.block_n < 16 for c in G.FEW_ROWS)  # 2-16 rows: the CUDA cores beside the dot
     assert any(c.split_k > 1 and c.block_n == 16 for c in G.MANY_ROWS)  # 17-64 rows: the dot split along K
     # the kernel's rows: a power of two, at least 16 for the dot (block_n >= 16), as they are for the CUDA cores
-    assert [G.padded_rows(m, 16) for m in (1, 3, 16, 24)] == [1, 16, 16, 32]
-    assert [G.padded_rows(m, 8) for m in (1, 3, 16, 24)] == [1, 4, 16, 32]
+    assert [GT.padded_rows(m, 16) for m in (1, 3, 16, 24)] == [1, 16, 16, 32]
+    assert [GT.padded_rows(m, 8) for m in (1, 3, 16, 24)] == [1, 4, 16, 32]
 
 
 # ---- a shape no tiling runs ----------------------------------------------------------------------
@@ -226,14 +227,11 @@ def test_eager_pieces_keep_the_gemv():
 
 
 def test_bench_runs_gemv_configs_only_when_named():
-    import argparse
+    from eaglelab.bench.configs import CONFIGS, pick_configs
 
-    from eaglelab.bench.harness import CONFIGS
-    from eaglelab.cmd_bench import _configs
-
-    default = _configs(argparse.Namespace(configs=None))
+    default = pick_configs(None)
     assert "plain-compile" in default and not any(name.endswith("-gemv") for name in default)
-    named = _configs(argparse.Namespace(configs="plain-compile,plain-compile-gemv"))
+    named = pick_configs("plain-compile,plain-compile-gemv")
     assert named == ["plain-compile", "plain-compile-gemv"] and CONFIGS["plain-compile-gemv"].gemv
 
 
@@ -252,8 +250,8 @@ INTERPRETED = textwrap.dedent("""
         err = (y.float() - ref).abs().max().item()
         assert err <= 2e-2 * ref.abs().max().item(), (tuple(x.shape), tuple(w.shape), cfg, err)
         checked += 1
-    tilings = [G.GemvConfig(16, 32, 1, 4, 2), G.GemvConfig(16, 32, 3, 4, 2), G.GemvConfig(32, 64, 2, 4, 2),
-               G.GemvConfig(8, 32, 1, 4, 2), G.GemvConfig(4, 64, 2, 4, 2)]  # the last two: CUDA cores at M > 1
+    tilings = [GT.GemvConfig(16, 32, 1, 4, 2), GT.GemvConfig(16, 32, 3, 4, 2), GT.GemvConfig(32, 64, 2, 4, 2),
+               GT.GemvConfig(8, 32, 1, 4, 2), GT.GemvConfig(4, 64, 2, 4, 2)]  # the last two: CUDA cores at M > 1
     for K, N in ((64, 48), (200, 37), (96, 130)):
         w = (torch.randn(N, K) * K ** -0.5).half()
         b = torch.randn(N).half()
@@ -364,7 +362,7 @@ def test_op_shape_under_fake_tensors():
     with FakeTensorMode():
         x = torch.empty(3, 4096, dtype=torch.bfloat16)
         w = torch.empty(6144, 4096, dtype=torch.bfloat16)
-        y = torch.ops.eaglelab.gemv(x, w, None, *G.GemvConfig(32, 256, 2, 4, 3))
+        y = torch.ops.eaglelab.gemv(x, w, None, *GT.GemvConfig(32, 256, 2, 4, 3))
     assert tuple(y.shape) == (3, 6144) and y.dtype == torch.bfloat16
 
 
@@ -399,5 +397,5 @@ def test_gemv_matches_linear_on_cuda_eager_compiled_and_captured():
             assert (N, K, G.row_bucket(M)) in gemv.chosen
     x = torch.randn(4, 4096, device=dev, dtype=torch.bfloat16)
     w = torch.randn(6144, 4096, device=dev, dtype=torch.bfloat16)
-    gemv.chosen[(6144, 4096, 4)] = G.GemvConfig(32, 256, 2, 4, 3)  # a split-K tiling, whatever the tuner chose
+    gemv.chosen[(6144, 4096, 4)] = GT.GemvConfig(32, 256, 2, 4, 3)  # a split-K tiling, whatever the tuner chose
     assert_compiles_and_captures(lambda a: gemv(a, w, None), x)

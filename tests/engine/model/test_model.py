@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from eaglelab.engine.runtime.generate import Engine
-from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.model.layers import prefix_mask
 from eaglelab.engine.formats.loader import load_target
 from tests.conftest import random_model, save_hf_dir, tiny_config

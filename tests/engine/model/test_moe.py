@@ -9,8 +9,10 @@ from hypothesis import strategies as st
 
 from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.errors import CheckpointError
-from eaglelab.engine.formats.loader import copy_sharded, load_random
-from eaglelab.engine.model.model import DenseMLP, Transformer
+from eaglelab.engine.formats.loader import load_random
+from eaglelab.engine.model.weights import copy_sharded
+from eaglelab.engine.model.model import Transformer
+from eaglelab.engine.model.tp_layers import DenseMLP
 from eaglelab.engine.model import moe as moe_module
 from eaglelab.engine.model.moe import MoEBlock, kimi_like_config
 

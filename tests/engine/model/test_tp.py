@@ -15,7 +15,7 @@ from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.formats.loader import load_random
 from eaglelab.engine.model.model import Transformer
 from eaglelab.engine.model.moe import kimi_like_config
-from eaglelab.engine.runtime.tp_group import TPError
+from eaglelab.engine.core.tp_group import TPError
 from tests.tp_harness import RankFailure, spawn_ranks
 from eaglelab.engine.runtime.spec_config import SpecConfig
 

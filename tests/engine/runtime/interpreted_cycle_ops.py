@@ -20,8 +20,8 @@ from hypothesis import strategies as st
 
 from eaglelab.engine.runtime import cycle_ops
 from eaglelab.engine.runtime.verification import greedy_accept
-from eaglelab.engine.runtime.generate import emit_and_advance
-from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.runtime.loop_state import emit_and_advance
+from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.runtime.tree import chain_tree, expand_step, make_tree
 
 CASES = int(sys.argv[1]) if sys.argv[1:2] and sys.argv[1].isdigit() else 40  # hypothesis cases per op

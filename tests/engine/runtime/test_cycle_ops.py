@@ -15,8 +15,8 @@ import torch
 from eaglelab.engine.runtime import cycle_ops
 from eaglelab.engine.runtime.compile import CompiledOrEager
 from eaglelab.engine.runtime.verification import greedy_accept
-from eaglelab.engine.runtime.generate import emit_and_advance
-from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.runtime.loop_state import emit_and_advance
+from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.runtime.tree import TreeBuilder, expand_step
 from tests.conftest import has_triton
 

@@ -14,7 +14,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eaglelab.engine.runtime.drafters import Eagle3Drafter, NgramDrafter
-from eaglelab.engine.runtime.generate import Engine, emit_and_advance, emit_tokens, loop_state
+from eaglelab.engine.runtime.generate import Engine
+from eaglelab.engine.runtime.loop_state import emit_and_advance, emit_tokens, loop_state
 from eaglelab.engine.runtime.readback import StepReader
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.runtime.spec_config import SpecConfig

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eaglelab.engine.runtime.drafters import Eagle3Drafter, NgramDrafter
-from eaglelab.engine.model.eagle3 import Eagle3Config, Eagle3Network, load_eagle3
+from eaglelab.engine.model.eagle3 import Eagle3Config, Eagle3Network
+from eaglelab.engine.formats.drafter_loader import load_eagle3
 from eaglelab.engine.errors import CheckpointError, EagleLabError
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.spec_config import SpecConfig

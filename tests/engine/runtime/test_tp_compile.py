@@ -11,7 +11,7 @@ def test_a_compiled_phase_runs_its_collectives_untimed(tmp_path):
     sums, and neither the timing hook nor the arrival clock is traced into it."""
     import torch.distributed as dist
 
-    from eaglelab.engine.runtime.tp_group import TPGroup
+    from eaglelab.engine.core.tp_group import TPGroup
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'rdv'}", rank=0, world_size=1)
     try:

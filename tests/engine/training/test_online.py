@@ -296,7 +296,7 @@ def test_simulated_acceptance_equals_the_engine_chain(tmp_path):
         seq = torch.tensor(p + res.tokens[0])[None]  # [1, T]
         mask = torch.zeros_like(seq, dtype=torch.float32)
         mask[:, len(p):] = 1.0
-        from eaglelab.engine.training.train import TrainBatch
+        from eaglelab.engine.training.ttt import TrainBatch
 
         batch = TargetStates(model, TAPS).fill(TrainBatch(seq, mask, None, None))
         hit, valid = anchor_hits(net, batch, model.lm_head.weight, 3)

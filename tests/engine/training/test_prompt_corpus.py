@@ -78,7 +78,7 @@ def test_prompts_distill_train_online_through_the_cli(few_modules, tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from eaglelab.cli import main
-    from eaglelab.engine.model.eagle3 import load_eagle3
+    from eaglelab.engine.formats.drafter_loader import load_eagle3
     from eaglelab.engine.training.distill import read_manifest
     from tests.engine.training.test_train import TAPS, _tiny_model_dir
 

@@ -17,27 +17,23 @@ from eaglelab.engine.training.capture import CaptureSettings, capture
 from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
 from eaglelab.engine.training.draft_vocab import build_draft_vocab, scan_data
 from eaglelab.engine.runtime.drafters import Eagle3Drafter
-from eaglelab.engine.model.eagle3 import load_eagle3
+from eaglelab.engine.formats.drafter_loader import load_eagle3
 from eaglelab.engine.runtime.generate import Engine
-from eaglelab.engine.runtime.kv_cache import KVCache
+from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.model.layers import prefix_mask
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from eaglelab.engine.formats.specforge_data import write_sample
 from eaglelab.engine.training.train import (
     SampleSet,
     TargetHead,
-    TrainBatch,
     TrainConfig,
     Trainer,
     drafter_config,
     latest_checkpoint,
     new_drafter,
     save_drafter,
-    target_probs,
-    ttt_forward,
-    ttt_hidden,
-    ttt_mask,
 )
+from eaglelab.engine.training.ttt import TrainBatch, target_probs, ttt_forward, ttt_hidden, ttt_mask
 from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
 
 VOCAB, DRAFT_VOCAB = 128, 64

@@ -16,24 +16,22 @@ import torch
 from eaglelab.engine.errors import CheckpointError, ConfigError
 from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
 from eaglelab.engine.model.config import ModelConfig
-from eaglelab.engine.model.eagle3 import Eagle3Network, config_from_checkpoint, load_eagle3
+from eaglelab.engine.model.eagle3 import Eagle3Network
+from eaglelab.engine.formats.drafter_loader import config_from_checkpoint, load_eagle3
 from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from eaglelab.engine.training.draft_vocab import build_draft_vocab
 from eaglelab.engine.training.train import (
     TargetHead,
-    TrainBatch,
     check_size_budget,
     drafter_config,
     drafter_size,
     drafter_size_bytes,
     new_drafter,
     save_drafter,
-    target_probs,
-    ttt_forward,
-    ttt_hidden,
 )
+from eaglelab.engine.training.ttt import TrainBatch, target_probs, ttt_forward, ttt_hidden
 from eaglelab.engine.training.warm_start import DOWN, GATE, UP, WIDEN_STD, warm_start, widen_mlp
 from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
 

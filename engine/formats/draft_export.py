@@ -1,0 +1,85 @@
+"""Write an EAGLE-3 drafter directory (``eaglelab train``, tests): a SGLang/SpecForge or speculators
+``config.json`` and its ``model.safetensors``. Reading is :mod:`eaglelab.engine.formats.draft_checkpoint`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping
+
+from eaglelab.engine.formats.draft_files import detect_format
+
+
+def sglang_config(
+    *,
+    hidden_size: int,
+    vocab_size: int,
+    draft_vocab_size: int,
+    aux_layer_ids: list[int] | None,
+    num_attention_heads: int,
+    num_key_value_heads: int,
+    intermediate_size: int,
+    target_hidden_size: int | None = None,
+    max_position_embeddings: int = 8192,
+    rope_theta: float = 10000.0,
+    rms_norm_eps: float = 1e-5,
+) -> dict[str, Any]:
+    """A SGLang/SpecForge ``config.json`` dict; ``aux_layer_ids=None`` leaves out ``eagle_config``."""
+    cfg: dict[str, Any] = {
+        "architectures": ["LlamaForCausalLMEagle3"],
+        "model_type": "llama",
+        "num_hidden_layers": 1,
+        "hidden_size": hidden_size,
+        "intermediate_size": intermediate_size,
+        "num_attention_heads": num_attention_heads,
+        "num_key_value_heads": num_key_value_heads,
+        "vocab_size": vocab_size,
+        "draft_vocab_size": draft_vocab_size,
+        "max_position_embeddings": max_position_embeddings,
+        "rope_theta": rope_theta,
+        "rms_norm_eps": rms_norm_eps,
+        "hidden_act": "silu",
+        "tie_word_embeddings": False,
+    }
+    if target_hidden_size is not None:
+        cfg["target_hidden_size"] = target_hidden_size
+    if aux_layer_ids is not None:
+        cfg["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": list(aux_layer_ids), "use_aux_hidden_state": True}
+    return cfg
+
+
+def speculators_config(sglang_cfg: Mapping[str, Any], *, aux_layer_ids: list[int] | None, verifier: str = "target") -> dict[str, Any]:
+    """The speculators form of a SGLang config dict; ``aux_layer_ids`` in vLLM convention (None: null)."""
+    layer = {k: v for k, v in sglang_cfg.items() if k not in ("eagle_config", "draft_vocab_size", "target_hidden_size", "architectures")}
+    layer["architectures"] = ["LlamaForCausalLM"]
+    return {
+        "architectures": ["Eagle3Speculator"],
+        "speculators_model_type": "eagle3",
+        "transformer_layer_config": layer,
+        "draft_vocab_size": sglang_cfg.get("draft_vocab_size"),
+        "target_hidden_size": sglang_cfg.get("target_hidden_size"),
+        "eagle_aux_hidden_state_layer_ids": list(aux_layer_ids) if aux_layer_ids is not None else None,
+        "norm_before_residual": False,
+        "speculators_config": {
+            "algorithm": "eagle3",
+            "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 5}],
+            "default_proposal_method": "greedy",
+            "verifier": {"name_or_path": verifier, "architectures": ["LlamaForCausalLM"]},
+        },
+    }
+
+
+def save_draft_checkpoint(path: str | Path, config: Mapping[str, Any], tensors: Mapping[str, "torch.Tensor"]) -> Path:  # noqa: F821
+    """Write ``config.json`` and ``model.safetensors``; ``tensors`` use SGLang names, written in the
+    config's format (speculators: ``midlayer.*`` -> ``layers.0.*``)."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    fmt = detect_format(config, path / "config.json")
+    rename = (lambda n: "layers.0." + n[len("midlayer."):] if n.startswith("midlayer.") else n) if fmt == "speculators" else (lambda n: n)
+    (path / "config.json").write_text(json.dumps(dict(config), indent=2) + "\n")
+    if tensors:
+        save_file({rename(k): v.contiguous() for k, v in tensors.items()}, str(path / "model.safetensors"))
+    return path

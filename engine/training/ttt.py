@@ -1,0 +1,145 @@
+"""The training-time test (TTT) step of an EAGLE-3 drafter: its unrolled forward and loss over every anchor.
+
+What the drafter sees matches :class:`eaglelab.engine.runtime.drafters.Eagle3Drafter` exactly. For an
+anchor position p of a sequence x_0..x_{T-1} (aux features a_p, target final hidden h_p):
+
+* step 0 (the draft-extend): features ``fc(a_p)``, token ``x_{p+1}``, RoPE position ``p``;
+* step i > 0 (draft step i): features = the drafter's own pre-norm output of step i-1 at the same
+  anchor, token ``x_{p+i+1}``, position ``p + i``;
+* step i predicts ``x_{p+i+2}``; its target is the target's distribution at position ``p+i+1``
+  (``softmax(lm_head(h_{p+i+1}))`` restricted to the draft vocabulary, renormalised), counted where
+  ``loss_mask[p+i+2]`` is set (the predicted token is the assistant's);
+* attention of step i at anchor p: the step-0 keys of every position <= p (the committed context)
+  and the keys of steps 1..i at anchor p (its own draft chain), as in the engine's draft cache.
+  Implemented with the keys of all steps concatenated, [B, KVH, (i+1)T, D], and an explicit mask.
+
+The loss is ``sum_i decay^i * CE_i`` (decay 0.8, 7 steps by default), AdamW, cosine schedule with
+warm-up, gradient clipping. Checkpoints hold model, optimizer, scheduler, data position and RNG
+states; resuming continues to the same state as a run that never stopped.
+
+Worked mask example, T = 3, step 1 (keys: step 0 at 0..2, then step 1 at 0..2)::
+
+    anchor 0: [1 0 0 | 1 0 0]
+    anchor 1: [1 1 0 | 0 1 0]
+    anchor 2: [1 1 1 | 0 0 1]
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator
+
+import torch
+
+from eaglelab.engine.model.eagle3 import Eagle3Network
+from eaglelab.engine.model.layers import apply_rotary, attend
+
+
+@dataclass(frozen=True)
+class TrainBatch:
+    """Padded batch (right padding; padded positions have loss_mask 0). Online data comes without
+    states (``aux``/``hidden`` None); :class:`~eaglelab.engine.training.online.TargetStates` fills them."""
+
+    input_ids: torch.Tensor  # [B, T]
+    loss_mask: torch.Tensor  # [B, T] float
+    aux: torch.Tensor | None  # [B, T, n*H_t]
+    hidden: torch.Tensor | None  # [B, T, H_t]
+
+    def to(self, device: torch.device) -> "TrainBatch":
+        nb = device.type == "cuda"
+        move = lambda t: None if t is None else t.to(device, non_blocking=nb)  # noqa: E731
+        return TrainBatch(*(move(t) for t in (self.input_ids, self.loss_mask, self.aux, self.hidden)))
+
+
+def ttt_mask(T: int, steps: int, device: torch.device | str) -> torch.Tensor:
+    """Bool [T, steps * T]: causal over the step-0 keys, then the diagonal for each later step."""
+    causal = torch.ones(T, T, dtype=torch.bool, device=device).tril()
+    eye = torch.eye(T, dtype=torch.bool, device=device)
+    return torch.cat([causal] + [eye] * (steps - 1), dim=1)
+
+
+@dataclass(frozen=True)
+class TTTResult:
+    """Per TTT step: loss (mean over counted positions), accuracy and count; all device tensors."""
+
+    step_loss: torch.Tensor  # [L]
+    step_correct: torch.Tensor  # [L]
+    step_count: torch.Tensor  # [L]
+
+
+def target_probs(head_rows: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    """Target distribution restricted to the draft vocabulary, renormalised: [B, T, V_draft] float32.
+
+    ``head_rows`` [V_draft, H]: the target's lm_head rows of the draft ids; hidden [B, T, H].
+    """
+    logits = hidden.float() @ head_rows.float().t()  # [B, T, V_draft]
+    return torch.softmax(logits, dim=-1)
+
+
+def _drafter_step(net: Eagle3Network, embeds, feats, positions, keys: list, values: list, mask):
+    """One drafter layer forward over all anchors, attending to the keys of every step so far."""
+    mid, attn = net.midlayer, net.midlayer.self_attn
+    B, T, _ = feats.shape
+    g = mid.hidden_norm(feats)
+    residual = g if mid.norm_before_residual else feats
+    x = torch.cat([mid.input_layernorm(embeds), g], dim=-1)  # [B, T, 2H]
+    q = attn.q_proj(x).view(B, T, attn.num_heads, attn.head_dim)
+    k = attn.k_proj(x).view(B, T, attn.num_kv_heads, attn.head_dim)
+    v = attn.v_proj(x).view(B, T, attn.num_kv_heads, attn.head_dim)
+    cos, sin = net.rotary(positions, q.dtype)
+    q = apply_rotary(q.transpose(1, 2), cos, sin)  # [B, NH, T, D]
+    keys.append(apply_rotary(k.transpose(1, 2), cos, sin))  # [B, KVH, T, D]
+    values.append(v.transpose(1, 2))
+    k_all, v_all = torch.cat(keys, dim=2), torch.cat(values, dim=2)  # [B, KVH, (i+1)T, D]
+    out = attend(q, k_all, v_all, mask[: T, : k_all.shape[2]].expand(B, -1, -1))  # [B, NH, T, D]
+    h = residual + attn.o_proj(out.transpose(1, 2).reshape(B, T, -1))
+    return h + mid.mlp(mid.post_attention_layernorm(h))  # [B, T, H] pre-norm output
+
+
+def _shift_left(x: torch.Tensor, k: int) -> torch.Tensor:
+    """x[:, p + k] at p, zero past the end: [B, T] -> [B, T]."""
+    out = torch.zeros_like(x)
+    if k < x.shape[1]:
+        out[:, : x.shape[1] - k] = x[:, k:]
+    return out
+
+
+def ttt_hidden(net: Eagle3Network, input_ids: torch.Tensor, aux: torch.Tensor, steps: int) -> Iterator[torch.Tensor]:
+    """The drafter's pre-norm outputs [B, T, H] of TTT steps 0..steps-1, one per step, at every
+    anchor p (step i at anchor p is draft step i of a chain grown from position p)."""
+    B, T = input_ids.shape
+    dev = input_ids.device
+    mask = ttt_mask(T, steps, dev)
+    feats = net.fuse(aux)  # [B, T, H]
+    pos = torch.arange(T, device=dev)
+    keys: list[torch.Tensor] = []
+    values: list[torch.Tensor] = []
+    for i in range(steps):
+        nxt = _shift_left(input_ids, i + 1)  # [B, T] token x_{p+i+1}
+        with torch.no_grad():
+            embeds = net.embed(nxt).to(feats.dtype)  # [B, T, H]; the target's, frozen
+        feats = _drafter_step(net, embeds, feats, (pos + i).expand(B, T), keys, values, mask)
+        yield feats
+
+
+def ttt_forward(net: Eagle3Network, batch: TrainBatch, probs: torch.Tensor, steps: int) -> TTTResult:
+    """Unroll ``steps`` drafter steps over every anchor of ``batch``; ``probs`` [B, T, V_draft]
+    is the target's restricted distribution at each position (see :func:`target_probs`)."""
+    lm = batch.loss_mask
+    T = lm.shape[1]
+    losses, correct, counts = [], [], []
+    for i, out in enumerate(ttt_hidden(net, batch.input_ids, batch.aux, steps)):
+        n = T - i - 2  # anchors with a token x_{p+i+2} to predict
+        if n <= 0:
+            zero = out.sum().float() * 0.0
+            losses.append(zero), correct.append(zero.detach()), counts.append(zero.detach())
+            continue
+        logits = net.lm_head(net.norm(out[:, :n])).float()  # [B, n, V_draft]
+        tgt = probs[:, i + 1: i + 1 + n]  # [B, n, V_draft] target at p+i+1
+        w = lm[:, i + 2: i + 2 + n]  # [B, n] predicted token is the assistant's
+        ce = -(tgt * torch.log_softmax(logits, dim=-1)).sum(-1)  # [B, n]
+        cnt = w.sum()
+        losses.append((ce * w).sum() / cnt.clamp(min=1.0))
+        correct.append(((logits.argmax(-1) == tgt.argmax(-1)).float() * w).sum().detach())
+        counts.append(cnt.detach())
+    return TTTResult(torch.stack(losses), torch.stack(correct), torch.stack(counts))
