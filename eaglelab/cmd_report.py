@@ -8,6 +8,7 @@ prefill and decode counts and verdicts; ``--json`` prints one JSON object instea
 from __future__ import annotations
 
 import argparse
+from typing import Any, Callable
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -42,6 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+MAX_WINDOW_S = 3600.0  # a longer window is a typo (an hour of one reading); 0 reads once
+
+
 def run(args: argparse.Namespace) -> int:
     """Summarise FILE; 0 on success (user errors raise EagleLabError, exit 2)."""
     import json
@@ -52,6 +56,7 @@ def run(args: argparse.Namespace) -> int:
     from eaglelab.probes.report import render, summarise
     from eaglelab.probes.server_report import is_url
 
+    check_server_flags(args)
     waiting = is_url(args.file) and args.window > 0
     status = Console(stderr=True).status(f"reading {args.file} twice, {args.window:g} s apart") if waiting else nullcontext()
     with status:
@@ -60,10 +65,72 @@ def run(args: argparse.Namespace) -> int:
             baseline_tok_s=args.baseline_tok_s, window_s=args.window,
         )
     if args.json:
-        print(json.dumps(finite_json(report.to_json()), indent=2, allow_nan=False))
+        text = json.dumps(finite_json(report.to_json()), indent=2, allow_nan=False)
+        return emit(lambda: print(text))
+    return emit(lambda: _console().print(render(report)))
+
+
+def check_server_flags(args: argparse.Namespace) -> None:
+    """``--window`` in 0..MAX_WINDOW_S and ``--baseline-tok-s`` a positive finite number (``nan`` slept
+    for ever or gave a "nanx" verdict)."""
+    import math
+
+    from eaglelab.engine.errors import EagleLabError
+
+    if not 0.0 <= args.window <= MAX_WINDOW_S:
+        raise EagleLabError("out of range", field="--window", found=args.window,
+                            expected=f"seconds from 0 (read once) to {MAX_WINDOW_S:g}")
+    baseline = args.baseline_tok_s
+    if baseline is not None and not (math.isfinite(baseline) and baseline > 0):
+        raise EagleLabError("must be a positive finite number", field="--baseline-tok-s", found=baseline,
+                            expected="the server's plain-decoding tokens/s, e.g. 82.5")
+
+
+def _console() -> Any:
+    """A rich console that leaves a closed pipe to :func:`emit` (rich's own handling exits with 1)."""
+    from rich.console import Console
+
+    class PipeAware(Console):
+        def on_broken_pipe(self) -> None:
+            raise BrokenPipeError
+
+    return PipeAware()
+
+
+def emit(write: Callable[[], None]) -> int:
+    """Run ``write`` (it prints to standard output) and flush here, so where the output goes fails inside
+    the command: a closed pipe (``report | head``) ends quietly with 0; a full disk is a user error
+    naming standard output (it was a BrokenPipeError traceback, or "Exception ignored" and exit 120)."""
+    import sys
+
+    from eaglelab.engine.errors import EagleLabError
+
+    try:
+        write()
+        sys.stdout.flush()
+    except BrokenPipeError:  # the reader went away: nothing more to say, and nobody to say it to
+        _stdout_to_devnull()
         return 0
-    Console().print(render(report))
+    except OSError as exc:
+        _stdout_to_devnull()
+        raise EagleLabError("cannot write the report to standard output", found=exc.strerror or str(exc),
+                            hint="free space where the output is redirected, or redirect it elsewhere") from exc
     return 0
+
+
+def _stdout_to_devnull() -> None:
+    """Point stdout at /dev/null, so the text still buffered (and any later print) is not written again
+    into the pipe or disk that failed, at exit or by the error report."""
+    import os
+    import sys
+
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, ValueError, OSError):  # a stdout without a descriptor (a test's capture)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)
 
 
 def finite_json(value: object) -> object:

@@ -54,16 +54,27 @@ def run(args: argparse.Namespace) -> int:
     if args.server is not None or args.log is not None:
         from eaglelab.tui.server_app import ServerApp
 
-        ServerApp(**server_app_kwargs(args)).run()
-        return 0
+        server_app = ServerApp(**server_app_kwargs(args))
+        server_app.run()
+        return exit_code(server_app)
     from eaglelab.tui.app import EagleLabApp
 
-    EagleLabApp(**app_kwargs(args)).run()
-    return 0
+    app = EagleLabApp(**app_kwargs(args))
+    app.run()
+    return exit_code(app)
+
+
+def exit_code(app: Any) -> int:
+    """0 when the user quit; the internal-error code when the app crashed (Textual has printed the
+    traceback then, and returns as if the user had quit: the command said 0)."""
+    from eaglelab.errors import INTERNAL_ERROR_EXIT
+
+    return 0 if app.return_code in (0, None) else INTERNAL_ERROR_EXIT
 
 
 def server_app_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     """The :class:`ServerApp` keyword arguments for ``--server`` / ``--log`` (user errors raise)."""
+    import math
     from pathlib import Path
 
     from eaglelab.engine.errors import EagleLabError
@@ -77,17 +88,31 @@ def server_app_kwargs(args: argparse.Namespace) -> dict[str, Any]:
                             expected="a server URL, or a server log")
     for name, value in (("--interval", args.interval), ("--baseline-tok-s", args.baseline_tok_s),
                         ("--expected-accept-len", args.expected_accept_len)):
-        if value is not None and not value > 0:
-            raise EagleLabError("must be a positive number", field=name, found=value)
+        if value is not None and not (math.isfinite(value) and value > 0):  # inf gave a "0.00x" verdict
+            raise EagleLabError("must be a positive finite number", field=name, found=value)
     if args.server is not None:
         feed: MetricsPoller | LogFollower = MetricsPoller(metrics_url(args.server), interval_s=args.interval)
     else:
         path = Path(args.log)
-        if not args.follow and not path.is_file():
-            raise EagleLabError("no such log", file=path, found="a directory" if path.is_dir() else "missing",
-                                hint="use --follow to wait for a log that a server is about to write")
+        check_readable(path, follow=args.follow, what="log",
+                       hint="use --follow to wait for a log that a server is about to write")
         feed = LogFollower(path, follow=args.follow)
     return {"feed": feed, "baseline_tokens_per_s": args.baseline_tok_s, "expected_accept_len": args.expected_accept_len}
+
+
+def check_readable(path: Path, *, follow: bool, what: str, hint: str) -> None:
+    """Refuse a path that is not a regular file (with ``follow``, a missing one is waited for); a FIFO or
+    a device is named as one and never opened (a FIFO blocks the open, and its size never grows)."""
+    from eaglelab.engine.errors import EagleLabError
+    from eaglelab.probes.file_kind import file_kind
+
+    kind = file_kind(path)
+    if kind == "a regular file" or (kind == "missing" and follow):
+        return
+    if kind == "missing":
+        raise EagleLabError(f"no such {what}", file=path, found=kind, hint=hint)
+    raise EagleLabError(f"cannot read this {what}", file=path, found=kind, expected="a regular file",
+                        hint=f"pass the {what} file itself")
 
 
 def app_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -125,11 +150,8 @@ def app_kwargs(args: argparse.Namespace) -> dict[str, Any]:
             hint="pass a record (eaglelab run PROMPT --record run.jsonl), --live -- RUN_ARGS, or --demo",
         )
     path = Path(args.record)
-    if not args.follow and not path.is_file():
-        raise EagleLabError(
-            "no such run record", file=path, found="missing",
-            hint="use --follow to wait for a record that a run is about to write",
-        )
+    check_readable(path, follow=args.follow, what="run record",
+                   hint="use --follow to wait for a record that a run is about to write")
     if not args.follow:
         from eaglelab.probes.record import read_record
 

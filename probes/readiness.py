@@ -12,17 +12,15 @@ simply mean "not yet". Standard library only (``urllib``).
 
 from __future__ import annotations
 
-import http.client
-import socket
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 from eaglelab.engine.errors import EagleLabError
+from eaglelab.probes import http_get
+from eaglelab.probes.file_kind import file_kind, is_special
 from eaglelab.probes.sglang_log import LogItem, Marker, SglangLogScanner
 
 MODELS_PATH = "/v1/models"
@@ -100,32 +98,24 @@ def is_models_answer(body: bytes) -> bool:
         return False
     try:
         obj = json.loads(body.decode("utf-8"))
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
         return False
     return isinstance(obj, dict) and isinstance(obj.get("data"), list)
 
 
 def probe_models(url: str, timeout_s: float = 5.0) -> HttpProbe:
-    """GET ``url`` (a ``/v1/models`` URL) once; never raises for network trouble."""
-    request = urllib.request.Request(url, method="GET", headers={"Accept": "application/json"})
+    """GET ``url`` (a ``/v1/models`` URL) once, the whole request within ``timeout_s``; never raises
+    for network trouble (a server that trickles or streams without end is cut off at the deadline)."""
     try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            status = int(response.status)
-            body = response.read(MAX_ANSWER_BYTES + 1)
-        if 200 <= status < 300 and not is_models_answer(body):
-            return HttpProbe(False, status, f"{status} but not an OpenAI /v1/models answer (another server on this port?)")
-        return HttpProbe(200 <= status < 300, status, str(status))
-    except urllib.error.HTTPError as exc:
-        return HttpProbe(False, exc.code, f"{exc.code} {exc.reason}")
-    except urllib.error.URLError as exc:
-        reason = exc.reason
-        if isinstance(reason, ConnectionRefusedError):
-            return HttpProbe(False, None, "connection refused")
-        return HttpProbe(False, None, str(reason))
-    except (socket.timeout, TimeoutError):
-        return HttpProbe(False, None, f"no answer within {timeout_s:g} s")
-    except (OSError, http.client.HTTPException) as exc:  # reset mid-answer, garbled answer
-        return HttpProbe(False, None, type(exc).__name__)
+        answer = http_get.get(url, deadline_s=timeout_s, max_bytes=MAX_ANSWER_BYTES, accept="application/json")
+    except http_get.RequestFailed as exc:
+        if exc.status is not None:
+            return HttpProbe(False, exc.status, f"{exc.status} {exc.reason}".strip())
+        return HttpProbe(False, None, str(exc))
+    if not is_models_answer(answer.body):
+        return HttpProbe(False, answer.status,
+                         f"{answer.status} but not an OpenAI /v1/models answer (another server on this port?)")
+    return HttpProbe(True, answer.status, str(answer.status))
 
 
 @dataclass
@@ -170,6 +160,9 @@ def wait_ready(
 ) -> ReadinessResult:
     """Poll until the server is warm or ``timeout_s`` passes; report each milestone once."""
     target = models_url(url)
+    if log is not None and is_special(log):  # a FIFO's size never grows: its markers would never be seen
+        raise EagleLabError("cannot watch this server log", file=log, field="--log", found=file_kind(log),
+                            expected="a regular file (or one not written yet)", hint="pass the log file itself")
     tail = LogTail(Path(log)) if log is not None else None
     start = clock()
     reached: dict[str, Milestone] = {}

@@ -31,6 +31,7 @@ from eaglelab.probes.events import (
     from_json,
     to_json,
 )
+from eaglelab.probes.file_kind import file_kind, is_special
 
 RECORD_FORMAT = "eaglelab-record"
 HEADER_TYPE = "header"
@@ -57,8 +58,8 @@ def is_record_file(path: str | Path) -> bool:
     with open(path, "rb") as f:
         first = f.readline(1 << 16)
     try:
-        obj = json.loads(first.decode("utf-8"))
-    except ValueError:
+        obj = loads_bounded(first.decode("utf-8"))
+    except (ValueError, RecursionError):
         return False
     return isinstance(obj, dict) and obj.get("type") == HEADER_TYPE and obj.get("format") == RECORD_FORMAT
 
@@ -70,8 +71,8 @@ def check_record_output(path: str | Path, *, mode: str = "new") -> None:
     path = Path(path)
     if not path.exists() or (path.is_file() and path.stat().st_size == 0):
         return
-    if path.is_dir():
-        raise EagleLabError("is a directory", file=path, field="--record", expected="a .jsonl file",
+    if is_special(path):  # a FIFO is never opened: reading its first line would block until a writer came
+        raise EagleLabError(f"is {file_kind(path)}", file=path, field="--record", expected="a .jsonl file",
                             hint="name a file, e.g. --record run.jsonl")
     if not is_record_file(path):
         raise EagleLabError("is not an eaglelab run record: refusing to write into it", file=path, field="--record",
@@ -93,6 +94,7 @@ class RecordWriter:
 
     def __init__(self, path: str | Path, *, mode: str = "append") -> None:
         self.path = Path(path)
+        self._broken = False
         check_record_output(self.path, mode=mode)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if mode == "replace":
@@ -116,14 +118,26 @@ class RecordWriter:
 
     def _write_obj(self, obj: dict[str, Any]) -> None:
         assert self._file is not None, f"record {self.path} was closed"
-        self._file.write(json.dumps(obj, separators=(",", ":")) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(obj, separators=(",", ":")) + "\n")
+            self._file.flush()
+        except OSError as exc:  # a full disk, a file-size limit, a device gone: the lines so far stay readable
+            self._broken = True
+            raise EagleLabError(
+                "cannot write the run record", file=self.path, field="--record",
+                found=exc.strerror or type(exc).__name__,
+                hint="free space on that disk or name a record elsewhere; the lines written so far can be read",
+            ) from exc
 
     def close(self) -> None:
         """Close the file (idempotent)."""
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            file, self._file = self._file, None
+            try:
+                file.close()
+            except OSError:  # the flush of the line whose write already failed, and was reported
+                if not self._broken:
+                    raise
 
     def __enter__(self) -> "RecordWriter":
         return self
@@ -183,8 +197,8 @@ class _LineDecoder:
         if not text:
             return None
         try:
-            obj = json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int)
-        except ValueError:
+            obj = loads_bounded(text)
+        except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
             self.skipped += 1
             return None
         if not isinstance(obj, dict) or not isinstance(obj.get("type"), str):  # not an event (a list, a number type ...)
@@ -207,11 +221,27 @@ class _LineDecoder:
 
 
 MAX_JSON_INT = 1 << 53  # beyond this an integer in a record is damage (and would overflow counters)
+# Beyond this a number in a record is damage too: no time (ms, s since 1970), count or rate of a run
+# comes near it, and sums of numbers below it stay finite (1e400 parsed as infinity, 1e308 + 1e308 too).
+MAX_JSON_NUMBER = float(1 << 53)
+
+
+def loads_bounded(text: str) -> Any:
+    """``json.loads`` for record lines: ``NaN``, ``Infinity``, and numbers past :data:`MAX_JSON_NUMBER`
+    raise ValueError (so does deep nesting: RecursionError, which callers catch with it)."""
+    return json.loads(text, parse_constant=_refuse_constant, parse_int=_bounded_int, parse_float=_bounded_float)
 
 
 def _refuse_constant(name: str) -> Any:
     """``NaN``, ``Infinity`` and ``-Infinity`` are not JSON: a line holding one is skipped."""
     raise ValueError(f"{name} is not a JSON number")
+
+
+def _bounded_float(text: str) -> float:
+    value = float(text)
+    if not abs(value) <= MAX_JSON_NUMBER:  # also false for the infinity 1e400 parses to
+        raise ValueError(f"number {text[:20]} out of range")
+    return value
 
 
 def _bounded_int(text: str) -> int:

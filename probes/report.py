@@ -22,6 +22,7 @@ from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA, EXPECTED_EAGER
 from eaglelab.probes.bus import RunTotals
 from eaglelab.probes.economics import EconomicsInputs, analyse
 from eaglelab.probes.events import Step
+from eaglelab.probes.file_kind import file_kind
 from eaglelab.probes.record import read_record
 from eaglelab.probes.sglang_log import SglangLogScanner, SglangLogSummary, parse_line
 
@@ -71,7 +72,7 @@ def detect_source(path: str | Path) -> str:
         if text.startswith("{"):
             try:
                 obj = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
                 obj = None
             if isinstance(obj, dict) and "type" in obj:
                 json_lines += 1
@@ -88,9 +89,8 @@ def detect_source(path: str | Path) -> str:
 
 def _head_lines(path: Path) -> list[str]:
     if not path.is_file():
-        found = "a directory" if path.is_dir() else "no such file"
         raise EagleLabError(
-            "cannot report on this path", file=path, found=found,
+            "cannot report on this path", file=path, found=file_kind(path), expected="a regular file",
             hint="pass a run record (eaglelab run --record FILE) or an SGLang server log",
         )
     try:

@@ -20,6 +20,7 @@ SGLang's Decode lines are read by :mod:`eaglelab.probes.sglang_log` (the parser 
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -71,8 +72,13 @@ def parse_vllm_spec(text: str) -> VllmSpecLine | None:
 
 
 def _float(text: str) -> float | None:
-    value = float(text)
-    return None if value != value else value  # vLLM prints "nan" for an idle interval
+    """A printed figure, or None for ``nan`` (vLLM's idle interval) and anything not a finite number
+    (``1.2.3`` matches the digits-and-dots pattern, ``1e999`` is infinite)."""
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return value if math.isfinite(value) else None
 
 
 def vllm_spec_reading(line: VllmSpecLine, rank: str) -> ServerReading | None:
@@ -84,7 +90,7 @@ def vllm_spec_reading(line: VllmSpecLine, rank: str) -> ServerReading | None:
     """
     if line.drafted == 0 or (line.mean_accept_len is None and line.draft_accept_rate is None):
         return None
-    mean = line.mean_accept_len
+    mean = line.mean_accept_len if line.mean_accept_len is not None and line.mean_accept_len >= 1.0 else None
     drafts = line.accepted / (mean - 1.0) if mean is not None and mean > 1.0 and line.accepted else None
     rate = line.accepted / line.drafted if line.accepted is not None and line.drafted else line.draft_accept_rate
     return ServerReading(
@@ -143,7 +149,7 @@ class ServerLogWatch:
         if engine is not None:
             self.engine_index = int(engine.group(1))
             running = float(engine.group(4)) if engine.group(4) is not None else None
-            return ServerReading(f"engine {self.engine_index}", gen_tokens_per_s=float(engine.group(3)),
+            return ServerReading(f"engine {self.engine_index}", gen_tokens_per_s=_float(engine.group(3)),
                                  running_reqs=running), "vllm"
         row = _GRAPH_ROW.match(text.strip())
         if row is not None and self.engine != "sglang":

@@ -34,17 +34,20 @@ again from that poll.
 from __future__ import annotations
 
 import math
-import urllib.error
 import urllib.parse
-import urllib.request
 from dataclasses import dataclass, field
 
 from eaglelab.engine.errors import EagleLabError
+from eaglelab.probes import http_get
 from eaglelab.probes.prom_text import Exposition, Sample, parse_exposition
 from eaglelab.probes.server_readings import ServerReading, ServerUpdate
 
 ENGINES = ("vllm", "sglang")
 MAX_PAGE_BYTES = 64 << 20
+# No counter of a real server comes near 2**53 (it would be exact no more); a larger value is damage,
+# and sums of values below it stay finite (two counters of 1e308 made the mean infinite, then NaN).
+MAX_VALUE = float(1 << 53)
+MAX_POSITION = 1024  # per-position labels past this are damage (a drafter proposes a few tokens deep)
 
 # vLLM counter families (exposed as NAME_total) -> our key.
 _VLLM_COUNTERS = {
@@ -122,7 +125,7 @@ def parse_scrape(text: str, t: float) -> Scrape:
     model = next((s.label("model_name") for s in page.samples if s.label("model_name")), None)
     reader = _read_vllm if engine == "vllm" else _read_sglang
     for sample in page.samples:
-        if math.isfinite(sample.value):  # a NaN or infinite counter says nothing we can use
+        if abs(sample.value) <= MAX_VALUE:  # NaN, infinite or absurd: says nothing we can use
             reader(sample, ranks, server)
     created = {(s.name, s.labels): s.value for s in page.samples
                if s.name.endswith("_created") and s.name.startswith(engine + ":")}
@@ -163,10 +166,24 @@ def _read_vllm(sample: Sample, ranks: dict[str, RankScrape], server: dict[str, f
     key = f"engine {engine}" if engine is not None else "server"
     if family in _VLLM_COUNTERS:
         _rank(ranks, key).counters[_VLLM_COUNTERS[family]] = sample.value
-    elif family == _VLLM_PER_POS and (sample.label("position") or "").isdigit():
-        _rank(ranks, key).per_pos[int(sample.label("position") or 0)] = sample.value
+    elif family == _VLLM_PER_POS and _position(sample.label("position")) is not None:
+        _rank(ranks, key).per_pos[_position(sample.label("position"))] = sample.value  # type: ignore[index]
     elif sample.name in _VLLM_GAUGES:
         _rank(ranks, key).gauges[_VLLM_GAUGES[sample.name]] = sample.value
+
+
+def _position(label: str | None) -> int | None:
+    """A ``position`` label as a draft depth: ASCII digits up to :data:`MAX_POSITION` (``"²"`` is a
+    digit to ``str.isdigit`` and no number to ``int``)."""
+    if label is None or not (label.isascii() and label.isdigit()) or len(label) > 6:
+        return None
+    value = int(label)
+    return value if value <= MAX_POSITION else None
+
+
+def plausible_len(value: float | None) -> float | None:
+    """An accepted length (bonus included) a server can report: finite and at least 1; else None."""
+    return value if value is not None and math.isfinite(value) and value >= 1.0 else None
 
 
 def _read_sglang(sample: Sample, ranks: dict[str, RankScrape], server: dict[str, float]) -> None:
@@ -230,8 +247,8 @@ def _vllm_reading(rank: RankScrape, before: RankScrape | None, dt: float | None,
     ) if spoke else ()
     return ServerReading(
         rank=rank.rank,
-        accept_len=1.0 + accepted / drafts if spoke and accepted is not None else None,
-        accept_rate=accepted / offered if spoke and accepted is not None and offered else None,
+        accept_len=plausible_len(1.0 + accepted / drafts) if spoke and accepted is not None and accepted >= 0 else None,
+        accept_rate=accepted / offered if spoke and accepted is not None and accepted >= 0 and offered else None,
         per_position=per_pos,  # type: ignore[arg-type]
         drafts=drafts if spoke else None,
         draft_tokens=offered if spoke else None,
@@ -251,11 +268,11 @@ def _sglang_reading(rank: RankScrape, before: RankScrape | None, dt: float | Non
         graphs, eager = graphs or 0.0, eager or 0.0
     elif "is_cuda_graph" in g and not idle:
         graphs, eager = (1.0, 0.0) if g["is_cuda_graph"] >= 0.5 else (0.0, 1.0)  # one batch seen
-    accept_len = g.get("accept_len")
+    accept_len = plausible_len(g.get("accept_len")) if not idle else None
     return ServerReading(
         rank=rank.rank,
-        accept_len=accept_len if accept_len is not None and accept_len >= 1.0 and not idle else None,
-        accept_rate=g.get("accept_rate") if accept_len is not None and accept_len >= 1.0 and not idle else None,
+        accept_len=accept_len,
+        accept_rate=g.get("accept_rate") if accept_len is not None else None,
         gen_tokens_per_s=g.get("gen_throughput") if not idle else None,
         cuda_graph_passes=graphs,
         eager_passes=eager,
@@ -335,8 +352,13 @@ class MetricsWatch:
 
 def metrics_url(url: str) -> str:
     """``url`` with ``/metrics`` added when it names only a server; user errors raise."""
-    parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
-    if parts.scheme not in ("http", "https") or not parts.netloc:
+    try:
+        parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
+        parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
+    except ValueError as exc:
+        raise EagleLabError(f"not a valid URL ({exc})", field="--server", found=url,
+                            expected="http://HOST:PORT[/metrics]") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
         raise EagleLabError(
             "not a server URL", field="--server", found=url, expected="http://HOST:PORT[/metrics]",
             hint="e.g. eaglelab tui --server http://127.0.0.1:30000",
@@ -346,25 +368,14 @@ def metrics_url(url: str) -> str:
 
 
 def fetch_metrics(url: str, *, timeout_s: float = 5.0) -> str:
-    """GET ``url`` (a ``/metrics`` page) directly, without proxies; :class:`ServerUnreachable` if no answer."""
-    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-    request = urllib.request.Request(url, headers={"Accept": "text/plain"})
+    """GET ``url`` (a ``/metrics`` page) directly, without proxies; :class:`ServerUnreachable` if no
+    complete answer came within ``timeout_s`` for the whole request (not per read: a server that
+    trickles bytes or streams without end is cut off) or it was larger than :data:`MAX_PAGE_BYTES`."""
     try:
-        with opener.open(request, timeout=timeout_s) as response:
-            body = response.read(MAX_PAGE_BYTES + 1)
-    except urllib.error.HTTPError as exc:
-        hint = " (SGLang serves /metrics only with --enable-metrics)" if exc.code == 404 else ""
-        raise ServerUnreachable(f"HTTP {exc.code} {exc.reason} from {url}{hint}") from exc
-    except urllib.error.URLError as exc:
-        raise ServerUnreachable(f"cannot reach {url}: {_reason_words(exc.reason)}") from exc
-    except (OSError, ValueError) as exc:  # timeouts, resets, a malformed answer
-        raise ServerUnreachable(f"cannot read {url}: {_reason_words(exc)}") from exc
-    if len(body) > MAX_PAGE_BYTES:
-        raise ServerUnreachable(f"{url} answered more than {MAX_PAGE_BYTES >> 20} MiB: not a metrics page")
-    return body.decode("utf-8", errors="replace")
-
-
-def _reason_words(reason: object) -> str:
-    if isinstance(reason, OSError) and reason.strerror:
-        return reason.strerror.lower()
-    return str(reason) or type(reason).__name__
+        answer = http_get.get(url, deadline_s=timeout_s, max_bytes=MAX_PAGE_BYTES, accept="text/plain")
+    except http_get.RequestFailed as exc:
+        if exc.status is not None:
+            hint = " (SGLang serves /metrics only with --enable-metrics)" if exc.status == 404 else ""
+            raise ServerUnreachable(f"{exc} from {url}{hint}") from None
+        raise ServerUnreachable(f"cannot reach {url}: {exc}") from None
+    return answer.body.decode("utf-8", errors="replace")

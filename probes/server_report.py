@@ -26,6 +26,7 @@ from eaglelab.probes.server_metrics import (
     ServerUnreachable,
     fetch_metrics,
     metrics_url,
+    update_between,
 )
 from eaglelab.probes.server_totals import ServerTotals
 
@@ -78,7 +79,11 @@ def summarise_url(
             totals.observe(update)
     notes = [f"figures over {window_s:g} s between two reads of {target}" if pages == 2
              else f"one read of {target}: acceptance since the server started"]
-    return _report(totals, f"{totals.engine}-metrics", target, baseline_tok_s, expected_accept_len, notes)
+    since = None
+    if pages == 2 and watch.previous is not None:  # the counters' totals, beside the window's rates
+        since = ServerTotals()
+        since.observe(update_between(None, watch.previous))
+    return _report(totals, f"{totals.engine}-metrics", target, baseline_tok_s, expected_accept_len, notes, since)
 
 
 def _fetch(url: str) -> str:
@@ -124,15 +129,24 @@ def summarise_vllm_log(
 
 
 def _report(
-    totals: ServerTotals, source: str, path: str, baseline: float | None, expected: float, notes: list[str]
+    totals: ServerTotals, source: str, path: str, baseline: float | None, expected: float, notes: list[str],
+    since: ServerTotals | None = None,
 ) -> Report:
+    """The report of what ``totals`` folded; ``since``: the same server's figures from its counters'
+    totals, shown beside a window's and standing in for its acceptance when the window had none."""
     verdicts = list(totals.statuses)
-    if totals.accept_len is not None:
+    accept_len, accept_rate = totals.accept_len, totals.accept_rate
+    if accept_len is None and since is not None and since.accept_len is not None:
+        accept_len, accept_rate = since.accept_len, since.accept_rate
+        notes.append(_IDLE_WORDS.get(totals.engine or "", _IDLE_WORDS["vllm"]))
+    if accept_len is not None:
         economics = live_economics(
-            totals.accept_len, totals.tokens_per_s, baseline_tokens_per_s=baseline,
+            max(accept_len, 1.0), totals.tokens_per_s, baseline_tokens_per_s=baseline,  # max: rounding of a mean
             expected_accept_len=expected, cuda_graph_share=totals.cuda_graph_share, engine=totals.engine,
         )
         verdicts.insert(0, economics.verdict)
+    else:
+        verdicts.insert(0, _INCONCLUSIVE)
     for row in totals.rank_rows():
         notes.append(
             f"{row.rank}: accepted length {_fmt(row.accept_len, '{:.2f}')}, accept rate "
@@ -142,8 +156,8 @@ def _report(
     return Report(
         source=source,
         path=path,
-        accept_len_mean=totals.accept_len,
-        accept_rate_mean=totals.accept_rate,
+        accept_len_mean=accept_len,
+        accept_rate_mean=accept_rate,
         gen_throughput_mean=totals.tokens_per_s,
         cuda_graph_fraction=totals.cuda_graph_share,
         decode_lines=totals.updates,
@@ -157,9 +171,29 @@ def _report(
             "cuda_graph_modes": dict(totals.graph_modes),
             "ranks": [row.__dict__ for row in totals.rank_rows()],
             "baseline_tok_s": baseline,
+            "since_start": _since_json(since),
         },
         notes=tuple(notes),
     )
+
+
+_INCONCLUSIVE = (
+    "inconclusive: no usable acceptance figure (nothing drafted while watched, speculative decoding off, "
+    "or counters that cannot be right); read the server again while it serves speculative requests"
+)
+_IDLE_WORDS = {
+    "vllm": "the server drafted nothing during the window: acceptance shown is since the server started "
+            "(idle window); throughput is the window's",
+    "sglang": "the server generated nothing during the window (idle): acceptance shown is its last decode-log "
+              "interval, since the server started; throughput is the window's",
+}
+
+
+def _since_json(since: ServerTotals | None) -> dict | None:
+    if since is None:
+        return None
+    return {"accept_len": since.accept_len, "accept_rate": since.accept_rate,
+            "per_position_accept_rate": list(since.per_position), "cuda_graph_fraction": since.cuda_graph_share}
 
 
 def _fmt(value: float | None, pattern: str) -> str:

@@ -90,10 +90,22 @@ class ServerTotals:
             self.recent_accept_len = accepted
         rate = update.gen_tokens_per_s
         if rate is None and any(r.gen_tokens_per_s is not None for r in update.readings):
-            rate = sum(t.latest_tokens_per_s or 0.0 for t in self._ranks.values())
+            rate = self._summed_rate()
         if rate is not None:
             self.recent_tokens_per_s = rate
             self._throughput.add(rate, 1.0)
+
+    def _summed_rate(self) -> float:
+        """The server's throughput from its ranks' latest figures: summed over data-parallel groups, not
+        over the TP (or PP) ranks of one group, which all report the same batches (SGLang with metrics on
+        every scheduler: two TP ranks at 82 tok/s are 82 tok/s, not 164). The highest figure of a group
+        stands for it, so one rank that has not spoken yet does not pull it down."""
+        groups: dict[str, float] = {}
+        for name, t in self._ranks.items():
+            if t.latest_tokens_per_s is not None:
+                group = dp_group(name)
+                groups[group] = max(groups.get(group, t.latest_tokens_per_s), t.latest_tokens_per_s)
+        return sum(groups.values())
 
     def _start_over(self) -> None:
         """A restarted server: its figures begin again (the statuses stay)."""
@@ -185,6 +197,12 @@ class ServerTotals:
                 running_reqs=t.latest.running_reqs if t.latest is not None else None,
             ))
         return tuple(rows)
+
+
+def dp_group(rank: str) -> str:
+    """The data-parallel group of a rank name: ``"DP1 TP3"`` -> ``"DP1"``, ``"TP1"`` -> ``""`` (one group),
+    ``"engine 1"`` -> ``"engine 1"`` (a vLLM engine is its own group)."""
+    return " ".join(part for part in rank.split() if not part.startswith(("TP", "PP")))
 
 
 def _weight(r: ServerReading) -> float:

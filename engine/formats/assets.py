@@ -49,12 +49,24 @@ HUMANEVAL_PROBLEMS = WheelAsset(  # read only to keep training prompts off the e
 
 
 def cache_dir() -> Path:
-    """``$EAGLELAB_CACHE``, else ``$XDG_CACHE_HOME/eaglelab``, else ``~/.cache/eaglelab``."""
+    """``$EAGLELAB_CACHE``, else ``$XDG_CACHE_HOME/eaglelab``, else ``~/.cache/eaglelab``.
+
+    Refused (naming the variable): a path that is not UTF-8 (it reaches messages, JSON and compiled
+    kernels' paths, which all need text) and a path that exists but is not a directory.
+    """
     env = os.environ.get("EAGLELAB_CACHE")
-    if env:
-        return Path(env)
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "eaglelab"
+    name, path = ("EAGLELAB_CACHE", Path(env)) if env else (
+        "XDG_CACHE_HOME" if os.environ.get("XDG_CACHE_HOME") else "HOME",
+        Path(os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")) / "eaglelab")
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:  # a non-UTF-8 byte arrives as a lone surrogate
+        raise EagleLabError("the cache path is not valid UTF-8", field=name, found=ascii(str(path)),
+                            hint=f"set {name} to a UTF-8 path, e.g. {name}=~/.cache/eaglelab") from None
+    if path.exists() and not path.is_dir():
+        raise EagleLabError("the cache path is not a directory", field=name, file=path,
+                            hint=f"point {name} at a directory (eaglelab keeps models and kernels there)")
+    return path
 
 
 def asset_path(asset: WheelAsset, log=print) -> Path:
