@@ -345,7 +345,7 @@ def spec_kernel_sets(ctx, rows: list) -> list[SpecKernelSet]:
     """The kernel sets of the speculative configurations that ran (decode-mode verify or not: the profile
     verifies in decode mode, a phase), one per (GEMV, decode attention) choice; on CUDA the set's compiler
     when one of its configurations compiles. On CPU the eager layers are the spec-decode config's own."""
-    from eaglelab.bench.harness import CONFIGS
+    from eaglelab.bench.configs import CONFIGS
     from eaglelab.engine.model.layers import EAGER_KERNELS
 
     ran = list(dict.fromkeys(r.config for r in rows if r.skipped is None and CONFIGS[r.config].speculative))
