@@ -350,17 +350,18 @@ class MetricsWatch:
 # -- fetching ----------------------------------------------------------------------------------
 
 
-def metrics_url(url: str) -> str:
-    """``url`` with ``/metrics`` added when it names only a server; user errors raise."""
+def metrics_url(url: str, *, field: str = "--server") -> str:
+    """``url`` with ``/metrics`` added when it names only a server; user errors raise, naming ``field``
+    (the flag or argument the URL came from)."""
     try:
         parts = urllib.parse.urlsplit(url if "://" in url else f"http://{url}")
         parts.port  # noqa: B018 - raises ValueError for a port that is not a number in 0..65535
     except ValueError as exc:
-        raise EagleLabError(f"not a valid URL ({exc})", field="--server", found=url,
+        raise EagleLabError(f"not a valid URL ({exc})", field=field, found=url,
                             expected="http://HOST:PORT[/metrics]") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise EagleLabError(
-            "not a server URL", field="--server", found=url, expected="http://HOST:PORT[/metrics]",
+            "not a server URL", field=field, found=url, expected="http://HOST:PORT[/metrics]",
             hint="e.g. eaglelab tui --server http://127.0.0.1:30000",
         )
     path = parts.path if parts.path not in ("", "/") else "/metrics"

@@ -62,7 +62,7 @@ def summarise_url(
     clock: Callable[[], float] = time.monotonic,
 ) -> Report:
     """Read a server's ``/metrics`` (twice, ``window_s`` apart) and summarise it."""
-    target = metrics_url(url)
+    target = metrics_url(url, field="URL")
     watch = MetricsWatch()
     pages = 1 if window_s <= 0 else 2
     totals = ServerTotals()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rich.markup import escape
 from rich.text import Text
 from textual.widgets import DataTable
 
@@ -49,7 +50,8 @@ class AllReduceTable(DataTable):
             share = Text(fmt.hbar(r.total_ms / peak, 8), style="yellow")
             share.append(f" {fmt.pct(r.total_ms / total)}", style="dim")
             self.add_row(
-                r.layer, r.site, r.calls, f"{r.mean_ms:.3f}", f"{r.total_ms:.2f}", share, fmt.nbytes(r.mean_bytes),
+                r.layer, escape(str(r.site)), r.calls,  # escaped: a site name from a record is not markup
+                f"{r.mean_ms:.3f}", f"{r.total_ms:.2f}", share, fmt.nbytes(r.mean_bytes),
                 f"{r.in_graph}/{r.calls}",
             )
         if view.allreduce:

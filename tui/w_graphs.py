@@ -35,7 +35,8 @@ class GraphStatus(Static):
         for name, justify in (("phase", "left"), ("status", "left"), ("replay", "right"), ("eager", "right")):
             table.add_column(name, justify=justify, no_wrap=True)  # type: ignore[arg-type]
         for row in view.graphs:
-            table.add_row(row.phase, _status(row), str(row.replays), str(row.eager))
+            table.add_row(Text(row.phase), _status(row),  # Text: a phase name from a record is not markup
+                          str(row.replays), str(row.eager))
         parts: list[Text | Table] = [table]
         why = [(row.phase, reason, n) for row in view.graphs for reason, n in row.reasons[:2]]
         if why:

@@ -35,7 +35,8 @@ class RankTable(Static):
             table.add_column(name, justify="left" if name == "rank" else "right", no_wrap=True)
         for row in view.ranks:
             table.add_row(
-                row.rank, fmt.num(row.accept_len), fmt.num(row.latest_accept_len), fmt.pct(row.accept_rate),
+                Text(row.rank), fmt.num(row.accept_len),  # Text: a label from the server is not markup
+                fmt.num(row.latest_accept_len), fmt.pct(row.accept_rate),
                 fmt.num(row.gen_tokens_per_s, 1), fmt.pct(row.cuda_graph_share, 0),
                 fmt.num(row.running_reqs, 0),
             )

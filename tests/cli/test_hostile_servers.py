@@ -77,6 +77,16 @@ def test_a_body_shorter_than_announced_is_not_read_as_a_page() -> None:
             fetch_metrics(server.url + "/metrics", timeout_s=2.0)
 
 
+@pytest.mark.parametrize("url", ["http://[::1", "http://127.0.0.1:99999", "https://127.0.0.1:1"])
+def test_report_on_a_url_that_cannot_be_used_names_the_url(url, capsys) -> None:
+    """An unclosed IPv6 bracket or a port past 65535 was an internal error (ValueError from urllib)."""
+    argv = ["report", url, "--window", "0"]
+    with bounded(30):
+        outcome = run_cli(argv, capsys)
+    assert_handled(outcome, argv)
+    assert outcome.rc == 2 and "'URL'" in outcome.err and url in flat(outcome.err)
+
+
 # ---- flags --------------------------------------------------------------------------------------------------
 
 
@@ -244,3 +254,40 @@ def test_sglang_tp_ranks_of_one_dp_group_are_not_summed(tmp_path, capsys) -> Non
     dp = page("sglang_metrics_dp.txt")  # DP attention: two DP groups, each its own batches: summed
     saved.write_text(dp)
     assert json.loads(run_cli(["report", str(saved), "--json"], capsys).out)["gen_throughput_mean"] == pytest.approx(111.6)
+
+
+# ---- names from a server or a record are text, not markup ---------------------------------------------------
+
+
+def test_a_label_that_looks_like_markup_is_shown_as_it_is(tmp_path) -> None:
+    """``engine="[/]"`` on a page crashed the TUI's rank table (rich read the name as a closing tag)."""
+    import io
+
+    from rich.console import Console
+
+    from eaglelab.probes.server_metrics import MetricsWatch
+    from eaglelab.tui.server_model import ServerModel
+    from eaglelab.tui.w_ranks import RankTable
+
+    text = page("vllm_metrics_2.txt").replace('engine="0"', 'engine="[/]"')
+    model = ServerModel()
+    model.apply_all([MetricsWatch().observe(text, 0.0)])
+    out = io.StringIO()
+    Console(file=out, width=120).print(RankTable.renderable_for(model.view()))
+    assert "engine [/]" in out.getvalue()
+
+
+def test_a_graph_phase_that_looks_like_markup_is_shown_as_it_is() -> None:
+    import io
+
+    from rich.console import Console
+
+    from eaglelab.probes import events as ev
+    from eaglelab.tui.model import RunModel
+    from eaglelab.tui.w_graphs import GraphStatus
+
+    model = RunModel()
+    model.apply_all([ev.Step(0, "decode", {"decode": 1.0}, accept_len=(1,), graph={"[/]": "replay", "[b]x": "eager: y"})])
+    out = io.StringIO()
+    Console(file=out, width=120).print(GraphStatus().renderable_for(model.view()))
+    assert "[/]" in out.getvalue() and "[b]x" in out.getvalue()
