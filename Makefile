@@ -1,6 +1,6 @@
 # eaglelab: the two set-up commands of the README, and what they depend on.
 PY ?= python3
-PROMPT ?= Explain speculative decoding to a new engineer in three sentences.
+PROMPT ?= Give three tips for staying healthy.
 
 .PHONY: install run test bench
 

@@ -148,17 +148,21 @@ def _run(args: argparse.Namespace, tp) -> int:
         baseline = session.plain_engine(observer=observer).generate(
             [ids], args.max_new_tokens, session.sampling, session.generator(),
             warm_up=session.warm_up_tokens(session.spec.plain()))
-    summary_rows(console, session, result, baseline, ar_summary)
+    graphs = session.runner_factory is not None  # CUDA graphs in use: their replay share means something
+    extra = probes.probe_rows(graphs) if session.spec.enabled else []
+    summary_rows(console, session, result, baseline, ar_summary, extra)
     if session.spec.enabled:
-        probes.show()  # per-phase costs, graph status and the verdict
+        for line in probes.verdict_lines():
+            console.print(line)
     finish()
     if args.record:
         err.print(f"[dim]run record written to {args.record} (replay: eaglelab tui {args.record})[/]")
     return 0
 
 
-def summary_rows(console, session, result, baseline, allreduce=None) -> None:
-    """The end-of-run table: tokens, speed, device, dtype, acceptance, speedup, all-reduce cost."""
+def summary_rows(console, session, result, baseline, allreduce=None, probe_rows=()) -> None:
+    """The one end-of-run table: tokens, speed, device, dtype, acceptance, speedup, all-reduce cost, and the
+    probes' own figures (``probe_rows``: accept rate, ms per phase, graph replay share)."""
     from rich.table import Table
 
     from eaglelab.compare import output_difference
@@ -194,6 +198,7 @@ def summary_rows(console, session, result, baseline, allreduce=None) -> None:
             rows.append(("output check", check))
     if allreduce is not None:
         rows.append(("tensor parallel", allreduce_row(allreduce, session.target.config.num_layers)))
+    rows += list(probe_rows)
     for k, v in rows:
         t.add_row(k, str(v))
     console.print(t)

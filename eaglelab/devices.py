@@ -54,3 +54,14 @@ def device_name(device: Any) -> str:
     import torch
 
     return f"{device} ({torch.cuda.get_device_name(device)})"
+
+
+def profile_device(device: Any) -> str:
+    """The name a device profile matches (:func:`eaglelab.profiles.device_key`): ``cpu``, or the GPU's name."""
+    from eaglelab.profiles import device_key
+
+    if device.type != "cuda":
+        return device_key(device.type, None)
+    import torch
+
+    return device_key("cuda", torch.cuda.get_device_name(device))

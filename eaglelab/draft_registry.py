@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from eaglelab.profiles import SHIPPED_NAME, BucketChoice, DeviceProfile, find_profile
+
 DRAFT_CHOICES = "default | ngram | none | PATH"
 SHIPPED_DRAFTER = "smollm2-135m-eagle3"  # eaglelab/drafters/<this>: the drafter for the default model
 
@@ -34,6 +36,11 @@ class TreeFlags:
         return cls(args.steps, args.topk, args.draft_tokens)
 
 
+    @property
+    def given(self) -> bool:
+        return (self.steps, self.topk, self.draft_tokens) != (None, None, None)
+
+
 @dataclass(frozen=True)
 class TreeShape:
     """A drafter kind's tree: draft steps, children per node, tokens verified (0: the spec derives it)."""
@@ -43,29 +50,69 @@ class TreeShape:
     draft_tokens: int
 
 
-def tree_defaults(algorithm: str, flags: TreeFlags) -> TreeShape:
-    """The tree for ``algorithm`` ("eagle3" | "ngram"): the flags given, the defaults for the rest. Every tree
-    default lives here (a per-device measured profile would replace these constants in this one function).
+@dataclass(frozen=True)
+class Where:
+    """What a tree is chosen for: the device's profile name (:func:`eaglelab.profiles.device_key`), the dtype,
+    and the batch size (a device profile measures a tree per batch bucket)."""
 
-    EAGLE-3: a chain (topk 1) of 3 steps, 5 steps for a tree (topk > 1): a tree offers several candidates a
-    depth, so it pays to go deeper than a chain does (``eaglelab tune`` finds the fastest on given hardware).
-    n-gram: always a chain (a lookup proposes one continuation) of 4 steps: a lookup costs no forward, so a
-    step more than EAGLE-3's chain costs only a verify one token wider.
+    device: str
+    dtype: str
+    batch: int = 1
+
+
+def tree_defaults(algorithm: str, flags: TreeFlags, measured: BucketChoice | None = None) -> TreeShape:
+    """The tree for ``algorithm`` ("eagle3" | "ngram"). Every tree default lives here:
+
+    1. any tree flag given: the flags, the constants below for the rest (a profile's tree is all or nothing:
+       its steps with another topk is a tree nobody measured);
+    2. else ``measured``, the device profile's bucket for this batch (:mod:`eaglelab.profiles`);
+    3. else EAGLE-3: a chain (topk 1) of 3 steps, 5 steps for a tree (topk > 1): a tree offers several
+       candidates a depth, so it pays to go deeper than a chain does (``eaglelab tune`` finds the fastest on
+       given hardware). n-gram: always a chain (a lookup proposes one continuation) of 4 steps: a lookup
+       costs no forward, so a step more than EAGLE-3's chain costs only a verify one token wider.
     """
     if algorithm == "ngram":
         return TreeShape(flags.steps if flags.steps is not None else 4, 1, flags.draft_tokens or 0)
+    if measured is not None and not flags.given:
+        return TreeShape(measured.steps, measured.topk, measured.draft_tokens)
     topk = flags.topk if flags.topk is not None else 1
     steps = flags.steps if flags.steps is not None else (5 if topk > 1 else 3)
     return TreeShape(steps, topk, flags.draft_tokens or 0)
 
 
-def tree_spec(algorithm: str, steps: int | None, topk: int | None, draft_tokens: int | None, **modes: Any):
+def tree_spec(algorithm: str, steps: int | None, topk: int | None, draft_tokens: int | None,
+              measured: BucketChoice | None = None, **modes: Any):
     """The :class:`SpecConfig` of a drafter kind, its tree from :func:`tree_defaults` and ``modes``
     (attention_mode, cuda_graphs, compile, ...)."""
     from eaglelab.engine.runtime.spec_config import SpecConfig
 
-    shape = tree_defaults(algorithm, TreeFlags(steps, topk, draft_tokens))
+    shape = tree_defaults(algorithm, TreeFlags(steps, topk, draft_tokens), measured)
     return SpecConfig(algorithm, num_steps=shape.steps, topk=shape.topk, num_draft_tokens=shape.draft_tokens, **modes)
+
+
+def device_profile(drafter_dir: str | None, where: Where | None) -> DeviceProfile | None:
+    """The measured profile of an EAGLE-3 drafter directory on ``where``'s device and dtype, if any (tune's in
+    the eaglelab cache first, then one shipped beside the drafter)."""
+    if drafter_dir is None or where is None:
+        return None
+    from eaglelab.engine.formats.assets import cache_dir
+
+    return find_profile(where.device, where.dtype, drafter_dir, cache_dir())
+
+
+def tree_note(spec: Any, flags: TreeFlags, profile: DeviceProfile | None, where: Where | None) -> str:
+    """Why the run drafts the tree it does, for the summary."""
+    tree = f"tree: {spec.num_steps} steps, topk {spec.topk}, {spec.draft_tokens} draft tokens"
+    if flags.given:
+        return f"{tree} (as flagged{'; the device profile is used only when no tree flag is given' if profile else ''})"
+    if profile is None:
+        device = f" on {where.device} ({where.dtype})" if where else ""
+        return (f"{tree} (default: no measured profile for this drafter{device}; "
+                f"`eaglelab tune` measures one)")
+    bucket = profile.bucket(where.batch if where else 1)
+    origin = "the drafter's shipped profile" if Path(profile.path).name == SHIPPED_NAME else f"profile {profile.path}"
+    return (f"{tree} (measured best for batch <= {bucket.max_batch} on {profile.device}, {profile.dtype}: "
+            f"{bucket.measured or 'no figure recorded'}; {origin})")
 
 
 def shipped_drafter_dir() -> Path | None:
@@ -97,20 +144,28 @@ class DraftChoice:
     kind: str  # "none" | "ngram" | "eagle3"
     spec: Any  # SpecConfig: the tree and modes of this run
     make: Callable[[Any], Any] | None  # spec -> a fresh drafter of this kind (None: no speculation)
-    notes: tuple[str, ...] = ()  # what "default" chose, the aux taps: printed by run and bench
+    notes: tuple[str, ...] = ()  # what "default" chose, the aux taps, why this tree: printed by run and bench
     path: str | None = None  # the drafter directory (EAGLE-3 from disk)
+    profile: DeviceProfile | None = None  # the device profile measured for this drafter, where one matched
+    flags: TreeFlags = TreeFlags()
 
     def drafter(self, spec: Any = None) -> Any:
         """A fresh drafter for ``spec`` (this choice's by default); None without speculation."""
         return self.make(spec if spec is not None else self.spec) if self.make is not None else None
 
+    def tree_for(self, batch: int) -> TreeShape:
+        """The tree for ``batch`` rows: the profile's bucket for that batch (unless tree flags were given)."""
+        measured = self.profile.bucket(batch) if self.profile is not None else None
+        return tree_defaults(self.kind, self.flags, measured)
+
 
 def choose_drafter(draft: str, model: str, target: Any, flags: TreeFlags = TreeFlags(), *,
                    modes: dict[str, Any] | None = None, serving: str | None = None,
-                   log: Callable[[str], None] | None = None, field: str = "--draft") -> DraftChoice:
+                   log: Callable[[str], None] | None = None, field: str = "--draft",
+                   where: Where | None = None) -> DraftChoice:
     """``draft`` for the target ``target`` (a Transformer; ``model`` is its --model value), the tree from
-    ``flags`` and :func:`tree_defaults`, ``modes`` into the spec. An EAGLE-3 drafter is loaded once; its factory
-    shares the network between the drafters it makes."""
+    ``flags``, the device profile for ``where`` and :func:`tree_defaults`, ``modes`` into the spec. An EAGLE-3
+    drafter is loaded once; its factory shares the network between the drafters it makes."""
     from eaglelab.engine.runtime.drafters import NgramDrafter
     from eaglelab.engine.runtime.spec_config import SpecConfig
 
@@ -121,12 +176,15 @@ def choose_drafter(draft: str, model: str, target: Any, flags: TreeFlags = TreeF
         return DraftChoice("none", SpecConfig(**{k: v for k, v in modes.items() if k in PLAIN_MODES}), None, notes)
     if name == "ngram":
         return DraftChoice("ngram", tree_spec("ngram", flags.steps, flags.topk, flags.draft_tokens, **modes),
-                           NgramDrafter, notes)
+                           NgramDrafter, notes, flags=flags)
     from eaglelab.engine.formats.drafter_loader import load_eagle3
 
     net, taps, reason = load_eagle3(name, target, serving=serving, warn=log)
-    spec = tree_spec("eagle3", flags.steps, flags.topk, flags.draft_tokens, **modes)
-    return DraftChoice("eagle3", spec, _eagle3_factory(net, taps), notes + (f"aux taps: {reason}",), path=name)
+    profile = device_profile(name, where)
+    measured = profile.bucket(where.batch) if profile is not None and where is not None else None
+    spec = tree_spec("eagle3", flags.steps, flags.topk, flags.draft_tokens, measured, **modes)
+    notes += (f"aux taps: {reason}", tree_note(spec, flags, profile, where))
+    return DraftChoice("eagle3", spec, _eagle3_factory(net, taps), notes, path=name, profile=profile, flags=flags)
 
 
 def random_drafter(draft: str, target: Any, flags: TreeFlags = TreeFlags(), *, seed: int = 1,
@@ -143,14 +201,14 @@ def random_drafter(draft: str, target: Any, flags: TreeFlags = TreeFlags(), *, s
         return DraftChoice("none", SpecConfig(), None, ("drafter: none",))
     if draft == "ngram":
         return DraftChoice("ngram", tree_spec("ngram", flags.steps, flags.topk, flags.draft_tokens), NgramDrafter,
-                           ("drafter: n-gram",))
+                           ("drafter: n-gram",), flags=flags)
     if draft != "default":
         raise EagleLabError("scale models take --draft default | ngram | none", field="--draft", found=draft)
     net, taps = random_eagle3(target, seed=seed, draft_vocab=draft_vocab or RANDOM_DRAFT_VOCAB)
     spec = tree_spec("eagle3", flags.steps, flags.topk, flags.draft_tokens)
     note = (f"drafter: random EAGLE-3 of the target's width, {net.config.draft_vocab_size}-token draft vocabulary, "
             f"taps hs{list(taps)}")
-    return DraftChoice("eagle3", spec, _eagle3_factory(net, taps), (note,))
+    return DraftChoice("eagle3", spec, _eagle3_factory(net, taps), (note,), flags=flags)
 
 
 def _eagle3_factory(net: Any, taps: tuple[int, ...]) -> Callable[[Any], Any]:

@@ -71,13 +71,16 @@ def eaglelab_target(pytestconfig: pytest.Config):
 
 
 def drafter_for(target, model: str, draft: str, steps: int | None = None, topk: int | None = None,
-                draft_tokens: int | None = None, attention_mode: str = "decode"):
+                draft_tokens: int | None = None, attention_mode: str = "decode", batch: int = 1):
     """(spec, drafter) for a ``--draft``-style name ("default" | "ngram" | a drafter directory), from the drafter
-    registry that ``eaglelab run`` asks; steps/topk/draft_tokens left None take its tree defaults."""
-    from eaglelab.draft_registry import TreeFlags, choose_drafter
+    registry that ``eaglelab run`` asks; steps/topk/draft_tokens left None take its tree defaults (the device
+    profile's tree for ``batch`` rows where the drafter has one for this device and dtype)."""
+    from eaglelab.devices import profile_device
+    from eaglelab.draft_registry import TreeFlags, Where, choose_drafter
 
+    where = Where(profile_device(target.device), str(target.dtype).replace("torch.", ""), batch)
     choice = choose_drafter(draft, model, target.model, TreeFlags(steps, topk, draft_tokens),
-                            modes=dict(attention_mode=attention_mode), field="draft")
+                            modes=dict(attention_mode=attention_mode), field="draft", where=where)
     if choice.kind == "none":
         raise ValueError("draft='none' measures nothing: name a drafter ('default', 'ngram' or a directory)")
     return choice.spec, choice.drafter()
@@ -96,7 +99,7 @@ def eaglelab_spec_run(eaglelab_target, pytestconfig: pytest.Config) -> Callable[
             draft_tokens: int | None = None, attention_mode: str = "decode", max_new_tokens: int = 32) -> SpecRun:
         tok = target.tokenizer
         ids = [tok.chat_ids(p) for p in prompts]
-        spec, drafter = drafter_for(target, model, draft, steps, topk, draft_tokens, attention_mode)
+        spec, drafter = drafter_for(target, model, draft, steps, topk, draft_tokens, attention_mode, len(ids))
         bus = ProbeBus()
         events: list[Any] = []
         bus.subscribe(events.append)

@@ -8,8 +8,8 @@ import argparse
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from eaglelab.devices import device_name, pick_device, pick_dtype, rank_device
-from eaglelab.draft_registry import DRAFT_CHOICES, DraftChoice, TreeFlags, choose_drafter
+from eaglelab.devices import device_name, pick_device, pick_dtype, profile_device, rank_device
+from eaglelab.draft_registry import DRAFT_CHOICES, DraftChoice, TreeFlags, Where, choose_drafter
 from eaglelab.draft_registry import shipped_drafter_dir, tree_spec  # noqa: F401  (the session's API for scripts)
 
 
@@ -41,12 +41,14 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
                         "RMSNorm/rotary/SwiGLU), cached on disk under the eaglelab cache (default: on with CUDA graphs)")
     g.add_argument("--gemv", action=argparse.BooleanOptionalAction, default=None,
                    help="run the projections of a decode or small verify on our few-row kernel: on CUDA the Triton GEMV "
-                        "(<= 64 rows, bf16/fp16), tuned per weight shape on first use (default: off); on CPU a C kernel "
+                        "(<= 64 rows, bf16/fp16), tuned per weight shape on first use (default: the device profile's measured "
+                        "choice, else on); on CPU a C kernel "
                         "(<= 256 rows, float32), built once with the system compiler (default: on when speculating)")
-    g.add_argument("--decode-attn", action=argparse.BooleanOptionalAction, default=False,
+    g.add_argument("--decode-attn", action=argparse.BooleanOptionalAction, default=None,
                    help="run the attention of a decode, verify or draft step (<= 64 query rows, bf16/fp16, CUDA) on "
                         "our Triton kernel made for a few rows over the static cache; past 16 rows a shape keeps SDPA "
-                        "where SDPA is faster; longer prefills keep SDPA (default: off)")
+                        "where SDPA is faster; longer prefills keep SDPA (default on CUDA: the device profile's measured choice, "
+                        "else on)")
 
 
 def add_model_args(p: argparse.ArgumentParser, max_new_tokens: int | None, max_new_help: str = "") -> None:
@@ -59,9 +61,10 @@ def add_model_args(p: argparse.ArgumentParser, max_new_tokens: int | None, max_n
     g.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
     s = p.add_argument_group("speculation")
     s.add_argument("--draft", default="default", help=f"{DRAFT_CHOICES} (default: the drafter shipped for the default model)")
-    s.add_argument("--steps", type=int, default=None, help="draft steps per cycle (default: 3 for a chain, 5 for a "
-                                                            "tree; n-gram 4)")
-    s.add_argument("--topk", type=int, default=None, help="children per tree node (default 1 = chain)")
+    s.add_argument("--steps", type=int, default=None, help="draft steps per cycle (default: the tree measured fastest "
+                        "for this drafter on this device, from its profile; else 3 for a chain, 5 for a tree; n-gram 4)")
+    s.add_argument("--topk", type=int, default=None, help="children per tree node (default: the device profile's, else 1 "
+                        "= chain); any tree flag given sets the whole tree (the profile's is used only with none)")
     s.add_argument("--draft-tokens", type=int, default=None, help="tokens verified per cycle, root included")
     s.add_argument("--serving", choices=("sglang", "vllm"), default=None,
                    help="read the drafter's aux layer ids as this engine would (default: the checkpoint format's)")
@@ -214,15 +217,39 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
         if gemv or (gemv is None and session.spec.enabled):
             _add_cpu_gemm(session, log)
             session.plain_on_mkl = gemv is None  # the plain baseline runs as a --draft none run would
-    elif gemv:
-        _add_gemv(session, log)
-    if getattr(args, "decode_attn", False):
-        _add_decode_attn(session, log)
+        if getattr(args, "decode_attn", None):
+            _add_decode_attn(session, log)
+    else:
+        profile = session.draft.profile
+        for flag, field, add, library in (("--gemv", "gemv", _add_gemv, "cuBLAS"),
+                                          ("--decode-attn", "decode_attn", _add_decode_attn, "SDPA")):
+            on, why = cuda_kernel_default(getattr(args, field, None), profile, flag, library)
+            if why:
+                session.notes.append(why)
+            if on:
+                add(session, log)
     if session.spec.cuda_graphs and device.type == "cuda":
         session.runner_factory = _graph_runner_factory(session)
         session.notes.append("CUDA graphs: captured lazily per batch bucket (an EAGLE-3 cycle as one graph where it "
                              "can be, else a graph per phase); fallbacks say why")
     return session
+
+
+def cuda_kernel_default(asked: bool | None, profile: Any, flag: str, library: str) -> tuple[bool, str | None]:
+    """Whether a CUDA session runs one of our kernels (``--gemv``, ``--decode-attn``), and why when the user did
+    not say: the device profile's measured choice, else on. Both kernels judge themselves per shape on first use
+    (the GEMV keeps cuBLAS where cuBLAS is faster; the decode attention keeps SDPA past 16 query rows where SDPA
+    is faster), so on a GPU nobody measured, on is the choice that cannot lose much."""
+    if asked is not None:
+        return asked, None
+    field = flag.lstrip("-").replace("-", "_")
+    measured = getattr(profile, field, None) if profile is not None else None
+    if measured is not None:
+        return measured, (f"{flag}: {'on' if measured else 'off'} by default, as measured on {profile.device} "
+                          f"({profile.kernels_reason}); --{'no-' if measured else ''}{flag[2:]} to change it")
+    return True, (f"{flag}: on by default (no measured profile for this drafter and GPU; each shape keeps {library} "
+                  f"where {library} times faster on first use; `eaglelab tune` measures a profile); "
+                  f"--no-{flag[2:]} to turn it off")
 
 
 def compile_prefill_note(spec, device_type: str) -> str:
@@ -315,8 +342,9 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
     modes = dict(attention_mode=a.attention_mode, cuda_graphs=graphs, compile=compile_,
                  one_graph_cycle=getattr(a, "one_graph_cycle", True),
                  compile_prefill=getattr(a, "compile_prefill", False))  # commands without these build sessions too
+    where = Where(profile_device(s.target.device), s.dtype_name, batch=1)  # run, trace and the TUI: one prompt
     s.draft = choose_drafter(a.draft, a.model, s.target.model, TreeFlags.from_args(a), modes=modes,
-                             serving=a.serving, log=log)
+                             serving=a.serving, log=log, where=where)
     s.spec, s.drafter = s.draft.spec, s.draft.drafter()
     s.notes += s.draft.notes
     if not s.spec.enabled:

@@ -55,7 +55,6 @@ class ConsoleSummary:
         """The summary as a rich renderable."""
         from rich.console import Group
         from rich.table import Table
-        from rich.text import Text
 
         t = self.totals
         table = Table(title="eaglelab run", show_header=False, title_justify="left")
@@ -65,12 +64,28 @@ class ConsoleSummary:
         table.add_row("seconds", f"{t.seconds:.2f}")
         table.add_row("tokens/s", _fmt(t.tokens_per_s, "{:.1f}"))
         table.add_row("mean accepted length", _fmt(t.mean_accept_len, "{:.2f}"))
-        table.add_row("accept rate", _fmt(t.acceptance.accept_rate, "{:.1%}"))
-        for phase in t.phases_seen():
-            table.add_row(f"{phase} ms (mean)", _fmt(t.mean_phase_ms(phase), "{:.2f}"))
-        table.add_row("CUDA-graph replay share", _fmt(t.replay_fraction, "{:.0%}"))
-        lines = [Text("• " + v) for v in self.verdicts()]
-        return Group(table, *lines)
+        for label, value in self.probe_rows(graphs=True):
+            table.add_row(label, value)
+        return Group(table, *self.verdict_lines())
+
+    def probe_rows(self, graphs: bool) -> list[tuple[str, str]]:
+        """The figures only the probes know, for a summary that already shows tokens, time and accepted
+        length (``eaglelab run``'s): accept rate, mean ms per phase, and the CUDA-graph replay share when
+        the run could replay graphs (``graphs``; on a CPU there are none to speak of)."""
+        t = self.totals
+        rows = [("accept rate", _fmt(t.acceptance.accept_rate, "{:.1%}"))] if t.mean_accept_len is not None else []
+        phases = [f"{p} {_fmt(t.mean_phase_ms(p), '{:.2f}')}" for p in t.phases_seen()]
+        if phases:
+            rows.append(("ms per phase (mean)", ", ".join(phases)))
+        if graphs:
+            rows.append(("CUDA-graph replay share", _fmt(t.replay_fraction, "{:.0%}")))
+        return rows
+
+    def verdict_lines(self) -> list[Any]:
+        """The verdicts as bullet lines."""
+        from rich.text import Text
+
+        return [Text("• " + v) for v in self.verdicts()]
 
     def show(self) -> None:
         """Print the summary now."""

@@ -23,7 +23,7 @@ def test_tree_defaults_fill_only_the_flags_not_given():
 @pytest.fixture
 def odd_defaults(monkeypatch):
     """tree_defaults answering a tree no default ever is: an entry point that does not ask it shows."""
-    monkeypatch.setattr(R, "tree_defaults", lambda algorithm, flags: TreeShape(flags.steps or 2, 1, 0))
+    monkeypatch.setattr(R, "tree_defaults", lambda algorithm, flags, measured=None: TreeShape(flags.steps or 2, 1, 0))
     return 2
 
 

@@ -37,7 +37,7 @@ def test_console_summary_prints_figures_and_verdict_at_the_end() -> None:
     assert "tokens generated" in text and " 8 " in text
     assert "80.0" in text  # 8 tokens / 0.1 s
     assert "3.00" in text  # mean accepted length (4 + 2) / 2
-    assert "verify ms (mean)" in text and "12.00" in text
+    assert "ms per phase (mean)" in text and "verify 12.00" in text
     assert "67%" in text  # 2 of 3 decode/spec steps replayed
     # decode 10 ms, cycle 15 ms, accept 3: 30 / 15 = 2.00x
     assert "speculation pays: 2.00x predicted" in text
@@ -74,3 +74,14 @@ def test_tensorboard_sink_writes_the_expected_scalars(tmp_path: Path) -> None:
     assert values("graph/replay_fraction") == [(1, 1.0), (2, 1.0), (3, pytest.approx(2 / 3))]
     assert values("phase_ms/verify") == [(2, 12.0), (3, 12.0)]
     assert values("run/tok_s") == [(3, pytest.approx(80.0))]
+
+
+def test_probe_rows_leave_the_graph_share_out_where_no_graphs_ran() -> None:
+    """`eaglelab run` folds these into its one summary: on a CPU (no graphs) no replay share is shown."""
+    summary = ConsoleSummary(print_on_finish=False)
+    bus = ProbeBus()
+    bus.subscribe(summary)
+    _drive(bus)
+    labels = [label for label, _ in summary.probe_rows(graphs=False)]
+    assert labels == ["accept rate", "ms per phase (mean)"]
+    assert dict(summary.probe_rows(graphs=True))["CUDA-graph replay share"] == "67%"
