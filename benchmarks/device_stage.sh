@@ -88,10 +88,15 @@ spec_scale() {
     --configs plain-compile-gemv-attn,spec-compile-gemv-attn --no-micro --json "$R/h200_spec_scale.json"
 }
 
-# park_part1: the default model's GGUF part 1 into ~/m, for join_gguf in the next call (the machine stays warm ~30 s)
-park_part1() {
-  mkdir -p ~/m && cp .carry/m1/smolpart_00 ~/m/ && log "part 1 parked"
+# park_parts: every part of the default model's GGUF this call carries (.carry/m*/smolpart_*) into ~/m, for join_gguf
+# in a later call (the machine stays warm ~30 s between calls); park_part1 is its old name
+park_parts() {
+  local f
+  mkdir -p ~/m
+  for f in .carry/m*/smolpart_*; do [ -f "$f" ] && cp "$f" ~/m/ && log "parked $(basename "$f")"; done
+  return 0
 }
+park_part1() { park_parts; }
 
 # spec_profile STEPS TOPK DRAFT_TOKENS: each phase of a speculative cycle profiled kernel by kernel on SmolLM2's shape
 # (random weights, the shipped drafter's 12,288-token draft vocabulary), in what the stage leaves; needs the carried
@@ -102,9 +107,10 @@ spec_profile() {
     --configs spec-compile-gemv-attn --no-micro --profile --json "$R/h200_spec_profile_$1-$2-$3.json"
 }
 
-# join_gguf: the default model's GGUF from part 1 (parked in ~/m by the call before) and .carry/m2's part 2
+# join_gguf: the default model's GGUF from the parts parked in ~/m by the calls before and those this call carries
 join_gguf() {
-  cat ~/m/smolpart_00 .carry/m2/smolpart_01 | xz -d > "$GGUF" || exit 1
+  park_parts
+  cat ~/m/smolpart_* | xz -d > "$GGUF" || exit 1
   sha256sum "$GGUF" | tee "$R/sha.txt"
 }
 
