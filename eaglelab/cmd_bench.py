@@ -1,5 +1,10 @@
 """``eaglelab bench``: plain, speculative and HF decoding side by side on MT-bench prompts.
 
+With no flags, the headline: plain decoding and the default speculative configuration, each exactly as ``eaglelab
+run`` decodes on this device (CUDA graphs of compiled phases and our kernels as the device profile measured them,
+the profile's tree for each batch size), and HF transformers, at batch 1 and 8 on CUDA (1 on a CPU), the passes
+interleaved; ``--full`` sweeps every configuration below at six batch sizes (two on a CPU).
+
 Configurations (``--configs``): plain-eager, plain-graphs, plain-compile, plain-graphs-gemv,
 plain-compile-gemv, plain-compile-gemv-attn, spec-prefill, spec-prefill-graphs, spec-decode, spec-decode-graphs,
 spec-compile, spec-compile-gemv, spec-compile-gemv-attn, hf (``*-compile``: graphs with torch.compile'd phases;
@@ -18,7 +23,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from eaglelab.bench.setup import CPU_DEFAULTS, GPU_DEFAULTS
+from eaglelab.bench.setup import CPU_DEFAULTS, GPU_DEFAULTS, HEADLINE_CPU, HEADLINE_GPU
 from eaglelab.session import add_model_args
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -36,24 +41,44 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "SmolLM2 drafter has 12288): the tree's top-k runs over it every draft step")
     # Greedy, and each configuration chooses graphs, compile, the verify mode and the Triton kernels: not flags here
     # (gemv None: on CPU the session's few-row C kernel, as `run` has it; on CUDA the configs ask for the GEMV).
-    p.set_defaults(temperature=0.0, top_k=0, top_p=1.0, attention_mode="decode", cuda_graphs=False, compile=False,
-                   gemv=None, decode_attn=False)
+    p.set_defaults(temperature=0.0, top_k=0, top_p=1.0, attention_mode="decode", cuda_graphs=False, compile=False)
     w = p.add_argument_group("workload")
+    w.add_argument("--full", action="store_true",
+                   help="the full sweep: every configuration but the *-gemv and *-attn ones (and the headline's), at "
+                        f"batch sizes {GPU_DEFAULTS['batch_sizes']} on CUDA ({CPU_DEFAULTS['batch_sizes']} on a CPU), "
+                        "with phase costs and the micro-measure (default: the headline alone, batch sizes "
+                        f"{HEADLINE_GPU['batch_sizes']} on CUDA, {HEADLINE_CPU['batch_sizes']} on a CPU)")
+    w.add_argument("--gemv", action=argparse.BooleanOptionalAction, default=None,
+                   help="the headline's configurations with (or without) our few-row GEMV (default: as `run` decides: "
+                        "the device profile's measured choice, else on; on a CPU the C kernel when speculating)")
+    w.add_argument("--decode-attn", action=argparse.BooleanOptionalAction, default=None,
+                   help="the headline's configurations with (or without) our Triton decode attention on CUDA "
+                        "(default: as `run` decides: the device profile's measured choice, else on)")
+    w.add_argument("--phase-costs", action=argparse.BooleanOptionalAction, default=None,
+                   help="after the timed passes, one observed pass per configuration for its phase costs (default: "
+                        "on with --full, --configs or --profile; off for the headline, which times end to end)")
     w.add_argument("--compile-prefill", action="store_true", dest="bench_compile_prefill",  # the configs', not the session's
                    help="the *-compile configs compile the prompt's phases too (prefill, the drafter's extend over the "
                         "prompt), plain and speculative alike: each request then runs compiled kernels from its first "
                         "token (compiles once per padded prompt width; not in tok/s)")
-    w.add_argument("--configs", default=None, help="comma list (default: all but the *-gemv and *-attn ones; graph configs only "
-                                                   "on CUDA; none: no configuration, for --profile)")
-    w.add_argument("--batch-sizes", default=None, help=f"comma list (default CUDA {GPU_DEFAULTS['batch_sizes']}, "
-                                                        f"CPU {CPU_DEFAULTS['batch_sizes']})")
-    w.add_argument("--prompts", type=int, default=None, help="MT-bench questions used (first turns; default CUDA 8, CPU 2)")
+    w.add_argument("--configs", default=None, help="comma list (default: the headline; with --full all but the *-gemv and "
+                                                   "*-attn ones; graph configs only on CUDA; none: no configuration, "
+                                                   "for --profile)")
+    w.add_argument("--batch-sizes", default=None, help=f"comma list (default CUDA {HEADLINE_GPU['batch_sizes']}, CPU "
+                                                        f"{HEADLINE_CPU['batch_sizes']}; with --full or --configs CUDA "
+                                                        f"{GPU_DEFAULTS['batch_sizes']}, CPU {CPU_DEFAULTS['batch_sizes']})")
+    w.add_argument("--prompts", type=int, default=None,
+                   help=f"MT-bench questions used (first turns; default CUDA {HEADLINE_GPU['prompts']}, CPU "
+                        f"{HEADLINE_CPU['prompts']}; with --full or --configs CPU {CPU_DEFAULTS['prompts']})")
     w.add_argument("--questions", default=None, metavar="FILE", help="an MT-bench question.jsonl (default: the packaged one)")
     w.add_argument("--max-prompt-tokens", type=int, default=512, help="cut longer prompts")
-    w.add_argument("--repeats", type=int, default=None, help="timed passes per point, each over every prompt; the median pass counts (default 2; "
-                   "the HF peer: one pass over the first batch of prompts)")
-    w.add_argument("--micro", action=argparse.BooleanOptionalAction, default=True,
-                   help="also time a 1-token decode against verifies of 2..8 tokens")
+    w.add_argument("--repeats", type=int, default=None,
+                   help="timed passes, each running every configuration once over every prompt (interleaved); a "
+                        "speedup is the median pass's, the spread over passes shown (default 3; the HF peer: one pass "
+                        "over the first batch of prompts)")
+    w.add_argument("--micro", action=argparse.BooleanOptionalAction, default=None,
+                   help="also time a 1-token decode against verifies of 2..8 tokens (default: on with --full or "
+                        "--configs, off for the headline)")
     w.add_argument("--micro-only", action="store_true", help="only the micro-measure")
     w.add_argument("--compile-mode", default="default", choices=("default", "max-autotune-no-cudagraphs"),
                    help="torch.compile mode of the *-compile configs (max-autotune-no-cudagraphs: inductor tunes "
@@ -80,6 +105,13 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from eaglelab.bench.timing import quiet_torch_notices
+
+    with quiet_torch_notices():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     if args.tp is None or args.tp == 1:
         bench(args, None)
         return 0
@@ -135,19 +167,45 @@ def _print(console, report, rows, micro) -> None:
                   f"{hw['dtype']}, torch {hw['torch']}, transformers {hw['transformers']}")
     for n in report["notes"]:
         console.print(f"[dim]  {n}[/]")
-    if rows:
-        console.print(_rows_table(rows, report["settings"]["speedup_baseline"]))
-        console.print("[dim]graphs: R = replayed from a CUDA graph, E = eager. same tokens: rows identical to "
-                      "plain-eager (every config uses the same static cache length; in bf16 a verify of N tokens "
-                      "rounds differently from 1-token decodes, so speculative rows may drift; float32 is exact)[/]")
-        for line in _eager_reasons(rows):
+    ran = [r for r in rows if r.skipped is None]
+    if ran:
+        console.print(_rows_table(ran, report["settings"]["speedup_baseline"]))
+        console.print("[dim]passes: the speedup of each interleaved pass (each configuration once per pass), min..max; "
+                      "same tokens: rows identical to plain-eager's (in bf16 a verify of N tokens rounds differently "
+                      "from 1-token decodes, so speculative rows may drift; float32 is exact)"
+                      + ("; graphs: R = replayed from a CUDA graph, E = eager" if any(r.graph for r in ran) else "")
+                      + "[/]")
+        for line in _eager_reasons(ran):
             console.print(f"[dim]{line}[/]")
-        for line in _compile_fallback_lines(rows):
+        for line in _compile_fallback_lines(ran):
             console.print(f"[yellow]{line}[/]")
+    for line in _not_run_lines(report.get("not_run", {})):
+        console.print(f"[dim]{line}[/]")
     if micro:
         console.print(_micro_table(micro))
     for line in _headline_lines(report["headline"]):
         console.print(line)
+    console.print(f"[dim]{_what_ran(report['settings'], report.get('not_run', {}))}[/]")
+
+
+def _not_run_lines(not_run: dict[str, str]) -> list[str]:
+    """The configurations that cannot run here, once each, in one line per reason."""
+    by: dict[str, list[str]] = {}
+    for cfg, why in not_run.items():
+        by.setdefault(why, []).append(cfg)
+    return [f"not run here: {', '.join(cfgs)} ({why})" for why, cfgs in by.items()]
+
+
+def _what_ran(settings, not_run: dict[str, str]) -> str:
+    """What this run measured (the configurations that ran: the others are named once, above), and how to get
+    the rest."""
+    batches = ", ".join(map(str, settings["batch_sizes"]))
+    ran = [c for c in settings["configs"] if c not in not_run]
+    if settings["measured"] == "the headline":
+        return (f"measured: the headline ({', '.join(ran)}; batch {batches}; {settings['prompts']} "
+                f"prompts, {settings['repeats']} interleaved passes). `eaglelab bench --full` sweeps every "
+                "configuration at every batch size, with phase costs and the micro-measure")
+    return f"measured: {', '.join(ran) or 'no configuration'}; batch {batches}"
 
 
 def _table(title: str, gap: int = 2):
@@ -163,8 +221,9 @@ def _rows_table(rows, base) -> Any:
     from rich.console import Group
 
     speed = _table(f"end to end (speedup over {base})")
-    for col in ("config", "batch", "tok/s", "speedup", "accept len", "same tokens"):
+    for col in ("config", "batch", "tok/s", "speedup", "passes", "accept", "same tokens"):
         speed.add_column(col, justify="left" if col == "config" else "right", no_wrap=col != "same tokens")
+    observed = any(r.graph for r in rows)  # the headline alone times end to end: no observed pass, no phase costs
     cost = _table("phase costs, ms per cycle", gap=1)  # eight columns: one space keeps the graph column at 80
     for col in ("config", "batch", "decode", "verify", "v/dec", "draft", "extend", "graphs"):
         cost.add_column(col, justify="left" if col in ("config", "graphs") else "right", no_wrap=col != "graphs")
@@ -174,14 +233,12 @@ def _rows_table(rows, base) -> Any:
             speed.add_section()
             cost.add_section()
         last = r.batch
-        if r.skipped:
-            speed.add_row(r.config, str(r.batch), "-", "-", "-", f"[dim]skipped: {r.skipped}[/]")
-            continue
-        speed.add_row(r.config, str(r.batch), _f(r.tok_per_s, "{:.1f}"), _f(r.speedup, "{:.2f}x"),
+        spread = f"{min(r.pass_speedups):.2f}..{max(r.pass_speedups):.2f}" if len(r.pass_speedups) > 1 else "-"
+        speed.add_row(r.config, str(r.batch), _f(r.tok_per_s, "{:.1f}"), _f(r.speedup, "{:.2f}x"), spread,
                       _f(r.mean_accept_len), _f(r.same_tokens_as_plain_eager, "{:.0%}"))
         cost.add_row(r.config, str(r.batch), _f(r.decode_ms, "{:.3f}"), _f(r.verify_ms, "{:.3f}"),
                      _f(r.verify_over_decode), _f(r.draft_ms, "{:.3f}"), _f(r.extend_ms, "{:.3f}"), _graphs_cell(r.graph))
-    return Group(speed, cost, *_request_table(rows))
+    return Group(speed, *([cost] if observed else []), *_request_table(rows))
 
 
 def _request_table(rows) -> list[Any]:
@@ -274,6 +331,11 @@ def _micro_table(micro) -> Any:
 
 
 def _headline_lines(h) -> list[str]:
+    if h.get("warnings"):  # no headline ratio: say why, loudly, with the figures
+        return (["[bold red]no headline: these figures are not to be trusted[/]"]
+                + [f"[red]  {w}[/]" for w in h["warnings"]]
+                + ["[red]  the tables above show each pass's spread; run again on an idle machine (or with more "
+                   "--repeats)[/]"])
     out = ["[bold]headline[/]"]
     if "plain_vs_hf_batch1" in h:
         x = h["plain_vs_hf_batch1"]
@@ -297,7 +359,11 @@ def _headline_lines(h) -> list[str]:
             shown = "  ".join(f"N={n}: {v:.2f}x" for n, v in sorted(vals.items()) if n >= 4)
             out.append(f"  verify cost / 1-token decode, batch 1, {label}: {shown}")
     for cfg, by_batch in h.get("spec_speedup", {}).items():
-        shown = "  ".join(f"b{b}: {v:.2f}x" for b, v in sorted(by_batch.items()))
+        passes = h.get("spec_speedup_passes", {}).get(cfg, {})
+        shown = "  ".join(f"b{b}: {v:.2f}x" + (f" ({passes[b]['min']:.2f}..{passes[b]['max']:.2f} over "
+                                               f"{passes[b]['passes']} passes)" if passes.get(b, {}).get("passes", 0) > 1
+                                               else "")
+                          for b, v in sorted(by_batch.items()))
         out.append(f"  {cfg} speedup over {h['baseline']}: {shown}")
         for b, x in sorted(h.get("spec_speedup_spread", {}).get(cfg, {}).items()):
             out.append(f"    b{b}, prompt group by group ({x['groups']}): {x['min']:.2f}x .. {x['max']:.2f}x, "

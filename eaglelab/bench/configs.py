@@ -39,6 +39,8 @@ CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
                 description="plain greedy, CUDA graphs, Triton GEMV for the projections"),
     BenchConfig("plain-compile-gemv", False, "decode", True, compile=True, gemv=True,
                 description="plain greedy, CUDA graphs + torch.compile'd phases + Triton GEMV"),
+    BenchConfig("plain-compile-attn", False, "decode", True, compile=True, attn=True,
+                description="plain greedy, CUDA graphs + torch.compile'd phases + Triton decode attention"),
     BenchConfig("plain-compile-gemv-attn", False, "decode", True, compile=True, gemv=True, attn=True,
                 description="plain greedy, CUDA graphs + torch.compile'd phases + Triton GEMV + Triton decode attention"),
     BenchConfig("spec-prefill", True, "prefill", False, description="speculative, verify as eager extend"),
@@ -49,6 +51,9 @@ CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
                 description="speculative, decode-mode verify, CUDA graphs + torch.compile'd phases"),
     BenchConfig("spec-compile-gemv", True, "decode", True, compile=True, gemv=True,
                 description="speculative, decode-mode verify, CUDA graphs + torch.compile'd phases + Triton GEMV"),
+    BenchConfig("spec-compile-attn", True, "decode", True, compile=True, attn=True,
+                description="speculative, decode-mode verify, CUDA graphs + torch.compile'd phases + Triton decode "
+                            "attention"),
     BenchConfig("spec-compile-gemv-attn", True, "decode", True, compile=True, gemv=True, attn=True,
                 description="speculative, decode-mode verify, CUDA graphs + torch.compile'd phases + Triton GEMV "
                             "+ Triton decode attention"),
@@ -80,11 +85,48 @@ def pick_configs(text: str | None, default: str | None = None, measures_else: bo
     return names
 
 
+@dataclass(frozen=True)
+class Regime:
+    """How ``eaglelab run`` decodes on a device, as bench and tune measure it: CUDA graphs (on CUDA), their
+    phases torch.compile'd, our Triton GEMV and decode attention, the one-graph cycle; ``reasons``: why each
+    value was chosen (the session's notes: the device profile's measured choice, else the default)."""
+
+    graphs: bool
+    compile: bool = False
+    gemv: bool = False
+    attn: bool = False
+    one_graph: bool = True
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def label(self) -> str:
+        if not self.graphs:
+            return "eager"
+        parts = ["CUDA graphs"] + ["torch.compile"] * self.compile + ["Triton GEMV"] * self.gemv
+        parts += ["Triton decode attention"] * self.attn
+        return " + ".join(parts) + ("" if self.one_graph else ", a graph per phase")
+
+
+def regime_config(speculative: bool, regime: Regime) -> BenchConfig:
+    """The configuration of :data:`CONFIGS` that decodes as ``regime`` (plain or speculative, decode-mode verify).
+
+    Example: ``regime_config(True, Regime(graphs=True, compile=True, gemv=True, attn=True))`` is
+    ``spec-compile-gemv-attn``; ``regime_config(False, Regime(graphs=False))`` is ``plain-eager``."""
+    want = (speculative, regime.graphs, regime.compile and regime.graphs, regime.gemv and regime.graphs,
+            regime.attn and regime.graphs, regime.one_graph or not speculative)
+    for cfg in CONFIGS.values():
+        if not cfg.peer and cfg.attention_mode == "decode" and want == (
+                cfg.speculative, cfg.graphs, cfg.compile, cfg.gemv, cfg.attn, cfg.one_graph or not speculative):
+            return cfg
+    # a combination no bench column names (tune's --no-compile with a kernel on): made here, named by what it runs
+    name = "-".join(["spec" if speculative else "plain", "graphs" if want[2] is False else "compile",
+                     *(["gemv"] if want[3] else []), *(["attn"] if want[4] else []), *([] if want[5] else ["phases"])])
+    return BenchConfig(name, speculative, "decode", regime.graphs, compile=want[2], gemv=want[3], attn=want[4],
+                       one_graph=regime.one_graph, description=f"{'speculative' if speculative else 'plain'}, "
+                                                           f"{regime.label}")
+
+
 def tune_config(speculative: bool, graphs: bool, compiled: bool) -> BenchConfig:
-    """The configuration ``eaglelab tune`` runs: decode-mode verify, graphs on CUDA (``compiled``: their phases
-    torch.compile'd), eager on CPU."""
-    if compiled:
-        return CONFIGS["spec-compile" if speculative else "plain-compile"]
-    if graphs:
-        return CONFIGS["spec-decode-graphs" if speculative else "plain-graphs"]
-    return CONFIGS["spec-decode" if speculative else "plain-eager"]
+    """The configuration of graphs (``compiled``: their phases torch.compile'd) on CUDA, eager on CPU, without our
+    Triton kernels (``eaglelab tune`` measures :func:`regime_config` of run's regime instead)."""
+    return regime_config(speculative, Regime(graphs=graphs, compile=compiled))

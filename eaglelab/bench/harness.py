@@ -13,11 +13,13 @@ Everything runs in one process on the same prompts and batch sizes:
     hf                   HF transformers ``generate`` (greedy, eager), the peer
 
 Generation length is fixed (EOS ignored, ``max_new_tokens`` per row) so every configuration
-produces the same number of tokens. Per (configuration, batch size): one short warm-up call,
-``repeats`` timed passes, each over every prompt (in groups of that batch size; tok/s end to end, prefill
-included, is the median pass's tokens over its seconds; the HF peer, slow, times the first group once), then one
-observed pass like them for per-phase times (CUDA events, medians over cycles), per-request times (the prompt's
-phases) and graph status.
+produces the same number of tokens. Per batch size, the configurations interleave (:func:`run_batch`): each
+makes one short warm-up call, then pass by pass every configuration times one pass over every prompt (in groups
+of that batch size; tok/s end to end, prefill included; the HF peer, slow, times its first group in the first pass
+only), so a change of load on the machine falls on every configuration alike; a configuration's speedup is the
+median over passes of its tok/s over the baseline's in the same pass, the spread of those ratios kept. Then
+(unless the run is the headline alone) one observed pass per configuration for per-phase times (CUDA events,
+medians over cycles), per-request times (the prompt's phases) and graph status.
 Speedups are over our graph-captured plain decoding at the same batch size (plain-eager where
 graphs cannot run). The configurations are one table (``configs.py``); the micro-measure is ``micro.py``,
 the headline and the JSON report ``report.py``, the loading from flags ``setup.py``, a whole run ``suite.py``.
@@ -74,7 +76,8 @@ class BenchRow:
     prefill_ms: float | None = None
     begin_ms: float | None = None
     verify_over_decode: float | None = None  # verify ms / baseline's 1-token decode ms
-    speedup: float | None = None  # tok/s over the baseline's tok/s at this batch
+    speedup: float | None = None  # the median pass's tok/s over the baseline's in the same pass, at this batch
+    pass_speedups: tuple[float, ...] = ()  # per timed pass, tok/s over the baseline's in that pass (interleaved)
     same_tokens_as_plain_eager: float | None = None  # share of rows identical to plain-eager's
     graph: dict[str, str] = field(default_factory=dict)  # phase -> most common "replay" | "eager: why"
     skipped: str | None = None
@@ -108,6 +111,8 @@ class BenchContext:
     attention: Any = None  # the Triton decode attention (TritonDecodeAttention), built on the first config that asks
     eager_kernels: Any = None  # the eager spec configs' kernels (on CPU the session's: the few-row C kernel); None: eager
     plain_kernels: Any = None  # the eager plain configs' (on CPU MKL by default, as a --draft none run)
+    tree_for: Callable[[int], Any] | None = None  # batch -> the tree run drafts at it (DraftChoice.tree_for); None: spec's
+    observe: bool = True  # after the timed passes, one observed pass per configuration for the phase costs
 
     def kernels(self, compile_: bool, gemv: bool = False, attn: bool = False):
         """The layers' kernels for a config: compiled ones (built once, shared) or the eager ones,
@@ -142,6 +147,14 @@ class BenchContext:
     @property
     def device(self) -> torch.device:
         return next(self.target.parameters()).device
+
+    def spec_at(self, batch: int | None) -> SpecConfig:
+        """The speculative settings at ``batch`` rows: the tree ``tree_for`` gives (the device profile's bucket
+        for that batch, as ``run`` would draft it), else ``spec``'s."""
+        if batch is None or self.tree_for is None or self.spec is None:
+            return self.spec
+        t = self.tree_for(batch)
+        return replace(self.spec, num_steps=t.steps, topk=t.topk, num_draft_tokens=t.draft_tokens)
 
     @property
     def max_len(self) -> int:
@@ -208,11 +221,12 @@ def sweep(generate: Callable, groups, max_new: int, device) -> tuple[int, float,
     return tokens, time.perf_counter() - t0 - setup, accepts, outputs, per_group
 
 
-def engine_spec(cfg: BenchConfig, ctx: BenchContext) -> SpecConfig:
+def engine_spec(cfg: BenchConfig, ctx: BenchContext, batch: int | None = None) -> SpecConfig:
+    """The engine's settings for ``cfg`` (speculative: the tree for ``batch`` rows, :meth:`BenchContext.spec_at`)."""
     compile_prefill = cfg.compile and ctx.compile_prefill
     if not cfg.speculative:
         return SpecConfig(cuda_graphs=cfg.graphs, compile=cfg.compile, compile_prefill=compile_prefill)
-    s = ctx.spec
+    s = ctx.spec_at(batch)
     return SpecConfig(s.algorithm, num_steps=s.num_steps, topk=s.topk, num_draft_tokens=s.num_draft_tokens,
                       attention_mode=cfg.attention_mode, cuda_graphs=cfg.graphs, compile=cfg.compile,
                       one_graph_cycle=cfg.one_graph, compile_prefill=compile_prefill)
@@ -235,10 +249,10 @@ class FixedCacheEagerRunner(EagerRunner):
 
 
 class OurSystem:
-    """Our engine in one configuration: one runner (graphs captured once) for every batch size."""
+    """Our engine in one configuration and tree: one runner (graphs captured once) for every batch size it serves."""
 
-    def __init__(self, cfg: BenchConfig, ctx: BenchContext) -> None:
-        self.spec = engine_spec(cfg, ctx)
+    def __init__(self, cfg: BenchConfig, ctx: BenchContext, batch: int | None = None) -> None:
+        self.spec = engine_spec(cfg, ctx, batch)
         self.ctx = ctx
         self.drafter = ctx.make_drafter(self.spec) if cfg.speculative and ctx.make_drafter else None
         net = self.drafter.net if self.drafter is not None else None
@@ -257,73 +271,128 @@ class OurSystem:
         return [asdict(s) for s in getattr(self.runner, "capture_stats", [])]
 
 
+@dataclass
+class Contender:
+    """One configuration at one batch size while the passes interleave: what it generates with, and what its
+    timed passes measured so far (each pass over every prompt group)."""
+
+    cfg: BenchConfig
+    batch: int
+    generate: Callable  # (group, max_new) -> a result with .tokens (and .accept_lens, .setup_seconds)
+    observed: Callable | None  # observer -> generate, for the phase costs (None: not observed, the HF peer)
+    groups: list[list[list[int]]]
+    passes: list[tuple[float, int, float]] = field(default_factory=list)  # (tok/s, tokens, seconds) per pass
+    accepts: list[int] = field(default_factory=list)
+    outputs: list[list[int]] = field(default_factory=list)  # the first pass's rows
+    per_group: list[tuple[float, float | None]] = field(default_factory=list)  # the first pass's, per group
+    compile_fallbacks: tuple[str, ...] = ()
+
+    def warm_up(self, max_new: int) -> None:
+        """One short call: allocator, kernels, lazy capture and compile (its set-up is never timed)."""
+        self.generate(self.groups[0], min(8, max_new))
+
+    def run_pass(self, ctx: BenchContext) -> None:
+        """One timed pass over every prompt group."""
+        tokens, seconds, acc, outs, groups_seen = sweep(self.generate, self.groups, ctx.max_new_tokens, ctx.device)
+        self.passes.append((tokens / seconds if seconds > 0 else 0.0, tokens, seconds))
+        self.accepts += acc
+        if len(self.passes) == 1:
+            self.outputs, self.per_group = outs, groups_seen
+
+    def row(self, ctx: BenchContext) -> BenchRow:
+        """The row of what the passes measured, and (``ctx.observe``) one observed pass like them for the phase
+        times (per cycle, and per request: the prompt's phases)."""
+        calls = self.passes
+        row = dict(config=self.cfg.name, batch=self.batch, tok_per_s=statistics.median(c[0] for c in calls),
+                   tokens=calls[0][1], seconds=calls[0][2], sweeps_tok_per_s=tuple(c[0] for c in calls),
+                   mean_accept_len=sum(self.accepts) / len(self.accepts) if self.accepts else None,
+                   group_tok_per_s=tuple(t for t, _ in self.per_group),
+                   group_accept_len=tuple(a for _, a in self.per_group), compile_fallbacks=self.compile_fallbacks)
+        if self.observed is not None and ctx.observe:
+            row.update(observe_phases(self.observed, self.groups, ctx))
+        return BenchRow(**row)
+
+
+def observe_phases(observed: Callable, groups, ctx: BenchContext) -> dict[str, Any]:
+    """One observed pass over every group (prompts differ in width, so do their prefills; a cycle's verify and
+    attention cost grow with the context, so as long as the timed passes) -> the row's phase fields."""
+    col = PhaseCollector()
+    if ctx.tp is not None:
+        ctx.tp.arrivals = []
+    for g in groups:
+        observed(col)(g, ctx.max_new_tokens)
+    got = dict(decode_ms=col.median_ms("decode", "decode"), verify_ms=col.median_ms("verify", "spec"),
+               draft_ms=col.median_ms("draft", "spec"), extend_ms=col.median_ms("draft_extend", "spec"),
+               accept_ms=col.median_ms("accept", "spec"), prefill_ms=col.median_ms("prefill", "prefill"),
+               begin_ms=col.median_ms("draft_extend", "prefill"), graph=col.graph_summary())
+    if ctx.tp is not None:
+        from eaglelab.bench.tp import observed_collectives
+
+        got["allreduce"] = observed_collectives(ctx.tp, col.allreduces, col.cycles)
+    return got
+
+
 def measure(generate: Callable, observed: Callable | None, cfg: BenchConfig, ctx: BenchContext, batch: int,
             repeats: int, first_group_only: bool = False) -> tuple[BenchRow, list[list[int]]]:
-    """Warm up, time ``repeats`` passes, each over every prompt group (the prompts in batches of ``batch``; all
-    configs alike; ``first_group_only``: the first group alone, as the slow HF peer runs), then one observed pass
-    like them for phase times (per cycle, and per request: the prompt's phases). -> (row, the first pass's outputs)."""
+    """One configuration alone: warm up, time ``repeats`` passes, each over every prompt group (the prompts in
+    batches of ``batch``; ``first_group_only``: the first group alone, as the slow HF peer runs), then the observed
+    pass. -> (row, the first pass's outputs). The bench interleaves configurations instead (:func:`run_batch`)."""
     groups = groups_for(ctx.prompts, batch)
-    groups = groups[:1] if first_group_only else groups
-    dev, M = ctx.device, ctx.max_new_tokens
-    generate(groups[0], min(8, M))  # warm-up: allocator, kernels, lazy init
-    calls, accepts, first, per_group = [], [], None, []
+    c = Contender(cfg, batch, generate, observed, groups[:1] if first_group_only else groups)
+    c.warm_up(ctx.max_new_tokens)
     for _ in range(repeats):
-        tokens, seconds, acc, outs, groups_seen = sweep(generate, groups, M, dev)
-        calls.append((tokens / seconds if seconds > 0 else 0.0, tokens, seconds))
-        accepts += acc
-        if first is None:
-            first, per_group = outs, groups_seen
-    row = dict(config=cfg.name, batch=batch, tok_per_s=statistics.median(c[0] for c in calls), tokens=calls[0][1],
-               seconds=calls[0][2], sweeps_tok_per_s=tuple(c[0] for c in calls),
-               mean_accept_len=sum(accepts) / len(accepts) if accepts else None,
-               group_tok_per_s=tuple(t for t, _ in per_group), group_accept_len=tuple(a for _, a in per_group))
-    if observed is not None:
-        col = PhaseCollector()
-        if ctx.tp is not None:
-            ctx.tp.arrivals = []
-        for g in groups:  # every group (prompts differ in width, so do their prefills), as long as the timed passes
-            observed(col)(g, M)  # (a cycle's verify and attention cost grow with the context)
-        row.update(decode_ms=col.median_ms("decode", "decode"), verify_ms=col.median_ms("verify", "spec"),
-                   draft_ms=col.median_ms("draft", "spec"), extend_ms=col.median_ms("draft_extend", "spec"),
-                   accept_ms=col.median_ms("accept", "spec"), prefill_ms=col.median_ms("prefill", "prefill"),
-                   begin_ms=col.median_ms("draft_extend", "prefill"), graph=col.graph_summary())
-        if ctx.tp is not None:
-            from eaglelab.bench.tp import observed_collectives
-
-            row["allreduce"] = observed_collectives(ctx.tp, col.allreduces, col.cycles)
-    return BenchRow(**row), first or []
+        c.run_pass(ctx)
+    return c.row(ctx), c.outputs
 
 
-def run_config(cfg: BenchConfig, ctx: BenchContext) -> tuple[list[BenchRow], dict[int, list[list[int]]], list[dict]]:
-    """Every batch size for one configuration. -> (rows, outputs per batch, capture stats)."""
-    skip = _skip_reason(cfg, ctx)
-    if skip is not None:
-        return [BenchRow(cfg.name, b, skipped=skip) for b in ctx.batch_sizes], {}, []
-    ctx.log(f"{cfg.name}: {cfg.description}")
+def contender(cfg: BenchConfig, ctx: BenchContext, batch: int, systems: dict[Any, Any]) -> Contender:
+    """``cfg`` at ``batch`` rows, its system taken from (or put into) ``systems``: ours keyed by configuration and
+    tree (a runner serves every batch size of one tree, its graphs captured per bucket), the HF peer loaded once."""
+    groups = groups_for(ctx.prompts, batch)
     if cfg.peer:
-        peer = ctx.peer()  # type: ignore[misc]
-        gen, observed, captures = peer, None, []
-    else:
-        system = OurSystem(cfg, ctx)
-        gen = lambda g, m: system.engine().generate(g, m)  # noqa: E731
-        observed = lambda obs: (lambda g, m: system.engine(obs).generate(g, m))  # noqa: E731
-    rows, outputs = [], {}
-    made = _compiled_phases(ctx)
-    for b in ctx.batch_sizes:
-        row, outs = measure(gen, observed, cfg, ctx, b, 1 if cfg.peer else ctx.repeats, first_group_only=cfg.peer)
-        if cfg.gemv:
-            row = replace(row, gemv=ctx.triton_gemv().reason or "on")
-        if cfg.attn:
-            row = replace(row, decode_attn=ctx.decode_attention().reason or "on")
-        rows.append(row)
-        outputs[b] = outs
-        ctx.log(f"  batch {b:>3}: {row.tok_per_s:8.1f} tok/s")
-    if not cfg.peer:
-        captures = system.capture_stats()  # graphs are captured lazily, by the warm-up calls
-    fallbacks = compile_fallbacks(ctx, _compiled_phases(ctx)[len(made):])
-    if fallbacks:
-        rows = [replace(r, compile_fallbacks=fallbacks) for r in rows]
-    return rows, outputs, captures
+        if "hf" not in systems:
+            systems["hf"] = ctx.peer()  # type: ignore[misc]
+        return Contender(cfg, batch, systems["hf"], None, groups[:1])  # slow: the first group, in the first pass
+    spec = engine_spec(cfg, ctx, batch)
+    key = (cfg.name, spec.num_steps, spec.topk, spec.draft_tokens) if cfg.speculative else cfg.name
+    if key not in systems:
+        systems[key] = OurSystem(cfg, ctx, batch)
+    system = systems[key]
+    return Contender(cfg, batch, lambda g, m: system.engine().generate(g, m),
+                     lambda obs: (lambda g, m: system.engine(obs).generate(g, m)), groups)
+
+
+def run_batch(cfgs: list[BenchConfig], ctx: BenchContext, batch: int,
+              systems: dict[Any, Any]) -> tuple[list[BenchRow], dict[str, list[list[int]]]]:
+    """Every configuration at ``batch`` rows, interleaved: each warmed up, then pass by pass every configuration
+    once (so a change of load on the machine falls on all of them alike, and a pass's ratios compare like with
+    like), then each observed. Configurations that cannot run here get a skipped row. -> (rows, outputs)."""
+    rows, live = [], []
+    for cfg in cfgs:
+        skip = _skip_reason(cfg, ctx)
+        if skip is not None:
+            rows.append(BenchRow(cfg.name, batch, skipped=skip))
+            continue
+        ctx.log(f"{cfg.name}, batch {batch}: {cfg.description}")
+        c = contender(cfg, ctx, batch, systems)
+        made = len(_compiled_phases(ctx))
+        c.warm_up(ctx.max_new_tokens)  # graphs are captured (and phases compiled) here, lazily
+        c.compile_fallbacks = compile_fallbacks(ctx, _compiled_phases(ctx)[made:])
+        live.append(c)
+    for p in range(ctx.repeats):
+        ran = [c for c in live if not (c.cfg.peer and p > 0)]  # the HF peer: one pass
+        for c in ran:
+            c.run_pass(ctx)
+        ctx.log(f"  batch {batch:>3}, pass {p + 1}/{ctx.repeats}: "
+                + ", ".join(f"{c.cfg.name} {c.passes[-1][0]:.1f}" for c in ran) + " tok/s")
+    rows += [c.row(ctx) for c in live]
+    for c in live:
+        if c.cfg.gemv or c.cfg.attn:
+            i = next(i for i, r in enumerate(rows) if r.config == c.cfg.name and r.skipped is None)
+            rows[i] = replace(rows[i], gemv=(ctx.triton_gemv().reason or "on") if c.cfg.gemv else None,
+                              decode_attn=(ctx.decode_attention().reason or "on") if c.cfg.attn else None)
+    order = {cfg.name: i for i, cfg in enumerate(cfgs)}
+    return sorted(rows, key=lambda r: order[r.config]), {c.cfg.name: c.outputs for c in live}
 
 
 def _compiled_phases(ctx: BenchContext) -> list[Any]:
@@ -360,21 +429,24 @@ def _skip_reason(cfg: BenchConfig, ctx: BenchContext) -> str | None:
     return None
 
 
-def baseline_name(rows: list[BenchRow]) -> str | None:
-    """Our graph-captured plain decoding when it ran, else plain-eager, else the plain configuration with the
-    most turned on that ran (``CONFIGS`` lists them in that order): a run of ``plain-compile-gemv-attn`` beside
-    ``spec-compile-gemv-attn`` reads its speedups against it. None: no plain configuration ran."""
+def baseline_name(rows: list[BenchRow], prefer: str | None = None) -> str | None:
+    """``prefer`` when it ran (the bench passes plain decoding as ``run`` decodes on this device), else our
+    graph-captured plain decoding, else plain-eager, else the plain configuration with the most turned on that ran
+    (``CONFIGS`` lists them in that order): a run of ``plain-compile-gemv-attn`` beside ``spec-compile-gemv-attn``
+    reads its speedups against it. None: no plain configuration ran."""
     ran = {r.config for r in rows if r.skipped is None}
-    for name in ("plain-graphs", "plain-eager"):
+    for name in (prefer, "plain-graphs", "plain-eager"):
         if name in ran:
             return name
     plain = [name for name, cfg in CONFIGS.items() if not cfg.speculative and not cfg.peer and name in ran]
     return plain[-1] if plain else None
 
 
-def finish_rows(rows: list[BenchRow], outputs: dict[str, dict[int, list[list[int]]]]) -> list[BenchRow]:
-    """Fill speedup, verify/decode and token agreement against the baseline at each batch size."""
-    base = baseline_name(rows)
+def finish_rows(rows: list[BenchRow], outputs: dict[str, dict[int, list[list[int]]]],
+                prefer: str | None = None) -> list[BenchRow]:
+    """Fill speedup (per pass against the baseline's same pass, the median kept), verify/decode and token
+    agreement against the baseline (:func:`baseline_name`) at each batch size."""
+    base = baseline_name(rows, prefer)
     by = {(r.config, r.batch): r for r in rows}
     done = []
     for r in rows:
@@ -382,12 +454,15 @@ def finish_rows(rows: list[BenchRow], outputs: dict[str, dict[int, list[list[int
             done.append(r)
             continue
         ref = by.get((base, r.batch)) if base else None
-        speed = r.tok_per_s / ref.tok_per_s if ref and ref.tok_per_s else None
+        same = ref is not None and len(ref.sweeps_tok_per_s) == len(r.sweeps_tok_per_s)  # not the HF peer's one pass
+        passes = tuple(a / b for a, b in zip(r.sweeps_tok_per_s, ref.sweeps_tok_per_s) if b) if same else ()
+        speed = (statistics.median(passes) if passes
+                 else r.tok_per_s / ref.tok_per_s if ref and ref.tok_per_s and r.tok_per_s is not None else None)
         ratio = r.verify_ms / ref.decode_ms if ref and ref.decode_ms and r.verify_ms is not None else None
         groups = ()
         if ref and len(ref.group_tok_per_s) == len(r.group_tok_per_s) and all(ref.group_tok_per_s):
             groups = tuple(t / b for t, b in zip(r.group_tok_per_s, ref.group_tok_per_s))
-        done.append(replace(r, speedup=speed, verify_over_decode=ratio, group_speedups=groups,
+        done.append(replace(r, speedup=speed, pass_speedups=passes, verify_over_decode=ratio, group_speedups=groups,
                             same_tokens_as_plain_eager=_agreement(outputs, r.config, r.batch)))
     return done
 

@@ -7,15 +7,25 @@ import statistics
 from dataclasses import asdict
 from typing import Any
 
-from eaglelab.bench.configs import CONFIGS
 from eaglelab.bench.harness import SCHEMA, BenchRow, baseline_name, hardware
 from eaglelab.bench.micro import MicroRow
 
 
+DISAGREE = 0.10  # passes whose ratios differ by more than this (max / min - 1) give no headline ratio
+
+
 def bench_report(setup: Any, rows: list[BenchRow], micro: list[MicroRow], captures: dict[str, Any],
-                 hbm_tbps: float, micro_context: int, scale_model: str | None) -> dict[str, Any]:
-    """The whole report of what is measured so far (``setup``: a :class:`~eaglelab.bench.setup.BenchSetup`)."""
+                 hbm_tbps: float, micro_context: int, scale_model: str | None, baseline: str | None = None,
+                 loads: dict[str, Any] | None = None, configs: list[Any] = (),
+                 headline_only: bool = False) -> dict[str, Any]:
+    """The whole report of what is measured so far (``setup``: a :class:`~eaglelab.bench.setup.BenchSetup`;
+    ``baseline``: the plain configuration speedups read against when it ran; ``loads``: the machine's load at the
+    start and the end, :class:`~eaglelab.bench.timing.MachineLoad` or None)."""
     ctx = setup.ctx
+    loads = {k: v for k, v in (loads or {}).items()}
+    head = headline(rows, micro, setup.weight_bytes, hbm_tbps, baseline)
+    head["warnings"] = trust_warnings(rows, loads, head["baseline"])
+    trees = {b: ctx.spec_at(b).to_dict() for b in ctx.batch_sizes} if ctx.spec is not None else {}
     return {
         "schema": SCHEMA,
         "hardware": hardware(ctx.device, next(ctx.target.parameters()).dtype),
@@ -24,13 +34,18 @@ def bench_report(setup: Any, rows: list[BenchRow], micro: list[MicroRow], captur
             "batch_sizes": list(ctx.batch_sizes), "prompts": len(ctx.prompts), "max_new_tokens": ctx.max_new_tokens,
             "repeats": ctx.repeats, "static_cache_slots": ctx.max_len, "micro_context": micro_context,
             "device_reason": setup.device_reason, "dtype_reason": setup.dtype_reason,
-            "speedup_baseline": baseline_name(rows),
+            "speedup_baseline": baseline_name(rows, baseline), "trees": trees,
+            "measured": "the headline" if headline_only else "the configurations named" if configs else "none",
+            "configs": [c.name for c in configs], "regime": setup.regime.label if setup.regime is not None else None,
+            "load": {k: (asdict(v) | {"other_per_core": v.other_per_core}) if v is not None else None
+                     for k, v in loads.items()},
         },
         "notes": list(setup.notes),
         "rows": [asdict(r) for r in rows],
         "micro": [asdict(m) for m in micro],
         "captures": captures,
-        "headline": headline(rows, micro, setup.weight_bytes, hbm_tbps),
+        "not_run": not_run(rows),
+        "headline": head,
         **({"gemv_tilings": gemv_tilings(ctx.gemv)} if ctx.gemv is not None else {}),
         **({"decode_attention": decode_attention_state(ctx.attention)} if ctx.attention is not None else {}),
     }
@@ -51,10 +66,31 @@ def decode_attention_state(attention: Any) -> dict[str, Any]:
             "checked": [{"query_rows": t, "head_dim": d, "group": g} for t, d, g in sorted(attention.checked)]}
 
 
-def headline(rows: list[BenchRow], micro: list[MicroRow], weight_bytes: int, hbm_tbps: float) -> dict[str, Any]:
-    """The figures the issue asks for, at batch 1 (and the speedup per batch size)."""
+def not_run(rows: list[BenchRow]) -> dict[str, str]:
+    """Each configuration that could not run here, once, with why (its rows at every batch size say the same)."""
+    return {r.config: r.skipped for r in rows if r.skipped is not None}
+
+
+def trust_warnings(rows: list[BenchRow], loads: dict[str, Any], base: str | None) -> list[str]:
+    """Why the headline ratios are not to be trusted, if they are not: passes of a configuration whose ratios to the
+    baseline disagree by more than :data:`DISAGREE`, or other work loading the machine at the start or the end."""
+    out = []
+    for r in rows:
+        p = r.pass_speedups
+        if r.config != base and len(p) > 1 and min(p) > 0 and max(p) / min(p) - 1 > DISAGREE:
+            out.append(f"{r.config} at batch {r.batch}: its passes read {min(p):.2f}x .. {max(p):.2f}x over {base} "
+                       f"({max(p) / min(p) - 1:.0%} apart, more than {DISAGREE:.0%})")
+    for when, load in loads.items():
+        if load is not None and load.busy:
+            out.append(f"the machine was busy at the {when}: {load.describe()}")
+    return out
+
+
+def headline(rows: list[BenchRow], micro: list[MicroRow], weight_bytes: int, hbm_tbps: float,
+             prefer: str | None = None) -> dict[str, Any]:
+    """The figures the issue asks for, at batch 1 (and the speedup per batch size, with its spread over passes)."""
     by = {(r.config, r.batch): r for r in rows if r.skipped is None}
-    base = baseline_name(rows)
+    base = baseline_name(rows, prefer)
     h: dict[str, Any] = {"baseline": base}
     plain = by.get((base, 1)) if base else None
     hf = by.get(("hf", 1))
@@ -68,8 +104,13 @@ def headline(rows: list[BenchRow], micro: list[MicroRow], weight_bytes: int, hbm
                                        "decode_step_tok_per_s": step, "decode_step_fraction": step / bound if step else None,
                                        "plain_configs": _bound_fractions(rows, bound)}
     h["verify_over_decode_batch1"] = _micro_ratios(micro, 1)
+    spec = list(dict.fromkeys(r.config for r in rows if r.config.startswith("spec") and r.speedup))
     h["spec_speedup"] = {c: {r.batch: r.speedup for r in rows if r.config == c and r.speedup is not None}
-                         for c in CONFIGS if c.startswith("spec") and any(r.config == c and r.speedup for r in rows)}
+                         for c in spec}
+    h["spec_speedup_passes"] = {c: {r.batch: {"passes": len(r.pass_speedups), "min": min(r.pass_speedups),
+                                              "max": max(r.pass_speedups)}
+                                    for r in rows if r.config == c and r.pass_speedups}
+                                for c in spec}
     h["spec_speedup_spread"] = {c: {r.batch: {"groups": len(r.group_speedups), "min": min(r.group_speedups),
                                               "median": statistics.median(r.group_speedups), "max": max(r.group_speedups)}
                                     for r in rows if r.config == c and len(r.group_speedups) > 1}

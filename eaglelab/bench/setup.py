@@ -11,11 +11,14 @@ from typing import Any, Callable
 from eaglelab.bench import harness as B
 from eaglelab.flags import int_list
 
-# Per device, what a flag left out measures: CUDA sweeps the batch sizes a server sees, CPU stays short enough
-# to finish in minutes on a laptop.
-GPU_DEFAULTS = {"batch_sizes": "1,2,4,8,16,32", "prompts": 8, "max_new_tokens": 64, "repeats": 2,
+# Per device, what a flag left out measures. The headline (no --configs, no --full): a few minutes at most, batch
+# 1 and 8 on CUDA, batch 1 and a few prompts on a CPU; passes interleave, three of them so their spread shows.
+# --full sweeps the batch sizes a server sees; on a CPU still short enough to finish in minutes on a laptop.
+HEADLINE_GPU = {"batch_sizes": "1,8", "prompts": 8, "max_new_tokens": 64, "repeats": 3, "micro_batch_sizes": "1,8"}
+HEADLINE_CPU = {"batch_sizes": "1", "prompts": 3, "max_new_tokens": 32, "repeats": 3, "micro_batch_sizes": "1"}
+GPU_DEFAULTS = {"batch_sizes": "1,2,4,8,16,32", "prompts": 8, "max_new_tokens": 64, "repeats": 3,
                 "micro_batch_sizes": "1,8,32"}
-CPU_DEFAULTS = {"batch_sizes": "1,2", "prompts": 2, "max_new_tokens": 32, "repeats": 2, "micro_batch_sizes": "1"}
+CPU_DEFAULTS = {"batch_sizes": "1,2", "prompts": 2, "max_new_tokens": 32, "repeats": 3, "micro_batch_sizes": "1"}
 HBM_TBPS_CUDA = 4.3  # --hbm-tbps's default on CUDA: an H200's memory bandwidth (none on CPU)
 TP_PEER_SKIP = "HF peer skipped under --tp (it runs on one GPU; compare with a --tp 1 run)"
 
@@ -32,6 +35,7 @@ class BenchSetup:
     device_reason: str
     dtype_reason: str
     dtype_name: str
+    regime: Any = None  # configs.Regime: how `run` decodes here (the headline's configurations)
 
     @property
     def hbm_tbps(self) -> float:
@@ -45,7 +49,7 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
 
     device, device_reason = rank_device(*pick_device(args.device), tp)
     dtype_name, dtype_reason = pick_dtype(args.dtype, device)
-    d = GPU_DEFAULTS if device.type == "cuda" else CPU_DEFAULTS
+    d = defaults_for(args, device.type)
     batch_sizes = int_list(args.batch_sizes or d["batch_sizes"], "--batch-sizes")
     max_new = args.max_new_tokens or d["max_new_tokens"]
     texts = B.mtbench_first_turns(args.prompts or d["prompts"], args.questions)
@@ -62,14 +66,71 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
         compile_prefill=args.bench_compile_prefill,
         eager_kernels=built.get("kernels") if cpu else None,  # as `run`: the few-row C kernel,
         plain_kernels=built.get("plain_kernels") if cpu else None,  # and MKL for plain decoding
+        tree_for=built["tree_for"], observe=observes(args),
     )
+    regime = run_regime(args, device.type, built["profile"])
     notes = built["notes"] + ([compile_prefill_note(device.type)] if args.bench_compile_prefill else [])
+    notes += [f"run's regime here: {regime.label}", *regime.reasons, *tree_notes(built["draft"], batch_sizes)]
     notes += [f"prompts: {len(prompts)} MT-bench first turns, {how}; "
               f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",
               f"generation: {max_new} tokens per row, EOS ignored, greedy"]
     micro_bs = int_list(args.micro_batch_sizes or d["micro_batch_sizes"], "--micro-batch-sizes")
     return BenchSetup(ctx, tuple(notes), built["name"], built["weight_bytes"], micro_bs, device_reason, dtype_reason,
-                      dtype_name)
+                      dtype_name, regime)
+
+
+def headline_only(args: argparse.Namespace) -> bool:
+    """A run with no --configs and no --full measures the headline alone (:func:`eaglelab.bench.suite.configs_for`)."""
+    return not getattr(args, "full", False) and args.configs is None and getattr(args, "tp", None) is None
+
+
+def defaults_for(args: argparse.Namespace, device_type: str) -> dict[str, Any]:
+    """What the flags left out measure on this device: the headline's short run, else the full sweep's."""
+    if headline_only(args):
+        return HEADLINE_GPU if device_type == "cuda" else HEADLINE_CPU
+    return GPU_DEFAULTS if device_type == "cuda" else CPU_DEFAULTS
+
+
+def observes(args: argparse.Namespace) -> bool:
+    """Whether each configuration gets an observed pass for its phase costs: asked (--phase-costs), else with the
+    full sweep, named configurations or --profile; the headline alone times end to end only (its compiled cycle
+    observed would be compiled again, with its timing marks)."""
+    asked = getattr(args, "phase_costs", None)
+    return asked if asked is not None else (not headline_only(args) or bool(getattr(args, "profile", False)))
+
+
+def run_regime(args: argparse.Namespace, device_type: str, profile: Any):
+    """How ``eaglelab run`` would decode on this device, with the reason for each choice: on CUDA, graphs of
+    torch.compile'd phases (run's default) and our kernels as :func:`eaglelab.session.cuda_kernel_default` picks
+    them (the device profile's measured choice, else on; --gemv / --decode-attn change them); on a CPU eager (the
+    session's kernels: the few-row C kernel when speculating)."""
+    from eaglelab.bench.configs import Regime
+    from eaglelab.session import cuda_kernel_default
+
+    if device_type != "cuda":
+        return Regime(graphs=False, reasons=("no CUDA graphs on a CPU: eager, as `run` decodes here",))
+    reasons = ["compile: on with CUDA graphs (run's default)"]
+    on = {}
+    for flag, name, library in (("--gemv", "gemv", "cuBLAS"), ("--decode-attn", "decode_attn", "SDPA")):
+        on[name], why = cuda_kernel_default(getattr(args, name, None), profile, flag, library)
+        reasons.append(why or f"{flag}: {'on' if on[name] else 'off'} (as flagged)")
+    return Regime(graphs=True, compile=True, gemv=on["gemv"], attn=on["decode_attn"], reasons=tuple(reasons))
+
+
+def tree_notes(draft: Any, batch_sizes: tuple[int, ...]) -> list[str]:
+    """The tree at each batch size beyond 1 where it differs from batch 1's (the device profile's bucket for it)."""
+    if draft is None or draft.kind != "eagle3":
+        return []
+    first, out = draft.tree_for(1), []
+    for b in batch_sizes:
+        t = draft.tree_for(b)
+        if t != first:
+            bucket = draft.profile.bucket(b) if draft.profile is not None and not draft.flags.given else None
+            why = (f"the profile's bucket for batch <= {bucket.max_batch}: {bucket.measured or 'no figure recorded'}"
+                   if bucket is not None else "")
+            out.append(f"tree at batch {b}: {t.steps} steps, topk {t.topk}, {t.draft_tokens} draft tokens"
+                       + (f" ({why})" if why else ""))
+    return out
 
 
 def _model_setup(args, max_new: int, log, tp=None) -> dict[str, Any]:
@@ -82,7 +143,8 @@ def _model_setup(args, max_new: int, log, tp=None) -> dict[str, Any]:
     target = s.target
     common = dict(target=target.model, tokenizer=target.tokenizer, spec=s.spec, make_drafter=s.draft.make,
                   name=f"{target.name} ({target.config.num_layers} layers)", notes=list(s.notes),
-                  weight_bytes=decode_weight_bytes(target.model))
+                  weight_bytes=decode_weight_bytes(target.model), tree_for=s.draft.tree_for if s.draft.make else None,
+                  draft=s.draft, profile=s.draft.profile)
     if tp is not None:
         return dict(common, peer=None, peer_skip=TP_PEER_SKIP)
     peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(target.path, target.device, target.dtype), target.device)  # noqa: E731
@@ -123,7 +185,8 @@ def _scale_setup(args, device, dtype_name: str, log, tp=None) -> dict[str, Any]:
     notes = [f"scale model {args.scale_model}: random weights; cost figures only, acceptance means nothing", *draft.notes]
     return dict(target=sm.model, tokenizer=default_tokenizer(), spec=draft.spec, make_drafter=draft.make, peer=peer,
                 peer_skip=peer_skip, name=f"{args.scale_model} (random weights, {sm.config.num_layers} layers)",
-                notes=notes, weight_bytes=decode_weight_bytes(sm.model))
+                notes=notes, weight_bytes=decode_weight_bytes(sm.model), tree_for=draft.tree_for if draft.make else None,
+                draft=draft, profile=None)
 
 
 def check_draft_vocab(args: argparse.Namespace) -> None:

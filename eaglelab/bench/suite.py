@@ -1,5 +1,6 @@
-"""A whole ``eaglelab bench`` run as a library call: the configurations, then ``--profile``, then the
-micro-measure, a partial report written after each piece (a run cut short keeps what it measured).
+"""A whole ``eaglelab bench`` run as a library call: the configurations (interleaved pass by pass, one batch size
+after another), then ``--profile``, then the micro-measure, a partial report written after each piece (a run cut
+short keeps what it measured), and how busy the machine was at the start and the end.
 :func:`run_bench` returns the data; ``eaglelab/cmd_bench.py`` prints it."""
 
 from __future__ import annotations
@@ -9,9 +10,10 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from eaglelab.bench import harness as B
-from eaglelab.bench.configs import CONFIGS, TP_CONFIGS, pick_configs
+from eaglelab.bench.configs import CONFIGS, TP_CONFIGS, BenchConfig, pick_configs, regime_config
 from eaglelab.bench.report import bench_report
-from eaglelab.bench.setup import BenchSetup, setup_bench
+from eaglelab.bench.setup import BenchSetup, headline_only, setup_bench
+from eaglelab.bench.timing import machine_load
 
 
 @dataclass
@@ -26,13 +28,35 @@ class BenchResult:
     profiles: list[dict[str, Any]] | None = None  # --profile
     tp_section: dict[str, Any] | None = None  # --tp
     captures: dict[str, Any] = field(default_factory=dict)
+    loads: dict[str, Any] = field(default_factory=dict)  # "start" / "end" -> timing.MachineLoad (None: no figure)
 
 
-def configs_for(args: argparse.Namespace, tp: Any = None) -> list[str]:
-    """The configurations this run measures (--configs, else --tp's default or all but the Triton ones)."""
+def configs_for(args: argparse.Namespace, tp: Any = None, regime: Any = None) -> list[BenchConfig]:
+    """The configurations this run measures: --configs; else the headline (plain and speculative decoding as
+    ``run`` decodes on this device, ``regime``, and the HF peer); with --full every configuration but the Triton
+    ones, and the headline's; under --tp its default."""
     measures_else = bool(getattr(args, "profile", False) or getattr(args, "tp", None) is not None
-                         or getattr(args, "micro", False) or getattr(args, "micro_only", False))
-    return pick_configs(args.configs, TP_CONFIGS if tp is not None else None, measures_else)
+                         or micro_on(args) or getattr(args, "micro_only", False))
+    if args.configs is None and tp is None and regime is not None:
+        ours = [regime_config(False, regime), regime_config(True, regime)]
+        if headline_only(args):
+            return [*ours, CONFIGS["hf"]]
+        full = [CONFIGS[n] for n in pick_configs(None)]
+        return full[:-1] + [c for c in ours if c not in full] + full[-1:]  # the HF peer last
+    return [CONFIGS[n] for n in pick_configs(args.configs, TP_CONFIGS if tp is not None else None, measures_else)]
+
+
+def micro_on(args: argparse.Namespace) -> bool:
+    """--micro as asked, else on with the full sweep or named configurations, off for the headline alone."""
+    asked = getattr(args, "micro", None)
+    return asked if asked is not None else not headline_only(args)
+
+
+def own_load(device: Any) -> float:
+    """What this run puts on the run queue: its compute threads on a CPU, the one host thread on CUDA."""
+    import torch
+
+    return float(torch.get_num_threads()) if device.type == "cpu" else 1.0
 
 
 def run_bench(args: argparse.Namespace, tp: Any = None, log: Callable[[str], None] = lambda m: None,
@@ -42,12 +66,14 @@ def run_bench(args: argparse.Namespace, tp: Any = None, log: Callable[[str], Non
     import torch
 
     torch.manual_seed(args.seed)
-    configs = configs_for(args, tp)
-    check_profile(args, configs)
+    start = machine_load(0.0)  # before anything of ours runs
+    check_profile(args, configs_for(args, tp))
     setup = setup_bench(args, log, tp)
+    configs = configs_for(args, tp, setup.regime)
     ctx = setup.ctx
     hbm = args.hbm_tbps if args.hbm_tbps is not None else setup.hbm_tbps
-    res = BenchResult({}, [], [], {}, setup)
+    res = BenchResult({}, [], [], {}, setup, loads={"start": start})
+    prefer = regime_config(False, setup.regime).name if setup.regime is not None else None
     if tp is not None:  # first: the issue's figure, kept even if a later configuration runs out of time
         from eaglelab.bench.tp import tp_section
 
@@ -55,7 +81,8 @@ def run_bench(args: argparse.Namespace, tp: Any = None, log: Callable[[str], Non
 
     def report(rows, micro) -> dict[str, Any]:
         """The report of what is measured so far, the --tp section and the profile included."""
-        got = bench_report(setup, rows, micro, res.captures, hbm, args.micro_context, args.scale_model)
+        got = bench_report(setup, rows, micro, res.captures, hbm, args.micro_context, args.scale_model,
+                           baseline=prefer, loads=res.loads, configs=configs, headline_only=headline_only(args))
         return {**got, **({"tp": res.tp_section} if res.tp_section is not None else {}),
                 **({"profile": res.profiles} if res.profiles is not None else {})}
 
@@ -63,29 +90,43 @@ def run_bench(args: argparse.Namespace, tp: Any = None, log: Callable[[str], Non
         if write is not None:
             write({**report(rows, []), "partial": True})
 
-    if not args.micro_only:
-        for name in configs:
-            got, outs, caps = B.run_config(CONFIGS[name], ctx)
+    if not args.micro_only and configs:
+        systems: dict[Any, Any] = {}
+        for b in ctx.batch_sizes:
+            got, outs = B.run_batch(configs, ctx, b, systems)
             res.rows += got
-            res.outputs[name], res.captures[name] = outs, caps
-            release(ctx.device)
-            partial(B.finish_rows(res.rows, res.outputs))
-        res.rows = B.finish_rows(res.rows, res.outputs)
+            for name, o in outs.items():
+                res.outputs.setdefault(name, {})[b] = o
+            res.captures = capture_stats(systems)
+            partial(B.finish_rows(res.rows, res.outputs, prefer))
+        del systems
+        release(ctx.device)
+        res.rows = B.finish_rows(res.rows, res.outputs, prefer)
     if args.profile:  # after the configurations: plain-compile's decode compiles are then cache hits
         def keep(found: list[dict[str, Any]]) -> None:  # each profile as it is measured: a cut run keeps them
             res.profiles = found
             partial(res.rows)
 
         keep(profile_all(setup, tp, log, res.rows, keep))
-    if args.micro or args.micro_only:
+    if micro_on(args) or args.micro_only:
         from eaglelab.bench.micro import micro_measure
 
         log("micro-measure: 1-token decode vs verify of N tokens")
         cuda = ctx.device.type == "cuda"
         res.micro = micro_measure(ctx.target, setup.micro_batch_sizes, context=args.micro_context, log=log,
                                   iters=20 if cuda else 3, warmup=3 if cuda else 1)
+    res.loads["end"] = machine_load(own_load(ctx.device))
     res.report = report(res.rows, res.micro)
     return res
+
+
+def capture_stats(systems: dict[Any, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Per configuration, the graph captures of its systems (one per tree it drafted)."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for key, system in systems.items():
+        if isinstance(system, B.OurSystem):
+            out.setdefault(key[0] if isinstance(key, tuple) else key, []).extend(system.capture_stats())
+    return out
 
 
 def profile_all(setup: BenchSetup, tp: Any, log: Callable[[str], None], rows: list[B.BenchRow],
@@ -138,7 +179,7 @@ def check_profile(args: argparse.Namespace, configs: list[str]) -> None:
         raise EagleLabError("--micro-only measures only the micro-measure: nothing would be profiled with it",
                             field="--profile", found="--profile --micro-only",
                             hint="drop --micro-only (--configs none profiles the decode step alone)")
-    spec = [n for n in configs if CONFIGS[n].speculative]
+    spec = [c.name for c in configs if c.speculative]
     if spec and args.configs and args.draft == "none":
         raise EagleLabError("the speculative phases need a drafter to profile", field="--draft", found="none",
                             expected="default, ngram or a drafter directory, with " + ", ".join(spec),

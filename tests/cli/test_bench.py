@@ -23,7 +23,16 @@ def questions(tmp_path):
     return path
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = pytest.mark.usefixtures("one_thread", "idle_machine")
+
+
+@pytest.fixture()
+def idle_machine(monkeypatch):
+    """The machine's load as an idle one's (others' work on a shared test machine must not change what a test sees)."""
+    from eaglelab.bench import suite
+    from eaglelab.bench.timing import MachineLoad
+
+    monkeypatch.setattr(suite, "machine_load", lambda own: MachineLoad(own, 2, own))
 
 
 def test_bench_runs_on_cpu_and_writes_the_report(tmp_path, questions, capsys):
@@ -41,6 +50,7 @@ def test_bench_runs_on_cpu_and_writes_the_report(tmp_path, questions, capsys):
     assert rep["settings"]["speedup_baseline"] == "plain-eager"  # no graphs on CPU
     rows = {(r["config"], r["batch"]): r for r in rep["rows"]}
     assert len(rows) == 10
+    assert rep["not_run"] == {"plain-graphs": "CUDA graphs need a CUDA device"}
     for b in (1, 2):
         assert rows[("plain-graphs", b)]["skipped"] == "CUDA graphs need a CUDA device"
         plain = rows[("plain-eager", b)]
@@ -68,6 +78,9 @@ def test_bench_runs_on_cpu_and_writes_the_report(tmp_path, questions, capsys):
     assert "bandwidth_bound_batch1" not in head  # an HBM bound means nothing on CPU unless --hbm-tbps is given
     printed = capsys.readouterr().out
     assert "headline" in printed and "spec-decode speedup over plain-eager" in printed
+    flat = " ".join(printed.split())
+    assert flat.count("plain-graphs") == 1, "a configuration that cannot run here is named once"
+    assert "not run here: plain-graphs (CUDA graphs need a CUDA device)" in flat
     for cfg in ("spec-prefill", "spec-decode"):  # batch 1: a speedup per prompt, each against plain on that prompt
         r = rows[(cfg, 1)]
         assert len(r["group_speedups"]) == 2 and len(r["group_tok_per_s"]) == 2 and all(r["group_accept_len"])
@@ -112,25 +125,26 @@ def test_unknown_scale_model_is_a_user_error(questions, capsys):
 
 
 def test_a_bench_cut_short_keeps_the_partial_report(tmp_path, questions, monkeypatch, capsys):
-    """The second configuration fails: the JSON holds the first's rows, marked partial."""
+    """The second batch size fails: the JSON holds the first's rows, marked partial."""
     from eaglelab.bench import harness
 
-    real, ran = harness.run_config, []
+    real, ran = harness.run_batch, []
 
-    def fails_second(cfg, ctx):
-        ran.append(cfg.name)
+    def fails_second(cfgs, ctx, batch, systems):
+        ran.append(batch)
         if len(ran) == 2:
             raise RuntimeError("the machine went away")
-        return real(cfg, ctx)
+        return real(cfgs, ctx, batch, systems)
 
-    monkeypatch.setattr(harness, "run_config", fails_second)
+    monkeypatch.setattr(harness, "run_batch", fails_second)
     out = tmp_path / "bench.json"
     rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions),
-               "--configs", "plain-eager,spec-decode", "--batch-sizes", "1", "--prompts", "2", "--max-new-tokens", "4",
+               "--configs", "plain-eager,spec-decode", "--batch-sizes", "1,2", "--prompts", "2", "--max-new-tokens", "4",
                "--repeats", "1", "--no-micro", "--json", str(out)])
-    assert rc != 0 and ran == ["plain-eager", "spec-decode"]
+    assert rc != 0 and ran == [1, 2]
     rep = json.loads(out.read_text())
-    assert rep["partial"] is True and [r["config"] for r in rep["rows"]] == ["plain-eager"]
+    assert rep["partial"] is True and [(r["config"], r["batch"]) for r in rep["rows"]] == [("plain-eager", 1),
+                                                                                          ("spec-decode", 1)]
     assert rep["rows"][0]["speedup"] == 1.0 and "profile" not in rep and "tp" not in rep
 
 
