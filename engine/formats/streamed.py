@@ -15,8 +15,8 @@ While layer i runs, a worker thread reads layer i+1 (the disk and the arithmetic
 embedding and head tables. The result equals the in-memory forward (the same modules run the same
 arithmetic on the same inputs): ``tests/engine/formats/test_streamed.py`` checks it bit for bit.
 
-Weights stored as DeepSeek's block-quantised FP8 (``weight`` float8_e4m3fn with ``weight_scale_inv``
-[ceil(out/128), ceil(in/128)], as Kimi-K2 and DeepSeek-V3 ship) are dequantised as they are read.
+Quantized weights as they ship (DeepSeek's block FP8, compressed-tensors INT4 pack-quantized as in
+Kimi-K2-Thinking, NVFP4) are dequantised as they are read: :mod:`eaglelab.engine.formats.quantized`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from torch import nn
 
 from eaglelab.engine.errors import CheckpointError
 from eaglelab.engine.formats.loader import parse_dtype, read_tensors, safetensors_files
+from eaglelab.engine.formats.quantized import FP8_BLOCK, QuantizedReader, dequantize_fp8  # noqa: F401 (re-exported)
 from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.model.layers import RMSNorm, Rotary
 from eaglelab.engine.model.model import DecoderLayer
@@ -39,7 +40,6 @@ from eaglelab.engine.model.tp_layers import ParallelLMHead, VocabParallelEmbeddi
 from eaglelab.engine.model.weights import copy_sharded
 
 LayerProgress = Callable[[int, int, float], None]  # (layers done, total, seconds for the last one)
-FP8_BLOCK = 128
 
 
 @dataclass(frozen=True)
@@ -51,13 +51,6 @@ class StreamedStates:
     draft_logprobs: torch.Tensor | None  # [B, T, len(vocab_ids)] log-softmax over vocab_ids, if asked
     seconds_per_layer: list[float]
     peak_bytes: int  # the most parameter bytes resident at once (layers + embedding + head)
-
-
-def dequantize_fp8(weight: torch.Tensor, scale_inv: torch.Tensor, block: int = FP8_BLOCK) -> torch.Tensor:
-    """Block-FP8 [out, in] with scales [ceil(out/block), ceil(in/block)] -> float32 [out, in]."""
-    rows, cols = weight.shape
-    s = scale_inv.float().repeat_interleave(block, 0)[:rows].repeat_interleave(block, 1)[:, :cols]
-    return weight.float() * s
 
 
 class StreamedTarget:
@@ -73,31 +66,38 @@ class StreamedTarget:
         self.config = ModelConfig.from_json(self.path / "config.json")
         self.device, self.dtype, self.prefetch = torch.device(device), parse_dtype(dtype), prefetch
         self._handles = read_tensors(safetensors_files(self.path))
+        self.quant = QuantizedReader.of(self.path)
         self.embed_tokens = self._build(lambda: VocabParallelEmbedding(self.config.vocab_size, self.config.hidden_size, None),
                                         "embed_tokens.")
 
     # ---- reading ---------------------------------------------------------------------------------------
     def _read(self, prefix: str) -> Callable[[str], tuple[torch.Tensor, str] | None]:
         def read(name: str) -> tuple[torch.Tensor, str] | None:
-            for candidate in ("model." + prefix + name, prefix + name):
-                if candidate in self._handles:
-                    return self._tensor(candidate), f"{self._handles[candidate][0]}: {candidate}"
+            for stored in self.quant.stored_names(prefix + name):
+                for candidate in ("model." + stored, stored):
+                    if candidate in self._handles:
+                        t = self.quant.load(candidate, self._tensor(candidate), self._tensor)
+                        return t, f"{self._handles[candidate][0]}: {candidate}"
             return None
 
         return read
 
-    def _tensor(self, name: str) -> torch.Tensor:
+    def _tensor(self, name: str) -> torch.Tensor | None:
         from safetensors import SafetensorError
 
+        if name not in self._handles:
+            return None
         f, h = self._handles[name]
         try:
-            t = h.get_tensor(name)  # type: ignore[attr-defined]
-            if t.dtype in (torch.float8_e4m3fn, torch.float8_e5m2) and name + "_scale_inv" in self._handles:
-                t = dequantize_fp8(t, self._handles[name + "_scale_inv"][1].get_tensor(name + "_scale_inv"))  # type: ignore[attr-defined]
+            return h.get_tensor(name)  # type: ignore[attr-defined]
         except SafetensorError as exc:
             raise CheckpointError(f"cannot read tensor ({exc})", file=f, field=name,
                                   hint="the shard is truncated or damaged; re-download it") from None
-        return t
+
+    @property
+    def notes(self) -> tuple[str, ...]:
+        """How the layers read so far were read (quantized weights dequantized on load), for a run's notes."""
+        return self.quant.notes(self.dtype)
 
     def _build(self, make: Callable[[], nn.Module], prefix: str) -> nn.Module:
         """``make()`` on the meta device, cast to ``dtype`` (routers stay float32), allocated on
