@@ -170,7 +170,7 @@ def _compressed_tensors(qc: dict, source: str) -> QuantScheme:
     if len(formats) != 1 or next(iter(formats)) not in ("pack-quantized", "nvfp4-pack-quantized"):
         raise ConfigError("a compressed-tensors format eaglelab does not read", file=source, field=field,
                           found=shown(fmt if len(formats) != 1 else next(iter(formats))),
-                          expected="pack-quantized | nvfp4-pack-quantized", hint=FIX)
+                          expected=f"pack-quantized | nvfp4-pack-quantized (eaglelab reads {READ})", hint=FIX)
     kind = next(iter(formats))
     args, activations = [], False
     for name, g in groups.items():
@@ -205,7 +205,8 @@ def _fp8(qc: dict, source: str) -> QuantScheme:
     block = qc.get("weight_block_size")
     if not (isinstance(block, list) and len(block) == 2 and all(isinstance(b, int) and b > 0 for b in block)):
         raise ConfigError("FP8 without a block size (per-tensor FP8) is not read", file=source,
-                          field="quantization_config.weight_block_size", found=shown(block), expected="[128, 128]", hint=FIX)
+                          field="quantization_config.weight_block_size", found=shown(block),
+                          expected=f"[128, 128] (eaglelab reads {READ})", hint=FIX)
     if qc.get("fmt", "e4m3") != "e4m3":
         raise ConfigError("an FP8 format eaglelab does not read", file=source, field="quantization_config.fmt",
                           found=shown(qc.get("fmt")), expected="e4m3", hint=FIX)
@@ -218,7 +219,7 @@ def _modelopt(qc: dict, source: str, prefix: str) -> QuantScheme:
     algo = inner.get("quant_algo")
     if not isinstance(algo, str) or algo.upper() not in ("NVFP4", "W4A16_NVFP4"):
         raise ConfigError("a modelopt algorithm eaglelab does not read", file=source, field=field, found=shown(algo),
-                          expected="NVFP4 | W4A16_NVFP4", hint=FIX)
+                          expected=f"NVFP4 | W4A16_NVFP4 (eaglelab reads {READ})", hint=FIX)
     size = inner.get("group_size", NVFP4_GROUP)
     if size != NVFP4_GROUP:
         raise ConfigError("NVFP4 scales one e4m3 per 16 values", file=source, field=field.replace("quant_algo", "group_size"),
