@@ -43,10 +43,10 @@ class KVCache:
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None) -> None:
         """Store ``k``/``v`` [B, T, KVH, D] at cache slots ``slots`` [B, T] of ``layer`` (``v`` None
-        without a V buffer)."""
+        without a V buffer, or to leave it unwritten: an MLA drafter's latent rows in a drafter cache)."""
         rows = self._rows[: slots.shape[0]]
         self.k_layers[layer][rows, :, slots] = k
-        if self.v_layers is not None:
+        if self.v_layers is not None and v is not None:
             self.v_layers[layer][rows, :, slots] = v
 
     def layer(self, layer: int, batch: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:

@@ -234,3 +234,41 @@ def _lookup(config: dict, dotted: str) -> object:
             return None
         node = node.get(part)
     return node
+
+
+# ---- EAGLE-3.1 flags ------------------------------------------------------------------------------
+# Both engines read them with getattr on the drafter's config: the top level of config.json only
+# (a flag inside eagle_config is read by none). Absent means off.
+FC_NORM_FIELDS: dict[str, tuple[str, ...]] = {
+    "sglang": ("fc_norm", "use_aux_norm"),  # llama_eagle3.py / kimi_k25_eagle3.py: fc_norm or the legacy name
+    "vllm": ("fc_norm",),  # llama_eagle3.py / deepseek_eagle3.py
+}
+NORM_OUTPUT_FIELD = "norm_output"
+
+
+def eagle31_notes(fmt: str, layout: str, fc_norm_field: str | None, norm_output: bool) -> tuple[str, ...]:
+    """Which engine versions compute the EAGLE-3.1 math a drafter config asks for, one line each (empty
+    when neither flag is set). ``fmt``: "sglang" | "speculators"; ``layout``: "llama" | "mla";
+    ``fc_norm_field``: the field that set fc_norm ("fc_norm" | "use_aux_norm"), None when off.
+
+    Versions older than the ones named load the weights and compute EAGLE-3 (no per-state norm, the
+    pre-norm state fed back), which drafts worse tokens without an error, except where noted.
+    """
+    if fc_norm_field is None and not norm_output:
+        return ()
+    flags = " and ".join(f for f in (fc_norm_field, NORM_OUTPUT_FIELD if norm_output else None) if f)
+    mla = layout == "mla"
+    sglang = (f"SGLang reads {flags} from PR #26506 on (kimi_k25_eagle3.py, the MLA drafter); older releases run "
+              "the MLA drafter as EAGLE-3 and skip the fc_norm weights with a warning" if mla else
+              f"SGLang reads {flags} from PR #24663 on (llama_eagle3.py); older releases skip the fc_norm "
+              "weights silently and run EAGLE-3")
+    vllm = ("vLLM reads fc_norm and norm_output from PR #42764 on (llama_eagle3.py, deepseek_eagle3.py); "
+            "older releases refuse the fc_norm weights at load")
+    if mla and fc_norm_field is not None:
+        vllm += "; deepseek_eagle3.py loads fc_norm but does not apply it until PR #43482"
+    if fc_norm_field == "use_aux_norm":
+        vllm += "; vLLM never reads the legacy use_aux_norm: write fc_norm: true"
+    if fmt == "speculators":
+        vllm += ("; from a speculators config vLLM passes the flags on only from PR #46488 on "
+                 "(before it they are dropped and the drafter runs as EAGLE-3)")
+    return sglang, vllm

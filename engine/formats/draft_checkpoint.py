@@ -39,6 +39,7 @@ from eaglelab.engine.formats.conventions import (
     tappable_hf_range,
 )
 from eaglelab.engine.errors import CheckpointError, ConfigError
+from eaglelab.engine.formats.drafter_layouts import LLAMA_LAYOUT, DrafterLayout, layout_problems, layout_shapes, read_layout
 from eaglelab.engine.formats.draft_files import (
     DEFAULT_DRAFT_VOCAB,
     TensorInfo,
@@ -108,6 +109,7 @@ class DraftCheckpoint:
     verifier: str | None  # speculators' verifier name_or_path
     tensors: Mapping[str, TensorInfo] = field(repr=False)
     weight_files: tuple[Path, ...] = ()
+    layout: DrafterLayout = LLAMA_LAYOUT  # Llama or MLA attention, EAGLE-3.1 flags (formats/drafter_layouts.py)
 
     # ---- derived --------------------------------------------------------------------------------
     @property
@@ -165,12 +167,13 @@ class DraftCheckpoint:
         """Tensor shapes this config implies (``num_aux``: the ids' count, 3 when none are given)."""
         if num_aux is None:
             num_aux = len(self.aux_layer_ids) if self.aux_layer_ids is not None else 3
-        return expected_tensor_shapes(
+        llama = expected_tensor_shapes(
             hidden_size=self.hidden_size, aux_hidden_size=self.aux_hidden_size, num_aux=num_aux,
             num_attention_heads=self.num_attention_heads, num_key_value_heads=self.num_key_value_heads,
             head_dim=self.head_dim, intermediate_size=self.intermediate_size,
             vocab_size=self.vocab_size, draft_vocab_size=self.draft_vocab_size,
         )
+        return layout_shapes(self.layout, llama, self.hidden_size, self.num_attention_heads)
 
     def validate(self, target: TargetShape | None = None) -> list[Finding]:
         """Static checks of config and tensor shapes, against ``target`` when given."""
@@ -201,6 +204,7 @@ def read_draft_checkpoint(path: str | Path) -> DraftCheckpoint:
         raw_config=MappingProxyType(raw),
         tensors=MappingProxyType(tensors),
         weight_files=files,
+        layout=read_layout(raw, config_file, fmt),
         **fields,
     )
     ck.check_values()
@@ -221,6 +225,7 @@ def _validate(ck: DraftCheckpoint, target: TargetShape | None) -> list[Finding]:
     out += _check_ids_values(ck, target)
     out += _check_fc(ck, target)
     out += _check_vocab(ck, target)
+    out += [p.finding() for p in layout_problems(ck, target)]
     out += _check_layer_shapes(ck)
     out += _check_positions(ck, target)
     if not ck.has_weights:

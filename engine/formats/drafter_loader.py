@@ -1,5 +1,7 @@
 """Build an EAGLE-3 drafter network from a drafter directory: read and check the checkpoint, pick the
-target's taps from its aux ids, copy its weights into an :class:`~eaglelab.engine.model.eagle3.Eagle3Network`.
+target's taps from its aux ids, copy its weights into an :class:`~eaglelab.engine.model.eagle3.Eagle3Network`
+(Llama layout) or :class:`~eaglelab.engine.model.eagle3_mla.Eagle3MLANetwork` (MLA layout), with the
+EAGLE-3.1 flags the config sets (:mod:`eaglelab.engine.formats.drafter_layouts`).
 
 Loading builds models, so it lives in ``formats`` above ``model``; the network itself reads no file.
 """
@@ -11,19 +13,22 @@ import torch
 from eaglelab.engine.errors import CheckpointError
 from eaglelab.engine.formats.conventions import default_hf_indices, ids_to_hf_indices
 from eaglelab.engine.formats.draft_checkpoint import DraftCheckpoint, read_draft_checkpoint
+from eaglelab.engine.formats.drafter_layouts import layout_problems, raise_first
 from eaglelab.engine.model.eagle3 import Eagle3Config, Eagle3Network
+from eaglelab.engine.model.eagle3_mla import eagle3_network
 
 
 def config_from_checkpoint(ck: DraftCheckpoint, target_hidden: int) -> Eagle3Config:
-    """An :class:`Eagle3Config` from a read :class:`DraftCheckpoint`."""
+    """An :class:`Eagle3Config` from a read :class:`DraftCheckpoint` (its layout and EAGLE-3.1 flags included)."""
     num_aux = ck.num_aux_from_fc or (len(ck.aux_layer_ids) if ck.aux_layer_ids else 3)
+    mla = ck.layout.mla
     return Eagle3Config(
         hidden_size=ck.hidden_size,
         target_hidden_size=ck.target_hidden_size or target_hidden,
         num_aux=num_aux,
         num_heads=ck.num_attention_heads,
-        num_kv_heads=ck.num_key_value_heads,
-        head_dim=ck.head_dim,
+        num_kv_heads=ck.num_key_value_heads if mla is None else 1,  # MLA caches one latent row per token
+        head_dim=ck.head_dim if mla is None else mla.cache_dim,
         intermediate_size=ck.intermediate_size,
         vocab_size=ck.vocab_size,
         draft_vocab_size=ck.draft_vocab_size,
@@ -31,7 +36,17 @@ def config_from_checkpoint(ck: DraftCheckpoint, target_hidden: int) -> Eagle3Con
         rope_theta=ck.rope_theta,
         rope_scaling=tuple(sorted(ck.rope_scaling.items())) if ck.rope_scaling else None,
         norm_before_residual=bool(ck.norm_before_residual),
+        fc_norm=ck.layout.fc_norm,
+        norm_output=ck.layout.norm_output,
+        mla=mla,
     )
+
+
+def build_drafter(ck: DraftCheckpoint, embed, target_hidden: int) -> Eagle3Network:
+    """A float32 network of ``ck``'s layout holding its weights (``embed``: the target's embedding)."""
+    net = eagle3_network(config_from_checkpoint(ck, target_hidden), embed).float()
+    load_drafter_weights(net, ck)
+    return net
 
 
 def load_drafter_weights(drafter: Eagle3Network, ck: DraftCheckpoint) -> None:
@@ -43,11 +58,14 @@ def load_drafter_weights(drafter: Eagle3Network, ck: DraftCheckpoint) -> None:
         if name not in state:
             if name == "t2d" and "d2t" in state:
                 continue  # derivable from d2t; filled below
-            raise CheckpointError("missing tensor", file=ck.path, field=name, hint="an EAGLE-3 checkpoint needs it")
+            raise CheckpointError("missing tensor", file=ck.weight_files[0] if ck.weight_files else ck.path, field=name,
+                                  found="absent", expected=list(param.shape),
+                                  hint=f"an EAGLE-3 checkpoint of this layout needs it ({ck.layout.describe()})")
         src = state[name]
         if tuple(src.shape) != tuple(param.shape):
             raise CheckpointError(
-                "wrong tensor shape", file=ck.path, field=name, found=list(src.shape), expected=list(param.shape)
+                "wrong tensor shape", file=ck.tensors[name].file, field=name, found=list(src.shape),
+                expected=list(param.shape), hint="config.json and the weights disagree: re-export the drafter",
             )
         with torch.no_grad():
             param.copy_(src.to(param.dtype))
@@ -65,6 +83,7 @@ def load_eagle3(path, target_model, *, device=None, dtype=None, serving: str | N
     """
     ck = read_draft_checkpoint(path)
     tcfg = target_model.config
+    raise_first(layout_problems(ck, tcfg))  # layout errors first: they name found, expected and the file
     errors = [f for f in ck.validate(tcfg) if f.severity == "error"]
     if errors:
         first = errors[0]
@@ -88,8 +107,7 @@ def load_eagle3(path, target_model, *, device=None, dtype=None, serving: str | N
             found=len(taps), expected=cfg.num_aux,
         )
     emb = target_model.embed_tokens
-    net = Eagle3Network(cfg, emb).float()
-    load_drafter_weights(net, ck)
+    net = build_drafter(ck, emb, tcfg.hidden_size)
     net = net.to(device=device or emb.weight.device, dtype=dtype or emb.weight.dtype).eval()
     net.d2t = net.d2t.long()
     net.reset_buffers()

@@ -4,8 +4,9 @@ The network reads no file: :func:`eaglelab.engine.formats.drafter_loader.load_ea
 SGLang/SpecForge (``LlamaForCausalLMEagle3``) and speculators (``Eagle3Speculator``) checkpoints
 unchanged. The token embedding is the
 target's; ``fc`` fuses the target's aux hidden states (n x H_target -> H); later draft steps feed
-back the drafter's own pre-norm hidden state (H). Draft-vocabulary ids map to target ids through
-``d2t`` (target id = draft id + d2t[draft id]).
+back the drafter's own hidden state (H). Draft-vocabulary ids map to target ids through
+``d2t`` (target id = draft id + d2t[draft id]). The MLA layout (``Eagle3DeepseekV2ForCausalLM``,
+DeepSeek's latent attention in place of q/k/v) is :class:`~eaglelab.engine.model.eagle3_mla.Eagle3MLANetwork`.
 
 One step, per position p (token t_{p+1} is the next token, f_p the features at p)::
 
@@ -15,6 +16,12 @@ One step, per position p (token t_{p+1} is the next token, f_p the features at p
     h = f_p + a  (or g + a with norm_before_residual)
     out = h + mlp(post_attention_layernorm(h))   # pre-norm hidden, fed back next step
     logits = lm_head(norm(out))                  # [B, T, V_draft]
+
+EAGLE-3.1 (two config flags, both off by default; SGLang, vLLM and speculators read them at the top
+level of config.json)::
+
+    fc_norm:     fc(cat(fc_norm.0(aux_0), ..., fc_norm.{n-1}(aux_{n-1})))   # an RMSNorm per target state
+    norm_output: the state fed back next step is norm(out), not out        # lm_head then reads it as is
 """
 
 from __future__ import annotations
@@ -25,12 +32,17 @@ import torch
 from torch import nn
 
 from eaglelab.engine.core.kv_cache import KVCache
+from eaglelab.engine.model.config import MLAConfig
 from eaglelab.engine.model.layers import EAGER_KERNELS, FusedLinear, Kernels, RMSNorm, Rotary, attend
 
 
 @dataclass(frozen=True)
 class Eagle3Config:
-    """The drafter's shapes (from a DraftCheckpoint or chosen for a new drafter)."""
+    """The drafter's shapes (from a DraftCheckpoint or chosen for a new drafter).
+
+    ``num_kv_heads`` x ``head_dim`` is also the shape of the drafter's KV cache rows; with ``mla`` set
+    (the MLA layout) they are 1 x (kv_lora_rank + qk_rope_head_dim), the one latent row MLA caches.
+    """
 
     hidden_size: int
     target_hidden_size: int
@@ -45,6 +57,9 @@ class Eagle3Config:
     rope_theta: float = 10000.0
     rope_scaling: tuple | None = None
     norm_before_residual: bool = False
+    fc_norm: bool = False  # EAGLE-3.1: an RMSNorm [target_hidden_size] per aux state before fc
+    norm_output: bool = False  # EAGLE-3.1: the next draft step reads the post-norm hidden state
+    mla: MLAConfig | None = None  # the MLA layout's attention sizes; None: Llama q/k/v attention
 
     @property
     def aux_size(self) -> int:
@@ -94,11 +109,13 @@ class Eagle3MLP(nn.Module):
 
 
 class Eagle3MidLayer(nn.Module):
-    def __init__(self, cfg: Eagle3Config) -> None:
+    """The one decoder layer; ``attention`` takes the 2H input (Llama q/k/v, or MLA's a-projections)."""
+
+    def __init__(self, cfg: Eagle3Config, attention: nn.Module) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.hidden_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
-        self.self_attn = Eagle3Attention(cfg)
+        self.self_attn = attention
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.mlp = Eagle3MLP(cfg)
         self.norm_before_residual = cfg.norm_before_residual
@@ -116,16 +133,29 @@ class Eagle3Network(nn.Module):
 
     def __init__(self, cfg: Eagle3Config, embed: nn.Embedding) -> None:
         super().__init__()
+        assert (cfg.mla is None) == (type(self) is Eagle3Network), "an MLA config needs Eagle3MLANetwork"
         self.config = cfg
         self.fc = nn.Linear(cfg.aux_size, cfg.hidden_size, bias=False)
-        self.midlayer = Eagle3MidLayer(cfg)
+        self.fc_norm = nn.ModuleList(RMSNorm(cfg.target_hidden_size, cfg.rms_norm_eps) for _ in range(cfg.num_aux)) \
+            if cfg.fc_norm else None
+        self.midlayer = Eagle3MidLayer(cfg, self.make_attention(cfg))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(cfg.hidden_size, cfg.draft_vocab_size, bias=False)
         self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
         self.register_buffer("t2d", torch.ones(cfg.vocab_size, dtype=torch.bool))
-        self.rotary = Rotary(cfg.head_dim, cfg.rope_theta, dict(cfg.rope_scaling) if cfg.rope_scaling else None)
+        self.rotary = Rotary(self.rope_dim(cfg), cfg.rope_theta, dict(cfg.rope_scaling) if cfg.rope_scaling else None)
         self._embed = [embed]  # a list, so the target's weights are not registered as ours
         self.lm = FusedLinear(self.lm_head)  # the device's fast layout (or the few-row kernel's copy)
+
+    @staticmethod
+    def make_attention(cfg: Eagle3Config) -> nn.Module:
+        """The layer's attention (Llama q/k/v here; the MLA network overrides it)."""
+        return Eagle3Attention(cfg)
+
+    @staticmethod
+    def rope_dim(cfg: Eagle3Config) -> int:
+        """Width the rotary embedding turns."""
+        return cfg.head_dim
 
     @property
     def embed(self) -> nn.Embedding:
@@ -136,8 +166,13 @@ class Eagle3Network(nn.Module):
         return torch.arange(self.config.draft_vocab_size, device=self.d2t.device) + self.d2t
 
     def fuse(self, aux: torch.Tensor) -> torch.Tensor:
-        """Target aux features [B, T, n*H_t] -> drafter features [B, T, H]."""
-        return self.fc(aux.to(self.fc.weight.dtype))
+        """Target aux features [B, T, n*H_t] -> drafter features [B, T, H] (EAGLE-3.1's ``fc_norm``:
+        each H_t-wide state normalised first)."""
+        aux = aux.to(self.fc.weight.dtype)
+        if self.fc_norm is not None:
+            chunks = aux.chunk(self.config.num_aux, dim=-1)  # n x [B, T, H_t]
+            aux = torch.cat([norm(c) for norm, c in zip(self.fc_norm, chunks)], dim=-1)
+        return self.fc(aux)
 
     def forward(
         self,
@@ -151,26 +186,31 @@ class Eagle3Network(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens [B, T] (the NEXT tokens), feats [B, T, H], positions [B, T].
 
-        Returns the pre-norm hidden [B, T, H] and draft logits [B, T, V_draft] (float32).
+        Returns the hidden state fed to the next step [B, T, H] (see :meth:`hidden`) and draft logits
+        [B, T, V_draft] (float32).
         """
         out = self.hidden(tokens, feats, positions, cache, slots, mask, kernels)  # [B, T, H]
         return out, self.head(out, kernels)
 
     def hidden(self, tokens, feats, positions, cache=None, slots=None, mask=None,
                kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
-        """The midlayer alone: the pre-norm hidden [B, T, H] (callers that need few rows' logits
-        take :meth:`head` of those rows only)."""
+        """The midlayer: the state handed to the next draft step [B, T, H], the pre-norm output or, under
+        ``norm_output`` (EAGLE-3.1), ``norm`` of it (callers that need few rows' logits take
+        :meth:`head` of those rows only)."""
         embeds = self.embed(tokens).to(feats.dtype)  # [B, T, H]
         cos, sin = self.rotary(positions, feats.dtype)
-        return self.midlayer(embeds, feats, cos, sin, cache, slots, mask, kernels)
+        out = self.midlayer(embeds, feats, cos, sin, cache, slots, mask, kernels)  # [B, T, H] pre-norm
+        return self.norm(out, kernels) if self.config.norm_output else out
 
     def head(self, hidden: torch.Tensor, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
-        """Pre-norm hidden [..., H] -> draft logits [..., V_draft] (float32)."""
-        return self.lm(self.norm(hidden, kernels), kernels.gemv)[0].float()
+        """:meth:`hidden`'s state [..., H] -> draft logits [..., V_draft] (float32): lm_head(norm(out))
+        either way (under ``norm_output`` the state is already normalised)."""
+        x = hidden if self.config.norm_output else self.norm(hidden, kernels)
+        return self.lm(x, kernels.gemv)[0].float()
 
     def reset_buffers(self) -> None:
         from eaglelab.engine.model.layers import rope_inv_freq
 
         cfg = self.config
         scaling = dict(cfg.rope_scaling) if cfg.rope_scaling else None
-        self.rotary.inv_freq = rope_inv_freq(cfg.head_dim, cfg.rope_theta, scaling).to(self.fc.weight.device)
+        self.rotary.inv_freq = rope_inv_freq(self.rope_dim(cfg), cfg.rope_theta, scaling).to(self.fc.weight.device)

@@ -58,7 +58,11 @@ def mla_softmax_scale(cfg: ModelConfig) -> float:
 class MLAttention(nn.Module):
     """Multi-head latent attention over a compressed cache (one [R + Dr] row per token per layer)."""
 
-    def __init__(self, cfg: ModelConfig, layer: int, tp: TPGroup | None) -> None:
+    def __init__(self, cfg: ModelConfig, layer: int, tp: TPGroup | None, in_features: int | None = None,
+                 latent_eps: float = 1e-6) -> None:
+        """``in_features``: the width the q/kv a-projections read (the hidden size; an EAGLE-3 drafter's
+        2H); ``latent_eps``: the q/kv latent norms' epsilon (HF's default 1e-6; the engines' drafters
+        use rms_norm_eps)."""
         super().__init__()
         m = cfg.mla
         assert m is not None, "MLAttention needs cfg.mla"
@@ -66,16 +70,17 @@ class MLAttention(nn.Module):
         heads = head_split(cfg.num_heads, cfg.num_heads, tp)  # each head its own group: a near-even split
         self.local_heads, self.local_kv_heads = heads.q_len, 1  # one latent "KV head", on every rank
         first, n, H = heads.q_start, heads.q_len, cfg.hidden_size
+        X = in_features or H
         qk, kv_b = m.qk_head_dim, m.qk_nope_head_dim + m.v_head_dim
         if m.q_lora_rank is None:
-            self.q_proj = ColumnParallelLinear(H, cfg.num_heads * qk, False, tp, "q_proj", rows=(first * qk, n * qk))
+            self.q_proj = ColumnParallelLinear(X, cfg.num_heads * qk, False, tp, "q_proj", rows=(first * qk, n * qk))
         else:
-            self.q_a_proj = ColumnParallelLinear(H, m.q_lora_rank, False, None)  # replicated
-            self.q_a_layernorm = RMSNorm(m.q_lora_rank, 1e-6)
+            self.q_a_proj = ColumnParallelLinear(X, m.q_lora_rank, False, None)  # replicated
+            self.q_a_layernorm = RMSNorm(m.q_lora_rank, latent_eps)
             self.q_b_proj = ColumnParallelLinear(m.q_lora_rank, cfg.num_heads * qk, False, tp, "q_b_proj",
                                                  rows=(first * qk, n * qk))
-        self.kv_a_proj_with_mqa = ColumnParallelLinear(H, m.cache_dim, False, None)  # replicated
-        self.kv_a_layernorm = RMSNorm(m.kv_lora_rank, 1e-6)
+        self.kv_a_proj_with_mqa = ColumnParallelLinear(X, m.cache_dim, False, None)  # replicated
+        self.kv_a_layernorm = RMSNorm(m.kv_lora_rank, latent_eps)
         self.kv_b_proj = ColumnParallelLinear(m.kv_lora_rank, cfg.num_heads * kv_b, False, tp, "kv_b_proj",
                                               rows=(first * kv_b, n * kv_b))
         self.o_proj = RowParallelLinear(cfg.num_heads * m.v_head_dim, H, tp, "o_proj",
@@ -98,6 +103,7 @@ class MLAttention(nn.Module):
 
     def forward(self, x, cos, sin, cache: KVCache | None, slots, mask, kv_len: int | None = None,
                 kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
+        """x [B, T, in_features] -> [B, T, H]; writes the tokens' latent rows at ``slots`` of layer ``self.layer``."""
         B, T, _ = x.shape
         R = self.m.kv_lora_rank
         q_nope, q_pe = self._queries(x, kernels)  # [B, NH, T, Dn], [B, NH, T, Dr]
