@@ -41,7 +41,7 @@ def flat(text: str) -> str:
     '{"type":"step","index":9,"kind":"spec","t":1e400,"phase_ms":{"verify":2.0},"accept_len":[2]}',
     DEEP,
     '{"type":"step","a":' * 50_000 + "1" + "}" * 50_000,
-])
+], ids=["1e400", "-1e400", "1e300", "t-1e400", "deep-list", "deep-dict"])
 def test_numbers_past_any_run_and_deep_nesting_are_skipped_lines(record, tmp_path, capsys, line) -> None:
     """``1e400`` parsed as infinity and passed the guard ("verify costs infx a decode"); deep nesting
     raised RecursionError out of the reader (exit 3)."""
@@ -56,7 +56,7 @@ def test_numbers_past_any_run_and_deep_nesting_are_skipped_lines(record, tmp_pat
     assert outcome.rc == 0 and "inf" not in outcome.out.lower() and "e+" not in outcome.out
 
 
-@pytest.mark.parametrize("argv_of", [lambda p: ["report", p, "--json"], lambda p: ["tui", p]])
+@pytest.mark.parametrize("argv_of", [lambda p: ["report", p, "--json"], lambda p: ["tui", p]], ids=["report", "tui"])
 def test_a_file_of_deep_nesting_is_refused_not_a_crash(tmp_path, capsys, argv_of) -> None:
     from eaglelab.probes.record import is_record_file
 
@@ -86,7 +86,7 @@ def fifo(tmp_path) -> Path:
     lambda p: ["tui", "--log", p],
     lambda p: ["tui", "--log", p, "--follow"],
     lambda p: ["wait-ready", "http://127.0.0.1:9", "--log", p, "--timeout", "0.5"],
-])
+], ids=["report", "tui", "tui-follow", "tui-log", "tui-log-follow", "wait-ready-log"])
 def test_a_fifo_is_named_as_one_and_never_opened(fifo, capsys, argv_of) -> None:
     """It was "no such file" / "missing" (the file is right there), ``--follow`` waited for ever on a
     size that never grows, and wait-ready ignored the log it was given."""
