@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import math
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -54,11 +55,15 @@ def dequantize_fp8(weight: torch.Tensor, scale_inv: torch.Tensor, block: int | t
 
 
 def unpack_int32(packed: torch.Tensor, num_bits: int, count: int) -> torch.Tensor:
-    """int32 [R, W] -> int64 [R, count]: element i of a row from bits [i*b, i*b + b) of the row's words
-    (little end first), as stored (unsigned, offset by 2^(b-1))."""
+    """int32 [R, W] -> [R, count] unsigned integers (uint8 or int64): element i of a row from bits
+    [i*b, i*b + b) of the row's words (little end first), as stored (offset by 2^(b-1))."""
+    if 8 % num_bits == 0 and sys.byteorder == "little":  # 1, 2, 4, 8 bits never straddle a byte: split bytes (fast)
+        shifts = torch.arange(0, 8, num_bits, dtype=torch.uint8, device=packed.device)
+        nbytes = packed.contiguous().reshape(-1).view(torch.uint8).reshape(packed.shape[0], -1)  # [R, 4W], little end first
+        return ((nbytes.unsqueeze(-1) >> shifts) & ((1 << num_bits) - 1)).reshape(packed.shape[0], -1)[:, :count]
     words = packed.long() & 0xFFFFFFFF  # [R, W] the words as unsigned
     pairs = words | (torch.cat([words[:, 1:], torch.zeros_like(words[:, :1])], 1) << 32)  # word w and w+1
-    start = torch.arange(count) * num_bits  # [count] first bit of each element
+    start = torch.arange(count, device=packed.device) * num_bits  # [count] first bit of each element
     return (pairs[:, start // 32] >> (start % 32)) & ((1 << num_bits) - 1)
 
 
@@ -71,20 +76,26 @@ def dequantize_packed_int(packed: torch.Tensor, scale: torch.Tensor, shape: tupl
     """
     rows, cols = shape
     offset = 1 << (num_bits - 1)
-    q = unpack_int32(packed, num_bits, cols) - offset  # [out, in] signed
-    groups = scale.reshape(rows, -1).shape[1]
-    col_group = g_idx.long() if g_idx is not None else torch.arange(cols) // math.ceil(cols / groups)  # [in]
-    w = q.float()
-    if zero_point is not None:
-        zp = unpack_int32(zero_point.t().contiguous(), num_bits, rows).t() - offset  # [out, G]
-        w = w - zp.float()[:, col_group]
-    return w * scale.float().reshape(rows, groups)[:, col_group]
+    scale = scale.float().reshape(rows, -1)  # [out, G]
+    groups = scale.shape[1]
+    zp = torch.zeros_like(scale) if zero_point is None else \
+        unpack_int32(zero_point.t().contiguous(), num_bits, rows).t().float() - offset  # [out, G]
+    q = unpack_int32(packed, num_bits, cols).float()  # [out, in], offset by 2^(b-1)
+    if g_idx is not None:  # activation order: any column in any group
+        g = g_idx.long()
+        return (q - offset - zp[:, g]) * scale[:, g]
+    size = math.ceil(cols / groups)
+    if cols % size:  # a ragged last group
+        g = torch.arange(cols, device=q.device) // size
+        return (q - offset - zp[:, g]) * scale[:, g]
+    q = q.reshape(rows, groups, size)  # [out, G, size]
+    return ((q - (offset + zp).unsqueeze(-1)) * scale.unsqueeze(-1)).reshape(rows, cols)
 
 
 def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
     """uint8 [R, C/2] -> float32 [R, C]: two e2m1 values per byte, low nibble first."""
     nibbles = torch.stack((packed & 0x0F, packed >> 4), dim=-1).reshape(packed.shape[0], -1).long()  # [R, C]
-    magnitude = torch.tensor(E2M1_VALUES)[nibbles & 0x7]
+    magnitude = torch.tensor(E2M1_VALUES, device=packed.device)[nibbles & 0x7]
     return torch.where(nibbles & 0x8 != 0, -magnitude, magnitude)
 
 
@@ -127,6 +138,14 @@ class QuantScheme:
         raise CheckpointError("a packed weight no config group targets", file=self.source, field=field,
                               found=[list(g.targets) for g in self.groups],
                               hint="the checkpoint does not match its quantization_config; re-export it")
+
+
+def _on(get: Getter, device: torch.device) -> Getter:
+    def moved(name: str) -> torch.Tensor | None:
+        t = get(name)
+        return None if t is None else t.to(device)
+
+    return moved
 
 
 def _names(target: str, module: str) -> bool:
@@ -234,13 +253,13 @@ class QuantizedReader:
     A loader asks :meth:`stored_names` where a parameter may be stored, reads the first present, then
     passes it through :meth:`load` with a getter for its companion tensors (scales, shapes)."""
 
-    def __init__(self, scheme: QuantScheme) -> None:
-        self.scheme = scheme
+    def __init__(self, scheme: QuantScheme, device: str | torch.device = "cpu") -> None:
+        self.scheme, self.device = scheme, torch.device(device)  # where the arithmetic runs (a GPU's is ~100x a CPU's)
         self.dequantized: list[str] = []
 
     @classmethod
-    def of(cls, model_dir: str | Path) -> "QuantizedReader":
-        return cls(read_scheme(model_dir))
+    def of(cls, model_dir: str | Path, device: str | torch.device = "cpu") -> "QuantizedReader":
+        return cls(read_scheme(model_dir), device)
 
     def stored_names(self, name: str) -> tuple[str, ...]:
         """``x.weight`` may be stored as ``x.weight`` or (compressed-tensors) ``x.weight_packed``."""
@@ -248,22 +267,26 @@ class QuantizedReader:
 
     def load(self, stored: str, tensor: torch.Tensor, get: Getter) -> torch.Tensor:
         """The float tensor for ``stored`` (a full checkpoint name); plain tensors come back as they are."""
-        kind, base = self.scheme.kind, stored.rpartition(".")[0]
-        if stored.endswith(".weight_packed"):
-            if kind not in ("pack-quantized", "nvfp4-pack-quantized"):
+        kind, base, weight = self.scheme.kind, stored.rpartition(".")[0], stored.endswith(".weight")
+        packed = stored.endswith(".weight_packed")
+        fp8 = tensor.dtype in FLOAT8 and kind in ("fp8-block", "none") and weight
+        fp4 = tensor.dtype == torch.uint8 and kind == "modelopt-nvfp4" and weight
+        if not (packed or fp8 or fp4):
+            if (not tensor.is_floating_point() or tensor.dtype in FLOAT8) and weight:
                 raise self._unexpected(stored, tensor)
+            return tensor
+        if packed and kind not in ("pack-quantized", "nvfp4-pack-quantized"):
+            raise self._unexpected(stored, tensor)
+        tensor, get = tensor.to(self.device), _on(get, self.device)
+        if packed:
             out = self._packed(base, tensor, get)
-        elif tensor.dtype in FLOAT8 and kind in ("fp8-block", "none") and stored.endswith(".weight"):
+        elif fp8:
             bo, bi = self.scheme.block
             scale = self._need(get, base + ".weight_scale_inv", None, (math.ceil(tensor.shape[0] / bo), math.ceil(tensor.shape[1] / bi)))
             out = dequantize_fp8(tensor, scale, self.scheme.block)
-        elif tensor.dtype == torch.uint8 and kind == "modelopt-nvfp4" and stored.endswith(".weight"):
+        else:
             scale = self._need(get, base + ".weight_scale", torch.float8_e4m3fn, (tensor.shape[0], tensor.shape[1] * 2 // NVFP4_GROUP))
             out = dequantize_nvfp4(tensor, scale, float(self._need(get, base + ".weight_scale_2").float().reshape(-1)[0]))
-        elif (not tensor.is_floating_point() or tensor.dtype in FLOAT8) and stored.endswith(".weight"):
-            raise self._unexpected(stored, tensor)
-        else:
-            return tensor
         self.dequantized.append(base)
         return out
 

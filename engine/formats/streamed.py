@@ -66,7 +66,7 @@ class StreamedTarget:
         self.config = ModelConfig.from_json(self.path / "config.json")
         self.device, self.dtype, self.prefetch = torch.device(device), parse_dtype(dtype), prefetch
         self._handles = read_tensors(safetensors_files(self.path))
-        self.quant = QuantizedReader.of(self.path)
+        self.quant = QuantizedReader.of(self.path, self.device)  # dequantize where the layers run
         self.embed_tokens = self._build(lambda: VocabParallelEmbedding(self.config.vocab_size, self.config.hidden_size, None),
                                         "embed_tokens.")
 
