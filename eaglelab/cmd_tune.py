@@ -1,10 +1,13 @@
-"""``eaglelab tune``: the fastest (steps, topk, draft tokens) for a drafter on this hardware,
-predicted from one measuring pass and confirmed by real runs.
+"""``eaglelab tune``: the fastest (steps, topk, draft tokens) for a drafter on this hardware, in the regime
+``eaglelab run`` decodes in, predicted from one measuring pass, confirmed by real runs, and saved as the device
+profile that run, bench, the TUI and the pytest fixtures then use.
 
-The measuring pass records the drafter's acceptance on a wide tree (per depth and sibling rank)
-and the phase costs per batch size; the model (``eaglelab.probes.tuning``) predicts every grid
-point; the best few and plain decoding then run for real, predicted against measured.
-``--from RECORD`` predicts from a record such a pass wrote (``--record``), running nothing.
+The measuring pass records the drafter's acceptance on a wide tree (per depth and sibling rank) and, per batch
+size, plain decoding's step and each candidate tree's whole cycle in run's regime (on CUDA: graphs of compiled
+phases, the one-graph cycle, our kernels as run picks them); the model (``eaglelab.probes.tuning``) predicts each
+candidate; the best few and plain decoding then run for real, interleaved, predicted against measured; the fastest
+measured per batch size goes into the profile. ``--from RECORD`` predicts from a record such a pass wrote
+(``--record``), running nothing.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ CPU = {"steps": "1,2,3,4,5", "topk": "1,2,4", "draft_tokens": "2,3,4,5,6,8",
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("tune", help="predict and confirm the fastest speculative settings for a drafter",
+    p = sub.add_parser("tune", help="measure, confirm and save the fastest speculative tree for a drafter here",
                        description=__doc__.split("\n\n")[0] if __doc__ else None)
     m = p.add_argument_group("model")
     m.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), an HF directory or a .gguf file")
@@ -30,28 +33,45 @@ def register(sub: argparse._SubParsersAction) -> None:
     m.add_argument("--serving", choices=("sglang", "vllm"), default=None, help="aux-id convention for the drafter")
     m.add_argument("--device", default="auto", help="auto | cpu | cuda | cuda:N")
     m.add_argument("--dtype", default="auto", help="auto (bf16 on CUDA, fp32 on CPU) | float32 | bfloat16 | float16")
-    g = p.add_argument_group("grid (defaults: CUDA / CPU)")
-    g.add_argument("--steps", default=None, help=f"draft steps tried (default {GPU['steps']} / {CPU['steps']})")
-    g.add_argument("--topk", default=None, help=f"topk tried (default {GPU['topk']} / {CPU['topk']})")
+    g = p.add_argument_group("candidates (default: a few trees per batch size around the device profile's)")
+    g.add_argument("--candidates", default=None, metavar="S/K/N,...",
+                   help="the trees tried at every batch size, as steps/topk/draft tokens (a chain: S/1/S+1); each "
+                        "compiles once per batch size on CUDA the first time")
+    g.add_argument("--steps", default=None, help=f"a grid instead: draft steps (with --topk / --draft-tokens; "
+                                                 f"defaults {GPU['steps']} / {CPU['steps']}); every point compiles")
+    g.add_argument("--topk", default=None, help=f"a grid instead: topk (default {GPU['topk']} / {CPU['topk']})")
     g.add_argument("--draft-tokens", default=None,
-                   help=f"N tried for trees; a chain verifies steps + 1 (default {GPU['draft_tokens']} / {CPU['draft_tokens']})")
+                   help=f"a grid instead: N for trees; a chain verifies steps + 1 (default {GPU['draft_tokens']} / "
+                        f"{CPU['draft_tokens']})")
     g.add_argument("--batch-sizes", default=None, help=f"(default {GPU['batch_sizes']} / {CPU['batch_sizes']})")
+    r = p.add_argument_group("regime (default: what `eaglelab run` uses on this device)")
+    r.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="CUDA graphs of torch.compile'd phases (default on CUDA: on, as run; the first use of a shape "
+                        "compiles, cached on disk)")
+    r.add_argument("--gemv", action=argparse.BooleanOptionalAction, default=None,
+                   help="our few-row GEMV (default: as run: the device profile's measured choice, else on; on a CPU the "
+                        "C kernel when speculating)")
+    r.add_argument("--decode-attn", action=argparse.BooleanOptionalAction, default=None,
+                   help="our Triton decode attention on CUDA (default: as run: the device profile's choice, else on)")
     w = p.add_argument_group("workload")
     w.add_argument("--questions", default=None, metavar="FILE", help="an MT-bench question.jsonl (default: the packaged one)")
     w.add_argument("--prompts", type=int, default=None, help=f"questions used (default {GPU['prompts']} / {CPU['prompts']})")
     w.add_argument("--max-new-tokens", type=int, default=None,
                    help=f"tokens per row, EOS ignored (default {GPU['max_new_tokens']} / {CPU['max_new_tokens']})")
     w.add_argument("--max-prompt-tokens", type=int, default=512, help="cut longer prompts")
-    w.add_argument("--cost-tokens", type=int, default=None, help="tokens per row in each cost run")
+    w.add_argument("--cost-tokens", type=int, default=None,
+                   help=f"tokens per row in the shorter of each cost's two calls (default {GPU['cost_tokens']} / "
+                        f"{CPU['cost_tokens']})")
     w.add_argument("--confirm", type=int, default=3, help="best predictions run for real per batch size (0: none)")
+    w.add_argument("--passes", type=int, default=2, help="interleaved passes of the confirmation (default 2)")
     w.add_argument("--seed", type=int, default=0)
-    w.add_argument("--compile", action=argparse.BooleanOptionalAction, default=False,
-                   help="measure CUDA graphs of torch.compile'd phases, as bench's *-compile configs (CUDA only; "
-                        "the first run compiles, cached on disk; the verify micro-measure stays uncompiled)")
     o = p.add_argument_group("input and output")
     o.add_argument("--from", dest="from_record", default=None, metavar="RECORD",
                    help="predict from a record written by `eaglelab tune --record`, running nothing")
     o.add_argument("--record", default=None, metavar="FILE", help="write the measuring pass as a run record")
+    o.add_argument("--save", action=argparse.BooleanOptionalAction, default=True,
+                   help="write the confirmed winners as this drafter's device profile in the eaglelab cache (default: "
+                        "on; the drafter's own files are never touched)")
     o.add_argument("--top", type=int, default=8, help="predictions shown per batch size")
     o.add_argument("--json", default=None, metavar="OUT", help="write every prediction (and the measurements) as JSON")
     p.set_defaults(func=run)
@@ -62,13 +82,16 @@ def run(args: argparse.Namespace) -> int:
 
     import sys
 
+    from eaglelab.bench.timing import quiet_torch_notices
+
     console = Console(highlight=False, width=None if sys.stdout.isatty() else 120)  # tables stay whole in a pipe
     if args.from_record:
         from eaglelab.bench.tune_predict import from_record
 
         report = from_record(args.from_record, args.steps, args.topk, args.draft_tokens or GPU["draft_tokens"], args.top)
     else:
-        report = _measure_and_confirm(args, console)
+        with quiet_torch_notices():
+            report = _measure_and_confirm(args, console)
     _print(console, report)
     if args.json:
         from eaglelab.bench.harness import write_json
@@ -79,9 +102,32 @@ def run(args: argparse.Namespace) -> int:
 
 
 # ---- inputs -----------------------------------------------------------------------------------
-def _settings(args, cuda: bool):
-    from eaglelab.bench.tune import TuneSettings
+def parse_candidates(text: str) -> tuple[tuple[int, int, int], ...]:
+    """``"3/1/4,5/4/24"`` -> ((3, 1, 4), (5, 4, 24)), each checked (a user error names the one that is not a tree)."""
     from eaglelab.engine.errors import EagleLabError
+    from eaglelab.probes.tuning import max_draft_tokens
+
+    out = []
+    for item in (t.strip() for t in text.split(",") if t.strip()):
+        try:
+            s, k, n = (int(x) for x in item.split("/"))
+        except ValueError:
+            raise EagleLabError("not a tree", field="--candidates", found=item, expected="steps/topk/draft tokens, "
+                                "e.g. 3/1/4 (a chain) or 5/4/24") from None
+        if s < 1 or k < 1 or not 2 <= n <= max_draft_tokens(s, k) or (k == 1 and n != s + 1):
+            raise EagleLabError("not a tree", field="--candidates", found=item,
+                                expected=f"steps >= 1, topk >= 1, a chain S/1/S+1, a tree 2 <= N <= 1 + K + (S - 1) * K^2")
+        out.append((s, k, n))
+    if not out:
+        raise EagleLabError("no candidate", field="--candidates", found=text, expected="e.g. 3/1/4,5/4/24")
+    return tuple(sorted(set(out)))
+
+
+def _settings(args, cuda: bool, regime, tree_for):
+    """The candidates per batch size and the workload, from the flags and the device's defaults."""
+    from eaglelab.bench.tune import TuneSettings, default_candidates
+    from eaglelab.engine.errors import EagleLabError
+    from eaglelab.probes.tuning import grid_configs
 
     d = GPU if cuda else CPU
     for name in ("max_new_tokens", "cost_tokens", "prompts"):
@@ -90,46 +136,90 @@ def _settings(args, cuda: bool):
             raise EagleLabError("must be >= 2", field="--" + name.replace("_", "-"), found=value)
     if args.confirm < 0:
         raise EagleLabError("must be >= 0", field="--confirm", found=args.confirm)
-    return TuneSettings(
-        steps=int_list(args.steps or d["steps"], "--steps"), topks=int_list(args.topk or d["topk"], "--topk"),
-        draft_tokens=int_list(args.draft_tokens or d["draft_tokens"], "--draft-tokens", least=2),
-        batch_sizes=int_list(args.batch_sizes or d["batch_sizes"], "--batch-sizes"),
-        new_tokens=args.max_new_tokens or d["max_new_tokens"], cost_tokens=args.cost_tokens or d["cost_tokens"],
-        confirm=args.confirm, compile=args.compile and cuda,
-    ), (args.prompts or d["prompts"])
+    if args.passes < 1:
+        raise EagleLabError("must be >= 1", field="--passes", found=args.passes)
+    batch_sizes = int_list(args.batch_sizes or d["batch_sizes"], "--batch-sizes")
+    if args.candidates:
+        if args.steps or args.topk or args.draft_tokens:
+            raise EagleLabError("--candidates names the trees; --steps/--topk/--draft-tokens make a grid: not both",
+                                field="--candidates", found=args.candidates, hint="drop one of them")
+        candidates = {b: parse_candidates(args.candidates) for b in batch_sizes}
+    elif args.steps or args.topk or args.draft_tokens:
+        grid = tuple(grid_configs(int_list(args.steps or d["steps"], "--steps"), int_list(args.topk or d["topk"], "--topk"),
+                                  int_list(args.draft_tokens or d["draft_tokens"], "--draft-tokens", least=2)))
+        candidates = {b: grid for b in batch_sizes}
+    else:
+        candidates = default_candidates(batch_sizes, cuda, tree_for)
+    return TuneSettings(candidates=candidates, new_tokens=args.max_new_tokens or d["max_new_tokens"],
+                        cost_tokens=args.cost_tokens or d["cost_tokens"], confirm=args.confirm, regime=regime,
+                        passes=args.passes), (args.prompts or d["prompts"])
 
 
 # ---- the live pass ------------------------------------------------------------------------------
 def _measure_and_confirm(args, console) -> dict[str, Any]:
+    from dataclasses import replace
+
     import torch
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from eaglelab.bench import harness as H
     from eaglelab.bench import tune as TP
+    from eaglelab.bench.setup import run_regime
     from eaglelab.bench.tune_predict import predict
     from eaglelab.devices import pick_device
 
     torch.manual_seed(args.seed)
     device, _ = pick_device(args.device)
-    settings, n_prompts = _settings(args, device.type == "cuda")
-    tt = TP.load_tune_target(settings, n_prompts, model=args.model, draft=args.draft, device=args.device,
-                             dtype=args.dtype, seed=args.seed, serving=args.serving, questions=args.questions,
-                             max_prompt_tokens=args.max_prompt_tokens, compile_asked=args.compile,
-                             log=lambda m: console.print(f"[dim]{m}[/]"))
-    ctx = tt.ctx
+    cuda = device.type == "cuda"
+    d = GPU if cuda else CPU
+    log = lambda m: console.print(f"[dim]{m}[/]")  # noqa: E731
+    tt = TP.load_tune_target(args.prompts or d["prompts"], args.max_new_tokens or d["max_new_tokens"],
+                             model=args.model, draft=args.draft, device=args.device, dtype=args.dtype, seed=args.seed,
+                             cuda=cuda, gemv=args.gemv, serving=args.serving, questions=args.questions,
+                             max_prompt_tokens=args.max_prompt_tokens, log=log)
+    regime = run_regime(args, device.type, tt.draft.profile, compile_asked=args.compile)
+    settings, _ = _settings(args, cuda, regime, tt.draft.tree_for)
+    ctx = replace(tt.ctx, batch_sizes=settings.batch_sizes)
+    systems = TP.Systems(ctx, settings)
+    shapes = sum(len(cs) for cs in settings.candidates.values())
+    notes = [*tt.notes, f"regime: {regime.label} (as `eaglelab run` decodes here)", *regime.reasons,
+             f"candidates: {shapes} tree shapes over batch sizes {', '.join(map(str, settings.batch_sizes))}"
+             + (" (each compiles once per batch size the first time, then comes from the disk cache)"
+                if regime.compile and regime.graphs else "")]
+    for n in notes[len(tt.notes):]:
+        log(n)
     cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
     with Progress(*cols, console=console, transient=True) as bar:
-        steps, costs = TP.measuring_pass(ctx, settings, tt.model, args.record, _progress(bar))
-    report = predict(steps, costs, settings.steps, settings.topks, settings.draft_tokens, args.top)
-    report.update(model=tt.model, notes=list(tt.notes), hardware=H.hardware(ctx.device, next(ctx.target.parameters()).dtype),
+        steps, costs = TP.measuring_pass(ctx, settings, tt.model, args.record, _progress(bar), systems)
+    report = predict(steps, costs, (), (), (), args.top, configs=list(settings.all_candidates))
+    report.update(model=tt.model, notes=notes, hardware=H.hardware(ctx.device, next(ctx.target.parameters()).dtype),
                   settings=TP.settings_dict(settings, len(ctx.prompts)), record=args.record, draft_path=tt.draft_path)
     report["confirmation"] = []
     if settings.confirm:
         with Progress(*cols, console=console, transient=True) as bar:
-            report["confirmation"] = TP.confirm(ctx, settings, report, _progress(bar))
+            report["confirmation"] = TP.confirm(ctx, settings, report, _progress(bar), systems)
+    report["profile"] = _save_profile(args, report, settings, tt, device) if report["confirmation"] else None
     return report
 
 
+def _save_profile(args, report: dict, settings, tt, device) -> dict[str, Any] | None:
+    """The confirmed winners as this drafter's device profile, written to the eaglelab cache unless --no-save."""
+    import datetime
+
+    from eaglelab.bench.tune import tuned_profile
+    from eaglelab.devices import profile_device
+    from eaglelab.engine.formats.assets import cache_dir
+    from eaglelab.profiles import cache_profile_path, drafter_digest, write_profile
+
+    sha = drafter_digest(tt.draft_path)
+    when = datetime.date.today().isoformat()
+    profile = tuned_profile(report, settings, profile_device(device), tt.dtype, sha, when)
+    if not profile.buckets:
+        return None
+    path = cache_profile_path(cache_dir(), sha)
+    if args.save:
+        write_profile(path, profile)
+    return {"path": str(path), "saved": bool(args.save), **profile.to_json()}
 def _progress(bar):
     """(what, done, total) -> a task of ``bar`` per ``what``, updated."""
     tasks: dict[str, Any] = {}
@@ -160,21 +250,69 @@ def _print(console, report) -> None:
         _show(console, _by_len_table(report["by_accept_len"][: report["shown"]]))
     if report.get("confirmation"):
         _show(console, _confirm_table(report["confirmation"]))
+        for line in _error_lines(report["confirmation"]):
+            console.print(line)
     best = _winner(report)
     if best is None:
         return
     s, k, n = best
-    console.print(f"[bold]winner[/]: {s} step{'s' if s != 1 else ''}, topk {k}, {n} draft tokens")
+    how = "measured fastest" if report.get("confirmation") else "predicted fastest"
+    console.print(f"[bold]winner[/] ({how}{', batch ' + str(report['confirmation'][0]['batch']) if report.get('confirmation') else ''}): "
+                  f"{s} step{'s' if s != 1 else ''}, topk {k}, {n} draft tokens")
     path = report.get("draft_path") or "DRAFTER"
     console.print(f"  SGLang: {sglang_flags(s, k, n, path)}")
-    chain = _best_chain(report)
+    chain = s if k == 1 else _best_chain(report)
     if chain is not None:
         plural = "s" if chain != 1 else ""
         note = "" if k == 1 else f"  [dim](vLLM's EAGLE drafts a chain: the best predicted chain, {chain} step{plural})[/]"
         console.print(f"  vLLM:   {vllm_speculative_config(chain, path)}{note}")
+    for line in _profile_lines(report.get("profile")):
+        console.print(line)
+
+
+def _error_lines(confirmation) -> list[str]:
+    """The largest prediction error at each batch size, flagged past 10%."""
+    out = []
+    for b in sorted({r["batch"] for r in confirmation}):
+        errs = [(r["predicted_tok_per_s"] - r["measured_tok_per_s"]) / r["measured_tok_per_s"]
+                for r in confirmation if r["batch"] == b and r["measured_tok_per_s"]]
+        if errs:
+            worst = max(errs, key=abs)
+            mark = "[yellow]" if abs(worst) > 0.10 else "[dim]"
+            out.append(f"{mark}  batch {b}: tok/s predicted within {abs(worst):.0%} of measured (worst {worst:+.1%})[/]")
+        plain = next((r["passes"] for r in confirmation if r["batch"] == b and r["steps"] == 0), [])
+        for r in confirmation:
+            ratios = [s / p for s, p in zip(r.get("passes", []), plain) if p]
+            if r["batch"] == b and r["steps"] and len(ratios) > 1 and max(ratios) / min(ratios) - 1 > 0.10:
+                out.append(f"[bold red]  batch {b}, {r['steps']}/{r['topk']}/{r['draft_tokens']}: its passes read "
+                           f"{min(ratios):.2f}x .. {max(ratios):.2f}x over plain (more than 10% apart): the machine "
+                           "is busy or the run too short; these figures (and a profile written from them) are "
+                           "uncertain[/]")
+    return out
+
+
+def _profile_lines(profile) -> list[str]:
+    """Where the profile went (or would have), and what now uses it."""
+    if not profile:
+        return []
+    trees = "; ".join(f"batch <= {b['max_batch']}: {b['steps']}/{b['topk']}/{b['draft_tokens']} ({b['measured']})"
+                      for b in profile["buckets"])
+    if not profile["saved"]:
+        return [f"[dim]profile not saved (--no-save); it would go to {profile['path']}: {trees}[/]"]
+    return [f"[bold]profile[/]: wrote {profile['path']} ({profile['device']}, {profile['dtype']})",
+            f"  {trees}",
+            "  `eaglelab run`, `eaglelab bench`, the TUI and the pytest fixtures now take this drafter's tree (and "
+            "kernels) on this device from it; tree flags still win; delete the file to go back to the shipped profile"]
 
 
 def _winner(report) -> tuple[int, int, int] | None:
+    """The measured winner at the first batch size confirmed, else the predicted one."""
+    from eaglelab.bench.tune import winners
+
+    won = winners(report.get("confirmation") or [])
+    if won:
+        w = next(iter(won.values()))
+        return w["steps"], w["topk"], w["draft_tokens"]
     if report["predictions"]:
         first = next(iter(report["predictions"].values()))
         return (first[0]["steps"], first[0]["topk"], first[0]["draft_tokens"]) if first else None
@@ -228,8 +366,9 @@ def _prediction_table(batch: str, preds) -> Any:
                   ("steps", "topk", "N", "E\\[a]", "draft", "verify", "extend", "accept", "cycle", "break-even",
                    "tok/s", "speedup"))
     for p in preds:
-        t.add_row(str(p["steps"]), str(p["topk"]), str(p["draft_tokens"]), f"{p['accept_len']:.2f}",
-                  _ms(p["draft_ms"]), _ms(p["verify_ms"]), _ms(p["extend_ms"]), _ms(p["accept_ms"]),
+        whole = p.get("whole_cycle_ms") is not None  # a whole cycle timed as one: no phases apart
+        phases = ("-",) * 4 if whole else (_ms(p["draft_ms"]), _ms(p["verify_ms"]), _ms(p["extend_ms"]), _ms(p["accept_ms"]))
+        t.add_row(str(p["steps"]), str(p["topk"]), str(p["draft_tokens"]), f"{p['accept_len']:.2f}", *phases,
                   _ms(p["cycle_ms"]), f"{p['break_even_accept_len']:.2f}", f"{p['tok_per_s']:.1f}",
                   f"{p['speedup']:.2f}x")
     return t

@@ -25,7 +25,8 @@ rank path. For a chain (topk 1) this is ``1 + sum_{d<=S} prod_{i<=d} p(i, 1)``; 
 ``p`` it is the closed form ``(1 - p^(S+1)) / (1 - p)``.
 
 **Cycle cost** at batch B: ``draft(S, K) + verify(N) + accept(S, K) + extend(S, K)`` from measured
-phase costs (:class:`PhaseCosts`). Predicted throughput ``B * E[a] / cycle``; plain decoding
+phase costs (:class:`PhaseCosts`), or a whole cycle's measured time for (S, K, N) where it was measured as one
+(``eaglelab tune`` times whole cycles of the regime ``run`` uses: a one-graph cycle has no phases to add). Predicted throughput ``B * E[a] / cycle``; plain decoding
 ``B / decode``; break-even accepted length ``cycle / decode`` (speculation pays above it).
 
 Worked example: ``p(1, 1) = 0.6, p(2, 1) = 0.5``, chain of 2 steps: E[a] = 1 + 0.6 + 0.3 = 1.9.
@@ -205,6 +206,7 @@ class PhaseCosts:
     ``verify_ms[N]``: one verify of N tokens per row. ``draft_ms[(S, K)]``, ``extend_ms[(S, K)]``,
     ``accept_ms[(S, K)]``: one cycle's draft, draft-extend and acceptance with S steps and topk K.
     ``prefill_ms``: the target's prefill of one prompt group; ``begin_ms`` the drafter's extend over it.
+    ``cycle_ms[(S, K, N)]``: one whole cycle of that configuration, measured as one (used before the phases).
     """
 
     batch: int
@@ -215,15 +217,17 @@ class PhaseCosts:
     accept_ms: dict[tuple[int, int], float]
     prefill_ms: float = 0.0
     begin_ms: float = 0.0
+    cycle_ms: dict[tuple[int, int, int], float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not self.decode_ms > 0:
             raise ValueError(f"batch {self.batch}: decode_ms must be > 0, got {self.decode_ms}")
 
     def covers(self, steps: int, topk: int, draft_tokens: int) -> bool:
-        """Every phase of this configuration was measured."""
+        """This configuration's whole cycle, or every phase of it, was measured."""
         key = (steps, topk)
-        return draft_tokens in self.verify_ms and key in self.draft_ms and key in self.extend_ms and key in self.accept_ms
+        return (steps, topk, draft_tokens) in self.cycle_ms or (
+            draft_tokens in self.verify_ms and key in self.draft_ms and key in self.extend_ms and key in self.accept_ms)
 
 
 # ---- predictions ------------------------------------------------------------------------------
@@ -241,9 +245,12 @@ class Prediction:
     verify_ms: float
     accept_ms: float
     extend_ms: float
+    whole_cycle_ms: float | None = None  # measured as one cycle (the phases above are then 0: not measured apart)
 
     @property
     def cycle_ms(self) -> float:
+        if self.whole_cycle_ms is not None:
+            return self.whole_cycle_ms
         return self.draft_ms + self.verify_ms + self.accept_ms + self.extend_ms
 
     @property
@@ -290,11 +297,17 @@ def grid_configs(steps: Iterable[int], topks: Iterable[int], draft_tokens: Itera
 
 
 def predict(table: AcceptanceTable, costs: PhaseCosts, steps: int, topk: int, draft_tokens: int) -> Prediction:
-    """Predict one configuration (its phases must be in ``costs``)."""
+    """Predict one configuration (its whole cycle, else its phases, must be in ``costs``)."""
     key = (steps, topk)
+    accept_len = expected_accept_len(table, steps, topk, draft_tokens)
+    whole = costs.cycle_ms.get((steps, topk, draft_tokens))
+    if whole is not None:
+        return Prediction(steps=steps, topk=topk, draft_tokens=draft_tokens, batch=costs.batch, accept_len=accept_len,
+                          decode_ms=costs.decode_ms, draft_ms=0.0, verify_ms=0.0, accept_ms=0.0, extend_ms=0.0,
+                          whole_cycle_ms=whole)
     return Prediction(
         steps=steps, topk=topk, draft_tokens=draft_tokens, batch=costs.batch,
-        accept_len=expected_accept_len(table, steps, topk, draft_tokens), decode_ms=costs.decode_ms,
+        accept_len=accept_len, decode_ms=costs.decode_ms,
         draft_ms=costs.draft_ms[key], verify_ms=costs.verify_ms[draft_tokens], accept_ms=costs.accept_ms[key],
         extend_ms=costs.extend_ms[key],
     )
@@ -349,11 +362,15 @@ class _CostLike(Protocol):
 
 def costs_from_events(events: Iterable[_CostLike]) -> dict[int, PhaseCosts]:
     """Per batch size, the :class:`PhaseCosts` that ``PhaseCost`` events describe (a later event
-    for the same phase and key wins). Batch sizes without a decode cost are left out."""
+    for the same phase and key wins; a ``cycle`` event is a whole cycle of (steps, topk, tokens)). Batch sizes
+    without a decode cost are left out."""
     by: dict[int, dict[str, dict]] = {}
     for e in events:
-        slot = by.setdefault(e.batch, {"verify": {}, "draft": {}, "draft_extend": {}, "accept": {}, "single": {}})
-        if e.phase == "verify":
+        slot = by.setdefault(e.batch, {"verify": {}, "draft": {}, "draft_extend": {}, "accept": {}, "single": {},
+                                       "cycle": {}})
+        if e.phase == "cycle":
+            slot["cycle"][(e.steps, e.topk, e.tokens)] = e.ms
+        elif e.phase == "verify":
             slot["verify"][e.tokens] = e.ms
         elif e.phase in ("draft", "draft_extend", "accept"):
             slot[e.phase][(e.steps, e.topk)] = e.ms
@@ -365,6 +382,6 @@ def costs_from_events(events: Iterable[_CostLike]) -> dict[int, PhaseCosts]:
             out[batch] = PhaseCosts(
                 batch=batch, decode_ms=s["single"]["decode"], verify_ms=s["verify"], draft_ms=s["draft"],
                 extend_ms=s["draft_extend"], accept_ms=s["accept"], prefill_ms=s["single"].get("prefill", 0.0),
-                begin_ms=s["single"].get("begin", 0.0),
+                begin_ms=s["single"].get("begin", 0.0), cycle_ms=s["cycle"],
             )
     return out

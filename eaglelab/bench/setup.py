@@ -99,22 +99,27 @@ def observes(args: argparse.Namespace) -> bool:
     return asked if asked is not None else (not headline_only(args) or bool(getattr(args, "profile", False)))
 
 
-def run_regime(args: argparse.Namespace, device_type: str, profile: Any):
+def run_regime(args: argparse.Namespace, device_type: str, profile: Any, compile_asked: bool | None = None):
     """How ``eaglelab run`` would decode on this device, with the reason for each choice: on CUDA, graphs of
-    torch.compile'd phases (run's default) and our kernels as :func:`eaglelab.session.cuda_kernel_default` picks
-    them (the device profile's measured choice, else on; --gemv / --decode-attn change them); on a CPU eager (the
-    session's kernels: the few-row C kernel when speculating)."""
+    torch.compile'd phases (run's default; ``compile_asked``: tune's --compile / --no-compile) and our kernels as
+    :func:`eaglelab.session.cuda_kernel_default` picks them (the device profile's measured choice, else on; --gemv /
+    --decode-attn change them); on a CPU eager (the session's kernels: the few-row C kernel when speculating)."""
     from eaglelab.bench.configs import Regime
     from eaglelab.session import cuda_kernel_default
 
     if device_type != "cuda":
-        return Regime(graphs=False, reasons=("no CUDA graphs on a CPU: eager, as `run` decodes here",))
-    reasons = ["compile: on with CUDA graphs (run's default)"]
+        gemv = getattr(args, "gemv", None)
+        return Regime(graphs=False, gemv=gemv is not False, reasons=("no CUDA graphs on a CPU: eager, as `run` decodes here",))
+    if compile_asked is False:
+        reasons = ["compile: off (as flagged)"]
+    else:
+        reasons = ["compile: on with CUDA graphs (run's default)" if compile_asked is None else "compile: on (as flagged)"]
     on = {}
     for flag, name, library in (("--gemv", "gemv", "cuBLAS"), ("--decode-attn", "decode_attn", "SDPA")):
         on[name], why = cuda_kernel_default(getattr(args, name, None), profile, flag, library)
         reasons.append(why or f"{flag}: {'on' if on[name] else 'off'} (as flagged)")
-    return Regime(graphs=True, compile=True, gemv=on["gemv"], attn=on["decode_attn"], reasons=tuple(reasons))
+    return Regime(graphs=True, compile=compile_asked is not False, gemv=on["gemv"], attn=on["decode_attn"],
+                  reasons=tuple(reasons))
 
 
 def tree_notes(draft: Any, batch_sizes: tuple[int, ...]) -> list[str]:
@@ -217,11 +222,13 @@ def default_tokenizer():
 
 
 def _quiet(fn):
-    """``fn`` with transformers' logging at errors only (loading the peer warns about what we do not use)."""
+    """``fn`` with transformers' logging at errors only (loading the peer warns about what we do not use) and no
+    progress bar (its weights load in a blink, and the bar would land among the bench's own lines)."""
     def call(*a, **kw):
         import transformers
 
         transformers.logging.set_verbosity_error()
+        transformers.utils.logging.disable_progress_bar()
         return fn(*a, **kw)
 
     return call

@@ -40,11 +40,15 @@ def from_record(path: str, steps_text: str | None = None, topk_text: str | None 
     grid_steps = int_list(steps_text, "--steps") if steps_text else tuple(range(1, depth + 1))
     grid_topk = int_list(topk_text, "--topk") if topk_text else tuple(k for k in (1, 2, 4, 8) if k <= width)
     grid_n = int_list(draft_tokens_text, "--draft-tokens", least=2)
-    if costs:
+    cycles = sorted({(e.steps, e.topk, e.tokens) for e in costs if e.phase == "cycle"})
+    if cycles:  # a tune in run's regime timed whole cycles of its candidates: those are what it can rank
+        grid_steps, grid_topk = tuple(sorted({c[0] for c in cycles})), tuple(sorted({c[1] for c in cycles}))
+        grid_n = tuple(sorted({c[2] for c in cycles}))
+    elif costs:
         grid_steps = tuple(sorted({e.steps for e in costs if e.phase == "draft"} & set(grid_steps)))
         grid_topk = tuple(sorted({e.topk for e in costs if e.phase == "draft"} & set(grid_topk)))
         grid_n = tuple(sorted({e.tokens for e in costs if e.phase == "verify"} & set(grid_n)))
-    report = predict(steps, costs, grid_steps, grid_topk, grid_n, top)
+    report = predict(steps, costs, grid_steps, grid_topk, grid_n, top, configs=cycles or None)
     report.update(model=started.model if started else "?", record=path, confirmation=[],
                   hardware={"device": started.device if started else "?", "dtype": started.dtype if started else "?"},
                   notes=[f"from the record {path}: nothing was run"]
@@ -55,15 +59,17 @@ def from_record(path: str, steps_text: str | None = None, topk_text: str | None 
 
 # ---- the model's side -------------------------------------------------------------------------
 def predict(steps: list, costs: list, grid_steps: tuple[int, ...], grid_topk: tuple[int, ...], grid_n: tuple[int, ...],
-            top: int) -> dict[str, Any]:
-    """The acceptance table, costs and ranked predictions, as plain data."""
+            top: int, configs: list[tuple[int, int, int]] | None = None) -> dict[str, Any]:
+    """The acceptance table, costs and ranked predictions, as plain data: of ``configs`` (steps, topk, N) when given,
+    else of the grid's; each batch size ranks those its costs cover."""
     from dataclasses import asdict
 
     from eaglelab.probes import tuning as T
 
     counts = T.table_from_steps(steps)
     table = counts.table()
-    configs = [c for c in T.grid_configs(grid_steps, grid_topk, grid_n) if c[0] <= max(table.max_depth, 1)]
+    tried = configs if configs is not None else T.grid_configs(grid_steps, grid_topk, grid_n)
+    configs = [c for c in tried if c[0] <= max(table.max_depth, 1)]
     by_batch = T.costs_from_events(costs)
     preds = {str(b): [dict(asdict(p), cycle_ms=p.cycle_ms, tok_per_s=p.tok_per_s, speedup=p.speedup,
                            break_even_accept_len=p.break_even_accept_len, plain_tok_per_s=p.plain_tok_per_s)
@@ -78,7 +84,8 @@ def predict(steps: list, costs: list, grid_steps: tuple[int, ...], grid_topk: tu
                            "verify_ms": {str(n): v for n, v in sorted(c.verify_ms.items())},
                            "draft_ms": {f"{s},{k}": v for (s, k), v in sorted(c.draft_ms.items())},
                            "extend_ms": {f"{s},{k}": v for (s, k), v in sorted(c.extend_ms.items())},
-                           "accept_ms": {f"{s},{k}": v for (s, k), v in sorted(c.accept_ms.items())}}
+                           "accept_ms": {f"{s},{k}": v for (s, k), v in sorted(c.accept_ms.items())},
+                           "cycle_ms": {f"{s},{k},{n}": v for (s, k, n), v in sorted(c.cycle_ms.items())}}
                   for b, c in by_batch.items()},
         "predictions": preds,
         "by_accept_len": by_len,
