@@ -225,7 +225,7 @@ def _validate(ck: DraftCheckpoint, target: TargetShape | None) -> list[Finding]:
     out += _check_ids_values(ck, target)
     out += _check_fc(ck, target)
     out += _check_vocab(ck, target)
-    out += [p.finding() for p in layout_problems(ck, target)]
+    out += [Finding(p.severity, p.field, p.text(), p.hint, code=p.code) for p in layout_problems(ck, target)]
     out += _check_layer_shapes(ck)
     out += _check_positions(ck, target)
     if not ck.has_weights:
@@ -398,6 +398,10 @@ def _check_vocab(ck: DraftCheckpoint, target: TargetShape | None) -> list[Findin
                                f"config {where} and the weights disagree", code="draft_vocab"))
     if not out and ck.shape("d2t") is not None and ck.shape("t2d") is not None:
         out += _check_vocab_maps(ck)
+    if ck.has_weights and ck.shape("lm_head.weight") is None:
+        out.append(Finding("error", "lm_head.weight", "missing from the weights: the drafter has no head to propose "
+                           "tokens with", "copy the complete drafter (or re-export it: lm_head is saved with it)",
+                           code="tensor_missing"))
     if ck.has_weights and ck.draft_vocab_size < ck.vocab_size and ck.shape("d2t") is None:
         out.append(Finding("error", "d2t", f"draft vocab {ck.draft_vocab_size} < vocab {ck.vocab_size} but no d2t map",
                            "the draft ids cannot be mapped to target ids", code="d2t_missing"))

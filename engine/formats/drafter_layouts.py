@@ -15,7 +15,8 @@ EAGLE-3.1 (either layout): ``fc_norm`` (legacy ``use_aux_norm``, SGLang only) ad
 to the next draft step. Both are read at the top level of config.json (see
 :func:`~eaglelab.engine.formats.conventions.eagle31_notes` for which engine versions read them).
 
-:func:`read_layout` runs while the checkpoint is read; :func:`layout_problems` are the checks that
+:func:`read_layout` runs while the checkpoint is read; :func:`layout_problems` (given a read
+``DraftCheckpoint``; this module imports nothing of draft_checkpoint) are the checks that
 :meth:`DraftCheckpoint.validate` reports and :func:`raise_first` turns into the loader's errors.
 """
 
@@ -23,14 +24,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Mapping
 
 from eaglelab.engine.errors import CheckpointError, ConfigError
 from eaglelab.engine.formats.conventions import FC_NORM_FIELDS, NORM_OUTPUT_FIELD, eagle31_notes
 from eaglelab.engine.model.config import MLAConfig, ModelConfig
-
-if TYPE_CHECKING:
-    from eaglelab.engine.formats.draft_checkpoint import DraftCheckpoint, Finding
 
 MLA_ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")
 MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
@@ -166,11 +164,10 @@ class Problem:
     expected: object = None
     file: Path | None = None
 
-    def finding(self) -> "Finding":
-        from eaglelab.engine.formats.draft_checkpoint import Finding
-
+    def text(self) -> str:
+        """The message with found / expected appended (a check-wiring finding's message)."""
         detail = "".join(f"; {k} {v}" for k, v in (("found", self.found), ("expected", self.expected)) if v is not None)
-        return Finding(self.severity, self.field, self.message + detail, self.hint, code=self.code)
+        return self.message + detail
 
     def error(self) -> CheckpointError | ConfigError:
         kind = CheckpointError if self.file is not None and self.file.suffix == ".safetensors" else ConfigError
@@ -178,7 +175,7 @@ class Problem:
                     hint=self.hint)
 
 
-def layout_problems(ck: "DraftCheckpoint", target: Any = None) -> list[Problem]:
+def layout_problems(ck: Any, target: Any = None) -> list[Problem]:
     """The layout's checks: EAGLE-3.1 flags against the weights and the engines, MLA sizes against the
     weights and the target (``target``: any TargetShape; the MLA fit is checked against a ModelConfig)."""
     lay: DrafterLayout = ck.layout
@@ -204,7 +201,7 @@ def layout_problems(ck: "DraftCheckpoint", target: Any = None) -> list[Problem]:
     return out
 
 
-def _fc_norm_problems(ck: "DraftCheckpoint", lay: DrafterLayout) -> list[Problem]:
+def _fc_norm_problems(ck: Any, lay: DrafterLayout) -> list[Problem]:
     present = sorted(n for n in ck.tensors if n.startswith("fc_norm."))
     n_aux = ck.num_aux_from_fc or (len(ck.aux_layer_ids) if ck.aux_layer_ids else 3)
     width = ck.aux_hidden_size
@@ -236,7 +233,7 @@ def _fc_norm_problems(ck: "DraftCheckpoint", lay: DrafterLayout) -> list[Problem
     return out
 
 
-def _mla_problems(ck: "DraftCheckpoint", m: MLAConfig, target: Any) -> list[Problem]:
+def _mla_problems(ck: Any, m: MLAConfig, target: Any) -> list[Problem]:
     out: list[Problem] = []
     H, heads = ck.hidden_size, ck.num_attention_heads
     expect = mla_attention_shapes(H, heads, m)
