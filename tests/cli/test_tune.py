@@ -80,49 +80,127 @@ def test_tune_from_a_record_without_ranks_is_a_user_error(tmp_path, capsys):
 def test_tune_refuses_the_ngram_drafter(capsys):
     rc = main(["tune", "--draft", "ngram", "--device", "cpu"])
     err = " ".join(capsys.readouterr().err.split())
-    assert rc == 2 and "--draft" in err and "EAGLE-3" in err
+    assert rc == 2 and "--draft" in err and "EAGLE-3" in err and "does not apply" in err
 
 
 @pytest.mark.slow
 def test_tune_on_the_real_model_predicts_the_winners_accepted_length_within_10_percent(tmp_path, default_target, one_thread):
-    """A small pass on SmolLM2-135M with the shipped drafter (CPU): the chosen configuration's
-    predicted accepted length is within 10% of what its real run measures on the same prompts;
-    the record it wrote gives the same acceptance table through --from."""
+    """A small pass on SmolLM2-135M with the shipped drafter (CPU): the measured winner's predicted accepted length
+    is within 10% of what its real run measures on the same prompts; the record it wrote gives the same
+    acceptance table through --from; the profile it would write holds the measured winner."""
     out, rec, again = tmp_path / "tune.json", tmp_path / "tune.jsonl", tmp_path / "again.json"
-    rc = main(["tune", "--device", "cpu", "--steps", "1,2,3", "--topk", "1,2", "--draft-tokens", "2,3,4,6",
-               "--prompts", "3", "--max-new-tokens", "32", "--cost-tokens", "6", "--confirm", "1",
-               "--record", str(rec), "--json", str(out)])
+    rc = main(["tune", "--device", "cpu", "--candidates", "1/1/2,2/1/3,3/2/5", "--prompts", "3", "--max-new-tokens",
+               "32", "--cost-tokens", "6", "--confirm", "2", "--record", str(rec), "--json", str(out), "--no-save"])
     assert rc == 0
     report = json.loads(out.read_text())
-    plain, winner = report["confirmation"]
-    assert plain["steps"] == 0 and plain["measured_tok_per_s"] > 0
-    best = report["predictions"]["1"][0]
-    assert (winner["steps"], winner["topk"], winner["draft_tokens"]) == (best["steps"], best["topk"], best["draft_tokens"])
+    plain, *spec = report["confirmation"]
+    assert plain["steps"] == 0 and plain["measured_tok_per_s"] > 0 and len(spec) == 2
+    winner = max(spec, key=lambda r: r["measured_tok_per_s"])  # measured, not predicted
     predicted, measured = winner["predicted_accept_len"], winner["measured_accept_len"]
     assert abs(predicted - measured) <= 0.10 * measured, (predicted, measured)
+    bucket = report["profile"]["buckets"][0]
+    assert (bucket["steps"], bucket["topk"], bucket["draft_tokens"]) == (winner["steps"], winner["topk"], winner["draft_tokens"])
+    assert report["profile"]["saved"] is False
     assert main(["tune", "--from", str(rec), "--json", str(again)]) == 0
     assert json.loads(again.read_text())["acceptance"] == report["acceptance"]
 
 
-def test_tune_compile_measures_the_bench_compile_configs():
-    """--compile on CUDA: tune's systems are bench's plain-compile / spec-compile (graphs of compiled
-    phases); on CPU, where there are no graphs to compile, it is off (and a note says so)."""
+def test_tune_measures_in_runs_regime_by_default():
+    """On CUDA with the H200 profile (every kernel on): tune's systems are bench's plain-compile-gemv-attn and
+    spec-compile-gemv-attn, as `run` decodes; --no-compile and the kernel flags change them; a CPU runs eager."""
     from types import SimpleNamespace
 
     import torch
 
-    from eaglelab.bench.tune import config_for
+    from eaglelab.bench.setup import run_regime
+    from eaglelab.bench.tune import TuneSettings, config_for
     from eaglelab.cli import build_parser
-    from eaglelab.cmd_tune import _settings
     from eaglelab.engine.runtime.spec_config import SpecConfig
+    from eaglelab.profiles import BucketChoice, DeviceProfile
 
-    args = build_parser().parse_args(["tune", "--compile"])
-    on_gpu, _ = _settings(args, cuda=True)
-    on_cpu, _ = _settings(args, cuda=False)
-    assert on_gpu.compile and not on_cpu.compile
-    assert not _settings(build_parser().parse_args(["tune"]), cuda=True)[0].compile
-    gpu, cpu, spec = SimpleNamespace(device=torch.device("cuda")), SimpleNamespace(device=torch.device("cpu")), SpecConfig("eagle3")
-    assert (config_for(gpu, on_gpu, None).name, config_for(gpu, on_gpu, spec).name) == ("plain-compile", "spec-compile")
-    assert config_for(gpu, on_gpu, spec).compile and config_for(gpu, on_gpu, spec).graphs
-    assert (config_for(gpu, on_cpu, spec).name, config_for(gpu, on_cpu, spec).compile) == ("spec-decode-graphs", False)
-    assert (config_for(cpu, on_cpu, None).name, config_for(cpu, on_cpu, None).graphs) == ("plain-eager", False)
+    h200 = DeviceProfile("NVIDIA H200", "bfloat16", "ab" * 32, (BucketChoice(1, 5, 4, 24),), compile=True, gemv=True,
+                         decode_attn=True, kernels_reason="measured")
+    parse = build_parser().parse_args
+    gpu, spec = SimpleNamespace(device=torch.device("cuda")), SpecConfig("eagle3")
+
+    def names(flags, device="cuda"):
+        args = parse(["tune", *flags])
+        regime = run_regime(args, device, h200, compile_asked=args.compile)
+        settings = TuneSettings({1: ((3, 1, 4),)}, 32, 8, 1, regime)
+        return config_for(gpu, settings, None).name, config_for(gpu, settings, spec).name, regime
+
+    plain, spec_name, regime = names([])
+    assert (plain, spec_name) == ("plain-compile-gemv-attn", "spec-compile-gemv-attn") and regime.one_graph
+    assert any("as measured on NVIDIA H200" in r for r in regime.reasons)
+    assert names(["--no-decode-attn"])[:2] == ("plain-compile-gemv", "spec-compile-gemv")
+    plain, spec_name, regime = names(["--no-compile"])
+    assert (plain, spec_name) == ("plain-graphs-gemv-attn", "spec-graphs-gemv-attn") and not regime.compile
+    assert names([], device="cpu")[:2] == ("plain-eager", "spec-decode")
+
+
+def test_the_default_candidates_are_few_and_hold_the_profiles_tree():
+    """A compiled tree shape costs a compile per batch size: a handful per batch size, the profile's tree among them
+    (a tune can only confirm or beat it); --candidates names them; a tree that cannot be is a user error."""
+    from eaglelab.bench.tune import default_candidates
+    from eaglelab.cmd_tune import parse_candidates
+    from eaglelab.draft_registry import TreeShape
+    from eaglelab.engine.errors import EagleLabError
+
+    trees = {1: TreeShape(6, 8, 40), 8: TreeShape(4, 4, 12), 32: TreeShape(4, 4, 12)}
+    got = default_candidates((1, 8, 32), True, lambda b: trees[b])
+    assert (6, 8, 40) in got[1] and (4, 4, 12) in got[8] and (4, 4, 12) in got[32]
+    assert all(2 <= len(c) <= 5 for c in got.values()) and any(k == 1 for _, k, _ in got[32])
+    assert default_candidates((1,), False, None) == {1: ((2, 1, 3), (3, 1, 4), (3, 2, 6), (4, 1, 5))}
+    assert parse_candidates("5/4/24, 3/1/4") == ((3, 1, 4), (5, 4, 24))
+    for bad in ("3/1/5", "2/2/9", "x/1/2", "3/1"):
+        with pytest.raises(EagleLabError) as e:
+            parse_candidates(bad)
+        assert e.value.field == "--candidates" and bad in str(e.value)
+
+
+def _report(tmp_path):
+    """A tune's report, as plain data: at batch 1 the predicted best (3/1/4) measured slower than 2/1/3."""
+    conf = [dict(batch=1, steps=0, topk=0, draft_tokens=1, measured_tok_per_s=20.0, passes=[20.0, 20.0]),
+            dict(batch=1, steps=3, topk=1, draft_tokens=4, measured_tok_per_s=30.0, passes=[30.0, 30.0]),
+            dict(batch=1, steps=2, topk=1, draft_tokens=3, measured_tok_per_s=34.0, passes=[34.0, 34.0]),
+            dict(batch=8, steps=0, topk=0, draft_tokens=1, measured_tok_per_s=100.0, passes=[100.0, 100.0]),
+            dict(batch=8, steps=2, topk=1, draft_tokens=3, measured_tok_per_s=120.0, passes=[120.0, 120.0])]
+    return {"confirmation": conf, "hardware": {"device": "cpu", "cpu": "x86_64", "torch": "2.13.0+cpu"},
+            "settings": {"prompts": 4}}
+
+
+def test_tune_writes_the_profile_that_run_bench_and_the_fixtures_then_find(tmp_path, monkeypatch, default_target):
+    """The confirmed-fastest tree per batch size (measured, not predicted), with its figure, goes into the eaglelab
+    cache, never into the drafter's directory; find_profile then returns it before the shipped one, and the drafter
+    registry (what run, bench, the TUI and the fixtures ask) drafts its tree at each batch size."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from eaglelab.bench.tune import TuneSettings
+    from eaglelab.cmd_tune import _save_profile
+    from eaglelab.draft_registry import Where, choose_drafter, shipped_drafter_dir
+    from eaglelab.profiles import SHIPPED_NAME, cache_profile_path, drafter_digest, find_profile
+
+    shipped = shipped_drafter_dir()
+    before = (shipped / SHIPPED_NAME).read_bytes()
+    monkeypatch.setenv("EAGLELAB_CACHE", str(tmp_path / "cache"))  # after the model loaded from the real cache
+    settings = TuneSettings({1: ((2, 1, 3), (3, 1, 4)), 8: ((2, 1, 3),)}, 32, 8, 2)
+    tt = SimpleNamespace(draft_path=str(shipped), dtype="float32")
+    args = SimpleNamespace(save=False)
+    assert _save_profile(args, _report(tmp_path), settings, tt, torch.device("cpu"))["saved"] is False
+    sha = drafter_digest(shipped)
+    path = cache_profile_path(tmp_path / "cache", sha)
+    assert not path.exists(), "--no-save writes nothing"
+    args.save = True
+    saved = _save_profile(args, _report(tmp_path), settings, tt, torch.device("cpu"))
+    assert saved["path"] == str(path) and path.is_file() and (shipped / SHIPPED_NAME).read_bytes() == before
+    found = find_profile("cpu", "float32", shipped, tmp_path / "cache")
+    assert found is not None and found.path == str(path)
+    assert [(b.max_batch, b.steps, b.topk, b.draft_tokens) for b in found.buckets] == [(1, 2, 1, 3), (8, 2, 1, 3)]
+    assert found.bucket(1).measured.startswith("1.70x over plain decoding (34.0 vs 20.0 tok/s; 4 MT-bench first "
+                                               "turns, 32 tokens, batch 1, 2 interleaved passes")
+    choice = choose_drafter("default", "default", default_target.model, where=Where("cpu", "float32", 1))
+    assert choice.profile == found and (choice.spec.num_steps, choice.spec.topk) == (2, 1)
+    assert any(str(path) in n for n in choice.notes), choice.notes
+    assert (choice.tree_for(8).steps, choice.tree_for(8).draft_tokens) == (2, 3)

@@ -166,3 +166,30 @@ def test_costs_from_events_group_by_batch_and_key() -> None:
     c = got[1]
     assert c.covers(2, 1, 3) and not c.covers(3, 1, 4)
     assert (c.decode_ms, c.verify_ms, c.prefill_ms, c.begin_ms) == (10.0, {3: 12.0}, 40.0, 0.0)
+
+
+def test_a_whole_cycle_measured_as_one_predicts_without_phases():
+    """tune times whole cycles of run's regime (a one-graph cycle has no phases to add): a ``cycle`` event for
+    (steps, topk, N) covers that configuration alone, and its prediction's cycle is that time.
+
+    Worked example: chain of 2 with p = 0.6, 0.5: E[a] = 1.9; a 20 ms cycle at batch 1 = 95 tok/s; plain 10 ms a
+    token = 100 tok/s: 0.95x."""
+    from eaglelab.probes.events import PhaseCost
+
+    costs = T.costs_from_events([PhaseCost("decode", 1, 10.0), PhaseCost("prefill", 1, 4.0),
+                                 PhaseCost("cycle", 1, 20.0, tokens=3, steps=2, topk=1)])[1]
+    assert costs.cycle_ms == {(2, 1, 3): 20.0} and costs.covers(2, 1, 3) and not costs.covers(3, 1, 4)
+    table = T.AcceptanceTable(((0.6,), (0.5,)))
+    pred = T.predict(table, costs, 2, 1, 3)
+    assert pred.whole_cycle_ms == 20.0 and pred.cycle_ms == 20.0 and pred.accept_len == pytest.approx(1.9)
+    assert pred.tok_per_s == pytest.approx(95.0) and pred.speedup == pytest.approx(0.95)
+    assert [(p.steps, p.topk) for p in T.rank_configs(table, costs, [(2, 1, 3), (1, 1, 2)])] == [(2, 1)]
+
+
+def test_two_call_lengths_give_the_step_and_the_prompts_cost():
+    from eaglelab.bench.tune import fit_two
+
+    fit = fit_two((40.0, 10), (70.0, 20))  # 3 ms a step, 10 ms fixed
+    assert (fit.per, fit.fixed) == pytest.approx((3.0, 10.0))
+    noisy = fit_two((50.0, 10), (45.0, 20))  # the long call no slower: all of it per step
+    assert (noisy.per, noisy.fixed) == pytest.approx((2.25, 0.0))
