@@ -2,7 +2,7 @@
 PY ?= python3
 PROMPT ?= Give three tips for staying healthy.
 
-.PHONY: install run test bench
+.PHONY: install run test bench bench-full
 
 # torch is yours to bring (CPU, CUDA, ROCm). Only when none is installed do we install one:
 # torch==2.13.0 (a CPU build where the platform ships one locally, else PyPI's default build).
@@ -17,5 +17,10 @@ run: install
 test: install
 	$(PY) -m pytest -q
 
+# The headline in a few minutes: plain and speculative decoding as `run` decodes here, and HF; batch 1 and 8 on
+# CUDA (1 on a CPU). bench-full sweeps every configuration at every batch size.
 bench: install
 	$(PY) -m eaglelab bench
+
+bench-full: install
+	$(PY) -m eaglelab bench --full
