@@ -256,3 +256,41 @@ def test_missing_scale_is_named(tmp_path):
     with pytest.raises(CheckpointError) as e:
         StreamedTarget(tmp_path / "fp8").run(torch.zeros(1, 3, dtype=torch.long))
     assert e.value.field == name + "_scale_inv"
+
+
+def test_fp8_llama_runs_and_the_run_says_what_it_dequantized(tmp_path, capsys):
+    """``eaglelab run`` on a Llama-layout target stored as block FP8: it generates, and its notes name the scheme
+    and the dtype the weights became; the same weights in float32 give the same tokens."""
+    from safetensors.torch import load_file, save_file
+
+    from eaglelab.cli import main
+    from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
+
+    cfg = tiny_config()
+    path = save_hf_dir(random_model(cfg), cfg, tmp_path / "fp8")
+    add_word_tokenizer(path, vocab=cfg["vocab_size"])
+    stored, plain = {}, {}
+    for k, w in load_file(str(path / "model.safetensors")).items():
+        if k.endswith("proj.weight"):
+            q, s, deq = fp8_blocks(w)
+            stored.update({k: q, k + "_scale_inv": s})
+            plain[k] = deq
+        else:
+            stored[k] = plain[k] = w
+    save_file(stored, str(path / "model.safetensors"))
+    (path / "config.json").write_text(json.dumps({**cfg, "quantization_config": {
+        "quant_method": "fp8", "fmt": "e4m3", "weight_block_size": [128, 128]}}))
+    rc = main(["run", "w1 w2 w3", "--model", str(path), "--device", "cpu", "--draft", "none", "--max-new-tokens", "3"])
+    out = capsys.readouterr()
+    text = " ".join((out.out + out.err).split())
+    assert rc == 0
+    n = sum(k.endswith("proj.weight") for k in plain)
+    assert f"target: {n} linears block FP8 e4m3 (128x128 scales), dequantized to float32 on load" in text
+    ours = load_target(path, with_tokenizer=False).model
+    (tmp_path / "deq").mkdir()
+    save_file(plain, str(tmp_path / "deq" / "model.safetensors"))
+    (tmp_path / "deq" / "config.json").write_text(json.dumps(cfg))
+    ref = load_target(tmp_path / "deq", with_tokenizer=False).model
+    x = torch.randint(0, cfg["vocab_size"], (1, 7), generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        assert torch.equal(ours.logits(ours.all_hidden_states(x)[-1]), ref.logits(ref.all_hidden_states(x)[-1]))
