@@ -1,6 +1,6 @@
-"""The bench configurations, in one table: every column ``eaglelab bench`` can measure, and the ones ``tune``
-runs (:data:`CONFIGS`). Graph configurations need CUDA; ``*-gemv`` and ``*-attn`` ones (our Triton kernels)
-run only when named."""
+"""The bench configurations, in one table: every column ``eaglelab bench`` can measure (:data:`CONFIGS`), and the
+one that decodes as ``run`` does on a device (:func:`regime_config`: the bench's headline, what ``tune`` runs).
+Graph configurations need CUDA; ``*-gemv`` and ``*-attn`` ones (our Triton kernels) run only when named."""
 
 from __future__ import annotations
 
@@ -124,9 +124,3 @@ def regime_config(speculative: bool, regime: Regime) -> BenchConfig:
     return BenchConfig(name, speculative, "decode", regime.graphs, compile=want[2], gemv=want[3], attn=want[4],
                        one_graph=regime.one_graph, description=f"{'speculative' if speculative else 'plain'}, "
                                                            f"{regime.label}")
-
-
-def tune_config(speculative: bool, graphs: bool, compiled: bool) -> BenchConfig:
-    """The configuration of graphs (``compiled``: their phases torch.compile'd) on CUDA, eager on CPU, without our
-    Triton kernels (``eaglelab tune`` measures :func:`regime_config` of run's regime instead)."""
-    return regime_config(speculative, Regime(graphs=graphs, compile=compiled))
