@@ -1,5 +1,5 @@
-"""``eaglelab check-wiring DRAFT --target T --search``: which taps the drafter behaves as trained on,
-without its training data (the search lives in ``eaglelab.probes.tap_search``)."""
+"""``eaglelab check-wiring DRAFT --target T``: which taps the drafter behaves as trained on, without its
+training data (the default with a target and no --data; the search lives in ``eaglelab.probes.tap_search``)."""
 
 from __future__ import annotations
 
@@ -11,44 +11,22 @@ from typing import Any
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--search", action="store_true",
-                   help="without training data: run the target over texts and find the taps under which the drafter "
-                        "predicts the target best (needs --target); exit 1 when the config's taps are not those")
+    p.add_argument("--search", action=argparse.BooleanOptionalAction, default=None,
+                   help="the data-free tap search: run the target over texts and find the taps under which the drafter "
+                        "predicts the target best; exit 1 when the config's taps are not those, 4 when the texts do not "
+                        "separate the candidates. The default with --target (a model directory or 'default') and no --data; "
+                        "--no-search: static checks only, which never read OK (exit 4)")
     p.add_argument("--texts", metavar="FILE",
-                   help="with --search: texts to score, JSONL ({\"prompt\", \"response\"} or {\"text\"}) or one per line "
+                   help="for the search: texts to score, JSONL ({\"prompt\", \"response\"} or {\"text\"}) or one per line "
                         "(default: built-in prompts and the target's own greedy responses)")
-    p.add_argument("--new-tokens", type=int, default=48, help="with --search: response tokens the target writes per prompt (default 48)")
+    p.add_argument("--new-tokens", type=int, default=48, help="for the search: response tokens the target writes per prompt (default 48)")
     p.add_argument("--stream", action="store_true",
                    help="run the target one decoder layer at a time from its safetensors (for targets larger than memory): "
-                        "--data and --search")
-
-
-def run_search(args: argparse.Namespace) -> int:
-    """The search verdict, rendered (or JSON). Raises EagleLabError for unusable input."""
-    from eaglelab.engine.errors import EagleLabError
-    from eaglelab.engine.formats.loader import resolve_model_dir
-
-    if not args.target:
-        raise EagleLabError("--search runs the target", field="--target", hint="pass --target default or an HF model directory")
-    model_dir = resolve_model_dir(args.target)
-    _check_fit(args, model_dir)
-    report = search_report(args, model_dir)
-    if args.json:
-        print(json.dumps(report.to_json()))
-    else:
-        render(report, args.target)
-    return report.exit_code
-
-
-def _check_fit(args: argparse.Namespace, model_dir: Path) -> None:
-    """A drafter made for another target (hidden size, vocabulary, layer count) is refused before the target loads."""
-    from eaglelab.engine.formats.draft_checkpoint import check_fits_target, read_draft_checkpoint
-    from eaglelab.engine.model.config import ModelConfig
-
-    check_fits_target(read_draft_checkpoint(args.draft_dir), ModelConfig.from_json(model_dir / "config.json"), args.target)
+                        "--data and the search")
 
 
 def search_report(args: argparse.Namespace, model_dir: Path) -> Any:
+    """Load the target, write or read the texts, run the search: a ``TapSearchReport``."""
     import torch
 
     from eaglelab.probes.tap_search import AgreementScorer, config_taps, drafter_for_search, verdict_from_search
@@ -162,33 +140,38 @@ class ProgressLine:
 
 
 def render(r: Any, target_name: str) -> None:
-    """The search table, the config's taps against the best, the fix in both conventions, the verdict."""
+    """The search table, the config's taps against the best, the fix in both conventions (the verdict
+    line is the caller's: it also weighs the static checks)."""
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
 
     console = Console(highlight=False)
-    console.print(f"[bold]target[/]   {escape(target_name)}  [dim]{r.texts} texts, {r.tokens} scored tokens, "
+    console.print(f"\n[bold]search[/]   {escape(target_name)}  [dim]{r.texts} texts, {r.tokens} scored tokens, "
                   f"{r.evaluations} tap sets tried in {r.passes} pass(es)[/]")
     ids = f"{list(r.config_ids)} as {r.serving} ids" if r.config_ids else "none (engine defaults)"
     console.print(f"[bold]config[/]   {escape(ids)} = hs{list(r.config_hf_indices)}"
                   + (f"  loss {r.config_score.loss:.3f}, agreement {r.config_score.agreement:.1%}" if r.config_score else ""))
     t = Table(title="aux slots: the state under which the drafter predicts the target best", title_justify="left")
-    for col in ("slot", "config", "best", "loss", "agreement", "runner-up", "margin (nats)"):
+    for col in ("slot", "config", "best", "loss", "agreement", "runner-up", "margin (nats)", "least separated (t)"):
         t.add_column(col, no_wrap=True)
     for s in r.slots:
         cfg = "-" if s.config_hf_index is None else f"hs[{s.config_hf_index}]"
         style = "green" if s.config_hf_index == s.best_hf_index else "bold red"
         ru = "-" if s.runner_up_hf_index is None else f"hs[{s.runner_up_hf_index}] {s.runner_up_loss:.3f}"
+        sep = "-" if s.contender_t is None else f"hs[{s.contender_hf_index}] {s.contender_t:.1f}"
+        sep = sep if s.contender_t is None or s.contender_t >= r.t_separated else f"[yellow]{sep}[/]"
         t.add_row(str(s.slot), cfg, f"[{style}]hs[{s.best_hf_index}][/]", f"{s.loss:.3f}", f"{s.agreement:.1%}", ru,
-                  "-" if s.margin is None else f"{s.margin:.3f}")
+                  "-" if s.margin is None else f"{s.margin:.3f}", sep)
     console.print(t)
     e = r.expected_ids
-    console.print(f"[bold]the drafter behaves as trained on[/] hs{list(r.best_hf_indices)}: SGLang/SpecForge ids "
+    lead = "the drafter behaves as trained on" if r.verdict != "inconclusive" else "best found (not conclusive)"
+    console.print(f"[bold]{lead}[/] hs{list(r.best_hf_indices)}: SGLang/SpecForge ids "
                   f"[bold]{e['sglang']}[/], vLLM/speculators ids [bold]{e['vllm']}[/]")
     if r.fix:
         f = r.fix
         console.print(f"[bold]change[/] {escape(f['file'])}: [bold]{escape(f['field'])}[/]: {escape(str(f['current']))} → "
                       f"[bold green]{f['new']}[/]")
-    label = "[bold green]WIRING OK[/]" if r.verdict == "ok" else "[bold red]WIRING WRONG[/]"
-    console.print(f"\n{label} — {escape(r.conclusion)}")
+    console.print(f"[dim]t: the loss difference to the best tap, paired per text, over its standard error; over >= "
+                  f"{r.min_texts} texts, t >= {r.t_separated:g} separates the config's tap from another, t >= "
+                  f"{r.t_wrong:g} calls the config's taps wrong[/]")

@@ -1,7 +1,13 @@
 """``eaglelab check-wiring DRAFT_DIR``: is the drafter fed the target layers it was trained on?
 
-Exit codes: 0 wiring right; 1 wiring wrong (including config/weights that disagree and data that no
-layer of the target reproduces); 2 could not check (a file that cannot be read, with the reason).
+Which check runs: with ``--data``, the numerical match against the training data; else with a target
+that has weights (``--target default`` or a model directory), the data-free tap search; else (no target,
+a target config.json alone, a drafter without weights, or ``--no-search``) static checks only.
+
+Exit codes: 0 wiring right, shown numerically (never from static checks alone); 1 wiring wrong
+(including config/weights that disagree and data that no layer of the target reproduces); 2 could not
+check (a file that cannot be read, with the reason); 4 inconclusive: static checks passed but nothing
+was checked numerically, or the search's texts do not separate the candidate taps (the report says why).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ from typing import Any
 
 SEVERITY_STYLE = {"error": "bold red", "warning": "yellow", "info": "dim"}
 VERDICT_STYLE = {"ok": "green", "wrong layer": "bold red", "no layer matches": "bold red", "not tapped": "bold red"}
+VERDICT_LABEL = {"ok": "[bold green]WIRING OK[/]", "mismatch": "[bold red]WIRING WRONG[/]"}
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -21,16 +28,17 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="check that an EAGLE-3 drafter is fed the target layers it was trained on",
         description=(
             "Static checks of an EAGLE-3 drafter directory (config and tensor shapes) and of the target layers "
-            "SGLang and vLLM would tap with its config; with --data (SpecForge offline data) a numerical match "
-            "of every aux slot against every layer of the target. Exit 0: wiring right; 1: wiring wrong; "
-            "2: could not check."
+            "SGLang and vLLM would tap with its config, then a numerical check: with --data (SpecForge offline data) "
+            "a match of every aux slot against every layer of the target; without data but with --target, the "
+            "data-free tap search. Exit 0: wiring right, checked numerically; 1: wiring wrong; 2: could not check; "
+            "4: inconclusive (static checks only, or texts that do not separate the taps)."
         ),
     )
     p.add_argument("draft_dir", metavar="DRAFT_DIR", help="the drafter directory (config.json [+ *.safetensors])")
     p.add_argument("--data", metavar="DIR", help="SpecForge offline data (rows_*/data_*.ckpt) the drafter was trained on")
     p.add_argument("--target", metavar="default|PATH",
                    help="the target model ('default' = SmolLM2-135M-Instruct, or an HF directory / config.json); "
-                        "with --data it defaults to 'default'")
+                        "with --data it defaults to 'default'; without --data a target with weights runs the tap search")
     p.add_argument("--serving", choices=("sglang", "vllm"),
                    help="the engine that serves the drafter (default: the checkpoint format's: SGLang/SpecForge -> sglang, "
                         "speculators -> vllm)")
@@ -69,33 +77,87 @@ def _run(args: argparse.Namespace) -> int:
     if args.samples < 1 or args.max_tokens < 2:
         raise EagleLabError("--samples must be >= 1 and --max-tokens >= 2", field="--samples/--max-tokens",
                             found=f"{args.samples}/{args.max_tokens}")
-    if args.search:
-        from eaglelab.check_wiring_search import run_search
-
-        return run_search(args)
     ckpt = read_draft_checkpoint(args.draft_dir)
+    because = _why_no_search(args, ckpt)
+    if because is None:
+        return _run_search(args, ckpt)
     target_config, states_fn, target_name = _target(args)
     if target_config is not None:  # before any weight is read: a drafter for another target is exit 2
         check_fits_target(ckpt, target_config, target_name or "")
     report = check_wiring(
         ckpt, target_config=target_config, hidden_states_fn=states_fn, data_dir=args.data, serving=args.serving,
         sglang_version=args.sglang_version, max_samples=args.samples, max_tokens=args.max_tokens,
+        unchecked_because=because,
     )
     live = _live(args) if args.live else None
     if args.json:
-        out = report.to_json()
+        out = report.to_json() | {"checked": "data" if args.data else "static"}
         if out["target"] is not None:
             out["target"]["name"] = target_name
         if live is not None:
             out["live"] = live.to_json()
             if live.verdict != "ok":
-                out["verdict"] = "mismatch"
+                out["verdict"], out["exit_code"] = "mismatch", max(out["exit_code"], 1)
         print(json.dumps(out))
     else:
         render(report, target_name)
         if live is not None:
             _render_live(live)
     return max(report.exit_code, live.exit_code if live is not None else 0)
+
+
+def _why_no_search(args: argparse.Namespace, ckpt: Any) -> str | None:
+    """None when the data-free search runs; else why not (shown with a static verdict). An explicit
+    --search that cannot run is the search's error to raise, so it returns None then."""
+    if args.search:
+        return None
+    if args.data:
+        return "no training data given"  # unused: --data checks numerically
+    if args.search is False:
+        return "--no-search"
+    if not args.target:
+        return "no --target and no --data: pass --target default|PATH to run the data-free tap search, or --data DIR"
+    if Path(args.target).suffix == ".json" and Path(args.target).is_file():
+        return "--target is a config.json alone; the tap search runs the target: pass its model directory"
+    if not ckpt.has_weights:
+        return "the drafter directory has no weights (*.safetensors); the tap search runs the drafter"
+    return None
+
+
+def _run_search(args: argparse.Namespace, ckpt: Any) -> int:
+    """Static checks, then the data-free tap search; wrong if either finds it wrong."""
+    from eaglelab.check_wiring_search import render as render_search
+    from eaglelab.check_wiring_search import search_report
+    from eaglelab.engine.errors import EagleLabError
+    from eaglelab.engine.formats.draft_checkpoint import check_fits_target
+    from eaglelab.engine.formats.loader import resolve_model_dir
+    from eaglelab.engine.model.config import ModelConfig
+    from eaglelab.probes.wiring import EXIT_CODES, check_wiring
+
+    if not args.target:
+        raise EagleLabError("the tap search runs the target", field="--target",
+                            hint="pass --target default or an HF model directory")
+    model_dir = resolve_model_dir(args.target)
+    config = ModelConfig.from_json(model_dir / "config.json")
+    check_fits_target(ckpt, config, args.target)  # before the target loads: a drafter for another target is exit 2
+    static = check_wiring(ckpt, target_config=config, serving=args.serving, sglang_version=args.sglang_version)
+    search = search_report(args, model_dir)
+    verdict = "mismatch" if static.verdict == "mismatch" else search.verdict
+    if args.json:
+        out = search.to_json() | {"checked": "search", "verdict": verdict, "exit_code": EXIT_CODES[verdict],
+                                  "static": static.to_json()}
+        print(json.dumps(out))
+    else:
+        from rich.console import Console
+
+        console = Console(highlight=False)
+        _header(console, static, args.target)
+        _findings(console, static)
+        _engines(console, static)
+        render_search(search, args.target)
+        text = search.conclusion if static.verdict != "mismatch" else f"{static.conclusion}; search: {search.conclusion}"
+        _verdict_line(console, verdict, text, "search")
+    return EXIT_CODES[verdict]
 
 
 def _live(args: argparse.Namespace) -> Any:
@@ -217,9 +279,16 @@ def render(report: Any, target_name: str | None) -> None:
     if report.data is not None:
         _slots(console, report)
     _expected(console, report)
-    style = "bold green" if report.verdict == "ok" else "bold red"
-    label = "WIRING OK" if report.verdict == "ok" else "WIRING WRONG"
-    console.print(f"\n[{style}]{label}[/] — {_esc(report.conclusion)}")
+    _verdict_line(console, report.verdict, report.conclusion, "data" if report.data is not None else "static")
+
+
+def _verdict_line(console: Any, verdict: str, conclusion: str, checked: str) -> None:
+    """The last line: OK only for a numerical check; static checks alone read NOT CHECKED."""
+    from eaglelab.probes.wiring import EXIT_CODES
+
+    label = VERDICT_LABEL.get(verdict) or ("[bold yellow]WIRING NOT CHECKED[/]" if checked == "static"
+                                           else "[bold yellow]WIRING INCONCLUSIVE[/]")
+    console.print(f"\n{label} — {_esc(conclusion)}  [dim](exit {EXIT_CODES[verdict]})[/]")
 
 
 def _esc(text: Any) -> str:

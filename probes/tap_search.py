@@ -26,6 +26,16 @@ state) projection is computed once and candidates differ by one cached term.
 
 Score texts the target wrote itself (a drafter is trained on the target's own responses): with the
 target in memory :func:`target_texts` generates them; a streamed target scores the texts given.
+
+A verdict is only as good as the texts. Two taps are *separated* when the loss difference holds across
+texts: the per-text mean losses of the two taps, paired, give a t statistic (mean difference over its
+standard error across texts; tokens of one text are not independent, texts are). The search says
+"ok" only when every slot's config tap beats every other candidate with t >= 3 over at least 6 texts,
+"mismatch" only when the best taps found beat the config's by more than 0.01 nats with t >= 6 (a higher
+bar: the best is selected among all candidates, see ``T_WRONG``), and "inconclusive" otherwise, with
+the reason. On SmolLM2-135M with the shipped drafter, 8 default prompts x 48 response tokens (392
+scored tokens) separate every slot (weakest: slot 1, hs[15] against hs[14], t = 4.5) and call the
+off-by-one config hs[3, 16, 28] wrong at t = 12.4; 2 prompts x 12 tokens (26 tokens) decide nothing.
 """
 
 from __future__ import annotations
@@ -37,8 +47,15 @@ import torch
 
 from eaglelab.engine.formats.conventions import hf_indices_to_ids, tappable_hf_range
 from eaglelab.engine.model.eagle3 import Eagle3Network
+from eaglelab.probes.wiring import EXIT_CODES
 
-VERDICT_EXIT: dict[str, int] = {"ok": 0, "mismatch": 1}
+VERDICT_EXIT: dict[str, int] = {v: EXIT_CODES[v] for v in ("ok", "mismatch", "inconclusive")}
+MIN_TEXTS = 6  # fewer texts with scored tokens than this: no confident verdict either way
+T_SEPARATED = 3.0  # paired t over texts at which the config's tap beats another candidate ("ok")
+# "mismatch": the best found beats the config's taps by this t. Higher, because the best is the minimum over
+# every candidate of every slot: with text noise alone (no tap better than another), the selected best
+# reaches t >= 4.9 in 1% of searches over 8 texts, t >= 7.2 over 4 texts (simulated, 300 searches of 3 x 13).
+T_WRONG = 6.0
 
 
 @dataclass(frozen=True)
@@ -122,14 +139,27 @@ class AgreementScorer:
         if tp.starts is not None:  # and the predicted token x_{t+2} lies in the scored part
             valid &= t + 2 >= tp.starts[:, None]
         self.valid = valid.to(self.device)
+        self.rows = torch.arange(len(valid))[:, None].expand_as(valid)[valid].to(self.device)  # [N]: text of each scored token
+        self.counts = torch.bincount(self.rows, minlength=len(valid)).float()  # [B]
         self.target_p = tp.draft_logprobs[:, 1:].to(self.device)[self.valid].exp()  # [N, V_draft]
         self._proj: dict[tuple[int, int], torch.Tensor] = {}
         self._scores: dict[tuple[int, ...], TapScore] = {}
+        self._per_text: dict[tuple[int, ...], torch.Tensor] = {}
         self._map = drafter.token_map()
 
     @property
     def tokens_scored(self) -> int:
         return int(self.valid.sum())
+
+    @property
+    def texts_scored(self) -> int:
+        """Texts with at least one scored token."""
+        return int((self.counts > 0).sum())
+
+    def per_text(self, taps: tuple[int, ...]) -> torch.Tensor:
+        """Mean loss of each text with scored tokens under ``taps``: [texts_scored]."""
+        self(taps)
+        return self._per_text[taps]
 
     def _projection(self, slot: int, state: int) -> torch.Tensor:
         """fc's slot block applied to hs[state]: [B, T-1, H_draft]."""
@@ -150,10 +180,27 @@ class AgreementScorer:
             cos, sin = net.rotary(self.positions, feats.dtype)
             hidden = net.midlayer(embeds, feats, cos, sin, None, None, None)[self.valid]  # [N, H_d]: scored rows only
             logq = net.lm_head(net.norm(hidden)).float().log_softmax(-1)  # [N, V_draft]
-            loss = -(self.target_p * logq).sum(-1).mean()
+            token_loss = -(self.target_p * logq).sum(-1)  # [N]
             hits = self._map[logq.argmax(-1)] == self.want[self.valid]
-            self._scores[taps] = TapScore(float(loss), float(hits.float().mean()))
+            self._scores[taps] = TapScore(float(token_loss.mean()), float(hits.float().mean()))
+            sums = torch.zeros_like(self.counts).index_add_(0, self.rows, token_loss)
+            self._per_text[taps] = (sums / self.counts.clamp(min=1))[self.counts > 0].cpu()
         return self._scores[taps]
+
+
+def paired_t(better: torch.Tensor, worse: torch.Tensor) -> float:
+    """t of the per-text loss differences ``worse - better`` [B]: their mean over its standard error.
+    0 for fewer than 2 texts; inf when every text differs by the same positive amount.
+
+    Example: differences (0.05, 0.03, 0.04, 0.04): mean 0.04, sd 0.0082, se 0.0041 -> t = 9.8.
+    """
+    d = (worse - better).double()
+    if d.numel() < 2:
+        return 0.0
+    mean, sd = float(d.mean()), float(d.std())
+    if sd == 0.0:
+        return float("inf") if mean > 0 else 0.0
+    return mean / (sd / d.numel() ** 0.5)
 
 
 @dataclass(frozen=True)
@@ -168,6 +215,8 @@ class SlotResult:
     runner_up_loss: float | None
     runner_up_agreement: float | None
     config_hf_index: int | None
+    contender_hf_index: int | None = None  # the candidate least separated from the best (lowest t)
+    contender_t: float | None = None  # its paired t over texts (>= T_SEPARATED: separated)
 
     @property
     def margin(self) -> float | None:
@@ -223,7 +272,8 @@ def search_taps(score: Callable[[tuple[int, ...]], TapScore], start: Sequence[in
 
 @dataclass(frozen=True)
 class TapSearchReport:
-    """The verdict without training data. ``verdict``: "ok" | "mismatch"."""
+    """The verdict without training data. ``verdict``: "ok" | "mismatch" | "inconclusive" (the texts
+    do not separate the candidates; ``conclusion`` says which and why)."""
 
     verdict: str
     conclusion: str
@@ -240,16 +290,22 @@ class TapSearchReport:
     tokens: int
     passes: int
     evaluations: int
+    min_texts: int = MIN_TEXTS
+    t_separated: float = T_SEPARATED
+    t_wrong: float = T_WRONG
 
     @property
     def exit_code(self) -> int:
         return VERDICT_EXIT[self.verdict]
 
     def to_json(self) -> dict[str, Any]:
+        """JSON-ready; an infinite t (every text differs by the same amount) reads null."""
         d = asdict(self)
         d["exit_code"] = self.exit_code
         for s, slot in zip(d["slots"], self.slots):
             s["margin"] = slot.margin
+            if s["contender_t"] is not None and s["contender_t"] == float("inf"):
+                s["contender_t"] = None
         return d
 
 
@@ -269,46 +325,88 @@ def start_taps(config_hf: Sequence[int], n: int, num_layers: int) -> tuple[int, 
 def verdict_from_search(
     scorer: AgreementScorer, *, serving: str, config_ids: tuple[int, ...] | None, config_hf: tuple[int, ...],
     fix_file: str, fix_field: str, fix_current: Any, texts: int, min_gain: float = 0.01,
-    progress: Callable[[int, int], None] | None = None,
+    min_texts: int = MIN_TEXTS, t_separated: float = T_SEPARATED, t_wrong: float = T_WRONG, progress: Callable[[int, int], None] | None = None,
 ) -> TapSearchReport:
-    """Search from the config's taps and judge them: wrong when the engine taps a different number of
-    states than the drafter takes, or when the best taps' loss is more than ``min_gain`` nats lower."""
+    """Search from the config's taps and judge them. Wrong when the engine taps a different number of
+    states than the drafter takes, or when the best taps' loss is more than ``min_gain`` nats lower,
+    consistently across texts (paired t >= ``t_wrong`` over >= ``min_texts`` texts). Right when the
+    config's taps are the best and each slot's tap beats every other candidate with t >= ``t_separated``.
+    Inconclusive otherwise, with the reason."""
     L, n = scorer.tp.num_layers, scorer.n
     result = search_taps(scorer, start_taps(config_hf, n, L), list(tappable_hf_range(L)), progress=progress)
     config_score = scorer(tuple(config_hf)) if len(config_hf) == n else None
-    slots = tuple(_slot_result(s, scores, result.best[s], config_hf) for s, scores in enumerate(result.slot_scores))
+    slots = tuple(_slot_result(scorer, s, scores, result.best, config_hf) for s, scores in enumerate(result.slot_scores))
     conv = "sglang" if serving == "sglang" else "vllm"
     expected = {"sglang": list(hf_indices_to_ids(sorted(result.best), "sglang")),
                 "vllm": list(hf_indices_to_ids(sorted(result.best), "vllm"))}
-    wrong = config_score is None or (tuple(config_hf) != result.best and config_score.loss - result.score.loss > min_gain)
-    fix = {"file": fix_file, "field": fix_field, "current": fix_current, "new": expected[conv]} if wrong else None
-    text = _conclusion(wrong, config_hf, config_score, result, expected, n, min_gain)
-    return TapSearchReport("mismatch" if wrong else "ok", text, serving, config_ids, tuple(config_hf), config_score,
-                           result.best, result.score, slots, expected, fix, texts, scorer.tokens_scored,
-                           result.passes, result.evaluations)
+    verdict, why = _judge(scorer, tuple(config_hf), config_score, result, slots, min_gain, min_texts, t_separated, t_wrong)
+    fix = {"file": fix_file, "field": fix_field, "current": fix_current, "new": expected[conv]} if verdict == "mismatch" else None
+    text = _conclusion(verdict, why, config_hf, config_score, result, expected, n)
+    return TapSearchReport(verdict, text, serving, config_ids, tuple(config_hf), config_score, result.best, result.score,
+                           slots, expected, fix, texts, scorer.tokens_scored, result.passes, result.evaluations,
+                           min_texts, t_separated, t_wrong)
 
 
-def _slot_result(slot: int, scores: dict[int, TapScore], best: int, config_hf: Sequence[int]) -> SlotResult:
-    others = sorted((v.loss, c) for c, v in scores.items() if c != best)
+def _judge(scorer: AgreementScorer, config_hf: tuple[int, ...], config_score: TapScore | None, r: SearchResult,
+           slots: tuple[SlotResult, ...], min_gain: float, min_texts: int, t_separated: float,
+           t_wrong: float) -> tuple[str, str]:
+    """(verdict, why): why is empty for a confident verdict, else the reason it is inconclusive."""
+    if config_score is None:  # the engine feeds the wrong number of states: no texts needed to say so
+        return "mismatch", ""
+    k = scorer.texts_scored
+    few = (f"only {k} text(s) with scored tokens ({scorer.tokens_scored} tokens); at least {min_texts} are "
+           f"needed to tell taps apart: pass more --samples / --new-tokens, or --texts") if k < min_texts else ""
+    if config_hf != r.best:
+        gain = config_score.loss - r.score.loss
+        if gain <= min_gain:
+            return "inconclusive", (f"the config's taps are within {min_gain} nats of the best found ({gain:.4f}): "
+                                    f"not distinguishable on these texts; pass more texts")
+        t = paired_t(scorer.per_text(r.best), scorer.per_text(config_hf))
+        if few:
+            return "inconclusive", few
+        if t < t_wrong:
+            return "inconclusive", (f"the best taps found beat the config's by {gain:.3f} nats on average, not "
+                                    f"consistently enough across texts to call it wrong (paired t {t:.1f} over {k} "
+                                    f"texts, {t_wrong:g} needed); pass more texts")
+        return "mismatch", ""
+    if few:
+        return "inconclusive", few
+    weak = [s for s in slots if s.contender_t is not None and s.contender_t < t_separated]
+    if weak:
+        return "inconclusive", "; ".join(
+            f"slot {s.slot}: hs[{s.best_hf_index}] is not separated from hs[{s.contender_hf_index}] "
+            f"(paired t {s.contender_t:.1f} over {k} texts, {t_separated:g} needed)" for s in weak) + "; pass more texts"
+    return "ok", ""
+
+
+def _slot_result(scorer: AgreementScorer, slot: int, scores: dict[int, TapScore], best: tuple[int, ...],
+                 config_hf: Sequence[int]) -> SlotResult:
+    b = best[slot]
+    others = sorted((v.loss, c) for c, v in scores.items() if c != b)
     ru = others[0][1] if others else None
-    return SlotResult(slot, best, scores[best].loss, scores[best].agreement, ru,
+    base = scorer.per_text(best)
+    ts = {c: paired_t(base, scorer.per_text(best[:slot] + (c,) + best[slot + 1:])) for _, c in others}
+    contender = min(ts, key=lambda c: ts[c]) if ts else None
+    return SlotResult(slot, b, scores[b].loss, scores[b].agreement, ru,
                       scores[ru].loss if ru is not None else None, scores[ru].agreement if ru is not None else None,
-                      config_hf[slot] if slot < len(config_hf) else None)
+                      config_hf[slot] if slot < len(config_hf) else None, contender,
+                      ts[contender] if contender is not None else None)
 
 
-def _conclusion(wrong: bool, config_hf: Sequence[int], config_score: TapScore | None, r: SearchResult,
-                expected: dict[str, list[int]], n: int, min_gain: float) -> str:
+def _conclusion(verdict: str, why: str, config_hf: Sequence[int], config_score: TapScore | None, r: SearchResult,
+                expected: dict[str, list[int]], n: int) -> str:
     best = (f"hs{list(r.best)} (loss {r.score.loss:.3f}, agreement {r.score.agreement:.1%}; SGLang ids "
             f"{expected['sglang']}, vLLM ids {expected['vllm']})")
     if config_score is None:
         return (f"the engine taps {len(config_hf)} states (hs{list(config_hf)}) but the drafter's fc takes {n}: "
                 f"the drafter behaves as trained on {best}")
     cfg = f"hs{list(config_hf)} (loss {config_score.loss:.3f}, agreement {config_score.agreement:.1%})"
-    if not wrong:
-        if tuple(config_hf) == r.best:
-            return f"wiring right: the config's taps are the best the drafter's behaviour finds, {best}"
-        return f"the config's taps {cfg} are within {min_gain} nats of the best found, {best}: not distinguishable on these texts"
-    return f"wiring wrong: the config's taps {cfg}; the drafter behaves as trained on {best}"
+    if verdict == "ok":
+        return f"wiring right: the config's taps are the best the drafter's behaviour finds, {best}"
+    if verdict == "mismatch":
+        return f"wiring wrong: the config's taps {cfg}; the drafter behaves as trained on {best}"
+    found = "the config's taps score best" if tuple(config_hf) == r.best else f"the config's taps {cfg}; best found {best}"
+    return f"inconclusive: {why} ({found})"
 
 
 # ======================================================================================================

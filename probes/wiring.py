@@ -43,8 +43,10 @@ from eaglelab.engine.formats.specforge_data import Sample, list_samples, read_sa
 HiddenStatesFn = Callable[[torch.Tensor], Sequence[torch.Tensor]]  # [B, T] -> L+1 x [B, T, H]
 TapsFn = Callable[[torch.Tensor], torch.Tensor]  # [1, T] -> [1, T, n*H]
 
-VERDICTS: tuple[str, ...] = ("ok", "mismatch", "error")
-EXIT_CODES: dict[str, int] = {"ok": 0, "mismatch": 1, "error": 2}
+VERDICTS: tuple[str, ...] = ("ok", "mismatch", "error", "inconclusive")
+# 0 only for a numerical OK; 3 is the CLI's internal error; 4: nothing found wrong, nothing shown right
+# (static checks only, or a tap search whose texts do not separate the candidates)
+EXIT_CODES: dict[str, int] = {"ok": 0, "mismatch": 1, "error": 2, "inconclusive": 4}
 
 
 @dataclass(frozen=True)
@@ -174,7 +176,8 @@ class DataSummary:
 
 @dataclass(frozen=True)
 class WiringReport:
-    """Everything ``eaglelab check-wiring`` found. ``verdict``: "ok" | "mismatch"."""
+    """Everything ``eaglelab check-wiring`` found. ``verdict``: "ok" (numerically right) | "mismatch" |
+    "inconclusive" (static checks passed, nothing checked numerically: ``conclusion`` says why)."""
 
     draft_dir: str
     format: str
@@ -251,9 +254,11 @@ def check_wiring(
     max_samples: int = 8,
     max_tokens: int = 64,
     tol: Tolerance = Tolerance(),
+    unchecked_because: str = "no training data given",
 ) -> WiringReport:
     """Check a drafter's wiring: statically, and numerically when ``data_dir`` and
-    ``hidden_states_fn`` (the target's ``all_hidden_states``) are given.
+    ``hidden_states_fn`` (the target's ``all_hidden_states``) are given. Without data a clean static
+    check is "inconclusive", never "ok"; ``unchecked_because`` is the reason shown.
 
     ``serving``: "sglang" | "vllm"; None follows the checkpoint's format. Raises
     EagleLabError subclasses for files that cannot be read.
@@ -269,7 +274,7 @@ def check_wiring(
         config_field=field_name, target=_target_json(target_config), engines=engines,
     )
     if data_dir is None:
-        return _static_report(base, findings, target_config)
+        return _static_report(base, findings, target_config, unchecked_because)
     assert hidden_states_fn is not None and target_config is not None, "the numerical check needs the target"
     samples = load_samples(data_dir, max_samples=max_samples, max_tokens=max_tokens)
     findings += _data_findings(ck, samples, data_dir, target_config)
@@ -302,14 +307,14 @@ def _target_json(target: TargetShape | None) -> dict[str, Any] | None:
             "family": getattr(target, "family", None), "architecture": getattr(target, "architecture", None)}
 
 
-def _static_report(base: dict, findings: list[Finding], target: TargetShape | None) -> WiringReport:
+def _static_report(base: dict, findings: list[Finding], target: TargetShape | None, because: str) -> WiringReport:
     errors = [f for f in findings if f.severity == "error"]
-    verdict = "mismatch" if errors else "ok"
+    verdict = "mismatch" if errors else "inconclusive"
     if errors:
         conclusion = f"{len(errors)} error(s) in the drafter's config or weights: " + "; ".join(f.message for f in errors[:3])
     else:
-        conclusion = "config and weights are consistent" + ("" if target else " (pass --target for the layer-range checks)")
-        conclusion += "; pass --data to check numerically which layers the drafter was trained on"
+        conclusion = (f"static checks passed; wiring NOT checked numerically ({because}): config and weights are "
+                      "consistent" + ("" if target else " (no --target: no layer-range checks either)"))
     return WiringReport(findings=tuple(findings), conclusion=conclusion, verdict=verdict, **base)
 
 

@@ -1,4 +1,4 @@
-"""`eaglelab check-wiring`: exit codes 0/1/2, one JSON object with --json, a readable report, no
+"""`eaglelab check-wiring`: exit codes 0/1/2/4, one JSON object with --json, a readable report, no
 traceback for user mistakes. Data and drafters are built from the real default target."""
 
 from __future__ import annotations
@@ -138,7 +138,8 @@ def test_config_only_static(tmp_path, capsys):
     assert "embedding_capture" in {f["code"] for f in out["findings"]}
     assert out["engines"]["sglang"]["hf_indices"] == [0, 2, 15, 27] and out["engines"]["vllm"]["hf_indices"] == [1, 14, 26]
     rc, out = run_json(capsys, [str(drafter(tmp_path / "good", [1, 14, 26], weights=False)), "--target", str(target)])
-    assert rc == 0 and out["verdict"] == "ok"
+    assert rc == 4 and out["verdict"] == "inconclusive" and out["checked"] == "static"  # never OK without a numeric check
+    assert "wiring NOT checked numerically (--target is a config.json alone" in out["conclusion"]
 
 
 def test_truncated_data_exit_2_without_loading_the_target(data_dir, tmp_path, capsys, monkeypatch):

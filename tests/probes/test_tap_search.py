@@ -7,13 +7,14 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eaglelab.probes.tap_search import TapScore, search_taps, start_taps
+from eaglelab.probes.tap_search import TapScore, paired_t, search_taps, start_taps, verdict_from_search
 
 SHIPPED = Path(__file__).resolve().parents[2] / "eaglelab" / "drafters" / "smollm2-135m-eagle3"
 
@@ -45,6 +46,81 @@ def test_start_taps_fill_and_trim():
     assert start_taps((0, 2, 15, 27), 3, 30) == (0, 2, 15)
     assert start_taps((5, 9), 3, 30) == (5, 9, 2)
     assert start_taps((), 3, 30) == (2, 15, 27)
+
+
+class TextScorer:
+    """A scorer with known per-text losses: 2 + ``signal`` x (layers away from ``true``, summed over
+    slots) + ``noise`` x N(0, 1) drawn per (taps, text), for ``texts`` texts over a 12-layer target."""
+
+    def __init__(self, true, texts, *, signal=0.05, noise=0.0, seed=0):
+        self.true, self.k, self.signal, self.noise, self.seed = tuple(true), texts, signal, noise, seed
+        self.tp, self.n = SimpleNamespace(num_layers=12), len(true)
+
+    texts_scored = property(lambda self: self.k)
+    tokens_scored = property(lambda self: 10 * self.k)
+
+    def per_text(self, taps):
+        g = torch.Generator().manual_seed(hash((self.seed, *taps)) % 2**31)
+        away = sum(abs(t - u) for t, u in zip(taps, self.true))
+        return 2.0 + self.signal * away + self.noise * torch.randn(self.k, generator=g, dtype=torch.float64)
+
+    def __call__(self, taps):
+        return TapScore(float(self.per_text(taps).mean()), 0.5)
+
+
+def judge(scorer, config_hf):
+    return verdict_from_search(scorer, serving="sglang", config_ids=tuple(c - 1 for c in config_hf), config_hf=config_hf,
+                               fix_file="config.json", fix_field="eagle_aux_hidden_state_layer_ids", fix_current=None,
+                               texts=scorer.k)
+
+
+def test_paired_t_worked_example():
+    """Differences (0.05, 0.03, 0.04, 0.04): mean 0.04, sd 0.00816, se 0.00408 -> t 9.80; one text: 0;
+    a constant positive difference: inf; none: 0."""
+    base = torch.tensor([2.0, 2.0, 2.0, 2.0], dtype=torch.float64)
+    assert paired_t(base, base + torch.tensor([0.05, 0.03, 0.04, 0.04], dtype=torch.float64)) == pytest.approx(9.798, abs=1e-3)
+    assert paired_t(base[:1], base[:1] + 1) == 0.0
+    assert paired_t(base, base + 0.1) == float("inf") and paired_t(base, base) == 0.0
+
+
+def test_verdict_ok_mismatch_inconclusive_on_known_losses():
+    """8 texts with a clean signal: the right config is ok, the off-by-one a mismatch with the fix. The
+    same losses on 2 texts: inconclusive both ways, naming the count of texts. A config tap 0.005 nats
+    from the best (below min_gain): inconclusive, not ok."""
+    ok, wrong = judge(TextScorer((2, 5, 9), 8), (2, 5, 9)), judge(TextScorer((2, 5, 9), 8), (3, 6, 10))
+    assert ok.verdict == "ok" and ok.exit_code == 0 and ok.fix is None
+    assert [s.contender_t for s in ok.slots] == [float("inf")] * 3 and ok.to_json()["slots"][0]["contender_t"] is None
+    assert wrong.verdict == "mismatch" and wrong.exit_code == 1 and wrong.best_hf_indices == (2, 5, 9)
+    assert wrong.fix["new"] == [1, 4, 8]
+    for cfg in ((2, 5, 9), (3, 6, 10)):
+        r = judge(TextScorer((2, 5, 9), 2), cfg)
+        assert r.verdict == "inconclusive" and r.exit_code == 4 and r.fix is None
+        assert "only 2 text(s)" in r.conclusion
+    close = judge(TextScorer((2, 5, 9), 8, signal=0.005), (3, 5, 9))
+    assert close.verdict == "inconclusive" and "within 0.01 nats" in close.conclusion
+
+
+def test_noise_alone_never_gives_a_confident_verdict():
+    """No tap better than another, per-text noise 0.05 nats, 8 texts, 40 seeds: the search always finds
+    some "best", and the verdict is inconclusive every time (never ok: the config's tap is not separated
+    from its neighbours; never mismatch: the selected best does not reach t >= 6)."""
+    verdicts = {judge(TextScorer((2, 5, 9), 8, signal=0.0, noise=0.05, seed=s), (2, 5, 9)).verdict for s in range(40)}
+    assert verdicts == {"inconclusive"}
+
+
+def test_a_noisy_slot_is_named_in_the_inconclusive_verdict():
+    """Slot 1's signal (0.02 nats a layer) drowns in per-text noise (sd 0.1, centred so the config's tap
+    still has the lowest mean loss); slots 0 and 2 are clean: the right config is inconclusive, naming
+    slot 1 and its t; slots 0 and 2 are separated."""
+    class NoisySlot1(TextScorer):
+        def per_text(self, taps):
+            z = torch.randn(self.k, generator=torch.Generator().manual_seed(taps[1]), dtype=torch.float64)
+            return super().per_text((taps[0], self.true[1], taps[2])) + 0.02 * abs(taps[1] - 5) + 0.1 * (z - z.mean())
+
+    r = judge(NoisySlot1((2, 5, 9), 8), (2, 5, 9))
+    assert r.best_hf_indices == (2, 5, 9)
+    assert r.verdict == "inconclusive" and "slot 1:" in r.conclusion and "slot 0" not in r.conclusion
+    assert r.slots[0].contender_t >= 3 and r.slots[1].contender_t < 3
 
 
 def _config_with_ids(tmp: Path, name: str, ids: list[int]) -> Path:
