@@ -68,6 +68,42 @@ def test_verify_eager_example_on_gpu_names_verify_as_the_cause():
     assert broken.verify_over_decode > healthy.verify_over_decode
 
 
+def test_verify_eager_scale_mode_measures_both_verifies_beside_the_seed():
+    """--scale-model tiny on CPU: a decode and both verifies measured on the random-weight target, the
+    economics at the seed's accepted length 2.41 (1 + 0.47 x 3) and overhead (0.89 decode steps), and the
+    seed's own figures (2.46x, 0.72x predicted against 0.73x measured) printed beside them. The timings
+    are not asserted; what the figures are made of is."""
+    out = io.StringIO()
+    module = example("incident_verify_eager")
+    got = module.main(["--scale-model", "tiny", "--device", "cpu"], Console(file=out, width=250))
+    r, seed, healthy, broken = got["result"], got["seed"], got["healthy"], got["broken"]
+    assert (r.model, r.verify_tokens, r.dtype) == ("tiny", 3, "float32")
+    assert seed.verify_decode_ratio == pytest.approx(29.5 / 12) and seed.predicted_speedup == pytest.approx(0.72)
+    assert seed.cause == "verify_eager"
+    assert healthy.inputs.attention_mode == "decode" and healthy.inputs.verify_graph == "eager: no CUDA device"
+    assert broken.inputs.attention_mode == "prefill" and broken.inputs.verify_graph.startswith("eager: attention mode prefill")
+    overhead = module.SEED.overhead_ms / 12.0
+    assert overhead == pytest.approx(0.89, abs=0.005)
+    for e in (healthy, broken):
+        d, v = e.inputs.decode_ms, e.inputs.verify_ms
+        assert d == r.decode_ms > 0 and v > 0 and e.inputs.accept_len == pytest.approx(2.41)
+        assert e.predicted_speedup == pytest.approx(2.41 * d / (v + overhead * d))
+    text = " ".join(out.getvalue().split())
+    assert "seed: SGLang, 61-layer MoE (measured)" in text and "measured 60 / 82 tok/s = 0.73x" in text
+    assert "2.46x" in text and "accepted length 2.41 (accept rate 47% over 3 draft tokens" in text
+    assert "Acceptance on random weights means nothing" in text
+    for e in (seed, healthy, broken):
+        assert e.verdict[:60] in text
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_verify_eager_scale_mode_on_gpu_replays_the_healthy_verify():
+    got = example("incident_verify_eager").main(["--scale-model", "tiny", "--device", "cuda"], quiet())
+    assert got["result"].decode_graph == "replay" and got["healthy"].inputs.verify_graph == "replay"
+    assert got["broken"].inputs.verify_graph.startswith("eager: attention mode prefill")
+
+
 @pytest.mark.slow
 def test_wiring_example_acceptance_drops_and_check_wiring_prints_the_fix(default_target):
     result = example("incident_wiring").main(["--small", "--device", "cpu"], quiet())
