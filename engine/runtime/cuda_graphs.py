@@ -45,6 +45,7 @@ import contextlib
 import gc
 
 import time
+import warnings
 from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Hashable
@@ -591,7 +592,9 @@ def _state_key(name: str, v: torch.Tensor) -> tuple:
 def _warm_up(fn: Callable[[], tuple], iterations: int) -> None:
     """Run ``fn`` with host-sync detection on: a forward that syncs raises here, not mid-capture."""
     previous = torch.cuda.get_sync_debug_mode()
-    torch.cuda.set_sync_debug_mode("error")
+    with warnings.catch_warnings():  # torch warns that the mode is a prototype: nothing a user can act on
+        warnings.filterwarnings("ignore", message="Synchronization debug mode is a prototype feature")
+        torch.cuda.set_sync_debug_mode("error")
     try:
         for _ in range(iterations):
             fn()
