@@ -77,6 +77,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.samples < 1 or args.max_tokens < 2:
         raise EagleLabError("--samples must be >= 1 and --max-tokens >= 2", field="--samples/--max-tokens",
                             found=f"{args.samples}/{args.max_tokens}")
+    if args.live and not args.data:
+        raise EagleLabError("--live compares against training data", field="--live", hint="pass --data DIR too")
     ckpt = read_draft_checkpoint(args.draft_dir)
     because = _why_no_search(args, ckpt)
     if because is None:
@@ -112,7 +114,7 @@ def _why_no_search(args: argparse.Namespace, ckpt: Any) -> str | None:
     if args.search:
         return None
     if args.data:
-        return "no training data given"  # unused: --data checks numerically
+        return "--data given"  # not shown: --data checks numerically
     if args.search is False:
         return "--no-search"
     if not args.target:
@@ -151,10 +153,11 @@ def _run_search(args: argparse.Namespace, ckpt: Any) -> int:
         from rich.console import Console
 
         console = Console(highlight=False)
-        _header(console, static, args.target)
+        label = "SmolLM2-135M-Instruct" if args.target == "default" else str(model_dir)
+        _header(console, static, label)
         _findings(console, static)
         _engines(console, static)
-        render_search(search, args.target)
+        render_search(search, label)
         text = search.conclusion if static.verdict != "mismatch" else f"{static.conclusion}; search: {search.conclusion}"
         _verdict_line(console, verdict, text, "search")
     return EXIT_CODES[verdict]
@@ -167,14 +170,11 @@ def _live(args: argparse.Namespace) -> Any:
 
     from eaglelab.engine.runtime.drafters import Eagle3Drafter
     from eaglelab.engine.formats.drafter_loader import load_eagle3
-    from eaglelab.engine.errors import EagleLabError
     from eaglelab.engine.runtime.generate import Engine
     from eaglelab.engine.formats.loader import load_target
     from eaglelab.engine.runtime.spec_config import SpecConfig
     from eaglelab.probes.wiring import live_check
 
-    if not args.data:
-        raise EagleLabError("--live compares against training data", field="--live", hint="pass --data DIR too")
     target = load_target(args.target or "default", device=args.device, dtype=args.dtype, with_tokenizer=False)
     net, taps, _ = load_eagle3(args.draft_dir, target.model, serving=args.serving)
     spec = SpecConfig("eagle3", num_steps=1)
