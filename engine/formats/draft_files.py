@@ -17,7 +17,16 @@ from typing import Any, Mapping
 from eaglelab.engine.core.fields import check_real, check_rope_scaling, real_number
 from eaglelab.engine.errors import CheckpointError, ConfigError, read_json_object
 from eaglelab.engine.formats.conventions import IDS_FIELD_EAGLE_CONFIG, IDS_FIELD_TOP
-from eaglelab.engine.formats.validate import listed_weight_files
+from eaglelab.engine.formats.validate import (
+    INDEX_NAME,
+    check_regular_file,
+    check_safetensors_size,
+    check_tensor_dtype,
+    file_kind,
+    listed_weight_files,
+    read_weight_map,
+    stale_copy,
+)
 
 FORMATS: tuple[str, ...] = ("sglang", "speculators")
 DEFAULT_DRAFT_VOCAB = 32000  # SGLang's default when the config names none
@@ -43,9 +52,10 @@ def torch_bool() -> Any:
 
 def read_config(config_file: Path) -> dict[str, Any]:
     """The drafter's config.json as a dict; a missing file names the directory's expected contents."""
-    if not config_file.exists():
+    if file_kind(config_file) == "missing":
         raise ConfigError("no config.json in the drafter directory", file=config_file,
                           hint="a drafter directory holds config.json and its *.safetensors")
+    check_regular_file(config_file, "a drafter config", error=ConfigError, hint="put the drafter's config.json itself there")
     return read_json_object(config_file)
 
 
@@ -222,22 +232,50 @@ def weight_files(path: Path) -> list[Path]:
 
 
 def scan_weights(path: Path, fmt: str) -> tuple[dict[str, TensorInfo], tuple[Path, ...]]:
-    """Read every safetensors header in ``path``; no tensor data is loaded."""
+    """Read every safetensors header in ``path``; no tensor data is loaded. With an index, each tensor is
+    read from the shard its ``weight_map`` names (a stale copy in another listed shard is not read, and a
+    tensor the index names but its shard lacks is refused); without one, a tensor in two files is refused."""
     from safetensors import SafetensorError, safe_open
 
     tensors: dict[str, TensorInfo] = {}
     files = weight_files(path)
+    weight_map = read_weight_map(path)
     for file in files:
+        check_regular_file(file, "drafter weights (safetensors)")
+        check_safetensors_size(file)
         try:
             with safe_open(str(file), framework="pt") as handle:
                 for source_name in handle.keys():
+                    if stale_copy(weight_map, source_name, file):
+                        continue
                     piece = handle.get_slice(source_name)
                     name = normalise_tensor_name(source_name, fmt)
-                    tensors[name] = TensorInfo(name, source_name, file, tuple(piece.get_shape()), str(piece.get_dtype()))
+                    _refuse_second_copy(tensors.get(name), file, source_name, weight_map is not None)
+                    dtype = str(piece.get_dtype())
+                    check_tensor_dtype(name, dtype, file, source_name)
+                    tensors[name] = TensorInfo(name, source_name, file, tuple(piece.get_shape()), dtype)
         except (SafetensorError, OSError) as exc:
             raise CheckpointError(f"cannot read the safetensors header ({exc})", file=file,
                                   hint="the file is truncated or not safetensors; re-download or re-save it") from None
+    if weight_map is not None:
+        read = {info.source_name for info in tensors.values()}
+        absent = sorted(name for name in weight_map if name not in read)
+        if absent:
+            raise CheckpointError("names tensors its shards do not hold", file=path / INDEX_NAME, field="weight_map",
+                                  found=", ".join(f"{n} (in {weight_map[n]})" for n in absent[:4]),
+                                  expected="each tensor in the shard the index names",
+                                  hint="the index and the shards come from different saves: re-save the checkpoint")
     return tensors, tuple(files)
+
+
+def _refuse_second_copy(first: TensorInfo | None, file: Path, source_name: str, indexed: bool) -> None:
+    """Two copies of one tensor and nothing saying which is current: refused, never "the last file read wins"."""
+    if first is None:
+        return
+    raise CheckpointError(
+        "the tensor is stored twice", file=file, field=source_name,
+        found=f"{first.file.name} ({first.source_name}) and {file.name} ({source_name})", expected="one copy",
+        hint="delete the stale file" + ("" if indexed else ", or add the model.safetensors.index.json saved with the shards"))
 
 
 def read_tensor(info: TensorInfo, device: str) -> "torch.Tensor":  # noqa: F821

@@ -96,6 +96,11 @@ def resolve_model_dir(model: str | Path) -> Path:
 
             convert_gguf(path, out)
         return out
+    from eaglelab.engine.formats.validate import check_regular_file, file_kind
+
+    if path.is_dir() and file_kind(path / "config.json") != "missing":  # a FIFO would block the config reader
+        check_regular_file(path / "config.json", "a model config", error=ConfigError,
+                           hint="put the model's config.json itself there")
     return path
 
 
@@ -116,10 +121,12 @@ def read_tensors(files: list[Path]) -> dict[str, tuple[Path, object]]:
     """Name -> (file, lazy handle) over all files, opening each safely."""
     from safetensors import SafetensorError, safe_open
 
-    from eaglelab.engine.formats.validate import check_safetensors_size
+    from eaglelab.engine.formats.validate import check_regular_file, check_safetensors_size, read_weight_map, stale_copy
 
     handles: dict[str, tuple[Path, object]] = {}
+    weight_map = read_weight_map(files[0].parent) if files else None  # the index decides where each tensor lives
     for f in files:
+        check_regular_file(f, "model weights (safetensors)")
         check_safetensors_size(f)
         try:
             h = safe_open(str(f), framework="pt", device="cpu")
@@ -127,7 +134,8 @@ def read_tensors(files: list[Path]) -> dict[str, tuple[Path, object]]:
         except (SafetensorError, OSError) as exc:
             raise CheckpointError(f"cannot read safetensors ({exc})", file=f, hint="the file is truncated or not safetensors; re-download or re-save it") from None
         for k in keys:
-            handles[k] = (f, h)
+            if not stale_copy(weight_map, k, f):
+                handles[k] = (f, h)
     return handles
 
 

@@ -25,6 +25,8 @@ def check_finite_tensor(tensor: Any, source: str | Path, name: str, *, hint: str
 
     if not torch.is_floating_point(tensor) or tensor.numel() == 0:
         return
+    if tensor.element_size() == 1:  # float8: torch has no isfinite for it
+        tensor = tensor.float()
     bad = (~torch.isfinite(tensor)).sum().item()
     if bad:
         kind = "NaN" if torch.isnan(tensor).any().item() else "infinite"
@@ -51,33 +53,118 @@ def check_integer_tensor(tensor: Any, source: str | Path, name: str, *, low: int
                               expected=value_range(low, high, False))
 
 
-def listed_weight_files(directory: Path, files: Iterable[Path]) -> tuple[list[Path], list[Path]]:
-    """(files to read, files ignored): with a ``model.safetensors.index.json``, only the shards it lists
-    are read, so a stale shard left in the directory cannot override real weights."""
-    files = sorted(files)
-    index = directory / "model.safetensors.index.json"
-    if not index.exists():
-        return files, []
+def file_kind(path: str | Path) -> str:
+    """``"a regular file"``, ``"missing"``, or what else ``path`` is (``"a FIFO (named pipe)"``, ``"a directory"``
+    ...), from ``stat`` alone: nothing is opened (opening a FIFO blocks until a writer comes)."""
+    import stat
+
+    try:
+        mode = Path(path).stat().st_mode
+    except FileNotFoundError:
+        return "missing"
+    except (OSError, ValueError) as exc:  # a path through a file, a loop of links, no permission, a NUL byte
+        return f"unreadable ({getattr(exc, 'strerror', None) or type(exc).__name__})"
+    kinds = ((stat.S_ISREG, "a regular file"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO (named pipe)"),
+             (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+    return next((words for test, words in kinds if test(mode)), "not a regular file")
+
+
+def check_regular_file(path: str | Path, what: str, *, field: str | None = None, error: type = CheckpointError,
+                       hint: str | None = None) -> Path:
+    """``path`` is a regular file; a FIFO, a device, a directory or a missing path is refused by name before
+    anything opens it (a FIFO would block the reader for ever)."""
+    kind = file_kind(path)
+    if kind != "a regular file":
+        raise error(f"cannot be read as {what}", file=path, field=field, found=kind, expected="a regular file",
+                    hint=hint or "pass the file itself (a FIFO, a device or a directory cannot be read as one)")
+    return Path(path)
+
+
+INDEX_NAME = "model.safetensors.index.json"
+
+
+def read_weight_map(directory: Path) -> dict[str, str] | None:
+    """``model.safetensors.index.json``'s ``weight_map`` (tensor name -> shard file name), or None when the
+    directory has no index. Each shard must be a plain file name beside the index (``../x`` or ``/x`` would
+    read weights from outside the checkpoint), present and a regular file; an empty map is refused (it would
+    silently hide every shard)."""
+    index = directory / INDEX_NAME
+    if file_kind(index) == "missing":
+        return None
     from eaglelab.engine.errors import read_json_object
 
+    check_regular_file(index, "a safetensors index", field="weight_map", error=ConfigError)
     raw = read_json_object(index)
     weight_map = raw.get("weight_map")
     if not isinstance(weight_map, dict) or not all(isinstance(v, str) for v in weight_map.values()):
         raise ConfigError("must map tensor names to shard file names", file=index, field="weight_map",
                           found=shown(weight_map), hint="re-save the checkpoint, or delete the index if it is stale")
-    listed = set(weight_map.values())
-    missing = sorted(name for name in listed if not (directory / name).is_file())
+    if not weight_map:
+        raise ConfigError("lists no tensors", file=index, field="weight_map", found="{}",
+                          expected="each tensor name mapped to its shard",
+                          hint="re-save the checkpoint, or delete the index if a single model.safetensors is meant")
+    outside = sorted({v for v in weight_map.values() if not _plain_name(v)})
+    if outside:
+        raise ConfigError("names shard files outside the checkpoint's directory", file=index, field="weight_map",
+                          found=", ".join(repr(v) for v in outside[:5]), expected="plain file names beside the index",
+                          hint="copy the shards into the directory and name them without a path")
+    listed = sorted(set(weight_map.values()))
+    missing = [name for name in listed if file_kind(directory / name) == "missing"]
     if missing:
         raise CheckpointError("names shard files that are not in the directory", file=index, field="weight_map",
                               found=", ".join(missing[:5]), expected="every shard the index names, beside it",
                               hint="copy the missing shards, or re-save the checkpoint")
+    for name in listed:
+        check_regular_file(directory / name, "a safetensors shard", hint="the index names it: put the shard itself there")
+    return dict(weight_map)
+
+
+def _plain_name(name: str) -> bool:
+    return bool(name) and name not in (".", "..") and "/" not in name and "\\" not in name and "\x00" not in name
+
+
+def listed_weight_files(directory: Path, files: Iterable[Path]) -> tuple[list[Path], list[Path]]:
+    """(files to read, files ignored): with a ``model.safetensors.index.json``, only the shards it lists
+    are read, so a stale shard left in the directory cannot override real weights."""
+    files = sorted(files)
+    weight_map = read_weight_map(directory)
+    if weight_map is None:
+        return files, []
+    listed = set(weight_map.values())
     return [f for f in files if f.name in listed], [f for f in files if f.name not in listed]
+
+
+def stale_copy(weight_map: dict[str, str] | None, name: str, shard: Path) -> bool:
+    """Whether tensor ``name`` found in ``shard`` is a stale copy: the index maps it to another shard
+    (the index decides where each tensor lives, as HF loaders read it)."""
+    return weight_map is not None and name in weight_map and weight_map[name] != shard.name
+
+
+FLOAT_DTYPES = ("F32", "BF16", "F16", "F64")  # safetensors' names of the dtypes a drafter computes in
+INTEGER_DTYPES = ("I64", "I32", "I16", "I8", "U8")
+
+
+def check_tensor_dtype(name: str, dtype: str, file: Path, source_name: str) -> None:
+    """A drafter tensor's stored dtype (from the safetensors header): weights are floats eaglelab computes
+    with (float8 or integer weights carry no usable values without their scales); ``d2t`` integer
+    offsets; ``t2d`` a bool or 0/1 integer mask."""
+    if name == "d2t":
+        ok, expected, what = dtype in INTEGER_DTYPES, "an integer type (I64)", "must hold integers (draft-to-target offsets)"
+    elif name == "t2d":
+        ok, expected, what = dtype in INTEGER_DTYPES + ("BOOL",), "BOOL (or a 0/1 integer mask)", "must hold a bool mask"
+    else:
+        ok, expected, what = dtype in FLOAT_DTYPES, "F32, BF16 or F16 weights", "is stored in a type a drafter cannot run with"
+    if not ok:
+        raise CheckpointError(
+            what, file=file, field=source_name, found=dtype, expected=expected,
+            hint="re-save the drafter in bfloat16 (dequantize float8 / integer weights with their scales first)"
+            if name not in ("d2t", "t2d") else "re-save the vocabulary maps as written by SpecForge (d2t int64, t2d bool)")
 
 
 def several_shards_need_an_index(directory: Path, files: list[Path]) -> None:
     """Without ``model.safetensors.index.json`` a directory may hold one weight file only: with several,
     nothing says which shard is current, and a stale copy would silently mix with the real weights."""
-    if len(files) > 1 and not (directory / "model.safetensors.index.json").exists():
+    if len(files) > 1 and file_kind(directory / INDEX_NAME) == "missing":
         names = ", ".join(f.name for f in files[:4]) + (", ..." if len(files) > 4 else "")
         raise CheckpointError(
             "several safetensors shards but no index", file=directory / "model.safetensors.index.json",
