@@ -18,6 +18,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
+import os
+import stat
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -58,19 +61,38 @@ class AcceptanceMeasurement:
 
     @classmethod
     def from_json(cls, d: dict[str, Any], path: str | Path = "") -> "AcceptanceMeasurement":
+        """Read a baseline object; every figure must be a finite number in its range (a NaN baseline would
+        compare as 'not regressed' against anything, disabling the guard for good)."""
         try:
-            return cls(
+            m = cls(
                 mean_accept_len=float(d["mean_accept_len"]),
                 per_position=tuple(float(x) for x in d["per_position"]),
                 accept_rate=None if d.get("accept_rate") is None else float(d["accept_rate"]),
                 verify_steps=int(d.get("verify_steps", 0)),
                 settings=dict(d.get("settings") or {}),
             )
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise BaselineError(
                 f"{path}: not an eaglelab acceptance baseline ({type(exc).__name__}: {exc}); expected "
                 "mean_accept_len and per_position; rewrite it with --eaglelab-update-baseline"
             ) from None
+        problem = m.problem()
+        if problem:
+            raise BaselineError(f"{path}: {problem}; a baseline must hold measured figures: "
+                                "rewrite it with --eaglelab-update-baseline")
+        return m
+
+    def problem(self) -> str | None:
+        """What makes these figures unusable as a measurement (NaN, infinite, out of range), or None."""
+        figures = [("mean_accept_len", self.mean_accept_len, 0.0, None)]
+        figures += [(f"per_position[{i}]", x, 0.0, 1.0) for i, x in enumerate(self.per_position)]
+        if self.accept_rate is not None:
+            figures.append(("accept_rate", self.accept_rate, 0.0, 1.0))
+        for name, x, low, high in figures:
+            if not math.isfinite(x) or x < low or (high is not None and x > high):
+                want = f"a finite number >= {low:g}" + (f" and <= {high:g}" if high is not None else "")
+                return f"field '{name}' is {x!r}, expected {want}"
+        return None
 
 
 class BaselineError(ValueError):
@@ -92,7 +114,10 @@ class Row:
 
     @property
     def regressed(self) -> bool:
-        return self.change is not None and self.change < -self.tolerance - 1e-12
+        """A drop beyond the tolerance, or a figure that is not a number (never a silent pass)."""
+        if self.change is None:
+            return False
+        return not math.isfinite(self.change) or self.change < -self.tolerance - 1e-12
 
 
 @dataclass(frozen=True)
@@ -132,6 +157,10 @@ class Comparison:
 def compare(now: AcceptanceMeasurement, baseline: AcceptanceMeasurement, path: str | Path, *,
             tolerance: float = DEFAULT_TOLERANCE, mean_tolerance: float = DEFAULT_MEAN_TOLERANCE) -> Comparison:
     """Compare figure by figure; positions missing on one side count as 0 acceptance."""
+    for name, tol in (("tolerance", tolerance), ("mean_tolerance", mean_tolerance)):
+        if isinstance(tol, bool) or not isinstance(tol, (int, float)) or not math.isfinite(tol) or tol < 0:
+            raise BaselineError(f"eaglelab_acceptance: {name}={tol!r}, expected a finite number >= 0 "
+                                f"(e.g. {name}={DEFAULT_TOLERANCE})")
     settings_diff = tuple(
         f"{k}: baseline {baseline.settings.get(k)!r}, now {now.settings.get(k)!r}"
         for k in sorted(set(baseline.settings) | set(now.settings))
@@ -152,8 +181,15 @@ SETTINGS_THAT_MUST_MATCH = ("model", "draft_shape", "prompts", "max_new_tokens")
 def read_baseline(path: str | Path) -> AcceptanceMeasurement | None:
     """The baseline at ``path``; None when there is no file yet."""
     p = Path(path)
-    if not p.exists():
+    try:
+        mode = os.stat(p).st_mode
+    except FileNotFoundError:
         return None
+    except OSError as exc:
+        raise BaselineError(f"{p}: cannot read the baseline ({exc.strerror}); pass a JSON file's path") from None
+    if not stat.S_ISREG(mode):  # a FIFO would block the test run for ever
+        raise BaselineError(f"{p}: cannot read the baseline: it is not a regular file (a directory, FIFO or device); "
+                            "pass a JSON file's path")
     try:
         data = json.loads(p.read_text())
     except (OSError, ValueError) as exc:
@@ -164,10 +200,16 @@ def read_baseline(path: str | Path) -> AcceptanceMeasurement | None:
 
 
 def write_baseline(path: str | Path, m: AcceptanceMeasurement) -> None:
-    """Write ``m`` as the baseline (creating folders)."""
+    """Write ``m`` as the baseline (creating folders); a measurement that is not a number is refused, never
+    pinned."""
+    problem = m.problem() or (None if m.verify_steps >= 1 else
+                              f"field 'verify_steps' is {m.verify_steps}, expected >= 1 (no speculative step was measured)")
+    if problem:
+        raise BaselineError(f"{path}: the measured acceptance cannot be a baseline ({problem}); nothing written: "
+                            "check that the drafter proposes tokens (eaglelab check-wiring) and that max_new_tokens > 0")
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(m.to_json(), indent=2) + "\n")
+    p.write_text(json.dumps(m.to_json(), indent=2, allow_nan=False) + "\n")
 
 
 def _f(x: float | None) -> str:
