@@ -109,7 +109,7 @@ def test_a_stale_shard_the_index_does_not_list_is_not_read(valid, tmp_path, caps
     ck = read_draft_checkpoint(work)
     assert ck.weight_files == (real,)
     assert torch.equal(ck.load_tensor("fc.weight"), load_file(real)["fc.weight"])
-    assert wiring_json(["check-wiring", str(work)], capsys)["exit_code"] == 0
+    assert wiring_json(["check-wiring", str(work)], capsys)["exit_code"] == 4  # static checks pass; not checked numerically
 
 
 # ---- SpecForge data ------------------------------------------------------------------------------------------

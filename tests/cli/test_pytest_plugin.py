@@ -25,9 +25,9 @@ def test_fixtures_guard_a_drafter_in_another_suite(pytester, default_target):
             run = eaglelab_spec_run(["Count: 1 2 3 1 2 3 1 2 3"], draft="ngram", max_new_tokens=12)
             assert run.identical_to_plain
 
-        def test_static_wiring(eaglelab_check_wiring):
+        def test_static_wiring(eaglelab_check_wiring):  # static checks alone never read OK: not checked numerically
             report = eaglelab_check_wiring({str(drafter)!r})
-            assert report["verdict"] == "ok" and report["exit_code"] == 0
+            assert report["verdict"] == "inconclusive" and report["exit_code"] == 4
         '''
     )
     result = pytester.runpytest_inprocess("-q", "-p", "no:cacheprovider")
