@@ -58,12 +58,14 @@ def read_prompts_file(path: str) -> list[tuple[str, str | None]]:
     import json
 
     from eaglelab.engine.errors import ConfigError
+    from eaglelab.engine.formats.validate import check_text_value, file_kind, read_user_text
 
     file = Path(path)
-    if not file.exists():
-        raise ConfigError("no such prompts file", file=file)
+    if file_kind(file) == "missing":
+        raise ConfigError("no such prompts file", file=file, field="--prompts-file", hint="check the path")
+    shape = 'one prompt per line, or JSONL: {"prompt": "...", "response": "..."} per line'
     out: list[tuple[str, str | None]] = []
-    for n, line in enumerate(file.read_text().splitlines(), 1):
+    for n, line in enumerate(read_user_text(file, "a prompts file").splitlines(), 1):
         line = line.strip()
         if not line:
             continue
@@ -73,18 +75,33 @@ def read_prompts_file(path: str) -> list[tuple[str, str | None]]:
         try:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"line {n} is not JSON ({exc.msg})", file=file) from None
-        text = obj.get("prompt") or obj.get("text") or (obj.get("turns") or [None])[0] if isinstance(obj, dict) else None
-        if not isinstance(text, str):
-            raise ConfigError(f"line {n} has no prompt", file=file, expected='"prompt", "text" or "turns"')
+            raise ConfigError(f"line {n} is not JSON ({exc.msg})", file=file, found=line[:80], expected=shape,
+                              hint="fix that line, or write the file as plain text, one prompt per line") from None
+        text = _prompt_of(obj)
+        if text is None:
+            raise ConfigError(f"line {n} has no prompt", file=file, field="prompt", found=line[:80], expected=shape,
+                              hint='give each line a "prompt" (or "text") string')
+        check_text_value(text, file, f"line {n}: prompt")
         response = obj.get("response")
-        if response is not None and not isinstance(response, str):
-            raise ConfigError(f"line {n}: the response must be a string", file=file, field="response",
-                              found=type(response).__name__)
+        if response is not None:
+            check_text_value(response, file, f"line {n}: response")
         out.append((text, response))
     if not out:
-        raise ConfigError("no prompts in the file", file=file)
+        raise ConfigError("no prompts in the file", file=file, found="empty lines only", expected=shape,
+                          hint="write the prompts into it")
     return out
+
+
+def _prompt_of(obj) -> str | None:
+    """The prompt of one JSONL record: "prompt", "text" or the first of "turns" (a string), else None."""
+    if not isinstance(obj, dict):
+        return None
+    turns = obj.get("turns")
+    first = turns[0] if isinstance(turns, list) and turns else None
+    for text in (obj.get("prompt"), obj.get("text"), first):
+        if isinstance(text, str) and text:
+            return text
+    return None
 
 
 def parse_ids(text: str | None) -> tuple[int, ...] | None:
@@ -104,8 +121,8 @@ def run(args: argparse.Namespace) -> int:
 
     from eaglelab.engine.training.capture import check_layer_ids, read_manifest
     from eaglelab.engine.formats.loader import resolve_model_dir
+    from eaglelab.engine.formats.safe_write import output_lock
     from eaglelab.engine.model.config import ModelConfig
-    from eaglelab.devices import pick_device, pick_dtype
 
     console = Console(stderr=True, highlight=False)
     pairs = _prompt_pairs(args)
@@ -115,7 +132,14 @@ def run(args: argparse.Namespace) -> int:
     check_layer_ids(settings.hf_indices, config.num_layers, convention=settings.convention,
                     source=model_dir / "config.json")  # before any weight is read
     out = Path(args.out)
-    _check_resume(out, read_manifest(out), settings, console)
+    with output_lock(out, "capture"):  # a second capture into the same --out interleaved its samples with ours
+        _check_resume(out, read_manifest(out), settings, console, pairs, args.system)
+        return _capture_into(args, out, pairs, settings, config, model_dir, console)
+
+
+def _capture_into(args: argparse.Namespace, out: Path, pairs, settings, config, model_dir: Path, console) -> int:
+    from eaglelab.devices import pick_device, pick_dtype
+
     device, device_reason = pick_device(args.device)
     dtype, dtype_reason = pick_dtype(args.dtype, device)
     target = (_Streamed(model_dir, device, dtype, console) if args.stream
@@ -149,11 +173,15 @@ def _write_prompts(out: Path, pairs: list[tuple[str, str | None, str]]) -> None:
     """prompts.jsonl: each prompt used, its source and its given response (if any)."""
     import json
 
-    out.mkdir(parents=True, exist_ok=True)
-    with open(out / "prompts.jsonl", "w") as f:
-        for i, (prompt, response, source) in enumerate(pairs):
-            given = {"response": response} if response is not None else {}
-            f.write(json.dumps({"index": i, "source": source, "prompt": prompt} | given) + "\n")
+    from eaglelab.engine.formats.safe_write import write_atomic
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "w") as f:
+            for i, (prompt, response, source) in enumerate(pairs):
+                given = {"response": response} if response is not None else {}
+                f.write(json.dumps({"index": i, "source": source, "prompt": prompt} | given) + "\n")
+
+    write_atomic(out / "prompts.jsonl", write, what="prompts list")
 
 
 def _write_draft_vocab(out: Path, vocab_size: int, wanted: int):
@@ -291,14 +319,53 @@ class _Bar:
         self.bar.__exit__(*exc)
 
 
-def _check_resume(out: Path, manifest, settings, console) -> None:
-    """Resuming into a directory captured with other layers would mix data: refuse."""
+def _check_resume(out: Path, manifest, settings, console, pairs=None, system: str | None = None) -> None:
+    """Resuming keeps sample i as it is; refuse when that would mix data or relabel it: other layers, other
+    prompts (sample i would be listed under another prompt in prompts.jsonl), another system prompt, or
+    samples with no manifest saying what they are."""
     from eaglelab.engine.errors import ConfigError
 
     if manifest is None:
+        kept = sorted(out.glob("rows_*/data_*.ckpt*")) if out.is_dir() else []
+        if kept:
+            raise ConfigError("holds samples but no manifest.json saying what they are", file=out, field="--out",
+                              found=f"{len(kept)} samples (e.g. {kept[0].relative_to(out)})", expected="a new directory, or one `eaglelab capture` wrote",
+                              hint="pick a new --out: resuming would keep these samples as if they answered your prompts")
         return
     if list(manifest.get("hf_indices", [])) != list(settings.hf_indices):
         raise ConfigError("the directory holds data captured at other layers", file=out / "manifest.json",
                           field="hf_indices", found=manifest.get("hf_indices"), expected=list(settings.hf_indices),
                           hint="use another --out, or the same --layer-ids")
+    if "system_prompt" in manifest and manifest.get("system_prompt") != system:
+        raise ConfigError("the directory holds data captured with another system prompt", file=out / "manifest.json",
+                          field="system_prompt", found=repr(manifest.get("system_prompt")), expected=repr(system),
+                          hint="use another --out, or the same --system")
+    if pairs is not None:
+        _check_same_prompts(out, pairs)
     console.print(f"[dim]resuming into {out}: existing samples are kept[/]")
+
+
+def _check_same_prompts(out: Path, pairs: list[tuple[str, str | None, str]]) -> None:
+    """The prompts (and given responses) of the earlier capture are the first ones of this one."""
+    import json
+
+    from eaglelab.engine.errors import ConfigError
+    from eaglelab.engine.formats.validate import check_regular_file, file_kind
+
+    path = out / "prompts.jsonl"
+    if file_kind(path) == "missing":
+        return
+    check_regular_file(path, "the earlier capture's prompts list", error=ConfigError)
+    hint = "use another --out; to add prompts to this data, keep the earlier prompts first, in the same order"
+    for n, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines()):
+        try:
+            row = json.loads(line)
+            old = (row["prompt"], row.get("response"))
+        except (ValueError, KeyError, TypeError):
+            raise ConfigError(f"line {n + 1} is not a prompt record", file=path, hint=hint) from None
+        if n >= len(pairs):
+            raise ConfigError("the directory holds data for more prompts than this capture has", file=path,
+                              found=f"more than {n} prompts before", expected=f"at most {len(pairs)}", hint=hint)
+        if old != pairs[n][:2]:
+            raise ConfigError(f"prompt {n} differs from the one its sample answers", file=path, field=f"line {n + 1}",
+                              found=repr(pairs[n][0][:80]), expected=repr(str(old[0])[:80]), hint=hint)

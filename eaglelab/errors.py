@@ -37,13 +37,27 @@ def run_guarded(func: Callable[[Any], int | None], args: Any, argv: list[str] | 
     except OSError as exc:  # a path the user gave: missing, a directory, not writable, disk full ...
         what = "no such file" if isinstance(exc, FileNotFoundError) else (exc.strerror or str(exc))
         where = f"{exc.filename}: " if exc.filename else ""
+        if _disk_full(exc):
+            what += f"\n  what to do: {DISK_FULL_HINT}"
         return _user_error(args, f"{where}{what}", exc)
     except Exception as exc:  # noqa: BLE001 - anything else is our bug: report it, do not hide it
         if is_out_of_memory(exc):  # a size the device cannot hold: the user's to shrink
             return _user_error(args, out_of_memory_message(exc, args), exc)
+        if _disk_full(exc):  # a library's write that ran out of room (safetensors, torch's zip writer)
+            first = next((line for line in str(exc).splitlines() if line.strip()), type(exc).__name__)[:200]
+            return _user_error(args, f"the disk is full ({first})\n  what to do: {DISK_FULL_HINT}", exc)
         if debug:
             raise
         return _internal_error(args, exc, argv)
+
+
+DISK_FULL_HINT = "free space on that disk, or write to another (--out / --checkpoint-dir); files written before are kept"
+
+
+def _disk_full(exc: BaseException) -> bool:
+    from eaglelab.engine.formats.safe_write import is_disk_full
+
+    return is_disk_full(exc)
 
 
 def is_out_of_memory(exc: BaseException) -> bool:

@@ -223,13 +223,21 @@ def _train_out(args: argparse.Namespace) -> None:
     out = Path(args.out)
     if not out.is_dir():
         return
-    ours = {"config.json", "model.safetensors", "model.safetensors.index.json", "eaglelab_training.json", "checkpoints"}
-    foreign = sorted(p.name for p in out.iterdir() if p.name not in ours and not p.name.endswith(".safetensors"))
+    ours = {"config.json", "model.safetensors", "eaglelab_training.json", "checkpoints", TRAIN_STAGING}
+    foreign = sorted(p.name for p in out.iterdir() if p.name not in ours)  # a user's *.safetensors would mix in
     if foreign:
         raise EagleLabError("holds files that are not a drafter's", file=out, field="--out",
                             found=", ".join(foreign[:5]) + (" ..." if len(foreign) > 5 else ""),
                             expected="a new directory, or one an earlier `eaglelab train` wrote",
-                            hint="pick a new directory: train writes config.json and *.safetensors there")
+                            hint="pick a new directory: train writes config.json and model.safetensors there")
+    if ((out / "config.json").exists() or (out / "model.safetensors").exists()) and not (out / "eaglelab_training.json").exists():
+        raise EagleLabError("holds a drafter that `eaglelab train` did not write", file=out, field="--out",
+                            found="config.json / model.safetensors without eaglelab_training.json",
+                            expected="a new directory, or one an earlier `eaglelab train` wrote",
+                            hint="pick a new directory: training would overwrite this drafter")
+
+
+TRAIN_STAGING = ".eaglelab-partial"  # where train writes the drafter before checking it (see training_jobs.save)
 
 
 OUTPUT_CHECKS: dict[str, tuple[Callable[[argparse.Namespace], None], ...]] = {

@@ -151,12 +151,24 @@ def layer_ids(args, manifest, num_layers: int) -> list[int]:
     from eaglelab.engine.training.capture import default_layer_ids
     from eaglelab.engine.formats.conventions import convert_ids
 
+    from eaglelab.engine.formats.conventions import ids_to_hf_indices
+    from eaglelab.engine.training.capture import check_layer_ids
+
     if manifest and manifest.get("sglang_layer_ids"):
-        return list(manifest["sglang_layer_ids"])
-    ids = parse_ids(args.layer_ids)
-    if ids is None:
-        return list(default_layer_ids(num_layers))
-    return list(convert_ids(ids, args.convention, "sglang"))
+        ids, field = manifest["sglang_layer_ids"], "sglang_layer_ids"
+        if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            from eaglelab.engine.errors import ConfigError
+
+            raise ConfigError("must be a list of integers", file=Path(args.data) / "manifest.json", field=field,
+                              found=ids, hint="recapture the data, or delete the manifest and pass --layer-ids")
+        ids = list(ids)
+    else:
+        given = parse_ids(args.layer_ids)
+        field = "--layer-ids" if given is not None else "--layer-ids (none given: SpecForge's default)"
+        ids = list(default_layer_ids(num_layers)) if given is None else list(convert_ids(given, args.convention, "sglang"))
+    # before any step: a drafter tapping one layer twice, or none, cannot run (it was written, then reported broken)
+    check_layer_ids(ids_to_hf_indices(tuple(ids), "sglang"), num_layers, field, convention="sglang")
+    return ids
 
 
 def draft_vocab(args, counts, vocab_size: int, say: Say):
@@ -283,8 +295,38 @@ def save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, r
         "acceptance": asdict(result.evals[-1]) if result.evals else None,
         "init_from": asdict(init) if init is not None else None,
     }
-    return save_drafter(trainer.net, args.out, target=head.config, sglang_layer_ids=sglang_ids, dtype=save_dtype,
-                        provenance=provenance)
+    return write_checked(args.out, head.config, lambda staging: save_drafter(
+        trainer.net, staging, target=head.config, sglang_layer_ids=sglang_ids, dtype=save_dtype, provenance=provenance))
+
+
+def write_checked(out: str | Path, target, write: Callable[[Path], object]) -> Path:
+    """Write the drafter into OUT/.eaglelab-partial, check it as check-wiring's static pass does (against the
+    target), and only then move its files into OUT: a drafter that cannot run is never written (it was
+    written, reported broken, and the command said 0)."""
+    import shutil
+
+    from eaglelab.engine.errors import EagleLabError
+    from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
+    from eaglelab.flags import TRAIN_STAGING
+
+    out = Path(out)
+    staging = out / TRAIN_STAGING
+    shutil.rmtree(staging, ignore_errors=True)
+    try:
+        write(staging)
+        errors = [f for f in read_draft_checkpoint(staging).validate(target) if f.severity == "error"]
+        if errors:
+            first = errors[0]
+            raise EagleLabError(
+                "the trained drafter cannot run: nothing was written", file=out, field=first.field,
+                found="; ".join(f"{f.field}: {f.message}" for f in errors[:3]),
+                expected="a drafter whose config and weights pass check-wiring's static checks",
+                hint=(first.hint + "; " if first.hint else "") + "the training state is in the checkpoints, if any were written")
+        for file in sorted(staging.iterdir()):
+            file.replace(out / file.name)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    return out
 
 
 def prompts_manifest(manifest) -> dict | None:

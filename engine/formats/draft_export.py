@@ -99,13 +99,17 @@ def save_draft_checkpoint(path: str | Path, config: Mapping[str, Any], tensors: 
     config's format and layout (speculators and MLA: ``midlayer.*`` -> ``layers.0.*``)."""
     from safetensors.torch import save_file
 
+    from eaglelab.engine.formats.safe_write import write_atomic
+
     path = Path(path)
     path.mkdir(parents=True, exist_ok=True)
     fmt = detect_format(config, path / "config.json")
     mla = any(a in MLA_ARCHITECTURES for a in config.get("architectures") or ())
     rename = (lambda n: "layers.0." + n[len("midlayer."):] if n.startswith("midlayer.") else n) \
         if fmt == "speculators" or mla else (lambda n: n)
-    (path / "config.json").write_text(json.dumps(dict(config), indent=2) + "\n")
-    if tensors:
-        save_file({rename(k): v.contiguous() for k, v in tensors.items()}, str(path / "model.safetensors"))
+    if tensors:  # weights first: a full disk then leaves no new config.json naming weights that are not there
+        named = {rename(k): v.contiguous() for k, v in tensors.items()}
+        write_atomic(path / "model.safetensors", lambda tmp: save_file(named, str(tmp)), what="drafter weights")
+    text = json.dumps(dict(config), indent=2) + "\n"
+    write_atomic(path / "config.json", lambda tmp: tmp.write_text(text), what="drafter config")
     return path

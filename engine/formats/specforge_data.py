@@ -156,16 +156,19 @@ def write_sample(data_dir: str | Path, index: int, sample: Sample | dict, *, com
     else:
         data = dict(sample)
     data = {k: v.detach().cpu().contiguous() for k, v in data.items()}
-    path = sample_path(data_dir, index, compress=compress)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if compress:
-        buf = io.BytesIO()
-        torch.save(data, buf)
-        with gzip.open(path, "wb") as f:
-            f.write(buf.getvalue())
-    else:
-        torch.save(data, path)
-    return path
+    from eaglelab.engine.formats.safe_write import write_atomic
+
+    def write(tmp: Path) -> None:
+        if compress:
+            buf = io.BytesIO()
+            torch.save(data, buf)
+            with gzip.open(tmp, "wb") as f:
+                f.write(buf.getvalue())
+        else:
+            torch.save(data, tmp)
+
+    # whole or not at all: a truncated sample would be kept as done by a resumed capture
+    return write_atomic(sample_path(data_dir, index, compress=compress), write, what="training sample")
 
 
 def vocab_mapping_path(data_dir: str | Path) -> Path:
@@ -186,7 +189,7 @@ def read_vocab_mapping(data_dir: str | Path) -> VocabMapping | None:
 
 def write_vocab_mapping(data_dir: str | Path, mapping: VocabMapping) -> Path:
     """Write ``vocab_mapping/vocab_mapping.pt`` as ``{d2t, t2d}``."""
-    path = vocab_mapping_path(data_dir)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save({"d2t": mapping.d2t.cpu(), "t2d": mapping.t2d.cpu()}, path)
-    return path
+    from eaglelab.engine.formats.safe_write import write_atomic
+
+    state = {"d2t": mapping.d2t.cpu(), "t2d": mapping.t2d.cpu()}
+    return write_atomic(vocab_mapping_path(data_dir), lambda tmp: torch.save(state, tmp), what="vocabulary mapping")

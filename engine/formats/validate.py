@@ -80,6 +80,33 @@ def check_regular_file(path: str | Path, what: str, *, field: str | None = None,
     return Path(path)
 
 
+def read_user_text(path: str | Path, what: str, *, hint: str | None = None) -> str:
+    """A user's text file (prompts, answers), read whole: a FIFO or directory is refused unopened, and
+    bytes that are not UTF-8 are named with their line, instead of a UnicodeDecodeError."""
+    check_regular_file(path, what, error=ConfigError)
+    data = Path(path).read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ConfigError(f"is not UTF-8 text (line {line})", file=path, found=f"byte {data[exc.start]:#04x} at offset {exc.start}",
+                          expected="UTF-8 text", hint=hint or "convert the file to UTF-8 (e.g. iconv -t utf-8)") from None
+
+
+def check_text_value(value: object, file: str | Path, field: str) -> str:
+    """A string from a user's JSON file that a tokenizer can encode: a lone surrogate (``"\\ud800"`` in the
+    JSON) is refused with its position, instead of the tokenizer's TypeError."""
+    if not isinstance(value, str):
+        raise ConfigError("must be a string", file=file, field=field, found=shown(value), expected="text")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ConfigError("holds a lone surrogate, which is not text", file=file, field=field,
+                          found=f"{value[exc.start]!r} at character {exc.start}", expected="valid Unicode text",
+                          hint="the writer escaped half of a surrogate pair: fix that line or drop it") from None
+    return value
+
+
 INDEX_NAME = "model.safetensors.index.json"
 
 

@@ -307,6 +307,7 @@ def _capture(target: _Target, prompts, out_dir, settings, identity, chat_templat
     out_dir = Path(out_dir)
     hf = settings.hf_indices
     check_layer_ids(hf, target.num_layers)
+    _check_same_target(read_manifest(out_dir), identity, out_dir)
     todo = [i for i in range(len(prompts)) if not _exists(out_dir, i)]
     skipped = len(prompts) - len(todo)
     todo.sort(key=lambda i: (len(prompts[i]), i))  # similar lengths share a batch
@@ -322,6 +323,18 @@ def _capture(target: _Target, prompts, out_dir, settings, identity, chat_templat
         if progress:
             progress("capture", done, len(todo))
     return finish_manifest(out_dir, skipped=skipped, dropped=dropped)
+
+
+def _check_same_target(manifest: dict[str, Any] | None, identity: dict[str, Any], out_dir: Path) -> None:
+    """Samples kept from an earlier capture must come from the same target (its config digest)."""
+    old = (manifest or {}).get("target") or {}
+    if not isinstance(old, dict) or "config_sha256" not in old:
+        return
+    if old.get("config_sha256") != identity.get("config_sha256"):
+        raise ConfigError("the directory holds data captured from another target", file=manifest_path(out_dir),
+                          field="target.config_sha256", found=str(identity.get("config_sha256"))[:16],
+                          expected=f"{str(old.get('config_sha256'))[:16]} ({old.get('name')})",
+                          hint="use another --out, or the target the data was captured from")
 
 
 def _capture_chunk(target: _Target, prompts, chunk, out_dir, settings, hf, salt) -> int:
@@ -365,12 +378,11 @@ def manifest_path(data_dir: str | Path) -> Path:
 
 
 def write_json_atomic(path: Path, obj: dict[str, Any]) -> Path:
-    """Write ``obj`` as indented JSON to ``path`` through a ``.json.partial`` file, so a reader never sees half."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.partial")
-    tmp.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-    tmp.replace(path)
-    return path
+    """Write ``obj`` as indented JSON to ``path`` whole or not at all (a reader never sees half)."""
+    from eaglelab.engine.formats.safe_write import write_atomic
+
+    text = json.dumps(obj, indent=2, default=str) + "\n"
+    return write_atomic(path, lambda tmp: tmp.write_text(text), what=path.name)
 
 
 def write_manifest(data_dir: str | Path, manifest: dict[str, Any]) -> Path:

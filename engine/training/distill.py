@@ -123,10 +123,10 @@ def write_shard(path: Path, rows: list[tuple[int, list[int], list[int], bool]]) 
         "indices": torch.tensor([i for i, _, _, _ in rows], dtype=torch.long),
         "hit_eos": torch.tensor([int(e) for *_, e in rows], dtype=torch.uint8),
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".partial")
-    save_file(tensors, str(tmp), metadata={"format": "eaglelab-distill", "version": str(DISTILL_VERSION)})
-    tmp.replace(path)
+    from eaglelab.engine.formats.safe_write import write_atomic
+
+    meta = {"format": "eaglelab-distill", "version": str(DISTILL_VERSION)}
+    write_atomic(path, lambda tmp: save_file(tensors, str(tmp), metadata=meta), what="distill shard")
 
 
 def read_shard(path: Path) -> dict[str, torch.Tensor]:

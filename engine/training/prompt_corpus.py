@@ -515,12 +515,17 @@ def _top_up(n: int, seen: set[str], overlap: OverlapIndex, seed: int, overlaps: 
 
 def write_corpus(corpus: Corpus, out_dir: str | Path, overlap: OverlapIndex, extra: dict | None = None) -> Path:
     """``prompts.jsonl.gz`` ({"index", "source", "kind", "prompt"} per line) and ``manifest.json``."""
+    from eaglelab.engine.formats.safe_write import write_atomic
+
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     path = out / "prompts.jsonl.gz"
-    with gzip.open(path, "wt", compresslevel=9) as f:
-        for i, p in enumerate(corpus.prompts):
-            f.write(json.dumps({"index": i, "source": p.source, "kind": p.kind, "prompt": p.text}) + "\n")
+
+    def write(tmp: Path) -> None:
+        with gzip.open(tmp, "wt", compresslevel=9) as f:
+            for i, p in enumerate(corpus.prompts):
+                f.write(json.dumps({"index": i, "source": p.source, "kind": p.kind, "prompt": p.text}) + "\n")
+
+    write_atomic(path, write, what="prompt corpus")
     manifest = {
         "corpus_version": CORPUS_VERSION, "count": len(corpus.prompts), "seed": corpus.seed,
         "sources": corpus.counts, "kinds": corpus.kinds, "duplicates_removed": corpus.duplicates,
@@ -528,7 +533,8 @@ def write_corpus(corpus: Corpus, out_dir: str | Path, overlap: OverlapIndex, ext
                           "evaluation_texts": len(overlap.texts), "dropped": corpus.overlaps},
         "python": sys.version.split()[0], "file": path.name, **(extra or {}),
     }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
+    text = json.dumps(manifest, indent=2) + "\n"
+    write_atomic(out / "manifest.json", lambda tmp: tmp.write_text(text), what="corpus manifest")
     return path
 
 
@@ -539,18 +545,22 @@ def read_corpus(path: str | Path) -> list[dict]:
     path = Path(path)
     if path.is_dir():
         path = path / "prompts.jsonl.gz"
-    if not path.exists():
+    from eaglelab.engine.formats.validate import check_regular_file, check_text_value, file_kind
+
+    if file_kind(path) == "missing":
         raise ConfigError("no such prompts file", file=path, hint="make one with `eaglelab prompts --out DIR`")
+    check_regular_file(path, "a prompts file", error=ConfigError)  # a FIFO would block the reader for ever
     opener = gzip.open if path.suffix == ".gz" else open
     out = []
     try:
-        with opener(path, "rt") as f:
+        with opener(path, "rt", encoding="utf-8") as f:
             for n, line in enumerate(f, 1):
                 if line.strip():
                     rec = json.loads(line)
                     if not isinstance(rec, dict) or not isinstance(rec.get("prompt"), str):
-                        raise ConfigError(f"line {n} has no prompt", file=path, field="prompt",
-                                          expected='{"prompt": "...", ...}')
+                        raise ConfigError(f"line {n} has no prompt", file=path, field="prompt", found=line.strip()[:80],
+                                          expected='{"prompt": "...", ...}', hint="write it again with `eaglelab prompts`")
+                    check_text_value(rec["prompt"], path, f"line {n}: prompt")
                     out.append(rec)
     except (OSError, EOFError, json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read the prompts ({str(exc)[:120]})", file=path,

@@ -411,10 +411,10 @@ class Trainer:
         assert path is not None or self.checkpoint_dir is not None, "no checkpoint_dir to put checkpoints in"
         ck_dir = self.checkpoint_dir if path is None else Path(path).parent
         path = Path(path) if path is not None else ck_dir / f"step_{self.step:08d}.pt"
-        ck_dir.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".pt.partial")
-        torch.save(self.state(), tmp)
-        tmp.replace(path)
+        from eaglelab.engine.formats.safe_write import write_atomic
+
+        state = self.state()
+        write_atomic(path, lambda tmp: torch.save(state, tmp), what="training checkpoint", flag="--checkpoint-dir")
         if self.cfg.keep_checkpoints > 0:
             for old in sorted(ck_dir.glob("step_*.pt"))[: -self.cfg.keep_checkpoints]:
                 old.unlink()
@@ -599,5 +599,8 @@ def save_drafter(net: Eagle3Network, out_dir: str | Path, *, target: ModelConfig
     cfg["torch_dtype"] = str(dtype).replace("torch.", "")
     out = save_draft_checkpoint(out_dir, cfg, drafter_tensors(net, dtype))
     if provenance is not None:
-        (Path(out) / "eaglelab_training.json").write_text(json.dumps(provenance, indent=2, default=str) + "\n")
+        from eaglelab.engine.formats.safe_write import write_atomic
+
+        text = json.dumps(provenance, indent=2, default=str) + "\n"
+        write_atomic(Path(out) / "eaglelab_training.json", lambda tmp: tmp.write_text(text), what="training record")
     return out
