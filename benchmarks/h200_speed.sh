@@ -24,6 +24,8 @@
 #   call B  carry .carry/m2 .carry/shipped .carry/assets .whl    STAGE=B
 #   call C  carry .carry/assets .whl                             STAGE=C
 #   call D  carry .carry/shipped .carry/assets .whl              STAGE=D
+# The GGUF now travels in three parts (benchmarks/README.md): park part 2 with a call that runs nothing else
+# (`h200_defaults.sh` STAGE=B does) between A and B, and carry .carry/m3 in B instead of .carry/m2.
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s).
 STAGE=${STAGE:?set STAGE=A, B, C or D}
 source "$(dirname "$0")/device_stage.sh"
