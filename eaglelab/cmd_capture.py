@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     pairs = _prompt_pairs(args)
     model_dir = resolve_model_dir(args.model)
     config = ModelConfig.from_json(model_dir / "config.json")
-    settings = _settings(args, config.num_layers)
+    settings = _settings(args, config)
     check_layer_ids(settings.hf_indices, config.num_layers, convention=settings.convention,
                     source=model_dir / "config.json")  # before any weight is read
     out = Path(args.out)
@@ -231,14 +231,21 @@ def _response_ids(tok, pairs: list[tuple[str, str | None, str]]) -> list[list[in
     return [tok.encode(r) + end for _, r, _ in pairs]
 
 
-def _settings(args: argparse.Namespace, num_layers: int):
+def _settings(args: argparse.Namespace, config):
+    """The flags as CaptureSettings; --max-length cut to the target's context window (said when it is)."""
+    from rich.console import Console
+
+    from eaglelab.engine.runtime.limits import length_in_window
     from eaglelab.engine.training.capture import CaptureSettings, default_layer_ids
 
     ids = parse_ids(args.layer_ids)
     convention = args.convention if ids is not None else "sglang"
-    return CaptureSettings(layer_ids=ids if ids is not None else default_layer_ids(num_layers), convention=convention,
+    max_length, why = length_in_window(config, args.max_length)
+    if why:
+        Console(stderr=True, highlight=False).print(f"[yellow]{why}[/]")
+    return CaptureSettings(layer_ids=ids if ids is not None else default_layer_ids(config.num_layers), convention=convention,
                            max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, temperature=args.temperature,
-                           seed=args.seed, max_length=args.max_length, compress=args.compress)
+                           seed=args.seed, max_length=max_length, compress=args.compress)
 
 
 class _InMemory:

@@ -35,6 +35,9 @@ def run(args: argparse.Namespace) -> int:
     err = Console(stderr=True, highlight=False)
     session = build_session(args, log=lambda m: err.print(f"[dim]{m}[/]"))
     ids = session.target.tokenizer.chat_ids(args.prompt)
+    from eaglelab.engine.runtime.limits import check_context
+
+    check_context(session.target.config, len(ids), args.max_new_tokens)  # before the profiler starts
     bus, finish = session.observer(always=True)  # an observer turns the per-phase ranges on
     engine = session.engine(observer=bus)
     logdir = Path(args.logdir)

@@ -113,7 +113,12 @@ def run(args: argparse.Namespace) -> int:
     got = J.load_training_data(args, manifest, target, device, autocast, save_dtype, console.status)
     head, data = got.head, got.data
     dv = J.draft_vocab(args, got.counts, head.config.vocab_size, console.print)
-    cfg = _train_config(args, autocast)
+    from eaglelab.engine.runtime.limits import length_in_window
+
+    max_length, why = length_in_window(head.config, args.max_length)
+    if why:
+        console.print(f"[yellow]{why}[/]")
+    cfg = _train_config(args, autocast, max_length)
     trainer, init = J.make_trainer(args, head, data, dv, got.sglang_ids, cfg, device, console.print, got.states,
                                    got.heldout)
     _announce(console, head, data, dv, got.sglang_ids, trainer, device, device_reason, autocast, save_dtype,
@@ -130,14 +135,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_config(args: argparse.Namespace, autocast: str | None):
-    """The flags as a TrainConfig."""
+def _train_config(args: argparse.Namespace, autocast: str | None, max_length: int | None = None):
+    """The flags as a TrainConfig (``max_length``: --max-length cut to the target's context window)."""
     from eaglelab.engine.training.train import TrainConfig
 
     return TrainConfig(
         epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, ttt_length=args.ttt_length,
         step_decay=args.step_decay, warmup_ratio=args.warmup_ratio, max_grad_norm=args.max_grad_norm,
-        weight_decay=args.weight_decay, max_length=args.max_length, seed=args.seed,
+        weight_decay=args.weight_decay, max_length=max_length or args.max_length, seed=args.seed,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every, max_steps=args.max_steps,
         autocast=autocast, init_lm_head=args.init_lm_head, time_limit=args.time_limit, eval_every=args.eval_every,
         total_steps=args.total_steps,

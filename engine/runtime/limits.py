@@ -31,6 +31,16 @@ def check_context(config: ModelConfig, prompt_tokens: int, max_new_tokens: int) 
                             hint=f"use --max-new-tokens {window - prompt_tokens} or less")
 
 
+def length_in_window(config: ModelConfig, max_length: int, flag: str = "--max-length") -> tuple[int, str | None]:
+    """(tokens kept per sample, the reason when fewer than ``max_length``): training and capture cut their
+    samples at the model's context window, since positions beyond it were never trained in the target."""
+    window = config.max_position_embeddings
+    if max_length <= window:
+        return max_length, None
+    return window, (f"samples cut at {window} tokens, the target's context window (max_position_embeddings); "
+                    f"{flag} {max_length} reaches beyond it")
+
+
 def kv_cache_bytes(config: ModelConfig, batch: int, slots: int, dtype: torch.dtype, kv_heads: int | None = None) -> int:
     """Bytes of a target KV cache: keys and values for every layer, row and slot."""
     heads = config.num_kv_heads if kv_heads is None else kv_heads

@@ -299,3 +299,25 @@ def test_a_disk_full_error_from_a_library_is_a_user_error(capsys) -> None:
 
     assert run_guarded(fails, Namespace()) == 2
     assert "the disk is full" in capsys.readouterr().err
+
+
+# ---- the context window --------------------------------------------------------------------------------------
+
+
+def test_train_cuts_samples_at_the_targets_context_window(valid, tmp_path, capsys) -> None:
+    """Before: --max-length 2048 trained positions past the tiny target's 256-token window, without a word."""
+    out = run_cli(train_argv(valid, tmp_path / "out", "--layer-ids", "0,1,2", "--max-length", "5000"), capsys)
+    assert out.rc == 0, out.err
+    assert "samples cut at 256 tokens, the target's context window" in flat(out.err)
+    record = json.loads((tmp_path / "out" / "eaglelab_training.json").read_text())
+    assert record["train_config"]["max_length"] == 256
+
+
+def test_trace_refuses_a_prompt_past_the_context_window(valid, tmp_path, capsys) -> None:
+    """Before: only `run` checked; trace profiled a generation past the window."""
+    prompt = " ".join(f"w{i % 80}" for i in range(300))  # 300 words of the word tokenizer: past 256
+    argv = ["trace", prompt, "--model", str(valid.target), "--draft", "none", "--device", "cpu",
+            "--logdir", str(tmp_path / "tb"), "--max-new-tokens", "4"]
+    outcome = run_cli(argv, capsys)
+    assert_handled(outcome, argv)
+    assert outcome.rc == 2 and "context window" in flat(outcome.err), flat(outcome.err)
