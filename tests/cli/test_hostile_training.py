@@ -321,3 +321,54 @@ def test_trace_refuses_a_prompt_past_the_context_window(valid, tmp_path, capsys)
     outcome = run_cli(argv, capsys)
     assert_handled(outcome, argv)
     assert outcome.rc == 2 and "context window" in flat(outcome.err), flat(outcome.err)
+
+
+# ---- properties: any bytes as a prompts file, any JSON as a shard index -------------------------------------
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+PROPERTY = settings(max_examples=150, deadline=None, derandomize=True,
+                    suppress_health_check=[HealthCheck.function_scoped_fixture])
+json_lines = st.lists(st.one_of(
+    st.binary(max_size=40),
+    st.recursive(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=8),
+                           st.sampled_from(["\ud800", "w1 w2", ""])),
+                 lambda c: st.lists(c, max_size=3) | st.dictionaries(st.sampled_from(["prompt", "text", "turns", "response", "x"]), c, max_size=3),
+                 max_leaves=6).map(lambda v: json.dumps(v).encode())), max_size=5)
+
+
+@PROPERTY
+@given(lines=json_lines, suffix=st.sampled_from([".jsonl", ".txt"]))
+def test_any_prompts_file_is_read_or_refused_by_name(tmp_path, lines, suffix) -> None:
+    from eaglelab.cmd_capture import read_prompts_file
+
+    path = tmp_path / f"p{suffix}"
+    path.write_bytes(b"\n".join(lines))
+    try:
+        pairs = read_prompts_file(str(path))
+    except EagleLabError as exc:
+        assert exc.file == str(path)
+        return
+    for prompt, response in pairs:  # whatever is accepted, a tokenizer can encode
+        assert prompt and prompt.encode("utf-8") and (response is None or response.encode("utf-8") is not None)
+
+
+@PROPERTY
+@given(weight_map=st.one_of(st.none(), st.integers(), st.lists(st.text(max_size=4), max_size=2),
+                            st.dictionaries(st.sampled_from(["fc.weight", "lm_head.weight", "x"]),
+                                            st.one_of(st.sampled_from(["model.safetensors", "../model.safetensors", "",
+                                                                       "/etc/passwd", "a/b", "missing.safetensors"]),
+                                                      st.integers()), max_size=3)))
+def test_any_shard_index_is_read_or_refused_by_name(valid, tmp_path_factory, weight_map) -> None:
+    from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
+    from tests.cli.hostile_inputs import copy_tree
+
+    drafter = copy_tree(valid.drafter, tmp_path_factory.mktemp("index") / "drafter")
+    (drafter / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    try:
+        ck = read_draft_checkpoint(drafter)
+    except EagleLabError as exc:
+        assert exc.file and exc.field
+        return
+    assert all(info.file.parent == drafter for info in ck.tensors.values())
