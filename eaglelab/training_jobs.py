@@ -187,6 +187,9 @@ def draft_vocab(args, counts, vocab_size: int, say: Say):
 def make_trainer(args, head, data, dv, sglang_ids: list[int], cfg, device, say: Say, states=None, heldout=None):
     """The trainer (fresh, warm-started with --init-from, or resumed) and the warm start's facts (or None)."""
     from eaglelab.engine.errors import CheckpointError
+    from dataclasses import replace
+
+    from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
     from eaglelab.engine.formats.specforge_data import list_samples, read_sample
     from eaglelab.engine.training.train import Trainer, drafter_config, latest_checkpoint, new_drafter
     from eaglelab.engine.training.warm_start import warm_start
@@ -200,6 +203,9 @@ def make_trainer(args, head, data, dv, sglang_ids: list[int], cfg, device, say: 
                                   field="aux_hidden_state", found=width,
                                   expected=f"{num_aux} x {head.config.hidden_size} = {num_aux * head.config.hidden_size}")
     dcfg = drafter_config(head.config, num_aux, dv.size, args.intermediate_size)
+    if args.init_from:  # keep the warm start's EAGLE-3.1 flags (its fc_norm weights are copied below)
+        lay = read_draft_checkpoint(args.init_from).layout
+        dcfg = replace(dcfg, fc_norm=lay.fc_norm, norm_output=lay.norm_output)
     net = new_drafter(dcfg, head, dv.mapping, seed=cfg.seed, init_lm_head=cfg.init_lm_head)
     init = None
     if args.init_from:

@@ -593,6 +593,7 @@ def save_drafter(net: Eagle3Network, out_dir: str | Path, *, target: ModelConfig
         aux_layer_ids=list(sglang_layer_ids), num_attention_heads=c.num_heads, num_key_value_heads=c.num_kv_heads,
         intermediate_size=c.intermediate_size, target_hidden_size=c.target_hidden_size,
         max_position_embeddings=target.max_position_embeddings, rope_theta=c.rope_theta, rms_norm_eps=c.rms_norm_eps,
+        fc_norm=c.fc_norm, norm_output=c.norm_output,  # EAGLE-3.1, top level as export writes them
     )
     cfg["head_dim"] = c.head_dim
     cfg["rope_scaling"] = dict(c.rope_scaling) if c.rope_scaling else None

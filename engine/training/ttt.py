@@ -4,8 +4,9 @@ What the drafter sees matches :class:`eaglelab.engine.runtime.drafters.Eagle3Dra
 anchor position p of a sequence x_0..x_{T-1} (aux features a_p, target final hidden h_p):
 
 * step 0 (the draft-extend): features ``fc(a_p)``, token ``x_{p+1}``, RoPE position ``p``;
-* step i > 0 (draft step i): features = the drafter's own pre-norm output of step i-1 at the same
-  anchor, token ``x_{p+i+1}``, position ``p + i``;
+* step i > 0 (draft step i): features = the state the drafter hands on from step i-1 at the same
+  anchor (its pre-norm output; ``norm`` of it under EAGLE-3.1's ``norm_output``, as
+  :meth:`Eagle3Network.hidden`), token ``x_{p+i+1}``, position ``p + i``;
 * step i predicts ``x_{p+i+2}``; its target is the target's distribution at position ``p+i+1``
   (``softmax(lm_head(h_{p+i+1}))`` restricted to the draft vocabulary, renormalised), counted where
   ``loss_mask[p+i+2]`` is set (the predicted token is the assistant's);
@@ -106,7 +107,9 @@ def _shift_left(x: torch.Tensor, k: int) -> torch.Tensor:
 
 def ttt_hidden(net: Eagle3Network, input_ids: torch.Tensor, aux: torch.Tensor, steps: int) -> Iterator[torch.Tensor]:
     """The drafter's pre-norm outputs [B, T, H] of TTT steps 0..steps-1, one per step, at every
-    anchor p (step i at anchor p is draft step i of a chain grown from position p)."""
+    anchor p (step i at anchor p is draft step i of a chain grown from position p); logits are
+    ``lm_head(norm(out))`` either way. The next step reads ``out``, or ``norm(out)`` when the network
+    has ``norm_output`` (EAGLE-3.1), the state :meth:`Eagle3Network.hidden` hands on."""
     B, T = input_ids.shape
     dev = input_ids.device
     mask = ttt_mask(T, steps, dev)
@@ -118,8 +121,9 @@ def ttt_hidden(net: Eagle3Network, input_ids: torch.Tensor, aux: torch.Tensor, s
         nxt = _shift_left(input_ids, i + 1)  # [B, T] token x_{p+i+1}
         with torch.no_grad():
             embeds = net.embed(nxt).to(feats.dtype)  # [B, T, H]; the target's, frozen
-        feats = _drafter_step(net, embeds, feats, (pos + i).expand(B, T), keys, values, mask)
-        yield feats
+        out = _drafter_step(net, embeds, feats, (pos + i).expand(B, T), keys, values, mask)
+        yield out
+        feats = net.norm(out) if net.config.norm_output else out
 
 
 def ttt_forward(net: Eagle3Network, batch: TrainBatch, probs: torch.Tensor, steps: int) -> TTTResult:
