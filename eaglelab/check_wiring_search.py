@@ -74,7 +74,7 @@ def _texts(args: argparse.Namespace, tokenizer: Any, target: Any) -> tuple[Any, 
     from eaglelab.probes.tap_search import default_texts, pad_prompts, target_texts
 
     if args.texts:
-        return _read_texts(Path(args.texts), tokenizer, args.samples)
+        return _read_texts(Path(args.texts), tokenizer, args.samples, target.config.max_position_embeddings)
     if tokenizer is None:
         raise ConfigError("no tokenizer.json in the target directory, and no --texts", file=args.target, field="--texts",
                           hint="pass --texts FILE with the texts to score, or add the target's tokenizer.json")
@@ -85,7 +85,9 @@ def _texts(args: argparse.Namespace, tokenizer: Any, target: Any) -> tuple[Any, 
     return target_texts(target, prompts, args.new_tokens)
 
 
-def _read_texts(path: Path, tokenizer: Any, limit: int) -> tuple[Any, Any, Any]:
+def _read_texts(path: Path, tokenizer: Any, limit: int, window: int) -> tuple[Any, Any, Any]:
+    """A text past the target's context window is refused, as `run` refuses such a prompt: the target never saw
+    positions beyond it, so scoring taps there measures nothing the drafter was trained on."""
     import torch
 
     from eaglelab.engine.errors import ConfigError
@@ -111,6 +113,11 @@ def _read_texts(path: Path, tokenizer: Any, limit: int) -> tuple[Any, Any, Any]:
         else:
             rows.append(tokenizer.encode(line))
             starts.append(0)
+        if len(rows[-1]) > window:
+            raise ConfigError(f"the text on line {n} is longer than the target's context window", file=path,
+                              field=f"--texts line {n}", found=f"{len(rows[-1])} tokens",
+                              expected=f"<= {window} (the target's max_position_embeddings)",
+                              hint=f"shorten line {n} to {window} tokens or fewer, or drop it")
         if len(rows) >= limit:
             break
     if not rows or min(len(r) for r in rows) < 3:

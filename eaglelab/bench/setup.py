@@ -56,7 +56,8 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
     check_draft_vocab(args)
     built = (_scale_setup(args, device, dtype_name, log, tp) if args.scale_model
              else _model_setup(args, max_new, log, tp))
-    prompts, how = B.tokenize_prompts(texts, built["tokenizer"], built["target"].config.vocab_size, args.max_prompt_tokens)
+    keep, window_note = prompt_tokens_in_window(built["target"].config, args.max_prompt_tokens, max_new)
+    prompts, how = B.tokenize_prompts(texts, built["tokenizer"], built["target"].config.vocab_size, keep)
     cpu = device.type == "cpu"
     ctx = B.BenchContext(
         target=built["target"], spec=built["spec"], make_drafter=built["make_drafter"], prompts=prompts,
@@ -74,9 +75,24 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
     notes += [f"prompts: {len(prompts)} MT-bench first turns, {how}; "
               f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",
               f"generation: {max_new} tokens per row, EOS ignored, greedy"]
+    notes += [window_note] if window_note and max(map(len, prompts)) == keep else []
     micro_bs = int_list(args.micro_batch_sizes or d["micro_batch_sizes"], "--micro-batch-sizes")
     return BenchSetup(ctx, tuple(notes), built["name"], built["weight_bytes"], micro_bs, device_reason, dtype_reason,
                       dtype_name, regime)
+
+
+def prompt_tokens_in_window(config: Any, max_prompt_tokens: int, max_new: int) -> tuple[int, str | None]:
+    """(tokens a prompt keeps, the note when the window cut it below --max-prompt-tokens): a prompt and its
+    --max-new-tokens must fit the target's context window, as in `run`; bench cuts longer prompts (as it cuts at
+    --max-prompt-tokens) and says so, and refuses --max-new-tokens that leave no room for a prompt."""
+    from eaglelab.engine.runtime.limits import check_context
+
+    check_context(config, 1, max_new)  # refuses, naming --max-new-tokens and the window
+    room = config.max_position_embeddings - max_new
+    if max_prompt_tokens <= room:
+        return max_prompt_tokens, None
+    return room, (f"prompts cut at {room} tokens: with --max-new-tokens {max_new} that fills the target's context "
+                  f"window of {config.max_position_embeddings} tokens (max_position_embeddings)")
 
 
 def headline_only(args: argparse.Namespace) -> bool:
