@@ -37,7 +37,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Distill; 0 on success."""
+    """Distill; 0 on success. One writer per --out, as capture: a second distill into the same directory would
+    number its shards as ours and both would answer the same prompts."""
+    from eaglelab.engine.formats.safe_write import output_lock
+
+    with output_lock(args.out, "distill"):
+        return _distill(args)
+
+
+def _distill(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from eaglelab.engine.errors import ConfigError
