@@ -88,7 +88,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                               f"CPU {CPU_DEFAULTS['micro_batch_sizes']})")
     w.add_argument("--hbm-tbps", type=float, default=None,
                    help="memory bandwidth for the weight-bandwidth bound (default: 4.3, an H200's, on CUDA; none on CPU)")
-    p.add_argument("--json", default=None, metavar="OUT", help="write the full report as JSON")
+    p.add_argument("--json", default=None, metavar="OUT",
+                   help="write the full report as JSON (a report an earlier bench wrote there is replaced; any other "
+                        "file is refused unless --force)")
+    p.add_argument("--force", action="store_true", help="replace --json OUT even when it is not a bench report")
     p.add_argument("--tp", type=int, default=None, metavar="N",
                    help="tensor-parallel ranks; launch as `torchrun --nproc-per-node N -m eaglelab bench --tp N ...` "
                         "(default configs then: plain-eager, plain-graphs, spec-decode-graphs; no HF peer). Any --tp, "

@@ -20,6 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", required=True, metavar="DIR", help="where prompts.jsonl.gz and manifest.json go")
+    p.add_argument("--force", action="store_true", help="replace a corpus already in --out (refused without it)")
     p.add_argument("--count", type=int, default=50_000, metavar="N", help="number of prompts (default 50000)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)

@@ -26,6 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--out", required=True, metavar="DIR", help="where prompts.jsonl.gz and manifest.json go")
+    p.add_argument("--force", action="store_true", help="replace a corpus already in --out (refused without it)")
     p.add_argument("--count", type=int, default=10_000, metavar="N", help="prompts to keep (default 10000)")
     p.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), an HF directory or a .gguf")
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (> 0; default 1.0)")

@@ -210,6 +210,51 @@ def _file_output(dest: str) -> Callable[[argparse.Namespace], None]:
     return check
 
 
+def _bench_json(args: argparse.Namespace) -> None:
+    """bench's --json replaces a report an earlier bench wrote; any other file is the user's: refused unless --force."""
+    _file_output("json")(args)
+    path = Path(args.json) if args.json else None
+    if path is None or not path.exists() or (path.is_file() and path.stat().st_size == 0):
+        return
+    from eaglelab.probes.file_kind import file_kind, is_special
+
+    if is_special(path):  # a FIFO is never opened: reading it would block until a writer came
+        raise EagleLabError(f"is {file_kind(path)}", file=path, field="--json", expected="a .json file",
+                            hint="name a file, e.g. --json bench.json")
+    found = _bench_report_kind(path)
+    if found is not None and not getattr(args, "force", False):
+        raise EagleLabError("is not a report an earlier `eaglelab bench` wrote: refusing to overwrite it", file=path,
+                            field="--json", found=found, expected='a new file, or a bench JSON ("schema": "eaglelab.bench/...")',
+                            hint="name a new file, or pass --force to replace this one")
+
+
+def _bench_report_kind(path: Path) -> str | None:
+    """None for a bench report (bench may replace it); else what the file holds instead."""
+    import json
+
+    try:
+        with path.open("rb") as fh:
+            obj = json.loads(fh.read(64 * 2**20))
+    except (OSError, ValueError) as exc:
+        return f"not JSON ({type(exc).__name__})"
+    schema = obj.get("schema") if isinstance(obj, dict) else None
+    if isinstance(schema, str) and schema.startswith("eaglelab.bench/"):
+        return None
+    return f'JSON without "schema": "eaglelab.bench/..." ({type(obj).__name__})'
+
+
+def _corpus_out(args: argparse.Namespace) -> None:
+    """prompts and synthesize write DIR/prompts.jsonl.gz and DIR/manifest.json: an earlier corpus there is kept
+    unless --force (the user may have spent hours synthesizing it)."""
+    check_output_dir(args.out, "--out")
+    out = Path(args.out)
+    held = [n for n in ("prompts.jsonl.gz", "manifest.json") if (out / n).exists()]
+    if held and not getattr(args, "force", False):
+        raise EagleLabError("already holds a prompt corpus: refusing to overwrite it", file=out / held[0], field="--out",
+                            found=", ".join(held), expected="a new directory, or one without prompts.jsonl.gz and manifest.json",
+                            hint="pick another --out, or pass --force to replace this corpus")
+
+
 def _appended_record(args: argparse.Namespace) -> None:
     """tune writes --record as it measures, appending as RecordWriter does."""
     if args.record:
@@ -245,10 +290,10 @@ OUTPUT_CHECKS: dict[str, tuple[Callable[[argparse.Namespace], None], ...]] = {
     "trace": (_dir_output("logdir"),),
     "capture": (_dir_output("out"),),
     "train": (_train_out, _dir_output("tensorboard"), _dir_output("checkpoint_dir")),
-    "prompts": (_dir_output("out"),),
-    "synthesize": (_dir_output("out"),),
+    "prompts": (_corpus_out,),
+    "synthesize": (_corpus_out,),
     "tune": (_appended_record, _file_output("json")),
-    "bench": (_file_output("json"),),
+    "bench": (_bench_json,),
     "distill": (_dir_output("out"),),
 }
 
