@@ -162,11 +162,13 @@ class AgreementScorer:
         return self._per_text[taps]
 
     def _projection(self, slot: int, state: int) -> torch.Tensor:
-        """fc's slot block applied to hs[state]: [B, T-1, H_draft]."""
+        """fc's slot block applied to hs[state] (EAGLE-3.1's ``fc_norm``: the slot's norm first): [B, T-1, H_draft]."""
         key = (slot, state)
         if key not in self._proj:
             w = self.drafter.fc.weight[:, slot * self.width:(slot + 1) * self.width]  # [H_d, H_t]
             h = self.tp.hidden_states[state][:, :-1].to(self.device, self.dtype)  # [B, T-1, H_t]
+            if self.drafter.fc_norm is not None:
+                h = self.drafter.fc_norm[slot](h)
             self._proj[key] = torch.nn.functional.linear(h, w)
         return self._proj[key]
 
@@ -419,14 +421,13 @@ def drafter_for_search(draft_dir: str | Any, embed: Any, target_hidden: int) -> 
     (a config naming the wrong number of ids is what the search judges, so it must still load)."""
     from eaglelab.engine.errors import CheckpointError
     from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
-    from eaglelab.engine.formats.drafter_loader import config_from_checkpoint, load_drafter_weights
+    from eaglelab.engine.formats.drafter_loader import build_drafter
 
     ck = read_draft_checkpoint(draft_dir)
     if not ck.has_weights:
         raise CheckpointError("no weights (*.safetensors) in the drafter directory", file=ck.path,
                               hint="the search runs the drafter: it needs its weights")
-    net = Eagle3Network(config_from_checkpoint(ck, target_hidden), embed).float()
-    load_drafter_weights(net, ck)
+    net = build_drafter(ck, embed, target_hidden)  # either layout (Llama or MLA), EAGLE-3.1 flags included
     net = net.to(device=embed.weight.device, dtype=embed.weight.dtype).eval()
     net.d2t = net.d2t.long()
     net.reset_buffers()
