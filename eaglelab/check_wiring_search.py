@@ -63,6 +63,10 @@ def _target(args: argparse.Namespace, model_dir: Path) -> tuple[Any, Any, Any]:
     def run_pass(t: tuple, vocab: Any) -> TargetPass:
         with ProgressLine(f"{model_dir.name}: decoder layer {{p}} of {st.config.num_layers}", args.json) as tick:
             out = st.run(t[0], progress=lambda i, n, s: tick(i, 0), vocab_ids=vocab)
+        from rich.console import Console
+
+        for note in st.notes:  # what was dequantized, as `run` prints a loaded target's notes
+            Console(stderr=True, highlight=False).print(f"[dim]{note}[/]")
         return TargetPass(out.hidden_states, t[0], t[1], out.next_tokens, out.draft_logprobs, t[2])
 
     return SimpleNamespace(config=st.config, embed_tokens=st.embed_tokens), tokenizer, run_pass

@@ -160,6 +160,8 @@ def _capture_into(args: argparse.Namespace, out: Path, pairs, settings, config, 
     if responses is not None:  # the target's own answers only if the file says so: not vouched for here
         extra |= {"self_distillation": False, "responses_source": args.prompts_file}
     summary = target.capture(prompt_ids, responses, out, settings, identity, extra)
+    for note in target.notes():  # how the target was read (quantized weights dequantized), as `run` prints them
+        console.print(f"[dim]{note}[/]")
     size, dv = _write_draft_vocab(out, config.vocab_size, args.draft_vocab_size)
     console.print(f"wrote {summary.samples} samples ({summary.tokens} tokens, {summary.assistant_tokens} assistant) to {out}"
                   + (f"; kept {summary.skipped_existing} from before" if summary.skipped_existing else "")
@@ -265,6 +267,9 @@ class _InMemory:
 
         return target_identity(self.target.model, self.target.path, self.target.name)
 
+    def notes(self) -> tuple[str, ...]:
+        return tuple(self.target.notes)
+
     def capture(self, prompt_ids, responses, out, settings, identity, extra):
         from eaglelab.engine.training.capture import capture
 
@@ -289,6 +294,9 @@ class _Streamed:
         from eaglelab.engine.training.capture import target_identity
 
         return target_identity(self.streamed, self.model_dir, self.name, full_hash=False)
+
+    def notes(self) -> tuple[str, ...]:
+        return tuple(self.streamed.notes)
 
     def capture(self, prompt_ids, responses, out, settings, identity, extra):
         from eaglelab.engine.training.capture import capture_streamed

@@ -250,12 +250,21 @@ class _LazyStates:
 
             st = StreamedTarget(self.stream, device=self.device, dtype=self.dtype)
             with ProgressLine(f"{self.stream.name}: decoder layer {{p}} of {st.config.num_layers}", False) as tick:
-                return st.run(input_ids, progress=lambda i, n, s: tick(i, 0)).hidden_states
+                out = st.run(input_ids, progress=lambda i, n, s: tick(i, 0)).hidden_states
+            _print_notes(st.notes)  # what was dequantized, as `run` prints a loaded target's notes
+            return out
         if self.model is None:
             from eaglelab.engine.formats.loader import load_target
 
             self.model = load_target(self.name, device=self.device, dtype=self.dtype, with_tokenizer=False).model
         return [h.cpu() for h in self.model.all_hidden_states(input_ids.to(self.device))]
+
+
+def _print_notes(notes) -> None:
+    from rich.console import Console
+
+    for n in notes:
+        Console(stderr=True, highlight=False).print(f"[dim]{n}[/]")
 
 
 def _error_json(exc: BaseException) -> dict[str, Any]:

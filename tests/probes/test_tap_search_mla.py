@@ -101,3 +101,28 @@ def test_check_wiring_search_runs_on_the_mla_drafter(dirs, capsys, mode):
     assert out["checked"] == "search"
     assert out["config_hf_indices"] == [1, 2, 3] and len(out["best_hf_indices"]) == 3
     assert [s["slot"] for s in out["slots"]] == [0, 1, 2] and out["tokens"] > 0 and out["texts"] == 6
+
+
+def test_streamed_target_notes_are_printed_by_capture_and_check_wiring(dirs, tmp_path, capsys, monkeypatch):
+    """What a streamed target dequantized (``StreamedTarget.notes``) reaches stderr in ``capture --stream``,
+    ``check-wiring --data --stream`` and ``check-wiring --search --stream``, as ``run`` prints a loaded target's."""
+    from eaglelab.cli import main
+    from eaglelab.engine.formats.streamed import StreamedTarget
+
+    note = "layers.1 routed experts: FP8 blocks dequantized to float32 on load"
+    monkeypatch.setattr(StreamedTarget, "notes", property(lambda self: (note,)))
+    monkeypatch.setenv("COLUMNS", "1000")
+    target, drafter, _, _ = dirs
+    prompts = tmp_path / "answers.jsonl"
+    prompts.write_text("".join(json.dumps({"prompt": f"w{i} w{i + 4}", "response": f"w{i + 1} w{i + 9} w{i + 2}"}) + "\n"
+                               for i in range(4)))
+    capsys.readouterr()
+    assert main(["capture", "--model", str(target), "--out", str(tmp_path / "data"), "--prompts-file", str(prompts),
+                 "--batch-size", "2", "--device", "cpu", "--dtype", "float32", "--draft-vocab-size", "32",
+                 "--layer-ids", "0,1,2", "--stream"]) == 0
+    assert note in capsys.readouterr().err
+    for extra in (["--data", str(tmp_path / "data")], ["--search", "--samples", "6"]):
+        main(["check-wiring", str(drafter), "--target", str(target), "--device", "cpu", "--dtype", "float32",
+              "--stream", "--json", *extra])
+        got = capsys.readouterr()
+        assert note in got.err and json.loads(got.out)["verdict"] != "error", extra
