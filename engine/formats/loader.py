@@ -139,7 +139,12 @@ def read_tensors(files: list[Path]) -> dict[str, tuple[Path, object]]:
     return handles
 
 
-def load_weights(model: nn.Module, model_dir: Path, prefix_aliases: tuple[str, ...] = ("model.", "")) -> QuantizedReader:
+# where a checkpoint keeps our names: HF's "model." (lm_head bare), or under a multimodal wrapper's
+# "language_model." (Kimi-K2.5: language_model.model.layers.*, language_model.lm_head.weight)
+PREFIX_ALIASES = ("model.", "", "language_model.model.", "language_model.")
+
+
+def load_weights(model: nn.Module, model_dir: Path, prefix_aliases: tuple[str, ...] = PREFIX_ALIASES) -> QuantizedReader:
     """Copy checkpoint tensors into ``model`` (sharding each TP linear), checking names and shapes;
     quantized weights are dequantized as they are read (the reader returned says which)."""
     from safetensors import SafetensorError
@@ -246,7 +251,8 @@ def load_target(
     net.reset_buffers()
     tok = Tokenizer(model_dir, cfg.eos_token_ids) if with_tokenizer else None
     name = DEFAULT_MODEL_NAME if str(model) == DEFAULT_MODEL else model_dir.name
-    return LoadedTarget(net, cfg, tok, model_dir, name, model_digest(model_dir), device, dtype, quant.notes(dtype))
+    return LoadedTarget(net, cfg, tok, model_dir, name, model_digest(model_dir), device, dtype,
+                        tuple(cfg.notes) + tuple(quant.notes(dtype)))
 
 
 def model_digest(model_dir: Path) -> str:

@@ -7,7 +7,7 @@ Kimi-K2 style MoE fields. Derived sizes are properties; nothing edits a config i
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -97,6 +97,7 @@ class ModelConfig:
     moe: MoEConfig | None = None
     mla: MLAConfig | None = None  # DeepSeek-V3 attention (set when config.json has kv_lora_rank)
     extra: tuple[tuple[str, Any], ...] = field(default=(), compare=False, repr=False)
+    notes: tuple[str, ...] = field(default=(), compare=False, repr=False)  # how config.json was read, for a run's notes
 
     # ---- derived sizes ------------------------------------------------------------------------
     @property
@@ -122,6 +123,7 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("extra")
+        d.pop("notes")
         d["rope_scaling"] = self.rope_scaling_dict
         return d
 
@@ -142,6 +144,10 @@ class ModelConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any], source: str | Path = "config.json") -> "ModelConfig":
+        wrapped = _text_model(d)
+        if wrapped is not None:  # a multimodal wrapper (Kimi-K2.5): run its text model
+            inner, note = wrapped
+            return replace(cls.from_dict(inner, source), notes=(note,))
         archs = d.get("architectures") or []
         arch = (archs[0] if archs else None) if isinstance(archs, list) else archs
         if arch is not None and not isinstance(arch, str):
@@ -239,6 +245,37 @@ class ModelConfig:
             mla=mla,
             extra=tuple(sorted((k, str(v)) for k, v in d.items() if k not in known)),
         )
+
+
+# text_config model types we read, and the architecture each names (a wrapper's text_config may omit it)
+_TEXT_MODEL_TYPES = {"deepseek_v3": "DeepseekV3ForCausalLM", "deepseek_v2": "DeepseekV2ForCausalLM",
+                     "kimi_k2": "DeepseekV3ForCausalLM", "llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                     "qwen3": "Qwen3ForCausalLM"}
+# top-level fields a wrapper may hold for its text model (the text_config's own value wins)
+_WRAPPER_FIELDS = ("eos_token_id", "bos_token_id", "torch_dtype", "tie_word_embeddings")
+
+
+def _text_model(d: dict[str, Any]) -> tuple[dict[str, Any], str] | None:
+    """A multimodal wrapper's text model: (its config, the note saying so), or None when ``d`` is not a wrapper
+    (its own architecture is one we read) or its ``text_config`` is not a text model we read (the wrapper's
+    architecture is then refused as unsupported). Kimi-K2.5: ``KimiK25ForConditionalGeneration`` around a
+    DeepSeek-V3 (``kimi_k2``) text model; its weights are named ``language_model.model.*`` /
+    ``language_model.lm_head.*``, which the loader maps."""
+    text = d.get("text_config")
+    archs = d.get("architectures")
+    top = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else None
+    if not isinstance(text, dict) or top in ARCHITECTURES:
+        return None
+    inner_archs = text.get("architectures")
+    arch = inner_archs[0] if isinstance(inner_archs, list) and inner_archs and isinstance(inner_archs[0], str) else None
+    if arch is None:
+        arch = _TEXT_MODEL_TYPES.get(str(text.get("model_type")))
+    if arch not in ARCHITECTURES:
+        return None
+    inner = {k: d[k] for k in _WRAPPER_FIELDS if k in d} | dict(text) | {"architectures": [arch]}
+    note = (f"config.json: {top or d.get('model_type') or 'a multimodal model'} wraps a text model; running its "
+            f"text_config ({arch}), the text path only (no vision tower)")
+    return inner, note
 
 
 def _mla_from_dict(d: dict[str, Any], source: str | Path) -> MLAConfig:
