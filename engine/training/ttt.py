@@ -12,7 +12,8 @@ anchor position p of a sequence x_0..x_{T-1} (aux features a_p, target final hid
   ``loss_mask[p+i+2]`` is set (the predicted token is the assistant's);
 * attention of step i at anchor p: the step-0 keys of every position <= p (the committed context)
   and the keys of steps 1..i at anchor p (its own draft chain), as in the engine's draft cache.
-  Implemented with the keys of all steps concatenated, [B, KVH, (i+1)T, D], and an explicit mask.
+  Implemented with the keys of all steps concatenated, [B, KVH, (i+1)T, D] (:class:`StepKeys`, which
+  the network's own attention reads as its cache: Llama q/k/v or MLA latent rows), and an explicit mask.
 
 The loss is ``sum_i decay^i * CE_i`` (decay 0.8, 7 steps by default), AdamW, cosine schedule with
 warm-up, gradient clipping. Checkpoints hold model, optimizer, scheduler, data position and RNG
@@ -33,7 +34,6 @@ from typing import Iterator
 import torch
 
 from eaglelab.engine.model.eagle3 import Eagle3Network
-from eaglelab.engine.model.layers import apply_rotary, attend
 
 
 @dataclass(frozen=True)
@@ -77,24 +77,32 @@ def target_probs(head_rows: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
     return torch.softmax(logits, dim=-1)
 
 
-def _drafter_step(net: Eagle3Network, embeds, feats, positions, keys: list, values: list, mask):
-    """One drafter layer forward over all anchors, attending to the keys of every step so far."""
-    mid, attn = net.midlayer, net.midlayer.self_attn
+class StepKeys:
+    """The keys of every TTT step so far, as the drafter attention's cache: ``write`` appends one step's
+    [B, T, KVH, D] keys/values, ``layer`` hands back all steps concatenated, [B, KVH, (i+1)T, D]. Either
+    attention (Llama q/k/v; MLA's latent rows, values None) runs its own cached code path against it, so
+    a TTT step computes exactly what the network's own multi-step cached forward computes."""
+
+    def __init__(self) -> None:
+        self.k: list[torch.Tensor] = []
+        self.v: list[torch.Tensor] = []
+
+    def write(self, layer: int, slots, k: torch.Tensor, v: torch.Tensor | None) -> None:
+        self.k.append(k.transpose(1, 2))
+        if v is not None:
+            self.v.append(v.transpose(1, 2))
+
+    def layer(self, layer: int, batch: int | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        return torch.cat(self.k, dim=2), (torch.cat(self.v, dim=2) if self.v else None)
+
+
+def _drafter_step(net: Eagle3Network, embeds, feats, positions, keys: StepKeys, mask):
+    """One drafter layer forward over all anchors, attending to the keys of every step so far (the
+    network's own midlayer; either attention layout)."""
     B, T, _ = feats.shape
-    g = mid.hidden_norm(feats)
-    residual = g if mid.norm_before_residual else feats
-    x = torch.cat([mid.input_layernorm(embeds), g], dim=-1)  # [B, T, 2H]
-    q = attn.q_proj(x).view(B, T, attn.num_heads, attn.head_dim)
-    k = attn.k_proj(x).view(B, T, attn.num_kv_heads, attn.head_dim)
-    v = attn.v_proj(x).view(B, T, attn.num_kv_heads, attn.head_dim)
-    cos, sin = net.rotary(positions, q.dtype)
-    q = apply_rotary(q.transpose(1, 2), cos, sin)  # [B, NH, T, D]
-    keys.append(apply_rotary(k.transpose(1, 2), cos, sin))  # [B, KVH, T, D]
-    values.append(v.transpose(1, 2))
-    k_all, v_all = torch.cat(keys, dim=2), torch.cat(values, dim=2)  # [B, KVH, (i+1)T, D]
-    out = attend(q, k_all, v_all, mask[: T, : k_all.shape[2]].expand(B, -1, -1))  # [B, NH, T, D]
-    h = residual + attn.o_proj(out.transpose(1, 2).reshape(B, T, -1))
-    return h + mid.mlp(mid.post_attention_layernorm(h))  # [B, T, H] pre-norm output
+    cos, sin = net.rotary(positions, feats.dtype)
+    step_mask = mask[:, : (len(keys.k) + 1) * T].expand(B, -1, -1)  # [B, T, (i+1)T]
+    return net.midlayer(embeds, feats, cos, sin, keys, None, step_mask)  # [B, T, H] pre-norm output
 
 
 def _shift_left(x: torch.Tensor, k: int) -> torch.Tensor:
@@ -115,13 +123,12 @@ def ttt_hidden(net: Eagle3Network, input_ids: torch.Tensor, aux: torch.Tensor, s
     mask = ttt_mask(T, steps, dev)
     feats = net.fuse(aux)  # [B, T, H]
     pos = torch.arange(T, device=dev)
-    keys: list[torch.Tensor] = []
-    values: list[torch.Tensor] = []
+    keys = StepKeys()
     for i in range(steps):
         nxt = _shift_left(input_ids, i + 1)  # [B, T] token x_{p+i+1}
         with torch.no_grad():
             embeds = net.embed(nxt).to(feats.dtype)  # [B, T, H]; the target's, frozen
-        out = _drafter_step(net, embeds, feats, (pos + i).expand(B, T), keys, values, mask)
+        out = _drafter_step(net, embeds, feats, (pos + i).expand(B, T), keys, mask)
         yield out
         feats = net.norm(out) if net.config.norm_output else out
 
