@@ -56,6 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--intermediate-size", type=int, default=None, metavar="N",
                    help="the drafter's MLP width (default: the target's); with --init-from it may exceed the init's: "
                         "the MLP widens, computing what the init did until the first step")
+    p.add_argument("--layout", choices=("llama", "mla"), default=None,
+                   help="a new drafter's attention: llama (q/k/v) or mla (Eagle3DeepseekV2ForCausalLM, the target's MLA "
+                        "sizes); default: the target's attention kind (with --init-from, the init's layout)")
     p.add_argument("--max-size-mb", type=float, default=None, metavar="MB",
                    help="refuse a drafter whose saved tensors exceed MB (10^6 bytes) in --save-dtype; the error "
                         "names the --intermediate-size / --draft-vocab-size pairs that fit")

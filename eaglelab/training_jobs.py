@@ -60,7 +60,8 @@ def check_size(args, target, num_aux: int, save_dtype) -> None:
 
     if args.max_size_mb is not None:
         size = min(args.draft_vocab_size, target.vocab_size)
-        check_size_budget(drafter_config(target, num_aux, size, args.intermediate_size), args.max_size_mb, save_dtype)
+        check_size_budget(drafter_config(target, num_aux, size, args.intermediate_size, getattr(args, "layout", None)),
+                          args.max_size_mb, save_dtype)
 
 
 def read_data_manifest(args):
@@ -202,9 +203,12 @@ def make_trainer(args, head, data, dv, sglang_ids: list[int], cfg, device, say: 
             raise CheckpointError("aux_hidden_state width disagrees with the layer ids and the target", file=first_path,
                                   field="aux_hidden_state", found=width,
                                   expected=f"{num_aux} x {head.config.hidden_size} = {num_aux * head.config.hidden_size}")
-    dcfg = drafter_config(head.config, num_aux, dv.size, args.intermediate_size)
-    if args.init_from:  # keep the warm start's EAGLE-3.1 flags (its fc_norm weights are copied below)
-        lay = read_draft_checkpoint(args.init_from).layout
+    layout = getattr(args, "layout", None)  # None: the target's attention kind (an init's layout with --init-from)
+    lay = read_draft_checkpoint(args.init_from).layout if args.init_from else None
+    if lay is not None and layout is None:
+        layout = "mla" if lay.mla is not None else "llama"
+    dcfg = drafter_config(head.config, num_aux, dv.size, args.intermediate_size, layout)
+    if lay is not None:  # keep the warm start's EAGLE-3.1 flags (its fc_norm weights are copied below)
         dcfg = replace(dcfg, fc_norm=lay.fc_norm, norm_output=lay.norm_output)
     net = new_drafter(dcfg, head, dv.mapping, seed=cfg.seed, init_lm_head=cfg.init_lm_head)
     init = None

@@ -121,15 +121,24 @@ class TargetHead:
 
 
 def drafter_config(target: ModelConfig, num_aux: int, draft_vocab_size: int,
-                   intermediate_size: int | None = None) -> Eagle3Config:
+                   intermediate_size: int | None = None, layout: str | None = None) -> Eagle3Config:
     """A drafter shaped like one target layer: the target's hidden size and heads; its MLP width
-    ``intermediate_size`` (None: the target's)."""
+    ``intermediate_size`` (None: the target's). ``layout`` "llama" (q/k/v attention) or "mla" (the target's
+    MLA sizes, ``Eagle3DeepseekV2ForCausalLM``; its cache row is the target's, one [R + Dr] "KV head");
+    None: the target's attention kind (MLA for an MLA target, else Llama)."""
+    layout = layout or ("mla" if target.mla is not None else "llama")
+    if layout not in ("llama", "mla"):
+        raise ValueError(f"unknown drafter layout {layout!r}: llama or mla")
+    if layout == "mla" and target.mla is None:
+        raise ValueError(f"an MLA drafter needs an MLA target (kv_lora_rank ...); {target.architecture} has none")
+    mla = target.mla if layout == "mla" else None
     return Eagle3Config(
         hidden_size=target.hidden_size, target_hidden_size=target.hidden_size, num_aux=num_aux,
-        num_heads=target.num_heads, num_kv_heads=target.num_kv_heads, head_dim=target.head_dim,
+        num_heads=target.num_heads, num_kv_heads=1 if mla else target.num_kv_heads,
+        head_dim=mla.cache_dim if mla else target.head_dim,
         intermediate_size=intermediate_size or target.intermediate_size, vocab_size=target.vocab_size,
         draft_vocab_size=draft_vocab_size, rms_norm_eps=target.rms_norm_eps, rope_theta=target.rope_theta,
-        rope_scaling=target.rope_scaling,
+        rope_scaling=target.rope_scaling, mla=mla,
     )
 
 
@@ -137,7 +146,9 @@ def new_drafter(cfg: Eagle3Config, head: TargetHead, vocab: VocabMapping, *, see
                 init_lm_head: str = "target") -> Eagle3Network:
     """A freshly initialised float32 drafter on the CPU: linear weights N(0, 0.02), norms 1,
     optionally the lm_head (and final norm) taken from the target's rows of the draft vocabulary."""
-    net = Eagle3Network(cfg, head.embed)
+    from eaglelab.engine.model.eagle3_mla import eagle3_network
+
+    net = eagle3_network(cfg, head.embed)  # the MLA layout when cfg.mla is set
     gen = torch.Generator().manual_seed(seed)
     with torch.no_grad():
         for name, p in net.named_parameters():
@@ -594,6 +605,7 @@ def save_drafter(net: Eagle3Network, out_dir: str | Path, *, target: ModelConfig
         intermediate_size=c.intermediate_size, target_hidden_size=c.target_hidden_size,
         max_position_embeddings=target.max_position_embeddings, rope_theta=c.rope_theta, rms_norm_eps=c.rms_norm_eps,
         fc_norm=c.fc_norm, norm_output=c.norm_output,  # EAGLE-3.1, top level as export writes them
+        mla=c.mla,  # Eagle3DeepseekV2ForCausalLM, tensors layers.0.*
     )
     cfg["head_dim"] = c.head_dim
     cfg["rope_scaling"] = dict(c.rope_scaling) if c.rope_scaling else None

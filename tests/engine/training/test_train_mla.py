@@ -68,3 +68,71 @@ def test_ttt_backward_reaches_every_mla_weight(target):
     attn = net.midlayer.self_attn
     for name, p in attn.named_parameters():
         assert p.grad is not None and p.grad.abs().max() > 0, name
+
+
+def test_a_new_drafter_for_an_mla_target_is_mla_and_learns_a_fixed_batch(target):
+    from eaglelab.engine.model.eagle3_mla import Eagle3MLANetwork
+    from eaglelab.engine.training.draft_vocab import build_draft_vocab
+    from eaglelab.engine.training.train import TargetHead, drafter_config, new_drafter
+    from eaglelab.engine.training.ttt import TrainBatch, target_probs, ttt_forward
+
+    cfg = drafter_config(target.config, len(TAPS), 64)
+    assert cfg.mla == target.config.mla and (cfg.num_kv_heads, cfg.head_dim) == (1, cfg.mla.cache_dim)
+    assert drafter_config(target.config, len(TAPS), 64, layout="llama").mla is None
+    head = TargetHead.from_model(target)
+    net = new_drafter(cfg, head, build_draft_vocab(torch.arange(V), 64).mapping, seed=0)
+    assert isinstance(net, Eagle3MLANetwork)
+    ids = torch.randint(0, V, (2, 12), generator=torch.Generator().manual_seed(4))
+    with torch.no_grad():
+        aux, hidden = target.taps(ids, TAPS), target.final_hidden(ids) if hasattr(target, "final_hidden") else None
+    if hidden is None:
+        hidden = torch.randn(2, 12, target.config.hidden_size, generator=torch.Generator().manual_seed(5))
+    batch = TrainBatch(ids, torch.ones(2, 12), aux, hidden)
+    rows = net.token_map()
+    probs = target_probs(head.lm_head_weight[rows], head.norm(hidden) if hasattr(head, "norm") else hidden)
+    opt = torch.optim.AdamW(net.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(8):
+        res = ttt_forward(net, batch, probs, 3)
+        loss = sum(0.8 ** i * l for i, l in enumerate(res.step_loss))
+        opt.zero_grad(), loss.backward(), opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.9 * losses[0], losses
+
+
+def test_cli_trains_an_mla_drafter_saved_in_the_sglang_mla_layout(tmp_path, capsys):
+    import json
+
+    from eaglelab.cli import main
+    from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
+    from eaglelab.engine.formats.drafter_loader import load_eagle3
+    from eaglelab.engine.model.eagle3_mla import Eagle3MLANetwork
+    from tests.conftest import add_word_tokenizer, save_hf_dir
+
+    dense = {**TCFG, "first_k_dense_replace": TCFG["num_hidden_layers"]}  # an MLA target save_hf_dir writes
+    model = random_model(dense, seed=3)
+    save_hf_dir(model, dense, tmp_path / "target")
+    add_word_tokenizer(tmp_path / "target", V)
+    data = tmp_path / "data"
+    assert main(["capture", "--model", str(tmp_path / "target"), "--out", str(data), "--prompts", "8",
+                 "--max-new-tokens", "8", "--layer-ids", "0,1,2", "--batch-size", "4", "--device", "cpu",
+                 "--dtype", "float32", "--draft-vocab-size", "32"]) == 0
+    capsys.readouterr()
+    assert main(["train", "--data", str(data), "--epochs", "2", "--batch-size", "4", "--ttt-length", "3",
+                 "--draft-vocab-size", "32", "--device", "cpu", "--save-dtype", "float32", "--checkpoint-every", "0",
+                 "--out", str(tmp_path / "new")]) == 0
+    raw = json.loads((tmp_path / "new" / "config.json").read_text())
+    assert raw["architectures"] == ["Eagle3DeepseekV2ForCausalLM"]
+    assert raw["kv_lora_rank"] == TCFG["kv_lora_rank"] and raw["q_lora_rank"] == TCFG["q_lora_rank"]
+    names = set(read_draft_checkpoint(tmp_path / "new").tensors)
+    assert "midlayer.self_attn.kv_a_proj_with_mqa.weight" in names  # read back in SGLang's spelling
+    from safetensors import safe_open
+    with safe_open(str(tmp_path / "new" / "model.safetensors"), "pt") as f:
+        assert "layers.0.self_attn.kv_a_proj_with_mqa.weight" in set(f.keys())  # written as layers.0.*
+    net, _, _ = load_eagle3(tmp_path / "new", model, dtype=torch.float32)
+    assert isinstance(net, Eagle3MLANetwork)
+    # --layout llama on the same target still gives the Llama layout
+    assert main(["train", "--data", str(data), "--epochs", "1", "--batch-size", "4", "--ttt-length", "2",
+                 "--draft-vocab-size", "32", "--device", "cpu", "--save-dtype", "float32", "--checkpoint-every", "0",
+                 "--layout", "llama", "--out", str(tmp_path / "llama")]) == 0
+    assert json.loads((tmp_path / "llama" / "config.json").read_text())["architectures"] == ["LlamaForCausalLMEagle3"]
