@@ -166,3 +166,20 @@ def has_triton() -> bool:
     except ImportError:
         return False
     return True
+
+
+def draw_drafter_weights(net, gen: torch.Generator, *, last=lambda name: False):
+    """Random weights for an EAGLE-3 network, in place: norms 1 + N(0, 0.3), the rest N(0, 0.2), drawn in one
+    order (the names ``last`` picks drawn after the others, so two drafters that differ only by those weights
+    share every other one), then a random draft vocabulary of ``draft_vocab_size`` tokens. -> ``net``, eval."""
+    V, DV = net.config.vocab_size, net.config.draft_vocab_size
+    with torch.no_grad():
+        for name, p in sorted(net.named_parameters(), key=lambda kv: last(kv[0])):
+            noise = torch.randn(p.shape, generator=gen)
+            p.copy_(1.0 + 0.3 * noise if "norm" in name else 0.2 * noise)
+        ids = torch.randperm(V, generator=gen)[:DV].sort().values
+        net.d2t.copy_(ids - torch.arange(DV))
+        net.t2d.zero_()
+        net.t2d[ids] = True
+    net.reset_buffers()
+    return net.eval()

@@ -14,7 +14,7 @@ from eaglelab.engine.model.eagle3 import Eagle3Config, Eagle3Network
 from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.spec_config import SpecConfig
-from tests.conftest import random_model, tiny_config
+from tests.conftest import draw_drafter_weights, random_model, tiny_config
 
 CFG = tiny_config(num_hidden_layers=6)
 TAPS = (2, 3, 4)
@@ -31,18 +31,8 @@ def drafter(target, *, fc_norm=False, norm_output=False, seed=5) -> Eagle3Networ
     differ by a flag share every other weight."""
     cfg = Eagle3Config(hidden_size=H, target_hidden_size=H, num_aux=3, num_heads=4, num_kv_heads=2, head_dim=16,
                        intermediate_size=96, vocab_size=V, draft_vocab_size=DV, fc_norm=fc_norm, norm_output=norm_output)
-    net = Eagle3Network(cfg, target.embed_tokens)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in sorted(net.named_parameters(), key=lambda kv: kv[0].startswith("fc_norm")):
-            noise = torch.randn(p.shape, generator=gen)
-            p.copy_(1.0 + 0.3 * noise if "norm" in name else 0.2 * noise)
-        ids = torch.randperm(V, generator=gen)[:DV].sort().values
-        net.d2t.copy_(ids - torch.arange(DV))
-        net.t2d.zero_()
-        net.t2d[ids] = True
-    net.reset_buffers()
-    return net.eval()
+    return draw_drafter_weights(Eagle3Network(cfg, target.embed_tokens), torch.Generator().manual_seed(seed),
+                                last=lambda name: name.startswith("fc_norm"))
 
 
 # ---- the reference: EAGLE-3 / 3.1 written out ----------------------------------------------------------

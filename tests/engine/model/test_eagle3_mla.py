@@ -25,7 +25,7 @@ from eaglelab.engine.model.moe import kimi_like_config
 from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.spec_config import SpecConfig
-from tests.conftest import random_model
+from tests.conftest import draw_drafter_weights, random_model
 
 TCFG = kimi_like_config("cpu", num_hidden_layers=4, vocab_size=160, hidden_size=64, intermediate_size=96,
                         n_routed_experts=8, moe_intermediate_size=32, num_experts_per_tok=2, eos_token_id=2)
@@ -48,17 +48,7 @@ def mla_drafter(embed, *, mla=MLA, rope_scaling=None, seed=7, **flags) -> Eagle3
                        rms_norm_eps=1e-6, rope_theta=50000.0, rope_scaling=rope_scaling, mla=mla, **flags)
     net = eagle3_network(cfg, embed)
     assert isinstance(net, Eagle3MLANetwork)
-    gen = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, p in net.named_parameters():
-            noise = torch.randn(p.shape, generator=gen)
-            p.copy_(1.0 + 0.3 * noise if "norm" in name else 0.2 * noise)
-        ids = torch.randperm(V, generator=gen)[:DV].sort().values
-        net.d2t.copy_(ids - torch.arange(DV))
-        net.t2d.zero_()
-        net.t2d[ids] = True
-    net.reset_buffers()
-    return net.eval()
+    return draw_drafter_weights(net, torch.Generator().manual_seed(seed))
 
 
 # ---- the reference, from SGLang's Eagle3MLADecoderLayer / DeepseekV2AttentionMLA ------------------------

@@ -20,7 +20,6 @@ from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.formats.drafter_loader import load_eagle3
 from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.core.kv_cache import KVCache
-from eaglelab.engine.model.layers import prefix_mask
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from eaglelab.engine.formats.specforge_data import write_sample
 from eaglelab.engine.training.train import (
@@ -34,6 +33,7 @@ from eaglelab.engine.training.train import (
     save_drafter,
 )
 from eaglelab.engine.training.ttt import TrainBatch, target_probs, ttt_forward, ttt_hidden, ttt_mask
+from tests.engine.training.ttt_reference import network_chain
 from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
 
 VOCAB, DRAFT_VOCAB = 128, 64
@@ -100,19 +100,11 @@ def test_ttt_steps_equal_the_engine_draft_path():
     with torch.no_grad():
         outs = list(ttt_hidden(net, ids, aux, steps))
         cache = KVCache(1, 1, 2, T + steps, 16, dtype=torch.float32, device="cpu")
-        nxt = torch.cat([ids[:, 1:], ids[:, :1]], 1)
-        pos = torch.arange(T)[None]
-        h0, _ = net(nxt, net.fuse(aux), pos, cache, pos, prefix_mask(pos, T + steps))
-        assert torch.allclose(h0[:, : T - 1], outs[0][:, : T - 1], atol=1e-5)  # the last has no next token
-        for p in range(T - steps):
-            feats = h0[:, p: p + 1]
-            for i in range(1, steps):
-                mask = torch.zeros(1, 1, T + steps, dtype=torch.bool)
-                mask[..., : p + 1] = True
-                mask[..., T: T + i] = True
-                feats, _ = net(ids[:, p + i + 1: p + i + 2], feats, torch.tensor([[p + i]]), cache,
-                               torch.tensor([[T + i - 1]]), mask)
-                assert torch.allclose(feats[0, 0], outs[i][0, p], atol=1e-5), (p, i)
+        h0, chain = network_chain(net, ids, aux, steps, cache)
+    assert torch.allclose(h0[:, : T - 1], outs[0][:, : T - 1], atol=1e-5)  # the last has no next token
+    assert len(chain) == (T - steps) * (steps - 1)
+    for p, i, state, _ in chain:
+        assert torch.allclose(state, outs[i][0, p], atol=1e-5), (p, i)
 
 
 def test_target_distribution_is_restricted_and_renormalised():

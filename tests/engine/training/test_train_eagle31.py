@@ -13,10 +13,10 @@ import torch
 from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
 from eaglelab.engine.formats.drafter_loader import load_eagle3
-from eaglelab.engine.model.layers import prefix_mask
 from eaglelab.engine.training.draft_vocab import build_draft_vocab
 from eaglelab.engine.training.train import TargetHead, drafter_config, new_drafter, save_drafter
 from eaglelab.engine.training.ttt import ttt_hidden
+from tests.engine.training.ttt_reference import network_chain
 from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
 
 VOCAB, DRAFT_VOCAB = 128, 64
@@ -50,21 +50,13 @@ def test_ttt_feeds_back_the_post_norm_state_as_the_network_does():
     with torch.no_grad():
         outs = list(ttt_hidden(net, ids, aux, steps))
         cache = KVCache(1, 1, 2, T + steps, 16, dtype=torch.float32, device="cpu")
-        nxt = torch.cat([ids[:, 1:], ids[:, :1]], 1)
-        pos = torch.arange(T)[None]
-        h0, _ = net(nxt, net.fuse(aux), pos, cache, pos, prefix_mask(pos, T + steps))
+        h0, chain = network_chain(net, ids, aux, steps, cache)
         assert torch.allclose(h0[:, : T - 1], net.norm(outs[0][:, : T - 1]), atol=1e-5)
-        for p in range(T - steps):
-            feats = h0[:, p: p + 1]
-            for i in range(1, steps):
-                mask = torch.zeros(1, 1, T + steps, dtype=torch.bool)
-                mask[..., : p + 1] = True
-                mask[..., T: T + i] = True
-                feats, logits = net(ids[:, p + i + 1: p + i + 2], feats, torch.tensor([[p + i]]), cache,
-                                    torch.tensor([[T + i - 1]]), mask)
-                assert torch.allclose(feats[0, 0], net.norm(outs[i][0, p]), atol=1e-5), (p, i)
-                ttt_logits = net.lm_head(net.norm(outs[i][:, p])).float()
-                assert torch.allclose(logits[0, 0], ttt_logits[0], atol=1e-4), (p, i)
+        assert len(chain) == (T - steps) * (steps - 1)
+        for p, i, state, logits in chain:
+            assert torch.allclose(state, net.norm(outs[i][0, p]), atol=1e-5), (p, i)
+            ttt_logits = net.lm_head(net.norm(outs[i][:, p])).float()
+            assert torch.allclose(logits, ttt_logits[0], atol=1e-4), (p, i)
         # the pre-norm feedback (EAGLE-3) is a different chain from step 1 on
         plain = drafter31(model, norm_output=False)
         plain.load_state_dict(net.state_dict())

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from eaglelab.engine.core.kv_cache import KVCache
-from eaglelab.engine.model.layers import prefix_mask
 from eaglelab.engine.training.ttt import ttt_hidden
+from tests.engine.training.ttt_reference import network_chain
 from tests.conftest import random_model
 from tests.engine.model.test_eagle3_mla import TAPS, TCFG, V, VARIANTS, YARN, mla_drafter
 
@@ -38,24 +38,13 @@ def test_ttt_steps_equal_the_networks_cached_multi_step_forward(target, case):
         outs = list(ttt_hidden(net, ids, aux, steps))
         state = (lambda o: net.norm(o)) if net.config.norm_output else (lambda o: o)
         cache = KVCache(1, 1, 1, T + steps, net.config.head_dim, dtype=torch.float32, device="cpu")
-        nxt = torch.cat([ids[:, 1:], ids[:, :1]], 1)
-        pos = torch.arange(T)[None]
-        h0, _ = net(nxt, net.fuse(aux), pos, cache, pos, prefix_mask(pos, T + steps))
+        h0, chain = network_chain(net, ids, aux, steps, cache)
         assert torch.allclose(h0[:, : T - 1], state(outs[0][:, : T - 1]), atol=1e-5)
-        checked = 0
-        for p in range(T - steps):
-            feats = h0[:, p: p + 1]
-            for i in range(1, steps):
-                mask = torch.zeros(1, 1, T + steps, dtype=torch.bool)
-                mask[..., : p + 1] = True
-                mask[..., T: T + i] = True
-                feats, logits = net(ids[:, p + i + 1: p + i + 2], feats, torch.tensor([[p + i]]), cache,
-                                    torch.tensor([[T + i - 1]]), mask)
-                assert torch.allclose(feats[0, 0], state(outs[i][0, p]), atol=1e-5), (p, i)
-                ttt_logits = net.lm_head(net.norm(outs[i][:, p])).float()
-                assert torch.allclose(logits[0, 0], ttt_logits[0], atol=1e-4), (p, i)
-                checked += 1
-    assert checked == (T - steps) * (steps - 1)
+        assert len(chain) == (T - steps) * (steps - 1)
+        for p, i, feats, logits in chain:
+            assert torch.allclose(feats, state(outs[i][0, p]), atol=1e-5), (p, i)
+            ttt_logits = net.lm_head(net.norm(outs[i][:, p])).float()
+            assert torch.allclose(logits, ttt_logits[0], atol=1e-4), (p, i)
     assert outs[1].abs().max() > 0.1 and not torch.allclose(outs[1], outs[0], atol=1e-3)
 
 
