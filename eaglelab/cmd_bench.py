@@ -24,7 +24,7 @@ import argparse
 from typing import Any
 
 from eaglelab.bench.setup import CPU_DEFAULTS, GPU_DEFAULTS, HEADLINE_CPU, HEADLINE_GPU
-from eaglelab.session import add_model_args
+from eaglelab.session import add_kernel_args, add_model_args
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -48,12 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"batch sizes {GPU_DEFAULTS['batch_sizes']} on CUDA ({CPU_DEFAULTS['batch_sizes']} on a CPU), "
                         "with phase costs and the micro-measure (default: the headline alone, batch sizes "
                         f"{HEADLINE_GPU['batch_sizes']} on CUDA, {HEADLINE_CPU['batch_sizes']} on a CPU)")
-    w.add_argument("--gemv", action=argparse.BooleanOptionalAction, default=None,
-                   help="the headline's configurations with (or without) our few-row GEMV (default: as `run` decides: "
-                        "the device profile's measured choice, else on; on a CPU the C kernel when speculating)")
-    w.add_argument("--decode-attn", action=argparse.BooleanOptionalAction, default=None,
-                   help="the headline's configurations with (or without) our Triton decode attention on CUDA "
-                        "(default: as `run` decides: the device profile's measured choice, else on)")
+    add_kernel_args(w, "the headline's configurations: ")
     w.add_argument("--phase-costs", action=argparse.BooleanOptionalAction, default=None,
                    help="after the timed passes, one observed pass per configuration for its phase costs (default: "
                         "on with --full, --configs or --profile; off for the headline, which times end to end)")

@@ -17,6 +17,7 @@ from typing import Any
 
 from eaglelab.bench.tune_predict import DEFAULT_DRAFT_TOKENS
 from eaglelab.flags import int_list
+from eaglelab.session import add_kernel_args
 
 GPU = {"steps": "1,2,3,4,5,6", "topk": "1,2,4,8", "draft_tokens": DEFAULT_DRAFT_TOKENS,
        "batch_sizes": "1,8,32", "prompts": 16, "max_new_tokens": 128, "cost_tokens": 32}
@@ -48,11 +49,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     r.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="CUDA graphs of torch.compile'd phases (default on CUDA: on, as run; the first use of a shape "
                         "compiles, cached on disk)")
-    r.add_argument("--gemv", action=argparse.BooleanOptionalAction, default=None,
-                   help="our few-row GEMV (default: as run: the device profile's measured choice, else on; on a CPU the "
-                        "C kernel when speculating)")
-    r.add_argument("--decode-attn", action=argparse.BooleanOptionalAction, default=None,
-                   help="our Triton decode attention on CUDA (default: as run: the device profile's choice, else on)")
+    add_kernel_args(r, "the runs measured: ")
     w = p.add_argument_group("workload")
     w.add_argument("--questions", default=None, metavar="FILE", help="an MT-bench question.jsonl (default: the packaged one)")
     w.add_argument("--prompts", type=int, default=None, help=f"questions used (default {GPU['prompts']} / {CPU['prompts']})")

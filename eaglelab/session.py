@@ -39,16 +39,23 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile each captured phase whole (once per batch bucket; eager runs: the layers' "
                         "RMSNorm/rotary/SwiGLU), cached on disk under the eaglelab cache (default: on with CUDA graphs)")
+    add_kernel_args(g)
+
+
+def add_kernel_args(g: argparse._ArgumentGroup, what: str = "") -> None:
+    """``--gemv`` and ``--decode-attn``, declared once for run, trace, the TUI, bench and tune (``what``: what
+    they apply to in that command, e.g. "the headline's configurations: "). Unset, each is what ``run`` decides
+    on the device at hand (:func:`cuda_kernel_default`)."""
     g.add_argument("--gemv", action=argparse.BooleanOptionalAction, default=None,
-                   help="run the projections of a decode or small verify on our few-row kernel: on CUDA the Triton GEMV "
-                        "(<= 64 rows, bf16/fp16), tuned per weight shape on first use (default: the device profile's measured "
-                        "choice, else on); on CPU a C kernel "
-                        "(<= 256 rows, float32), built once with the system compiler (default: on when speculating)")
+                   help=f"{what}run the projections of a decode or small verify on our few-row kernel: on CUDA the "
+                        "Triton GEMV (<= 64 rows, bf16/fp16), tuned per weight shape on first use (default: the device "
+                        "profile's measured choice, else on); on CPU a C kernel (<= 256 rows, float32), built once with "
+                        "the system compiler (default: on when speculating)")
     g.add_argument("--decode-attn", action=argparse.BooleanOptionalAction, default=None,
-                   help="run the attention of a decode, verify or draft step (<= 64 query rows, bf16/fp16, CUDA) on "
-                        "our Triton kernel made for a few rows over the static cache; past 16 rows a shape keeps SDPA "
-                        "where SDPA is faster; longer prefills keep SDPA (default on CUDA: the device profile's measured choice, "
-                        "else on)")
+                   help=f"{what}run the attention of a decode, verify or draft step (<= 64 query rows, bf16/fp16, CUDA) "
+                        "on our Triton kernel made for a few rows over the static cache; past 16 rows a shape keeps SDPA "
+                        "where SDPA is faster; longer prefills keep SDPA (default on CUDA: the device profile's measured "
+                        "choice, else on)")
 
 
 def add_model_args(p: argparse.ArgumentParser, max_new_tokens: int | None, max_new_help: str = "") -> None:
