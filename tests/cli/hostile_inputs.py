@@ -150,3 +150,8 @@ def assert_handled(o: Outcome, argv: list[str]) -> None:
 
 def _no_constant(name: str) -> None:
     raise AssertionError(f"{name} printed in JSON output")
+
+
+def flat(text: str) -> str:
+    """Rich wraps long lines at the terminal width: compare a message with its whitespace collapsed."""
+    return " ".join(text.split())

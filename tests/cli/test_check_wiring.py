@@ -17,6 +17,7 @@ from eaglelab.cli import main
 from eaglelab.engine.formats.draft_checkpoint import expected_tensor_shapes
 from eaglelab.engine.formats.draft_export import save_draft_checkpoint, sglang_config
 from eaglelab.engine.formats.specforge_data import Sample, list_samples, write_sample
+from tests.cli.hostile_inputs import flat
 
 TEXTS = [
     "The quick brown fox jumps over the lazy dog while the farmer watches from the porch.",
@@ -73,11 +74,6 @@ def cached_target(lm, monkeypatch):
 
     monkeypatch.setattr(loader, "load_target", lambda *a, **k: lm)
     return lm
-
-
-def flat(text: str) -> str:
-    """Rich wraps long lines at the terminal width; compare text with whitespace collapsed."""
-    return " ".join(text.split())
 
 
 @pytest.fixture(autouse=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli.hostile_inputs import Inputs, assert_handled, make_inputs, run_cli
+from tests.cli.hostile_inputs import assert_handled, flat, Inputs, make_inputs, run_cli
 from tests.conftest import add_word_tokenizer, tiny_config
 
 
@@ -19,22 +19,6 @@ def valid(tmp_path_factory) -> Inputs:
     inputs = make_inputs(tmp_path_factory.mktemp("hostile_leftovers"))
     add_word_tokenizer(inputs.target, vocab=tiny_config()["vocab_size"])
     return inputs
-
-
-@pytest.fixture
-def no_model(monkeypatch):
-    """Any attempt to load a model fails the test: the command had to refuse before."""
-    import eaglelab.engine.formats.loader as loader
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the flags were checked")
-
-    monkeypatch.setattr(loader, "load_target", refuse)
-    monkeypatch.setattr(loader, "resolve_model_dir", refuse)
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
 
 
 # ---- 1. the context window ------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from eaglelab.engine.errors import EagleLabError
-from tests.cli.hostile_inputs import assert_handled, make_record, run_cli
+from tests.cli.hostile_inputs import assert_handled, flat, make_record, run_cli
 from tests.cli.test_hostile_properties import bounded
 
 DEEP = "[" * 100_000 + "]" * 100_000
@@ -25,10 +25,6 @@ DEEP = "[" * 100_000 + "]" * 100_000
 @pytest.fixture(scope="module")
 def record(tmp_path_factory) -> Path:
     return make_record(tmp_path_factory.mktemp("hostile_records") / "run.jsonl")
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
 
 
 # ---- the record guard -------------------------------------------------------------------------------------

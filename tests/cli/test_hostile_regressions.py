@@ -16,28 +16,12 @@ from safetensors.torch import load_file, save_file
 
 from eaglelab.engine.errors import CheckpointError, EagleLabError
 from eaglelab.errors import INTERNAL_ERROR_EXIT
-from tests.cli.hostile_inputs import Inputs, assert_handled, copy_tree, make_inputs, run_cli
+from tests.cli.hostile_inputs import assert_handled, copy_tree, flat, Inputs, make_inputs, run_cli
 
 
 @pytest.fixture(scope="module")
 def valid(tmp_path_factory) -> Inputs:
     return make_inputs(tmp_path_factory.mktemp("hostile_regressions"))
-
-
-@pytest.fixture
-def no_model(monkeypatch):
-    """Any attempt to load a model fails the test: the command had to refuse before."""
-    import eaglelab.engine.formats.loader as loader
-
-    def refuse(*args, **kwargs):
-        raise AssertionError("a model was loaded before the flags were checked")
-
-    monkeypatch.setattr(loader, "load_target", refuse)
-    monkeypatch.setattr(loader, "resolve_model_dir", refuse)
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
 
 
 def drafter_with(valid: Inputs, tmp_path: Path, **config) -> Path:

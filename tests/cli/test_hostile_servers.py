@@ -14,15 +14,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.cli.hostile_inputs import assert_handled, run_cli
+from tests.cli.hostile_inputs import assert_handled, flat, run_cli
 from tests.cli.test_hostile_properties import TRIED, bounded
 from tests.loopback import FIXTURES, MISBEHAVIOURS, MisbehavingServer, ScriptedServer, page
 
 HANGS = ("trickle_body", "trickle_headers")  # a per-read timeout never fires on these: they hung
-
-
-def flat(text: str) -> str:
-    return " ".join(text.split())
 
 
 # ---- misbehaving servers: every request ends, with a message --------------------------------------------

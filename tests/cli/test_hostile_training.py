@@ -15,10 +15,6 @@ from eaglelab.acceptance_guard import AcceptanceMeasurement, BaselineError, comp
 SETTINGS = {"model": "m", "draft_shape": "eagle3", "prompts": "abc", "max_new_tokens": 32}
 
 
-def flat(text: str) -> str:
-    return " ".join(text.split())
-
-
 # ---- the acceptance guard ------------------------------------------------------------------------------
 
 
@@ -74,7 +70,7 @@ import subprocess  # noqa: E402
 import torch  # noqa: E402
 
 from eaglelab.engine.errors import EagleLabError  # noqa: E402
-from tests.cli.hostile_inputs import Inputs, assert_handled, make_inputs, run_cli  # noqa: E402
+from tests.cli.hostile_inputs import assert_handled, flat, Inputs, make_inputs, run_cli  # noqa: E402
 from tests.conftest import add_word_tokenizer  # noqa: E402
 
 
