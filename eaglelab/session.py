@@ -10,7 +10,6 @@ from typing import Any, Callable
 
 from eaglelab.devices import device_name, pick_device, pick_dtype, profile_device, rank_device
 from eaglelab.draft_registry import DRAFT_CHOICES, DraftChoice, TreeFlags, Where, choose_drafter
-from eaglelab.draft_registry import shipped_drafter_dir, tree_spec  # noqa: F401  (the session's API for scripts)
 
 
 DEFAULT_MAX_NEW_TOKENS = 128  # run, trace, the TUI (bench measures fewer: its own device-dependent defaults)

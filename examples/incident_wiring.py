@@ -33,7 +33,8 @@ from rich.console import Console
 from eaglelab.compare import measure, plain_baseline, table
 from eaglelab.engine.formats.conventions import engine_taps, ids_for_engine
 from eaglelab.engine.runtime.drafters import Eagle3Drafter
-from eaglelab.session import add_engine_args, build_session, shipped_drafter_dir
+from eaglelab.draft_registry import shipped_drafter_dir
+from eaglelab.session import add_engine_args, build_session
 
 PROMPTS = (
     "Summarize the key ideas of open source software in a few bullet points.",

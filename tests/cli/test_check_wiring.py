@@ -172,7 +172,7 @@ def test_unreadable_config_exit_2(tmp_path, capsys):
 def test_live_check_runs_the_engine(cached_target, data_dir, capsys, serving, rc_expected):
     """--live: the engine's own prefill feeds the shipped drafter; the features it hands over match the
     data slot by slot when SGLang reads the ids, and match nothing when vLLM reads them one layer lower."""
-    from eaglelab.session import shipped_drafter_dir
+    from eaglelab.draft_registry import shipped_drafter_dir
 
     rc, out = run_json(capsys, [str(shipped_drafter_dir()), "--data", str(data_dir), "--live", "--serving", serving])
     assert rc == rc_expected

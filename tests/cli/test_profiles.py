@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 from eaglelab.engine.errors import EagleLabError
 from eaglelab.profiles import (SHIPPED_NAME, BucketChoice, DeviceProfile, cache_profile_path, drafter_digest,
                                find_profile, read_profiles, write_profile)
-from eaglelab.session import shipped_drafter_dir
+from eaglelab.draft_registry import shipped_drafter_dir
 
 
 def _profile(sha: str, device: str = "NVIDIA H200", **kw) -> DeviceProfile:

@@ -9,7 +9,7 @@ pytest_plugins = ["pytester"]
 
 @pytest.mark.slow
 def test_fixtures_guard_a_drafter_in_another_suite(pytester, default_target):
-    from eaglelab.session import shipped_drafter_dir
+    from eaglelab.draft_registry import shipped_drafter_dir
 
     drafter = shipped_drafter_dir()
     pytester.makepyfile(

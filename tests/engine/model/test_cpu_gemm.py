@@ -145,7 +145,7 @@ def test_shipped_drafter_on_the_kernel_is_lossless(default_target, tmp_path):
     """The real model and the shipped drafter, every projection of <= 16 rows on the kernel: speculative ==
     plain greedy, and plain on the kernel == plain on MKL."""
     from eaglelab.engine.formats.drafter_loader import load_eagle3
-    from eaglelab.session import shipped_drafter_dir
+    from eaglelab.draft_registry import shipped_drafter_dir
 
     kernel = CpuGemm(tmp_path)
     if kernel.reason is not None:

@@ -216,7 +216,7 @@ def test_default_model_ngram_is_lossless(default_target):
 @pytest.mark.parametrize("topk, steps, ndt", [(1, 3, 0), (4, 5, 8)])
 def test_shipped_drafter_is_lossless_and_beats_chance(default_target, topk, steps, ndt):
     """The drafter shipped in the package loads with its SGLang ids and accepts more than a random one."""
-    from eaglelab.session import shipped_drafter_dir
+    from eaglelab.draft_registry import shipped_drafter_dir
 
     path = shipped_drafter_dir()
     assert path is not None, "the package ships eaglelab/drafters/smollm2-135m-eagle3"

@@ -73,7 +73,7 @@ def _compiled_phases_rank(tp, backend: str):
     from eaglelab.engine.model.scale_models import build_scale_model, random_eagle3
     from eaglelab.engine.runtime.drafters import Eagle3Drafter
     from eaglelab.engine.runtime.generate import Engine
-    from eaglelab.session import tree_spec
+    from eaglelab.draft_registry import tree_spec
 
     torch._dynamo.reset()
     target = build_scale_model("tiny", tp=tp, seed=0).model
@@ -129,7 +129,7 @@ def _compiled_graphs_rank(tp, cache_root: str):
     from eaglelab.engine.runtime.drafters import Eagle3Drafter
     from eaglelab.engine.runtime.generate import Engine
     from eaglelab.engine.runtime.spec_config import SpecConfig
-    from eaglelab.session import tree_spec
+    from eaglelab.draft_registry import tree_spec
 
     dev = torch.device("cuda", tp.local_rank)
     target = build_scale_model("tiny", device=dev, dtype=torch.bfloat16, tp=tp, seed=0).model
