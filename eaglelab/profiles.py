@@ -67,7 +67,8 @@ class DeviceProfile:
     dtype: str  # "bfloat16" | "float32" | ...
     drafter_sha256: str
     buckets: tuple[BucketChoice, ...]
-    compile: bool | None = None  # None: the profile does not say (the engine's own default stands)
+    compile: bool | None = None  # the regime the trees were measured in; recorded, not applied (compile's default,
+    #                              on with CUDA graphs, is the engine's; a profile measured without it says so here)
     gemv: bool | None = None
     decode_attn: bool | None = None
     kernels_reason: str = ""

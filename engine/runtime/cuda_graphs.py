@@ -43,7 +43,6 @@ from __future__ import annotations
 
 import contextlib
 import gc
-
 import time
 import warnings
 from collections import Counter
