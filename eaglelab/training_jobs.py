@@ -188,12 +188,11 @@ def draft_vocab(args, counts, vocab_size: int, say: Say):
 def make_trainer(args, head, data, dv, sglang_ids: list[int], cfg, device, say: Say, states=None, heldout=None):
     """The trainer (fresh, warm-started with --init-from, or resumed) and the warm start's facts (or None)."""
     from eaglelab.engine.errors import CheckpointError
-    from dataclasses import replace
 
     from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
     from eaglelab.engine.formats.specforge_data import list_samples, read_sample
     from eaglelab.engine.training.train import Trainer, drafter_config, latest_checkpoint, new_drafter
-    from eaglelab.engine.training.warm_start import warm_start
+    from eaglelab.engine.training.warm_start import init_config, init_layout, warm_start
 
     num_aux = len(sglang_ids)
     if states is None:
@@ -204,12 +203,12 @@ def make_trainer(args, head, data, dv, sglang_ids: list[int], cfg, device, say: 
                                   field="aux_hidden_state", found=width,
                                   expected=f"{num_aux} x {head.config.hidden_size} = {num_aux * head.config.hidden_size}")
     layout = getattr(args, "layout", None)  # None: the target's attention kind (an init's layout with --init-from)
-    lay = read_draft_checkpoint(args.init_from).layout if args.init_from else None
-    if lay is not None and layout is None:
-        layout = "mla" if lay.mla is not None else "llama"
+    init_ck = read_draft_checkpoint(args.init_from) if args.init_from else None
+    if init_ck is not None:  # the init's layout, checked against --layout and the target
+        layout = init_layout(init_ck, head.config, layout)
     dcfg = drafter_config(head.config, num_aux, dv.size, args.intermediate_size, layout)
-    if lay is not None:  # keep the warm start's EAGLE-3.1 flags (its fc_norm weights are copied below)
-        dcfg = replace(dcfg, fc_norm=lay.fc_norm, norm_output=lay.norm_output)
+    if init_ck is not None:  # the init's EAGLE-3.1 flags (fc_norm weights copied below) and MLA sizes
+        dcfg = init_config(dcfg, init_ck)
     net = new_drafter(dcfg, head, dv.mapping, seed=cfg.seed, init_lm_head=cfg.init_lm_head)
     init = None
     if args.init_from:

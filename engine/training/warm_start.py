@@ -27,11 +27,16 @@ the function. With I_old units widened to I::
 
 so a new unit's output silu(g) * u meets a zero column: the widened drafter computes what the old
 one did until the first optimizer step, and the new units' gradients start at their down columns.
+
+The layout is the old drafter's (:func:`init_layout`, :func:`init_config`): an MLA drafter
+(``Eagle3DeepseekV2ForCausalLM``, e.g. ``lightseekorg/kimi-k2.5-eagle3-mla``) continues as one, with its own
+MLA sizes, heads and rope, which need only fit the target's MLA cache row (kv_lora_rank + qk_rope_head_dim);
+``--layout`` naming the other layout, or an MLA drafter on a target without MLA, is refused.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -120,6 +125,40 @@ def _widen(net, ck, state: dict[str, torch.Tensor], seed: int) -> tuple[int, boo
                               hint=f"pass --intermediate-size {old} or more, or train from scratch without --init-from")
     state[GATE], state[UP], state[DOWN] = widen_mlp(state[GATE], state[UP], state[DOWN], width, seed=seed)
     return old, True
+
+
+def init_layout(ck, target, requested: str | None) -> str:
+    """The layout ("llama" | "mla") a run warm-started from ``ck`` (a read drafter checkpoint) trains on
+    ``target`` (a ModelConfig): the checkpoint's own. ``requested`` (``--layout``; None: not given) must name
+    it; an MLA checkpoint must fit the target's MLA (the layout checks of check-wiring, errors raised)."""
+    from eaglelab.engine.formats.drafter_layouts import layout_problems, raise_first
+
+    lay = ck.layout
+    kind = "mla" if lay.mla is not None else "llama"
+    if requested is not None and requested != kind:
+        names = {"mla": "Eagle3DeepseekV2ForCausalLM (MLA attention)", "llama": "LlamaForCausalLMEagle3 (q/k/v attention)"}
+        raise CheckpointError(f"--layout {requested} cannot warm-start from a drafter of the {kind} layout: its "
+                              "attention tensors are another network's", file=ck.config_file, field="architectures",
+                              found=f"{lay.architecture or 'no architectures'}: {lay.describe()}",
+                              expected=f"{names[requested]} for --layout {requested}",
+                              hint=f"drop --layout (or pass --layout {kind}) to continue in the drafter's own layout, "
+                                   "or train from scratch without --init-from")
+    if kind == "mla":
+        raise_first(layout_problems(ck, target))  # an MLA target, and its cache row; a-projections 2H wide
+    return kind
+
+
+def init_config(cfg, ck):
+    """``cfg`` (the run's :class:`Eagle3Config`, built for the checkpoint's layout) with what the checkpoint
+    decides: its EAGLE-3.1 flags and, for the MLA layout, its own MLA sizes, heads and rope (q_lora_rank,
+    qk_nope_head_dim and v_head_dim need not be the target's)."""
+    lay = ck.layout
+    cfg = replace(cfg, fc_norm=lay.fc_norm, norm_output=lay.norm_output)
+    if lay.mla is None:
+        return cfg
+    scaling = tuple(sorted(ck.rope_scaling.items())) if ck.rope_scaling else None
+    return replace(cfg, mla=lay.mla, num_heads=ck.num_attention_heads, num_kv_heads=1, head_dim=lay.mla.cache_dim,
+                   rope_theta=ck.rope_theta, rope_scaling=scaling)
 
 
 def warm_start(net, path: str | Path, sglang_layer_ids: list[int], target_head: torch.Tensor, *,
