@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from eaglelab.bench.prompt_sets import add_figures_args
 from eaglelab.bench.setup import CPU_DEFAULTS, GPU_DEFAULTS, HEADLINE_CPU, HEADLINE_GPU
 from eaglelab.session import add_kernel_args, add_model_args
 
@@ -83,6 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                                               f"CPU {CPU_DEFAULTS['micro_batch_sizes']})")
     w.add_argument("--hbm-tbps", type=float, default=None,
                    help="memory bandwidth for the weight-bandwidth bound (default: 4.3, an H200's, on CUDA; none on CPU)")
+    add_figures_args(w)
     p.add_argument("--json", default=None, metavar="OUT",
                    help="write the full report as JSON (a report an earlier bench wrote there is replaced; any other "
                         "file is refused unless --force)")
@@ -110,6 +112,10 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    if args.figures:
+        from eaglelab.bench.figures import figures_command
+
+        return figures_command(args)
     if args.tp is None or args.tp == 1:
         bench(args, None)
         return 0

@@ -43,8 +43,10 @@ class BenchSetup:
         return HBM_TBPS_CUDA if self.ctx.device.type == "cuda" else 0.0
 
 
-def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = None) -> BenchSetup:
-    """Load (or build) the target and drafter, the prompts, and the bench context."""
+def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = None,
+                texts: list[str] | None = None, what: str = "MT-bench first turns") -> BenchSetup:
+    """Load (or build) the target and drafter, the prompts (``texts``, else --prompts MT-bench first turns;
+    ``what``: how the notes name them), and the bench context."""
     from eaglelab.devices import pick_device, pick_dtype, rank_device
 
     device, device_reason = rank_device(*pick_device(args.device), tp)
@@ -52,7 +54,7 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
     d = defaults_for(args, device.type)
     batch_sizes = int_list(args.batch_sizes or d["batch_sizes"], "--batch-sizes")
     max_new = args.max_new_tokens or d["max_new_tokens"]
-    texts = B.mtbench_first_turns(args.prompts or d["prompts"], args.questions)
+    texts = texts or B.mtbench_first_turns(args.prompts or d["prompts"], args.questions)
     check_draft_vocab(args)
     built = (_scale_setup(args, device, dtype_name, log, tp) if args.scale_model
              else _model_setup(args, max_new, log, tp))
@@ -72,7 +74,7 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
     regime = run_regime(args, device.type, built["profile"])
     notes = built["notes"] + ([compile_prefill_note(device.type)] if args.bench_compile_prefill else [])
     notes += [f"run's regime here: {regime.label}", *regime.reasons, *tree_notes(built["draft"], batch_sizes)]
-    notes += [f"prompts: {len(prompts)} MT-bench first turns, {how}; "
+    notes += [f"prompts: {len(prompts)} {what}, {how}; "
               f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",
               f"generation: {max_new} tokens per row, EOS ignored, greedy"]
     notes += [window_note] if window_note and max(map(len, prompts)) == keep else []

@@ -1,0 +1,205 @@
+"""``eaglelab bench --figures``: speculative against plain decoding, both as ``run`` decodes on this device, on every
+MT-bench first turn (one line per category, and MT-bench as a whole) and on held-out code prompts, at each batch
+size; beside each figure the goal it answers (issue 40's) marked met or not met. JSON and a markdown table.
+
+Each prompt set is measured as the bench measures (:func:`eaglelab.bench.harness.run_batch`: both configurations
+warmed up, then interleaved pass by pass; a set's speedup is the median pass's ratio), the model and its captured
+graphs shared by every set. MT-bench as a whole is the eight categories' passes added up: per pass, every
+category's tokens over every category's seconds, so a slow category weighs as it would in one run over all 80;
+its accepted length is tokens per verify over all of them (each category's tokens over its cycles, added up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+from dataclasses import asdict, dataclass
+from typing import Any, Callable
+
+from eaglelab.bench import harness as B
+from eaglelab.bench.prompt_sets import CODE_SET, PromptSet, figure_sets
+
+SCHEMA = "eaglelab.bench/figures/1"  # bench --json may replace it, as a bench report
+MTBENCH = "mt-bench"  # the line of MT-bench as a whole
+
+
+@dataclass(frozen=True)
+class Goal:
+    """A speedup a set must reach at a batch size: ``target`` is a set name, MTBENCH, or "every category"."""
+
+    target: str
+    batch: int
+    minimum: float
+
+    @property
+    def label(self) -> str:
+        return f">= {self.minimum:g}x at batch {self.batch}: {self.target}"
+
+
+GOALS = (Goal(MTBENCH, 1, 2.5), Goal("every category", 1, 2.0), Goal(CODE_SET, 1, 2.8),
+         Goal(MTBENCH, 8, 1.8), Goal(MTBENCH, 32, 1.3))  # issue 40
+
+
+@dataclass(frozen=True)
+class SetFigure:
+    """One prompt set at one batch size: plain and speculative tok/s (median pass), the speedup, tokens per verify."""
+
+    name: str
+    kind: str  # "category" | "code" | "mt-bench"
+    batch: int
+    prompts: int
+    tokens: int  # per pass, each side
+    plain_tok_per_s: float
+    spec_tok_per_s: float
+    speedup: float
+    pass_speedups: tuple[float, ...]  # per interleaved pass: speculative tok/s over plain's in the same pass
+    plain_passes: tuple[float, ...]  # tok/s per pass
+    spec_passes: tuple[float, ...]
+    accept_len: float | None
+    same_tokens: float | None  # share of rows identical to plain's (exact in float32)
+    goal: float | None = None
+    met: bool | None = None
+
+
+def run_figures(args: argparse.Namespace, log: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
+    """Measure every set at every batch size -> the report (as ``--json`` writes it)."""
+    import torch
+
+    from eaglelab.bench.configs import regime_config
+    from eaglelab.bench.setup import setup_bench
+    from eaglelab.engine.errors import EagleLabError
+
+    if args.code_prompts < 0:
+        raise EagleLabError("a count of prompts cannot be negative", field="--code-prompts", found=args.code_prompts,
+                            expected=">= 0")
+    torch.manual_seed(args.seed)
+    sets = figure_sets(args.questions, args.code_prompts, args.humaneval)
+    args.batch_sizes = args.batch_sizes or "1,8,32"
+    texts = [t for s in sets for t in s.texts]
+    setup = setup_bench(args, log, texts=texts, what="prompts (MT-bench first turns and code)")
+    ctx = setup.ctx
+    if ctx.make_drafter is None:
+        raise EagleLabError("--figures compares speculative with plain decoding: it needs a drafter", field="--draft",
+                            found="none", hint="name a drafter, or leave --draft out for the default")
+    plain, spec = regime_config(False, setup.regime), regime_config(True, setup.regime)
+    all_prompts, systems, figures = ctx.prompts, {}, []
+    for b in ctx.batch_sizes:  # systems built while every prompt is in: their caches hold the longest
+        for cfg in (plain, spec):
+            B.contender(cfg, ctx, b, systems)
+    at = 0
+    for s in sets:
+        n = len(s.texts)
+        prompts, at = all_prompts[at:at + n], at + n
+        for b in ctx.batch_sizes:
+            ctx.prompts = prompts
+            rows, outs = B.run_batch([plain, spec], ctx, b, systems)
+            rows = B.finish_rows(rows, {k: {b: v} for k, v in outs.items()}, plain.name)
+            figures.append(set_figure(s, b, *(next(r for r in rows if r.config == c.name) for c in (plain, spec)),
+                                      same=_same(outs, plain.name, spec.name)))
+            log(f"{s.name}, batch {b}: {figures[-1].speedup:.2f}x")
+    ctx.prompts = all_prompts
+    figures += [whole(figures, b) for b in ctx.batch_sizes]
+    figures = [with_goal(f) for f in figures]
+    return {"schema": SCHEMA, "hardware": B.hardware(ctx.device, next(ctx.target.parameters()).dtype),
+            "settings": {"model": setup.model, "plain": plain.name, "speculative": spec.name,
+                         "regime": setup.regime.label, "batch_sizes": list(ctx.batch_sizes),
+                         "max_new_tokens": ctx.max_new_tokens, "repeats": ctx.repeats,
+                         "trees": {b: ctx.spec_at(b).to_dict() for b in ctx.batch_sizes},
+                         "sets": {s.name: len(s.texts) for s in sets}},
+            "notes": list(setup.notes), "figures": [asdict(f) for f in figures], "goals": goal_lines(figures)}
+
+
+def _same(outs: dict[str, list[list[int]]], plain: str, spec: str) -> float | None:
+    a, b = outs.get(plain), outs.get(spec)
+    return sum(x == y for x, y in zip(a, b)) / len(a) if a and b else None
+
+
+def set_figure(s: PromptSet, batch: int, plain: B.BenchRow, spec: B.BenchRow, same: float | None) -> SetFigure:
+    """One set's line from its plain and speculative rows (speedup: the median pass's ratio, as the bench's)."""
+    return SetFigure(s.name, s.kind, batch, len(s.texts), spec.tokens, plain.tok_per_s, spec.tok_per_s,
+                     spec.speedup, spec.pass_speedups, plain.sweeps_tok_per_s, spec.sweeps_tok_per_s,
+                     spec.mean_accept_len, same)
+
+
+def whole(figures: list[SetFigure], batch: int) -> SetFigure:
+    """MT-bench as a whole at ``batch``: per pass, every category's tokens over every category's seconds (each side),
+    the median pass's tok/s and ratio kept; tokens per verify: every category's tokens over its cycles, added up."""
+    cats = [f for f in figures if f.kind == "category" and f.batch == batch]
+    assert cats, f"no MT-bench category was measured at batch {batch}"
+    tokens = sum(f.tokens for f in cats)
+    n = min(len(f.plain_passes) for f in cats)
+    plain = [tokens / sum(f.tokens / f.plain_passes[p] for f in cats) for p in range(n)]
+    spec = [tokens / sum(f.tokens / f.spec_passes[p] for f in cats) for p in range(n)]
+    ratios = tuple(a / b for a, b in zip(spec, plain))
+    cycles = [f.tokens / f.accept_len for f in cats if f.accept_len]
+    same = [f.same_tokens for f in cats if f.same_tokens is not None]
+    return SetFigure(MTBENCH, MTBENCH, batch, sum(f.prompts for f in cats), tokens, statistics.median(plain),
+                     statistics.median(spec), statistics.median(ratios), ratios, tuple(plain), tuple(spec),
+                     tokens / sum(cycles) if len(cycles) == len(cats) else None,
+                     sum(same) / len(same) if same else None)
+
+
+def with_goal(f: SetFigure) -> SetFigure:
+    """``f`` with the goal that applies to it (if any) and whether it is met."""
+    from dataclasses import replace
+
+    for g in GOALS:
+        if g.batch == f.batch and (g.target == f.name or (g.target == "every category" and f.kind == "category")):
+            return replace(f, goal=g.minimum, met=f.speedup >= g.minimum)
+    return f
+
+
+def goal_lines(figures: list[SetFigure]) -> list[dict[str, Any]]:
+    """Each goal of :data:`GOALS`: met, not met, or not measured (its batch size or set did not run)."""
+    out = []
+    for g in GOALS:
+        hit = [f for f in figures if f.goal == g.minimum and f.batch == g.batch
+               and (f.name == g.target or (g.target == "every category" and f.kind == "category"))]
+        worst = min(hit, key=lambda f: f.speedup) if hit else None
+        out.append({"goal": g.label, "batch": g.batch, "minimum": g.minimum,
+                    "status": "not measured" if worst is None else "met" if all(f.met for f in hit) else "not met",
+                    "speedup": worst.speedup if worst else None, "where": worst.name if worst else None})
+    return out
+
+
+def markdown(report: dict[str, Any]) -> str:
+    """The report as a markdown table per batch size, then the goals."""
+    s = report["settings"]
+    lines = [f"# Speculative vs plain decoding: {s['model']}", "",
+             f"{s['speculative']} over {s['plain']} ({s['regime']}), {s['max_new_tokens']} tokens a row, "
+             f"{s['repeats']} interleaved passes (speedup: the median pass's ratio).", ""]
+    for b in s["batch_sizes"]:
+        lines += [f"## Batch {b}", "", "| prompts | n | plain tok/s | speculative tok/s | speedup | accepted | goal |",
+                  "|---|---|---|---|---|---|---|"]
+        for f in (f for f in report["figures"] if f["batch"] == b):
+            goal = "" if f["goal"] is None else f">= {f['goal']:g}x {'met' if f['met'] else '**not met**'}"
+            acc = "-" if f["accept_len"] is None else f"{f['accept_len']:.2f}"
+            name = f"**MT-bench as a whole**" if f["kind"] == MTBENCH else f["name"]
+            lines.append(f"| {name} | {f['prompts']} | {f['plain_tok_per_s']:,.1f} | {f['spec_tok_per_s']:,.1f} | "
+                         f"{f['speedup']:.2f}x | {acc} | {goal} |")
+        lines.append("")
+    lines += ["## Goals", ""] + [f"- {g['goal']}: **{g['status']}**" + (
+        f" ({g['speedup']:.2f}x, lowest: {g['where']})" if g["speedup"] is not None else "") for g in report["goals"]]
+    return "\n".join(lines) + "\n"
+
+
+def figures_command(args: argparse.Namespace) -> int:
+    """``eaglelab bench --figures``: measure, print the markdown, write --json OUT and OUT's .md beside it."""
+    from pathlib import Path
+
+    from rich.console import Console
+
+    from eaglelab.engine.errors import EagleLabError
+
+    if args.tp not in (None, 1):
+        raise EagleLabError("--figures measures on one device", field="--tp", found=args.tp, hint="drop --tp")
+    err = Console(stderr=True, highlight=False)
+    report = run_figures(args, log=lambda msg: err.print(f"[dim]{msg}[/]"))
+    text = markdown(report)
+    print(text, end="")
+    if args.json:
+        B.write_json(args.json, report)
+        md = Path(args.json).with_suffix(".md")
+        md.write_text(text, encoding="utf-8")
+        err.print(f"[dim]wrote {args.json} and {md}[/]")
+    return 0

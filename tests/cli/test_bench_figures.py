@@ -1,0 +1,91 @@
+"""``eaglelab bench --figures``: speculative vs plain per MT-bench category, MT-bench as a whole and code, per batch
+size, with issue 40's goals marked met / not met (a tiny random-weight model on the CPU: the structure and the
+arithmetic, not the speed)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+from eaglelab.bench import figures as F
+from eaglelab.bench.prompt_sets import CODE_PREFIX, figure_sets
+from eaglelab.bench.timing import MachineLoad
+from eaglelab.cli import main
+
+QUESTIONS = [{"question_id": i, "category": c, "turns": [t, "second turn, never asked"]} for i, (c, t) in enumerate([
+    ("writing", "Write a haiku about the sea."), ("math", "What is 12 times 12?"),
+    ("writing", "Write a limerick about a cat."), ("math", "What is the square root of 81?")])]
+PROBLEMS = [{"task_id": f"HumanEval/{i}", "prompt": f"def f{i}(x):\n    \"\"\"Return x plus {i}.\"\"\"\n"} for i in range(5)]
+
+
+@pytest.fixture()
+def sets_files(tmp_path):
+    q = tmp_path / "question.jsonl"
+    q.write_text("\n".join(json.dumps(x) for x in QUESTIONS) + "\n")
+    he = tmp_path / "HumanEval.jsonl.gz"
+    with gzip.open(he, "wt") as f:
+        f.write("\n".join(json.dumps(p) for p in PROBLEMS) + "\n")
+    return q, he
+
+
+def test_figure_sets_are_every_first_turn_by_category_then_spread_code_prompts(sets_files):
+    """Four questions of two categories -> writing (2), math (2), first turns only in file order; 2 of 5 problems
+    spread evenly (0 and 2), asked as code requests."""
+    q, he = sets_files
+    sets = figure_sets(q, 2, he)
+    assert [(s.name, s.kind, len(s.texts)) for s in sets] == [("writing", "category", 2), ("math", "category", 2),
+                                                            ("code", "code", 2)]
+    assert sets[0].texts == ("Write a haiku about the sea.", "Write a limerick about a cat.")
+    assert sets[2].texts == (CODE_PREFIX + PROBLEMS[0]["prompt"], CODE_PREFIX + PROBLEMS[2]["prompt"])
+    assert [s.name for s in figure_sets(q, 0, he)] == ["writing", "math"]
+
+
+def test_figures_report_per_category_whole_and_code_with_goals(sets_files, tmp_path, monkeypatch, capsys):
+    """batch 1 and 2: a line per category, code, and MT-bench as a whole per batch; the whole's tok/s is the
+    categories' tokens over their seconds pass by pass; goals at batch 1 marked, batch 8 and 32 not measured."""
+    from eaglelab.bench import suite
+
+    monkeypatch.setattr(suite, "machine_load", lambda own: MachineLoad(own, 2, own))
+    q, he = sets_files
+    out = tmp_path / "fig.json"
+    assert main(["bench", "--figures", "--scale-model", "tiny", "--device", "cpu", "--max-new-tokens", "4",
+                 "--batch-sizes", "1,2", "--repeats", "2", "--questions", str(q), "--humaneval", str(he),
+                 "--code-prompts", "2", "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    assert rep["schema"] == F.SCHEMA and rep["settings"]["sets"] == {"writing": 2, "math": 2, "code": 2}
+    assert rep["settings"]["plain"] == "plain-eager" and rep["settings"]["speculative"] == "spec-decode"
+    figs = {(f["name"], f["batch"]): f for f in rep["figures"]}
+    assert set(figs) == {(n, b) for n in ("writing", "math", "code", "mt-bench") for b in (1, 2)}
+    for f in rep["figures"]:
+        # 2 prompts a set, 4 tokens a row: one group of 2 rows at batch 2, two of 1 at batch 1; the whole: 2 sets
+        assert f["tokens"] == 2 * 4 * (2 if f["kind"] == "mt-bench" else 1)
+        assert len(f["pass_speedups"]) == 2 and f["plain_tok_per_s"] > 0 and f["spec_tok_per_s"] > 0
+        assert f["accept_len"] is not None and f["accept_len"] >= 1
+        assert f["same_tokens"] == 1.0  # float32 on the CPU: speculation never changes the output
+    for b in (1, 2):
+        cats, w = [figs[("writing", b)], figs[("math", b)]], figs[("mt-bench", b)]
+        for p in range(2):
+            plain = sum(c["tokens"] for c in cats) / sum(c["tokens"] / c["plain_passes"][p] for c in cats)
+            spec = sum(c["tokens"] for c in cats) / sum(c["tokens"] / c["spec_passes"][p] for c in cats)
+            assert w["pass_speedups"][p] == pytest.approx(spec / plain)
+        assert w["prompts"] == 4
+    assert figs[("writing", 1)]["goal"] == 2.0 and figs[("mt-bench", 1)]["goal"] == 2.5
+    assert figs[("code", 1)]["goal"] == 2.8 and figs[("code", 2)]["goal"] is None
+    assert figs[("code", 1)]["met"] == (figs[("code", 1)]["speedup"] >= 2.8)
+    status = {(g["minimum"], g["batch"]): g["status"] for g in rep["goals"]}
+    assert status[(1.8, 8)] == "not measured" and status[(1.3, 32)] == "not measured"
+    assert status[(2.5, 1)] in ("met", "not met")
+    md = out.with_suffix(".md").read_text()
+    assert "## Batch 1" in md and "## Batch 2" in md and "| writing | 2 |" in md and "MT-bench as a whole" in md
+    assert "not measured" in capsys.readouterr().out
+
+
+def test_goal_marks_the_worst_category():
+    """Every category must reach 2.0x at batch 1: one at 1.9x makes the goal not met, named by that category."""
+    mk = lambda name, s: F.with_goal(F.SetFigure(name, "category", 1, 10, 640, 100.0, 100.0 * s, s, (s,), (100.0,),
+                                                 (100.0 * s,), 3.0, 1.0))  # noqa: E731
+    figs = [mk("writing", 2.4), mk("stem", 1.9)]
+    g = next(g for g in F.goal_lines(figs) if g["minimum"] == 2.0)
+    assert g["status"] == "not met" and g["where"] == "stem" and g["speedup"] == 1.9
