@@ -155,18 +155,24 @@ def _names(target: str, module: str) -> bool:
 
 
 def read_scheme(model_dir: str | Path) -> QuantScheme:
-    """The quantization scheme of an HF model directory (``kind == "none"`` when it has none)."""
+    """The quantization scheme of an HF model directory (``kind == "none"`` when it has none): config.json's
+    ``quantization_config``, a multimodal wrapper's ``text_config.quantization_config`` (Kimi-K2.5), or
+    modelopt's ``hf_quant_config.json``."""
     model_dir = Path(model_dir)
     config_file = model_dir / "config.json"
-    qc = read_json_object(config_file).get("quantization_config") if config_file.exists() else None
+    config = read_json_object(config_file) if config_file.exists() else {}
+    qc = config.get("quantization_config")
     source, prefix = config_file, "quantization_config."
+    text = config.get("text_config")
+    if qc is None and isinstance(text, dict) and text.get("quantization_config") is not None:
+        qc, prefix = text["quantization_config"], "text_config.quantization_config."  # Kimi-K2.5 keeps it there
     if qc is None and (model_dir / "hf_quant_config.json").exists():
         source, prefix = model_dir / "hf_quant_config.json", ""
         qc = {"quant_method": "modelopt", **read_json_object(source)}
     if qc is None:
         return QuantScheme("none", str(config_file))
     if not isinstance(qc, dict):
-        raise ConfigError("must be an object", file=source, field="quantization_config", found=shown(qc))
+        raise ConfigError("must be an object", file=source, field=prefix.rstrip(".") or "quantization_config", found=shown(qc))
     method = qc.get("quant_method")
     if method == "compressed-tensors":
         return _compressed_tensors(qc, str(source))
