@@ -195,8 +195,10 @@ def _train_loop(trainer, tb_dir, console):
             k, K = min(3, len(ev.accept_len)), len(ev.accept_len)
             longest = f", chain {K} {ev.chain(K):.2f}" if K > k else ""
             cycles = f" (over the engine's cycles: chain {k} {ev.cycle_len[k - 1]:.2f})" if ev.cycle_len else ""
+            walked = " ".join(f"{r:.2f}" for r in ev.cycle_per_position)
+            walked = f"; over the engine's cycles of chain {K}: {walked}" if walked else ""
             bar.console.print(f"eval step {ev.step}: accepted length chain {k} {ev.chain(k):.2f}{longest}{cycles}; "
-                              f"per position {rates} ({ev.anchors} held-out anchors)")
+                              f"per position {rates}{walked} ({ev.anchors} held-out anchors)")
             if writer is not None:
                 J.write_eval_scalars(writer, ev)
 

@@ -267,6 +267,8 @@ def write_eval_scalars(writer, ev) -> None:
         writer.add_scalar(f"eval/cycle_len_chain{k}", length, ev.step)
     for i, rate in enumerate(ev.per_position):
         writer.add_scalar(f"eval/accept_rate_pos{i}", rate, ev.step)
+    for i, rate in enumerate(ev.cycle_per_position):
+        writer.add_scalar(f"eval/cycle_rate_pos{i}", rate, ev.step)
 
 
 def check_finite(net, out: str) -> None:
@@ -302,6 +304,7 @@ def save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, r
         "data_counts": (manifest or {}).get("counts"), "prompts": prompts_manifest(manifest),
         "heldout_samples": len(trainer.heldout) if trainer.heldout is not None else 0,
         "acceptance": asdict(result.evals[-1]) if result.evals else None,
+        "acceptance_history": trainer.eval_history,  # per held-out evaluation: chains and per-position rates
         "init_from": asdict(init) if init is not None else None,
     }
     return write_checked(args.out, head.config, lambda staging: save_drafter(

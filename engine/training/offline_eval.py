@@ -12,7 +12,10 @@ target's greedy token, so while every earlier step hit, the drafter saw exactly 
 would feed it: the simulation equals the engine's chain on those anchors. Anchors count when the
 k drafted positions are all answer tokens (loss mask 1).
 
-Per-position acceptance is conditional, as the engine reports it: ``rate_i = P(hit_i | hit_<i)``.
+Per-position acceptance is conditional, as the engine reports it: ``rate_i = P(hit_i | hit_<i)``, over every
+anchor (``per_position``) and over the engine's cycles of the longest chain (``cycle_per_position``, the figure a
+benchmark's per-position acceptance compares with). The accepted length a set of rates implies is
+``1 + sum_{i<k} prod_{j<=i} rate_j`` (:func:`implied_len`); over every anchor it equals ``accept_len``.
 
 Two averages: ``accept_len`` is over EVERY valid anchor; ``cycle_len`` walks each answer the way the
 engine does (first anchor: the last prompt position; next: + the accepted length) and averages over
@@ -41,10 +44,33 @@ class AcceptanceEval:
     accept_len: tuple[float, ...]  # [k-1] mean accepted length (bonus included) of a chain of k = 1..K steps
     per_position: tuple[float, ...]  # [K] P(draft i accepted | drafts < i accepted)
     cycle_len: tuple[float, ...] = ()  # [K] mean accepted length over the engine's cycles, chain of k = 1..K
+    cycle_per_position: tuple[float, ...] = ()  # [K] P(draft i accepted | drafts < i) over the chain-K cycles
 
     def chain(self, k: int) -> float:
         """Mean accepted length of a chain of ``k`` draft steps."""
         return self.accept_len[k - 1]
+
+
+def implied_len(rates: Iterable[float], k: int | None = None) -> float:
+    """The mean accepted length (bonus included) that conditional per-position rates imply for a chain of ``k``
+    (default: all of them). Example: rates (0.8, 0.5) -> 1 + 0.8 + 0.8 * 0.5 = 2.2."""
+    total, alive = 1.0, 1.0
+    for r in list(rates)[:k]:
+        alive *= r
+        total += alive
+    return total
+
+
+def cycle_rates(lens: list[int], k: int) -> tuple[float, ...]:
+    """Per-position rates over cycles of a chain of ``k``: a cycle of accepted length L accepted L-1 drafts, so
+    it tried position i when L-1 >= i and passed it when L-1 > i. Example: lens (1, 3, 4), k 3 -> drafts accepted
+    0, 2, 3: position 0 passed 2 of 3, position 1 2 of 2, position 2 1 of 2."""
+    got = [min(n - 1, k) for n in lens]
+    out = []
+    for i in range(k):
+        tried = sum(1 for a in got if a >= i)
+        out.append(sum(1 for a in got if a > i) / tried if tried else 0.0)
+    return tuple(out)
 
 
 def chain_hits(hits: torch.Tensor) -> torch.Tensor:
@@ -58,13 +84,14 @@ def summarise(step: int, hits: torch.Tensor, cycles: list[list[int]] | None = No
     alive = chain_hits(hits)  # [N, K]
     N, K = alive.shape
     cycle = tuple(sum(c) / len(c) if c else 1.0 for c in cycles) if cycles is not None else ()
+    cycle_pos = cycle_rates(cycles[-1], K) if cycles else ()
     if N == 0:
-        return AcceptanceEval(step, 0, tuple([1.0] * K), tuple([0.0] * K), cycle)
+        return AcceptanceEval(step, 0, tuple([1.0] * K), tuple([0.0] * K), cycle, cycle_pos)
     reach = alive.sum(0)  # [K] anchors whose chain got past step i
     before = torch.cat([torch.tensor([float(N)]), reach[:-1]])  # [K] anchors that tried step i
     lens = 1.0 + alive.cumsum(dim=1).mean(0)  # [K] chain of k = i+1 steps
     rates = reach / before.clamp(min=1.0)
-    return AcceptanceEval(step, N, tuple(lens.tolist()), tuple(rates.tolist()), cycle)
+    return AcceptanceEval(step, N, tuple(lens.tolist()), tuple(rates.tolist()), cycle, cycle_pos)
 
 
 def walk(hits: torch.Tensor, valid: torch.Tensor, start: int, k: int) -> list[int]:

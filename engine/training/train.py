@@ -304,6 +304,7 @@ class Trainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, cosine_with_warmup(self.total_steps, warmup))
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
         self.seconds = 0.0  # training time over every piece of a resumed run
+        self.eval_history: list[dict[str, Any]] = []  # every held-out evaluation of the run, resumed pieces included
         self.weights = torch.tensor(cfg.step_weights(), device=self.device)
 
     def _rows(self) -> torch.Tensor:
@@ -380,6 +381,7 @@ class Trainer:
                     on_log(result.logs[-1])
             if self.heldout is not None and cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == stop):
                 result.evals.append(self.evaluate())
+                self.eval_history.append(asdict(result.evals[-1]))
                 if on_eval:
                     on_eval(result.evals[-1])
             if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.checkpoint_dir:
@@ -411,6 +413,7 @@ class Trainer:
             "scheduler": self.sched.state_dict(),
             "position": {"step": self.step, "epoch": self.epoch, "batch_in_epoch": self.batch_in_epoch},
             "seconds": self.seconds,
+            "evals": self.eval_history,
             "rng": {"cpu": torch.get_rng_state(),
                     "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []},
             "config": json.loads(json.dumps(asdict(self.cfg))),
@@ -454,6 +457,7 @@ class Trainer:
         pos = state["position"]
         self.step, self.epoch, self.batch_in_epoch = pos["step"], pos["epoch"], pos["batch_in_epoch"]
         self.seconds = float(state.get("seconds", 0.0))
+        self.eval_history = list(state.get("evals", []))  # checkpoints from before the history kept none
         torch.set_rng_state(state["rng"]["cpu"])
         if torch.cuda.is_available() and state["rng"]["cuda"]:
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])

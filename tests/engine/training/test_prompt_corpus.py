@@ -104,7 +104,8 @@ def test_prompts_distill_train_online_through_the_cli(few_modules, tmp_path):
     assert card["data_counts"]["samples"] == m["counts"]["samples"] and card["train_seconds"] > 0
     assert card["distill_seconds"] > 0 and card["parameters"] > 0 and card["size_bytes"] > 0
     assert len(card["acceptance"]["accept_len"]) == 3 and card["acceptance"]["anchors"] > 0
+    assert card["acceptance_history"][-1] == card["acceptance"] and len(card["acceptance"]["cycle_per_position"]) == 3
     ev = EventAccumulator(str(tmp_path / "tb"))
     ev.Reload()
     tags = set(ev.Tags()["scalars"])
-    assert {"eval/accept_len_chain3", "eval/accept_rate_pos0", "eval/accept_rate_pos2", "train/loss"} <= tags
+    assert {"eval/accept_len_chain3", "eval/accept_rate_pos0", "eval/accept_rate_pos2", "eval/cycle_rate_pos2", "train/loss"} <= tags
