@@ -59,8 +59,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--cost-tokens", type=int, default=None,
                    help=f"tokens per row in the shorter of each cost's two calls (default {GPU['cost_tokens']} / "
                         f"{CPU['cost_tokens']})")
-    w.add_argument("--confirm", type=int, default=3, help="best predictions run for real per batch size (0: none)")
-    w.add_argument("--passes", type=int, default=2, help="interleaved passes of the confirmation (default 2)")
+    w.add_argument("--confirm", type=int, default=2,
+                   help="best predictions run for real per batch size (default 2; 0: none); with --screen the "
+                        "ones compiled")
+    w.add_argument("--passes", type=int, default=3, help="interleaved timed passes of the confirmation, after one "
+                                                         "untimed pass (default 3)")
+    w.add_argument("--screen", action=argparse.BooleanOptionalAction, default=True,
+                   help="under compile, time every candidate with CUDA graphs but uncompiled first, and compile only "
+                        "the best max(--confirm, 1) per batch size (default: on; --no-screen compiles every one)")
     w.add_argument("--seed", type=int, default=0)
     o = p.add_argument_group("input and output")
     o.add_argument("--from", dest="from_record", default=None, metavar="RECORD",
@@ -149,15 +155,17 @@ def _settings(args, cuda: bool, regime, tree_for):
         candidates = default_candidates(batch_sizes, cuda, tree_for)
     return TuneSettings(candidates=candidates, new_tokens=args.max_new_tokens or d["max_new_tokens"],
                         cost_tokens=args.cost_tokens or d["cost_tokens"], confirm=args.confirm, regime=regime,
-                        passes=args.passes), (args.prompts or d["prompts"])
+                        passes=args.passes, screen=args.screen), (args.prompts or d["prompts"])
 
 
 # ---- the live pass ------------------------------------------------------------------------------
 def _measure_and_confirm(args, console) -> dict[str, Any]:
+    import time
     from dataclasses import replace
 
     import torch
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
     from eaglelab.bench import harness as H
     from eaglelab.bench import tune as TP
@@ -165,6 +173,7 @@ def _measure_and_confirm(args, console) -> dict[str, Any]:
     from eaglelab.bench.tune_predict import predict
     from eaglelab.devices import pick_device
 
+    t_start = time.perf_counter()
     torch.manual_seed(args.seed)
     device, _ = pick_device(args.device)
     cuda = device.type == "cuda"
@@ -178,25 +187,45 @@ def _measure_and_confirm(args, console) -> dict[str, Any]:
     settings, _ = _settings(args, cuda, regime, tt.draft.tree_for)
     ctx = replace(tt.ctx, batch_sizes=settings.batch_sizes)
     systems = TP.Systems(ctx, settings)
-    shapes = sum(len(cs) for cs in settings.candidates.values())
     notes = [*tt.notes, f"regime: {regime.label} (as `eaglelab run` decodes here)", *regime.reasons,
-             f"candidates: {shapes} tree shapes over batch sizes {', '.join(map(str, settings.batch_sizes))}"
-             + (" (each compiles once per batch size the first time, then comes from the disk cache)"
-                if regime.compile and regime.graphs else "")]
+             _candidates_note(settings)]
     for n in notes[len(tt.notes):]:
         log(n)
-    cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
+    seconds = {"set-up": time.perf_counter() - t_start}
+    cols = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TextColumn("ETA"), TimeRemainingColumn())
     with Progress(*cols, console=console, transient=True) as bar:
-        steps, costs = TP.measuring_pass(ctx, settings, tt.model, args.record, _progress(bar), systems)
+        steps, costs, measured = TP.measuring_pass(ctx, settings, tt.model, args.record, _progress(bar), systems)
+    seconds.update(measured["seconds"])
     report = predict(steps, costs, (), (), (), args.top, configs=list(settings.all_candidates))
     report.update(model=tt.model, notes=notes, hardware=H.hardware(ctx.device, next(ctx.target.parameters()).dtype),
-                  settings=TP.settings_dict(settings, len(ctx.prompts)), record=args.record, draft_path=tt.draft_path)
+                  settings=TP.settings_dict(settings, len(ctx.prompts)), record=args.record, draft_path=tt.draft_path,
+                  screens=measured["screens"])
     report["confirmation"] = []
     if settings.confirm:
+        t0 = time.perf_counter()
         with Progress(*cols, console=console, transient=True) as bar:
             report["confirmation"] = TP.confirm(ctx, settings, report, _progress(bar), systems)
+        seconds["confirmation"] = time.perf_counter() - t0
     report["profile"] = _save_profile(args, report, settings, tt, device) if report["confirmation"] else None
+    seconds["total"] = time.perf_counter() - t_start
+    report["seconds"] = seconds
+    report["compiled_shapes"] = systems.compiled_shapes if regime.compile and regime.graphs else 0
     return report
+
+
+def _candidates_note(settings) -> str:
+    """How many tree shapes are tried, and how many of them compile."""
+    shapes = sum(len(cs) for cs in settings.candidates.values())
+    text = f"candidates: {shapes} tree shapes over batch sizes {', '.join(map(str, settings.batch_sizes))}"
+    if settings.screening:
+        best = sum(min(max(settings.confirm, 1), len(cs)) for cs in settings.candidates.values())
+        return (text + f"; each timed with CUDA graphs uncompiled first, the best {best} (per batch size "
+                f"{max(settings.confirm, 1)}) compiled and timed again, plain decoding compiled at each batch size "
+                "(cached on disk after)")
+    if settings.regime.compile and settings.regime.graphs:
+        return text + " (each compiles once per batch size the first time, then comes from the disk cache)"
+    return text
 
 
 def _save_profile(args, report: dict, settings, tt, device) -> dict[str, Any] | None:
@@ -245,12 +274,16 @@ def _print(console, report) -> None:
             _show(console, _prediction_table(b, preds[: report["shown"]]))
     else:
         _show(console, _by_len_table(report["by_accept_len"][: report["shown"]]))
+    for line in _screen_lines(report.get("screens") or {}):
+        console.print(line)
     if report.get("confirmation"):
         _show(console, _confirm_table(report["confirmation"]))
         for line in _error_lines(report["confirmation"]):
             console.print(line)
     best = _winner(report)
     if best is None:
+        for line in _timing_lines(report):
+            console.print(line)
         return
     s, k, n = best
     how = "measured fastest" if report.get("confirmation") else "predicted fastest"
@@ -263,12 +296,14 @@ def _print(console, report) -> None:
         plural = "s" if chain != 1 else ""
         note = "" if k == 1 else f"  [dim](vLLM's EAGLE drafts a chain: the best predicted chain, {chain} step{plural})[/]"
         console.print(f"  vLLM:   {vllm_speculative_config(chain, path)}{note}")
-    for line in _profile_lines(report.get("profile")):
+    for line in _profile_lines(report.get("profile")) + _timing_lines(report):
         console.print(line)
 
 
 def _error_lines(confirmation) -> list[str]:
-    """The largest prediction error at each batch size, flagged past 10%."""
+    """The largest prediction error at each batch size, flagged past 10%; then each tree whose passes disagree."""
+    from eaglelab.bench.tune import disagreements
+
     out = []
     for b in sorted({r["batch"] for r in confirmation}):
         errs = [(r["predicted_tok_per_s"] - r["measured_tok_per_s"]) / r["measured_tok_per_s"]
@@ -277,15 +312,34 @@ def _error_lines(confirmation) -> list[str]:
             worst = max(errs, key=abs)
             mark = "[yellow]" if abs(worst) > 0.10 else "[dim]"
             out.append(f"{mark}  batch {b}: tok/s predicted within {abs(worst):.0%} of measured (worst {worst:+.1%})[/]")
-        plain = next((r["passes"] for r in confirmation if r["batch"] == b and r["steps"] == 0), [])
-        for r in confirmation:
-            ratios = [s / p for s, p in zip(r.get("passes", []), plain) if p]
-            if r["batch"] == b and r["steps"] and len(ratios) > 1 and max(ratios) / min(ratios) - 1 > 0.10:
-                out.append(f"[bold red]  batch {b}, {r['steps']}/{r['topk']}/{r['draft_tokens']}: its passes read "
-                           f"{min(ratios):.2f}x .. {max(ratios):.2f}x over plain (more than 10% apart): the machine "
-                           "is busy or the run too short; these figures (and a profile written from them) are "
-                           "uncertain[/]")
+    for d in disagreements(confirmation):
+        out.append(f"[bold red]  WARNING batch {d['batch']}, {d['steps']}/{d['topk']}/{d['draft_tokens']}: its passes "
+                   f"read {d['low']:.2f}x .. {d['high']:.2f}x over plain (more than 10% apart, after an untimed pass "
+                   "over every prompt): the machine is busy or the run too short; these figures (and a profile "
+                   "written from them) are uncertain: run again, or with more --prompts / --passes[/]")
     return out
+
+
+def _screen_lines(screens: dict) -> list[str]:
+    """Per batch size: which trees were compiled, and the compiled/uncompiled ratios the others were scaled by."""
+    out = []
+    for b, sc in screens.items():
+        plain = f"; plain decoding {sc['plain_ratio']:.2f}x" if sc.get("plain_ratio") else ""
+        trees = ", ".join("/".join(map(str, c)) for c in sc["compiled"])
+        out.append(f"[dim]  batch {b}: compiled {trees}; compiled/uncompiled cycle ms {sc['ratio']:.2f}x{plain} "
+                   "(the other trees' uncompiled cycles scaled by it)[/]")
+    return out
+
+
+def _timing_lines(report) -> list[str]:
+    """Wall time per phase of the run and in total, and the shapes compiled."""
+    sec = report.get("seconds")
+    if not sec:
+        return []
+    parts = ", ".join(f"{k} {v:.1f} s" for k, v in sec.items() if k != "total")
+    shapes = report.get("compiled_shapes")
+    compiled = f"; {shapes} graph sets compiled (plain decoding and trees, per batch size)" if shapes else ""
+    return [f"[bold]time[/]: {sec['total']:.1f} s in total ({parts}){compiled}"]
 
 
 def _profile_lines(profile) -> list[str]:
@@ -379,14 +433,19 @@ def _by_len_table(rows) -> Any:
 
 
 def _confirm_table(rows) -> Any:
-    t = _table_of("predicted vs measured, real runs (end to end, prefill included; the same prompts)",
-                  ("batch", "steps/topk/N", "E\\[a] pred", "measured", "error", "tok/s pred", "measured", "error"))
+    from eaglelab.bench.tune import pass_ratios
+
+    t = _table_of("predicted vs measured, real runs (end to end, prefill included; the same prompts; one untimed "
+                  "pass, then the timed passes interleaved)",
+                  ("batch", "steps/topk/N", "E\\[a] pred", "measured", "error", "tok/s pred", "measured", "error",
+                   "passes over plain"))
     for r in rows:
         name = "plain" if r["steps"] == 0 else f"{r['steps']}/{r['topk']}/{r['draft_tokens']}"
         a_p, a_m = r["predicted_accept_len"], r["measured_accept_len"]
         a_err = f"{(a_p - a_m) / a_m:+.1%}" if a_p is not None and a_m else "-"
         t_p, t_m = r["predicted_tok_per_s"], r["measured_tok_per_s"]
+        ratios = pass_ratios(rows, r)
+        spread = f"{min(ratios):.2f}x .. {max(ratios):.2f}x" if ratios else "-"
         t.add_row(str(r["batch"]), name, f"{a_p:.2f}" if a_p is not None else "-", f"{a_m:.2f}" if a_m else "-", a_err,
-                  f"{t_p:.1f}", f"{t_m:.1f}", f"{(t_p - t_m) / t_m:+.1%}" if t_m else "-")
+                  f"{t_p:.1f}", f"{t_m:.1f}", f"{(t_p - t_m) / t_m:+.1%}" if t_m else "-", spread)
     return t
-

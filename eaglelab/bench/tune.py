@@ -5,24 +5,35 @@ one-graph cycle, our GEMV and decode attention as ``run`` picks them; on a CPU e
 1. **Acceptance**: one run of a wide tree (the candidates' largest steps and topk, every node kept) over the
    prompts; each cycle's accepted ranks become :class:`~eaglelab.probes.events.Step` events on a probe bus (and in
    the record when one is asked for). Acceptance does not depend on the kernels: on CUDA it runs uncompiled graphs.
-2. **Costs**, per batch size, in the regime: plain decoding's step, and each candidate's whole cycle, each from two
-   unobserved calls of ``cost_tokens`` and ``2 * cost_tokens`` tokens (the difference of their wall times over the
-   difference of their steps or cycles: what the prompt costs cancels; what the loop does between graph launches
-   counts); the calls' intercepts give the prompt's cost. Published as
+2. **Costs**, per batch size, in the regime: plain decoding's step, and each candidate's whole cycle, each from
+   unobserved calls over **every prompt group the confirmation runs** (after one untimed pass over all of them, so
+   every prompt width's graph is captured first), of ``cost_tokens`` and of the confirmation's ``new_tokens``
+   tokens: the difference of their wall times over the difference of their steps or cycles (what the prompt costs
+   cancels; what the loop does between graph launches counts); the intercept gives the prompt's cost. A cycle is
+   counted per row (the average row's cycles): a batch runs until its slowest row is done, so at batch > 1 a
+   cycle's cost holds the wait for the stragglers, as the real runs do. Published as
    :class:`~eaglelab.probes.events.PhaseCost` events (``decode``, ``cycle``, ``prefill``, ``begin``).
-3. **Confirmation**: per batch size the best predicted candidates and plain decoding run for real over every
-   prompt, interleaved pass by pass (the bench's :class:`~eaglelab.bench.harness.Contender`); the fastest measured
-   is the batch size's choice, and :func:`tuned_profile` makes the device profile of those choices.
+   With ``screen`` (the default under compile) every candidate is first timed with CUDA graphs but without
+   compile (a capture takes a second, a compile ~30 s cold), ranked, and only the best ``max(confirm, 1)`` per batch
+   size are compiled and timed again; the others' cycles are their uncompiled ones scaled by the compiled/uncompiled
+   ratio those measured (:class:`CostScreen`).
+3. **Confirmation**: per batch size the best predicted candidates that were timed compiled and plain decoding run
+   for real over every prompt: each first makes one untimed pass over every prompt group (every bucket and prompt
+   width captured, compiled and replayed once before the clock), then pass by pass each runs once, interleaved (the
+   bench's :class:`~eaglelab.bench.harness.Contender`); :func:`disagreements` names the trees whose passes read
+   more than 10% apart. The fastest measured is the batch size's choice, and :func:`tuned_profile` makes the device
+   profile of those choices.
 
 Every compiled tree shape costs a compile per batch size the first time (cached on disk after): the candidate set
-is small (:func:`default_candidates`), around the device profile's trees.
+is small (:func:`default_candidates`), around the device profile's trees, and screened before compiling.
 """
 
 from __future__ import annotations
 
+import gc
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 from eaglelab.bench import harness as H
@@ -32,7 +43,7 @@ from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from eaglelab.probes.bus import ProbeBus
 from eaglelab.probes.events import PhaseCost
-from eaglelab.probes.tuning import max_draft_tokens
+from eaglelab.probes.tuning import AcceptanceTable, expected_accept_len, max_draft_tokens
 
 Publish = Callable[[object], None]
 Candidate = tuple[int, int, int]  # (steps, topk, draft tokens)
@@ -53,7 +64,18 @@ class TuneSettings:
     cost_tokens: int  # per row in the shorter of each cost's two calls
     confirm: int  # best predicted candidates run for real, per batch size
     regime: Regime = Regime(graphs=False)
-    passes: int = 2  # interleaved passes of the confirmation
+    passes: int = 3  # interleaved passes of the confirmation
+    screen: bool = False  # rank on graphs without compile first; compile only the best max(confirm, 1) per batch
+
+    @property
+    def screening(self) -> bool:
+        """Whether the candidates are screened uncompiled: asked for, and the regime compiles graphs."""
+        return self.screen and self.regime.compile and self.regime.graphs
+
+    @property
+    def screen_regime(self) -> Regime:
+        """The screening regime: run's, but the phases not compiled (the kernels as run has them)."""
+        return replace(self.regime, compile=False)
 
     @property
     def batch_sizes(self) -> tuple[int, ...]:
@@ -87,9 +109,11 @@ def default_candidates(batch_sizes: tuple[int, ...], cuda: bool, tree_for: Calla
     return out
 
 
-def config_for(ctx: H.BenchContext, settings: TuneSettings, spec: SpecConfig | None) -> BenchConfig:
-    """The bench configuration tune runs: plain or speculative decoding in ``settings.regime``."""
-    return regime_config(spec is not None, settings.regime)
+def config_for(ctx: H.BenchContext, settings: TuneSettings, spec: SpecConfig | None,
+               regime: Regime | None = None) -> BenchConfig:
+    """The bench configuration tune runs: plain or speculative decoding in ``regime`` (default
+    ``settings.regime``)."""
+    return regime_config(spec is not None, regime or settings.regime)
 
 
 def _spec(c: Candidate) -> SpecConfig:
@@ -97,22 +121,35 @@ def _spec(c: Candidate) -> SpecConfig:
     return SpecConfig("eagle3", num_steps=s, topk=k, num_draft_tokens=n if k > 1 else 0)
 
 
-def _system(ctx: H.BenchContext, settings: TuneSettings, spec: SpecConfig | None) -> H.OurSystem:
-    """Our engine in the regime; ``spec`` None = plain decoding."""
-    return H.OurSystem(config_for(ctx, settings, spec), replace(ctx, spec=spec) if spec else ctx)
+def _system(ctx: H.BenchContext, settings: TuneSettings, spec: SpecConfig | None, regime: Regime) -> H.OurSystem:
+    """Our engine in ``regime``; ``spec`` None = plain decoding."""
+    return H.OurSystem(config_for(ctx, settings, spec, regime), replace(ctx, spec=spec) if spec else ctx)
 
 
 class Systems:
-    """One system per candidate (and plain decoding), made on first use and kept: the cost runs capture and
-    compile its graphs per batch size, the confirmation replays them."""
+    """One system per candidate (and plain decoding) and regime, made on first use and kept: the cost runs
+    capture (and compile) its graphs per batch size, the confirmation replays them. ``used`` keeps each
+    (candidate, compiled, batch) run, so the compiled shapes can be counted."""
 
     def __init__(self, ctx: H.BenchContext, settings: TuneSettings) -> None:
         self.ctx, self.settings, self.made = ctx, settings, {}
+        self.used: set[tuple[Candidate | None, bool, int]] = set()
 
-    def __call__(self, c: Candidate | None) -> H.OurSystem:
-        if c not in self.made:
-            self.made[c] = _system(self.ctx, self.settings, _spec(c) if c is not None else None)
-        return self.made[c]
+    def __call__(self, c: Candidate | None, regime: Regime | None = None) -> H.OurSystem:
+        regime = regime or self.settings.regime
+        key = (c, regime.compile)
+        if key not in self.made:
+            self.made[key] = _system(self.ctx, self.settings, _spec(c) if c is not None else None, regime)
+        return self.made[key]
+
+    def note(self, c: Candidate | None, compiled: bool, batch: int) -> None:
+        """``c`` ran at ``batch`` rows (compiled or not)."""
+        self.used.add((c, compiled, batch))
+
+    @property
+    def compiled_shapes(self) -> int:
+        """Graph sets compiled: one per (plain decoding or tree, batch size) run compiled."""
+        return sum(1 for _, compiled, _ in self.used if compiled)
 
 
 def acceptance_run(ctx: H.BenchContext, settings: TuneSettings, bus: ProbeBus, model: str,
@@ -130,13 +167,30 @@ def acceptance_run(ctx: H.BenchContext, settings: TuneSettings, bus: ProbeBus, m
         progress(i + 1, len(groups))
 
 
-def timed_call(system: H.OurSystem, group, new_tokens: int) -> tuple[float, int]:
-    """One unobserved call -> (wall ms less any set-up inside it, speculative cycles run: 0 for plain decoding)."""
+Clock = Callable[[], float]  # seconds, monotonic (time.perf_counter)
+
+
+def timed_call(system: H.OurSystem, group, new_tokens: int, clock: Clock = time.perf_counter) -> tuple[float, float]:
+    """One unobserved call -> (wall ms less any set-up inside it, the average row's cycles: 0 for plain decoding).
+
+    A row's cycles are those it was active in (``accept_lens`` lists the active rows per cycle); the batch runs
+    until its slowest row is done, so ms per average-row cycle holds the wait for the stragglers.
+    Example: 2 rows needing 10 and 20 cycles run 20 cycles of 1 ms: 20 ms over 15 row-cycles, 1.33 ms each."""
     sync(system.ctx.device)
-    t0 = time.perf_counter()
+    t0 = clock()
     res = system.engine().generate(group, new_tokens)
     sync(system.ctx.device)
-    return (time.perf_counter() - t0 - res.setup_seconds) * 1e3, len(res.accept_lens)
+    rows = max(len(group), 1)
+    return (clock() - t0 - res.setup_seconds) * 1e3, sum(len(c) for c in res.accept_lens) / rows
+
+
+def warm_pass(generate: Callable, groups, new_tokens: int) -> None:
+    """One untimed call per prompt group at ``new_tokens``: every prompt width's prefill graph captured, every
+    phase compiled (or loaded), the GEMV tuned and each graph replayed once before anything is timed; then the
+    garbage a compile leaves is collected, so no collection walks it inside a timed pass."""
+    for g in groups:
+        generate(g, new_tokens)
+    gc.collect()
 
 
 @dataclass(frozen=True)
@@ -159,34 +213,105 @@ def fit_two(short: tuple[float, int], long: tuple[float, int]) -> LineFit:
     return LineFit(per, max(ms1 - per * u1, 0.0))
 
 
-def cost_fit(system: H.OurSystem, group, tokens: int, speculative: bool, repeats: int = 2) -> LineFit:
-    """A warm-up, then the fastest of ``repeats`` calls of ``tokens`` and of ``2 * tokens`` tokens, fitted."""
-    system.engine().generate(group, min(8, tokens))  # capture, compile (set-up: never timed)
+def cost_fit(system: H.OurSystem, groups, short: int, long: int, speculative: bool, repeats: int = 2,
+             clock: Clock = time.perf_counter) -> LineFit:
+    """A warm pass over every group at ``long`` tokens, then the fastest of ``repeats`` sweeps over every group at
+    ``short`` and at ``long`` tokens, fitted: ms per decode step or per average row's cycle, and the prompt's ms
+    per group (``fixed``). ``long`` is the confirmation's length, ``groups`` its groups: the fit sees what it
+    predicts."""
+    warm_pass(lambda g, n: system.engine().generate(g, n), groups, long)
 
-    def best(n: int) -> tuple[float, int]:
-        calls = [timed_call(system, group, n) for _ in range(repeats)]
-        ms = min(c[0] for c in calls)
-        units = calls[0][1] if speculative else n - 1  # plain: the first token comes from the prefill
-        return ms, units
+    def best(n: int) -> tuple[float, float]:
+        sweeps = []
+        for _ in range(repeats):
+            calls = [timed_call(system, g, n, clock) for g in groups]
+            units = sum(c[1] for c in calls) if speculative else (n - 1) * len(groups)  # plain: token 1 = prefill
+            sweeps.append((sum(c[0] for c in calls), units))
+        return min(sweeps)
 
-    return fit_two(best(tokens), best(2 * tokens))
+    fit = fit_two(best(short), best(long))
+    return LineFit(fit.per, fit.fixed / len(groups))
+
+
+@dataclass
+class CostScreen:
+    """What the screening measured at one batch size: uncompiled and compiled cycle ms per candidate timed so,
+    plain decoding's step both ways. ``ratio``: compiled over uncompiled cycle ms (median of the compiled ones),
+    the factor the others' uncompiled cycles are scaled by."""
+
+    batch: int
+    screened: dict[Candidate, float] = field(default_factory=dict)  # candidate -> uncompiled cycle ms
+    compiled: dict[Candidate, float] = field(default_factory=dict)  # candidate -> compiled cycle ms
+    plain_screened_ms: float | None = None
+    plain_ms: float | None = None
+
+    @property
+    def ratio(self) -> float:
+        got = [self.compiled[c] / self.screened[c] for c in self.compiled if self.screened.get(c)]
+        return statistics.median(got) if got else 1.0
+
+    @property
+    def plain_ratio(self) -> float | None:
+        return self.plain_ms / self.plain_screened_ms if self.plain_ms and self.plain_screened_ms else None
+
+    def cycle_ms(self, c: Candidate) -> float:
+        """Compiled where measured so, else uncompiled x :attr:`ratio`."""
+        return self.compiled[c] if c in self.compiled else self.screened[c] * self.ratio
+
+    def to_json(self) -> dict[str, Any]:
+        return {"batch": self.batch, "ratio": self.ratio, "plain_ratio": self.plain_ratio,
+                "compiled": [list(c) for c in self.compiled],
+                "screened_ms": {"/".join(map(str, c)): v for c, v in self.screened.items()}}
+
+
+def screen_order(table: AcceptanceTable, screened: dict[Candidate, float], batch: int) -> list[Candidate]:
+    """Candidates fastest first by the model on their uncompiled cycles: ``batch * E[a] / cycle ms``."""
+    return sorted(screened, key=lambda c: (-batch * expected_accept_len(table, *c) / screened[c], c[2], c))
 
 
 def measure_costs(ctx: H.BenchContext, settings: TuneSettings, systems: Systems, batch: int, publish: Publish,
-                  progress: Callable[[], None] = lambda: None) -> None:
-    """Plain decoding's step and each candidate's whole cycle at ``batch`` rows, in the regime, published."""
-    group = H.groups_for(ctx.prompts, batch)[0]
-    plain = cost_fit(systems(None), group, settings.cost_tokens, speculative=False)
+                  progress: Callable[[], None] = lambda: None, table: AcceptanceTable | None = None,
+                  clock: Clock = time.perf_counter) -> CostScreen | None:
+    """Plain decoding's step and each candidate's whole cycle at ``batch`` rows, in the regime, published.
+    Screening (``settings.screening`` and an acceptance ``table``): every candidate uncompiled, the best
+    ``max(confirm, 1)`` compiled too (:class:`CostScreen`, returned); else every candidate compiled."""
+    groups = H.groups_for(ctx.prompts, batch)
+    long = max(settings.new_tokens, settings.cost_tokens + 2)
+
+    def fit(c: Candidate | None, regime: Regime) -> LineFit:
+        systems.note(c, regime.compile and regime.graphs, batch)
+        got = cost_fit(systems(c, regime), groups, settings.cost_tokens, long, c is not None, clock=clock)
+        progress()
+        return got
+
+    plain = fit(None, settings.regime)
     publish(PhaseCost("decode", batch, plain.per))
     publish(PhaseCost("prefill", batch, plain.fixed))
-    progress()
-    begins = []
+    fits: dict[Candidate, LineFit] = {}
+    screen = None
+    if settings.screening and table is not None:
+        screen = CostScreen(batch, plain_ms=plain.per)
+        screen.plain_screened_ms = fit(None, settings.screen_regime).per
+        for c in settings.candidates[batch]:
+            screen.screened[c] = fit(c, settings.screen_regime).per
+        for c in screen_order(table, screen.screened, batch)[: max(settings.confirm, 1)]:
+            fits[c] = fit(c, settings.regime)
+            screen.compiled[c] = fits[c].per
+    else:
+        for c in settings.candidates[batch]:
+            fits[c] = fit(c, settings.regime)
     for c in settings.candidates[batch]:
-        fit = cost_fit(systems(c), group, settings.cost_tokens, speculative=True)
-        publish(PhaseCost("cycle", batch, fit.per, tokens=c[2], steps=c[0], topk=c[1]))
-        begins.append(max(fit.fixed - plain.fixed, 0.0))  # the drafter's extend over the prompt, beyond the prefill
-        progress()
-    publish(PhaseCost("begin", batch, statistics.median(begins)))
+        ms = screen.cycle_ms(c) if screen is not None else fits[c].per
+        publish(PhaseCost("cycle", batch, ms, tokens=c[2], steps=c[0], topk=c[1]))
+    begins = [max(f.fixed - plain.fixed, 0.0) for f in fits.values()]  # the drafter's extend over the prompt
+    publish(PhaseCost("begin", batch, statistics.median(begins) if begins else 0.0))
+    return screen
+
+
+def cost_runs(settings: TuneSettings, batch: int) -> int:
+    """How many cost fits :func:`measure_costs` makes at ``batch`` (for a progress bar's total)."""
+    n = len(settings.candidates[batch])
+    return 1 + (1 + n + min(max(settings.confirm, 1), n) if settings.screening else n)
 
 
 @dataclass(frozen=True)
@@ -204,23 +329,44 @@ class Measured:
 
 def confirm_batch(ctx: H.BenchContext, settings: TuneSettings, systems: Systems, batch: int,
                   configs: list[Candidate | None]) -> list[Measured]:
-    """``configs`` (None = plain decoding) at ``batch`` rows over every prompt group, interleaved pass by pass."""
+    """``configs`` (None = plain decoding) at ``batch`` rows over every prompt group: each first one untimed pass
+    over every group (:func:`warm_pass`), then ``settings.passes`` timed passes, interleaved pass by pass."""
     work = replace(ctx, max_new_tokens=settings.new_tokens)
     groups = H.groups_for(ctx.prompts, batch)
     live = []
     for c in configs:
         system = systems(c)
+        systems.note(c, settings.regime.compile and settings.regime.graphs, batch)
         cfg = config_for(ctx, settings, system.spec if c is not None else None)
         live.append(H.Contender(cfg, batch, lambda g, m, s=system: s.engine().generate(g, m), None, groups))
-        live[-1].warm_up(settings.new_tokens)
+    for contender in live:  # every bucket and prompt width before any clock: a first use is set-up, not a pass
+        warm_pass(contender.generate, groups, settings.new_tokens)
     for _ in range(settings.passes):
         for contender in live:
             contender.run_pass(work)
     out = []
     for c, contender in zip(configs, live):
-        row = contender.row(work)
+        row = contender.row(work)  # no observed pass: the contenders carry no observer
         s, k, n = c if c is not None else (0, 0, 1)
         out.append(Measured(s, k, n, batch, row.tok_per_s or 0.0, row.mean_accept_len, row.sweeps_tok_per_s))
+    return out
+
+
+def pass_ratios(confirmation: list[dict], row: dict) -> list[float]:
+    """``row``'s tok/s over plain decoding's in the same pass, per pass (empty for plain decoding itself)."""
+    plain = next((r["passes"] for r in confirmation if r["batch"] == row["batch"] and r["steps"] == 0), [])
+    return [s / p for s, p in zip(row.get("passes", []), plain) if p] if row["steps"] else []
+
+
+def disagreements(confirmation: list[dict], tolerance: float = 0.10) -> list[dict]:
+    """The confirmed trees whose passes disagree: max / min of their per-pass speedups over plain decoding beyond
+    ``1 + tolerance``. -> [{batch, steps, topk, draft_tokens, low, high}]."""
+    out = []
+    for r in confirmation:
+        ratios = pass_ratios(confirmation, r)
+        if len(ratios) > 1 and min(ratios) > 0 and max(ratios) / min(ratios) - 1 > tolerance:
+            out.append(dict(batch=r["batch"], steps=r["steps"], topk=r["topk"], draft_tokens=r["draft_tokens"],
+                            low=min(ratios), high=max(ratios)))
     return out
 
 
@@ -283,32 +429,43 @@ def load_tune_target(n_prompts: int, new_tokens: int, *, model: str, draft: str,
 
 
 def measuring_pass(ctx: H.BenchContext, settings: TuneSettings, model: str, record: str | None,
-                   progress: Progress, systems: Systems) -> tuple[list, list]:
+                   progress: Progress, systems: Systems, clock: Clock = time.perf_counter) -> tuple[list, list, dict]:
     """The acceptance run and every cost run, published on a probe bus (and into ``record`` when given).
-    -> (its Step events, its PhaseCost events)."""
+    -> (its Step events, its PhaseCost events, {"screens": per batch size the screening's figures,
+    "seconds": {"acceptance": s, "costs": s}})."""
     from eaglelab.probes.events import Step
+    from eaglelab.probes.tuning import table_from_steps
 
     bus, steps, costs = ProbeBus(aggregate=False), [], []
     bus.subscribe(lambda e: steps.append(e) if isinstance(e, Step) else costs.append(e) if isinstance(e, PhaseCost) else None)
     close = record_sink(bus, record)
+    screens, seconds = {}, {}
     try:
         wide = settings.wide
         what = f"acceptance: wide tree, {wide.num_steps} steps, topk {wide.topk}, {wide.draft_tokens} tokens"
         progress(what, 0, None)
+        t0 = clock()
         acceptance_run(ctx, settings, bus, model, lambda done, total: progress(what, done, total))
-        total = sum(1 + len(cs) for cs in settings.candidates.values())
+        seconds["acceptance"], t0 = clock() - t0, clock()
+        table = table_from_steps(steps).table()
+        total = sum(cost_runs(settings, b) for b in settings.batch_sizes)
         done = [0]
+        what = "costs in run's regime (" + ("uncompiled screen, then the best compiled; " if settings.screening
+                                            else "") + "first use of a shape compiles it)"
 
         def step() -> None:
             done[0] += 1
-            progress("costs in run's regime (first use of a shape compiles it)", done[0], total)
+            progress(what, done[0], total)
 
-        progress("costs in run's regime (first use of a shape compiles it)", 0, total)
+        progress(what, 0, total)
         for b in settings.batch_sizes:
-            measure_costs(ctx, settings, systems, b, bus.publish, step)
+            got = measure_costs(ctx, settings, systems, b, bus.publish, step, table, clock)
+            if got is not None:
+                screens[str(b)] = got.to_json()
+        seconds["costs"] = clock() - t0
     finally:
         close()
-    return steps, costs
+    return steps, costs, {"screens": screens, "seconds": seconds}
 
 
 def record_sink(bus: ProbeBus, path: str | None) -> Callable[[], None]:
@@ -330,8 +487,13 @@ def confirm(ctx: H.BenchContext, settings: TuneSettings, report: dict, progress:
 
     out = []
     progress("confirming: real runs", 0, len(settings.batch_sizes))
+    screens = report.get("screens") or {}
     for b in settings.batch_sizes:
-        preds = report["predictions"].get(str(b), [])[: settings.confirm]
+        preds = report["predictions"].get(str(b), [])
+        if str(b) in screens:  # only trees timed compiled: another would compile now, outside the time budget
+            timed = {tuple(c) for c in screens[str(b)]["compiled"]}
+            preds = [p for p in preds if (p["steps"], p["topk"], p["draft_tokens"]) in timed]
+        preds = preds[: settings.confirm]
         costs = report["costs"][str(b)]
         got = confirm_batch(ctx, settings, systems, b, [None] + [(p["steps"], p["topk"], p["draft_tokens"]) for p in preds])
         for p, m in zip([None] + preds, got):
@@ -353,6 +515,7 @@ def settings_dict(settings: TuneSettings, prompts: int) -> dict:
     return {"candidates": {str(b): [list(c) for c in cs] for b, cs in settings.candidates.items()},
             "batch_sizes": list(settings.batch_sizes), "new_tokens": settings.new_tokens,
             "cost_tokens": settings.cost_tokens, "confirm": settings.confirm, "passes": settings.passes,
+            "screen": settings.screening,
             "regime": settings.regime.label, "prompts": prompts, "wide_tree": settings.wide.to_dict()}
 
 

@@ -199,7 +199,7 @@ def test_tune_writes_the_profile_that_run_bench_and_the_fixtures_then_find(tmp_p
     assert found is not None and found.path == str(path)
     assert [(b.max_batch, b.steps, b.topk, b.draft_tokens) for b in found.buckets] == [(1, 2, 1, 3), (8, 2, 1, 3)]
     assert found.bucket(1).measured.startswith("1.70x over plain decoding (34.0 vs 20.0 tok/s; 4 MT-bench first "
-                                               "turns, 32 tokens, batch 1, 2 interleaved passes")
+                                               "turns, 32 tokens, batch 1, 3 interleaved passes")
     choice = choose_drafter("default", "default", default_target.model, where=Where("cpu", "float32", 1))
     assert choice.profile == found and (choice.spec.num_steps, choice.spec.topk) == (2, 1)
     assert any(str(path) in n for n in choice.notes), choice.notes
