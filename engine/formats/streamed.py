@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from eaglelab.engine.errors import CheckpointError
-from eaglelab.engine.formats.loader import parse_dtype, read_tensors, safetensors_files
+from eaglelab.engine.formats.loader import PREFIX_ALIASES, parse_dtype, read_tensors, safetensors_files
 from eaglelab.engine.formats.quantized import FP8_BLOCK, QuantizedReader, dequantize_fp8  # noqa: F401 (re-exported)
 from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.model.layers import RMSNorm, Rotary
@@ -74,7 +74,7 @@ class StreamedTarget:
     def _read(self, prefix: str) -> Callable[[str], tuple[torch.Tensor, str] | None]:
         def read(name: str) -> tuple[torch.Tensor, str] | None:
             for stored in self.quant.stored_names(prefix + name):
-                for candidate in ("model." + stored, stored):
+                for candidate in (p + stored for p in PREFIX_ALIASES):  # HF's, or Kimi-K2.5's language_model.
                     if candidate in self._handles:
                         t = self.quant.load(candidate, self._tensor(candidate), self._tensor)
                         return t, f"{self._handles[candidate][0]}: {candidate}"
@@ -96,8 +96,9 @@ class StreamedTarget:
 
     @property
     def notes(self) -> tuple[str, ...]:
-        """How the layers read so far were read (quantized weights dequantized on load), for a run's notes."""
-        return self.quant.notes(self.dtype)
+        """How the config was read (a multimodal wrapper's text_config) and how the layers read so far were
+        read (quantized weights dequantized on load), for a run's notes."""
+        return tuple(self.config.notes) + tuple(self.quant.notes(self.dtype))
 
     def _build(self, make: Callable[[], nn.Module], prefix: str) -> nn.Module:
         """``make()`` on the meta device, cast to ``dtype`` (routers stay float32), allocated on
