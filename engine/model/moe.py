@@ -69,7 +69,8 @@ class Router(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [N, H] -> combine weights [N, k] (float32) and expert ids [N, k]."""
-        logits = F.linear(x.float(), self.weight.float())  # [N, E]
+        with torch.autocast(x.device.type, enabled=False):  # float32 even when training under bf16 autocast
+            logits = F.linear(x.float(), self.weight.float())  # [N, E]
         scores = logits.sigmoid() if self.scoring == "sigmoid" else logits.softmax(dim=-1)
         choice = scores if self.e_score_correction_bias is None else scores + self.e_score_correction_bias
         if self.num_groups > 1:

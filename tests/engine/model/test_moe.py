@@ -128,6 +128,17 @@ def test_router_weights_stay_float32_in_bf16_model():
     assert y.dtype == torch.bfloat16
 
 
+def test_routing_stays_float32_under_bf16_autocast():
+    """Training under bf16 autocast routes exactly as float32 inference does (autocast would run the router's
+    linear in bf16: other combine weights, sometimes other experts)."""
+    block = random_block(tiny_cfg(), seed=5)
+    x = torch.randn(64, 32)
+    w, idx = block.gate(x)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        w_auto, idx_auto = block.gate(x)
+    assert w_auto.dtype == torch.float32 and torch.equal(idx_auto, idx) and torch.equal(w_auto, w)
+
+
 def test_matches_hf_transformers_deepseek_v3_moe():
     """Same weights in HF's DeepseekV3MoE (experts stacked as gate_up_proj) give the same output."""
     hf_mod = pytest.importorskip("transformers.models.deepseek_v3.modeling_deepseek_v3")
