@@ -250,13 +250,18 @@ class Distiller:
                           f"holds fewer prompts), static caches for prompts up to "
                           f"{'/'.join(map(str, self.settings.prompt_buckets))} tokens")
 
-    def run(self, prompt_ids: list[list[int]], out: str | Path, progress: ProgressFn | None = None) -> DistillSummary:
-        """Distill every prompt not yet in a shard of ``out``; stop early at the time limit."""
+    def run(self, prompt_ids: list[list[int] | None], out: str | Path, progress: ProgressFn | None = None,
+            select: range | None = None) -> DistillSummary:
+        """Distill every prompt not yet in a shard of ``out``; stop early at the time limit. ``select``: only these
+        indices (a part of a mix, :mod:`~eaglelab.engine.training.distill_mix`; its shards share ``out``); a
+        None prompt is not available yet (a second turn whose first answer is not distilled) and is left."""
         out, s = Path(out), self.settings
         t0 = self.clock()
         before = done_indices(out)
-        lengths = {i: len(p) for i, p in enumerate(prompt_ids) if i not in before and len(p) <= s.max_prompt_tokens}
-        skipped_long = sum(1 for i, p in enumerate(prompt_ids) if i not in before and len(p) > s.max_prompt_tokens)
+        mine = [(i, prompt_ids[i]) for i in (select if select is not None else range(len(prompt_ids)))]
+        before = before & {i for i, _ in mine} if select is not None else before
+        lengths = {i: len(p) for i, p in mine if p is not None and i not in before and len(p) <= s.max_prompt_tokens}
+        skipped_long = sum(1 for i, p in mine if p is not None and i not in before and len(p) > s.max_prompt_tokens)
         batches = plan_batches(lengths, s.batch_size)
         self._rows = class_rows(batches, lengths, s.prompt_buckets)
         shard, done, new_tokens, last = _next_shard(out), len(before), 0, 0.0
