@@ -190,6 +190,10 @@ def _print(console, report, rows, micro) -> None:
     for line in _headline_lines(report["headline"]):
         console.print(line)
     console.print(f"[dim]{_what_ran(report['settings'], report.get('not_run', {}))}[/]")
+    if "walltime" in report:
+        from eaglelab.bench.walltime import describe
+
+        console.print(describe(report["walltime"]))
 
 
 def _not_run_lines(not_run: dict[str, str]) -> list[str]:

@@ -27,6 +27,7 @@ the headline and the JSON report ``report.py``, the loading from flags ``setup.p
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import statistics
@@ -362,11 +363,13 @@ def contender(cfg: BenchConfig, ctx: BenchContext, batch: int, systems: dict[Any
                      lambda obs: (lambda g, m: system.engine(obs).generate(g, m)), groups)
 
 
-def run_batch(cfgs: list[BenchConfig], ctx: BenchContext, batch: int,
-              systems: dict[Any, Any]) -> tuple[list[BenchRow], dict[str, list[list[int]]]]:
+def run_batch(cfgs: list[BenchConfig], ctx: BenchContext, batch: int, systems: dict[Any, Any],
+              wall: Any = None) -> tuple[list[BenchRow], dict[str, list[list[int]]]]:
     """Every configuration at ``batch`` rows, interleaved: each warmed up, then pass by pass every configuration
     once (so a change of load on the machine falls on all of them alike, and a pass's ratios compare like with
-    like), then each observed. Configurations that cannot run here get a skipped row. -> (rows, outputs)."""
+    like), then each observed. Configurations that cannot run here get a skipped row. ``wall``: a
+    :class:`~eaglelab.bench.walltime.WallClock` told where the time goes (None: not kept). -> (rows, outputs)."""
+    part = wall.part if wall is not None else (lambda name: contextlib.nullcontext())
     rows, live = [], []
     for cfg in cfgs:
         skip = _skip_reason(cfg, ctx)
@@ -374,15 +377,23 @@ def run_batch(cfgs: list[BenchConfig], ctx: BenchContext, batch: int,
             rows.append(BenchRow(cfg.name, batch, skipped=skip))
             continue
         ctx.log(f"{cfg.name}, batch {batch}: {cfg.description}")
-        c = contender(cfg, ctx, batch, systems)
+        with part("hf load" if cfg.peer else "warm-up"):
+            c = contender(cfg, ctx, batch, systems)
         made = len(_compiled_phases(ctx))
-        c.warm_up(ctx.max_new_tokens)  # graphs are captured (and phases compiled) here, lazily
-        c.compile_fallbacks = compile_fallbacks(ctx, _compiled_phases(ctx)[made:])
+        with part("hf warm-up" if cfg.peer else "warm-up"):
+            c.warm_up(ctx.max_new_tokens)  # graphs are captured (and phases compiled) here, lazily
+        new = _compiled_phases(ctx)[made:]
+        c.compile_fallbacks = compile_fallbacks(ctx, new)
+        if wall is not None and new:
+            wall.compiled[f"{cfg.name} b{batch}"] = sum(p.compile_seconds for p in new)
         live.append(c)
     for p in range(ctx.repeats):
         ran = [c for c in live if not (c.cfg.peer and p > 0)]  # the HF peer: one pass
         for c in ran:
-            c.run_pass(ctx)
+            with part("hf pass" if c.cfg.peer else "passes"):
+                c.run_pass(ctx)
+            if wall is not None and not c.cfg.peer:
+                wall.add("timed", c.passes[-1][2])  # generation alone: the pass's lazy captures left out
         ctx.log(f"  batch {batch:>3}, pass {p + 1}/{ctx.repeats}: "
                 + ", ".join(f"{c.cfg.name} {c.passes[-1][0]:.1f}" for c in ran) + " tok/s")
     rows += [c.row(ctx) for c in live]

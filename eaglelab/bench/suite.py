@@ -14,6 +14,7 @@ from eaglelab.bench.configs import CONFIGS, TP_CONFIGS, BenchConfig, pick_config
 from eaglelab.bench.report import bench_report
 from eaglelab.bench.setup import BenchSetup, headline_only, setup_bench
 from eaglelab.bench.timing import machine_load
+from eaglelab.bench.walltime import WallClock, breakdown
 
 
 @dataclass
@@ -29,6 +30,7 @@ class BenchResult:
     tp_section: dict[str, Any] | None = None  # --tp
     captures: dict[str, Any] = field(default_factory=dict)
     loads: dict[str, Any] = field(default_factory=dict)  # "start" / "end" -> timing.MachineLoad (None: no figure)
+    wall: WallClock | None = None  # where the run's time went (the report's "walltime")
 
 
 def configs_for(args: argparse.Namespace, tp: Any = None, regime: Any = None) -> list[BenchConfig]:
@@ -65,14 +67,16 @@ def run_bench(args: argparse.Namespace, tp: Any = None, log: Callable[[str], Non
     each configuration and profile (None: nothing written)."""
     import torch
 
+    wall = WallClock()
     torch.manual_seed(args.seed)
     start = machine_load(0.0)  # before anything of ours runs
     check_profile(args, configs_for(args, tp))
-    setup = setup_bench(args, log, tp)
+    with wall.part("load"):
+        setup = setup_bench(args, log, tp)
     configs = configs_for(args, tp, setup.regime)
     ctx = setup.ctx
     hbm = args.hbm_tbps if args.hbm_tbps is not None else setup.hbm_tbps
-    res = BenchResult({}, [], [], {}, setup, loads={"start": start})
+    res = BenchResult({}, [], [], {}, setup, loads={"start": start}, wall=wall)
     prefer = regime_config(False, setup.regime).name if setup.regime is not None else None
     if tp is not None:  # first: the issue's figure, kept even if a later configuration runs out of time
         from eaglelab.bench.tp import tp_section
@@ -93,7 +97,7 @@ def run_bench(args: argparse.Namespace, tp: Any = None, log: Callable[[str], Non
     if not args.micro_only and configs:
         systems: dict[Any, Any] = {}
         for b in ctx.batch_sizes:
-            got, outs = B.run_batch(configs, ctx, b, systems)
+            got, outs = B.run_batch(configs, ctx, b, systems, wall=wall)
             res.rows += got
             for name, o in outs.items():
                 res.outputs.setdefault(name, {})[b] = o
@@ -107,17 +111,28 @@ def run_bench(args: argparse.Namespace, tp: Any = None, log: Callable[[str], Non
             res.profiles = found
             partial(res.rows)
 
-        keep(profile_all(setup, tp, log, res.rows, keep))
+        with wall.part("profile"):
+            keep(profile_all(setup, tp, log, res.rows, keep))
     if micro_on(args) or args.micro_only:
         from eaglelab.bench.micro import micro_measure
 
         log("micro-measure: 1-token decode vs verify of N tokens")
         cuda = ctx.device.type == "cuda"
-        res.micro = micro_measure(ctx.target, setup.micro_batch_sizes, context=args.micro_context, log=log,
-                                  iters=20 if cuda else 3, warmup=3 if cuda else 1)
+        with wall.part("micro"):
+            res.micro = micro_measure(ctx.target, setup.micro_batch_sizes, context=args.micro_context, log=log,
+                                      iters=20 if cuda else 3, warmup=3 if cuda else 1)
     res.loads["end"] = machine_load(own_load(ctx.device))
     res.report = report(res.rows, res.micro)
+    res.report["walltime"] = wall_breakdown(ctx, wall, res.captures)
     return res
+
+
+def wall_breakdown(ctx: B.BenchContext, wall: WallClock, captures: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Where the run's time went (:func:`eaglelab.bench.walltime.breakdown`), from what the compiler and the Triton
+    kernels kept of their own time."""
+    compiled = sum(p.compile_seconds for p in ctx.compiled.compile_phase.made) if ctx.compiled is not None else 0.0
+    kernels = sum(k.setup_seconds for k in (ctx.gemv, ctx.attention) if k is not None)
+    return breakdown(wall, captures, compiled, kernels)
 
 
 def capture_stats(systems: dict[Any, Any]) -> dict[str, list[dict[str, Any]]]:

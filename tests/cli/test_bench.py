@@ -130,11 +130,11 @@ def test_a_bench_cut_short_keeps_the_partial_report(tmp_path, questions, monkeyp
 
     real, ran = harness.run_batch, []
 
-    def fails_second(cfgs, ctx, batch, systems):
+    def fails_second(cfgs, ctx, batch, systems, **kw):
         ran.append(batch)
         if len(ran) == 2:
             raise RuntimeError("the machine went away")
-        return real(cfgs, ctx, batch, systems)
+        return real(cfgs, ctx, batch, systems, **kw)
 
     monkeypatch.setattr(harness, "run_batch", fails_second)
     out = tmp_path / "bench.json"

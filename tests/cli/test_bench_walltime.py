@@ -1,0 +1,86 @@
+"""``eaglelab bench`` says where its wall time went (start-up, load, graphs, warm-up, timed passes, HF, other), in
+one line and in the JSON's ``walltime``, the parts adding up to the run's wall time."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from eaglelab.bench.walltime import PARTS, WallClock, breakdown, describe
+from eaglelab.cli import main
+
+QUESTIONS = [{"question_id": i, "category": "writing", "turns": [text]}
+             for i, text in enumerate(["Write a haiku about the sea.", "What is 12 times 12?"])]
+
+
+@pytest.fixture()
+def questions(tmp_path):
+    path = tmp_path / "question.jsonl"
+    path.write_text("\n".join(json.dumps(q) for q in QUESTIONS) + "\n")
+    return path
+
+
+@pytest.fixture()
+def idle_machine(monkeypatch):
+    from eaglelab.bench import suite
+    from eaglelab.bench.timing import MachineLoad
+
+    monkeypatch.setattr(suite, "machine_load", lambda own: MachineLoad(own, 2, own))
+
+
+class FakeClock:
+    """A host clock that moves only when told."""
+
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_breakdown_carves_the_graphs_out_of_the_warm_ups_and_passes():
+    """Worked example: 2 s before the run and 68 s in it (70 s); load 5 s; our warm-ups 40 s and passes 12 s (9 s of
+    them generating); captures 40 s, of which compile 30 s and kernel tuning 4 s; HF 6 s (load 2 s). -> graphs 40,
+    warm-up 40 + 12 - 40 - 9 = 3, timed passes 9, capture 40 - 30 - 4 = 6, other 70 - 65 = 5."""
+    clock = FakeClock()
+    wall = WallClock(clock=clock, before=2.0)
+    for part, s in (("load", 5.0), ("warm-up", 40.0), ("passes", 12.0), ("timed", 9.0), ("hf load", 2.0),
+                    ("hf warm-up", 1.0), ("hf pass", 3.0)):
+        wall.add(part, s)
+    wall.compiled.update({"plain-compile b1": 12.0, "spec-compile b1": 18.0})
+    clock.now += 68.0  # the run's own wall time; with the 2 s before it, 70 s
+    captures = {"plain-compile": [{"seconds": 15.0}], "spec-compile": [{"seconds": 20.0}, {"seconds": 5.0}]}
+    w = breakdown(wall, captures, compiled=30.0, kernel_seconds=4.0)
+    assert w["parts"] == {"start-up": 2.0, "load": 5.0, "graphs": 40.0, "warm-up": 3.0, "timed passes": 9.0,
+                          "HF": 6.0, "profile": 0.0, "micro": 0.0, "other": 5.0}
+    assert w["seconds"] == pytest.approx(70.0) and list(w["parts"]) == list(PARTS)
+    assert w["capture"] == pytest.approx(6.0) and w["hf_load"] == 2.0
+    line = describe(w)
+    assert line.startswith("where the time went: 70.0 s since the process started = start-up 2.0 + load 5.0")
+    assert "graphs 40.0 (compile 30.0: plain-compile b1 12.0, spec-compile b1 18.0; kernel tuning 4.0; capture 6.0)" in line
+    assert "HF 6.0 (load 2.0)" in line and "+ other 5.0" in line and "profile" not in line
+
+
+@pytest.mark.usefixtures("one_thread", "idle_machine")
+def test_a_cpu_run_says_where_its_wall_time_went(tmp_path, questions, capsys):
+    """A tiny CPU headline: the JSON's parts add up to its total, which is the run's wall time as the test's own
+    clock saw it (plus the process's start-up before the run); load, warm-up, timed passes and HF each took some;
+    no graphs on a CPU; the printed line gives the same total."""
+    out = tmp_path / "bench.json"
+    t0 = time.perf_counter()
+    rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--max-new-tokens", "4", "--prompts", "2",
+               "--repeats", "2", "--questions", str(questions), "--json", str(out)])
+    measured = time.perf_counter() - t0
+    assert rc == 0
+    w = json.loads(out.read_text())["walltime"]
+    parts = w["parts"]
+    assert all(v >= 0 for v in parts.values()) and sum(parts.values()) == pytest.approx(w["seconds"])
+    own = w["seconds"] - parts["start-up"]  # from run_bench's start to its report, inside main()
+    assert measured * 0.5 <= own <= measured + 0.05
+    assert parts["other"] <= max(0.5, 0.25 * own)  # nearly all of it is in a named part
+    assert min(parts["load"], parts["warm-up"], parts["timed passes"], parts["HF"], w["hf_load"]) > 0
+    assert parts["graphs"] == 0 and w["compile"] == 0 and w["compile_sets"] == {}
+    flat = " ".join(capsys.readouterr().out.split())
+    assert f"where the time went: {w['seconds']:.1f} s" in flat and "graphs" not in flat.split("where the time")[1]
