@@ -38,8 +38,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--systems-file", type=Path, default=None, metavar="FILE",
                    help="system messages, one per line ('#' starts a comment): batch b is conditioned on line "
                         "b mod n, for a wider spread of requests (instead of --system)")
+    p.add_argument("--ask", default=None, metavar="KINDS|FILE",
+                   help="instead of user turns, the target's answers to requests for a question: 'code', 'maths' or "
+                        "'code,maths' (requests we wrote), or a file of requests, one per line; batch b asks request "
+                        "b mod n (screened against MT-bench and HumanEval like every prompt)")
     add_batch_generation_args(p)
     p.set_defaults(func=run)
+
+
+def read_asks(value: str) -> tuple[str, ...]:
+    """--ask: preset kinds ('code', 'maths', comma-separated) or a file of requests, one per line."""
+    from eaglelab.engine.errors import ConfigError
+    from eaglelab.engine.training.synth_prompts import ASKS
+
+    kinds = [k.strip() for k in value.split(",") if k.strip()]
+    if kinds and all(k in ASKS for k in kinds):
+        return tuple(a for k in kinds for a in ASKS[k])
+    if not Path(value).is_file():
+        raise ConfigError("neither request kinds nor a file", field="--ask", found=value,
+                          expected=f"{', '.join(ASKS)} (comma-separated), or a file of requests, one per line")
+    return read_systems(Path(value))
 
 
 def read_systems(path: Path) -> tuple[str, ...]:
@@ -75,7 +93,8 @@ def run(args: argparse.Namespace) -> int:
                              max_new_tokens=args.max_new_tokens, batch_size=args.batch_size, min_words=args.min_words,
                              seed=args.seed, time_limit=args.time_limit, cuda_graphs=not args.no_cuda_graphs,
                              system=args.system,
-                             systems=read_systems(args.systems_file) if args.systems_file else ())
+                             systems=read_systems(args.systems_file) if args.systems_file else (),
+                             asks=read_asks(args.ask) if args.ask else ())
     with console.status("reading the evaluation sets (MT-bench, HumanEval) for the overlap check ..."):
         overlap = pc.OverlapIndex.from_texts(pc.evaluation_texts())
     device, device_reason = pick_device(args.device)
@@ -84,7 +103,7 @@ def run(args: argparse.Namespace) -> int:
     if target.tokenizer is None:
         raise ConfigError("the target has no tokenizer", file=target.path, hint="synthesis needs tokenizer.json")
     synth = Synthesizer(target.model, target.tokenizer, settings)
-    prefix = target.tokenizer.decode(synth.prefixes[0], skip_special_tokens=False)
+    prefix = target.tokenizer.decode(synth.prefixes[0], skip_special_tokens=False)  # with --ask: the first request
     console.print(f"[bold]synthesize[/] {target.name} on {device} ({device_reason}), {dtype} ({dtype_reason}): "
                   f"{settings.count} user turns, batches of {settings.batch_size}, temperature {settings.temperature}, "
                   f"top-p {settings.top_p}, up to {settings.max_new_tokens} tokens")

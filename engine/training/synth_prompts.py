@@ -18,7 +18,9 @@ Batches are drawn with a generator seeded by (``seed``, batch number): the same 
 device give the same prompts. With several system messages (``systems``: e.g. "You help people with
 their writing", "... with mathematics") batch ``b`` is conditioned on message ``b mod n``: the target
 then writes the requests it expects in each kind of conversation, a wider spread of tasks than its
-default system turn alone draws, and the manifest counts what each message kept. The answers
+default system turn alone draws, and the manifest counts what each message kept. With ``asks`` (e.g.
+:data:`ASKS`' code and maths requests) batch ``b`` is instead a user turn asking for a question of that kind, and
+the target's answer is the prompt: questions the target itself writes, screened like the rest. The answers
 (``distill``) are given under the template's default system turn, as at inference.
 """
 
@@ -58,8 +60,17 @@ class SynthSettings:
     cuda_graphs: bool = True
     system: str | None = None  # a system message (default: the chat template's own)
     systems: tuple[str, ...] = ()  # several system messages, one per batch in turn (instead of ``system``)
+    asks: tuple[str, ...] = ()  # requests for a question (e.g. ASKS["code"]): the target's answer is the prompt
 
     def __post_init__(self) -> None:
+        self._check()
+        if self.asks and (self.systems or self.system is not None):
+            raise EagleLabError("asks condition the assistant's turn: give them without system messages",
+                                field="asks", found=len(self.asks), hint="drop --system / --systems-file with --ask")
+        if any(not a.strip() for a in self.asks):
+            raise EagleLabError("an empty request in the asks", field="asks", hint="one request per line")
+
+    def _check(self) -> None:
         for name in ("count", "max_new_tokens", "batch_size", "min_words", "max_empty_batches"):
             if getattr(self, name) < 1:
                 raise EagleLabError(f"{name} must be >= 1", field=name, found=getattr(self, name))
@@ -77,8 +88,28 @@ class SynthSettings:
 
     @property
     def conditions(self) -> tuple[str | None, ...]:
-        """The system message of each batch in turn (None: the template's own)."""
-        return self.systems or (self.system,)
+        """The system message (or, with ``asks``, the request) of each batch in turn (None: the template's own)."""
+        return self.asks or self.systems or (self.system,)
+
+
+# Requests for questions of a kind the shipped data lacks: the target writes the question (as its answer), never
+# taken from an evaluation set; what it writes is screened against MT-bench and HumanEval like every prompt.
+ASKS = {
+    "code": (
+        "Write one question a programmer might ask an assistant about Python. Reply with the question only.",
+        "Write a short programming task for a Python function, as a user would ask it. Reply with the task only.",
+        "Write one question someone might ask about fixing a bug in their code. Reply with the question only.",
+        "Write one request for a small script or program, as a user would ask it. Reply with the request only.",
+        "Write one question about a data structure or an algorithm. Reply with the question only.",
+    ),
+    "maths": (
+        "Write one maths word problem a student might ask for help with. Reply with the problem only.",
+        "Write one algebra question a user might ask. Reply with the question only.",
+        "Write one question about probability or statistics. Reply with the question only.",
+        "Write one arithmetic or percentage problem from everyday life. Reply with the problem only.",
+        "Write one geometry question a student might ask. Reply with the question only.",
+    ),
+}
 
 
 def user_turn_prefix(tokenizer, system: str | None = None) -> list[int]:
@@ -145,7 +176,8 @@ class Synthesizer:
 
     def __init__(self, model, tokenizer, settings: SynthSettings, *, clock: Callable[[], float] = time.perf_counter):
         self.model, self.tokenizer, self.settings, self.clock = model, tokenizer, settings, clock
-        self.prefixes = [user_turn_prefix(tokenizer, m) for m in settings.conditions]  # one per system message
+        self.prefixes = ([tokenizer.chat_ids(a) for a in settings.asks] if settings.asks  # the assistant's turn
+                         else [user_turn_prefix(tokenizer, m) for m in settings.conditions])  # one per system message
         self._engine = None
 
     @property
@@ -222,6 +254,6 @@ def synthesis_manifest(result: SynthResult, settings: SynthSettings, prefix_text
         "kept": len(result.prompts), "kept_share": round(len(result.prompts) / max(result.sampled, 1), 4),
         "dropped": {r: result.dropped.get(r, 0) for r in REJECTS}, "sampled_tokens": result.tokens,
         "seconds": round(result.seconds, 2), "stopped_by_time": result.stopped_by_time,
-        "kept_by_system": [{"system": m, "kept": result.kept_by_condition.get(i, 0)}
+        "kept_by_system": [{"ask" if settings.asks else "system": m, "kept": result.kept_by_condition.get(i, 0)}
                            for i, m in enumerate(settings.conditions)], **extra,
     }
