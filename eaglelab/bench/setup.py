@@ -14,8 +14,14 @@ from eaglelab.flags import int_list
 # Per device, what a flag left out measures. The headline (no --configs, no --full): a few minutes at most, batch
 # 1 and 8 on CUDA, batch 1 and a few prompts on a CPU; passes interleave, three of them so their spread shows.
 # --full sweeps the batch sizes a server sees; on a CPU still short enough to finish in minutes on a laptop.
-HEADLINE_GPU = {"batch_sizes": "1,8", "prompts": 8, "max_new_tokens": 64, "repeats": 3, "micro_batch_sizes": "1,8"}
-HEADLINE_CPU = {"batch_sizes": "1", "prompts": 3, "max_new_tokens": 32, "repeats": 3, "micro_batch_sizes": "1"}
+# The HF peer is a reference, not the headline: there it times its first group of prompts at each batch size, once,
+# at most HF_HEADLINE_TOKENS a row (eager HF decodes a token in ~70 ms on the H200: 64 tokens at batch 1 and 8 took
+# 10.6 s of a 189 s run, their warm-ups and load besides).
+HF_HEADLINE_TOKENS = 32
+HEADLINE_GPU = {"batch_sizes": "1,8", "prompts": 8, "max_new_tokens": 64, "repeats": 3, "micro_batch_sizes": "1,8",
+                "hf_max_new_tokens": HF_HEADLINE_TOKENS}
+HEADLINE_CPU = {"batch_sizes": "1", "prompts": 3, "max_new_tokens": 32, "repeats": 3, "micro_batch_sizes": "1",
+                "hf_max_new_tokens": HF_HEADLINE_TOKENS}
 GPU_DEFAULTS = {"batch_sizes": "1,2,4,8,16,32", "prompts": 8, "max_new_tokens": 64, "repeats": 3,
                 "micro_batch_sizes": "1,8,32"}
 CPU_DEFAULTS = {"batch_sizes": "1,2", "prompts": 2, "max_new_tokens": 32, "repeats": 3, "micro_batch_sizes": "1"}
@@ -64,7 +70,7 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
     ctx = B.BenchContext(
         target=built["target"], spec=built["spec"], make_drafter=built["make_drafter"], prompts=prompts,
         max_new_tokens=max_new, batch_sizes=batch_sizes, repeats=args.repeats or d["repeats"],
-        peer=built["peer"], peer_skip=built.get("peer_skip"), log=log, tp=tp,
+        peer=capped_peer(built["peer"], d.get("hf_max_new_tokens")), peer_skip=built.get("peer_skip"), log=log, tp=tp,
         compile_mode=None if args.compile_mode == "default" else args.compile_mode,
         compile_prefill=args.bench_compile_prefill,
         eager_kernels=built.get("kernels") if cpu else None,  # as `run`: the few-row C kernel,
@@ -76,11 +82,37 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
     notes += [f"run's regime here: {regime.label}", *regime.reasons, *tree_notes(built["draft"], batch_sizes)]
     notes += [f"prompts: {len(prompts)} {what}, {how}; "
               f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",
-              f"generation: {max_new} tokens per row, EOS ignored, greedy"]
+              f"generation: {max_new} tokens per row, EOS ignored, greedy", *peer_note(built["peer"] if runs_hf(args) else None, d, max_new)]
     notes += [window_note] if window_note and max(map(len, prompts)) == keep else []
     micro_bs = int_list(args.micro_batch_sizes or d["micro_batch_sizes"], "--micro-batch-sizes")
     return BenchSetup(ctx, tuple(notes), built["name"], built["weight_bytes"], micro_bs, device_reason, dtype_reason,
                       dtype_name, regime)
+
+
+def capped_peer(peer: Callable[[], Any] | None, tokens: int | None) -> Callable[[], Any] | None:
+    """The HF peer's builder, its generate making at most ``tokens`` a row (None: as many as asked)."""
+    if peer is None or tokens is None:
+        return peer
+
+    def build() -> Callable[[list[list[int]], int], Any]:
+        generate = peer()
+        return lambda group, max_new: generate(group, min(max_new, tokens))
+
+    return build
+
+
+def runs_hf(args: argparse.Namespace) -> bool:
+    """Whether the HF peer is among the configurations (the headline's, --full's, or named in --configs)."""
+    return args.configs is None or "hf" in [c.strip() for c in args.configs.split(",")]
+
+
+def peer_note(peer: Callable[[], Any] | None, defaults: dict[str, Any], max_new: int) -> list[str]:
+    """What the HF peer times, when it runs: its first group of prompts, once, and how many tokens a row."""
+    if peer is None:
+        return []
+    tokens = min(max_new, defaults.get("hf_max_new_tokens") or max_new)
+    return [f"HF generate (a reference): the first group of prompts at each batch size, one pass, {tokens} tokens per "
+            "row" + (f" (its tok/s over {tokens}, prefill included; ours over {max_new})" if tokens < max_new else "")]
 
 
 def prompt_tokens_in_window(config: Any, max_prompt_tokens: int, max_new: int) -> tuple[int, str | None]:

@@ -84,3 +84,41 @@ def test_a_cpu_run_says_where_its_wall_time_went(tmp_path, questions, capsys):
     assert parts["graphs"] == 0 and w["compile"] == 0 and w["compile_sets"] == {}
     flat = " ".join(capsys.readouterr().out.split())
     assert f"where the time went: {w['seconds']:.1f} s" in flat and "graphs" not in flat.split("where the time")[1]
+
+
+@pytest.mark.usefixtures("one_thread", "idle_machine")
+def test_the_headlines_hf_peer_times_one_group_of_at_most_32_tokens(tmp_path, questions, capsys):
+    """The HF peer is a reference: with no flags it times its first group of prompts (one prompt at batch 1), once,
+    at most HF_HEADLINE_TOKENS a row, and the notes say so; ours time every prompt at every token asked."""
+    from eaglelab.bench.setup import HF_HEADLINE_TOKENS
+
+    out = tmp_path / "bench.json"
+    asked = HF_HEADLINE_TOKENS + 8
+    assert main(["bench", "--scale-model", "tiny", "--device", "cpu", "--max-new-tokens", str(asked), "--prompts", "2",
+                 "--repeats", "1", "--questions", str(questions), "--json", str(out)]) == 0
+    rep = json.loads(out.read_text())
+    rows = {r["config"]: r for r in rep["rows"]}
+    assert rows["hf"]["tokens"] == HF_HEADLINE_TOKENS and len(rows["hf"]["sweeps_tok_per_s"]) == 1
+    assert rows["plain-eager"]["tokens"] == rows["spec-decode"]["tokens"] == 2 * asked
+    note = next(n for n in rep["notes"] if n.startswith("HF generate"))
+    assert f"one pass, {HF_HEADLINE_TOKENS} tokens per row" in note and f"ours over {asked}" in note
+
+
+def test_named_configurations_without_hf_say_nothing_of_it():
+    """The note on the HF peer only where it runs: --configs without hf leaves it out; the full sweep times HF at
+    every token asked."""
+    from eaglelab.bench.setup import CPU_DEFAULTS, capped_peer, peer_note, runs_hf
+    from eaglelab.cli import build_parser
+
+    parse = build_parser().parse_args
+    assert not runs_hf(parse(["bench", "--configs", "plain-eager,spec-decode"]))
+    assert runs_hf(parse(["bench", "--configs", "plain-eager, hf"])) and runs_hf(parse(["bench"]))
+    assert peer_note(None, CPU_DEFAULTS, 32) == []
+    assert peer_note(lambda: None, CPU_DEFAULTS, 32) == [
+        "HF generate (a reference): the first group of prompts at each batch size, one pass, 32 tokens per row"]
+    calls = []
+    build = capped_peer(lambda: (lambda group, max_new: calls.append(max_new)), 16)
+    generate = build()
+    generate([[1]], 64)
+    generate([[1]], 8)
+    assert calls == [16, 8] and capped_peer(None, 16) is None
