@@ -139,9 +139,9 @@ PY
   cp "$D"/eaglelab_training.json "$D"/config.json "$R/" 2>/dev/null
   TAIL=6 run check_wiring 45 $EL check-wiring "$D" --device cuda
   TAIL=40 run figures40 $(( $(left) - 90 )) $EL bench --figures --model default --draft "$D" --device cuda \
-    --max-new-tokens 128 --repeats 2 --compile-prefill --json "$OUT/figures40.json"
+    --max-new-tokens 128 --repeats 2 --json "$OUT/figures40.json"
   TAIL=30 run figures_shipped $(left) $EL bench --figures --model default --draft "$SHIPPED" --device cuda \
-    --batch-sizes 1 --max-new-tokens 128 --repeats 2 --compile-prefill --json "$OUT/figures_shipped.json"
+    --batch-sizes 1 --max-new-tokens 128 --repeats 2 --json "$OUT/figures_shipped.json"
 }
 
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in A|B) echo 240;; *) echo 570;; esac)}; watchdog "$0"
