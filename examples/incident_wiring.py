@@ -93,7 +93,7 @@ def serve_three_ways(draft_dir: Path, work: Path) -> list[Served]:
     embedded["eagle_config"][IDS_FIELD] = [-1, *ids[:-1]]  # fc takes 3 states: the deepest one drops out
     return [
         Served(f"healthy: SGLang reads ids {ids}", draft_dir, "sglang"),
-        Served(f"broken: embedding added, ids {[-1, *ids[:-1]]}", _config_copy(draft_dir, work / "embedding", embedded),
+        Served(f"broken: embedding added, ids {[-1, *ids[:-1]]}", config_copy(draft_dir, work / "embedding", embedded),
                "sglang"),
         Served(f"broken: ids {ids} read by vLLM (layer inputs)", draft_dir, "vllm"),
     ]
@@ -106,7 +106,7 @@ def served_taps(s: Served, num_layers: int) -> tuple[int, ...]:
     return engine_taps(s.serving, ids, num_layers).hf_indices
 
 
-def _config_copy(draft_dir: Path, out: Path, config: dict) -> Path:
+def config_copy(draft_dir: Path, out: Path, config: dict) -> Path:
     """A served copy of the drafter: the edited config.json, the same weight files (linked)."""
     out.mkdir(parents=True, exist_ok=True)
     for f in draft_dir.iterdir():
