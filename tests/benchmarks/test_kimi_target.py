@@ -41,6 +41,7 @@ def test_the_directory_contract(made):
     for k in ("heldout_loss_bf16_experts", "heldout_loss_int4_experts", "train_loss_last10pct"):
         assert 0 < s[k] < 1.2 * torch.log(torch.tensor(float(kimi_target.SMALL.vocab))).item(), k
     assert abs(s["int4_cost"]) < 0.5 and any("routed experts INT4" in n for n in s["load_notes"])
+    assert s["int4_greedy_sample"] and s["wall_s"] >= s["train_wall_s"] + s["data_s"]
 
 
 def test_the_checkpoint_is_laid_out_as_kimi_k25_ships(made):
