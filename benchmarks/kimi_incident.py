@@ -23,7 +23,9 @@ a Python start-up and a target load per step); their own progress lines go to st
     PYTHONPATH=. python benchmarks/kimi_incident.py --work DIR --device cuda        # ~4.5 min on one H200
     PYTHONPATH=. python benchmarks/kimi_incident.py --work DIR --small --device cpu # tiny target: a CPU test
 
-A drafter already trained under ``DIR/incident2/drafter`` is reused (``--retrain`` trains it again).
+Everything goes under ``DIR/incident2/`` (the script's own folder). A drafter trained there after the target was
+written is reused (the serving and checks run again); ``--retrain``, or a newer target, trains afresh (the folder is
+emptied first).
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ import io
 import json
 import os
 import re
+import shutil
 import sys
 import time
 from contextlib import contextmanager, redirect_stdout
@@ -95,6 +98,8 @@ def main(argv: list[str] | None = None) -> dict:
     prompts = [tok.chat_ids(p) for p in prompt_texts]
     served = serve_four_ways(drafter, out / "served")
     rows, baseline = measure_all(session, served, prompts, args.max_new_tokens or sizes.max_new_tokens)
+    if rows[0].output_difference:  # in float32 an alarm (compare.output_difference says so); in bf16 a note
+        _say(f"healthy: {rows[0].output_difference}")
     texts = write_texts(out / "texts.jsonl", prompt_texts, baseline.tokens, tok)
     data = capture_data(args, sizes, target, texts, out / "data")
     checks = {s.label: [check(s, mode, args, target, data, texts) for mode in MODES] for s in served}
@@ -113,9 +118,13 @@ def train_drafter(args: argparse.Namespace, sizes: Sizes, target: Path, prompts:
     """The target's greedy answers (``eaglelab distill``), then ``eaglelab train --online --layout mla`` on them for
     ``--train-s`` seconds at SpecForge's default ids; a drafter already there is reused unless ``--retrain``."""
     drafter = out / "drafter"
-    if (drafter / "config.json").is_file() and not args.retrain:
+    fresh = (drafter / "config.json").is_file() and (drafter / "config.json").stat().st_mtime > (
+        target / "config.json").stat().st_mtime
+    if fresh and not args.retrain:
         _say(f"reusing the drafter trained before: {drafter} (--retrain trains it again)")
         return drafter, _training_record(drafter, reused=True)
+    if out.is_dir():  # this script's own folder: a drafter, data and distill shards of an older target or run
+        shutil.rmtree(out)
     distill = out / "distill"
     cli(["distill", "--prompts", str(prompts), "--out", str(distill), "--model", str(target),
          "--limit", str(sizes.distill_prompts), "--max-new-tokens", str(sizes.distill_tokens),
