@@ -17,6 +17,10 @@ interleaved pairs and YaRN mscale, as the target's MLA). The drafter's KV cache 
 row layout, one [R + Dr] latent row per token (``Eagle3Config.num_kv_heads`` = 1, ``head_dim`` = R + Dr).
 The residual around attention is the fc output ``f`` (SGLang; vLLM also honours ``norm_before_residual``).
 SGLang refuses ``q_lora_rank: null``; vLLM builds ``q_proj`` then; both are built here.
+
+Under tensor parallelism this drafter is replicated on every rank, as the Llama-layout one is
+(:mod:`eaglelab.engine.model.tp_layers` says why): built with ``tp=None``, it holds every head and the
+whole latent row, and a draft step runs no collective (``tests/engine/model/test_tp_mla_drafter.py``).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ def attention_config(cfg: Eagle3Config) -> ModelConfig:
 
 
 class Eagle3MLAttention(MLAttention):
-    """The target's MLA over the drafter's [embed ; features] input (2H wide), one layer, no TP."""
+    """The target's MLA over the drafter's [embed ; features] input (2H wide), one layer, replicated under TP."""
 
     def __init__(self, cfg: Eagle3Config) -> None:
         super().__init__(attention_config(cfg), 0, None, in_features=2 * cfg.hidden_size, latent_eps=cfg.rms_norm_eps)
