@@ -170,3 +170,63 @@ def test_replica_check_passes_for_the_mla_drafter(runs, flavour):
     single, ranks = runs
     for r in ranks:
         assert r[flavour]["checked"] == single["plain"]
+
+
+def _graphs_rank(tp, cache_root: str) -> dict:
+    """NCCL, float32: the kimi-like MLA + MoE target at TP=world with the replicated MLA drafter (EAGLE-3.1, a
+    tree), eager, then from CUDA graphs (the cycle as one graph), then compiled inside them. -> per mode the
+    tokens, accept lengths, graph statuses of the spec cycles, runner failures and compile fallbacks."""
+    from pathlib import Path
+
+    from eaglelab.engine.runtime.compile import compile_report, compiled_kernels
+    from eaglelab.engine.model.layers import EAGER_KERNELS
+    from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
+    from eaglelab.engine.runtime.runner import EagerRunner
+    from tests.engine.model.test_eagle3_mla import TAPS, TCFG, mla_drafter
+    from tests.engine.model.test_eagle3_mla import YARN as DRAFT_YARN
+    from tests.engine.model.test_tp import build
+    from tests.engine.runtime.test_cuda_graphs import Recorder
+
+    dev = torch.device("cuda", tp.local_rank)
+    target = build(TCFG, tp).to(dev)  # weights drawn per full tensor, then sharded: the same model at any TP
+    shape = dict(num_steps=3, topk=2, num_draft_tokens=5)
+    out = {"plain": Engine(target, runner=EagerRunner(target)).generate(PROMPTS, 16).tokens}
+    for mode in ("eager", "graphs", "compiled"):
+        spec = SpecConfig("eagle3", **shape, cuda_graphs=mode != "eager", compile=mode == "compiled",
+                          one_graph_cycle=True)
+        net = mla_drafter(target.embed_tokens, rope_scaling=DRAFT_YARN, fc_norm=True, norm_output=True).to(dev)
+        d = Eagle3Drafter(net, spec, TAPS)
+        kernels = compiled_kernels(Path(cache_root) / str(tp.rank)) if mode == "compiled" else EAGER_KERNELS
+        graphs = None if mode == "eager" else CudaGraphRunner.for_engine(target, spec, d, max_len=96, buckets=(2,),
+                                                                        kernels=kernels)
+        eng = Engine(target, drafter=d, spec=spec, runner=graphs or EagerRunner(target, net), observer=Recorder())
+        res = eng.generate(PROMPTS, 16)
+        out[mode] = {"tokens": res.tokens, "accepts": res.accept_lens,
+                     "graph": sorted({s for c in eng.observer.cycles if c.kind == "spec" for s in c.graph.values()}),
+                     "failed": list(graphs._failed.values()) if graphs else [],
+                     "fallbacks": compile_report(kernels)[1] if mode == "compiled" else []}
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_mla_drafter_on_nccl_under_cuda_graphs_and_compile(tmp_path):
+    """NCCL ranks (2 GPUs if there, else 1): the replicated MLA drafter's speculation from CUDA graphs (one graph
+    per cycle) and compiled inside them emits plain greedy's tokens with the eager run's accept lengths, every
+    spec cycle replays, nothing falls back, and the ranks agree. On an nvidia-h200-x2, about 2-4 minutes::
+
+        python -m pytest -q -m gpu tests/engine/model/test_tp_mla_drafter.py
+    """
+    from tests.engine.runtime.test_cuda_graphs import REPLAY
+
+    world = min(2, torch.cuda.device_count())
+    ranks = spawn_ranks(_graphs_rank, world, str(tmp_path), backend="nccl", timeout_s=560)
+    for r in ranks:
+        assert not isinstance(r, RankFailure), r
+        assert r["eager"]["tokens"] == r["plain"]
+        for mode in ("graphs", "compiled"):
+            got = r[mode]
+            assert got["failed"] == [] and got["fallbacks"] == [], (mode, got)
+            assert got["graph"] == [REPLAY], (mode, got["graph"])
+            assert got["tokens"] == r["plain"] and got["accepts"] == r["eager"]["accepts"], mode
+    assert all(r["plain"] == ranks[0]["plain"] and r["compiled"] == ranks[0]["compiled"] for r in ranks)
