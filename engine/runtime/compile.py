@@ -64,6 +64,7 @@ class CompiledOrEager:
         self.compiled = torch.compile(fn, **({"dynamic": None} | options))
         self.reason: str | None = None
         self.compile_seconds = 0.0
+        self.tried = False  # its first call (a compile, or a failed one) has happened
         self._ready = False
 
     def __call__(self, *args, **kwargs):
@@ -82,6 +83,7 @@ class CompiledOrEager:
 
     def _first_call(self, args: tuple, kwargs: dict):
         self.log.start()
+        self.tried = True
         t0 = time.perf_counter()
         try:  # the first call compiles (or loads from the on-disk cache)
             out = self.compiled(*args, **kwargs)
@@ -123,6 +125,16 @@ class PhaseCompiler:
         phase = CompiledOrEager(label, fn, self.log, **options)
         self.made.append(phase)
         return phase
+
+
+def compiles_tried(kernels: Kernels) -> int | None:
+    """How many of ``kernels``' compiled callables (pieces and phases) have made their first call, i.e. compiled
+    or tried to; None when ``kernels`` compile through something else (what it did cannot be told)."""
+    pieces = [k for k in (kernels.rms_norm, kernels.rotary, kernels.swiglu) if isinstance(k, CompiledOrEager)]
+    phases = kernels.compile_phase
+    if phases is not None and not isinstance(phases, PhaseCompiler):
+        return None
+    return sum(p.tried for p in pieces + (phases.made if phases is not None else []))
 
 
 def inductor_cache_dir(root: Path) -> Path:

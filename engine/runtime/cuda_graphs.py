@@ -46,12 +46,12 @@ import gc
 import time
 import warnings
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Hashable
 
 import torch
 
-from eaglelab.engine.runtime.compile import kernel_setup_seconds
+from eaglelab.engine.runtime.compile import compiles_tried, kernel_setup_seconds
 from eaglelab.engine.runtime.contracts import Drafter, PhaseParts
 from eaglelab.engine.model.layers import EAGER_KERNELS, Kernels, prepare_fused
 from eaglelab.engine.core.kv_cache import KVCache
@@ -350,6 +350,7 @@ class CudaGraphRunner:
         the run's state as it was.
         """
         mem0, t0, kernels0 = self._reserved(), time.perf_counter(), kernel_setup_seconds(self.kernels)
+        built0 = self._built()
         tp = self.target.tp
         saved = [(c, c.k[:, :b].clone(), None if c.v is None else c.v[:, :b].clone())  # MLA caches hold no V
                  for c in caches if c is not None]
@@ -368,9 +369,13 @@ class CudaGraphRunner:
                     c.v[:, :b].copy_(v)
             for t, old in kept:
                 t.copy_(old)
-            if _builds_kernels(self.kernels):  # a compile leaves hundreds of thousands of Python objects behind:
-                gc.collect()  # collected here (set-up time) they are old, and no collection inside the generation
-                # loop walks them (one full collection costs ~0.1-0.2 s: several whole requests of a small model)
+            if _builds_kernels(self.kernels) and (built0 is None or self._built() != built0):
+                # a compile (or the Triton kernels' tuning) leaves hundreds of thousands of Python objects behind:
+                # collected here (set-up time) they are old, and no collection inside the generation loop walks
+                # them (one full collection costs ~0.1-1 s: several whole requests of a small model). A capture
+                # that built nothing (a prompt width's eager prefill, after the compiles) leaves a few objects:
+                # a full collection there would walk the whole heap again (~1 s each on a cold bench) for nothing
+                gc.collect()
             if tp is not None:  # ranks finish a capture at different times: meet here (set-up time), not
                 tp.check(f"capture of {name} graph")  # at the next replay's first collective (skew)
             self._setup += time.perf_counter() - t0 - (kernel_setup_seconds(self.kernels) - kernels0)
@@ -382,6 +387,12 @@ class CudaGraphRunner:
         self.capture_stats.append(stats)
         if self._observer is not None:
             self._observer.on_graph_captured(stats)
+
+    def _built(self) -> tuple[float, int] | None:
+        """What kernel building has happened so far: the Triton kernels' set-up seconds, and how many compiled
+        callables made their first call; None when the compiler cannot tell (then every capture counts as built)."""
+        tried = compiles_tried(replace(self.kernels, compile_phase=self.compile_phase))
+        return None if tried is None else (kernel_setup_seconds(self.kernels), tried)
 
     def _reserved(self) -> int:
         """Device memory reserved by the caching allocator (graph pools included), after a sync."""

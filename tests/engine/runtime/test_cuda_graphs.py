@@ -399,11 +399,17 @@ def test_capture_restores_the_rows_of_a_k_only_mla_cache(mla):
     assert runner._failed[("phase", "decode", 3, 1)] == "eager: capture failed (operation not permitted when stream is capturing)"
 
 
-def test_a_capture_ends_with_a_garbage_collection_timed_as_set_up(mla, monkeypatch):
+def test_a_capture_that_compiles_ends_with_a_garbage_collection_timed_as_set_up(mla, monkeypatch):
     """The objects a compile leaves are collected inside the capture's set-up time, not by a collection the
-    generation loop would trigger (a full one costs ~0.1-0.2 s, inside tok/s); a failed capture too. Without
-    compiled or Triton kernels there is nothing to collect: no collection."""
+    generation loop would trigger (a full one costs ~0.1-1 s, inside tok/s); a failed capture that compiled too.
+    A capture that compiles nothing (a prompt width's eager prefill after the compiles) does not walk the whole
+    heap again: no collection. Without compiled or Triton kernels there is nothing to collect: no collection."""
     import gc
+
+    from dataclasses import replace
+
+    from eaglelab.engine.model.layers import EAGER_KERNELS
+    from eaglelab.engine.runtime.compile import CompileLog, PhaseCompiler
 
     calls = []
 
@@ -413,24 +419,28 @@ def test_a_capture_ends_with_a_garbage_collection_timed_as_set_up(mla, monkeypat
         return 0
 
     monkeypatch.setattr(gc, "collect", slow_collect)
-    from dataclasses import replace
-
-    from eaglelab.engine.model.layers import EAGER_KERNELS
-
+    phases = PhaseCompiler(CompileLog(None), backend="eager")  # dynamo's trace alone: a real first call on CPU
     runner = EmulatedRunner.for_engine(mla, SpecConfig(cuda_graphs=True), None, max_len=16, buckets=(1, 3),
-                                       kernels=replace(EAGER_KERNELS, compiled=True))  # what a compile leaves
+                                       kernels=replace(EAGER_KERNELS, compiled=True, compile_phase=phases))
     cache = runner.make_cache(2, 16)
+    read = lambda: (cache.k[0, :2, 0, 0, :1] * 2,)  # noqa: E731
     before = runner.setup_seconds
-    runner._capture(("phase", "decode", 2, 1), "decode", 2, {}, lambda: (cache.k[0, :2, 0, 0, :1].clone(),), (cache,))
-    assert len(calls) == 1 and runner.setup_seconds - before >= 0.05
+    first = runner._compiled("decode [b=2]", read)
+    runner._capture(("phase", "decode", 2, 1), "decode", 2, {}, first, (cache, None))
+    assert phases.made[0].tried and len(calls) == 1 and runner.setup_seconds - before >= 0.05
+    runner._capture(("phase", "prefill", 2, 16), "prefill", 2, {}, read, (cache,))  # compiles nothing
+    assert len(calls) == 1 and ("phase", "prefill", 2, 16) in runner._graphs
 
     def broken():
         raise RuntimeError("operation not permitted when stream is capturing")
 
-    runner._capture(("phase", "decode", 3, 1), "decode", 2, {}, broken, (cache,))
+    failing = runner._compiled("decode [b=3]", lambda: broken())
+    runner._capture(("phase", "decode", 3, 1), "decode", 2, {}, failing, (cache,))
     assert len(calls) == 2 and runner.setup_seconds - before >= 0.1
+    runner._capture(("phase", "decode", 3, 2), "decode", 2, {}, broken, (cache,))  # failed, compiled nothing
+    assert len(calls) == 2 and ("phase", "decode", 3, 2) in runner._failed
     plain = EmulatedRunner.for_engine(mla, SpecConfig(cuda_graphs=True), None, max_len=16, buckets=(1, 3))
-    plain._capture(("phase", "decode", 2, 1), "decode", 2, {}, lambda: (cache.k[0, :2, 0, 0, :1].clone(),), (cache,))
+    plain._capture(("phase", "decode", 2, 1), "decode", 2, {}, read, (cache,))
     assert len(calls) == 2
 
 
