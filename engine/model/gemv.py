@@ -22,8 +22,9 @@ unavailable with a reason.
 from __future__ import annotations
 
 import functools
+import importlib.metadata
 import time
-from typing import Callable
+from typing import Callable, Mapping, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -88,6 +89,26 @@ def default_config(n: int, k: int, rows: int) -> GemvConfig:
     return candidates(rows)[0]
 
 
+def tuning_environment(device: torch.device, dtype: torch.dtype) -> dict[str, str]:
+    """What a tuner's choice depends on beyond the shape: the GPU, the dtype, torch's and Triton's versions (a tiling
+    timed under others may no longer be the fastest). Triton's version is read from its package, not imported."""
+    gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
+    try:
+        triton = importlib.metadata.version("triton")
+    except importlib.metadata.PackageNotFoundError:
+        triton = "absent"
+    return {"gpu": gpu, "dtype": str(dtype).removeprefix("torch."), "torch": torch.__version__, "triton": triton}
+
+
+def environment_mismatch(measured_on: Mapping[str, str], here: Mapping[str, str]) -> str | None:
+    """How ``measured_on`` differs from ``here`` (:func:`tuning_environment`), e.g. ``torch 2.11.0+cu130 (here
+    2.13.0)``; None when they are the same."""
+    keys = list(here) + [k for k in measured_on if k not in here]
+    differ = [f"{k} {measured_on.get(k, 'not recorded')} (here {here.get(k, 'not known')})"
+              for k in keys if measured_on.get(k) != here.get(k)]
+    return "; ".join(differ) or None
+
+
 def triton_unavailable() -> str | None:
     """Why the kernel cannot run here (None: it can): Triton not importable, or the op not registered."""
     return unavailable("Triton GEMV", load_op)
@@ -125,12 +146,16 @@ class TritonGemv:
     any eager call).
     If the kernel fails there, it is switched off for good and ``reason`` says why: callers then take
     ``F.linear``. ``setup_seconds`` is the tuning time (kept out of tok/s like a compile).
+
+    Choices measured before on the same setup (a device profile's, through :meth:`adopt`) take the place of the
+    timing: such a shape's tiling is only checked against F.linear on its first eager call (one run, no timing).
     """
 
     def __init__(self, log: Callable[[str], None] | None = None, reps: int = 20) -> None:
         self.log, self.reps = log, reps
         self.reason = triton_unavailable()
         self.chosen: dict[tuple[int, int, int], GemvConfig] = {}
+        self.preset: dict[tuple[int, int, int], GemvConfig] = {}  # adopted, not yet checked (:meth:`adopt`)
         self.setup_seconds = 0.0
         self._said = False
 
@@ -139,6 +164,24 @@ class TritonGemv:
     def refusal(self, x: torch.Tensor, weight: torch.Tensor) -> str | None:
         """Why this call does not take the GEMV (None: it does)."""
         return refusal(x, weight, self.reason)
+
+    def adopt(self, chosen: Mapping[tuple[int, int, int], Sequence[int]], measured_on: Mapping[str, str],
+              here: Mapping[str, str], source: str = "a device profile") -> str | None:
+        """Take the tilings ``chosen`` per (N, K, M bucket) (5 ints as :class:`GemvConfig`, zeros for F.linear) in
+        place of timing those shapes, when they were measured on this very setup: ``measured_on == here``
+        (:func:`tuning_environment`). Otherwise nothing is taken, every shape is tuned as usual, and the return
+        value (also logged) says why. None: taken."""
+        mismatch = environment_mismatch(measured_on, here)
+        if mismatch is not None:
+            why = f"GEMV tilings from {source} not used, measured with {mismatch}: each shape is tuned here"
+            if self.log is not None:
+                self.log(why)
+            return why
+        self.preset.update({tuple(key): GemvConfig(*cfg) for key, cfg in chosen.items()})
+        if self.log is not None:
+            self.log(f"GEMV tilings for {len(chosen)} shapes from {source} (measured on this GPU, dtype, torch and "
+                     "Triton): each checked against F.linear on first use, not timed; other shapes are tuned")
+        return None
 
     def pack(self, weight: torch.Tensor) -> torch.Tensor:
         """The weight as it is (no copy of its own: ``layout`` None)."""
@@ -153,13 +196,37 @@ class TritonGemv:
         key = (N, K, row_bucket(M))
         cfg = self.chosen.get(key)
         if cfg is None and not torch.compiler.is_compiling() and not capturing(x):
-            cfg = self._tune(key, x, weight, bias)
+            cfg = self._take_preset(key, x, weight, bias) or self._tune(key, x, weight, bias)
             if cfg is None:
                 return F.linear(x, weight, bias)
         cfg = cfg or default_config(N, K, M)
         if cfg.block_n == 0:  # LINEAR: cuBLAS was faster for this shape
             return F.linear(x, weight, bias)
         return run_op(x, weight, bias, cfg)
+
+    def _take_preset(self, key, x, weight, bias) -> GemvConfig | None:
+        """The adopted tiling for ``key`` if it agrees with F.linear on these tensors (None: none adopted, or it
+        failed or disagreed here, which the log says; the caller then tunes the shape)."""
+        cfg = self.preset.pop(key, None)
+        if cfg is None:
+            return None
+        if cfg == LINEAR:  # cuBLAS: nothing of ours to check
+            self.chosen[key] = cfg
+            return cfg
+        t0 = time.perf_counter()
+        try:
+            ref = F.linear(x, weight, bias).float()  # [M, N]
+            err, bound = (run_op(x, weight, bias, cfg).float() - ref).abs().max().item(), tolerance(ref)
+            why = None if err <= bound else f"max |error| {err:.3g} against F.linear > {bound:.3g}"
+        except Exception as exc:  # noqa: BLE001 - a preset that does not compile here is tuned instead, and said
+            why = f"{type(exc).__name__}: {first_line(exc)}"
+        self.setup_seconds += time.perf_counter() - t0
+        if why is None:
+            self.chosen[key] = cfg
+            return cfg
+        if self.log is not None:
+            self.log(f"  GEMV [{key[1]} -> {key[0]}] M<={key[2]}: the adopted {describe(cfg)} failed here ({why}); tuning")
+        return None
 
     def _tune(self, key, x, weight, bias) -> GemvConfig | None:
         """Check every candidate against ``F.linear`` on these very tensors, time those that agree and F.linear,
@@ -173,13 +240,13 @@ class TritonGemv:
         # from being timed out of the L2 cache, which would favour the wrong tiling.
         copies = [weight] + [weight.clone() for _ in range(TUNE_BYTES // (weight.numel() * weight.element_size()))]
         ref = F.linear(x, weight, bias).float()  # [M, N]
-        tolerance = 0.03 * ref.abs().max().item() + 1e-3  # a few bf16 roundings; a wrong kernel is far off
+        bound = tolerance(ref)
         times, errors = {}, []
         for cfg in candidates(key[2]):
             try:
                 err = (run_op(x, weight, bias, cfg).float() - ref).abs().max().item()
-                if not err <= tolerance:  # a tiling that computes something else is never chosen
-                    errors.append(f"{tuple(cfg)}: max |error| {err:.3g} against F.linear > {tolerance:.3g}")
+                if not err <= bound:  # a tiling that computes something else is never chosen
+                    errors.append(f"{tuple(cfg)}: max |error| {err:.3g} against F.linear > {bound:.3g}")
                     continue
                 times[cfg] = time_in_turn(lambda i: run_op(x, copies[i], bias, cfg), len(copies), self.reps)
             except Exception as exc:  # noqa: BLE001 - a tiling that does not compile is skipped, and said
@@ -204,6 +271,11 @@ class TritonGemv:
             self.log(f"  GEMV [{key[1]} -> {key[0]}] M<={key[2]}: {describe(best)}; best tiling {tiled * 1e3:.1f} us, "
                      f"F.linear {times[LINEAR] * 1e3:.1f} us" + "".join(f"\n    tiling skipped: {e}" for e in errors))
         return best
+
+
+def tolerance(ref: torch.Tensor) -> float:
+    """The largest error a tiling may show against F.linear's ``ref``: a few bf16 roundings (a wrong kernel is far off)."""
+    return 0.03 * ref.abs().max().item() + 1e-3
 
 
 def run_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: GemvConfig) -> torch.Tensor:
