@@ -3,7 +3,9 @@
 ``urllib``'s ``timeout`` bounds each socket read, not the request: a server that trickles one byte
 a second, streams without end, or sends headers forever holds the caller for ever. Here every read
 first checks the request's deadline and waits at most for what is left of it, so a GET ends within
-``deadline_s`` (plus one scheduling tick) whatever the server does. Headers are capped by
+``deadline_s`` (plus one scheduling tick) whatever the server does. The host name is resolved under the
+same deadline: ``getaddrinfo`` cannot be given a timeout, so it runs in a daemon thread the request waits
+for at most until the deadline (a slow DNS server hung the caller before any read began). Headers are capped by
 ``http.client`` (64 KiB a line, 100 lines) and the body by ``max_bytes``. No proxies, no redirects:
 a watcher talks to the server it was given. Standard library only.
 """
@@ -12,7 +14,10 @@ from __future__ import annotations
 
 import http.client
 import io
+import ipaddress
 import socket
+import ssl
+import threading
 import time
 import urllib.parse
 from dataclasses import dataclass
@@ -78,7 +83,8 @@ class _DeadlineSocket:
         return getattr(self._sock, name)
 
 
-def _connection(url: str, deadline: float) -> tuple[http.client.HTTPConnection, str]:
+def _connection(url: str, deadline: float) -> tuple[http.client.HTTPConnection, str, str, int]:
+    """The (not yet connected) connection for ``url``, the request path, and the host and port to reach."""
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port  # raises ValueError for a port that is not a number in 0..65535
@@ -89,7 +95,70 @@ def _connection(url: str, deadline: float) -> tuple[http.client.HTTPConnection, 
     kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
     conn = kind(parts.hostname, port, timeout=max(deadline - time.monotonic(), 0.001))
     path = parts.path or "/"
-    return conn, path + (f"?{parts.query}" if parts.query else "")
+    return conn, path + (f"?{parts.query}" if parts.query else ""), parts.hostname, conn.port
+
+
+class _Lookup:
+    """One ``getaddrinfo`` running in a daemon thread; callers wait for it at most until their deadline."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.done = threading.Event()
+        self.result: list[tuple[Any, ...]] = []
+        self.error: OSError | None = None
+        threading.Thread(target=self._run, args=(host, port), name=f"resolve {host}", daemon=True).start()
+
+    def _run(self, host: str, port: int) -> None:
+        try:
+            self.result = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            self.error = exc
+        finally:
+            self.done.set()
+
+
+_lookups: dict[tuple[str, int], _Lookup] = {}  # one lookup per name in flight: a poller never piles up threads
+_lookups_lock = threading.Lock()
+
+
+def resolve(host: str, port: int, *, deadline: float, deadline_s: float) -> list[tuple[Any, ...]]:
+    """``getaddrinfo(host, port)`` finished before ``deadline`` (a ``time.monotonic()`` value), or
+    :class:`RequestFailed` naming the host and ``deadline_s``. An IP address is not looked up."""
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        pass
+    else:
+        return socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_NUMERICHOST)
+    with _lookups_lock:
+        lookup = _lookups.get((host, port))
+        if lookup is None or lookup.done.is_set():  # a late answer to an abandoned lookup is not reused
+            lookup = _lookups[(host, port)] = _Lookup(host, port)
+    finished = lookup.done.wait(max(deadline - time.monotonic(), 0.0))
+    if not finished:
+        raise RequestFailed(f"the host name {host!r} did not resolve within the {round(deadline_s, 1):g} s deadline "
+                            "(a slow or unreachable DNS server): check the name, or pass the server's IP address")
+    with _lookups_lock:
+        if _lookups.get((host, port)) is lookup:
+            del _lookups[(host, port)]
+    if lookup.error is not None:
+        raise RequestFailed(f"cannot resolve the host name {host!r}: {_os_words(lookup.error)}")
+    return lookup.result
+
+
+def _open_socket(addresses: list[tuple[Any, ...]], deadline: float) -> socket.socket:
+    """A TCP socket connected to the first of ``addresses`` that accepts before ``deadline``."""
+    error: OSError | None = None
+    for family, kind, proto, _, sockaddr in addresses:
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(max(deadline - time.monotonic(), 0.001))
+            sock.connect(sockaddr)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        except OSError as exc:
+            sock.close()
+            error = exc
+    raise error if error is not None else OSError("the name resolved to no address")
 
 
 def get(url: str, *, deadline_s: float, max_bytes: int, accept: str = "*/*") -> Answer:
@@ -99,11 +168,12 @@ def get(url: str, *, deadline_s: float, max_bytes: int, accept: str = "*/*") -> 
     ``max_bytes`` bytes (an HTTP error carries its ``status``).
     """
     deadline = time.monotonic() + deadline_s
-    conn, path = _connection(url, deadline)
+    conn, path, host, port = _connection(url, deadline)
     raw: socket.socket | None = None
     try:
-        conn.connect()
-        raw = conn.sock
+        raw = _open_socket(resolve(host, port, deadline=deadline, deadline_s=deadline_s), deadline)
+        if isinstance(conn, http.client.HTTPSConnection):
+            raw = ssl.create_default_context().wrap_socket(raw, server_hostname=host)
         conn.sock = _DeadlineSocket(raw, deadline)  # type: ignore[assignment]
         conn.request("GET", path, headers={"Accept": accept, "Connection": "close"})
         response = conn.getresponse()

@@ -1,0 +1,81 @@
+"""The hostile-input sweep's closing leftovers (issue #39): a host name whose lookup never ends, a server log
+read whole into memory, check-wiring's own prompts past a small target's window. Each test failed before
+its fix."""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+
+import pytest
+
+from tests.cli.hostile_inputs import assert_handled, flat, Outcome, run_cli
+
+GUARD_S = 60.0  # far past every deadline below: the guard only proves the command returned at all
+
+
+@pytest.fixture
+def dns_hangs(monkeypatch):
+    """``socket.getaddrinfo`` blocks for names (as behind a dead DNS server) until the test ends."""
+    real, release = socket.getaddrinfo, threading.Event()
+
+    def slow(host, *args, **kwargs):
+        if kwargs.get("flags", 0) & socket.AI_NUMERICHOST:
+            return real(host, *args, **kwargs)
+        release.wait()
+        raise socket.gaierror(socket.EAI_AGAIN, "lookup abandoned by the test")
+
+    monkeypatch.setattr(socket, "getaddrinfo", slow)
+    yield
+    release.set()
+
+
+def _run_guarded(argv: list[str], capsys) -> Outcome:
+    """``run_cli`` in a thread, failing the test (not hanging it) if the command does not return."""
+    box: list[Outcome] = []
+    worker = threading.Thread(target=lambda: box.append(run_cli(argv, capsys)), daemon=True)
+    worker.start()
+    worker.join(GUARD_S)
+    assert box, f"{argv} still running after {GUARD_S:g} s: the lookup is not bounded"
+    return box[0]
+
+
+# ---- 1. name resolution under the request deadline --------------------------------------------------------
+
+
+def test_http_get_bounds_a_hanging_lookup_by_its_deadline(dns_hangs):
+    from eaglelab.probes import http_get
+
+    with pytest.raises(http_get.RequestFailed) as caught:
+        http_get.get("http://slow-dns.example:30000/v1/models", deadline_s=0.3, max_bytes=100)
+    assert "'slow-dns.example' did not resolve within the 0.3 s deadline" in str(caught.value)
+
+
+def test_wait_ready_with_a_hanging_lookup_times_out_naming_the_host(dns_hangs, capsys):
+    argv = ["wait-ready", "http://slow-dns.example:30000", "--timeout", "0.5", "--interval", "0.1"]
+    o = _run_guarded(argv, capsys)
+    assert_handled(o, argv)
+    text = flat(o.out + o.err)
+    assert o.rc == 1, text
+    assert re.search(r"'slow-dns\.example' did not resolve within the 0\.[1-5] s deadline", text), text
+
+
+def test_report_url_with_a_hanging_lookup_exits_2_naming_the_host(dns_hangs, capsys):
+    argv = ["report", "http://slow-dns.example:30000/metrics", "--window", "0"]
+    o = _run_guarded(argv, capsys)
+    assert_handled(o, argv)
+    text = flat(o.out + o.err)
+    assert o.rc == 2, text
+    assert "'slow-dns.example' did not resolve within the 5 s deadline" in text, text
+
+
+def test_an_ip_address_is_not_looked_up(dns_hangs):
+    """127.0.0.1 goes straight to connect (refused here), never to the hanging resolver."""
+    from eaglelab.probes import http_get
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]
+    with pytest.raises(http_get.RequestFailed, match="refused"):
+        http_get.get(f"http://127.0.0.1:{port}/", deadline_s=5.0, max_bytes=100)
