@@ -207,7 +207,7 @@ def _measure_and_confirm(args, console) -> dict[str, Any]:
         with Progress(*cols, console=console, transient=True) as bar:
             report["confirmation"] = TP.confirm(ctx, settings, report, _progress(bar), systems)
         seconds["confirmation"] = time.perf_counter() - t0
-    report["profile"] = _save_profile(args, report, settings, tt, device) if report["confirmation"] else None
+    report["profile"] = _save_profile(args, report, settings, tt, device, ctx.gemv) if report["confirmation"] else None
     seconds["total"] = time.perf_counter() - t_start
     report["seconds"] = seconds
     report["compiled_shapes"] = systems.compiled_shapes if regime.compile and regime.graphs else 0
@@ -228,20 +228,24 @@ def _candidates_note(settings) -> str:
     return text
 
 
-def _save_profile(args, report: dict, settings, tt, device) -> dict[str, Any] | None:
-    """The confirmed winners as this drafter's device profile, written to the eaglelab cache unless --no-save."""
+def _save_profile(args, report: dict, settings, tt, device, gemv: Any = None) -> dict[str, Any] | None:
+    """The confirmed winners as this drafter's device profile, written to the eaglelab cache unless --no-save, with
+    the tilings ``gemv`` (the run's Triton GEMV) chose: a later run on the same GPU, dtype, torch and Triton takes
+    them untimed."""
     import datetime
+    from dataclasses import replace
 
     from eaglelab.bench.tune import tuned_profile
     from eaglelab.devices import profile_device
     from eaglelab.engine.formats.assets import cache_dir
-    from eaglelab.profiles import cache_profile_path, drafter_digest, write_profile
+    from eaglelab.profiles import cache_profile_path, drafter_digest, gemv_tilings_of, write_profile
 
     sha = drafter_digest(tt.draft_path)
     when = datetime.date.today().isoformat()
     profile = tuned_profile(report, settings, profile_device(device), tt.dtype, sha, when)
     if not profile.buckets:
         return None
+    profile = replace(profile, gemv_tilings=gemv_tilings_of(gemv, device, tt.dtype))
     path = cache_profile_path(cache_dir(), sha)
     if args.save:
         write_profile(path, profile)

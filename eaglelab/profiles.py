@@ -25,7 +25,16 @@ File layout (JSON, one file may hold profiles for several devices)::
                    "kernels_reason": "...",
                    "buckets": [{"max_batch": 1, "steps": 5, "topk": 4, "draft_tokens": 24,
                                 "measured": "2.00x over plain decoding, ..."}, ...],
+                   "gemv_tilings": {"measured_on": {"gpu": "NVIDIA H200", "dtype": "bfloat16",
+                                                    "torch": "2.11.0+cu130", "triton": "3.6.0"},
+                                    "chosen": [{"n": 960, "k": 576, "rows_bucket": 1, "block_n": 8,
+                                                "block_k": 512, "split_k": 1, "num_warps": 4,
+                                                "num_stages": 3}, ...]},
                    "source": "..."}]}
+
+``gemv_tilings`` (optional) is the Triton GEMV tuner's choice per (N, K, rows bucket), all zeros where F.linear
+was faster; the GEMV takes them in place of timing those shapes only where ``measured_on`` is the setup at hand
+(:meth:`eaglelab.engine.model.gemv.TritonGemv.adopt`), else it tunes as without them and says why.
 """
 
 from __future__ import annotations
@@ -59,6 +68,30 @@ class BucketChoice:
         return f"{self.steps} steps, topk {self.topk}, {self.draft_tokens} draft tokens"
 
 
+TILING_FIELDS = ("block_n", "block_k", "split_k", "num_warps", "num_stages")  # the GEMV's GemvConfig, in order
+SHAPE_FIELDS = ("n", "k", "rows_bucket")
+ENVIRONMENT_FIELDS = ("gpu", "dtype", "torch", "triton")  # the GEMV's tuning_environment
+
+
+@dataclass(frozen=True)
+class GemvTilings:
+    """The GEMV tuner's choices measured on one setup: ``chosen`` maps (N, K, rows bucket) to the 5 ints of a
+    tiling (:data:`TILING_FIELDS`; zeros: F.linear); ``measured_on`` is (name, value) per :data:`ENVIRONMENT_FIELDS`."""
+
+    measured_on: tuple[tuple[str, str], ...]
+    chosen: tuple[tuple[tuple[int, int, int], tuple[int, ...]], ...]
+
+    @classmethod
+    def of(cls, chosen: dict[tuple[int, int, int], tuple[int, ...]], measured_on: dict[str, str]) -> GemvTilings:
+        """From a tuner's ``chosen`` and its ``tuning_environment`` (shapes sorted, so files diff well)."""
+        return cls(tuple((k, str(measured_on[k])) for k in ENVIRONMENT_FIELDS),
+                   tuple((tuple(key), tuple(int(v) for v in cfg)) for key, cfg in sorted(chosen.items())))
+
+    def to_json(self) -> dict[str, Any]:
+        return {"measured_on": dict(self.measured_on),
+                "chosen": [dict(zip(SHAPE_FIELDS, key)) | dict(zip(TILING_FIELDS, cfg)) for key, cfg in self.chosen]}
+
+
 @dataclass(frozen=True)
 class DeviceProfile:
     """The measured-best settings of one drafter on one kind of device (see the module docstring)."""
@@ -73,6 +106,7 @@ class DeviceProfile:
     decode_attn: bool | None = None
     kernels_reason: str = ""
     source: str = ""  # what measured it: a command and a date, or the tune run that wrote it
+    gemv_tilings: GemvTilings | None = None  # the GEMV tuner's choices on this device (None: it tunes on first use)
     path: str = field(default="", compare=False)  # the file it was read from
 
     def bucket(self, batch: int) -> BucketChoice:
@@ -84,6 +118,10 @@ class DeviceProfile:
         d = asdict(self)
         d.pop("path")
         d["buckets"] = [asdict(b) for b in self.buckets]
+        if self.gemv_tilings is None:
+            d.pop("gemv_tilings")
+        else:
+            d["gemv_tilings"] = self.gemv_tilings.to_json()
         return d
 
 
@@ -128,6 +166,29 @@ def _tensor_bytes(path: Path, entry: dict) -> bytes:
     with path.open("rb") as f:
         f.seek(entry["start"] + begin)
         return f.read(end - begin)
+
+
+def adopt_gemv_tilings(gemv: Any, profile: DeviceProfile | None, device: Any, dtype: Any) -> str | None:
+    """Hand ``profile``'s GEMV tilings to the Triton GEMV ``gemv`` (``TritonGemv.adopt``), which takes them only
+    where they were measured on this GPU, dtype, torch and Triton. Returns why they were not taken (None: taken,
+    or the profile has none, or the GEMV is off anyway)."""
+    if profile is None or profile.gemv_tilings is None or gemv.reason is not None:
+        return None
+    from eaglelab.engine.model.gemv import tuning_environment
+
+    t = profile.gemv_tilings
+    return gemv.adopt(dict(t.chosen), dict(t.measured_on), tuning_environment(device, dtype),
+                      source=f"the device profile in {profile.path or 'memory'}")
+
+
+def gemv_tilings_of(gemv: Any, device: Any, dtype: Any) -> GemvTilings | None:
+    """What a Triton GEMV chose on this setup, for a profile (``eaglelab tune`` writes it); None: it chose
+    nothing or is off."""
+    if gemv is None or gemv.reason is not None or not gemv.chosen:
+        return None
+    from eaglelab.engine.model.gemv import tuning_environment
+
+    return GemvTilings.of(dict(gemv.chosen), tuning_environment(device, dtype))
 
 
 def cache_profile_path(cache: Path, drafter_sha256: str) -> Path:
@@ -193,18 +254,61 @@ def _profile(d: Any, path: Path, i: int) -> DeviceProfile:
         raise _bad(path, f"{where}.buckets", buckets, "a non-empty list of buckets")
     return DeviceProfile(
         **text, **flags, buckets=tuple(_bucket(b, path, f"{where}.buckets[{j}]") for j, b in enumerate(buckets)),
-        kernels_reason=str(d.get("kernels_reason", "")), source=str(d.get("source", "")), path=str(path))
+        kernels_reason=str(d.get("kernels_reason", "")), source=str(d.get("source", "")),
+        gemv_tilings=_gemv_tilings(d["gemv_tilings"], path, f"{where}.gemv_tilings") if "gemv_tilings" in d else None,
+        path=str(path))
+
+
+def _gemv_tilings(g: Any, path: Path, where: str) -> GemvTilings:
+    """A profile's ``gemv_tilings``: exactly the known fields, each of its type and range."""
+    _only(g, ("measured_on", "chosen"), path, where)
+    env = g["measured_on"]
+    _only(env, ENVIRONMENT_FIELDS, path, f"{where}.measured_on")
+    for k in ENVIRONMENT_FIELDS:
+        _text(env, k, path, f"{where}.measured_on")
+    chosen = g["chosen"]
+    if not isinstance(chosen, list):
+        raise _bad(path, f"{where}.chosen", chosen, "a list of {n, k, rows_bucket, " + ", ".join(TILING_FIELDS) + "}")
+    table: dict[tuple[int, int, int], tuple[int, ...]] = {}
+    for j, c in enumerate(chosen):
+        at = f"{where}.chosen[{j}]"
+        _only(c, SHAPE_FIELDS + TILING_FIELDS, path, at)
+        key = tuple(_int(c, k, 1, 1 << 20, path, at) for k in SHAPE_FIELDS)
+        cfg = tuple(_int(c, k, 0, 1024, path, at) for k in TILING_FIELDS)
+        if key[2] & (key[2] - 1) or key[2] > 64:
+            raise _bad(path, f"{at}.rows_bucket", key[2], "a power of two up to 64 (1, 2, 4, ..., 64)")
+        if 0 in cfg and any(cfg):
+            raise _bad(path, at, c, "a tiling of positive values, or all zeros for F.linear")
+        if key in table:
+            raise _bad(path, at, c, "one choice per (n, k, rows_bucket)")
+        table[key] = cfg
+    return GemvTilings.of(table, env)
+
+
+def _only(d: Any, fields: tuple[str, ...], path: Path, where: str) -> None:
+    """``d`` is an object with exactly ``fields``: a missing or unknown one is named."""
+    if not isinstance(d, dict):
+        raise _bad(path, where, d, "an object of " + ", ".join(fields))
+    for k in d:
+        if k not in fields:
+            raise _bad(path, f"{where}.{k}", d[k], "no such field (known: " + ", ".join(fields) + ")")
+    for k in fields:
+        if k not in d:
+            raise _bad(path, f"{where}.{k}", None, "present")
+
+
+def _int(d: dict, k: str, low: int, high: int, path: Path, where: str) -> int:
+    v = d.get(k)
+    if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+        raise _bad(path, f"{where}.{k}", v, f"an integer in [{low}, {high}]")
+    return v
 
 
 def _bucket(b: Any, path: Path, where: str) -> BucketChoice:
     if not isinstance(b, dict):
         raise _bad(path, where, b, "an object")
-    ints = {}
-    for k, low in (("max_batch", 1), ("steps", 1), ("topk", 1), ("draft_tokens", 2)):
-        v = b.get(k)
-        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= 4096:
-            raise _bad(path, f"{where}.{k}", v, f"an integer in [{low}, 4096]")
-        ints[k] = v
+    ints = {k: _int(b, k, low, 4096, path, where)
+            for k, low in (("max_batch", 1), ("steps", 1), ("topk", 1), ("draft_tokens", 2))}
     if ints["topk"] == 1 and ints["draft_tokens"] != ints["steps"] + 1:
         raise _bad(path, f"{where}.draft_tokens", ints["draft_tokens"], f"steps + 1 = {ints['steps'] + 1} for a chain")
     return BucketChoice(**ints, measured=str(b.get("measured", "")))

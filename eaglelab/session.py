@@ -5,6 +5,7 @@ target, a drafter, a spec config and an observer, with the reason for every auto
 from __future__ import annotations
 
 import argparse
+import functools
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -228,7 +229,8 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
             _add_decode_attn(session, log)
     else:
         profile = session.draft.profile
-        for flag, field, add, library in (("--gemv", "gemv", _add_gemv, "cuBLAS"),
+        gemv_with_tilings = functools.partial(_add_gemv, profile=profile)  # the profile's tilings, where they fit
+        for flag, field, add, library in (("--gemv", "gemv", gemv_with_tilings, "cuBLAS"),
                                           ("--decode-attn", "decode_attn", _add_decode_attn, "SDPA")):
             on, why = cuda_kernel_default(getattr(args, field, None), profile, flag, library)
             if why:
@@ -268,11 +270,16 @@ def compile_prefill_note(spec, device_type: str) -> str:
     return f"compile-prefill: off ({why}: it compiles the prompt's captured phases); the prompt runs as without it"
 
 
-def _add_gemv(s: Session, log: Callable[[str], None]) -> None:
-    """--gemv: the session's kernels take the Triton GEMV (where it cannot run, a note says why)."""
+def _add_gemv(s: Session, log: Callable[[str], None], profile: Any = None) -> None:
+    """--gemv: the session's kernels take the Triton GEMV (where it cannot run, a note says why), with the device
+    ``profile``'s tilings where they were measured on this setup (:func:`eaglelab.profiles.adopt_gemv_tilings`)."""
     from eaglelab.engine.model.gemv import TritonGemv, dtype_refusal
+    from eaglelab.profiles import adopt_gemv_tilings
 
-    _add_triton_kernel(s, "--gemv", "gemv", TritonGemv(log), dtype_refusal, "F.linear",
+    gemv = TritonGemv(log)
+    if s.target.device.type == "cuda":
+        adopt_gemv_tilings(gemv, profile, s.target.device, s.target.dtype)
+    _add_triton_kernel(s, "--gemv", "gemv", gemv, dtype_refusal, "F.linear",
                        "projections of <= 64 rows on the Triton GEMV (bf16/fp16; F.linear per shape where it is faster)")
 
 

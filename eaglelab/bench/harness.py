@@ -109,6 +109,7 @@ class BenchContext:
     compile_mode: str | None = None  # torch.compile mode (None: inductor's default)
     compile_prefill: bool = False  # the compiled configs compile the prompt's phases too (bench --compile-prefill)
     gemv: Any = None  # the Triton GEMV (TritonGemv), built on the first config that asks; its tunings shared
+    profile: Any = None  # the device profile (eaglelab.profiles): its GEMV tilings, where measured on this setup
     attention: Any = None  # the Triton decode attention (TritonDecodeAttention), built on the first config that asks
     eager_kernels: Any = None  # the eager spec configs' kernels (on CPU the session's: the few-row C kernel); None: eager
     plain_kernels: Any = None  # the eager plain configs' (on CPU MKL by default, as a --draft none run)
@@ -134,7 +135,10 @@ class BenchContext:
         if self.gemv is None:
             from eaglelab.engine.model.gemv import TritonGemv
 
+            from eaglelab.profiles import adopt_gemv_tilings
+
             self.gemv = TritonGemv(self.log)
+            adopt_gemv_tilings(self.gemv, self.profile, self.device, next(self.target.parameters()).dtype)
         return self.gemv
 
     def decode_attention(self):

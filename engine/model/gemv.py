@@ -89,9 +89,10 @@ def default_config(n: int, k: int, rows: int) -> GemvConfig:
     return candidates(rows)[0]
 
 
-def tuning_environment(device: torch.device, dtype: torch.dtype) -> dict[str, str]:
-    """What a tuner's choice depends on beyond the shape: the GPU, the dtype, torch's and Triton's versions (a tiling
-    timed under others may no longer be the fastest). Triton's version is read from its package, not imported."""
+def tuning_environment(device: torch.device, dtype: torch.dtype | str) -> dict[str, str]:
+    """What a tuner's choice depends on beyond the shape: the GPU, the dtype (or its name), torch's and Triton's
+    versions (a tiling timed under others may no longer be the fastest). Triton's version is read from its package,
+    not imported."""
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     try:
         triton = importlib.metadata.version("triton")
@@ -225,7 +226,8 @@ class TritonGemv:
             self.chosen[key] = cfg
             return cfg
         if self.log is not None:
-            self.log(f"  GEMV [{key[1]} -> {key[0]}] M<={key[2]}: the adopted {describe(cfg)} failed here ({why}); tuning")
+            self.log(f"  GEMV [{key[1]} -> {key[0]}] M<={key[2]}: the adopted {describe(cfg)} failed here ({why}); "
+                     "tuning")
         return None
 
     def _tune(self, key, x, weight, bias) -> GemvConfig | None:
@@ -274,7 +276,8 @@ class TritonGemv:
 
 
 def tolerance(ref: torch.Tensor) -> float:
-    """The largest error a tiling may show against F.linear's ``ref``: a few bf16 roundings (a wrong kernel is far off)."""
+    """The largest error a tiling may show against F.linear's ``ref``: a few bf16 roundings (a wrong kernel is far
+    off)."""
     return 0.03 * ref.abs().max().item() + 1e-3
 
 
