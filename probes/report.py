@@ -13,6 +13,7 @@ or from ``decode_ms``.
 from __future__ import annotations
 
 import json
+from itertools import islice
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,8 +24,9 @@ from eaglelab.probes.bus import RunTotals
 from eaglelab.probes.economics import EconomicsInputs, analyse
 from eaglelab.probes.events import Step
 from eaglelab.probes.file_kind import file_kind
+from eaglelab.probes.log_lines import split_lines
 from eaglelab.probes.record import read_record
-from eaglelab.probes.sglang_log import SglangLogScanner, SglangLogSummary, parse_line
+from eaglelab.probes.sglang_log import SglangLogSummary, parse_line, read_sglang_log
 
 SOURCES = ("eaglelab-record", "sglang-log", "vllm-log", "vllm-metrics", "sglang-metrics")
 _SNIFF_LINES = 200
@@ -95,10 +97,9 @@ def _head_lines(path: Path) -> list[str]:
         )
     try:
         with open(path, "rb") as f:
-            head = f.read(1 << 20)
+            return list(islice(split_lines(f), _SNIFF_LINES))
     except OSError as exc:
         raise EagleLabError("cannot read the file", file=path, found=exc.strerror) from exc
-    return head.decode("utf-8", errors="replace").split("\n")[:_SNIFF_LINES]
 
 
 def summarise(
@@ -284,9 +285,7 @@ def _acceptance_words(accept_len: float, expected: float) -> str:
 
 def summarise_sglang_log(path: str | Path, *, expected_accept_len: float = 2.0) -> Report:
     """Summarise an SGLang server log."""
-    lines = Path(path).read_bytes().decode("utf-8", errors="replace").split("\n")
-    scanner = SglangLogScanner().feed_all(lines)
-    s = scanner.summary()
+    s = read_sglang_log(path)
     if not (s.decode_lines or s.prefill_lines or s.graph_captured_line or s.ready_line):
         raise EagleLabError(
             "no SGLang Decode/Prefill lines or start-up markers found", file=path,

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from eaglelab.engine.errors import EagleLabError
+from eaglelab.probes.log_lines import read_lines
 from eaglelab.probes.prom_text import parse_exposition
 from eaglelab.probes.report import Report
 from eaglelab.probes.server_economics import live_economics
@@ -117,7 +118,7 @@ def summarise_vllm_log(
     """Summarise a vLLM server log from its periodic statistics lines."""
     watch = ServerLogWatch()
     totals = ServerTotals()
-    lines = Path(path).read_bytes().decode("utf-8", errors="replace").split("\n")
+    lines = read_lines(path, what="the vLLM log", hint="pass the file the server's stdout/stderr was written to")
     for number, line in enumerate(lines):
         update = watch.feed(line, float(number))
         if update is not None and update.engine == "vllm":

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
@@ -217,11 +218,59 @@ class SglangLogSummary:
 
 
 @dataclass
+class _Mean:
+    """A running mean of the figures present (None is skipped), summed in the order they came."""
+
+    total: float = 0.0
+    count: int = 0
+
+    def add(self, value: float | None) -> None:
+        if value is not None:
+            self.total += value
+            self.count += 1
+
+    @property
+    def value(self) -> float | None:
+        return self.total / self.count if self.count else None
+
+
+@dataclass
+class _BatchFolds:
+    """What the summary needs of every batch line, folded as they come (a log of millions of lines is not
+    kept: memory stays flat however long the log)."""
+
+    decode_lines: int = 0
+    prefill_lines: int = 0
+    accept_len: _Mean = field(default_factory=_Mean)
+    accept_rate: _Mean = field(default_factory=_Mean)
+    gen_throughput: _Mean = field(default_factory=_Mean)
+    graph_flags: int = 0  # decode lines that say "cuda graph: True" or "False"
+    graph_true: int = 0
+    cache_hit_rate: _Mean = field(default_factory=_Mean)
+    input_throughput: _Mean = field(default_factory=_Mean)
+
+    def add(self, b: BatchLine) -> None:
+        if b.kind == "prefill":
+            self.prefill_lines += 1
+            self.cache_hit_rate.add(b.cache_hit_rate)
+            self.input_throughput.add(b.input_throughput)
+            return
+        self.decode_lines += 1
+        self.accept_len.add(b.accept_len)
+        self.accept_rate.add(b.accept_rate)
+        self.gen_throughput.add(b.gen_throughput)
+        if b.cuda_graph is not None:
+            self.graph_flags += 1
+            self.graph_true += b.cuda_graph
+
+
+@dataclass
 class SglangLogScanner:
     """Incremental reader: ``feed`` lines (a whole file or a growing tail), then ``summary()``."""
 
     lines_seen: int = 0
-    batches: list[BatchLine] = field(default_factory=list)
+    folds: _BatchFolds = field(default_factory=_BatchFolds)
+    recent: deque[BatchLine] = field(default_factory=lambda: deque(maxlen=HEALTH_WINDOW))  # for health checks
     graph_captured: Marker | None = None
     ready: Marker | None = None
     prefills_before_ready: int = 0
@@ -231,7 +280,7 @@ class SglangLogScanner:
     health_generate_requests: int = 0
     first_timestamp: str | None = None
     last_timestamp: str | None = None
-    health_prefill_lines: dict[int, BatchLine] = field(default_factory=dict)  # line -> a health check's prefill
+    health_prefill_lines: dict[int, bool | None] = field(default_factory=dict)  # a health check's prefill -> cuda graph
 
     def feed(self, text: str) -> LogItem | None:
         """Read one line; returns what it was (or None)."""
@@ -251,7 +300,7 @@ class SglangLogScanner:
     def _claim_prefill_for(self, request: HealthRequest) -> None:
         """The single-sequence prefill just before a health check's 200 is the generation it ran (never one
         from before the ready marker: the server answers health checks 503 until it is ready)."""
-        for line in reversed(self.batches[-HEALTH_WINDOW:]):
+        for line in reversed(self.recent):
             if self.ready is not None and line.line_no < self.ready.line_no:
                 return
             if line.kind == "prefill" and line.new_seq in (1, None) and request.line_no - line.line_no <= HEALTH_WINDOW:
@@ -265,7 +314,8 @@ class SglangLogScanner:
         return self
 
     def _observe_batch(self, line: BatchLine) -> None:
-        self.batches.append(line)
+        self.recent.append(line)
+        self.folds.add(line)
         self._stamp(line.timestamp)
         if line.kind != "prefill" or self.ready is not None:
             return
@@ -276,7 +326,7 @@ class SglangLogScanner:
     def _mark_health_prefill(self, line: BatchLine) -> None:
         if line.line_no in self.health_prefill_lines:
             return
-        self.health_prefill_lines[line.line_no] = line
+        self.health_prefill_lines[line.line_no] = line.cuda_graph
         if self.ready is None or line.line_no < self.ready.line_no:
             self.health_prefills_before_ready += 1
             self.eager_health_prefills_before_ready += line.cuda_graph is not True
@@ -295,18 +345,16 @@ class SglangLogScanner:
 
     def summary(self) -> SglangLogSummary:
         """Counts, means and warnings over everything fed so far."""
-        decode = [b for b in self.batches if b.kind == "decode"]
-        prefill = [b for b in self.batches if b.kind == "prefill"]
-        graph_flags = [b.cuda_graph for b in decode if b.cuda_graph is not None]
+        f = self.folds
         summary = SglangLogSummary(
-            decode_lines=len(decode),
-            prefill_lines=len(prefill),
-            accept_len_mean=_mean(b.accept_len for b in decode),
-            accept_rate_mean=_mean(b.accept_rate for b in decode),
-            gen_throughput_mean=_mean(b.gen_throughput for b in decode),
-            cuda_graph_fraction=sum(graph_flags) / len(graph_flags) if graph_flags else None,
-            cache_hit_rate_mean=_mean(b.cache_hit_rate for b in prefill),
-            input_throughput_mean=_mean(b.input_throughput for b in prefill),
+            decode_lines=f.decode_lines,
+            prefill_lines=f.prefill_lines,
+            accept_len_mean=f.accept_len.value,
+            accept_rate_mean=f.accept_rate.value,
+            gen_throughput_mean=f.gen_throughput.value,
+            cuda_graph_fraction=f.graph_true / f.graph_flags if f.graph_flags else None,
+            cache_hit_rate_mean=f.cache_hit_rate.value,
+            input_throughput_mean=f.input_throughput.value,
             graph_captured_line=self.graph_captured.line_no if self.graph_captured else None,
             ready_line=self.ready.line_no if self.ready else None,
             capture_seconds=self.graph_captured.seconds if self.graph_captured else None,
@@ -318,14 +366,9 @@ class SglangLogScanner:
             first_timestamp=self.first_timestamp,
             last_timestamp=self.last_timestamp,
             eager_health_check_prefill_lines=tuple(
-                n for n, b in sorted(self.health_prefill_lines.items()) if b.cuda_graph is not True),
+                n for n, graph in sorted(self.health_prefill_lines.items()) if graph is not True),
         )
         return _with_warnings(summary, saw_startup=self.graph_captured is not None or self.ready is not None)
-
-
-def _mean(values: Iterable[float | None]) -> float | None:
-    present = [v for v in values if v is not None]
-    return sum(present) / len(present) if present else None
 
 
 def _with_warnings(s: SglangLogSummary, *, saw_startup: bool) -> SglangLogSummary:
@@ -366,13 +409,8 @@ def _with_warnings(s: SglangLogSummary, *, saw_startup: bool) -> SglangLogSummar
 
 
 def read_sglang_log(path: str | Path) -> SglangLogSummary:
-    """Summarise a whole log file; :class:`EagleLabError` if it cannot be read."""
-    path = Path(path)
-    try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except OSError as exc:
-        raise EagleLabError(
-            "cannot read the SGLang log", file=path, found=exc.strerror or type(exc).__name__,
-            hint="pass the file the server's stdout/stderr was written to",
-        ) from exc
-    return SglangLogScanner().feed_all(text.split("\n")).summary()
+    """Summarise a whole log file, streamed line by line; :class:`EagleLabError` if it cannot be read."""
+    from eaglelab.probes.log_lines import read_lines
+
+    lines = read_lines(path, what="the SGLang log", hint="pass the file the server's stdout/stderr was written to")
+    return SglangLogScanner().feed_all(lines).summary()

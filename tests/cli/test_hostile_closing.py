@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import socket
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -79,3 +80,43 @@ def test_an_ip_address_is_not_looked_up(dns_hangs):
         port = free.getsockname()[1]
     with pytest.raises(http_get.RequestFailed, match="refused"):
         http_get.get(f"http://127.0.0.1:{port}/", deadline_s=5.0, max_bytes=100)
+
+
+# ---- 2. a server log is streamed, never read whole --------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["sglang", "vllm"])
+def test_report_on_a_big_log_holds_far_less_than_the_file(kind, tmp_path, capsys):
+    """An 8 MB log (a small log repeated 8 MB over): the report's figures equal the small log's (counts times the
+    repeats) and the memory it allocates peaks far below the file's size (it held the whole text, and every
+    parsed line, before)."""
+    import json
+    import tracemalloc
+
+    from tests.probes.test_log_lines import EXAMPLES
+
+    small = tmp_path / "small.log"
+    if kind == "sglang":
+        small.write_text(next(p for p in EXAMPLES if "serving" in p.name).read_text())
+    else:
+        small.write_text((Path(__file__).parents[1] / "fixtures" / "server" / "vllm.log").read_text())
+    one = small.read_text()
+    repeats = (8 << 20) // len(one) + 1
+    big = tmp_path / "big.log"
+    big.write_text(one * repeats)
+    small_o = run_cli(["report", str(small), "--json"], capsys)  # also imports every module before the count
+    tracemalloc.start()
+    try:
+        o = run_cli(["report", str(big), "--json"], capsys)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert_handled(o, ["report", "--json"])
+    assert o.rc == 0 == small_o.rc, o.err
+    assert peak < big.stat().st_size / 4, f"peak {peak / 2**20:.1f} MiB for a {big.stat().st_size / 2**20:.0f} MiB log"
+    got, want = json.loads(o.out), json.loads(small_o.out)
+    assert got["source"] == want["source"]
+    for key in ("accept_len_mean", "accept_rate_mean", "gen_throughput_mean", "cuda_graph_fraction"):
+        assert want[key] is not None and got[key] == pytest.approx(want[key], rel=1e-9), key
+    if kind == "sglang":
+        assert got["decode_lines"] == repeats * want["decode_lines"] > 1000
