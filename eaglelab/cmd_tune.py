@@ -197,7 +197,9 @@ def _measure_and_confirm(args, console) -> dict[str, Any]:
     with Progress(*cols, console=console, transient=True) as bar:
         steps, costs, measured = TP.measuring_pass(ctx, settings, tt.model, args.record, _progress(bar), systems)
     seconds.update(measured["seconds"])
-    report = predict(steps, costs, (), (), (), args.top, configs=list(settings.all_candidates))
+    wide = settings.wide
+    report = predict(steps, costs, (), (), (), args.top, configs=list(settings.all_candidates),
+                     wide=(wide.num_steps, wide.topk, wide.draft_tokens))
     report.update(model=tt.model, notes=notes, hardware=H.hardware(ctx.device, next(ctx.target.parameters()).dtype),
                   settings=TP.settings_dict(settings, len(ctx.prompts)), record=args.record, draft_path=tt.draft_path,
                   screens=measured["screens"])

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol, Sequence
+from functools import partial
+from typing import Callable, Iterable, Protocol, Sequence
 
 RankPath = tuple[int, ...]
 
@@ -296,10 +297,15 @@ def grid_configs(steps: Iterable[int], topks: Iterable[int], draft_tokens: Itera
     return out
 
 
-def predict(table: AcceptanceTable, costs: PhaseCosts, steps: int, topk: int, draft_tokens: int) -> Prediction:
-    """Predict one configuration (its whole cycle, else its phases, must be in ``costs``)."""
+AcceptLen = Callable[[int, int, int], float]  # (steps, topk, draft tokens) -> E[accept len]
+
+
+def predict(table: AcceptanceTable, costs: PhaseCosts, steps: int, topk: int, draft_tokens: int,
+            accept: AcceptLen | None = None) -> Prediction:
+    """Predict one configuration (its whole cycle, else its phases, must be in ``costs``); E[a] from ``accept``
+    (a :class:`~eaglelab.probes.path_replay.PathReplay`'s) when given, else from ``table``."""
     key = (steps, topk)
-    accept_len = expected_accept_len(table, steps, topk, draft_tokens)
+    accept_len = (accept or partial(expected_accept_len, table))(steps, topk, draft_tokens)
     whole = costs.cycle_ms.get((steps, topk, draft_tokens))
     if whole is not None:
         return Prediction(steps=steps, topk=topk, draft_tokens=draft_tokens, batch=costs.batch, accept_len=accept_len,
@@ -324,15 +330,18 @@ def distinct_configs(table: AcceptanceTable, configs: Iterable[tuple[int, int, i
     return sorted(seen.values(), key=lambda c: (c[1], c[0], c[2]))
 
 
-def rank_configs(table: AcceptanceTable, costs: PhaseCosts, configs: Iterable[tuple[int, int, int]]) -> list[Prediction]:
+def rank_configs(table: AcceptanceTable, costs: PhaseCosts, configs: Iterable[tuple[int, int, int]],
+                 accept: AcceptLen | None = None) -> list[Prediction]:
     """Predictions for every measured, distinct configuration, fastest first (ties: fewer draft tokens first)."""
-    preds = [predict(table, costs, *c) for c in distinct_configs(table, configs) if costs.covers(*c)]
+    preds = [predict(table, costs, *c, accept=accept) for c in distinct_configs(table, configs) if costs.covers(*c)]
     return sorted(preds, key=lambda p: (-p.tok_per_s, p.draft_tokens, p.steps, p.topk))
 
 
-def rank_by_accept_len(table: AcceptanceTable, configs: Iterable[tuple[int, int, int]]) -> list[tuple[tuple[int, int, int], float]]:
+def rank_by_accept_len(table: AcceptanceTable, configs: Iterable[tuple[int, int, int]],
+                       accept: AcceptLen | None = None) -> list[tuple[tuple[int, int, int], float]]:
     """Without costs: expected accepted length per configuration, highest first."""
-    got = [(c, expected_accept_len(table, *c)) for c in distinct_configs(table, configs)]
+    accept = accept or partial(expected_accept_len, table)
+    got = [(c, accept(*c)) for c in distinct_configs(table, configs)]
     return sorted(got, key=lambda x: (-x[1], x[0][2]))
 
 

@@ -43,7 +43,7 @@ from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from eaglelab.probes.bus import ProbeBus
 from eaglelab.probes.events import PhaseCost
-from eaglelab.probes.tuning import AcceptanceTable, expected_accept_len, max_draft_tokens
+from eaglelab.probes.tuning import AcceptanceTable, AcceptLen, expected_accept_len, max_draft_tokens
 
 Publish = Callable[[object], None]
 Candidate = tuple[int, int, int]  # (steps, topk, draft tokens)
@@ -264,14 +264,17 @@ class CostScreen:
                 "screened_ms": {"/".join(map(str, c)): v for c, v in self.screened.items()}}
 
 
-def screen_order(table: AcceptanceTable, screened: dict[Candidate, float], batch: int) -> list[Candidate]:
-    """Candidates fastest first by the model on their uncompiled cycles: ``batch * E[a] / cycle ms``."""
-    return sorted(screened, key=lambda c: (-batch * expected_accept_len(table, *c) / screened[c], c[2], c))
+def screen_order(table: AcceptanceTable, screened: dict[Candidate, float], batch: int,
+                 accept: AcceptLen | None = None) -> list[Candidate]:
+    """Candidates fastest first by the model on their uncompiled cycles: ``batch * E[a] / cycle ms`` (E[a] from
+    ``accept`` when given, else from ``table``)."""
+    e = accept or (lambda s, k, n: expected_accept_len(table, s, k, n))
+    return sorted(screened, key=lambda c: (-batch * e(*c) / screened[c], c[2], c))
 
 
 def measure_costs(ctx: H.BenchContext, settings: TuneSettings, systems: Systems, batch: int, publish: Publish,
                   progress: Callable[[], None] = lambda: None, table: AcceptanceTable | None = None,
-                  clock: Clock = time.perf_counter) -> CostScreen | None:
+                  clock: Clock = time.perf_counter, accept: AcceptLen | None = None) -> CostScreen | None:
     """Plain decoding's step and each candidate's whole cycle at ``batch`` rows, in the regime, published.
     Screening (``settings.screening`` and an acceptance ``table``): every candidate uncompiled, the best
     ``max(confirm, 1)`` compiled too (:class:`CostScreen`, returned); else every candidate compiled."""
@@ -294,7 +297,7 @@ def measure_costs(ctx: H.BenchContext, settings: TuneSettings, systems: Systems,
         screen.plain_screened_ms = fit(None, settings.screen_regime).per
         for c in settings.candidates[batch]:
             screen.screened[c] = fit(c, settings.screen_regime).per
-        for c in screen_order(table, screen.screened, batch)[: max(settings.confirm, 1)]:
+        for c in screen_order(table, screen.screened, batch, accept)[: max(settings.confirm, 1)]:
             fits[c] = fit(c, settings.regime)
             screen.compiled[c] = fits[c].per
     else:
@@ -434,6 +437,7 @@ def measuring_pass(ctx: H.BenchContext, settings: TuneSettings, model: str, reco
     -> (its Step events, its PhaseCost events, {"screens": per batch size the screening's figures,
     "seconds": {"acceptance": s, "costs": s}})."""
     from eaglelab.probes.events import Step
+    from eaglelab.probes.path_replay import path_replay
     from eaglelab.probes.tuning import table_from_steps
 
     bus, steps, costs = ProbeBus(aggregate=False), [], []
@@ -448,6 +452,7 @@ def measuring_pass(ctx: H.BenchContext, settings: TuneSettings, model: str, reco
         acceptance_run(ctx, settings, bus, model, lambda done, total: progress(what, done, total))
         seconds["acceptance"], t0 = clock() - t0, clock()
         table = table_from_steps(steps).table()
+        replay = path_replay(steps, wide.num_steps, wide.topk, wide.draft_tokens)
         total = sum(cost_runs(settings, b) for b in settings.batch_sizes)
         done = [0]
         what = "costs in run's regime (" + ("uncompiled screen, then the best compiled; " if settings.screening
@@ -459,7 +464,8 @@ def measuring_pass(ctx: H.BenchContext, settings: TuneSettings, model: str, reco
 
         progress(what, 0, total)
         for b in settings.batch_sizes:
-            got = measure_costs(ctx, settings, systems, b, bus.publish, step, table, clock)
+            got = measure_costs(ctx, settings, systems, b, bus.publish, step, table, clock,
+                                replay.accept_len if replay is not None else None)
             if got is not None:
                 screens[str(b)] = got.to_json()
         seconds["costs"] = clock() - t0

@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 from eaglelab.flags import int_list
-from eaglelab.probes.tuning import table_from_steps
+from eaglelab.probes.path_replay import PathReplay, path_replay
+from eaglelab.probes.tuning import AcceptanceTable, AcceptLen, expected_accept_len, table_from_steps
 
 DEFAULT_DRAFT_TOKENS = "2,3,4,5,6,7,8,10,12,16"  # N tried for trees from a record: the CUDA grid's
 
@@ -48,7 +49,8 @@ def from_record(path: str, steps_text: str | None = None, topk_text: str | None 
         grid_steps = tuple(sorted({e.steps for e in costs if e.phase == "draft"} & set(grid_steps)))
         grid_topk = tuple(sorted({e.topk for e in costs if e.phase == "draft"} & set(grid_topk)))
         grid_n = tuple(sorted({e.tokens for e in costs if e.phase == "verify"} & set(grid_n)))
-    report = predict(steps, costs, grid_steps, grid_topk, grid_n, top, configs=cycles or None)
+    wide_tree = (depth, width, int(wide.get("num_draft_tokens") or depth + 1)) if wide else None
+    report = predict(steps, costs, grid_steps, grid_topk, grid_n, top, configs=cycles or None, wide=wide_tree)
     report.update(model=started.model if started else "?", record=path, confirmation=[],
                   hardware={"device": started.device if started else "?", "dtype": started.dtype if started else "?"},
                   notes=[f"from the record {path}: nothing was run"]
@@ -57,11 +59,21 @@ def from_record(path: str, steps_text: str | None = None, topk_text: str | None 
     return report
 
 
+def accept_model(table: AcceptanceTable, replay: PathReplay | None) -> AcceptLen:
+    """E[a] per (steps, topk, N): the wide run's paths replayed when they can be (the drafter's per-cycle
+    confidence kept), else the acceptance table's fixed-shape tree."""
+    if replay is not None:
+        return replay.accept_len
+    return lambda s, k, n: expected_accept_len(table, s, k, n)
+
+
 # ---- the model's side -------------------------------------------------------------------------
 def predict(steps: list, costs: list, grid_steps: tuple[int, ...], grid_topk: tuple[int, ...], grid_n: tuple[int, ...],
-            top: int, configs: list[tuple[int, int, int]] | None = None) -> dict[str, Any]:
+            top: int, configs: list[tuple[int, int, int]] | None = None,
+            wide: tuple[int, int, int] | None = None) -> dict[str, Any]:
     """The acceptance table, costs and ranked predictions, as plain data: of ``configs`` (steps, topk, N) when given,
-    else of the grid's; each batch size ranks those its costs cover."""
+    else of the grid's; each batch size ranks those its costs cover. E[a] is replayed from the accepted paths of
+    the ``wide`` tree (steps, topk, N) that ``steps`` ran (:func:`accept_model`)."""
     from dataclasses import asdict
 
     from eaglelab.probes import tuning as T
@@ -70,16 +82,21 @@ def predict(steps: list, costs: list, grid_steps: tuple[int, ...], grid_topk: tu
     table = counts.table()
     tried = configs if configs is not None else T.grid_configs(grid_steps, grid_topk, grid_n)
     configs = [c for c in tried if c[0] <= max(table.max_depth, 1)]
+    replay = path_replay(steps, *wide) if wide is not None else None
+    if replay is not None:
+        configs = [c for c in configs if c[0] <= replay.steps and c[1] <= replay.topk]
+    accept = accept_model(table, replay)
     by_batch = T.costs_from_events(costs)
     preds = {str(b): [dict(asdict(p), cycle_ms=p.cycle_ms, tok_per_s=p.tok_per_s, speedup=p.speedup,
                            break_even_accept_len=p.break_even_accept_len, plain_tok_per_s=p.plain_tok_per_s)
-                      for p in T.rank_configs(table, c, configs)]
+                      for p in T.rank_configs(table, c, configs, accept)]
              for b, c in by_batch.items()}
-    by_len = [dict(steps=c[0], topk=c[1], draft_tokens=c[2], accept_len=a) for c, a in T.rank_by_accept_len(table, configs)]
+    by_len = [dict(steps=c[0], topk=c[1], draft_tokens=c[2], accept_len=a) for c, a in T.rank_by_accept_len(table, configs, accept)]
     return {
         "schema": "eaglelab.tune/1",
         "acceptance": {"rates": [list(r) for r in table.rates], "offered": list(table.offered),
-                       "row_cycles": counts.row_cycles, "wide_mean_accept_len": counts.mean_accept_len},
+                       "row_cycles": counts.row_cycles, "wide_mean_accept_len": counts.mean_accept_len,
+                       "model": "replayed paths of the wide tree" if replay is not None else "acceptance table"},
         "costs": {str(b): {"batch": b, "decode_ms": c.decode_ms, "prefill_ms": c.prefill_ms, "begin_ms": c.begin_ms,
                            "verify_ms": {str(n): v for n, v in sorted(c.verify_ms.items())},
                            "draft_ms": {f"{s},{k}": v for (s, k), v in sorted(c.draft_ms.items())},
@@ -91,3 +108,36 @@ def predict(steps: list, costs: list, grid_steps: tuple[int, ...], grid_topk: tu
         "by_accept_len": by_len,
         "shown": top,
     }
+
+
+def replay_against_confirmation(record: str, report: str) -> list[dict[str, Any]]:
+    """Per speculative row a tune confirmed (``report``: the JSON ``eaglelab tune --json`` wrote; ``record``: its
+    ``--record``): E[a] as the tune predicted it, replayed from the record's wide tree now, and measured."""
+    import json
+
+    from eaglelab.probes.events import RunStarted, Step
+    from eaglelab.probes.record import read_record
+
+    events = read_record(record).events
+    wide = next(e for e in events if isinstance(e, RunStarted)).spec
+    replay = path_replay([e for e in events if isinstance(e, Step)], int(wide["num_steps"]), int(wide["topk"]),
+                         int(wide["num_draft_tokens"]))
+    if replay is None:
+        from eaglelab.engine.errors import EagleLabError
+        raise EagleLabError("the wide tree's accepted paths cannot be replayed", file=record,
+                            expected="a full wide tree whose cycles carry accepted positions (eaglelab tune --record)")
+    with open(report, encoding="utf-8") as f:
+        rows = json.load(f)["confirmation"]
+    return [dict(batch=r["batch"], config=(r["steps"], r["topk"], r["draft_tokens"]), before=r["predicted_accept_len"],
+                 after=replay.accept_len(r["steps"], r["topk"], r["draft_tokens"]), measured=r["measured_accept_len"])
+            for r in rows if r["steps"]]
+
+
+if __name__ == "__main__":  # python -m eaglelab.bench.tune_predict RECORD.jsonl REPORT.json
+    import sys
+
+    print("| batch | steps/topk/N | measured E[a] | table model | error | replayed paths | error |\n|---|---|---|---|---|---|---|")
+    for r in replay_against_confirmation(sys.argv[1], sys.argv[2]):
+        m = r["measured"]
+        print(f"| {r['batch']} | {'/'.join(map(str, r['config']))} | {m:.2f} | {r['before']:.2f} | "
+              f"{100 * (r['before'] / m - 1):+.1f}% | {r['after']:.2f} | {100 * (r['after'] / m - 1):+.1f}% |")
