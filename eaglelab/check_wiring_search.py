@@ -83,10 +83,26 @@ def _texts(args: argparse.Namespace, tokenizer: Any, target: Any) -> tuple[Any, 
         raise ConfigError("no tokenizer.json in the target directory, and no --texts", file=args.target, field="--texts",
                           hint="pass --texts FILE with the texts to score, or add the target's tokenizer.json")
     prompts = default_texts(tokenizer, args.samples)
+    _check_window(prompts, 0 if args.stream else args.new_tokens, target.config)
     if args.stream:  # a streamed target cannot write responses: score the prompts themselves
         ids, lengths = pad_prompts(prompts)
         return ids, lengths, None
     return target_texts(target, prompts, args.new_tokens)
+
+
+def _check_window(prompts: list[list[int]], new_tokens: int, config: Any) -> None:
+    """The built-in prompts plus the responses the target writes must fit its context window, as `run` checks a
+    prompt (the target never saw positions past it): exit 2 naming --new-tokens, or --texts if a prompt alone
+    does not fit a small-window target."""
+    from eaglelab.engine.errors import ConfigError
+    from eaglelab.engine.runtime.limits import check_context
+
+    longest, window = max(len(p) for p in prompts), config.max_position_embeddings
+    if longest > window:
+        raise ConfigError("a built-in prompt is longer than the target's context window", field="--texts",
+                          found=f"{longest} tokens", expected=f"<= {window} (the target's max_position_embeddings)",
+                          hint="pass --texts FILE with texts that fit the window")
+    check_context(config, longest, new_tokens, flag="--new-tokens")
 
 
 def _read_texts(path: Path, tokenizer: Any, limit: int, window: int) -> tuple[Any, Any, Any]:

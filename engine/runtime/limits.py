@@ -17,18 +17,19 @@ from eaglelab.engine.model.config import ModelConfig
 MEMORY_HEADROOM = 0.8  # use at most this share of the memory available now
 
 
-def check_context(config: ModelConfig, prompt_tokens: int, max_new_tokens: int) -> None:
-    """Prompt plus new tokens must fit the model's context window (``max_position_embeddings``)."""
+def check_context(config: ModelConfig, prompt_tokens: int, max_new_tokens: int, flag: str = "--max-new-tokens") -> None:
+    """Prompt plus new tokens must fit the model's context window (``max_position_embeddings``); ``flag``
+    is the command's name for the new tokens."""
     window = config.max_position_embeddings
     if prompt_tokens > window:
         raise EagleLabError("the prompt is longer than the model's context window", field="PROMPT",
                             found=f"{prompt_tokens} tokens", expected=f"<= {window} (max_position_embeddings)",
                             hint="shorten the prompt")
     if prompt_tokens + max_new_tokens > window:
-        raise EagleLabError("prompt + new tokens exceed the model's context window", field="--max-new-tokens",
+        raise EagleLabError("prompt + new tokens exceed the model's context window", field=flag,
                             found=f"{prompt_tokens} prompt + {max_new_tokens} new = {prompt_tokens + max_new_tokens} tokens",
                             expected=f"<= {window} (max_position_embeddings)",
-                            hint=f"use --max-new-tokens {window - prompt_tokens} or less")
+                            hint=f"use {flag} {window - prompt_tokens} or less")
 
 
 def length_in_window(config: ModelConfig, max_length: int, flag: str = "--max-length") -> tuple[int, str | None]:

@@ -120,3 +120,42 @@ def test_report_on_a_big_log_holds_far_less_than_the_file(kind, tmp_path, capsys
         assert want[key] is not None and got[key] == pytest.approx(want[key], rel=1e-9), key
     if kind == "sglang":
         assert got["decode_lines"] == repeats * want["decode_lines"] > 1000
+
+
+# ---- 3. check-wiring's own prompts and the context window -------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def valid(tmp_path_factory):
+    from tests.cli.hostile_inputs import make_inputs
+    from tests.conftest import add_word_tokenizer, tiny_config
+
+    inputs = make_inputs(tmp_path_factory.mktemp("hostile_closing"))
+    add_word_tokenizer(inputs.target, vocab=tiny_config()["vocab_size"])
+    return inputs
+
+
+def test_check_wiring_refuses_new_tokens_past_the_window_before_generating(valid, capsys, monkeypatch):
+    """No --texts, no --data: the built-in prompts plus --new-tokens 300 for a 256-token target is exit 2 naming
+    --new-tokens, the window and the most that fits, before the target generates a token."""
+    from eaglelab.probes import tap_search
+
+    def no_generation(*args, **kwargs):
+        raise AssertionError("generated past the window")
+
+    monkeypatch.setattr(tap_search, "target_texts", no_generation)
+    argv = ["check-wiring", str(valid.drafter), "--target", str(valid.target), "--search", "--new-tokens", "300"]
+    for extra in ([], ["--json"]):
+        o = run_cli(argv + extra, capsys)
+        assert_handled(o, argv + extra)
+        text = flat(o.out + o.err)
+        assert o.rc == 2, text
+        assert "--new-tokens" in text and "<= 256" in text and "max_position_embeddings" in text, text
+        assert re.search(r"use --new-tokens \d+ or less", text), text
+
+
+def test_check_wiring_with_new_tokens_that_fit_still_runs(valid, capsys):
+    argv = ["check-wiring", str(valid.drafter), "--target", str(valid.target), "--search", "--new-tokens", "8", "--json"]
+    o = run_cli(argv, capsys)
+    assert_handled(o, argv)
+    assert o.rc in (0, 1, 4), o.err
