@@ -54,14 +54,41 @@ def run(args: argparse.Namespace) -> int:
     if args.server is not None or args.log is not None:
         from eaglelab.tui.server_app import ServerApp
 
-        server_app = ServerApp(**server_app_kwargs(args))
-        server_app.run()
-        return exit_code(server_app)
+        return run_app(ServerApp(**server_app_kwargs(args)))
     from eaglelab.tui.app import EagleLabApp
 
-    app = EagleLabApp(**app_kwargs(args))
+    return run_app(EagleLabApp(**app_kwargs(args)))
+
+
+def run_app(app: Any) -> int:
+    """Run ``app`` (a :class:`KeepsCrash` app); an error that ended it is raised again here, so it is reported
+    as every command reports one: a user's mistake as a clear message (exit 2), a bug of ours as a short
+    report (exit 3) after the line naming the file its full traceback was written to."""
     app.run()
-    return exit_code(app)
+    crash = app.crash
+    if crash is None:
+        return exit_code(app)
+    from eaglelab.engine.errors import EagleLabError
+
+    if not isinstance(crash, (EagleLabError, OSError)):
+        from rich.console import Console
+        from rich.markup import escape
+
+        Console(stderr=True, highlight=False).print(f"[dim]the TUI stopped on an internal error; full traceback in "
+                                                    f"{escape(write_traceback(crash))}[/]")
+    raise crash
+
+
+def write_traceback(exc: BaseException) -> str:
+    """Write ``exc``'s traceback to a new file in the temporary directory; its path."""
+    import os
+    import tempfile
+    import traceback
+
+    fd, path = tempfile.mkstemp(prefix="eaglelab-tui-crash-", suffix=".txt")
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write("".join(traceback.format_exception(exc)))
+    return path
 
 
 def exit_code(app: Any) -> int:

@@ -29,6 +29,7 @@ from eaglelab.engine.errors import EagleLabError
 from eaglelab.probes.events import Event
 from eaglelab.probes.record import read_record
 from eaglelab.tui import fmt
+from eaglelab.tui.crash import KeepsCrash
 from eaglelab.tui.feeds import FollowFeed, LiveRun, ReplayFeed
 from eaglelab.tui.messages import FollowEnded, RecordFailed, RecordLoaded, RunExited
 from eaglelab.tui.model import RunModel, RunView
@@ -46,7 +47,7 @@ from eaglelab.tui.w_warnings import WarningLog
 MAX_TICK_S = 0.5
 
 
-class EagleLabApp(App[int]):
+class EagleLabApp(KeepsCrash, App[int]):
     """Shows one run from a record (replayed or followed), from given events, or from a live run."""
 
     TITLE = "eaglelab"

@@ -23,6 +23,7 @@ from textual.widgets import Footer
 from textual.worker import get_current_worker
 
 from eaglelab.tui import fmt
+from eaglelab.tui.crash import KeepsCrash
 from eaglelab.tui.server_feeds import LogFollower, MetricsPoller
 from eaglelab.tui.server_model import ServerModel, ServerView
 from eaglelab.tui.w_graphs import GraphStatus
@@ -33,7 +34,7 @@ from eaglelab.tui.w_server_status import ServerStatus
 from eaglelab.tui.w_warnings import WarningLog
 
 
-class ServerApp(App[int]):
+class ServerApp(KeepsCrash, App[int]):
     """Shows one server, from a :class:`MetricsPoller` or a :class:`LogFollower`."""
 
     TITLE = "eaglelab · server"
