@@ -26,15 +26,6 @@ def questions(tmp_path):
 pytestmark = pytest.mark.usefixtures("one_thread", "idle_machine")
 
 
-@pytest.fixture()
-def idle_machine(monkeypatch):
-    """The machine's load as an idle one's (others' work on a shared test machine must not change what a test sees)."""
-    from eaglelab.bench import suite
-    from eaglelab.bench.timing import MachineLoad
-
-    monkeypatch.setattr(suite, "machine_load", lambda own: MachineLoad(own, 2, own))
-
-
 def test_bench_runs_on_cpu_and_writes_the_report(tmp_path, questions, capsys):
     out = tmp_path / "bench.json"
     rc = main([

@@ -14,24 +14,6 @@ from eaglelab.bench.configs import CONFIGS, Regime, regime_config
 from eaglelab.bench.timing import MachineLoad
 from eaglelab.cli import main
 
-QUESTIONS = [{"question_id": i, "category": "writing", "turns": [text]}
-             for i, text in enumerate(["Write a haiku about the sea.", "What is 12 times 12?"])]
-
-
-@pytest.fixture()
-def questions(tmp_path):
-    path = tmp_path / "question.jsonl"
-    path.write_text("\n".join(json.dumps(q) for q in QUESTIONS) + "\n")
-    return path
-
-
-@pytest.fixture()
-def idle_machine(monkeypatch):
-    from eaglelab.bench import suite
-
-    monkeypatch.setattr(suite, "machine_load", lambda own: MachineLoad(own, 2, own))
-
-
 pytestmark = pytest.mark.usefixtures("one_thread", "idle_machine")
 TINY = ["bench", "--scale-model", "tiny", "--device", "cpu", "--max-new-tokens", "4", "--prompts", "2"]
 

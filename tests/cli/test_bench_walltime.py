@@ -11,25 +11,6 @@ import pytest
 from eaglelab.bench.walltime import PARTS, WallClock, breakdown, describe
 from eaglelab.cli import main
 
-QUESTIONS = [{"question_id": i, "category": "writing", "turns": [text]}
-             for i, text in enumerate(["Write a haiku about the sea.", "What is 12 times 12?"])]
-
-
-@pytest.fixture()
-def questions(tmp_path):
-    path = tmp_path / "question.jsonl"
-    path.write_text("\n".join(json.dumps(q) for q in QUESTIONS) + "\n")
-    return path
-
-
-@pytest.fixture()
-def idle_machine(monkeypatch):
-    from eaglelab.bench import suite
-    from eaglelab.bench.timing import MachineLoad
-
-    monkeypatch.setattr(suite, "machine_load", lambda own: MachineLoad(own, 2, own))
-
-
 class FakeClock:
     """A host clock that moves only when told."""
 
