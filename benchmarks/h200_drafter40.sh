@@ -16,11 +16,13 @@
 #
 #   call A  carry .carry/m1 .carry/assets .whl                                        STAGE=A
 #   call B  carry .carry/m2 .carry/assets .whl                                        STAGE=B
-#   call C  carry .carry/m3 .carry/shipped .carry/prompts_rest .carry/assets .whl      STAGE=C
+#   call C  carry .carry/m3 .carry/prompts_rest .carry/assets .whl                     STAGE=C
 #   call D  carry .carry/shipped .carry/assets .whl                                   STAGE=D
 #   call E  carry .carry/shipped .carry/assets .whl                                   STAGE=E
-# Before (CPU): .carry/prompts_rest as benchmarks/h200_drafter.sh makes it (corpus prompts no drafter answered), and
-# .carry/shipped as benchmarks/README.md says (the shipped drafter moved out of the tree to fit the carry limit).
+# Before (CPU): .carry/prompts_rest as benchmarks/h200_drafter.sh makes it (corpus prompts no drafter answered, 2.2 MB),
+# and `mv eaglelab/drafters/smollm2-135m-eagle3 .carry/shipped` for the whole batch (move it back after E): call C
+# carries 43 MB with the tree at ~11 MB, 68 MB (over 64 MiB) with the drafter's 24.5 MB in the tree or carried; D and E
+# carry it, and device_stage.sh puts it back in place there (the warm start and the same-session baseline).
 # Everything lands in $OUT/results_$STAGE.tar.gz; E also writes the drafter's model.safetensors in byte parts of 15 MB
 # ($OUT/drafter40.part_00..03; its config.json and card in the tarball) and the figures as $OUT/figures40.{json,md}
 # and $OUT/figures_shipped.{json,md}.
@@ -46,48 +48,57 @@
 # planned_steps). Per-position acceptance over anchors and over the engine's cycles is logged every 400 steps and
 # kept in the card (eaglelab_training.json: acceptance, acceptance_history).
 # Knobs: STAGE_S SYNTH_N SYNTH_S ASK_N ASK_S USER_N LONG_N CORPUS_N TURN2_N DISTILL_S TRAIN_BS LR VOCAB INTERMEDIATE
-# FIG_S (E: the figures' limit, default 300).
+# FIG_S (E: the figures' limit, default 300); for a dry run: DEVICE (cuda), DTYPE (bfloat16), SYNTH_BS (2048),
+# DISTILL_BS (1024), MAX_NEW (caps every mix part's answer length), TOTAL_STEPS (D's guess, 4000), EVAL_N (512),
+# EVAL_EVERY (400), FIG_TOKENS (128), FIG_ARGS (more `bench --figures` flags).
 STAGE=${STAGE:?set STAGE=A, B, C, D or E}
 source "$(dirname "$0")/device_stage.sh"
 
 W=$HOME/drafter40; DATA=$W/distill CK=$W/ck D=$W/drafter
-VOCAB=${VOCAB:-32768} INTERMEDIATE=${INTERMEDIATE:-4608}
+VOCAB=${VOCAB:-32768} INTERMEDIATE=${INTERMEDIATE:-4608} DEVICE=${DEVICE:-cuda} DTYPE=${DTYPE:-bfloat16}
 
 train_args() {  # TOTAL_STEPS
   TRAIN=(--online --target default --data "$DATA" --out "$D" --checkpoint-dir "$CK" --init-from "$SHIPPED"
     --total-steps "$1" --batch-size "${TRAIN_BS:-32}" --lr "${LR:-3e-4}" --warmup-ratio 0.02 --max-grad-norm 0.5
     --ttt-length 7 --draft-vocab-size "$VOCAB" --intermediate-size "$INTERMEDIATE" --max-size-mb 60
-    --max-length 1024 --checkpoint-every 200 --log-every 50 --eval-every 400 --eval-samples 512
-    --tensorboard "$R/tb" --device cuda --dtype bfloat16 --save-dtype bfloat16)
+    --max-length 1024 --checkpoint-every 200 --log-every 50 --eval-every "${EVAL_EVERY:-400}"
+    --eval-samples "${EVAL_N:-512}" --tensorboard "$R/tb" --device "$DEVICE" --dtype "$DTYPE" --save-dtype bfloat16)
 }
 
 write_mix() {
   local u=${USER_N:-80000}
   mkdir -p "$W/corpus"; cp .carry/prompts_rest/prompts.jsonl.gz "$W/corpus/"  # D reads the mix's files again
   python3 - "$W/mix.json" "$W/synth" "$W/asks" "$W/corpus" "$u" "${LONG_N:-16000}" "${ASK_N:-30000}" \
-    "${CORPUS_N:-30000}" "${TURN2_N:-30000}" <<'PY'
+    "${CORPUS_N:-30000}" "${TURN2_N:-30000}" "${MAX_NEW:-0}" <<'PY'
 import gzip, json, sys
 from pathlib import Path
-out, synth, asks, corpus, user_n, long_n, ask_n, corpus_n, turn2_n = sys.argv[1:4] + sys.argv[4:5] + [int(x) for x in sys.argv[5:]]
+out, synth, asks, corpus = sys.argv[1:5]
+user_n, long_n, ask_n, corpus_n, turn2_n, max_new = [int(x) for x in sys.argv[5:]]
+cap = lambda n: min(n, max_new) if max_new > 0 else n  # MAX_NEW: every part's answer length capped (a dry run's knob)
 # `long` takes the synthesized prompts after the first user_n: written as their own prompts file
-rows = gzip.open(Path(synth) / "prompts.jsonl.gz", "rt").read().splitlines()
+first = Path(synth) / "prompts.jsonl.gz"
+rows = gzip.open(first, "rt").read().splitlines() if first.is_file() else []
 Path(synth + "_long").mkdir(exist_ok=True)
 with gzip.open(Path(synth + "_long") / "prompts.jsonl.gz", "wt") as f:
     f.write("\n".join(rows[user_n:user_n + long_n]) + "\n")
-parts = [{"name": "user", "prompts": synth, "limit": user_n, "max_new_tokens": 160},
-         {"name": "long", "prompts": synth + "_long", "max_new_tokens": 512},
-         {"name": "codemath", "prompts": asks, "limit": ask_n, "max_new_tokens": 384},
-         {"name": "corpus", "prompts": corpus, "limit": corpus_n, "max_new_tokens": 160},
-         {"name": "turn2", "second_turn_of": "user", "limit": turn2_n, "max_new_tokens": 160, "max_prompt_tokens": 768}]
+parts = [{"name": "user", "prompts": synth, "limit": user_n, "max_new_tokens": cap(160)},
+         {"name": "long", "prompts": synth + "_long", "max_new_tokens": cap(512)},
+         {"name": "codemath", "prompts": asks, "limit": ask_n, "max_new_tokens": cap(384)},
+         {"name": "corpus", "prompts": corpus, "limit": corpus_n, "max_new_tokens": cap(160)},
+         {"name": "turn2", "second_turn_of": "user", "limit": turn2_n, "max_new_tokens": cap(160),
+          "max_prompt_tokens": 768}]
 parts = [p for p in parts if p["name"] != "long" or rows[user_n:user_n + long_n]]  # too few synthesized: no long part
+for p in [p for p in parts if "prompts" in p and not (Path(p["prompts"]) / "prompts.jsonl.gz").is_file()]:
+    print(f"mix: no prompts in {p['prompts']} (its step failed): part {p['name']} left out")
+    parts = [q for q in parts if q is not p and q.get("second_turn_of") != p["name"]]
 Path(out).write_text(json.dumps({"seed": 0, "parts": parts}, indent=1))
 print(f"mix: {len(rows)} synthesized prompts; user {min(user_n, len(rows))}, long {len(rows[user_n:user_n + long_n])}")
 PY
 }
 
 distill_mix() {  # LIMIT_S
-  TAIL=12 run "distill_$STAGE" $(( $1 + 90 )) $EL distill --mix "$W/mix.json" --out "$DATA" --batch-size 1024 \
-    --time-limit "$1" --device cuda --dtype bfloat16
+  TAIL=12 run "distill_$STAGE" $(( $1 + 90 )) $EL distill --mix "$W/mix.json" --out "$DATA" \
+    --batch-size "${DISTILL_BS:-1024}" --time-limit "$1" --device "$DEVICE" --dtype "$DTYPE"
   cp "$DATA/distill.json" "$R/" 2>/dev/null
 }
 
@@ -97,11 +108,12 @@ stage_b() { park_parts; }
 stage_c() {
   join_gguf
   TAIL=6 run synthesize $(( ${SYNTH_S:-110} + 60 )) $EL synthesize --out "$W/synth" --count "${SYNTH_N:-96000}" \
-    --batch-size 2048 --max-new-tokens 128 --top-p 1.0 --time-limit "${SYNTH_S:-110}" --device cuda --dtype bfloat16 \
+    --batch-size "${SYNTH_BS:-2048}" --max-new-tokens 128 --top-p 1.0 --time-limit "${SYNTH_S:-110}" --device "$DEVICE" \
+    --dtype "$DTYPE" \
     --systems-file benchmarks/synth_systems.txt
   TAIL=6 run synthesize_ask $(( ${ASK_S:-60} + 60 )) $EL synthesize --out "$W/asks" --count "${ASK_N:-30000}" \
-    --batch-size 2048 --max-new-tokens 160 --top-p 1.0 --time-limit "${ASK_S:-60}" --seed 1 --device cuda \
-    --dtype bfloat16 --ask code,maths
+    --batch-size "${SYNTH_BS:-2048}" --max-new-tokens 160 --top-p 1.0 --time-limit "${ASK_S:-60}" --seed 1 --device "$DEVICE" \
+    --dtype "$DTYPE" --ask code,maths
   cp "$W/synth/manifest.json" "$R/synth_manifest.json"; cp "$W/asks/manifest.json" "$R/asks_manifest.json"
   write_mix | tee "$R/mix.txt"; cp "$W/mix.json" "$R/"
   distill_mix $(( $(left) - 100 ))
@@ -137,11 +149,11 @@ PY
   [ -f "$D/model.safetensors" ] && split -b 15000000 -d "$D/model.safetensors" "$OUT/drafter40.part_" \
     && sha256sum "$D/model.safetensors" > "$R/drafter40.sha256"
   cp "$D"/eaglelab_training.json "$D"/config.json "$R/" 2>/dev/null
-  TAIL=6 run check_wiring 45 $EL check-wiring "$D" --device cuda
-  TAIL=40 run figures40 $(( $(left) - 90 )) $EL bench --figures --model default --draft "$D" --device cuda \
-    --max-new-tokens 128 --repeats 2 --json "$OUT/figures40.json"
-  TAIL=30 run figures_shipped $(left) $EL bench --figures --model default --draft "$SHIPPED" --device cuda \
-    --batch-sizes 1 --max-new-tokens 128 --repeats 2 --json "$OUT/figures_shipped.json"
+  TAIL=6 run check_wiring 45 $EL check-wiring "$D" --device "$DEVICE"
+  TAIL=40 run figures40 $(( $(left) - 90 )) $EL bench --figures --model default --draft "$D" --device "$DEVICE" \
+    --max-new-tokens "${FIG_TOKENS:-128}" --repeats 2 ${FIG_ARGS:-} --json "$OUT/figures40.json"
+  TAIL=30 run figures_shipped $(left) $EL bench --figures --model default --draft "$SHIPPED" --device "$DEVICE" \
+    --batch-sizes 1 --max-new-tokens "${FIG_TOKENS:-128}" --repeats 2 ${FIG_ARGS:-} --json "$OUT/figures_shipped.json"
 }
 
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in A|B) echo 240;; *) echo 570;; esac)}; watchdog "$0"
