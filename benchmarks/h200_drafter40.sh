@@ -50,7 +50,18 @@
 # Knobs: STAGE_S SYNTH_N SYNTH_S ASK_N ASK_S USER_N LONG_N CORPUS_N TURN2_N DISTILL_S TRAIN_BS LR VOCAB INTERMEDIATE
 # FIG_S (E: the figures' limit, default 300); for a dry run: DEVICE (cuda), DTYPE (bfloat16), SYNTH_BS (2048),
 # DISTILL_BS (1024), MAX_NEW (caps every mix part's answer length), TOTAL_STEPS (D's guess, 4000), EVAL_N (512),
-# EVAL_EVERY (400), FIG_TOKENS (128), FIG_ARGS (more `bench --figures` flags).
+# EVAL_EVERY (400), CW_S (check-wiring's limit, 45), FIG_TOKENS (128), FIG_ARGS (more `bench --figures` flags).
+# Dry-run on CPU with tiny knobs on 2026-12-03: every stage reached its end
+# (~20 min on 2 shared cores; E's check-wiring alone took 4 min on the CPU, past its 45 s: CW_S=300 below; repeat it
+# after changing this script, .carry/ made as above but with cp -r, not mv; drafter40.part_* rejoin to the sha256):
+#   export DRY=/tmp/dry40 MOVED_OUT=eaglelab/drafters/smollm2-135m-eagle3 SYNTH_BS=4 DISTILL_BS=8 TRAIN_BS=2 EVAL_N=2 EVAL_EVERY=2
+#   T="bash benchmarks/dry_run_cpu.sh h200_drafter40.sh"; mkdir -p $DRY; awk 'NR % 10 == 1' .carry/assets/question.jsonl > $DRY/q.jsonl
+#   $T "A:.carry/m1 .carry/assets .whl" "B:.carry/m2 .carry/assets .whl"
+#   SYNTH_N=8 SYNTH_S=90 ASK_N=4 ASK_S=90 USER_N=6 LONG_N=2 CORPUS_N=4 TURN2_N=4 MAX_NEW=16 \
+#     $T "C:.carry/m3 .carry/prompts_rest .carry/assets .whl"
+#   STAGE_S=300 DISTILL_S=60 TOTAL_STEPS=4 $T "D:.carry/shipped .carry/assets .whl"
+#   STAGE_S=760 CW_S=300 FIG_S=640 FIG_TOKENS=8 FIG_ARGS="--batch-sizes 1 --code-prompts 2 --questions $DRY/q.jsonl" \
+#     $T "E:.carry/shipped .carry/assets .whl"
 STAGE=${STAGE:?set STAGE=A, B, C, D or E}
 source "$(dirname "$0")/device_stage.sh"
 
@@ -149,7 +160,7 @@ PY
   [ -f "$D/model.safetensors" ] && split -b 15000000 -d "$D/model.safetensors" "$OUT/drafter40.part_" \
     && sha256sum "$D/model.safetensors" > "$R/drafter40.sha256"
   cp "$D"/eaglelab_training.json "$D"/config.json "$R/" 2>/dev/null
-  TAIL=6 run check_wiring 45 $EL check-wiring "$D" --device "$DEVICE"
+  TAIL=6 run check_wiring "${CW_S:-45}" $EL check-wiring "$D" --target default --device "$DEVICE"
   TAIL=40 run figures40 $(( $(left) - 90 )) $EL bench --figures --model default --draft "$D" --device "$DEVICE" \
     --max-new-tokens "${FIG_TOKENS:-128}" --repeats 2 ${FIG_ARGS:-} --json "$OUT/figures40.json"
   TAIL=30 run figures_shipped $(left) $EL bench --figures --model default --draft "$SHIPPED" --device "$DEVICE" \
