@@ -102,6 +102,7 @@ def run(args: argparse.Namespace) -> int:
     from eaglelab.devices import pick_device
     from eaglelab.engine.errors import EagleLabError
     from eaglelab.engine.formats.loader import parse_dtype
+    from eaglelab.engine.runtime.limits import length_in_window
 
     console = Console(stderr=True, highlight=False)
     if not Path(args.data).is_dir():
@@ -116,8 +117,6 @@ def run(args: argparse.Namespace) -> int:
     got = J.load_training_data(args, manifest, target, device, autocast, save_dtype, console.status)
     head, data = got.head, got.data
     dv = J.draft_vocab(args, got.counts, head.config.vocab_size, console.print)
-    from eaglelab.engine.runtime.limits import length_in_window
-
     max_length, why = length_in_window(head.config, args.max_length)
     if why:
         console.print(f"[yellow]{why}[/]")
@@ -138,14 +137,14 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _train_config(args: argparse.Namespace, autocast: str | None, max_length: int | None = None):
+def _train_config(args: argparse.Namespace, autocast: str | None, max_length: int):
     """The flags as a TrainConfig (``max_length``: --max-length cut to the target's context window)."""
     from eaglelab.engine.training.train import TrainConfig
 
     return TrainConfig(
         epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, ttt_length=args.ttt_length,
         step_decay=args.step_decay, warmup_ratio=args.warmup_ratio, max_grad_norm=args.max_grad_norm,
-        weight_decay=args.weight_decay, max_length=max_length or args.max_length, seed=args.seed,
+        weight_decay=args.weight_decay, max_length=max_length, seed=args.seed,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every, max_steps=args.max_steps,
         autocast=autocast, init_lm_head=args.init_lm_head, time_limit=args.time_limit, eval_every=args.eval_every,
         total_steps=args.total_steps,

@@ -60,7 +60,7 @@ def check_size(args, target, num_aux: int, save_dtype) -> None:
 
     if args.max_size_mb is not None:
         size = min(args.draft_vocab_size, target.vocab_size)
-        check_size_budget(drafter_config(target, num_aux, size, args.intermediate_size, getattr(args, "layout", None)),
+        check_size_budget(drafter_config(target, num_aux, size, args.intermediate_size, args.layout),
                           args.max_size_mb, save_dtype)
 
 
@@ -149,11 +149,8 @@ def check_identity(manifest, model_arg: str, data_dir: str) -> None:
 def layer_ids(args, manifest, num_layers: int) -> list[int]:
     """The aux ids in the SGLang convention: the manifest's, or --layer-ids, or SpecForge's default."""
     from eaglelab.cmd_capture import parse_ids
-    from eaglelab.engine.training.capture import default_layer_ids
-    from eaglelab.engine.formats.conventions import convert_ids
-
-    from eaglelab.engine.formats.conventions import ids_to_hf_indices
-    from eaglelab.engine.training.capture import check_layer_ids
+    from eaglelab.engine.formats.conventions import convert_ids, ids_to_hf_indices
+    from eaglelab.engine.training.capture import check_layer_ids, default_layer_ids
 
     if manifest and manifest.get("sglang_layer_ids"):
         ids, field = manifest["sglang_layer_ids"], "sglang_layer_ids"
@@ -202,7 +199,7 @@ def make_trainer(args, head, data, dv, sglang_ids: list[int], cfg, device, say: 
             raise CheckpointError("aux_hidden_state width disagrees with the layer ids and the target", file=first_path,
                                   field="aux_hidden_state", found=width,
                                   expected=f"{num_aux} x {head.config.hidden_size} = {num_aux * head.config.hidden_size}")
-    layout = getattr(args, "layout", None)  # None: the target's attention kind (an init's layout with --init-from)
+    layout = args.layout  # None: the target's attention kind (an init's layout with --init-from)
     init_ck = read_draft_checkpoint(args.init_from) if args.init_from else None
     if init_ck is not None:  # the init's layout, checked against --layout and the target
         layout = init_layout(init_ck, head.config, layout)
