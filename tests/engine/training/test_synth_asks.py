@@ -11,22 +11,19 @@ import pytest
 from eaglelab.engine.errors import EagleLabError
 from eaglelab.engine.training.prompt_corpus import OverlapIndex, read_corpus
 from eaglelab.engine.training.synth_prompts import ASKS, SynthSettings, Synthesizer
-from tests.engine.training.test_synth_prompts import _RecordingEngine, tiny  # noqa: F401 (the fixture)
+from tests.engine.training.test_synth_prompts import _RecordingEngine, patch_engine, recording, tiny  # noqa: F401 (fixtures)
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def test_asks_condition_the_assistant_turn_in_turn(tiny, monkeypatch):  # noqa: F811
+def test_asks_condition_the_assistant_turn_in_turn(tiny, recording):  # noqa: F811
     """Batch b's prefix is the chat template of request b mod n ending in the assistant's turn (what the
     tokenizer's chat_ids gives), and the manifest counts per request."""
     model, tok, _ = tiny
     s = SynthSettings(count=3, batch_size=1, asks=("w7 w8", "w9"))
-    synth = Synthesizer(model, tok, s)
-    fake = _RecordingEngine(tok)
-    monkeypatch.setattr(Synthesizer, "engine", property(lambda self: fake))
-    res = synth.run(OverlapIndex.from_texts({}))
-    assert [b[0] for b in fake.prompts] == [tok.chat_ids("w7 w8"), tok.chat_ids("w9"), tok.chat_ids("w7 w8")]
-    assert tok.decode(fake.prompts[1][0], skip_special_tokens=False).split()[-2:] == ["<|im_start|>", "assistant"]
+    res = Synthesizer(model, tok, s).run(OverlapIndex.from_texts({}))
+    assert [b[0] for b in recording.prompts] == [tok.chat_ids("w7 w8"), tok.chat_ids("w9"), tok.chat_ids("w7 w8")]
+    assert tok.decode(recording.prompts[1][0], skip_special_tokens=False).split()[-2:] == ["<|im_start|>", "assistant"]
     assert len(res.prompts) == 3 and dict(res.kept_by_condition) == {0: 2, 1: 1}
 
 
@@ -58,8 +55,7 @@ def test_the_cli_screens_asked_questions_against_the_evaluation_sets(tiny, tmp_p
             text = leaked if len(asked) == 2 else f"user assistant system w{40 + len(asked)} w{50 + len(asked)}"
             return SimpleNamespace(tokens=[tok.encode(text)], stop_reasons=["eos"])
 
-    fake = Engine(tok)
-    monkeypatch.setattr(Synthesizer, "engine", property(lambda self: fake))
+    patch_engine(monkeypatch, Engine(tok))
     out = tmp_path / "synth"
     args = ["synthesize", "--model", str(path), "--out", str(out), "--count", "3", "--batch-size", "1",
             "--device", "cpu", "--dtype", "float32"]

@@ -124,17 +124,26 @@ class _RecordingEngine:
         return SimpleNamespace(tokens=[turn] * len(prompts), stop_reasons=["eos"] * len(prompts))
 
 
-def test_several_system_messages_condition_the_batches_in_turn(tiny, monkeypatch):
+def patch_engine(monkeypatch, fake):
+    """Every Synthesizer drafts through ``fake`` instead of the batch engine; -> ``fake``."""
+    monkeypatch.setattr(Synthesizer, "engine", property(lambda self: fake))
+    return fake
+
+
+@pytest.fixture
+def recording(tiny, monkeypatch):
+    """A _RecordingEngine on the tiny target's tokenizer, standing in for every Synthesizer's engine."""
+    return patch_engine(monkeypatch, _RecordingEngine(tiny[1]))
+
+
+def test_several_system_messages_condition_the_batches_in_turn(tiny, recording):
     """Batch b samples after system message b mod n; the result counts what each message kept."""
     model, tok, _ = tiny
     s = SynthSettings(count=4, batch_size=2, systems=("w7 w8", "w9"))
-    synth = Synthesizer(model, tok, s)
-    fake = _RecordingEngine(tok)
-    monkeypatch.setattr(Synthesizer, "engine", property(lambda self: fake))
-    res = synth.run(OverlapIndex.from_texts({}))
-    used = [tok.decode(batch[0], skip_special_tokens=False).split()[2:-3] for batch in fake.prompts]
+    res = Synthesizer(model, tok, s).run(OverlapIndex.from_texts({}))
+    used = [tok.decode(batch[0], skip_special_tokens=False).split()[2:-3] for batch in recording.prompts]
     assert used == [["w7", "w8"], ["w9"], ["w7", "w8"], ["w9"]]
-    assert all(len(set(map(tuple, batch))) == 1 and len(batch) == 2 for batch in fake.prompts)
+    assert all(len(set(map(tuple, batch))) == 1 and len(batch) == 2 for batch in recording.prompts)
     assert len(res.prompts) == 4 and dict(res.kept_by_condition) == {0: 2, 1: 2}  # one distinct turn per batch
 
 
@@ -176,14 +185,12 @@ def test_the_cli_writes_what_distill_reads(tiny, tmp_path, monkeypatch):
     assert d["counts"]["samples"] == 4 and d["prompts_files"] == [str(out), str(other)]
 
 
-def test_the_cli_reads_a_file_of_system_messages(tiny, tmp_path, monkeypatch, capsys):
+def test_the_cli_reads_a_file_of_system_messages(tiny, recording, tmp_path, capsys):
     """--systems-file: its lines (not blank, not '#') condition the batches in turn; the manifest counts
     each message's kept prompts; a missing or empty file is said without a traceback."""
     from eaglelab.cli import main
 
     _, tok, path = tiny
-    fake = _RecordingEngine(tok)
-    monkeypatch.setattr(Synthesizer, "engine", property(lambda self: fake))
     systems = tmp_path / "systems.txt"
     systems.write_text("# kinds of conversation\nw7 w8\n\nw9\n")
     out = tmp_path / "synth"
