@@ -31,7 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
-from eaglelab.engine.errors import EagleLabError
+from eaglelab.probes.log_lines import read_lines
+
 
 GRAPH_CAPTURED_MARKER = "Capture cuda graph end"
 READY_MARKER = "The server is fired up and ready to roll!"
@@ -410,7 +411,5 @@ def _with_warnings(s: SglangLogSummary, *, saw_startup: bool) -> SglangLogSummar
 
 def read_sglang_log(path: str | Path) -> SglangLogSummary:
     """Summarise a whole log file, streamed line by line; :class:`EagleLabError` if it cannot be read."""
-    from eaglelab.probes.log_lines import read_lines
-
     lines = read_lines(path, what="the SGLang log", hint="pass the file the server's stdout/stderr was written to")
     return SglangLogScanner().feed_all(lines).summary()
