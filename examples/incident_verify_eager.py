@@ -170,15 +170,15 @@ def scale_measure(name: str, device: str = "auto", dtype: str = "auto", verify_t
                                        verify_graph=graph, attention_mode=mode))
 
     return ScaleResult(
-        name, device_name(dev), dtype_name, verify_tokens, context, decode_ms, mb_status(cuda, "decode"),
+        name, device_name(dev), dtype_name, verify_tokens, context, decode_ms, mb_status(cuda),
         seed=at_seed(s.decode_ms, s.verify_ms, EAGER_EXTEND, "prefill"),
-        healthy=at_seed(decode_ms, healthy_ms, mb_status(cuda, "verify"), "decode"),
+        healthy=at_seed(decode_ms, healthy_ms, mb_status(cuda), "decode"),
         broken=at_seed(decode_ms, broken_ms, EAGER_EXTEND, "prefill"),
     )
 
 
-def mb_status(cuda: bool, phase: str) -> str:
-    """What MicroBench's runner does for a decode-mode ``phase``: replay on CUDA, eager without it."""
+def mb_status(cuda: bool) -> str:
+    """What MicroBench's runner does for a decode-mode call (decode, healthy verify): replay on CUDA, eager without it."""
     from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA
 
     return "replay" if cuda else EAGER_NO_CUDA
