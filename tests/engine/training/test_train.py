@@ -19,7 +19,6 @@ from eaglelab.engine.training.draft_vocab import build_draft_vocab, scan_data
 from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.formats.drafter_loader import load_eagle3
 from eaglelab.engine.runtime.generate import Engine
-from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from eaglelab.engine.formats.specforge_data import write_sample
 from eaglelab.engine.training.train import (
@@ -33,7 +32,7 @@ from eaglelab.engine.training.train import (
     save_drafter,
 )
 from eaglelab.engine.training.ttt import TrainBatch, target_probs, ttt_forward, ttt_hidden, ttt_mask
-from tests.engine.training.ttt_reference import network_chain
+from tests.engine.training.ttt_reference import assert_ttt_is_network_chain
 from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
 
 VOCAB, DRAFT_VOCAB = 128, 64
@@ -94,17 +93,7 @@ def test_ttt_steps_equal_the_engine_draft_path():
             if not name.endswith("norm.weight"):
                 p.normal_(0, 0.15)
     net.eval()
-    T, steps = 10, 3
-    ids = torch.randint(0, VOCAB, (1, T), generator=torch.Generator().manual_seed(0))
-    aux = model.taps(ids, TAPS)
-    with torch.no_grad():
-        outs = list(ttt_hidden(net, ids, aux, steps))
-        cache = KVCache(1, 1, 2, T + steps, 16, dtype=torch.float32, device="cpu")
-        h0, chain = network_chain(net, ids, aux, steps, cache)
-    assert torch.allclose(h0[:, : T - 1], outs[0][:, : T - 1], atol=1e-5)  # the last has no next token
-    assert len(chain) == (T - steps) * (steps - 1)
-    for p, i, state, _ in chain:
-        assert torch.allclose(state, outs[i][0, p], atol=1e-5), (p, i)
+    assert_ttt_is_network_chain(net, model, TAPS)
 
 
 def test_target_distribution_is_restricted_and_renormalised():

@@ -10,13 +10,12 @@ from dataclasses import replace
 import pytest
 import torch
 
-from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
 from eaglelab.engine.formats.drafter_loader import load_eagle3
 from eaglelab.engine.training.draft_vocab import build_draft_vocab
 from eaglelab.engine.training.train import TargetHead, drafter_config, new_drafter, save_drafter
 from eaglelab.engine.training.ttt import ttt_hidden
-from tests.engine.training.ttt_reference import network_chain
+from tests.engine.training.ttt_reference import assert_ttt_is_network_chain
 from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
 
 VOCAB, DRAFT_VOCAB = 128, 64
@@ -44,23 +43,12 @@ def test_ttt_feeds_back_the_post_norm_state_as_the_network_does():
     the state it hands on), logits included; the same weights without norm_output give other steps."""
     model = random_model(CFG, seed=5)
     net = drafter31(model)
-    T, steps = 10, 3
-    ids = torch.randint(0, VOCAB, (1, T), generator=torch.Generator().manual_seed(0))
-    aux = model.taps(ids, TAPS)
+    ids, aux, outs = assert_ttt_is_network_chain(net, model, TAPS, steps=3)
     with torch.no_grad():
-        outs = list(ttt_hidden(net, ids, aux, steps))
-        cache = KVCache(1, 1, 2, T + steps, 16, dtype=torch.float32, device="cpu")
-        h0, chain = network_chain(net, ids, aux, steps, cache)
-        assert torch.allclose(h0[:, : T - 1], net.norm(outs[0][:, : T - 1]), atol=1e-5)
-        assert len(chain) == (T - steps) * (steps - 1)
-        for p, i, state, logits in chain:
-            assert torch.allclose(state, net.norm(outs[i][0, p]), atol=1e-5), (p, i)
-            ttt_logits = net.lm_head(net.norm(outs[i][:, p])).float()
-            assert torch.allclose(logits, ttt_logits[0], atol=1e-4), (p, i)
         # the pre-norm feedback (EAGLE-3) is a different chain from step 1 on
         plain = drafter31(model, norm_output=False)
         plain.load_state_dict(net.state_dict())
-        pre = list(ttt_hidden(plain, ids, aux, steps))
+        pre = list(ttt_hidden(plain, ids, aux, 3))
     assert torch.allclose(pre[0], outs[0])
     assert not torch.allclose(pre[1], outs[1], atol=1e-3)
 

@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.training.ttt import ttt_hidden
-from tests.engine.training.ttt_reference import network_chain
+from tests.engine.training.ttt_reference import assert_ttt_is_network_chain
 from tests.conftest import random_model
 from tests.engine.model.test_eagle3_mla import TAPS, TCFG, V, VARIANTS, YARN, mla_drafter
 
@@ -31,20 +30,7 @@ CASES = {
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_ttt_steps_equal_the_networks_cached_multi_step_forward(target, case):
     net = mla_drafter(target.embed_tokens, **CASES[case])
-    T, steps = 10, 3
-    ids = torch.randint(0, V, (1, T), generator=torch.Generator().manual_seed(0))
-    with torch.no_grad():
-        aux = target.taps(ids, TAPS)
-        outs = list(ttt_hidden(net, ids, aux, steps))
-        state = (lambda o: net.norm(o)) if net.config.norm_output else (lambda o: o)
-        cache = KVCache(1, 1, 1, T + steps, net.config.head_dim, dtype=torch.float32, device="cpu")
-        h0, chain = network_chain(net, ids, aux, steps, cache)
-        assert torch.allclose(h0[:, : T - 1], state(outs[0][:, : T - 1]), atol=1e-5)
-        assert len(chain) == (T - steps) * (steps - 1)
-        for p, i, feats, logits in chain:
-            assert torch.allclose(feats, state(outs[i][0, p]), atol=1e-5), (p, i)
-            ttt_logits = net.lm_head(net.norm(outs[i][:, p])).float()
-            assert torch.allclose(logits, ttt_logits[0], atol=1e-4), (p, i)
+    _, _, outs = assert_ttt_is_network_chain(net, target, TAPS)
     assert outs[1].abs().max() > 0.1 and not torch.allclose(outs[1], outs[0], atol=1e-3)
 
 

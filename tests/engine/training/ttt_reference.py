@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import torch
 
+from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.model.layers import prefix_mask
+from eaglelab.engine.training.ttt import ttt_hidden
 
 
 def network_chain(net, ids: torch.Tensor, aux: torch.Tensor, steps: int, cache) -> tuple[torch.Tensor, list]:
@@ -32,3 +34,23 @@ def network_chain(net, ids: torch.Tensor, aux: torch.Tensor, steps: int, cache) 
                                 torch.tensor([[T + i - 1]]), mask)
             chain.append((p, i, feats[0, 0], logits[0, 0]))
     return h0, chain
+
+
+def assert_ttt_is_network_chain(net, target, taps, *, T: int = 10, steps: int = 3) -> tuple:
+    """Step i at anchor p of TTT = the network's own chain on T seeded tokens: the state each forward hands
+    on (norm(out) under ``norm_output``, else out) and its logits. -> (ids [1, T], aux, TTT's outs per step)."""
+    ids = torch.randint(0, net.config.vocab_size, (1, T), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        aux = target.taps(ids, taps)
+        outs = list(ttt_hidden(net, ids, aux, steps))
+        state = net.norm if net.config.norm_output else (lambda o: o)
+        cache = KVCache(1, 1, net.config.num_kv_heads, T + steps, net.config.head_dim, dtype=torch.float32,
+                        device="cpu")
+        h0, chain = network_chain(net, ids, aux, steps, cache)
+        assert torch.allclose(h0[:, : T - 1], state(outs[0][:, : T - 1]), atol=1e-5)  # the last has no next token
+        assert len(chain) == (T - steps) * (steps - 1)
+        for p, i, feats, logits in chain:
+            assert torch.allclose(feats, state(outs[i][0, p]), atol=1e-5), (p, i)
+            ttt_logits = net.lm_head(net.norm(outs[i][:, p])).float()
+            assert torch.allclose(logits, ttt_logits[0], atol=1e-4), (p, i)
+    return ids, aux, outs
