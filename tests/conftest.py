@@ -72,6 +72,19 @@ def add_word_tokenizer(model_dir: Path, vocab: int) -> None:
     (model_dir / "tokenizer_config.json").write_text(json.dumps({"chat_template": template, "eos_token": "<|im_end|>"}))
 
 
+def capture_tiny(model: Transformer, cfg: dict, root: Path, vocab: int) -> Path:
+    """``model`` saved under root/target with a word tokenizer, then ``eaglelab capture`` of 8 prompts (8 new
+    tokens, taps at SGLang ids 0, 1, 2, draft vocab 32) into root/data; -> root/data."""
+    from eaglelab.cli import main
+
+    save_hf_dir(model, cfg, root / "target")
+    add_word_tokenizer(root / "target", vocab)
+    assert main(["capture", "--model", str(root / "target"), "--out", str(root / "data"), "--prompts", "8",
+                 "--max-new-tokens", "8", "--layer-ids", "0,1,2", "--batch-size", "4", "--device", "cpu",
+                 "--dtype", "float32", "--draft-vocab-size", "32"]) == 0
+    return root / "data"
+
+
 def tiny_hf_dir(path: Path) -> Path:
     """The tiny random model (``tiny_config``) as an HF directory with the word tokenizer: a ``--model`` for CLI tests."""
     cfg = tiny_config()

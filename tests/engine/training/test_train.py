@@ -31,7 +31,7 @@ from eaglelab.engine.training.train import (
     new_drafter,
     save_drafter,
 )
-from eaglelab.engine.training.ttt import TrainBatch, target_probs, ttt_forward, ttt_hidden, ttt_mask
+from eaglelab.engine.training.ttt import TrainBatch, target_probs, ttt_forward, ttt_mask
 from tests.engine.training.ttt_reference import assert_ttt_is_network_chain
 from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
 

@@ -16,7 +16,7 @@ from eaglelab.engine.training.draft_vocab import build_draft_vocab
 from eaglelab.engine.training.train import TargetHead, drafter_config, new_drafter, save_drafter
 from eaglelab.engine.training.ttt import ttt_hidden
 from tests.engine.training.ttt_reference import assert_ttt_is_network_chain
-from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
+from tests.conftest import capture_tiny, random_model, tiny_config
 
 VOCAB, DRAFT_VOCAB = 128, 64
 CFG = tiny_config(vocab_size=VOCAB)
@@ -80,12 +80,7 @@ def test_train_from_an_eagle31_drafter_keeps_both_flags(tmp_path, capsys):
     from eaglelab.cli import main
 
     model = random_model(CFG, seed=3)
-    save_hf_dir(model, CFG, tmp_path / "target")
-    add_word_tokenizer(tmp_path / "target", VOCAB)
-    data = tmp_path / "data"
-    assert main(["capture", "--model", str(tmp_path / "target"), "--out", str(data), "--prompts", "8",
-                 "--max-new-tokens", "8", "--layer-ids", "0,1,2", "--batch-size", "4", "--device", "cpu",
-                 "--dtype", "float32", "--draft-vocab-size", "32"]) == 0
+    data = capture_tiny(model, CFG, tmp_path, VOCAB)
     old = drafter31(model)
     save_drafter(old, tmp_path / "old", target=model.config, sglang_layer_ids=IDS, dtype=torch.float32)
     capsys.readouterr()

@@ -82,16 +82,11 @@ def test_cli_trains_an_mla_drafter_saved_in_the_sglang_mla_layout(tmp_path, caps
     from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
     from eaglelab.engine.formats.drafter_loader import load_eagle3
     from eaglelab.engine.model.eagle3_mla import Eagle3MLANetwork
-    from tests.conftest import add_word_tokenizer, save_hf_dir
+    from tests.conftest import capture_tiny
 
     dense = {**TCFG, "first_k_dense_replace": TCFG["num_hidden_layers"]}  # an MLA target save_hf_dir writes
     model = random_model(dense, seed=3)
-    save_hf_dir(model, dense, tmp_path / "target")
-    add_word_tokenizer(tmp_path / "target", V)
-    data = tmp_path / "data"
-    assert main(["capture", "--model", str(tmp_path / "target"), "--out", str(data), "--prompts", "8",
-                 "--max-new-tokens", "8", "--layer-ids", "0,1,2", "--batch-size", "4", "--device", "cpu",
-                 "--dtype", "float32", "--draft-vocab-size", "32"]) == 0
+    data = capture_tiny(model, dense, tmp_path, V)
     capsys.readouterr()
     assert main(["train", "--data", str(data), "--epochs", "2", "--batch-size", "4", "--ttt-length", "3",
                  "--draft-vocab-size", "32", "--device", "cpu", "--save-dtype", "float32", "--checkpoint-every", "0",

@@ -19,7 +19,7 @@ from eaglelab.engine.model.eagle3_mla import eagle3_network
 from eaglelab.engine.training.train import TargetHead, drafter_config, new_drafter, save_drafter
 from eaglelab.engine.training.warm_start import init_config, init_layout, warm_start
 from eaglelab.engine.training.ttt import ttt_hidden
-from tests.conftest import draw_drafter_weights, random_model, tiny_config
+from tests.conftest import capture_tiny, draw_drafter_weights, random_model, tiny_config
 from tests.engine.model.test_eagle3_mla import TCFG, V, YARN, mla_drafter
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -46,15 +46,8 @@ def target():
 @pytest.fixture(scope="module")
 def captured(tmp_path_factory, target):
     """A saved target with a tokenizer and 8 captured samples (taps at SGLang ids 0, 1, 2)."""
-    from eaglelab.cli import main
-    from tests.conftest import add_word_tokenizer, save_hf_dir
-
     root = tmp_path_factory.mktemp("mla-warm")
-    save_hf_dir(target, DENSE, root / "target")
-    add_word_tokenizer(root / "target", V)
-    assert main(["capture", "--model", str(root / "target"), "--out", str(root / "data"), "--prompts", "8",
-                 "--max-new-tokens", "8", "--layer-ids", "0,1,2", "--batch-size", "4", "--device", "cpu",
-                 "--dtype", "float32", "--draft-vocab-size", "32"]) == 0
+    capture_tiny(target, DENSE, root, V)
     return root
 
 

@@ -33,7 +33,7 @@ from eaglelab.engine.training.train import (
 )
 from eaglelab.engine.training.ttt import TrainBatch, target_probs, ttt_forward, ttt_hidden
 from eaglelab.engine.training.warm_start import DOWN, GATE, UP, WIDEN_STD, warm_start, widen_mlp
-from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
+from tests.conftest import capture_tiny, random_model, tiny_config
 
 VOCAB = 128
 CFG = tiny_config(vocab_size=VOCAB)  # hidden 64, intermediate 128
@@ -251,12 +251,7 @@ def test_train_widens_a_trained_drafter_through_the_cli(tmp_path, capsys):
     model = random_model(CFG, seed=3)
     with torch.no_grad():
         model.lm_head.weight.mul_(4.0)
-    save_hf_dir(model, CFG, tmp_path / "target")
-    add_word_tokenizer(tmp_path / "target", VOCAB)
-    data = tmp_path / "data"
-    assert main(["capture", "--model", str(tmp_path / "target"), "--out", str(data), "--prompts", "8",
-                 "--max-new-tokens", "8", "--layer-ids", "0,1,2", "--batch-size", "4", "--device", "cpu",
-                 "--dtype", "float32", "--draft-vocab-size", "32"]) == 0
+    data = capture_tiny(model, CFG, tmp_path, VOCAB)
     common = ["train", "--data", str(data), "--epochs", "1", "--batch-size", "4", "--ttt-length", "2",
               "--draft-vocab-size", "32", "--device", "cpu", "--save-dtype", "float32", "--checkpoint-every", "0"]
     assert main(common + ["--out", str(tmp_path / "base")]) == 0
