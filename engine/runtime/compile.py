@@ -64,8 +64,12 @@ class CompiledOrEager:
         self.compiled = torch.compile(fn, **({"dynamic": None} | options))
         self.reason: str | None = None
         self.compile_seconds = 0.0
-        self.tried = False  # its first call (a compile, or a failed one) has happened
         self._ready = False
+
+    @property
+    def tried(self) -> bool:
+        """Its first call has happened: it compiled, or failed to and runs eagerly."""
+        return self._ready or self.reason is not None
 
     def __call__(self, *args, **kwargs):
         if self.reason is not None:
@@ -83,7 +87,6 @@ class CompiledOrEager:
 
     def _first_call(self, args: tuple, kwargs: dict):
         self.log.start()
-        self.tried = True
         t0 = time.perf_counter()
         try:  # the first call compiles (or loads from the on-disk cache)
             out = self.compiled(*args, **kwargs)
@@ -127,14 +130,20 @@ class PhaseCompiler:
         return phase
 
 
+def _compiled_parts(kernels: Kernels) -> list[CompiledOrEager]:
+    """``kernels``' compiled callables: the pieces, and the phases its :class:`PhaseCompiler` made so far."""
+    parts = [k for k in (kernels.rms_norm, kernels.rotary, kernels.swiglu) if isinstance(k, CompiledOrEager)]
+    if isinstance(kernels.compile_phase, PhaseCompiler):
+        parts += kernels.compile_phase.made
+    return parts
+
+
 def compiles_tried(kernels: Kernels) -> int | None:
     """How many of ``kernels``' compiled callables (pieces and phases) have made their first call, i.e. compiled
     or tried to; None when ``kernels`` compile through something else (what it did cannot be told)."""
-    pieces = [k for k in (kernels.rms_norm, kernels.rotary, kernels.swiglu) if isinstance(k, CompiledOrEager)]
-    phases = kernels.compile_phase
-    if phases is not None and not isinstance(phases, PhaseCompiler):
+    if kernels.compile_phase is not None and not isinstance(kernels.compile_phase, PhaseCompiler):
         return None
-    return sum(p.tried for p in pieces + (phases.made if phases is not None else []))
+    return sum(p.tried for p in _compiled_parts(kernels))
 
 
 def inductor_cache_dir(root: Path) -> Path:
@@ -176,9 +185,7 @@ def kernel_setup_seconds(kernels: Kernels) -> float:
 def compile_report(kernels: Kernels) -> tuple[float, list[str]]:
     """Seconds spent compiling (and tuning the GEMV, checking the decode attention) so far, and the reasons
     of the pieces and phases that run eagerly (and of a GEMV or decode attention asked for and off)."""
-    parts = [k for k in (kernels.rms_norm, kernels.rotary, kernels.swiglu) if isinstance(k, CompiledOrEager)]
-    if isinstance(kernels.compile_phase, PhaseCompiler):
-        parts += kernels.compile_phase.made
+    parts = _compiled_parts(kernels)
     seconds, reasons = sum(p.compile_seconds for p in parts), [p.reason for p in parts if p.reason]
     reasons += [k.reason for k in (kernels.gemv, kernels.attention) if k is not None and k.reason]
     return seconds + kernel_setup_seconds(kernels), reasons
