@@ -217,8 +217,7 @@ class TritonGemv:
         t0 = time.perf_counter()
         try:
             ref = F.linear(x, weight, bias).float()  # [M, N]
-            err, bound = (run_op(x, weight, bias, cfg).float() - ref).abs().max().item(), tolerance(ref)
-            why = None if err <= bound else f"max |error| {err:.3g} against F.linear > {bound:.3g}"
+            why = disagreement(x, weight, bias, cfg, ref, tolerance(ref))
         except Exception as exc:  # noqa: BLE001 - a preset that does not compile here is tuned instead, and said
             why = f"{type(exc).__name__}: {first_line(exc)}"
         self.setup_seconds += time.perf_counter() - t0
@@ -246,9 +245,9 @@ class TritonGemv:
         times, errors = {}, []
         for cfg in candidates(key[2]):
             try:
-                err = (run_op(x, weight, bias, cfg).float() - ref).abs().max().item()
-                if not err <= bound:  # a tiling that computes something else is never chosen
-                    errors.append(f"{tuple(cfg)}: max |error| {err:.3g} against F.linear > {bound:.3g}")
+                why = disagreement(x, weight, bias, cfg, ref, bound)
+                if why is not None:  # a tiling that computes something else is never chosen
+                    errors.append(f"{tuple(cfg)}: {why}")
                     continue
                 times[cfg] = time_in_turn(lambda i: run_op(x, copies[i], bias, cfg), len(copies), self.reps)
             except Exception as exc:  # noqa: BLE001 - a tiling that does not compile is skipped, and said
@@ -279,6 +278,13 @@ def tolerance(ref: torch.Tensor) -> float:
     """The largest error a tiling may show against F.linear's ``ref``: a few bf16 roundings (a wrong kernel is far
     off)."""
     return 0.03 * ref.abs().max().item() + 1e-3
+
+
+def disagreement(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: GemvConfig,
+                 ref: torch.Tensor, bound: float) -> str | None:
+    """How the tiling ``cfg`` misses F.linear's ``ref`` [M, N] by more than ``bound`` (None: it agrees)."""
+    err = (run_op(x, weight, bias, cfg).float() - ref).abs().max().item()
+    return None if err <= bound else f"max |error| {err:.3g} against F.linear > {bound:.3g}"
 
 
 def run_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: GemvConfig) -> torch.Tensor:
