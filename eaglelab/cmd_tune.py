@@ -126,9 +126,9 @@ def parse_candidates(text: str) -> tuple[tuple[int, int, int], ...]:
     return tuple(sorted(set(out)))
 
 
-def _settings(args, cuda: bool, regime, tree_for):
-    """The candidates per batch size and the workload, from the flags and the device's defaults."""
-    from eaglelab.bench.tune import TuneSettings, default_candidates
+def _flag_candidates(args, cuda: bool) -> tuple[tuple[int, ...], dict | None]:
+    """The flags checked before anything loads: (batch sizes, the trees the flags name per batch size, or None for
+    the defaults around the device profile's)."""
     from eaglelab.engine.errors import EagleLabError
     from eaglelab.probes.tuning import grid_configs
 
@@ -152,10 +152,22 @@ def _settings(args, cuda: bool, regime, tree_for):
                                   int_list(args.draft_tokens or d["draft_tokens"], "--draft-tokens", least=2)))
         candidates = {b: grid for b in batch_sizes}
     else:
+        candidates = None
+    return batch_sizes, candidates
+
+
+def _settings(args, cuda: bool, regime, tree_for, flagged: tuple[tuple[int, ...], dict | None]):
+    """The candidates per batch size (``flagged``: :func:`_flag_candidates`) and the workload, from the flags and
+    the device's defaults."""
+    from eaglelab.bench.tune import TuneSettings, default_candidates
+
+    d = GPU if cuda else CPU
+    batch_sizes, candidates = flagged
+    if candidates is None:
         candidates = default_candidates(batch_sizes, cuda, tree_for)
     return TuneSettings(candidates=candidates, new_tokens=args.max_new_tokens or d["max_new_tokens"],
                         cost_tokens=args.cost_tokens or d["cost_tokens"], confirm=args.confirm, regime=regime,
-                        passes=args.passes, screen=args.screen), (args.prompts or d["prompts"])
+                        passes=args.passes, screen=args.screen)
 
 
 # ---- the live pass ------------------------------------------------------------------------------
@@ -179,12 +191,13 @@ def _measure_and_confirm(args, console) -> dict[str, Any]:
     cuda = device.type == "cuda"
     d = GPU if cuda else CPU
     log = lambda m: console.print(f"[dim]{m}[/]")  # noqa: E731
+    flagged = _flag_candidates(args, cuda)  # a flag's mistake is said before the model loads
     tt = TP.load_tune_target(args.prompts or d["prompts"], args.max_new_tokens or d["max_new_tokens"],
                              model=args.model, draft=args.draft, device=args.device, dtype=args.dtype, seed=args.seed,
                              cuda=cuda, gemv=args.gemv, serving=args.serving, questions=args.questions,
                              max_prompt_tokens=args.max_prompt_tokens, log=log)
     regime = run_regime(args, device.type, tt.draft.profile, compile_asked=args.compile)
-    settings, _ = _settings(args, cuda, regime, tt.draft.tree_for)
+    settings = _settings(args, cuda, regime, tt.draft.tree_for, flagged)
     ctx = replace(tt.ctx, batch_sizes=settings.batch_sizes)
     systems = TP.Systems(ctx, settings)
     notes = [*tt.notes, f"regime: {regime.label} (as `eaglelab run` decodes here)", *regime.reasons,

@@ -204,3 +204,22 @@ def test_tune_writes_the_profile_that_run_bench_and_the_fixtures_then_find(tmp_p
     assert choice.profile == found and (choice.spec.num_steps, choice.spec.topk) == (2, 1)
     assert any(str(path) in n for n in choice.notes), choice.notes
     assert (choice.tree_for(8).steps, choice.tree_for(8).draft_tokens) == (2, 3)
+
+
+@pytest.mark.parametrize("flags, field", [
+    (["--candidates", "3/2/99"], "--candidates"),
+    (["--candidates", "3/1/4", "--steps", "2"], "--candidates"),
+    (["--passes", "0"], "--passes"),
+    (["--confirm", "-1"], "--confirm"),
+])
+def test_tune_refuses_a_bad_flag_before_the_model_loads(flags, field, monkeypatch, capsys):
+    """A mistake in tune's own flags is said (exit 2, naming the flag) before the target and drafter load."""
+    from eaglelab.bench import tune as TP
+
+    def load(*a, **kw):
+        raise AssertionError("the model loaded before the flags were checked")
+
+    monkeypatch.setattr(TP, "load_tune_target", load)
+    rc = main(["tune", "--device", "cpu", *flags])
+    err = capsys.readouterr().err
+    assert rc == 2 and field in err, err
