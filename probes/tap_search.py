@@ -52,9 +52,9 @@ from eaglelab.probes.wiring import EXIT_CODES
 VERDICT_EXIT: dict[str, int] = {v: EXIT_CODES[v] for v in ("ok", "mismatch", "inconclusive")}
 MIN_TEXTS = 6  # fewer texts with scored tokens than this: no confident verdict either way
 T_SEPARATED = 3.0  # paired t over texts at which the config's tap beats another candidate ("ok")
-# "mismatch": the best found beats the config's taps by this t. Higher, because the best is the minimum over
-# every candidate of every slot: with text noise alone (no tap better than another), the selected best
-# reaches t >= 4.9 in 1% of searches over 8 texts, t >= 7.2 over 4 texts (simulated, 300 searches of 3 x 13).
+# "mismatch": the best found beats the config's taps by this t. Twice T_SEPARATED, because the best is the
+# minimum over every candidate of every slot: selecting the minimum of many noisy scores inflates its t even when
+# no tap is truly better than another, so a t that separates two given taps is not enough against a selected one.
 T_WRONG = 6.0
 
 
