@@ -35,7 +35,7 @@ standard error across texts; tokens of one text are not independent, texts are).
 bar: the best is selected among all candidates, see ``T_WRONG``), and "inconclusive" otherwise, with
 the reason. On SmolLM2-135M with the shipped drafter, 8 default prompts x 48 response tokens (392
 scored tokens) separate every slot (weakest: slot 1, hs[15] against hs[14], t = 4.5) and call the
-off-by-one config hs[3, 16, 28] wrong at t = 12.4; 2 prompts x 12 tokens (26 tokens) decide nothing.
+off-by-one config hs[3, 16, 28] wrong (loss 2.667 against 2.318); 2 prompts x 12 tokens (26 tokens) decide nothing.
 """
 
 from __future__ import annotations
