@@ -334,7 +334,8 @@ class _Bar:
         self.bar.__exit__(*exc)
 
 
-def _check_resume(out: Path, manifest, settings, console, pairs=None, system: str | None = None) -> None:
+def _check_resume(out: Path, manifest, settings, console, pairs: list[tuple[str, str | None, str]],
+                  system: str | None) -> None:
     """Resuming keeps sample i as it is; refuse when that would mix data or relabel it: other layers, other
     prompts (sample i would be listed under another prompt in prompts.jsonl), another system prompt, or
     samples with no manifest saying what they are."""
@@ -355,8 +356,7 @@ def _check_resume(out: Path, manifest, settings, console, pairs=None, system: st
         raise ConfigError("the directory holds data captured with another system prompt", file=out / "manifest.json",
                           field="system_prompt", found=repr(manifest.get("system_prompt")), expected=repr(system),
                           hint="use another --out, or the same --system")
-    if pairs is not None:
-        _check_same_prompts(out, pairs)
+    _check_same_prompts(out, pairs)
     console.print(f"[dim]resuming into {out}: existing samples are kept[/]")
 
 
