@@ -5,9 +5,10 @@ the HF peer, and the rest, so the figure can be read from a log and a user sees 
 Parts are measured with the host clock as they pass (:class:`WallClock`); the graph set-up inside the warm-ups and
 passes is read afterwards from what the runners and compilers kept (:func:`breakdown`).
 
-Example: a cold H200 headline reads ``where the time went: 171.0 s = start-up 7.9 + load 9.4 + graphs 133.5
-(compile 116.4: plain-compile-gemv-attn b1 28.6, ...; kernel tuning 7.6; capture 9.5) + warm-up 1.2 + timed
-passes 3.6 + HF 13.0 (load 3.1) + other 2.4``.
+Example, the H200 with empty compile, Triton and GEMV-tuner caches (benchmarks/results/h200_2026-12-03b/D):
+``where the time went: 193.5 s since the process started = start-up 3.7 + load 1.1 + graphs 163.4 (compile 129.4:
+plain-compile-gemv-attn b1 27.7, ...; kernel tuning 24.6; capture 9.4) + warm-up 7.9 + timed passes 2.4 + HF 14.4
+(load 5.3) + other 0.7``.
 """
 
 from __future__ import annotations
