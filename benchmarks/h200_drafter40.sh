@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# NOT RUN YET. The planned batch of issue 40's better drafter for SmolLM2-135M-Instruct: five back-to-back device
+# Calls A-C ran once (2026-12-03, third session: benchmarks/results/h200_2026-12-03c/drafter40_C/, the measured
+# synthesize and distill rates); the machine went cold before D and the data went with it: send all five calls in ONE
+# message (benchmarks/README.md). Nothing trained yet. The planned batch of issue 40's better drafter for SmolLM2-135M-Instruct: five back-to-back device
 # calls on ONE H200 (device kind nvidia-h200), run from the repo root with STAGE and OUT set; benchmarks/device_stage.sh
 # (sourced) does the staging. Expected device time: ~29 minutes held (A ~1 min, B ~0.5, C/D/E ~9.5 each with
 # STAGE_S 570, plus the machine's start): it needs a session with the whole 30-minute budget and nothing else on it.
@@ -167,5 +169,5 @@ PY
     --batch-sizes 1 --max-new-tokens "${FIG_TOKENS:-128}" --repeats 2 ${FIG_ARGS:-} --json "$OUT/figures_shipped.json"
 }
 
-export STAGE_S=${STAGE_S:-$(case "$STAGE" in A|B) echo 240;; *) echo 570;; esac)}; watchdog "$0"
+export STAGE_S=${STAGE_S:-$(case "$STAGE" in A|B) echo 240;; C) echo 480;; *) echo 580;; esac)}; watchdog "$0"
 run_stage A B C D E
