@@ -3,8 +3,8 @@
 # synthesize and distill rates); the machine went cold before D and the data went with it: send all five calls in ONE
 # message (benchmarks/README.md). Nothing trained yet. The planned batch of issue 40's better drafter for SmolLM2-135M-Instruct: five back-to-back device
 # calls on ONE H200 (device kind nvidia-h200), run from the repo root with STAGE and OUT set; benchmarks/device_stage.sh
-# (sourced) does the staging. Expected device time: ~29 minutes held (A ~1 min, B ~0.5, C/D/E ~9.5 each with
-# STAGE_S 570, plus the machine's start): it needs a session with the whole 30-minute budget and nothing else on it.
+# (sourced) does the staging. Expected device time: ~29.5 minutes held (A+B ~100 s with the
+# machine's start, C 480 s, D and E 580 s each: the STAGE_S defaults): it needs a session with the whole 30-minute budget and nothing else on it.
 # A session with less: run C to E with smaller SYNTH_N / ASK_N / *_S knobs (every piece is time-limited and resumes).
 #
 #   - A: parks GGUF part 1 (and records the GPU). B (right after A): parks part 2.
