@@ -42,9 +42,11 @@ def config_from_checkpoint(ck: DraftCheckpoint, target_hidden: int) -> Eagle3Con
     )
 
 
-def build_drafter(ck: DraftCheckpoint, embed, target_hidden: int) -> Eagle3Network:
-    """A float32 network of ``ck``'s layout holding its weights (``embed``: the target's embedding)."""
-    net = eagle3_network(config_from_checkpoint(ck, target_hidden), embed).float()
+def build_drafter(ck: DraftCheckpoint, embed, target_hidden: int, cfg: Eagle3Config | None = None) -> Eagle3Network:
+    """A float32 network of ``ck``'s layout holding its weights (``embed``: the target's embedding);
+    ``cfg``: the config already built from ``ck`` (None: built here)."""
+    cfg = cfg or config_from_checkpoint(ck, target_hidden)
+    net = eagle3_network(cfg, embed).float()
     load_drafter_weights(net, ck)
     return net
 
@@ -107,7 +109,7 @@ def load_eagle3(path, target_model, *, device=None, dtype=None, serving: str | N
             found=len(taps), expected=cfg.num_aux,
         )
     emb = target_model.embed_tokens
-    net = build_drafter(ck, emb, tcfg.hidden_size)
+    net = build_drafter(ck, emb, tcfg.hidden_size, cfg)
     net = net.to(device=device or emb.weight.device, dtype=dtype or emb.weight.dtype).eval()
     net.d2t = net.d2t.long()
     net.reset_buffers()

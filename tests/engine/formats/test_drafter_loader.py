@@ -1,0 +1,35 @@
+"""load_eagle3: one config per load, and the loaded drafter is the saved one, tensor for tensor."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eaglelab.engine.formats import drafter_loader
+from eaglelab.engine.training.draft_vocab import build_draft_vocab
+from eaglelab.engine.training.train import TargetHead, drafter_config, new_drafter, save_drafter
+from tests.conftest import random_model, tiny_config
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+VOCAB = 128
+
+
+def test_load_eagle3_builds_the_config_once_and_loads_the_saved_weights(tmp_path, monkeypatch):
+    """A random drafter of the tiny target saved in float32 (aux ids [0, 1, 2] in the SGLang convention):
+    load_eagle3 reads config.json into an Eagle3Config once, and returns the same tensors and taps hs[1, 2, 3]."""
+    model = random_model(tiny_config(vocab_size=VOCAB), seed=0)
+    counts = torch.randint(0, 1000, (VOCAB,), generator=torch.Generator().manual_seed(3))
+    net = new_drafter(drafter_config(model.config, 3, 48), TargetHead.from_model(model),
+                      build_draft_vocab(counts, 48).mapping, seed=1, init_lm_head="random")
+    save_drafter(net, tmp_path / "d", target=model.config, sglang_layer_ids=[0, 1, 2], dtype=torch.float32)
+
+    calls = []
+    real = drafter_loader.config_from_checkpoint
+    monkeypatch.setattr(drafter_loader, "config_from_checkpoint", lambda *a: calls.append(a) or real(*a))
+    loaded, taps, _ = drafter_loader.load_eagle3(tmp_path / "d", model)
+
+    assert len(calls) == 1
+    assert taps == (1, 2, 3) and loaded.config == net.config
+    for name, t in net.state_dict().items():
+        assert torch.equal(loaded.state_dict()[name].to(t.dtype), t), name
