@@ -33,7 +33,7 @@ from torch import nn
 
 from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.model.config import MLAConfig
-from eaglelab.engine.model.layers import EAGER_KERNELS, FusedLinear, Kernels, RMSNorm, Rotary, attend
+from eaglelab.engine.model.layers import EAGER_KERNELS, FusedLinear, Kernels, RMSNorm, Rotary, attend, rms_norm
 
 
 @dataclass(frozen=True)
@@ -167,11 +167,13 @@ class Eagle3Network(nn.Module):
 
     def fuse(self, aux: torch.Tensor) -> torch.Tensor:
         """Target aux features [B, T, n*H_t] -> drafter features [B, T, H] (EAGLE-3.1's ``fc_norm``:
-        each H_t-wide state normalised first)."""
+        each H_t-wide state normalised first, all n at once on an [B, T, n, H_t] view: the same math as
+        ``fc_norm.{i}`` applied to each chunk, without n norms and a cat per call)."""
         aux = aux.to(self.fc.weight.dtype)
         if self.fc_norm is not None:
-            chunks = aux.chunk(self.config.num_aux, dim=-1)  # n x [B, T, H_t]
-            aux = torch.cat([norm(c) for norm, c in zip(self.fc_norm, chunks)], dim=-1)
+            weight = torch.stack([norm.weight for norm in self.fc_norm])  # [n, H_t]
+            states = aux.unflatten(-1, (self.config.num_aux, -1))  # [B, T, n, H_t]
+            aux = rms_norm(states, weight, self.config.rms_norm_eps).flatten(-2)  # [B, T, n*H_t]
         return self.fc(aux)
 
     def forward(

@@ -141,3 +141,21 @@ def test_speculation_with_eagle31_flags_is_lossless(target, flags, shape):
     prop = Eagle3Drafter(drafter(target, **flags), spec, TAPS)
     out = Engine(target, eos_token_ids=(3,), drafter=prop, spec=spec).generate(prompts, 14)
     assert out.tokens == plain.tokens
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fc_norm_on_a_stacked_view_equals_each_chunks_own_norm(target, dtype):
+    """``fuse`` normalises the n aux states at once ([B, T, 3*64] viewed as [B, T, 3, 64], weights stacked
+    [3, 64]); the result is bit-for-bit that of ``fc_norm.{i}`` applied to each 64-wide chunk and cat, in
+    float32 and in bf16 (where the upcast and the cast back before the weight must happen alike), and the
+    state-dict keys stay ``fc_norm.{i}.weight`` (SGLang / vLLM names)."""
+    net = drafter(target, fc_norm=True).to(dtype)
+    assert [k for k in net.state_dict() if k.startswith("fc_norm")] == [f"fc_norm.{i}.weight" for i in range(3)]
+    assert all(not torch.equal(n.weight, torch.ones_like(n.weight)) for n in net.fc_norm)  # drawn, not ones
+    aux = 3.0 * torch.randn(2, 9, 3 * H, generator=torch.Generator().manual_seed(6))
+    chunks = aux.to(dtype).chunk(3, dim=-1)  # 3 x [2, 9, 64]
+    per_chunk = torch.cat([norm(c) for norm, c in zip(net.fc_norm, chunks)], dim=-1)  # the per-module path
+    with torch.no_grad():
+        got, ref = net.fuse(aux), net.fc(per_chunk)
+    assert got.dtype == dtype and got.shape == (2, 9, H)
+    assert torch.equal(got, ref)
