@@ -273,6 +273,9 @@ class TrainResult:
 
 
 CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "position", "rng", "num_samples")
+# Settings that fix the batch order and the LR schedule: a resume with others would train some samples
+# twice and skip others within the epoch, or bend the schedule mid-run.
+RESUME_FIXED = ("seed", "batch_size", "epochs", "total_steps", "warmup_ratio", "lr")
 
 
 class Trainer:
@@ -450,6 +453,7 @@ class Trainer:
             raise CheckpointError("the checkpoint was trained on other data", file=path, field="num_samples",
                                   found=state.get("num_samples"), expected=len(self.data),
                                   hint="resume with the same --data directory")
+        self._check_same_run(path, state.get("config") or {})
         self.net.load_state_dict({k: v.to(self.device) for k, v in state["model"].items()})
         self.head_rows = self._rows()
         self.opt.load_state_dict(state["optimizer"])
@@ -461,6 +465,18 @@ class Trainer:
         torch.set_rng_state(state["rng"]["cpu"])
         if torch.cuda.is_available() and state["rng"]["cuda"]:
             torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+
+
+    def _check_same_run(self, path: Path, saved: dict[str, Any]) -> None:
+        """The settings of :data:`RESUME_FIXED` must be those of the run that wrote the checkpoint."""
+        for name in RESUME_FIXED:
+            ours = getattr(self.cfg, name)
+            if name in saved and saved[name] != ours:
+                flag = "--" + name.replace("_", "-")
+                raise CheckpointError(
+                    f"the checkpoint's run had another {flag}", file=path, field=flag, found=ours, expected=saved[name],
+                    hint=f"resume with {flag} {saved[name]} (it fixes the batch order and LR schedule), "
+                         "or start afresh with another --checkpoint-dir")
 
 
 def latest_checkpoint(checkpoint_dir: str | Path) -> Path | None:

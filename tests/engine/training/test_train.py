@@ -13,6 +13,7 @@ import sys
 import pytest
 import torch
 
+from eaglelab.engine.errors import CheckpointError
 from eaglelab.engine.training.capture import CaptureSettings, capture
 from eaglelab.engine.formats.draft_checkpoint import read_draft_checkpoint
 from eaglelab.engine.training.draft_vocab import build_draft_vocab, scan_data
@@ -199,6 +200,26 @@ def test_resume_gives_the_same_state_as_not_stopping(tmp_path):
         assert torch.equal(sa[i]["exp_avg"], sb[i]["exp_avg"]) and torch.equal(sa[i]["exp_avg_sq"], sb[i]["exp_avg_sq"])
     assert straight.sched.state_dict()["last_epoch"] == resumed.sched.state_dict()["last_epoch"] == 8
     assert straight.sched.get_last_lr() == resumed.sched.get_last_lr()
+
+
+@pytest.mark.parametrize("change,flag", [({"batch_size": 2}, "--batch-size"), ({"seed": 1}, "--seed"),
+                                         ({"epochs": 3}, "--epochs")])
+def test_resume_with_another_batch_order_or_schedule_is_refused(tmp_path, change, flag):
+    """A run of batch 4 stopped at step 3 (mid-epoch 0): resuming it with batch 2, another seed (both
+    change which samples batches 3.. of the epoch hold: some would train twice, others never) or more
+    epochs (the cosine would bend mid-run) is refused, naming the checkpoint, the flag and both values."""
+    model = sharp_target(seed=1)
+    data, vocab = make_data(model, tmp_path / "d", 16, max_new=12)
+    _trainer(model, data, vocab, tmp_path / "b", max_steps=3).train()
+    ck = latest_checkpoint(tmp_path / "b")
+    cfg = TrainConfig(**{**dict(epochs=2, lr=1e-2, batch_size=4, ttt_length=3, checkpoint_every=3, log_every=1,
+                                warmup_ratio=0.2), **change})
+    resumed = Trainer(fresh(model, vocab), TargetHead.from_model(model), data, cfg, checkpoint_dir=tmp_path / "b")
+    with pytest.raises(CheckpointError) as err:
+        resumed.load_checkpoint(ck)
+    ours, saved = next(iter(change.values())), {"batch_size": 4, "seed": 0, "epochs": 2}[next(iter(change))]
+    assert (err.value.file, err.value.field, err.value.found, err.value.expected) == (str(ck), flag, ours, saved)
+    assert resumed.step == 0  # nothing restored
 
 
 def test_trains_on_specforge_data_written_by_others(tmp_path):
