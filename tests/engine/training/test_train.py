@@ -361,3 +361,30 @@ def test_cuda_bf16_training_matches_the_cpu_loss_curve(tmp_path):
     assert gpu.steps == cpu.steps == 16
     assert gpu.logs[-1].loss < 0.5 * gpu.logs[0].loss
     assert abs(gpu.logs[-1].loss - cpu.logs[-1].loss) < 0.15 * cpu.logs[-1].loss
+
+
+def test_target_head_reads_a_wrapped_checkpoint_as_the_model_loader_does(tmp_path):
+    """Kimi-K2.5 keeps its text model under ``language_model.`` (``language_model.model.embed_tokens.weight``,
+    ``language_model.lm_head.weight``): TargetHead.load finds the same embedding, head and norm there as in the
+    plain HF names (it refused the wrapped directory with "missing tensor"); a directory with neither names both."""
+    from safetensors.torch import save_file
+
+    model = random_model(CFG, seed=2)
+    for prefix, head_prefix in (("model.", ""), ("language_model.model.", "language_model.")):
+        d = tmp_path / prefix.rstrip(".")
+        d.mkdir()
+        save_file({prefix + "embed_tokens.weight": model.embed_tokens.weight.detach().clone(),
+                   prefix + "norm.weight": model.norm.weight.detach().clone(),
+                   head_prefix + "lm_head.weight": model.lm_head.weight.detach().clone()}, str(d / "model.safetensors"))
+        (d / "config.json").write_text(json.dumps(CFG | {"tie_word_embeddings": False}))
+        head = TargetHead.load(d)
+        assert torch.equal(head.embed.weight, model.embed_tokens.weight)
+        assert torch.equal(head.lm_head_weight, model.lm_head.weight) and torch.equal(head.norm_weight, model.norm.weight)
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    save_file({"vision_tower.w": torch.zeros(2)}, str(bare / "model.safetensors"))
+    (bare / "config.json").write_text(json.dumps(CFG))
+    with pytest.raises(CheckpointError) as err:
+        TargetHead.load(bare)
+    assert err.value.field == "model.embed_tokens.weight" and err.value.found == "absent"
+    assert "language_model.model.embed_tokens.weight" in err.value.expected
