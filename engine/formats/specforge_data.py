@@ -184,7 +184,32 @@ def read_vocab_mapping(data_dir: str | Path) -> VocabMapping | None:
     if not isinstance(obj, dict) or not all(isinstance(obj.get(k), torch.Tensor) for k in ("d2t", "t2d")):
         raise CheckpointError("expected a dict with tensors d2t and t2d", file=path,
                               found=sorted(obj) if isinstance(obj, dict) else type(obj).__name__)
-    return VocabMapping(obj["d2t"].long(), obj["t2d"].bool())
+    return _checked_mapping(path, obj["d2t"], obj["t2d"])
+
+
+def _checked_mapping(path: Path, d2t: torch.Tensor, t2d: torch.Tensor) -> VocabMapping:
+    """d2t integer offsets into the target vocabulary and t2d a mask of exactly the tokens they reach: a
+    broken map would pick the wrong lm_head rows (a negative id silently wraps) and train the wrong tokens."""
+    hint = "regenerate the data's vocab_mapping.pt (or delete it: training then builds one from the data)"
+    check_integer_tensor(d2t, path, "d2t")
+    if t2d.dtype != torch.bool:
+        check_integer_tensor(t2d, path, "t2d", low=0, high=1)
+    for key, x in (("d2t", d2t), ("t2d", t2d)):
+        if x.dim() != 1 or x.numel() == 0:
+            raise CheckpointError("must be a non-empty vector", file=path, field=key, found=list(x.shape),
+                                  expected="[draft_vocab]" if key == "d2t" else "[vocab]", hint=hint)
+    target = torch.arange(d2t.numel()) + d2t.long()  # [draft_vocab] target ids
+    lo, hi = int(target.min()), int(target.max())
+    if lo < 0 or hi >= t2d.numel():
+        raise CheckpointError("draft id + d2t falls outside the target vocabulary", file=path, field="d2t",
+                              found=f"target ids {lo}..{hi}", expected=f"0..{t2d.numel() - 1} (t2d's length)",
+                              hint="d2t holds offsets (target id = draft id + d2t[draft id]): " + hint)
+    t2d = t2d.bool()
+    if target.unique().numel() != d2t.numel() or int(t2d.sum()) != d2t.numel() or not bool(t2d[target].all()):
+        raise CheckpointError("marks other tokens than d2t maps to", file=path, field="t2d",
+                              found=f"{int(t2d.sum())} tokens marked",
+                              expected=f"the {d2t.numel()} distinct target tokens of d2t", hint=hint)
+    return VocabMapping(d2t.long(), t2d)
 
 
 def write_vocab_mapping(data_dir: str | Path, mapping: VocabMapping) -> Path:

@@ -107,3 +107,28 @@ def test_vocab_mapping_round_trip(tmp_path):
     assert path.relative_to(tmp_path).as_posix() == "vocab_mapping/vocab_mapping.pt"
     m = read_vocab_mapping(tmp_path)
     assert m.d2t.tolist() == [1, 3, 5] and m.t2d.nonzero().flatten().tolist() == [1, 4, 7]
+
+
+@pytest.mark.parametrize("d2t,t2d_ids,field,found", [
+    ([1, 3, -4], [1, 4, 7], "d2t", "target ids -2..4"),  # draft id 2 -> target -2: lm_head[-2], silently
+    ([1, 3, 8], [1, 4, 7], "d2t", "target ids 1..10"),  # beyond the 10-token vocabulary
+    ([1, 3, 5], [1, 4, 8], "t2d", "3 tokens marked"),  # t2d from another mapping
+    ([1, 3, 3], [1, 4, 7], "t2d", "3 tokens marked"),  # draft ids 1 and 2 both -> target 4
+])
+def test_vocab_mapping_whose_maps_disagree_is_refused(tmp_path, d2t, t2d_ids, field, found):
+    """A 10-token vocabulary, 3 draft tokens (target = draft id + d2t): offsets reaching outside the vocabulary,
+    or a t2d marking other tokens than d2t reaches, are refused naming the file and the map (were accepted)."""
+    t2d = torch.zeros(10, dtype=torch.bool)
+    t2d[t2d_ids] = True
+    path = write_vocab_mapping(tmp_path, VocabMapping(torch.tensor(d2t), t2d))
+    with pytest.raises(CheckpointError) as err:
+        read_vocab_mapping(tmp_path)
+    assert (err.value.file, err.value.field, err.value.found) == (str(path), field, found)
+
+
+def test_vocab_mapping_of_float_offsets_is_refused(tmp_path):
+    t2d = torch.zeros(10, dtype=torch.bool)
+    t2d[[1, 4, 7]] = True
+    write_vocab_mapping(tmp_path, VocabMapping(torch.tensor([1.0, 3.0, 5.0]), t2d))
+    with pytest.raises(CheckpointError, match="must hold integers"):
+        read_vocab_mapping(tmp_path)
