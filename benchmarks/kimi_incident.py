@@ -14,7 +14,7 @@ From the directory ``benchmarks/kimi_target.py --out DIR`` writes (``DIR/target`
    greedy decoding token for token (float32 by default, so that holds exactly);
 3. runs ``eaglelab check-wiring`` on each served config three ways: static (``--no-search``), against a little
    data captured from the target (``--data``), and the data-free tap search (``--target``, on the held-out texts);
-   records exit codes, the verdict line, the fix line and the taps the search recovered;
+   reads its ``--json`` object: exit code, verdict, conclusion, fix and the taps the search recovered;
 4. writes ``DIR/incident2.json`` and prints a markdown table.
 
 The CLI steps run in this process (``eaglelab.cli.main``: the same parser and code as the shell command, without
@@ -33,15 +33,13 @@ from __future__ import annotations
 import argparse
 import io
 import json
-import os
-import re
 import shutil
 import sys
 import time
-from contextlib import contextmanager, redirect_stdout
+from contextlib import redirect_stdout
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from examples.incident_wiring import IDS_FIELD, Served, config_copy, served_taps
 
@@ -77,8 +75,9 @@ class CheckRun:
     mode: str  # "static" | "data" | "search"
     argv: list[str]
     exit_code: int
-    verdict_line: str  # the "WIRING ..." line (or the error's first line)
-    fix: str | None  # the "change FILE: FIELD: old → new" line, if any
+    verdict: str  # the JSON's "ok" | "mismatch" | "inconclusive" | "error" ("no JSON" when it printed none)
+    conclusion: str  # why, in the command's words (an error's message)
+    fix: dict[str, Any] | None  # the first change it proposes: {"file", "field", "current", "new"}
     found_hf: list[int] | None  # search: the taps under which the drafter predicts the target best
     found_sglang_ids: list[int] | None  # the same, as the search writes them in SGLang ids
 
@@ -226,27 +225,37 @@ def capture_data(args: argparse.Namespace, sizes: Sizes, target: Path, texts: Pa
 
 
 def check(s: Served, mode: str, args: argparse.Namespace, target: Path, data: Path, texts: Path) -> CheckRun:
-    """``eaglelab check-wiring`` on one served config, as a user would run it; its report is kept whole on stdout."""
-    argv = ["check-wiring", str(s.config_dir), "--target", str(target), "--serving", s.serving]
+    """``eaglelab check-wiring ... --json`` on one served config, as a user would run it; its JSON object is read."""
+    argv = ["check-wiring", str(s.config_dir), "--target", str(target), "--serving", s.serving, "--json"]
     argv += {"static": ["--no-search"],
              "data": ["--data", str(data), "--device", args.device, "--dtype", args.dtype, "--max-tokens", "64"],
              "search": ["--texts", str(texts), "--samples", str(len(texts.read_text().splitlines())),
                         "--device", args.device, "--dtype", args.dtype]}[mode]
     rc, text = cli(argv, capture=True)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    fix = next((line for line in lines if line.startswith("change ")), None)
-    verdict = next((line for line in lines if line.startswith("WIRING")), lines[-1] if lines else f"(exit {rc})")
-    found = next((_found(line) for line in lines if line.startswith(("the drafter behaves as trained on", "best found"))),
-                 None)
-    _say(f"check-wiring {mode:6s} {s.config_dir.name} --serving {s.serving}: exit {rc}; {verdict.split(' — ')[0]}"
-         + (f"; search found hs{found[0]}" if found else ""))
-    return CheckRun(mode, argv, rc, verdict, fix, *(found or (None, None)))
+    run = read_check(mode, argv, rc, text)
+    _say(f"check-wiring {mode:6s} {s.config_dir.name} --serving {s.serving}: exit {rc}; {run.verdict}"
+         + (f"; search found hs{run.found_hf}" if run.found_hf else ""))
+    return run
 
 
-def _found(line: str) -> tuple[list[int], list[int]] | None:
-    """(hs indices, SGLang ids) from the search's "... hs[a, b, c]: SGLang/SpecForge ids [x, y, z], ..." line."""
-    m = re.search(r"hs\[([-\d, ]+)\]: SGLang/SpecForge ids \[([-\d, ]+)\]", line)
-    return ([int(x) for x in m.group(1).split(",")], [int(x) for x in m.group(2).split(",")]) if m else None
+def read_check(mode: str, argv: list[str], rc: int, stdout: str) -> CheckRun:
+    """One run from the object ``check-wiring --json`` prints (its stdout's last line): the verdict, the conclusion
+    (an error's message), the first fix (the search's own, or the data/static report's first of ``fixes``), and
+    for the search its best taps (``best_hf_indices``, and ``expected_ids`` in SGLang ids). Output that is not
+    such an object (an internal error's exit) is kept as verdict "no JSON" with its last line."""
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    try:
+        out = json.loads(lines[-1]) if lines else None
+    except json.JSONDecodeError:
+        out = None
+    if not isinstance(out, dict) or "verdict" not in out:
+        return CheckRun(mode, argv, rc, "no JSON", lines[-1].strip() if lines else f"(exit {rc}, no output)",
+                        None, None, None)
+    fix = out.get("fix") or next(iter(out.get("fixes") or ()), None)
+    found = out.get("best_hf_indices")
+    return CheckRun(mode, argv, rc, out["verdict"], out.get("conclusion") or out.get("error") or "",
+                    None if fix is None else {k: fix[k] for k in ("file", "field", "current", "new")},
+                    found, out["expected_ids"]["sglang"] if found is not None else None)
 
 
 # ---- 4. the record -------------------------------------------------------------------------------------------
@@ -317,7 +326,7 @@ def markdown(result: dict) -> str:
 
 def cli(argv: list[str], capture: bool = False) -> Any:
     """``eaglelab ARGV`` in this process. Without ``capture`` a failure stops the run (exit 2, the CLI's message
-    already printed); with it, (exit code, stdout) comes back, the lines kept whole (COLUMNS=400)."""
+    already printed); with it, (exit code, stdout) comes back."""
     from eaglelab.cli import main as eaglelab
 
     _say("$ eaglelab " + " ".join(argv))
@@ -327,22 +336,9 @@ def cli(argv: list[str], capture: bool = False) -> Any:
             raise SystemExit(f"`eaglelab {argv[0]}` failed (exit {rc}): see its message above")
         return rc
     buf = io.StringIO()
-    with _columns(400), redirect_stdout(buf):
+    with redirect_stdout(buf):
         rc = eaglelab(argv)
     return rc, buf.getvalue()
-
-
-@contextmanager
-def _columns(n: int) -> Iterator[None]:
-    old = os.environ.get("COLUMNS")
-    os.environ["COLUMNS"] = str(n)
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("COLUMNS", None)
-        else:
-            os.environ["COLUMNS"] = old
 
 
 def _inputs(work: Path) -> tuple[Path, Path]:

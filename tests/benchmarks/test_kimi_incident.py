@@ -4,7 +4,10 @@ drafter is trained by ``eaglelab train --online --layout mla``, served four ways
 three ways. Pinned: the taps each serving reads (8 layers: SGLang ids [1, 3, 4] = hs[2, 4, 5]), figures for every
 config, the healthy drafter lossless, check-wiring's exit codes the documented ones and the ``--data`` verdicts
 (the data match depends on the target alone, so it is exact even for a drafter trained 4 steps), the JSON whole.
-Whether broken configs accept less than the healthy one is the GPU run's figure, not asserted here."""
+Whether broken configs accept less than the healthy one is the GPU run's figure, not asserted here.
+
+``read_check`` alone (no training): check-wiring's real ``--json`` output on the CLI tests' tiny target and
+drafter, through the script's own ``cli``, read into the record's fields."""
 
 from __future__ import annotations
 
@@ -20,13 +23,15 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import kimi_target  # noqa: E402
 
-from benchmarks.kimi_incident import MODES, main  # noqa: E402
+from benchmarks.kimi_incident import MODES, cli, main, read_check  # noqa: E402
+from examples.incident_wiring import IDS_FIELD, config_copy  # noqa: E402
+
+from eaglelab.probes.wiring import EXIT_CODES  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 TAPS = {"healthy": [2, 4, 5], "embedding tap added": [0, 2, 4], "off by one": [3, 5, 6], "read by vLLM": [1, 3, 4]}
 DATA_EXIT = {"healthy": 0, "embedding tap added": 1, "off by one": 1, "read by vLLM": 1}
-LABEL_EXIT = {"WIRING OK": 0, "WIRING WRONG": 1, "WIRING INCONCLUSIVE": 4, "WIRING NOT CHECKED": 4}
 
 
 @pytest.fixture(scope="module")
@@ -73,10 +78,9 @@ def test_check_wiring_exit_codes_verdicts_and_fixes(replay):
         runs = c["check_wiring"]
         assert list(runs) == list(MODES)
         for mode, r in runs.items():
-            label = r["verdict_line"].split(" — ")[0]
-            assert LABEL_EXIT[label] == r["exit_code"], (c["label"], mode, r["verdict_line"])
+            assert EXIT_CODES[r["verdict"]] == r["exit_code"], (c["label"], mode, r["conclusion"])
         assert runs["static"]["exit_code"] in (1, 4), "static checks alone never read OK"
-        assert runs["data"]["exit_code"] == DATA_EXIT[c["label"]], (c["label"], runs["data"]["verdict_line"])
+        assert runs["data"]["exit_code"] == DATA_EXIT[c["label"]], (c["label"], runs["data"]["conclusion"])
         assert runs["search"]["exit_code"] in (0, 1, 4)
         found = c["search_found_hf"]
         assert len(found) == 3 and all(0 <= i < 8 for i in found) and len(c["search_found_sglang_ids"]) == 3
@@ -84,9 +88,8 @@ def test_check_wiring_exit_codes_verdicts_and_fixes(replay):
     assert by["embedding tap added"]["static"]["exit_code"] == 1  # id -1 is the embedding: wrong without running it
     assert by["healthy"]["data"]["fix"] is None
     for name in ("embedding tap added", "off by one"):
-        assert by[name]["data"]["fix"].endswith("→ [1, 3, 4]  (sglang reads this field first and counts ids in the "
-                                                "sglang convention)")
-    assert "→ [2, 4, 5]" in by["read by vLLM"]["data"]["fix"]  # the same layers in vLLM's ids
+        assert by[name]["data"]["fix"]["new"] == [1, 3, 4], by[name]["data"]["fix"]
+    assert by["read by vLLM"]["data"]["fix"]["new"] == [2, 4, 5]  # the same layers in vLLM's ids
 
 
 def test_the_json_is_complete_and_the_table_has_a_row_per_config(replay):
@@ -96,3 +99,65 @@ def test_the_json_is_complete_and_the_table_has_a_row_per_config(replay):
     rows = [line for line in table.splitlines() if line.startswith("| ") and "config" not in line]
     assert len(rows) == 4 and all(row.count("|") == 10 for row in rows)
     assert rows[1].startswith("| embedding tap added | [-1, 1, 3] (sglang) | [-1, 1, 3] / hs[0, 2, 4] |")
+
+
+# ---- read_check on check-wiring's own JSON -----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    """The CLI tests' 4-layer target (with a word tokenizer), random drafter at SGLang ids [0, 1, 2], and data
+    captured at those ids; plus the drafter served off by one ([1, 2, 3])."""
+    from tests.cli.hostile_inputs import AUX_IDS, make_inputs
+    from tests.conftest import add_word_tokenizer, tiny_config
+
+    root = tmp_path_factory.mktemp("kimi_read_check")
+    inputs = make_inputs(root)
+    add_word_tokenizer(inputs.target, vocab=tiny_config()["vocab_size"])
+    config = json.loads((inputs.drafter / "config.json").read_text())
+    config["eagle_config"][IDS_FIELD] = [i + 1 for i in AUX_IDS]
+    return inputs, config_copy(inputs.drafter, root / "off_by_one", config), list(AUX_IDS)
+
+
+def wiring(argv: list[str]):
+    """check-wiring --json through the script's own ``cli``, read as the script reads it; and the raw object."""
+    rc, text = cli(argv, capture=True)
+    return read_check("x", argv, rc, text), json.loads(text.splitlines()[-1])
+
+
+def test_read_check_takes_the_data_checks_verdict_and_fix(tiny):
+    """--data: off by one is exit 1 with the fix back to the ids the data came from ([0, 1, 2]); the healthy
+    drafter exit 0, no fix; neither is a search, so no taps found."""
+    inputs, off, ids = tiny
+    base = ["--target", str(inputs.target), "--serving", "sglang", "--json", "--data", str(inputs.data)]
+    run, raw = wiring(["check-wiring", str(off), *base])
+    assert (run.exit_code, run.verdict) == (1, "mismatch") and run.conclusion == raw["conclusion"] != ""
+    assert run.fix == {"file": str(off / "config.json"), "field": f"eagle_config.{IDS_FIELD}",
+                       "current": [1, 2, 3], "new": ids}, run.fix
+    assert run.found_hf is None and run.found_sglang_ids is None
+    ok, _ = wiring(["check-wiring", str(inputs.drafter), *base])
+    assert (ok.exit_code, ok.verdict, ok.fix) == (0, "ok", None)
+
+
+def test_read_check_takes_the_searchs_best_taps(tiny):
+    """The search: the best taps it names (hs indices) and the same in SGLang ids (hs[i] is SGLang id i - 1);
+    the verdict's exit code the documented one."""
+    inputs, _, _ = tiny
+    run, raw = wiring(["check-wiring", str(inputs.drafter), "--target", str(inputs.target), "--json", "--search",
+                       "--new-tokens", "8"])
+    assert raw["checked"] == "search" and run.verdict == raw["verdict"] and EXIT_CODES[run.verdict] == run.exit_code
+    assert run.found_hf == raw["best_hf_indices"] and len(run.found_hf) == 3
+    assert run.found_sglang_ids == [i - 1 for i in run.found_hf]
+    if raw["fix"] is None:
+        assert run.fix is None
+    else:
+        assert run.fix["new"] == raw["fix"]["new"] == run.found_sglang_ids
+
+
+def test_read_check_keeps_an_error_and_output_that_is_not_json(tmp_path):
+    """A drafter directory that does not exist: exit 2, verdict "error", the message naming the path. Output
+    that is not check-wiring's object (an internal error's exit) is kept as "no JSON" with its last line."""
+    run, _ = wiring(["check-wiring", str(tmp_path / "nowhere"), "--json"])
+    assert (run.exit_code, run.verdict) == (2, "error") and "nowhere" in run.conclusion
+    odd = read_check("static", ["check-wiring"], 3, "loading\ninternal error: boom\n")
+    assert (odd.verdict, odd.conclusion, odd.fix, odd.found_hf) == ("no JSON", "internal error: boom", None, None)
