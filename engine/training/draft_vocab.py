@@ -22,6 +22,7 @@ import torch
 
 from eaglelab.engine.errors import CheckpointError, ConfigError
 from eaglelab.engine.formats.specforge_data import VocabMapping, list_samples, read_sample
+from eaglelab.engine.formats.validate import check_integer_tensor
 
 
 @dataclass(frozen=True)
@@ -104,6 +105,7 @@ def read_ids_and_mask(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
         return s.input_ids, s.loss_mask
     if not isinstance(obj, dict) or not isinstance(obj.get("input_ids"), torch.Tensor):
         raise CheckpointError("missing tensor", file=path, field="input_ids")
+    check_integer_tensor(obj["input_ids"], path, "input_ids", low=0)  # as read_sample checks them
     ids = obj["input_ids"].reshape(-1).long().clone()
     mask = obj.get("loss_mask")
     mask = mask.reshape(-1).clone() if isinstance(mask, torch.Tensor) else torch.ones_like(ids)
@@ -120,6 +122,10 @@ def scan_data(data_dir: str | Path, vocab_size: int) -> tuple[torch.Tensor, list
     def pairs():
         for path in list_samples(data_dir):
             ids, mask = read_ids_and_mask(path)
+            if ids.numel() and int(ids.max()) >= vocab_size:  # every id is embedded in training, masked or not
+                raise ConfigError("token id outside the target vocabulary", file=path, field="input_ids",
+                                  found=int(ids.max()), expected=f"< {vocab_size} (the target's vocab_size)",
+                                  hint="the data was captured with another tokenizer than the target's")
             lengths.append(int(ids.numel()))
             yield ids, mask
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -61,3 +62,20 @@ def test_scan_reads_ids_and_lengths_from_files(tmp_path):
     assert lengths == [5, 9]
     # ids 2,3,0,... from position 2: [2,3,0] and [2,3,0,1,2,3,0]
     assert counts.tolist() == [3, 1, 3, 3, 0, 0]
+
+
+def test_scan_refuses_ids_the_target_cannot_embed_naming_the_sample(tmp_path):
+    """A 6-token vocabulary: id 6 outside the loss mask (position 0) is still embedded in training, so the scan
+    refuses it naming the sample (it counted only masked ids and passed); a negative id in a plain .ckpt is
+    refused as read_sample refuses it (the memory-mapped reader let it through)."""
+    from eaglelab.engine.errors import CheckpointError, ConfigError
+
+    mask = torch.tensor([0, 1, 1, 1])
+    path = write_sample(tmp_path / "a", 0, Sample(torch.tensor([6, 1, 2, 3]), mask, None, torch.zeros(1, 4, 8)))
+    with pytest.raises(ConfigError) as err:
+        scan_data(tmp_path / "a", 6)
+    assert (err.value.file, err.value.field, err.value.found) == (str(path), "input_ids", 6)
+    path = write_sample(tmp_path / "b", 0, Sample(torch.tensor([-1, 1, 2, 3]), mask, None, torch.zeros(1, 4, 8)))
+    with pytest.raises(CheckpointError) as err:
+        scan_data(tmp_path / "b", 6)
+    assert (err.value.file, err.value.field, err.value.found) == (str(path), "input_ids", "-1..3")
