@@ -12,11 +12,12 @@ drafter's teacher-forced step-1 prediction::
     agreement = mean_t  [ d2t(argmax q_t) == argmax target logits after x[t+1] ]
 
 The search ranks taps by ``loss`` and reports ``agreement`` (how often the drafter's top-1 is the
-target's next token, what acceptance sees) beside it. Why not rank by agreement alone: on the
-shipped SmolLM2 drafter over 392 response tokens, top-1 agreement does not separate the middle
-slot's neighbours (hs[16] 41.8%, hs[13] 41.6%, the trained hs[15] 41.1%: one token in 150), while
-the loss, which counts every token's whole distribution, is lowest at exactly the trained taps
-(3.718 nats; 3.733 with hs[16], 3.758 with hs[3] in slot 0, 3.891 with hs[26] in slot 2).
+target's next token, what acceptance sees) beside it. Why not rank by agreement alone: it moves little
+between neighbouring states and need not favour the trained one. In the recorded search on
+SmolLM2-135M with its shipped drafter (``benchmarks/results/cpu_2026-12-03/check_wiring_search/off.json``,
+392 scored tokens), slot 2's runner-up hs[26] agrees more often than the trained hs[27] (65.1% against
+64.3%), while the loss, which counts every token's whole distribution, is lowest at exactly the trained
+taps hs[2, 15, 27] in every slot (2.318 nats; runners-up hs[1] 2.358, hs[14] 2.347, hs[26] 2.395).
 
 The search starts from the config's taps and, slot by slot, tries every tappable state (the
 embedding output ``hs[0]`` included) with the other slots held, keeping the best; passes repeat
@@ -35,7 +36,7 @@ standard error across texts; tokens of one text are not independent, texts are).
 bar: the best is selected among all candidates, see ``T_WRONG``), and "inconclusive" otherwise, with
 the reason. On SmolLM2-135M with the shipped drafter, 8 default prompts x 48 response tokens (392
 scored tokens) separate every slot (weakest: slot 1, hs[15] against hs[14], t = 4.5) and call the
-off-by-one config hs[3, 16, 28] wrong (loss 2.667 against 2.318); 2 prompts x 12 tokens (26 tokens) decide nothing.
+off-by-one config hs[3, 16, 28] wrong (loss 2.667 against 2.318); 2 prompts x 12 tokens decide nothing.
 """
 
 from __future__ import annotations
