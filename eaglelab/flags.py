@@ -169,7 +169,7 @@ def _record_output(args: argparse.Namespace) -> None:
     if getattr(args, "record", None):
         from eaglelab.probes.record import check_record_output
 
-        check_record_output(args.record, mode="replace" if getattr(args, "force", False) else "new")
+        check_record_output(args.record, mode="replace" if args.force else "new")
 
 
 def _dir_output(dest: str) -> Callable[[argparse.Namespace], None]:
@@ -222,7 +222,7 @@ def _bench_json(args: argparse.Namespace) -> None:
         raise EagleLabError(f"is {file_kind(path)}", file=path, field="--json", expected="a .json file",
                             hint="name a file, e.g. --json bench.json")
     found = _bench_report_kind(path)
-    if found is not None and not getattr(args, "force", False):
+    if found is not None and not args.force:
         raise EagleLabError("is not a report an earlier `eaglelab bench` wrote: refusing to overwrite it", file=path,
                             field="--json", found=found, expected='a new file, or a bench JSON ("schema": "eaglelab.bench/...")',
                             hint="name a new file, or pass --force to replace this one")
@@ -249,7 +249,7 @@ def _corpus_out(args: argparse.Namespace) -> None:
     check_output_dir(args.out, "--out")
     out = Path(args.out)
     held = [n for n in ("prompts.jsonl.gz", "manifest.json") if (out / n).exists()]
-    if held and not getattr(args, "force", False):
+    if held and not args.force:
         raise EagleLabError("already holds a prompt corpus: refusing to overwrite it", file=out / held[0], field="--out",
                             found=", ".join(held), expected="a new directory, or one without prompts.jsonl.gz and manifest.json",
                             hint="pick another --out, or pass --force to replace this corpus")

@@ -131,21 +131,36 @@ def test_bench_json_refuses_a_foreign_file_before_the_run(content, tmp_path, cap
     assert out.read_text(encoding="latin-1") == content
 
 
-def test_bench_json_check_passes_a_bench_report_and_force():
-    """An earlier bench report may be replaced; anything else with --force; a new file always."""
-    import argparse
-    import tempfile
+def test_bench_json_check_passes_a_bench_report_and_force(tmp_path):
+    """An earlier bench report may be replaced; anything else with --force only; a new file always. The flags
+    are checked as the CLI checks them: parsed by bench's own parser (which registers --force), then validated."""
+    from eaglelab.cli import build_parser
+    from eaglelab.engine.errors import EagleLabError
+    from eaglelab.flags import validate
 
-    from eaglelab.flags import _bench_json
+    path = tmp_path / "b.json"
+    check = lambda *extra: validate(build_parser().parse_args(["bench", "--json", str(path), *extra]))  # noqa: E731
+    check()  # absent
+    path.write_text(json.dumps({"schema": "eaglelab.bench/1", "rows": []}))
+    check()
+    path.write_text("mine")
+    with pytest.raises(EagleLabError, match="--force"):
+        check()
+    check("--force")
 
-    with tempfile.TemporaryDirectory() as d:
-        path = Path(d) / "b.json"
-        ns = lambda **kw: argparse.Namespace(json=str(path), command="bench", **kw)  # noqa: E731
-        _bench_json(ns())  # absent
-        path.write_text(json.dumps({"schema": "eaglelab.bench/1", "rows": []}))
-        _bench_json(ns())
-        path.write_text("mine")
-        _bench_json(ns(force=True))
+
+def test_every_command_whose_output_check_reads_force_registers_it():
+    """The output checks that let --force replace a file read ``args.force``: each command they run for
+    (run, bench, prompts, synthesize) must register the flag, or a parsed command line would lack it."""
+    from eaglelab.cli import build_parser
+    from eaglelab.flags import OUTPUT_CHECKS
+
+    reads_force = {"_record_output", "_bench_json", "_corpus_out"}
+    sub = next(a for a in build_parser()._actions if a.dest == "command")
+    commands = {c for c, checks in OUTPUT_CHECKS.items() if reads_force & {f.__name__ for f in checks}}
+    assert commands == {"run", "bench", "prompts", "synthesize"}
+    for command in commands:
+        assert any("--force" in a.option_strings for a in sub.choices[command]._actions), command
 
 
 # ---- 5. lone surrogates in a prompt typed on the command line -----------------------------------------------
