@@ -25,6 +25,32 @@ def test_worked_example_two_steps_topk_two():
     assert r.accept_len(2, 2, 3) == 2.0  # 1 + 2 > 2
 
 
+def test_chain_keeps_top1_children_however_the_wide_tree_ranked_them():
+    """Ranks (1, 1) at positions (1, 4) of a full 2-step topk-2 tree: the depth-2 node is 2nd best of its depth in
+    the wide tree (the depth-1 rank-2 node's top child outscored it), but a chain drafts only top-1 children, so it
+    keeps it: 3 tokens (the wide rank 2 alone would give 1 + 2 > 2, 2 tokens)."""
+    r = path_replay([_step([[1, 1]], [[1, 4]])], 2, 2, 7)
+    assert r.paths == (((1, 1), (1, 2)),)
+    assert r.accept_len(2, 1, 3) == 3.0
+
+
+def test_narrower_topk_caps_the_wide_rank_by_its_own_candidates():
+    """Wide tree 3 steps, topk 4 (37 nodes); a path of top-1 children whose depth-2 node is 5th of the 16
+    depth-2 candidates (position 5 + 4 = 9) and depth-3 node 1st (position 21).
+
+    topk 2 holds 4 depth-2 candidates; ahead of a sibling-rank-1 node at most the 2 children of the other frontier
+    node: rank min(5, 1 + 2) = 3. N 6: 1 + 3 <= 5 keeps depth 2; the rank-3 node is off the 2-node frontier, so
+    depth 3 is not drafted: 3 tokens (the wide rank 5 alone: 1 + 5 > 5, 2 tokens). N 4: 1 + 3 > 3: 2 tokens.
+    topk 4 is the wide tree's own width: rank 5 stands (1 + 5 <= 6 at N 7, parent 5 > 4 stops depth 3)."""
+    r = path_replay([_step([[1, 1, 1]], [[1, 9, 21]])], 3, 4, max_draft_tokens(3, 4))
+    assert r.paths == (((1, 1), (1, 5), (1, 1)),)
+    assert r.accept_len(3, 2, 6) == 3.0
+    assert r.accept_len(3, 2, 4) == 2.0
+    assert r.accept_len(3, 1, 4) == 4.0  # the chain: every sibling rank is 1
+    assert r.accept_len(3, 4, 7) == 3.0
+    assert r.accept_len(3, 4, 6) == 2.0
+
+
 def test_pruned_or_positionless_wide_tree_is_not_replayed():
     assert path_replay([_step([[1]], [[1]])], 2, 2, 6) is None
     assert path_replay([_step([[1]], [])], 2, 2, 7) is None
@@ -51,7 +77,8 @@ def test_replay_equals_observed_on_wide_tree_bounded_and_monotone(replay, steps,
     got = [replay.accept_len(steps, topk, n) for n in range(2, top + 1)] if topk > 1 else [replay.accept_len(steps, 1, 0)]
     assert all(1.0 <= a <= steps + 1 for a in got)
     assert got == sorted(got)  # more draft tokens never lose a kept node
-    assert replay.accept_len(steps, 1, 0) <= got[-1] + 1e-12  # the chain is a subtree of the widest
+    if topk == 4:  # the chain is a subtree of the widest full tree (not of a narrower one: its frontier may drop it)
+        assert replay.accept_len(steps, 1, 0) <= got[-1] + 1e-12
 
 
 def test_recorded_h200_tune_replay_beats_the_table_model():
@@ -66,3 +93,21 @@ def test_recorded_h200_tune_replay_beats_the_table_model():
     assert all(e < -0.02 for e in before)
     assert max(abs(e) for e in after) < 0.07
     assert sum(abs(e) for e in after) < 0.6 * sum(abs(e) for e in before)
+
+
+def test_recorded_h200_tune_rank_cap_moves_only_narrower_trees_and_closer():
+    """The tune of 2026-12-03c printed E[a] replayed with the wide tree's own ranks: the rank cap leaves its topk-4
+    trees (the wide tree's width) as printed and brings both topk-2 trees at batch 32 closer to the confirmation
+    (4/2/8: 2.563 -> 2.595, measured 2.697; 3/2/6: 2.370 -> 2.388, measured 2.540)."""
+    from eaglelab.bench.tune_predict import replay_against_confirmation
+
+    c = "benchmarks/results/h200_2026-12-03c/C/"
+    rows = replay_against_confirmation(c + "h200_tune.jsonl", c + "h200_tune.json")
+    assert len(rows) == 6
+    for r in rows:
+        if r["config"][1] == 4:
+            assert r["after"] == pytest.approx(r["before"], abs=1e-12)
+        else:
+            assert abs(r["after"] - r["measured"]) < abs(r["before"] - r["measured"]) - 0.01
+    got = {r["config"]: round(r["after"], 3) for r in rows if r["config"][1] == 2}
+    assert got == {(4, 2, 8): 2.595, (3, 2, 6): 2.388}
