@@ -225,6 +225,10 @@ def make_trainer(args, head, data, dv, sglang_ids: list[int], cfg, device, say: 
             raise CheckpointError("nothing to resume from", file=ck_dir, hint="train without --resume first")
         trainer.load_checkpoint(path)
         say(f"resumed from {path} at step {trainer.step}/{trainer.total_steps}")
+        if trainer.replanned:
+            was, now = trainer.replanned
+            say(f"  the run's length re-planned: {was} -> {now} steps (--total-steps/--epochs); the cosine now ends "
+                f"at step {now}, and the learning rate follows it from step {trainer.step}")
     return trainer, init
 
 

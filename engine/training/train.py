@@ -281,9 +281,10 @@ class TrainResult:
 
 
 CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "position", "rng", "num_samples")
-# Settings that fix the batch order and the LR schedule: a resume with others would train some samples
-# twice and skip others within the epoch, or bend the schedule mid-run.
-RESUME_FIXED = ("seed", "batch_size", "epochs", "total_steps", "warmup_ratio", "lr")
+# Settings that fix the batch order and the LR's scale: a resume with others would train some samples twice and
+# skip others within the epoch, or jump the LR. The run's length (--total-steps, --epochs) may change on resume:
+# a time-limited run re-plans where its cosine ends from the rate it measured (see Trainer.replanned).
+RESUME_FIXED = ("seed", "batch_size", "warmup_ratio", "lr")
 
 
 class Trainer:
@@ -314,6 +315,7 @@ class Trainer:
         warmup = int(cfg.warmup_ratio * self.total_steps)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, cosine_with_warmup(self.total_steps, warmup))
         self.step, self.epoch, self.batch_in_epoch = 0, 0, 0
+        self.replanned: tuple[int, int] | None = None  # (steps, steps) when a resume changed the run's length
         self.seconds = 0.0  # training time over every piece of a resumed run
         self.eval_history: list[dict[str, Any]] = []  # every held-out evaluation of the run, resumed pieces included
         self.weights = torch.tensor(cfg.step_weights(), device=self.device)
@@ -461,13 +463,16 @@ class Trainer:
             raise CheckpointError("the checkpoint was trained on other data", file=path, field="num_samples",
                                   found=state.get("num_samples"), expected=len(self.data),
                                   hint="resume with the same --data directory")
-        self._check_same_run(path, state.get("config") or {})
+        saved = state.get("config") or {}
+        self._check_same_run(path, saved)
         self.net.load_state_dict({k: v.to(self.device) for k, v in state["model"].items()})
         self.head_rows = self._rows()
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
         pos = state["position"]
         self.step, self.epoch, self.batch_in_epoch = pos["step"], pos["epoch"], pos["batch_in_epoch"]
+        before = saved.get("total_steps") or (saved.get("epochs") or 0) * self.batches_per_epoch
+        self.replanned = (before, self.total_steps) if before and before != self.total_steps else None
         self.seconds = float(state.get("seconds", 0.0))
         self.eval_history = list(state.get("evals", []))  # checkpoints from before the history kept none
         torch.set_rng_state(state["rng"]["cpu"])

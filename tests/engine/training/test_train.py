@@ -27,6 +27,7 @@ from eaglelab.engine.training.train import (
     TargetHead,
     TrainConfig,
     Trainer,
+    cosine_with_warmup,
     drafter_config,
     latest_checkpoint,
     new_drafter,
@@ -203,11 +204,11 @@ def test_resume_gives_the_same_state_as_not_stopping(tmp_path):
 
 
 @pytest.mark.parametrize("change,flag", [({"batch_size": 2}, "--batch-size"), ({"seed": 1}, "--seed"),
-                                         ({"epochs": 3}, "--epochs")])
-def test_resume_with_another_batch_order_or_schedule_is_refused(tmp_path, change, flag):
-    """A run of batch 4 stopped at step 3 (mid-epoch 0): resuming it with batch 2, another seed (both
-    change which samples batches 3.. of the epoch hold: some would train twice, others never) or more
-    epochs (the cosine would bend mid-run) is refused, naming the checkpoint, the flag and both values."""
+                                         ({"lr": 5e-3}, "--lr"), ({"warmup_ratio": 0.5}, "--warmup-ratio")])
+def test_resume_with_another_batch_order_or_lr_is_refused(tmp_path, change, flag):
+    """A run of batch 4 stopped at step 3 (mid-epoch 0): resuming it with batch 2 or another seed (both
+    change which samples batches 3.. of the epoch hold: some would train twice, others never), another
+    --lr or --warmup-ratio (the LR would jump) is refused, naming the checkpoint, the flag and both values."""
     model = sharp_target(seed=1)
     data, vocab = make_data(model, tmp_path / "d", 16, max_new=12)
     _trainer(model, data, vocab, tmp_path / "b", max_steps=3).train()
@@ -217,9 +218,33 @@ def test_resume_with_another_batch_order_or_schedule_is_refused(tmp_path, change
     resumed = Trainer(fresh(model, vocab), TargetHead.from_model(model), data, cfg, checkpoint_dir=tmp_path / "b")
     with pytest.raises(CheckpointError) as err:
         resumed.load_checkpoint(ck)
-    ours, saved = next(iter(change.values())), {"batch_size": 4, "seed": 0, "epochs": 2}[next(iter(change))]
-    assert (err.value.file, err.value.field, err.value.found, err.value.expected) == (str(ck), flag, ours, saved)
+    saved = {"batch_size": 4, "seed": 0, "lr": 1e-2, "warmup_ratio": 0.2}[next(iter(change))]
+    assert (err.value.file, err.value.field, err.value.found, err.value.expected) == (
+        str(ck), flag, next(iter(change.values())), saved)
     assert resumed.step == 0  # nothing restored
+
+
+@pytest.mark.parametrize("change", [{"epochs": 3}, {"total_steps": 5}])
+def test_resume_may_replan_the_runs_length(tmp_path, change):
+    """A time-limited run re-plans where its cosine ends when it resumes (8 steps planned, 3 done): the batch
+    order and the state stay the checkpoint's, the schedule is the new length's, and the trainer says so."""
+    model = sharp_target(seed=1)
+    data, vocab = make_data(model, tmp_path / "d", 16, max_new=12)
+    first = _trainer(model, data, vocab, tmp_path / "b", max_steps=3)
+    first.train()
+    cfg = TrainConfig(**{**dict(epochs=2, lr=1e-2, batch_size=4, ttt_length=3, checkpoint_every=3, log_every=1,
+                                warmup_ratio=0.2), **change})
+    resumed = Trainer(fresh(model, vocab), TargetHead.from_model(model), data, cfg, checkpoint_dir=tmp_path / "b")
+    resumed.load_checkpoint(latest_checkpoint(tmp_path / "b"))
+    now = change.get("total_steps") or 3 * 4
+    assert (resumed.step, resumed.batch_in_epoch, resumed.replanned) == (3, 3, (8, now))
+    assert all(torch.equal(a, b) for a, b in zip(first.net.state_dict().values(), resumed.net.state_dict().values()))
+    resumed.train()
+    assert resumed.step == now
+    warmup = int(0.2 * now)
+    assert resumed.sched.get_last_lr()[0] == pytest.approx(1e-2 * cosine_with_warmup(now, warmup)(now))
+    fresh_run = _trainer(model, data, vocab, tmp_path / "c", max_steps=3)
+    assert fresh_run.replanned is None
 
 
 def test_trains_on_specforge_data_written_by_others(tmp_path):
@@ -311,7 +336,7 @@ def _tiny_model_dir(path):
     return model
 
 
-def test_capture_then_train_through_the_cli(tmp_path):
+def test_capture_then_train_through_the_cli(tmp_path, capfd):
     """`eaglelab capture` then `eaglelab train` (TensorBoard on, stopped and resumed): a drafter the
     engine loads, TensorBoard scalars per TTT step, and the resumed run equals a straight one."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -345,6 +370,13 @@ def test_capture_then_train_through_the_cli(tmp_path):
     assert len(ev.Scalars("train/loss")) == 6  # 12 samples / 4 = 3 steps per epoch, 2 epochs
     prov = json.loads((tmp_path / "straight" / "eaglelab_training.json").read_text())
     assert prov["steps"] == 6 and prov["aux_layer_ids_sglang"] == [0, 1, 2]
+    # a time-limited run re-plans its length on resume (the device batches do): another --total-steps is taken
+    assert main(common + ["--out", str(tmp_path / "replanned"), "--max-steps", "4"]) == 0
+    capfd.readouterr()
+    assert main(common + ["--out", str(tmp_path / "replanned"), "--resume", "--total-steps", "5"]) == 0
+    said = " ".join("".join(capfd.readouterr()).split())
+    assert "re-planned: 6 -> 5 steps" in said
+    assert json.loads((tmp_path / "replanned" / "eaglelab_training.json").read_text())["steps"] == 5
 
 
 @pytest.mark.gpu
