@@ -65,9 +65,20 @@ class Finding:
     message: str
     hint: str | None = None
     code: str = ""  # stable short name for tests and JSON ("fc_width", "embedding_capture", ...)
+    found: object = None  # what the checkpoint holds (a shape, a value), when the check knows it
+    expected: object = None
+    file: Path | None = None  # the file holding ``field`` (a tensor's shard, or config.json); None: config.json
 
     def to_dict(self) -> dict[str, Any]:
         return {"severity": self.severity, "code": self.code, "field": self.field, "message": self.message, "hint": self.hint}
+
+    def error(self, config_file: Path) -> CheckpointError | ConfigError:
+        """This finding as the loader's error: a tensor's finding names its weight file (CheckpointError),
+        a config field's names ``config_file`` (ConfigError)."""
+        file = self.file or config_file
+        kind = CheckpointError if file.suffix == ".safetensors" or file.is_dir() else ConfigError
+        return kind(self.message, file=file, field=self.field, found=self.found, expected=self.expected,
+                    hint=self.hint)
 
 
 class TargetShape(Protocol):
@@ -225,12 +236,21 @@ def _validate(ck: DraftCheckpoint, target: TargetShape | None) -> list[Finding]:
     out += _check_ids_values(ck, target)
     out += _check_fc(ck, target)
     out += _check_vocab(ck, target)
-    out += [Finding(p.severity, p.field, p.text(), p.hint, code=p.code) for p in layout_problems(ck, target)]
+    out += [Finding(p.severity, p.field, p.text(), p.hint, code=p.code, found=p.found, expected=p.expected, file=p.file)
+            for p in layout_problems(ck, target)]
     out += _check_layer_shapes(ck)
     out += _check_positions(ck, target)
     if not ck.has_weights:
         out.append(Finding("info", "weights", "no *.safetensors in the directory: config-level checks only", code="config_only"))
     return out
+
+
+def _tensor_file(ck: DraftCheckpoint, name: str) -> Path:
+    """The weight file holding tensor ``name``; for an absent one, the only weight file (the directory when sharded)."""
+    info = ck.tensors.get(name)
+    if info is not None:
+        return info.file
+    return ck.weight_files[0] if len(ck.weight_files) == 1 else ck.path
 
 
 ANOTHER_TARGET = "pass the drafter trained for this target, or the target it was trained for"
@@ -308,7 +328,8 @@ def _check_ids_values(ck: DraftCheckpoint, target: TargetShape | None) -> list[F
     out: list[Finding] = []
     if len(set(ids)) != len(ids):
         out.append(Finding("error", field_name, f"duplicated ids {list(ids)}: engines tap each layer once",
-                           "remove the duplicates", code="duplicate_ids"))
+                           "remove the duplicates", code="duplicate_ids",
+                           found=list(ids), expected="each id once"))
     if list(ids) != sorted(ids):
         out.append(Finding("warning", field_name, f"ids {list(ids)} are not in ascending order: serving engines concatenate "
                            "aux states in layer order, while training data follows the order its capture used",
@@ -318,11 +339,13 @@ def _check_ids_values(ck: DraftCheckpoint, target: TargetShape | None) -> list[F
     if 0 in hf:
         emb = [i for i, h in zip(ids, hf) if h == 0]
         out.append(Finding("error", field_name, f"id {emb[0]} captures the embedding output (hs[0]) in the {conv} convention; "
-                           "no SpecForge-trained drafter saw it", "remove it from the list", code="embedding_capture"))
+                           "no SpecForge-trained drafter saw it", "remove it from the list", code="embedding_capture",
+                           found=list(ids), expected="ids of decoder layers, not the embedding"))
     negative = [i for i, h in zip(ids, hf) if h < 0]
     if negative:
         out.append(Finding("error", field_name, f"ids {negative} name no layer in the {conv} convention",
-                           "ids count decoder layers from 0", code="ids_out_of_range"))
+                           "ids count decoder layers from 0", code="ids_out_of_range",
+                           found=list(ids), expected="ids >= 0"))
     if target is not None:
         out += _check_ids_range(ids, hf, conv, field_name, target.num_layers)
     return out
@@ -336,7 +359,8 @@ def _check_ids_range(ids: tuple[int, ...], hf: tuple[int, ...], conv: str, field
         top = num_layers - 2 if conv == "sglang" else num_layers - 1
         out.append(Finding("error", field_name, f"ids {beyond} are out of range for a {num_layers}-layer target in the {conv} "
                            f"convention (largest tappable id: {top}); engines silently tap fewer states",
-                           "use the target's layer count", code="ids_out_of_range"))
+                           "use the target's layer count", code="ids_out_of_range",
+                           found=list(ids), expected=f"ids <= {top}"))
     other = "vllm" if conv == "sglang" else "sglang"
     if tuple(ids) == default_ids(num_layers, other) and default_ids(num_layers, conv) != tuple(ids):
         out.append(Finding("warning", field_name, f"ids {list(ids)} are the {other} defaults written in a {conv}-convention "
@@ -353,30 +377,34 @@ def _check_fc(ck: DraftCheckpoint, target: TargetShape | None) -> list[Finding]:
         which = "target_hidden_size" if ck.target_hidden_size is not None else "hidden_size (no target_hidden_size)"
         out.append(Finding("error", "target_hidden_size", f"the drafter expects target states of width {aux} ({which}), "
                            f"the target's hidden size is {target.hidden_size}",
-                           "this drafter was trained for another target, or target_hidden_size is wrong", code="target_hidden"))
+                           "this drafter was trained for another target, or target_hidden_size is wrong", code="target_hidden",
+                           found=aux, expected=target.hidden_size))
     fc = ck.shape("fc.weight")
+    n_ids = len(ck.aux_layer_ids) if ck.aux_layer_ids is not None else 3
+    expect = (ck.hidden_size, n_ids * aux)
+    where = dict(file=_tensor_file(ck, "fc.weight"), expected=list(expect))
     if fc is None:
         if ck.has_weights:
             out.append(Finding("error", "fc.weight", "no fc.weight: an EAGLE-3 drafter projects the aux states with it",
-                               code="fc_missing"))
+                               "copy the complete drafter", code="fc_missing", found="absent", **where))
         return out
-    n_ids = len(ck.aux_layer_ids) if ck.aux_layer_ids is not None else 3
-    expect = (ck.hidden_size, n_ids * aux)
     if tuple(fc) == expect:
         return out
     if len(fc) != 2 or fc[0] != ck.hidden_size:
         out.append(Finding("error", "fc.weight", f"shape {list(fc)}, expected [hidden_size={ck.hidden_size}, ...]",
-                           code="fc_shape"))
+                           "config.json hidden_size and the weights disagree: re-export the drafter",
+                           code="fc_shape", found=list(fc), **where))
         return out
     if fc[1] % aux:
         out.append(Finding("error", "fc.weight", f"input width {fc[1]} is not a multiple of the target hidden size {aux}",
                            "target_hidden_size disagrees with the weights: this drafter was trained for another target",
-                           code="fc_width"))
+                           code="fc_width", found=list(fc), **where))
         return out
     src = "ids in the config" if ck.aux_layer_ids is not None else "default ids (none in the config)"
     out.append(Finding("error", "fc.weight", f"fc takes {fc[1] // aux} target states ({fc[1]} = {fc[1] // aux} x {aux}), "
                        f"but the config names {n_ids} ({src}): the engine would feed {n_ids * aux} features",
-                       f"the config must list exactly {fc[1] // aux} ids, the ones the drafter was trained on", code="fc_width"))
+                       f"the config must list exactly {fc[1] // aux} ids, the ones the drafter was trained on", code="fc_width",
+                       found=list(fc), **where))
     return out
 
 
@@ -384,7 +412,8 @@ def _check_vocab(ck: DraftCheckpoint, target: TargetShape | None) -> list[Findin
     out: list[Finding] = []
     if target is not None and ck.vocab_size != target.vocab_size:
         out.append(Finding("error", "vocab_size", f"drafter vocab_size {ck.vocab_size}, target's {target.vocab_size}",
-                           "the drafter was made for another tokenizer", code="vocab_size"))
+                           "the drafter was made for another tokenizer", code="vocab_size",
+                           found=ck.vocab_size, expected=target.vocab_size))
     checks = (
         ("lm_head.weight", (ck.draft_vocab_size, ck.hidden_size), "[draft_vocab_size, hidden_size]"),
         ("d2t", (ck.draft_vocab_size,), "[draft_vocab_size]"),
@@ -395,16 +424,19 @@ def _check_vocab(ck: DraftCheckpoint, target: TargetShape | None) -> list[Findin
         if shape is not None and tuple(shape) != expected:
             where = "draft_vocab_size" if name != "t2d" else "vocab_size"
             out.append(Finding("error", name, f"shape {list(shape)}, expected {text} = {list(expected)}",
-                               f"config {where} and the weights disagree", code="draft_vocab"))
+                               f"config {where} and the weights disagree", code="draft_vocab",
+                               found=list(shape), expected=list(expected), file=_tensor_file(ck, name)))
     if not out and ck.shape("d2t") is not None and ck.shape("t2d") is not None:
         out += _check_vocab_maps(ck)
     if ck.has_weights and ck.shape("lm_head.weight") is None:
         out.append(Finding("error", "lm_head.weight", "missing from the weights: the drafter has no head to propose "
                            "tokens with", "copy the complete drafter (or re-export it: lm_head is saved with it)",
-                           code="tensor_missing"))
+                           code="tensor_missing", found="absent", expected=[ck.draft_vocab_size, ck.hidden_size],
+                           file=_tensor_file(ck, "lm_head.weight")))
     if ck.has_weights and ck.draft_vocab_size < ck.vocab_size and ck.shape("d2t") is None:
         out.append(Finding("error", "d2t", f"draft vocab {ck.draft_vocab_size} < vocab {ck.vocab_size} but no d2t map",
-                           "the draft ids cannot be mapped to target ids", code="d2t_missing"))
+                           "the draft ids cannot be mapped to target ids", code="d2t_missing",
+                           found="absent", expected=[ck.draft_vocab_size], file=_tensor_file(ck, "d2t")))
     if not ck.draft_vocab_size_given:
         out.append(Finding("info", "draft_vocab_size", f"not in the config: engines assume {DEFAULT_DRAFT_VOCAB}", code="draft_vocab_default"))
     return out
@@ -460,12 +492,16 @@ def _check_vocab_maps(ck: DraftCheckpoint) -> list[Finding]:
     in_range = bool(((target_ids >= 0) & (target_ids < ck.vocab_size)).all())
     if not in_range:
         return [Finding("error", "d2t", "draft id + d2t falls outside the target vocabulary",
-                        "d2t holds offsets (target id = draft id + d2t[draft id]), not target ids", code="vocab_map")]
+                        "d2t holds offsets (target id = draft id + d2t[draft id]), not target ids", code="vocab_map",
+                        found=f"target ids {int(target_ids.min())}..{int(target_ids.max())}",
+                        expected=f"target ids 0..{ck.vocab_size - 1}", file=_tensor_file(ck, "d2t"))]
     count = int(t2d.sum())
     agree = count == d2t.numel() and bool(t2d[target_ids].all())
     if not agree:
         return [Finding("error", "t2d", f"t2d marks {count} target tokens, d2t maps {d2t.numel()} draft tokens to "
-                        "a different set", "d2t and t2d come from different vocab mappings", code="vocab_map")]
+                        "a different set", "d2t and t2d come from different vocab mappings", code="vocab_map",
+                        found=f"{count} tokens marked", expected=f"the {d2t.numel()} target ids d2t maps to",
+                        file=_tensor_file(ck, "t2d"))]
     return []
 
 
@@ -479,9 +515,10 @@ def _check_layer_shapes(ck: DraftCheckpoint) -> list[Finding]:
         if found is not None and tuple(found) != shape:
             out.append(Finding("error", name, f"shape {list(found)}, the config implies {list(shape)}",
                                "config.json and the weights disagree (hidden_size, heads, head_dim or intermediate_size)",
-                               code="layer_shape"))
+                               code="layer_shape", found=list(found), expected=list(shape), file=_tensor_file(ck, name)))
         elif found is None and ck.has_weights:
-            out.append(Finding("error", name, "missing from the weights", code="tensor_missing"))
+            out.append(Finding("error", name, "missing from the weights", "copy the complete drafter (every shard)",
+                               code="tensor_missing", found="absent", expected=list(shape), file=_tensor_file(ck, name)))
     if ck.num_hidden_layers != 1:
         out.append(Finding("warning", "num_hidden_layers", f"{ck.num_hidden_layers}; EAGLE-3 drafters have 1 layer",
                            code="num_layers"))

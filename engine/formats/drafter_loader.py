@@ -88,8 +88,7 @@ def load_eagle3(path, target_model, *, device=None, dtype=None, serving: str | N
     raise_first(layout_problems(ck, tcfg))  # layout errors first: they name found, expected and the file
     errors = [f for f in ck.validate(tcfg) if f.severity == "error"]
     if errors:
-        first = errors[0]
-        raise CheckpointError(first.message, file=ck.config_file, field=first.field, hint=first.hint)
+        raise errors[0].error(ck.config_file)  # names the tensor's weight file, or config.json for a config field
     if not ck.has_weights:
         raise CheckpointError("no weights (*.safetensors) in the drafter directory", file=ck.path)
     cfg = config_from_checkpoint(ck, tcfg.hidden_size)

@@ -33,3 +33,45 @@ def test_load_eagle3_builds_the_config_once_and_loads_the_saved_weights(tmp_path
     assert taps == (1, 2, 3) and loaded.config == net.config
     for name, t in net.state_dict().items():
         assert torch.equal(loaded.state_dict()[name].to(t.dtype), t), name
+
+
+def _saved_drafter(tmp_path):
+    model = random_model(tiny_config(vocab_size=VOCAB), seed=0)
+    counts = torch.randint(0, 1000, (VOCAB,), generator=torch.Generator().manual_seed(3))
+    net = new_drafter(drafter_config(model.config, 3, 48), TargetHead.from_model(model),
+                      build_draft_vocab(counts, 48).mapping, seed=1, init_lm_head="random")
+    save_drafter(net, tmp_path / "d", target=model.config, sglang_layer_ids=[0, 1, 2], dtype=torch.float32)
+    return model, tmp_path / "d"
+
+
+def test_a_tensor_that_fails_validation_is_reported_in_its_shard_with_found_and_expected(tmp_path):
+    """A drafter split into two shards with an index, the second holding an up_proj cut to 5 rows: load_eagle3
+    names that shard (not config.json), the tensor, the shape found [5, H], the shape the config implies, a fix."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    from eaglelab.engine.errors import CheckpointError
+
+    model, d = _saved_drafter(tmp_path)
+    state = load_file(d / "model.safetensors")
+    name = next(k for k in state if k.endswith("mlp.up_proj.weight"))
+    expected = list(state[name].shape)
+    state[name] = state[name][:5].clone()
+    names = sorted(state)
+    first = [k for k in names if k != name][: len(names) // 2]
+    shards = {"model-00001-of-00002.safetensors": {k: state[k] for k in first},
+              "model-00002-of-00002.safetensors": {k: state[k] for k in names if k not in first}}
+    for file, part in shards.items():
+        save_file(part, d / file)
+    (d / "model.safetensors").unlink()
+    weight_map = {k: file for file, part in shards.items() for k in part}
+    (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
+
+    with pytest.raises(CheckpointError) as e:
+        drafter_loader.load_eagle3(d, model)
+    err = e.value
+    assert err.file == str(d / "model-00002-of-00002.safetensors")
+    assert err.field == "midlayer.mlp.up_proj.weight"
+    assert err.found == [5, expected[1]] and err.expected == expected
+    assert err.hint and "config.json" not in str(err).split("\n")[0]
