@@ -121,6 +121,7 @@ class DraftCheckpoint:
     tensors: Mapping[str, TensorInfo] = field(repr=False)
     weight_files: tuple[Path, ...] = ()
     layout: DrafterLayout = LLAMA_LAYOUT  # Llama or MLA attention, EAGLE-3.1 flags (formats/drafter_layouts.py)
+    values_checked: bool = False  # check_values passed at read; False: load_state_dict checks each tensor it reads
 
     # ---- derived --------------------------------------------------------------------------------
     @property
@@ -160,19 +161,19 @@ class DraftCheckpoint:
         return read_tensor(info, device)
 
     def load_state_dict(self, *, device: str = "cpu") -> dict[str, "torch.Tensor"]:  # noqa: F821
-        """All tensors under their normalised names."""
-        return {name: read_tensor(info, device) for name, info in self.tensors.items()}
+        """All tensors under their normalised names; each checked as :meth:`check_values` does as it is
+        read, unless the values were checked at read (so a loader reads every tensor once)."""
+        state = {}
+        for name, info in self.tensors.items():
+            state[name] = read_tensor(info, device)
+            if not self.values_checked:
+                _check_value(info, state[name])
+        return state
 
     def check_values(self) -> None:
         """Every tensor finite; d2t integer offsets, t2d a bool (or 0/1) mask. Raises CheckpointError."""
-        for name, info in self.tensors.items():
-            tensor = read_tensor(info, "cpu")
-            if name == "d2t":
-                check_integer_tensor(tensor, info.file, info.source_name)
-            elif name == "t2d" and tensor.dtype != torch_bool():
-                check_integer_tensor(tensor, info.file, info.source_name, low=0, high=1)
-            else:
-                check_finite_tensor(tensor, info.file, info.source_name)
+        for info in self.tensors.values():
+            _check_value(info, read_tensor(info, "cpu"))
 
     def expected_shapes(self, num_aux: int | None = None) -> dict[str, tuple[int, ...]]:
         """Tensor shapes this config implies (``num_aux``: the ids' count, 3 when none are given)."""
@@ -196,8 +197,21 @@ class DraftCheckpoint:
 # ======================================================================================================
 
 
-def read_draft_checkpoint(path: str | Path) -> DraftCheckpoint:
-    """Read a drafter directory (or its config.json). Raises ConfigError / CheckpointError."""
+def _check_value(info: TensorInfo, tensor: "torch.Tensor") -> None:  # noqa: F821
+    """One tensor's values: d2t integer offsets, t2d a bool (or 0/1) mask, any other finite."""
+    if info.name == "d2t":
+        check_integer_tensor(tensor, info.file, info.source_name)
+    elif info.name == "t2d" and tensor.dtype != torch_bool():
+        check_integer_tensor(tensor, info.file, info.source_name, low=0, high=1)
+    else:
+        check_finite_tensor(tensor, info.file, info.source_name)
+
+
+def read_draft_checkpoint(path: str | Path, *, check_values: bool = True) -> DraftCheckpoint:
+    """Read a drafter directory (or its config.json). Raises ConfigError / CheckpointError.
+
+    ``check_values``: read every tensor now and check its values; False leaves that to
+    :meth:`DraftCheckpoint.load_state_dict` (a loader then reads each tensor once, not twice)."""
     path = Path(path)
     if path.is_file() and path.name.endswith(".json"):
         path = path.parent
@@ -216,9 +230,11 @@ def read_draft_checkpoint(path: str | Path) -> DraftCheckpoint:
         tensors=MappingProxyType(tensors),
         weight_files=files,
         layout=read_layout(raw, config_file, fmt),
+        values_checked=check_values,
         **fields,
     )
-    ck.check_values()
+    if check_values:
+        ck.check_values()
     return ck
 
 
@@ -486,8 +502,11 @@ def _check_vocab_maps(ck: DraftCheckpoint) -> list[Finding]:
     """d2t and t2d describe the same draft vocabulary (small tensors: read them)."""
     import torch
 
-    d2t = ck.load_tensor("d2t").long()  # [draft_vocab]
-    t2d = ck.load_tensor("t2d").bool()  # [vocab]
+    d2t, t2d = ck.load_tensor("d2t"), ck.load_tensor("t2d")
+    if not ck.values_checked:  # the maps' values come before what they map
+        _check_value(ck.tensors["d2t"], d2t)
+        _check_value(ck.tensors["t2d"], t2d)
+    d2t, t2d = d2t.long(), t2d.bool()  # [draft_vocab], [vocab]
     target_ids = torch.arange(d2t.numel()) + d2t  # [draft_vocab]
     in_range = bool(((target_ids >= 0) & (target_ids < ck.vocab_size)).all())
     if not in_range:

@@ -75,3 +75,31 @@ def test_a_tensor_that_fails_validation_is_reported_in_its_shard_with_found_and_
     assert err.field == "midlayer.mlp.up_proj.weight"
     assert err.found == [5, expected[1]] and err.expected == expected
     assert err.hint and "config.json" not in str(err).split("\n")[0]
+
+
+def test_load_eagle3_reads_each_weight_once_and_still_refuses_a_nan(tmp_path, monkeypatch):
+    """Loading reads every tensor's data once (values checked as it is read), except the small d2t/t2d maps,
+    which the vocab check reads before the weights; a NaN planted in fc.weight is still refused by file and name."""
+    from collections import Counter
+
+    from safetensors.torch import load_file, save_file
+
+    from eaglelab.engine.errors import CheckpointError
+    from eaglelab.engine.formats import draft_checkpoint
+
+    model, d = _saved_drafter(tmp_path)
+    reads = Counter()
+    real = draft_checkpoint.read_tensor
+    monkeypatch.setattr(draft_checkpoint, "read_tensor", lambda info, device: reads.update([info.name]) or real(info, device))
+    drafter_loader.load_eagle3(d, model)
+    weights = {n: c for n, c in reads.items() if n not in ("d2t", "t2d")}
+    assert len(weights) >= 12 and set(weights.values()) == {1}, reads
+    assert reads["d2t"] <= 2 and reads["t2d"] <= 2
+
+    state = load_file(d / "model.safetensors")
+    state["fc.weight"][0, 3] = float("nan")
+    save_file(state, d / "model.safetensors")
+    with pytest.raises(CheckpointError) as e:
+        drafter_loader.load_eagle3(d, model)
+    assert e.value.file == str(d / "model.safetensors") and e.value.field == "fc.weight"
+    assert e.value.found == f"1 of {state['fc.weight'].numel()} values"
