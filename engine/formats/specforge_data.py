@@ -10,7 +10,8 @@ Layout (the same as SpecForge writes)::
 
 Each sample holds ``input_ids`` [T], ``loss_mask`` [T], ``hidden_state`` [1, T, H] (the target's
 final hidden state, after the final norm) and ``aux_hidden_state`` [1, T, n*H] (n aux states
-concatenated). Files are read with ``torch.load(weights_only=True)`` only: nothing else in a user's
+concatenated). A sample without a ``loss_mask`` key trains on every token (all ones); one
+that holds something else under it is refused. Files are read with ``torch.load(weights_only=True)`` only: nothing else in a user's
 directory is ever unpickled.
 """
 
@@ -114,13 +115,10 @@ def read_sample(path: str | Path) -> Sample:
     if t == 0:
         raise CheckpointError("holds no tokens", file=path, field="input_ids", found="0 tokens", expected=">= 1",
                               hint="drop the empty sample from the directory (or recapture it)")
-    mask = obj.get("loss_mask")
-    mask = mask.reshape(-1) if isinstance(mask, torch.Tensor) else torch.ones(t, dtype=torch.long)  # [T]
+    mask = loss_mask_of(obj, t, path)  # [T]
     aux = _as_batch_seq(obj["aux_hidden_state"], t, path, "aux_hidden_state")
     hs = obj.get("hidden_state")
     hs = _as_batch_seq(hs, t, path, "hidden_state") if isinstance(hs, torch.Tensor) else None
-    if mask.shape[0] != t:
-        raise CheckpointError("length differs from input_ids", file=path, field="loss_mask", found=mask.shape[0], expected=t)
     if hs is not None and aux.shape[-1] % hs.shape[-1]:
         raise CheckpointError("width is not a multiple of hidden_state's", file=path, field="aux_hidden_state",
                               found=aux.shape[-1], expected=f"n x {hs.shape[-1]}")
@@ -130,6 +128,24 @@ def read_sample(path: str | Path) -> Sample:
         if x is not None:
             check_finite_tensor(x, path, key, hint="the target overflowed or the file is damaged: recapture this sample")
     return Sample(ids, mask, hs, aux, path)
+
+
+def loss_mask_of(obj: dict, t: int, path: Path) -> torch.Tensor:
+    """A sample's ``loss_mask`` [T] for its ``t`` input ids: absent -> all ones; otherwise a tensor of ``t``
+    finite values (SpecForge writes 0/1 integers; a NaN would count as set, so it is refused)."""
+    if "loss_mask" not in obj:
+        return torch.ones(t, dtype=torch.long)
+    mask = obj["loss_mask"]
+    if not isinstance(mask, torch.Tensor):
+        raise CheckpointError("must be a tensor", file=path, field="loss_mask", found=type(mask).__name__,
+                              expected=f"a 0/1 integer tensor of input_ids' length ({t})",
+                              hint="recapture the sample (or delete the key: a sample without loss_mask trains on every token)")
+    mask = mask.reshape(-1)
+    if mask.shape[0] != t:
+        raise CheckpointError("length differs from input_ids", file=path, field="loss_mask", found=mask.shape[0], expected=t,
+                              hint="the sample is damaged: recapture it")
+    check_finite_tensor(mask, path, "loss_mask", hint="the sample is damaged: recapture it (SpecForge writes 0/1 integers)")
+    return mask
 
 
 def _as_batch_seq(x: torch.Tensor, t: int, path: Path, key: str) -> torch.Tensor:

@@ -21,7 +21,7 @@ from typing import Iterable
 import torch
 
 from eaglelab.engine.errors import CheckpointError, ConfigError
-from eaglelab.engine.formats.specforge_data import VocabMapping, list_samples, read_sample
+from eaglelab.engine.formats.specforge_data import VocabMapping, list_samples, loss_mask_of, read_sample
 from eaglelab.engine.formats.validate import check_integer_tensor
 
 
@@ -107,12 +107,7 @@ def read_ids_and_mask(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
         raise CheckpointError("missing tensor", file=path, field="input_ids")
     check_integer_tensor(obj["input_ids"], path, "input_ids", low=0)  # as read_sample checks them
     ids = obj["input_ids"].reshape(-1).long().clone()
-    mask = obj.get("loss_mask")
-    mask = mask.reshape(-1).clone() if isinstance(mask, torch.Tensor) else torch.ones_like(ids)
-    if mask.numel() != ids.numel():
-        raise CheckpointError("length differs from input_ids", file=path, field="loss_mask", found=mask.numel(),
-                              expected=ids.numel(), hint="the sample is damaged: recapture it")
-    return ids, mask
+    return ids, loss_mask_of(obj, ids.numel(), path).clone()
 
 
 def scan_data(data_dir: str | Path, vocab_size: int) -> tuple[torch.Tensor, list[int]]:

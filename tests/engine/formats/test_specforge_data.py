@@ -132,3 +132,25 @@ def test_vocab_mapping_of_float_offsets_is_refused(tmp_path):
     write_vocab_mapping(tmp_path, VocabMapping(torch.tensor([1.0, 3.0, 5.0]), t2d))
     with pytest.raises(CheckpointError, match="must hold integers"):
         read_vocab_mapping(tmp_path)
+
+
+@pytest.mark.parametrize("mask,found", [
+    ([0, 0, 1, 1, 1], "list"),  # a list, not a tensor: was replaced by all ones
+    (torch.tensor([0.0, 0.0, float("nan"), 1.0, 1.0]), "1 of 5 values"),  # NaN != 0: was counted as set
+])
+def test_a_loss_mask_that_is_not_a_finite_tensor_is_refused(tmp_path, mask, found):
+    """A 5-token sample whose loss_mask is a list or holds a NaN: read_sample and the vocabulary scan
+    (read_ids_and_mask) refuse it naming the file and field; a sample without the key still trains on all 5."""
+    from eaglelab.engine.training.draft_vocab import read_ids_and_mask
+
+    sample = {"input_ids": torch.arange(5), "aux_hidden_state": torch.zeros(1, 5, 12)}
+    path = sample_path(tmp_path, 0)
+    path.parent.mkdir(parents=True)
+    torch.save({**sample, "loss_mask": mask}, path)
+    for read in (read_sample, read_ids_and_mask):
+        with pytest.raises(CheckpointError) as exc:
+            read(path)
+        assert exc.value.file == str(path) and exc.value.field == "loss_mask" and exc.value.found == found
+        assert exc.value.hint
+    torch.save(sample, path)
+    assert read_sample(path).loss_mask.tolist() == [1] * 5 and read_ids_and_mask(path)[1].tolist() == [1] * 5
