@@ -354,7 +354,7 @@ class Trainer:
         evaluating and checkpointing."""
         cfg, result = self.cfg, TrainResult(self.step)
         stop = min(self.total_steps, cfg.max_steps) if cfg.max_steps else self.total_steps
-        acc = _Accumulator(cfg.ttt_length, self.device)
+        acc = _Accumulator(cfg.ttt_length, self.device, self.clock)
         self._t0, self._last_step = self.clock(), None
         with ThreadPoolExecutor(max_workers=2) as pool:
             while self.step < stop and not result.stopped_by_time:
@@ -499,10 +499,10 @@ def latest_checkpoint(checkpoint_dir: str | Path) -> Path | None:
 
 
 class _Accumulator:
-    """Sums per-step stats on the device; one host sync per log."""
+    """Sums per-step stats on the device; one host sync per log. ``clock``: the trainer's (seconds)."""
 
-    def __init__(self, steps: int, device: torch.device) -> None:
-        self.steps, self.device = steps, device
+    def __init__(self, steps: int, device: torch.device, clock: Callable[[], float]) -> None:
+        self.steps, self.device, self.clock = steps, device, clock
         self._reset()
 
     def _reset(self) -> None:
@@ -510,7 +510,7 @@ class _Accumulator:
         self.loss_sum, self.correct, self.count = z(), z(), z()
         self.total = torch.zeros((), device=self.device)
         self.gn = torch.zeros((), device=self.device)
-        self.n, self.t0 = 0, time.perf_counter()
+        self.n, self.t0 = 0, self.clock()
 
     def add(self, res: TTTResult, loss: torch.Tensor, gn: torch.Tensor) -> None:
         self.loss_sum += res.step_loss.detach()
@@ -527,7 +527,7 @@ class _Accumulator:
         L = self.steps
         log = TrainLog(step=tr.step, total_steps=tr.total_steps, epoch=tr.epoch, loss=host[-2],
                        step_loss=tuple(host[:L]), step_acc=tuple(host[L: 2 * L]), lr=tr.sched.get_last_lr()[0],
-                       grad_norm=host[-1], tokens=int(host[2 * L]), seconds=time.perf_counter() - self.t0)
+                       grad_norm=host[-1], tokens=int(host[2 * L]), seconds=self.clock() - self.t0)
         self._reset()
         return log
 
