@@ -44,6 +44,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Iterable, Protocol, Sequence
 
+from eaglelab.probes.tuning import max_draft_tokens
+
 
 class _PathStep(Protocol):
     """What :func:`path_replay` reads: an events ``Step`` or the engine's ``CycleStats``."""
@@ -58,7 +60,7 @@ def depth_start(depth: int, topk: int) -> int:
 
     Example: topk 4: depth 1 starts at 1, depth 2 at 5, depth 3 at 21.
     """
-    return 1 if depth == 1 else 1 + topk + (depth - 2) * topk * topk
+    return 1 if depth == 1 else max_draft_tokens(depth - 1, topk)
 
 
 @dataclass(frozen=True)
@@ -100,8 +102,7 @@ def path_replay(steps: Iterable[_PathStep], wide_steps: int, wide_topk: int, wid
     """The replay of a wide run's cycles, or None when it cannot be made: the tree did not keep every node
     (``wide_tokens`` below ``1 + topk + (steps - 1) * topk^2``; a chain always keeps every node), or no cycle
     carries accepted positions (a record from an eaglelab before them), or they do not fit a full tree's layout."""
-    full = 1 + wide_topk + (wide_steps - 1) * wide_topk * wide_topk
-    if wide_topk > 1 and wide_tokens < full:
+    if wide_topk > 1 and wide_tokens < max_draft_tokens(wide_steps, wide_topk):
         return None
     paths = []
     for s in steps:
