@@ -144,26 +144,38 @@ def read_tensors(files: list[Path]) -> dict[str, tuple[Path, object]]:
 PREFIX_ALIASES = ("model.", "", "language_model.model.", "language_model.")
 
 
+def find_stored(name: str, handles: dict, prefixes: tuple[str, ...] = PREFIX_ALIASES) -> str | None:
+    """The name ``name`` is stored under in ``handles`` (the first of ``prefixes`` + ``name`` there), or None."""
+    return next((p + name for p in prefixes if p + name in handles), None)
+
+
+def stored_tensor(handles: dict[str, tuple[Path, object]], src: str) -> torch.Tensor | None:
+    """Tensor ``src`` of ``handles`` (:func:`read_tensors`), or None when absent; a shard that cannot give it
+    is a CheckpointError naming the file and the tensor."""
+    from safetensors import SafetensorError
+
+    if src not in handles:
+        return None
+    f, h = handles[src]
+    try:
+        return h.get_tensor(src)  # type: ignore[attr-defined]
+    except SafetensorError as exc:
+        raise CheckpointError(f"cannot read tensor ({exc})", file=f, field=src,
+                              hint="the file is truncated or damaged; re-download or re-save it") from None
+
+
 def load_weights(model: nn.Module, model_dir: Path, prefix_aliases: tuple[str, ...] = PREFIX_ALIASES) -> QuantizedReader:
     """Copy checkpoint tensors into ``model`` (sharding each TP linear), checking names and shapes;
     quantized weights are dequantized as they are read (the reader returned says which)."""
-    from safetensors import SafetensorError
-
     handles = read_tensors(safetensors_files(model_dir))
     quant = QuantizedReader.of(model_dir)
 
     def get(src: str) -> torch.Tensor | None:
-        if src not in handles:
-            return None
-        f, h = handles[src]
-        try:
-            return h.get_tensor(src)
-        except SafetensorError as exc:
-            raise CheckpointError(f"cannot read tensor ({exc})", file=f, field=src) from None
+        return stored_tensor(handles, src)
 
     def read(name: str) -> tuple[torch.Tensor, str] | None:
         for stored in quant.stored_names(name):
-            src = _find_name(stored, handles, prefix_aliases)
+            src = find_stored(stored, handles, prefix_aliases)
             if src is not None:
                 return quant.load(src, get(src), get), f"{handles[src][0]}: {src}"
         return None
@@ -226,11 +238,6 @@ def save_random_checkpoint(cfg_dict: dict, out_dir: str | Path, seed: int = 0, s
     return out
 
 
-def _find_name(name: str, handles: dict, prefixes: tuple[str, ...]) -> str | None:
-    for p in prefixes:
-        if p + name in handles:
-            return p + name
-    return None
 
 
 def load_target(

@@ -30,8 +30,7 @@ from typing import Callable
 import torch
 from torch import nn
 
-from eaglelab.engine.errors import CheckpointError
-from eaglelab.engine.formats.loader import PREFIX_ALIASES, parse_dtype, read_tensors, safetensors_files
+from eaglelab.engine.formats.loader import find_stored, parse_dtype, read_tensors, safetensors_files, stored_tensor
 from eaglelab.engine.formats.quantized import FP8_BLOCK, QuantizedReader, dequantize_fp8  # noqa: F401 (re-exported)
 from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.model.layers import RMSNorm, Rotary
@@ -74,25 +73,15 @@ class StreamedTarget:
     def _read(self, prefix: str) -> Callable[[str], tuple[torch.Tensor, str] | None]:
         def read(name: str) -> tuple[torch.Tensor, str] | None:
             for stored in self.quant.stored_names(prefix + name):
-                for candidate in (p + stored for p in PREFIX_ALIASES):  # HF's, or Kimi-K2.5's language_model.
-                    if candidate in self._handles:
-                        t = self.quant.load(candidate, self._tensor(candidate), self._tensor)
-                        return t, f"{self._handles[candidate][0]}: {candidate}"
+                src = find_stored(stored, self._handles)  # HF's names, or Kimi-K2.5's language_model.
+                if src is not None:
+                    return self.quant.load(src, self._tensor(src), self._tensor), f"{self._handles[src][0]}: {src}"
             return None
 
         return read
 
     def _tensor(self, name: str) -> torch.Tensor | None:
-        from safetensors import SafetensorError
-
-        if name not in self._handles:
-            return None
-        f, h = self._handles[name]
-        try:
-            return h.get_tensor(name)  # type: ignore[attr-defined]
-        except SafetensorError as exc:
-            raise CheckpointError(f"cannot read tensor ({exc})", file=f, field=name,
-                                  hint="the shard is truncated or damaged; re-download it") from None
+        return stored_tensor(self._handles, name)
 
     @property
     def notes(self) -> tuple[str, ...]:

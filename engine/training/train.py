@@ -96,32 +96,29 @@ class TargetHead:
     def load(cls, model_dir: str | Path, device: str | torch.device = "cpu", dtype: torch.dtype = torch.float32) -> "TargetHead":
         """Read only embed_tokens, lm_head and norm from an HF directory (no full model load), under the
         names the model loader reads (HF's ``model.*``, or a multimodal wrapper's ``language_model.*``)."""
-        from safetensors import SafetensorError
-
-        from eaglelab.engine.formats.loader import PREFIX_ALIASES, read_tensors, resolve_model_dir, safetensors_files
+        from eaglelab.engine.formats.loader import (
+            PREFIX_ALIASES, find_stored, read_tensors, resolve_model_dir, safetensors_files, stored_tensor)
 
         model_dir = resolve_model_dir(model_dir)
         cfg = ModelConfig.from_json(model_dir / "config.json")
         handles = read_tensors(safetensors_files(model_dir))
 
         def get(name: str) -> torch.Tensor | None:
-            for src in (p + name for p in PREFIX_ALIASES if p + name in handles):
-                try:
-                    return handles[src][1].get_tensor(src).to(device=device, dtype=dtype)
-                except SafetensorError as exc:
-                    raise CheckpointError(f"cannot read tensor ({exc})", file=handles[src][0], field=src,
-                                          hint="the file is truncated or damaged; re-download or re-save it") from None
-            return None
+            src = find_stored(name, handles)
+            return None if src is None else stored_tensor(handles, src).to(device=device, dtype=dtype)
+
+        def names(name: str) -> str:  # every name ``get`` looks for
+            return " | ".join(p + name for p in PREFIX_ALIASES)
 
         emb_w = get("embed_tokens.weight")
         if emb_w is None:
             raise CheckpointError("missing tensor", file=model_dir, field="model.embed_tokens.weight", found="absent",
-                                  expected=" | ".join(p + "embed_tokens.weight" for p in PREFIX_ALIASES), hint="point --target at the model the data came from")
+                                  expected=names("embed_tokens.weight"), hint="point --target at the model the data came from")
         head_w = get("lm_head.weight")
         if head_w is None:
             if not cfg.tie_word_embeddings:
                 raise CheckpointError("missing tensor", file=model_dir, field="lm_head.weight", found="absent",
-                                      expected="lm_head.weight | language_model.lm_head.weight",
+                                      expected=names("lm_head.weight"),
                                       hint="config.json says the embeddings are not tied: the weights lack the head")
             head_w = emb_w
         embed = nn.Embedding.from_pretrained(emb_w, freeze=True)
