@@ -112,32 +112,55 @@ def predict(steps: list, costs: list, grid_steps: tuple[int, ...], grid_topk: tu
 
 def replay_against_confirmation(record: str, report: str) -> list[dict[str, Any]]:
     """Per speculative row a tune confirmed (``report``: the JSON ``eaglelab tune --json`` wrote; ``record``: its
-    ``--record``): E[a] as the tune predicted it, replayed from the record's wide tree now, and measured."""
-    import json
-
+    ``--record``): E[a] as the tune predicted it, replayed from the record's wide tree now, and measured. A file
+    that is not what a tune wrote is an :class:`EagleLabError` naming it."""
+    from eaglelab.engine.errors import EagleLabError, read_json_object
     from eaglelab.probes.events import RunStarted, Step
     from eaglelab.probes.record import read_record
 
     events = read_record(record).events
-    wide = next(e for e in events if isinstance(e, RunStarted)).spec
-    replay = path_replay([e for e in events if isinstance(e, Step)], int(wide["num_steps"]), int(wide["topk"]),
-                         int(wide["num_draft_tokens"]))
+    started = next((e for e in events if isinstance(e, RunStarted)), None)
+    wide = started.spec if started is not None else {}
+    if not all(isinstance(wide.get(k), int) for k in ("num_steps", "topk", "num_draft_tokens")):
+        raise EagleLabError("no wide tree in this record", file=record, field="RunStarted.spec",
+                            found=None if started is None else {k: wide.get(k) for k in ("num_steps", "topk",
+                                                                                          "num_draft_tokens")},
+                            expected="the record of a tuning pass (eaglelab tune --record FILE)")
+    replay = path_replay([e for e in events if isinstance(e, Step)], wide["num_steps"], wide["topk"],
+                         wide["num_draft_tokens"])
     if replay is None:
-        from eaglelab.engine.errors import EagleLabError
         raise EagleLabError("the wide tree's accepted paths cannot be replayed", file=record,
                             expected="a full wide tree whose cycles carry accepted positions (eaglelab tune --record)")
-    with open(report, encoding="utf-8") as f:
-        rows = json.load(f)["confirmation"]
+    rows = read_json_object(report).get("confirmation")
+    keys = ("batch", "steps", "topk", "draft_tokens", "predicted_accept_len", "measured_accept_len")
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and all(k in r for k in keys) for r in rows):
+        raise EagleLabError("no confirmation rows in this report", file=report, field="confirmation",
+                            expected="rows of " + ", ".join(keys), hint="pass the JSON of `eaglelab tune --json FILE`")
     return [dict(batch=r["batch"], config=(r["steps"], r["topk"], r["draft_tokens"]), before=r["predicted_accept_len"],
                  after=replay.accept_len(r["steps"], r["topk"], r["draft_tokens"]), measured=r["measured_accept_len"])
             for r in rows if r["steps"]]
 
 
-if __name__ == "__main__":  # python -m eaglelab.bench.tune_predict RECORD.jsonl REPORT.json
-    import sys
+def print_replay_table(argv: list[str]) -> int:
+    """``python -m eaglelab.bench.tune_predict RECORD.jsonl REPORT.json``: :func:`replay_against_confirmation` as a
+    Markdown table, each model's error against the measured E[a]."""
+    from eaglelab.engine.errors import EagleLabError
 
+    if len(argv) != 2:
+        raise EagleLabError("needs two files", field="arguments", found=" ".join(argv) or "none",
+                            expected="RECORD.jsonl (eaglelab tune --record) REPORT.json (eaglelab tune --json)")
+    rows = replay_against_confirmation(*argv)
     print("| batch | steps/topk/N | measured E[a] | table model | error | replayed paths | error |\n|---|---|---|---|---|---|---|")
-    for r in replay_against_confirmation(sys.argv[1], sys.argv[2]):
+    for r in rows:
         m = r["measured"]
         print(f"| {r['batch']} | {'/'.join(map(str, r['config']))} | {m:.2f} | {r['before']:.2f} | "
               f"{100 * (r['before'] / m - 1):+.1f}% | {r['after']:.2f} | {100 * (r['after'] / m - 1):+.1f}% |")
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    from eaglelab.errors import run_guarded
+
+    sys.exit(run_guarded(print_replay_table, sys.argv[1:], sys.argv))

@@ -223,3 +223,37 @@ def test_tune_refuses_a_bad_flag_before_the_model_loads(flags, field, monkeypatc
     rc = main(["tune", "--device", "cpu", *flags])
     err = capsys.readouterr().err
     assert rc == 2 and field in err, err
+
+
+RESULTS_C = "benchmarks/results/h200_2026-12-03b/C/"
+
+
+@pytest.mark.parametrize("argv, said", [
+    ([], "needs two files"),
+    (["missing.jsonl", RESULTS_C + "h200_tune.json"], "cannot read the run record"),
+    ([RESULTS_C + "h200_tune.json", RESULTS_C + "h200_tune.json"], "no wide tree in this record"),
+    ([RESULTS_C + "h200_tune.jsonl", RESULTS_C + "h200_tune.jsonl"], "not valid JSON"),
+    ([RESULTS_C + "h200_tune.jsonl", "{tmp}/no_confirmation.json"], "no confirmation rows in this report"),
+])
+def test_the_replay_table_script_refuses_wrong_files_with_a_message(argv, said, tmp_path, capsys):
+    """``python -m eaglelab.bench.tune_predict RECORD REPORT``: arguments missing, a record that is not a tune's,
+    a report that is not JSON or has no confirmation end in exit 2 naming the problem, no traceback, no table."""
+    from eaglelab.bench.tune_predict import print_replay_table
+    from eaglelab.errors import run_guarded
+
+    (tmp_path / "no_confirmation.json").write_text(json.dumps({"schema": "eaglelab.tune/1"}))
+    argv = [a.format(tmp=tmp_path) for a in argv]
+    rc = run_guarded(print_replay_table, argv, argv)
+    out, err = capsys.readouterr()
+    text = " ".join((out + err).split())
+    assert rc == 2 and said in text and "Traceback" not in text and "| batch |" not in out, text
+
+
+def test_the_replay_table_script_prints_the_recorded_tunes_rows(capsys):
+    """The recorded H200 tune: a header and one Markdown row per confirmed speculative tree (6), exit 0."""
+    from eaglelab.bench.tune_predict import print_replay_table
+
+    assert print_replay_table([RESULTS_C + "h200_tune.jsonl", RESULTS_C + "h200_tune.json"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("| batch | steps/topk/N |") and len(lines) == 2 + 6
+    assert lines[2].startswith("| 1 | 5/4/24 | 3.30 | 2.97 | -9.8% |"), lines[2]
