@@ -196,6 +196,7 @@ class CudaGraphRunner:
         self.warmup = warmup
         self.prefill_tokens = min(prefill_tokens, MOE_PREFILL_TOKENS) if target.config.moe is not None else prefill_tokens
         self.kernels = kernels.eager_pieces() if self.compile_phase is not None else kernels
+        self._builds = _builds_kernels(kernels)  # of the set asked for: its eager pieces are not ``compiled``
         self.disabled_reason = None if enabled else EAGER_OFF
         if enabled and self.device.type != "cuda":
             self.disabled_reason = EAGER_NO_CUDA
@@ -369,7 +370,7 @@ class CudaGraphRunner:
                     c.v[:, :b].copy_(v)
             for t, old in kept:
                 t.copy_(old)
-            if _builds_kernels(self.kernels) and (built0 is None or self._built() != built0):
+            if self._builds and (built0 is None or self._built() != built0):
                 # a compile (or the Triton kernels' tuning) leaves hundreds of thousands of Python objects behind:
                 # collected here (set-up time) they are old, and no collection inside the generation loop walks
                 # them (one full collection costs ~0.1-1 s: several whole requests of a small model). A capture
