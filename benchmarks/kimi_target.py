@@ -217,18 +217,20 @@ class LoadBalancer:
         self.hooks = [m.register_forward_hook(self._seen) for m in model.modules() if isinstance(m, Router)]
 
     def _seen(self, router: Router, _inputs, out) -> None:
-        idx = out[1].detach()  # [N, k]
-        self.loads[router] = torch.bincount(idx.flatten(), minlength=router.weight.shape[0]).float()
+        idx = out[1].detach().flatten()  # [N * k] expert ids
+        # tokens per expert; not torch.bincount, which reads idx.max() back to the host on CUDA (a sync per router)
+        load = torch.zeros(router.weight.shape[0], device=idx.device)
+        self.loads[router] = load.index_add_(0, idx, torch.ones_like(idx, dtype=load.dtype))
 
     @torch.no_grad()
-    def step(self) -> float:
-        """Nudge every bias; the worst max/mean load of the step's routers (1.0 = perfectly even)."""
-        worst = 1.0
+    def step(self) -> torch.Tensor:
+        """Nudge every bias; the worst max/mean load of the step's routers (1.0 = perfectly even), a 0-d tensor on
+        their device: read it only to print it (a ``float`` here would sync once per router, every step)."""
+        worst = [load.max() / load.mean().clamp(min=1) for load in self.loads.values()]
         for router, load in self.loads.items():
             router.e_score_correction_bias += self.rate * torch.sign(load.mean() - load)
-            worst = max(worst, float(load.max() / load.mean().clamp(min=1)))
         self.loads.clear()
-        return worst
+        return torch.stack(worst).max().clamp(min=1.0) if worst else torch.ones(())
 
     def close(self) -> None:
         for h in self.hooks:
@@ -275,7 +277,7 @@ def train(model: Transformer, stream: torch.Tensor, s: Sizes, budget_s: float, d
         if time.perf_counter() - start - shown >= 5.0:
             shown = time.perf_counter() - start
             print(f"  train {shown:6.1f}s  step {step:5d}  loss {ema:.3f}  lr {lr:.2e}  {tokens / shown:9.0f} tok/s"
-                  f"  expert load max/mean {imbalance:.2f}", flush=True)
+                  f"  expert load max/mean {float(imbalance):.2f}", flush=True)
     balancer.close()
     wall = time.perf_counter() - start
     tail = losses[-max(1, len(losses) // 10):]

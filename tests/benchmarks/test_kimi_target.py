@@ -99,3 +99,24 @@ def test_eaglelab_run_continues_a_heldout_prompt(made):
     text = r.stdout + r.stderr
     assert "routed experts INT4" in text and "dequantized" in text and "Traceback" not in text
     assert seconds < 60, f"--small took {seconds:.0f} s"
+
+
+def test_load_balancer_counts_as_bincount_and_nudges_against_the_load():
+    """Each router's load is its tokens per expert (torch.bincount's counts); a step moves every bias by ``rate``
+    against it (up where below the mean, down where above) and returns the worst max/mean load, at least 1."""
+    from eaglelab.engine.model.config import ModelConfig
+    from eaglelab.engine.model.moe import Router
+
+    cfg = ModelConfig.from_dict(kimi_target.wrapper_config(kimi_target.SMALL, 512), source="test")
+    router = Router(cfg)
+    torch.nn.init.normal_(router.weight, generator=torch.Generator().manual_seed(0))
+    balancer = kimi_target.LoadBalancer(router, rate=0.25)
+    x = torch.randn(40, cfg.hidden_size, generator=torch.Generator().manual_seed(1))
+    _, idx = router(x)
+    counts = torch.bincount(idx.flatten(), minlength=cfg.moe.num_experts).float()
+    assert torch.equal(balancer.loads[router], counts)
+    worst = balancer.step()
+    assert worst.dim() == 0 and float(worst) == pytest.approx(max(1.0, float(counts.max() / counts.mean())))
+    assert torch.equal(router.e_score_correction_bias.data, 0.25 * torch.sign(counts.mean() - counts))
+    assert not balancer.loads and float(balancer.step()) == 1.0  # no forward since: nothing moves, even
+    balancer.close()
