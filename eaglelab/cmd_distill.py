@@ -16,6 +16,8 @@ import argparse
 from eaglelab.batch_cli import add_batch_generation_args, out_of_memory_is_batch_size, progress_columns
 from eaglelab.devices import device_name
 
+MAX_NEW_TOKENS, MAX_PROMPT_TOKENS = 256, 512  # the flags' defaults with --prompts (a mix sets them per part)
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``distill`` subcommand."""
@@ -28,9 +30,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                         "are answered together, in the order given (--limit counts over all of them)")
     p.add_argument("--out", required=True, metavar="DIR", help="output directory (shards/ and distill.json)")
     p.add_argument("--model", default="default", help="'default' (SmolLM2-135M-Instruct), an HF directory or a .gguf")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="answer length cap (default 256)")
+    p.add_argument("--max-new-tokens", type=int, default=None,
+                   help=f"answer length cap (default {MAX_NEW_TOKENS})")
     p.add_argument("--batch-size", type=int, default=512, help="rows generated together (default 512)")
-    p.add_argument("--max-prompt-tokens", type=int, default=512, help="longer prompts are skipped (default 512)")
+    p.add_argument("--max-prompt-tokens", type=int, default=None,
+                   help=f"longer prompts are skipped (default {MAX_PROMPT_TOKENS})")
     p.add_argument("--limit", type=int, default=None, metavar="N", help="only the first N prompts")
     p.add_argument("--mix", default=None, metavar="FILE",
                    help="a mix spec (JSON) instead of --prompts: parts of prompts, each with its own --max-new-tokens "
@@ -43,16 +47,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     """Distill; 0 on success. One writer per --out, as capture: a second distill into the same directory would
     number its shards as ours and both would answer the same prompts."""
-    from eaglelab.engine.formats.safe_write import output_lock
-
     from eaglelab.engine.errors import ConfigError
+    from eaglelab.engine.formats.safe_write import output_lock
 
     if bool(args.prompts) == bool(args.mix):
         raise ConfigError("give --prompts or --mix (one of them)", field="--prompts / --mix",
                           found="both" if args.prompts else "neither", hint="--prompts DIR [DIR ...], or --mix MIX.json")
-    if args.mix and args.limit is not None:
-        raise ConfigError("--limit counts --prompts; a mix sets a limit per part", field="--limit", found=args.limit,
-                          hint='put "limit": N in the parts of the mix spec')
+    per_part = {"limit": args.limit, "max_new_tokens": args.max_new_tokens, "max_prompt_tokens": args.max_prompt_tokens}
+    for key, value in per_part.items():
+        if args.mix and value is not None:  # a mix would ignore the flag: say so rather than drop it
+            flag = "--" + key.replace("_", "-")
+            raise ConfigError(f"{flag} is for --prompts; a mix sets it per part", field=flag, found=value,
+                              hint=f'put "{key}": N in the parts of the mix spec')
     with output_lock(args.out, "distill"):
         return _distill_mix(args) if args.mix else _distill(args)
 
@@ -68,8 +74,8 @@ def _distill(args: argparse.Namespace) -> int:
     from eaglelab.devices import pick_device, pick_dtype
 
     console = Console(stderr=True, highlight=False)
-    settings = DistillSettings(max_new_tokens=args.max_new_tokens, batch_size=args.batch_size,
-                               max_prompt_tokens=args.max_prompt_tokens, time_limit=args.time_limit,
+    settings = DistillSettings(max_new_tokens=args.max_new_tokens or MAX_NEW_TOKENS, batch_size=args.batch_size,
+                               max_prompt_tokens=args.max_prompt_tokens or MAX_PROMPT_TOKENS, time_limit=args.time_limit,
                                cuda_graphs=not args.no_cuda_graphs)
     records = [r for path in args.prompts for r in read_corpus(path)]
     if args.limit is not None:

@@ -64,6 +64,40 @@ def test_prompts_count_and_distill_limit_below_one_are_refused_by_the_flag_layer
         assert rc == 2 and flag in err and "out of range" in err, (argv, err)
 
 
+def test_distill_mix_refuses_the_flags_its_parts_set_before_anything_loads(tmp_path, capsys, monkeypatch):
+    """With --mix, --limit, --max-new-tokens and --max-prompt-tokens are each a part's own: given on the command
+    line they would be ignored, so each is exit 2 naming the flag and the mix field, before the spec is read."""
+    from eaglelab.engine.training import distill_mix
+
+    def read_mix(path):
+        raise AssertionError("the mix spec was read before the flags were checked")
+
+    monkeypatch.setattr(distill_mix, "read_mix", read_mix)
+    for flag, key in (("--limit", "limit"), ("--max-new-tokens", "max_new_tokens"),
+                      ("--max-prompt-tokens", "max_prompt_tokens")):
+        rc = main(["distill", "--mix", str(tmp_path / "mix.json"), "--out", str(tmp_path / "d"), flag, "7"])
+        err = " ".join(capsys.readouterr().err.split())
+        assert rc == 2 and f"field '{flag}'" in err and "found: 7" in err and f'"{key}": N' in err, err
+        assert "Traceback" not in err
+
+
+def test_distill_with_prompts_and_no_length_flags_caps_at_256_and_512(tmp_path, capsys):
+    """Left out with --prompts, the answer and prompt caps are the help's defaults, as distill.json records."""
+    import json
+
+    from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
+
+    cfg = tiny_config()
+    model = save_hf_dir(random_model(cfg), cfg, tmp_path / "tiny")
+    add_word_tokenizer(model, vocab=cfg["vocab_size"])
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "w1 w2 w3"}) + "\n")
+    assert main(["distill", "--prompts", str(prompts), "--out", str(tmp_path / "d"), "--model", str(model),
+                 "--device", "cpu", "--batch-size", "1", "--time-limit", "0.001"]) == 0, capsys.readouterr().err
+    settings = json.loads((tmp_path / "d" / "distill.json").read_text())["settings"]
+    assert (settings["max_new_tokens"], settings["max_prompt_tokens"]) == (256, 512)
+
+
 def test_train_init_from_a_missing_drafter_is_refused_before_the_data_loads(tmp_path, capsys):
     missing = tmp_path / "no-drafter"
     rc = main(["train", "--data", str(tmp_path / "no-data"), "--out", str(tmp_path / "out"), "--init-from", str(missing)])
