@@ -500,28 +500,19 @@ _CHECKED_ELSEWHERE = ("fc.weight", "lm_head.weight", "d2t", "t2d")
 
 def _check_vocab_maps(ck: DraftCheckpoint) -> list[Finding]:
     """d2t and t2d describe the same draft vocabulary (small tensors: read them)."""
-    import torch
+    from eaglelab.engine.formats.specforge_data import vocab_map_problem
 
     d2t, t2d = ck.load_tensor("d2t"), ck.load_tensor("t2d")
     if not ck.values_checked:  # the maps' values come before what they map
         _check_value(ck.tensors["d2t"], d2t)
         _check_value(ck.tensors["t2d"], t2d)
-    d2t, t2d = d2t.long(), t2d.bool()  # [draft_vocab], [vocab]
-    target_ids = torch.arange(d2t.numel()) + d2t  # [draft_vocab]
-    in_range = bool(((target_ids >= 0) & (target_ids < ck.vocab_size)).all())
-    if not in_range:
-        return [Finding("error", "d2t", "draft id + d2t falls outside the target vocabulary",
-                        "d2t holds offsets (target id = draft id + d2t[draft id]), not target ids", code="vocab_map",
-                        found=f"target ids {int(target_ids.min())}..{int(target_ids.max())}",
-                        expected=f"target ids 0..{ck.vocab_size - 1}", file=_tensor_file(ck, "d2t"))]
-    count = int(t2d.sum())
-    agree = count == d2t.numel() and bool(t2d[target_ids].all())
-    if not agree:
-        return [Finding("error", "t2d", f"t2d marks {count} target tokens, d2t maps {d2t.numel()} draft tokens to "
-                        "a different set", "d2t and t2d come from different vocab mappings", code="vocab_map",
-                        found=f"{count} tokens marked", expected=f"the {d2t.numel()} target ids d2t maps to",
-                        file=_tensor_file(ck, "t2d"))]
-    return []
+    problem = vocab_map_problem(d2t.long(), t2d.bool())  # [draft_vocab], [vocab]
+    if problem is None:
+        return []
+    hint = ("d2t holds offsets (target id = draft id + d2t[draft id]), not target ids" if problem.field == "d2t"
+            else "d2t and t2d come from different vocab mappings")
+    return [Finding("error", problem.field, problem.message, hint, code="vocab_map",
+                    found=problem.found, expected=problem.expected, file=_tensor_file(ck, problem.field))]
 
 
 def _check_layer_shapes(ck: DraftCheckpoint) -> list[Finding]:

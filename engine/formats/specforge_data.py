@@ -23,7 +23,7 @@ import re
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, NamedTuple
 
 import torch
 
@@ -214,18 +214,36 @@ def _checked_mapping(path: Path, d2t: torch.Tensor, t2d: torch.Tensor) -> VocabM
         if x.dim() != 1 or x.numel() == 0:
             raise CheckpointError("must be a non-empty vector", file=path, field=key, found=list(x.shape),
                                   expected="[draft_vocab]" if key == "d2t" else "[vocab]", hint=hint)
-    target = torch.arange(d2t.numel()) + d2t.long()  # [draft_vocab] target ids
+    problem = vocab_map_problem(d2t.long(), t2d.bool())
+    if problem is not None:
+        offsets = "d2t holds offsets (target id = draft id + d2t[draft id]): " if problem.field == "d2t" else ""
+        raise CheckpointError(problem.message, file=path, field=problem.field, found=problem.found,
+                              expected=problem.expected, hint=offsets + hint)
+    return VocabMapping(d2t.long(), t2d.bool())
+
+
+class MapProblem(NamedTuple):
+    """Why d2t and t2d are not one draft vocabulary: the map at fault, what is wrong, found and expected."""
+
+    field: str
+    message: str
+    found: str
+    expected: str
+
+
+def vocab_map_problem(d2t: torch.Tensor, t2d: torch.Tensor) -> MapProblem | None:
+    """d2t [draft_vocab] (long offsets: target id = draft id + d2t[draft id]) and t2d [vocab] (bool) describe
+    one draft vocabulary: every target id within t2d, each once, and t2d marks exactly those; else the problem."""
+    target = torch.arange(d2t.numel()) + d2t  # [draft_vocab] target ids
     lo, hi = int(target.min()), int(target.max())
     if lo < 0 or hi >= t2d.numel():
-        raise CheckpointError("draft id + d2t falls outside the target vocabulary", file=path, field="d2t",
-                              found=f"target ids {lo}..{hi}", expected=f"0..{t2d.numel() - 1} (t2d's length)",
-                              hint="d2t holds offsets (target id = draft id + d2t[draft id]): " + hint)
-    t2d = t2d.bool()
-    if target.unique().numel() != d2t.numel() or int(t2d.sum()) != d2t.numel() or not bool(t2d[target].all()):
-        raise CheckpointError("marks other tokens than d2t maps to", file=path, field="t2d",
-                              found=f"{int(t2d.sum())} tokens marked",
-                              expected=f"the {d2t.numel()} distinct target tokens of d2t", hint=hint)
-    return VocabMapping(d2t.long(), t2d)
+        return MapProblem("d2t", "draft id + d2t falls outside the target vocabulary", f"target ids {lo}..{hi}",
+                          f"target ids 0..{t2d.numel() - 1}")
+    count = int(t2d.sum())
+    if target.unique().numel() != d2t.numel() or count != d2t.numel() or not bool(t2d[target].all()):
+        return MapProblem("t2d", "marks other tokens than d2t maps to", f"{count} tokens marked",
+                          f"the {d2t.numel()} distinct target tokens of d2t")
+    return None
 
 
 def write_vocab_mapping(data_dir: str | Path, mapping: VocabMapping) -> Path:

@@ -161,6 +161,24 @@ def test_draft_vocab_and_maps(tmp_path):
     assert "vocab_size" in codes(read_draft_checkpoint(d).validate(Target(vocab_size=300)), "error")
 
 
+def test_a_d2t_mapping_two_draft_ids_to_one_token_is_refused(tmp_path):
+    """64 draft tokens over a 256-token vocabulary: draft id 1 re-pointed at draft id 0's target token and t2d
+    marking one other token, so t2d still marks 64 (the count the check compared) and every d2t target: refused as
+    read_vocab_mapping refuses the same maps, naming t2d, its shard, found and expected."""
+    from safetensors.torch import load_file, save_file
+
+    d = make_drafter(tmp_path / "d")
+    tensors = load_file(str(d / "model.safetensors"))
+    d2t, t2d = tensors["d2t"], tensors["t2d"]
+    t2d[1 + int(d2t[1])] = False
+    d2t[1] = int(d2t[0]) - 1  # draft id 1 -> draft id 0's target
+    t2d[int(torch.nonzero(~t2d)[0])] = True  # 64 marked again
+    save_file(tensors, str(d / "model.safetensors"))
+    (f,) = [x for x in read_draft_checkpoint(d).validate(Target()) if x.code == "vocab_map"]
+    assert (f.severity, f.field, f.file) == ("error", "t2d", d / "model.safetensors")
+    assert (f.found, f.expected) == ("64 tokens marked", "the 64 distinct target tokens of d2t")
+
+
 def test_layer_shapes_disagree_with_config(tmp_path):
     ck = read_draft_checkpoint(make_drafter(tmp_path / "d", head_dim=32))
     errs = [x for x in ck.validate(None) if x.code == "layer_shape"]
