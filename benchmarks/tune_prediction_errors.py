@@ -25,28 +25,14 @@ from eaglelab.probes.tuning import Prediction
 
 def _replay(record: Path):
     events = read_record(str(record)).events
-    wide = next(e for e in events if isinstance(e, RunStarted)).spec
+    started = next((e for e in events if isinstance(e, RunStarted)), None)
+    wide = started.spec if started is not None else {}
     got = path_replay([e for e in events if isinstance(e, Step)], int(wide["num_steps"]), int(wide["topk"]),
-                      int(wide["num_draft_tokens"]))
+                      int(wide["num_draft_tokens"])) if wide else None
     if got is None:
         raise EagleLabError("the wide tree's accepted paths cannot be replayed", file=str(record),
                             expected="a record of eaglelab tune --record with accepted positions")
     return got
-
-
-def _wide_q_accept_len(replay, steps: int, topk: int, draft_tokens: int) -> float:
-    """E[a] by the replay's rule before the rank cap: the wide tree's rank at a depth taken as the narrower tree's."""
-    n = steps + 1 if topk == 1 else draft_tokens
-    total = 0
-    for path in replay.paths:
-        overall, kept = 0, 0
-        for d, (r, q) in enumerate(path[:steps], 1):
-            overall += q
-            if r > topk or overall > n - 1 or (d >= 2 and path[d - 2][1] > topk):
-                break
-            kept = d
-        total += kept
-    return 1.0 + total / len(replay.paths)
 
 
 def _tok_per_s(costs: dict, row: dict, accept_len: float, new_tokens: int) -> float:
@@ -61,6 +47,10 @@ def _tok_per_s(costs: dict, row: dict, accept_len: float, new_tokens: int) -> fl
 
 def rows(folder: Path) -> list[dict]:
     """Per confirmed row: E[a] and tok/s predicted (old, new) and measured."""
+    for name in ("h200_tune.json", "h200_tune.jsonl"):
+        if not (folder / name).is_file():
+            raise EagleLabError("not a recorded tune's folder", file=str(folder / name), found="no such file",
+                                expected="the folder of `eaglelab tune --json h200_tune.json --record h200_tune.jsonl`")
     report = json.loads((folder / "h200_tune.json").read_text(encoding="utf-8"))
     replay = _replay(folder / "h200_tune.jsonl")
     n = report["settings"]["new_tokens"]
@@ -76,7 +66,7 @@ def rows(folder: Path) -> list[dict]:
             # the recomputation reproduces what the tune printed when fed the E[a] it printed
             again = _tok_per_s(report["costs"], r, r["predicted_accept_len"], n)
             assert abs(again / r["predicted_tok_per_s"] - 1) < 1e-9, (folder, r, again)
-            got.update(a_wide_q=_wide_q_accept_len(replay, *c), a_new=replay.accept_len(*c))
+            got.update(a_wide_q=replay.accept_len(*c, rank_cap=False), a_new=replay.accept_len(*c))
             got.update(tps_wide_q=_tok_per_s(report["costs"], r, got["a_wide_q"], n),
                        tps_new=_tok_per_s(report["costs"], r, got["a_new"], n),
                        tps_cost_side=_tok_per_s(report["costs"], r, r["measured_accept_len"], n))
@@ -107,6 +97,19 @@ def table(folder: Path) -> str:
     return "\n".join(ea) + "\n\n" + "\n".join(tps)
 
 
+def main(argv: list[str]) -> int:
+    """Print the tables of every folder named; 2 with a clear message for no folder or one without a tune."""
+    if not argv:
+        print("usage: python benchmarks/tune_prediction_errors.py RESULT_FOLDER...", file=sys.stderr)
+        return 2
+    try:
+        for arg in argv:
+            print(f"{arg}\n\n{table(Path(arg))}\n")
+    except EagleLabError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
 if __name__ == "__main__":
-    for arg in sys.argv[1:]:
-        print(f"{arg}\n\n{table(Path(arg))}\n")
+    sys.exit(main(sys.argv[1:]))

@@ -77,25 +77,29 @@ class PathReplay:
         """The wide run's mean accepted length (bonus included)."""
         return 1.0 + sum(len(p) for p in self.paths) / len(self.paths)
 
-    def kept_prefix(self, path: Sequence[tuple[int, int]], steps: int, topk: int, draft_tokens: int) -> int:
+    def kept_prefix(self, path: Sequence[tuple[int, int]], steps: int, topk: int, draft_tokens: int,
+                    rank_cap: bool = True) -> int:
         """How many of ``path``'s nodes the tree (steps, topk, draft_tokens) would have kept and accepted; a node's
-        rank at its depth is the wide one capped by the candidates the narrower tree holds there."""
+        rank at its depth is the wide one capped by the candidates the narrower tree holds there (``rank_cap``
+        False: the wide rank as it is, the rule before the cap, kept to measure what the cap changes)."""
         overall, kept, parent_q = 0, 0, 1
         for d, (r, q) in enumerate(path[:steps], 1):
-            q = min(q, r + (topk - 1) * topk)  # the narrower tree's candidates at this depth bound the rank
+            if rank_cap:
+                q = min(q, r + (topk - 1) * topk)  # the narrower tree's candidates at this depth bound the rank
             overall += q
             if r > topk or overall > draft_tokens - 1 or parent_q > topk:
                 break
             kept, parent_q = d, q
         return kept
 
-    def accept_len(self, steps: int, topk: int, draft_tokens: int) -> float:
-        """E[accept len] (bonus included) of that tree, replayed (a chain verifies ``steps + 1`` tokens)."""
+    def accept_len(self, steps: int, topk: int, draft_tokens: int, rank_cap: bool = True) -> float:
+        """E[accept len] (bonus included) of that tree, replayed (a chain verifies ``steps + 1`` tokens);
+        ``rank_cap`` as in :meth:`kept_prefix`."""
         if steps > self.steps or topk > self.topk:
             raise ValueError(f"steps {steps}, topk {topk} is outside the wide tree replayed "
                              f"(steps {self.steps}, topk {self.topk})")
         n = steps + 1 if topk == 1 else draft_tokens
-        return 1.0 + sum(self.kept_prefix(p, steps, topk, n) for p in self.paths) / len(self.paths)
+        return 1.0 + sum(self.kept_prefix(p, steps, topk, n, rank_cap) for p in self.paths) / len(self.paths)
 
 
 def path_replay(steps: Iterable[_PathStep], wide_steps: int, wide_topk: int, wide_tokens: int) -> PathReplay | None:
