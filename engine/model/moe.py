@@ -69,8 +69,10 @@ class Router(nn.Module):
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x [N, H] -> combine weights [N, k] (float32) and expert ids [N, k]."""
-        with torch.autocast(x.device.type, enabled=False):  # float32 even when training under bf16 autocast
-            logits = F.linear(x.float(), self.weight.float())  # [N, E]
+        if torch.is_autocast_enabled(x.device.type):  # training under bf16 autocast: route in float32 all the
+            with torch.autocast(x.device.type, enabled=False):  # same (the context only then: ~5 us a call)
+                return self(x)
+        logits = F.linear(x.float(), self.weight.float())  # [N, E]
         scores = logits.sigmoid() if self.scoring == "sigmoid" else logits.softmax(dim=-1)
         choice = scores if self.e_score_correction_bias is None else scores + self.e_score_correction_bias
         if self.num_groups > 1:
