@@ -130,13 +130,13 @@ def follow_up(seed: int, index: int) -> str:
     return FOLLOW_UPS[random.Random(seed * 1_000_003 + index).randrange(len(FOLLOW_UPS))]
 
 
-def first_answers(out: str | Path, indices: range, tokenizer) -> dict[int, tuple[str, str]]:
-    """Prompt index -> (the user's prompt, the target's answer) as text, for the rows of ``out``'s shards in
-    ``indices`` whose answer ended on the end-of-turn token."""
+def first_answers(out: str | Path, indices: range, tokenizer) -> dict[int, str]:
+    """Prompt index -> the target's answer as text, for the rows of ``out``'s shards in ``indices`` whose answer
+    ended on the end-of-turn token."""
     from eaglelab.engine.training.distill import read_shard, shard_paths
 
     eos = set(tokenizer.eos_token_ids)
-    found: dict[int, tuple[str, str]] = {}
+    found: dict[int, str] = {}
     for path in shard_paths(out):
         t = read_shard(path)
         off, plens = t["offsets"].tolist(), t["prompt_lens"].tolist()
@@ -144,8 +144,7 @@ def first_answers(out: str | Path, indices: range, tokenizer) -> dict[int, tuple
         for r, i in enumerate(t["indices"].tolist()):
             if i in indices and ended[r]:
                 ids = t["tokens"][off[r]: off[r + 1]].tolist()
-                answer = [x for x in ids[plens[r]:] if x not in eos]
-                found[i] = (ids[: plens[r]], tokenizer.decode(answer).strip())
+                found[i] = tokenizer.decode([x for x in ids[plens[r]:] if x not in eos]).strip()
     return found
 
 
@@ -167,8 +166,7 @@ def mix_prompt_ids(spec: MixSpec, texts: dict[str, list[str]], ranges: dict[str,
             into[i] = ids
         return
     src = ranges[part.second_turn_of]
-    user = dict(zip(src, texts[part.second_turn_of])) if part.second_turn_of in texts else {}
     answers = first_answers(out, src, tokenizer)
-    for i, j in zip(r, src):  # second turn i follows first turn j
-        if j in answers and j in user:
-            into[i] = second_turn_ids(user[j], answers[j][1], follow_up(spec.seed, i), tokenizer, system)
+    for i, j, prompt in zip(r, src, texts[part.second_turn_of]):  # second turn i follows first turn j
+        if j in answers:
+            into[i] = second_turn_ids(prompt, answers[j], follow_up(spec.seed, i), tokenizer, system)
