@@ -15,33 +15,29 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 VOCAB = 128
 
 
-def test_load_eagle3_builds_the_config_once_and_loads_the_saved_weights(tmp_path, monkeypatch):
-    """A random drafter of the tiny target saved in float32 (aux ids [0, 1, 2] in the SGLang convention):
-    load_eagle3 reads config.json into an Eagle3Config once, and returns the same tensors and taps hs[1, 2, 3]."""
+def _saved_drafter(tmp_path):
+    """-> (the tiny target, a random drafter of it, that drafter saved in float32 with SGLang aux ids [0, 1, 2])."""
     model = random_model(tiny_config(vocab_size=VOCAB), seed=0)
     counts = torch.randint(0, 1000, (VOCAB,), generator=torch.Generator().manual_seed(3))
     net = new_drafter(drafter_config(model.config, 3, 48), TargetHead.from_model(model),
                       build_draft_vocab(counts, 48).mapping, seed=1, init_lm_head="random")
     save_drafter(net, tmp_path / "d", target=model.config, sglang_layer_ids=[0, 1, 2], dtype=torch.float32)
+    return model, net, tmp_path / "d"
 
+
+def test_load_eagle3_builds_the_config_once_and_loads_the_saved_weights(tmp_path, monkeypatch):
+    """A random drafter of the tiny target saved in float32 (aux ids [0, 1, 2] in the SGLang convention):
+    load_eagle3 reads config.json into an Eagle3Config once, and returns the same tensors and taps hs[1, 2, 3]."""
+    model, net, d = _saved_drafter(tmp_path)
     calls = []
     real = drafter_loader.config_from_checkpoint
     monkeypatch.setattr(drafter_loader, "config_from_checkpoint", lambda *a: calls.append(a) or real(*a))
-    loaded, taps, _ = drafter_loader.load_eagle3(tmp_path / "d", model)
+    loaded, taps, _ = drafter_loader.load_eagle3(d, model)
 
     assert len(calls) == 1
     assert taps == (1, 2, 3) and loaded.config == net.config
     for name, t in net.state_dict().items():
         assert torch.equal(loaded.state_dict()[name].to(t.dtype), t), name
-
-
-def _saved_drafter(tmp_path):
-    model = random_model(tiny_config(vocab_size=VOCAB), seed=0)
-    counts = torch.randint(0, 1000, (VOCAB,), generator=torch.Generator().manual_seed(3))
-    net = new_drafter(drafter_config(model.config, 3, 48), TargetHead.from_model(model),
-                      build_draft_vocab(counts, 48).mapping, seed=1, init_lm_head="random")
-    save_drafter(net, tmp_path / "d", target=model.config, sglang_layer_ids=[0, 1, 2], dtype=torch.float32)
-    return model, tmp_path / "d"
 
 
 def test_a_tensor_that_fails_validation_is_reported_in_its_shard_with_found_and_expected(tmp_path):
@@ -53,7 +49,7 @@ def test_a_tensor_that_fails_validation_is_reported_in_its_shard_with_found_and_
 
     from eaglelab.engine.errors import CheckpointError
 
-    model, d = _saved_drafter(tmp_path)
+    model, _, d = _saved_drafter(tmp_path)
     state = load_file(d / "model.safetensors")
     name = next(k for k in state if k.endswith("mlp.up_proj.weight"))
     expected = list(state[name].shape)
@@ -87,7 +83,7 @@ def test_load_eagle3_reads_each_weight_once_and_still_refuses_a_nan(tmp_path, mo
     from eaglelab.engine.errors import CheckpointError
     from eaglelab.engine.formats import draft_checkpoint
 
-    model, d = _saved_drafter(tmp_path)
+    model, _, d = _saved_drafter(tmp_path)
     reads = Counter()
     real = draft_checkpoint.read_tensor
     monkeypatch.setattr(draft_checkpoint, "read_tensor", lambda info, device: reads.update([info.name]) or real(info, device))
