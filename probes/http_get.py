@@ -83,8 +83,8 @@ class _DeadlineSocket:
         return getattr(self._sock, name)
 
 
-def _connection(url: str, deadline: float) -> tuple[http.client.HTTPConnection, str, str, int]:
-    """The (not yet connected) connection for ``url``, the request path, and the host and port to reach."""
+def _connection(url: str, deadline: float) -> tuple[http.client.HTTPConnection, str]:
+    """The (not yet connected) connection for ``url`` (its ``host`` and ``port`` the ones to reach) and the path."""
     try:
         parts = urllib.parse.urlsplit(url)
         port = parts.port  # raises ValueError for a port that is not a number in 0..65535
@@ -93,9 +93,11 @@ def _connection(url: str, deadline: float) -> tuple[http.client.HTTPConnection, 
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise RequestFailed(f"not an http(s) URL: {url}")
     kind = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
-    conn = kind(parts.hostname, port, timeout=max(deadline - time.monotonic(), 0.001))
+    # the port always given: left to http.client, an IPv6 literal's last group would be read as one ("::1" -> port 1)
+    conn = kind(parts.hostname, kind.default_port if port is None else port,
+                timeout=max(deadline - time.monotonic(), 0.001))
     path = parts.path or "/"
-    return conn, path + (f"?{parts.query}" if parts.query else ""), parts.hostname, conn.port
+    return conn, path + (f"?{parts.query}" if parts.query else "")
 
 
 class _Lookup:
@@ -168,12 +170,12 @@ def get(url: str, *, deadline_s: float, max_bytes: int, accept: str = "*/*") -> 
     ``max_bytes`` bytes (an HTTP error carries its ``status``).
     """
     deadline = time.monotonic() + deadline_s
-    conn, path, host, port = _connection(url, deadline)
+    conn, path = _connection(url, deadline)
     raw: socket.socket | None = None
     try:
-        raw = _open_socket(resolve(host, port, deadline=deadline, deadline_s=deadline_s), deadline)
+        raw = _open_socket(resolve(conn.host, conn.port, deadline=deadline, deadline_s=deadline_s), deadline)
         if isinstance(conn, http.client.HTTPSConnection):
-            raw = ssl.create_default_context().wrap_socket(raw, server_hostname=host)
+            raw = ssl.create_default_context().wrap_socket(raw, server_hostname=conn.host)
         conn.sock = _DeadlineSocket(raw, deadline)  # type: ignore[assignment]
         conn.request("GET", path, headers={"Accept": accept, "Connection": "close"})
         response = conn.getresponse()
