@@ -266,23 +266,15 @@ def test_trains_on_specforge_data_written_by_others(tmp_path):
     assert result.steps == 2 and all(torch.isfinite(torch.tensor(log.loss)) for log in result.logs)
 
 
-
 def test_logged_seconds_come_from_the_trainers_clock(tmp_path):
     """6 samples, batch 3, log every step, a fake clock that moves 1000 s per reading: each log's seconds is a
     whole number of readings (1000, 2000, ...), the same in two runs; a wall clock would give milliseconds."""
     model = random_model(CFG, seed=2)
-    g = torch.Generator().manual_seed(0)
-    for i in range(6):
-        ids = torch.randint(0, VOCAB, (8,), generator=g)
-        hidden, _ = model(ids[None], torch.arange(8)[None])
-        write_sample(tmp_path, i, {"input_ids": ids, "loss_mask": torch.ones(8, dtype=torch.long),
-                                   "hidden_state": hidden, "aux_hidden_state": model.taps(ids[None], TAPS)})
-    counts, lengths = scan_data(tmp_path, VOCAB)
-    vocab = build_draft_vocab(counts, DRAFT_VOCAB)
+    data, vocab = make_data(model, tmp_path, 6, max_new=4)
 
     def run() -> list[float]:
         ticks = iter(range(0, 10**9, 1000))
-        tr = Trainer(fresh(model, vocab), TargetHead.from_model(model), SampleSet(tmp_path, lengths),
+        tr = Trainer(fresh(model, vocab), TargetHead.from_model(model), data,
                      TrainConfig(epochs=1, batch_size=3, ttt_length=2, log_every=1, checkpoint_every=0),
                      clock=lambda: float(next(ticks)))
         return [log.seconds for log in tr.train().logs]
