@@ -72,5 +72,5 @@ before_tar() {
   return 0
 }
 
-export STAGE_S=${STAGE_S:-$(echo 570)}; watchdog "$0"
+export STAGE_S=${STAGE_S:-570}; watchdog "$0"
 run_stage K L C D
