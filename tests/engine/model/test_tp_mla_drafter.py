@@ -93,13 +93,15 @@ def _run(tp, target_dir, drafter_dirs: dict) -> dict:
         if tp is not None:
             observe_allreduce(tp, type("Obs", (), {"on_allreduce": lambda self, s: seen.append((s.layer, s.site))})())
         with torch.no_grad():
-            feats = net.fuse(target.taps(seq[:, :-1], taps))  # [1, 19, H]: the target's (collectives here)
+            with tp.in_phase("verify") if tp is not None else contextlib.nullcontext():  # the probe sees it
+                feats = net.fuse(target.taps(seq[:, :-1], taps))  # [1, 19, H]: the target's (collectives here)
+            target_collectives = len(seen)
             seen.clear()
             with tp.in_phase("draft") if tp is not None else contextlib.nullcontext():
                 _, logits = net(seq[:, 1:], feats, torch.arange(seq.shape[1] - 1)[None])  # [1, 19, V_draft]
         if tp is not None:
             observe_allreduce(tp, None)
-        out[flavour] = {"logits": logits, "draft_collectives": list(seen)}
+        out[flavour] = {"logits": logits, "draft_collectives": list(seen), "target_collectives": target_collectives}
         for shape, (topk, steps, ndt) in SHAPES.items():
             spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=ndt)
             res = Engine(target, drafter=Eagle3Drafter(net, spec, taps), spec=spec).generate(PROMPTS, 12)
@@ -142,8 +144,10 @@ def test_drafter_logits_at_tp2_equal_one_process(runs, flavour):
 
 @pytest.mark.parametrize("flavour", sorted(FLAGS))
 def test_a_draft_step_runs_no_collective(runs, flavour):
-    """The replicated drafter over the replicated embedding: no all-reduce, no all-gather while drafting."""
+    """The replicated drafter over the replicated embedding: no all-reduce, no all-gather while drafting; the
+    same probe saw the target's collectives in the forward just before (it is live, not merely silent)."""
     for r in runs[1]:
+        assert r[flavour]["target_collectives"] > 0
         assert r[flavour]["draft_collectives"] == []
 
 
