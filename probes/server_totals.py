@@ -14,11 +14,13 @@ from eaglelab.probes.server_readings import ServerReading, ServerUpdate, histogr
 
 
 @dataclass
-class _Mean:
+class RunningMean:
+    """A weighted mean of the figures present (None, or a weight of 0, is skipped), summed in the order they came."""
+
     total: float = 0.0
     weight: float = 0.0
 
-    def add(self, value: float | None, weight: float) -> None:
+    def add(self, value: float | None, weight: float = 1.0) -> None:
         if value is not None and weight > 0:
             self.total += value * weight
             self.weight += weight
@@ -43,8 +45,8 @@ class RankRow:
 
 @dataclass
 class _RankTotals:
-    accept_len: _Mean = field(default_factory=_Mean)
-    accept_rate: _Mean = field(default_factory=_Mean)
+    accept_len: RunningMean = field(default_factory=RunningMean)
+    accept_rate: RunningMean = field(default_factory=RunningMean)
     latest: ServerReading | None = None
     latest_accept_len: float | None = None
     latest_tokens_per_s: float | None = None
@@ -67,9 +69,9 @@ class ServerTotals:
     recent_accept_len: float | None = None  # the latest update's accepted length
     graph_modes: Counter = field(default_factory=Counter)  # runtime mode -> passes
     _ranks: dict[str, _RankTotals] = field(default_factory=dict)
-    _accept: _Mean = field(default_factory=_Mean)
-    _throughput: _Mean = field(default_factory=_Mean)
-    _rate: _Mean = field(default_factory=_Mean)
+    _accept: RunningMean = field(default_factory=RunningMean)
+    _throughput: RunningMean = field(default_factory=RunningMean)
+    _rate: RunningMean = field(default_factory=RunningMean)
     _reach: list[float] = field(default_factory=list)  # drafts that reached depth d, weighted
     _reach_drafts: float = 0.0
 
@@ -111,10 +113,10 @@ class ServerTotals:
         """A restarted server: its figures begin again (the statuses stay)."""
         self.resets += 1
         self.recent_tokens_per_s = self.recent_accept_len = None
-        self._throughput = _Mean()
+        self._throughput = RunningMean()
         self.graph_modes.clear()
         self._ranks.clear()
-        self._accept, self._rate = _Mean(), _Mean()
+        self._accept, self._rate = RunningMean(), RunningMean()
         self._reach, self._reach_drafts = [], 0.0
 
     def _observe_reading(self, r: ServerReading) -> None:
@@ -210,7 +212,7 @@ def _weight(r: ServerReading) -> float:
 
 
 def _weighted(pairs: list[tuple[float | None, float]]) -> float | None:
-    mean = _Mean()
+    mean = RunningMean()
     for value, w in pairs:
         mean.add(value, w)
     return mean.value

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Iterable
 
 from eaglelab.probes.log_lines import read_lines
-
+from eaglelab.probes.server_totals import RunningMean
 
 GRAPH_CAPTURED_MARKER = "Capture cuda graph end"
 READY_MARKER = "The server is fired up and ready to roll!"
@@ -219,36 +219,19 @@ class SglangLogSummary:
 
 
 @dataclass
-class _Mean:
-    """A running mean of the figures present (None is skipped), summed in the order they came."""
-
-    total: float = 0.0
-    count: int = 0
-
-    def add(self, value: float | None) -> None:
-        if value is not None:
-            self.total += value
-            self.count += 1
-
-    @property
-    def value(self) -> float | None:
-        return self.total / self.count if self.count else None
-
-
-@dataclass
 class _BatchFolds:
     """What the summary needs of every batch line, folded as they come (a log of millions of lines is not
     kept: memory stays flat however long the log)."""
 
     decode_lines: int = 0
     prefill_lines: int = 0
-    accept_len: _Mean = field(default_factory=_Mean)
-    accept_rate: _Mean = field(default_factory=_Mean)
-    gen_throughput: _Mean = field(default_factory=_Mean)
+    accept_len: RunningMean = field(default_factory=RunningMean)
+    accept_rate: RunningMean = field(default_factory=RunningMean)
+    gen_throughput: RunningMean = field(default_factory=RunningMean)
     graph_flags: int = 0  # decode lines that say "cuda graph: True" or "False"
     graph_true: int = 0
-    cache_hit_rate: _Mean = field(default_factory=_Mean)
-    input_throughput: _Mean = field(default_factory=_Mean)
+    cache_hit_rate: RunningMean = field(default_factory=RunningMean)
+    input_throughput: RunningMean = field(default_factory=RunningMean)
 
     def add(self, b: BatchLine) -> None:
         if b.kind == "prefill":
