@@ -109,13 +109,8 @@ def read_sample(path: str | Path) -> Sample:
         if not isinstance(obj.get(key), torch.Tensor):
             raise CheckpointError("missing tensor", file=path, field=key,
                                   expected="input_ids, loss_mask, hidden_state, aux_hidden_state")
-    check_integer_tensor(obj["input_ids"], path, "input_ids", low=0)
-    ids = obj["input_ids"].reshape(-1).long()  # [T]
+    ids, mask = ids_and_mask(obj, path)  # [T], [T]
     t = ids.shape[0]
-    if t == 0:
-        raise CheckpointError("holds no tokens", file=path, field="input_ids", found="0 tokens", expected=">= 1",
-                              hint="drop the empty sample from the directory (or recapture it)")
-    mask = loss_mask_of(obj, t, path)  # [T]
     aux = _as_batch_seq(obj["aux_hidden_state"], t, path, "aux_hidden_state")
     hs = obj.get("hidden_state")
     hs = _as_batch_seq(hs, t, path, "hidden_state") if isinstance(hs, torch.Tensor) else None
@@ -128,6 +123,20 @@ def read_sample(path: str | Path) -> Sample:
         if x is not None:
             check_finite_tensor(x, path, key, hint="the target overflowed or the file is damaged: recapture this sample")
     return Sample(ids, mask, hs, aux, path)
+
+
+def ids_and_mask(obj: dict, path: Path) -> tuple[torch.Tensor, torch.Tensor]:
+    """A sample's ``input_ids`` [T] (long, each >= 0, T >= 1) and ``loss_mask`` [T] (:func:`loss_mask_of`),
+    checked; the hidden states are not touched (a token scan reads just these)."""
+    if not isinstance(obj.get("input_ids"), torch.Tensor):
+        raise CheckpointError("missing tensor", file=path, field="input_ids",
+                              expected="input_ids, loss_mask, hidden_state, aux_hidden_state")
+    check_integer_tensor(obj["input_ids"], path, "input_ids", low=0)
+    ids = obj["input_ids"].reshape(-1).long()  # [T]
+    if ids.shape[0] == 0:
+        raise CheckpointError("holds no tokens", file=path, field="input_ids", found="0 tokens", expected=">= 1",
+                              hint="drop the empty sample from the directory (or recapture it)")
+    return ids, loss_mask_of(obj, ids.shape[0], path)
 
 
 def loss_mask_of(obj: dict, t: int, path: Path) -> torch.Tensor:

@@ -21,8 +21,7 @@ from typing import Iterable
 import torch
 
 from eaglelab.engine.errors import CheckpointError, ConfigError
-from eaglelab.engine.formats.specforge_data import VocabMapping, list_samples, loss_mask_of, read_sample
-from eaglelab.engine.formats.validate import check_integer_tensor
+from eaglelab.engine.formats.specforge_data import VocabMapping, ids_and_mask, list_samples, read_sample
 
 
 @dataclass(frozen=True)
@@ -103,11 +102,10 @@ def read_ids_and_mask(path: Path) -> tuple[torch.Tensor, torch.Tensor]:
     except Exception:  # noqa: BLE001 - any bad file: the full reader explains what is wrong, naming it
         s = read_sample(path)
         return s.input_ids, s.loss_mask
-    if not isinstance(obj, dict) or not isinstance(obj.get("input_ids"), torch.Tensor):
-        raise CheckpointError("missing tensor", file=path, field="input_ids")
-    check_integer_tensor(obj["input_ids"], path, "input_ids", low=0)  # as read_sample checks them
-    ids = obj["input_ids"].reshape(-1).long().clone()
-    return ids, loss_mask_of(obj, ids.numel(), path).clone()
+    if not isinstance(obj, dict):
+        raise CheckpointError("expected a dict of tensors", file=path, found=type(obj).__name__)
+    ids, mask = ids_and_mask(obj, path)  # checked as read_sample checks them
+    return ids.clone(), mask.clone()
 
 
 def scan_data(data_dir: str | Path, vocab_size: int) -> tuple[torch.Tensor, list[int]]:
@@ -117,7 +115,7 @@ def scan_data(data_dir: str | Path, vocab_size: int) -> tuple[torch.Tensor, list
     def pairs():
         for path in list_samples(data_dir):
             ids, mask = read_ids_and_mask(path)
-            if ids.numel() and int(ids.max()) >= vocab_size:  # every id is embedded in training, masked or not
+            if int(ids.max()) >= vocab_size:  # every id is embedded in training, masked or not
                 raise ConfigError("token id outside the target vocabulary", file=path, field="input_ids",
                                   found=int(ids.max()), expected=f"< {vocab_size} (the target's vocab_size)",
                                   hint="the data was captured with another tokenizer than the target's")

@@ -79,3 +79,18 @@ def test_scan_refuses_ids_the_target_cannot_embed_naming_the_sample(tmp_path):
     with pytest.raises(CheckpointError) as err:
         scan_data(tmp_path / "b", 6)
     assert (err.value.file, err.value.field, err.value.found) == (str(path), "input_ids", "-1..3")
+
+
+def test_scan_refuses_an_empty_sample_as_read_sample_does(tmp_path):
+    """A plain .ckpt holding 0 tokens: the memory-mapped scan refuses it naming the file and input_ids, the
+    error read_sample gives (it counted nothing and passed, leaving training to fail on it later)."""
+    from eaglelab.engine.errors import CheckpointError
+    from eaglelab.engine.formats.specforge_data import read_sample
+
+    path = write_sample(tmp_path, 0, {"input_ids": torch.zeros(0, dtype=torch.long), "aux_hidden_state": torch.zeros(1, 0, 8)})
+    errors = []
+    for read in (lambda: scan_data(tmp_path, 6), lambda: read_sample(path)):
+        with pytest.raises(CheckpointError) as err:
+            read()
+        errors.append((err.value.file, err.value.field, err.value.found, err.value.hint))
+    assert errors[0] == errors[1] == (str(path), "input_ids", "0 tokens", errors[0][3]) and errors[0][3]
