@@ -105,8 +105,19 @@ def test_an_adopted_tiling_that_disagrees_here_is_said_and_the_shape_tuned(kerne
     assert len(kernel) == len(G.candidates(1)) + 1 and gemv.chosen == {(W_N, W_K, 1): G.candidates(1)[0]}
 
 
-def test_tuning_environment_names_gpu_dtype_torch_and_triton():
+def test_tuning_environment_names_gpu_dtype_torch_and_triton(monkeypatch):
+    """Triton's version from its package metadata (here stood in by 3.9.1), "absent" without the package."""
+    import importlib.metadata
+
+    def version(name: str) -> str:
+        if name == "triton" and absent:
+            raise importlib.metadata.PackageNotFoundError(name)
+        return {"triton": "3.9.1"}[name]
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    absent = False
     env = G.tuning_environment(torch.device("cpu"), torch.bfloat16)
     assert list(env) == ["gpu", "dtype", "torch", "triton"]
-    assert (env["gpu"], env["dtype"], env["torch"]) == ("cpu", "bfloat16", torch.__version__)
-    assert env["triton"]
+    assert (env["gpu"], env["dtype"], env["torch"], env["triton"]) == ("cpu", "bfloat16", torch.__version__, "3.9.1")
+    absent = True
+    assert G.tuning_environment(torch.device("cpu"), "float16") == dict(env, dtype="float16", triton="absent")
