@@ -75,8 +75,8 @@ def _distill(args: argparse.Namespace) -> int:
 
     console = Console(stderr=True, highlight=False)
     settings = DistillSettings(max_new_tokens=args.max_new_tokens or MAX_NEW_TOKENS, batch_size=args.batch_size,
-                               max_prompt_tokens=args.max_prompt_tokens or MAX_PROMPT_TOKENS, time_limit=args.time_limit,
-                               cuda_graphs=not args.no_cuda_graphs)
+                               max_prompt_tokens=args.max_prompt_tokens or MAX_PROMPT_TOKENS,
+                               time_limit=args.time_limit, cuda_graphs=not args.no_cuda_graphs)
     records = [r for path in args.prompts for r in read_corpus(path)]
     if args.limit is not None:
         records = records[: args.limit]
