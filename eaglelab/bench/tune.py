@@ -43,7 +43,7 @@ from eaglelab.engine.runtime.generate import Engine
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from eaglelab.probes.bus import ProbeBus
 from eaglelab.probes.events import PhaseCost
-from eaglelab.probes.tuning import AcceptanceTable, AcceptLen, expected_accept_len, max_draft_tokens
+from eaglelab.probes.tuning import AcceptanceTable, AcceptLen, max_draft_tokens
 
 Publish = Callable[[object], None]
 Candidate = tuple[int, int, int]  # (steps, topk, draft tokens)
@@ -267,8 +267,10 @@ class CostScreen:
 def screen_order(table: AcceptanceTable, screened: dict[Candidate, float], batch: int,
                  accept: AcceptLen | None = None) -> list[Candidate]:
     """Candidates fastest first by the model on their uncompiled cycles: ``batch * E[a] / cycle ms`` (E[a] from
-    ``accept`` when given, else from ``table``)."""
-    e = accept or (lambda s, k, n: expected_accept_len(table, s, k, n))
+    ``accept`` when given, else from ``table``: :func:`~eaglelab.bench.tune_predict.accept_model`)."""
+    from eaglelab.bench.tune_predict import accept_model
+
+    e = accept or accept_model(table, None)
     return sorted(screened, key=lambda c: (-batch * e(*c) / screened[c], c[2], c))
 
 
@@ -437,6 +439,7 @@ def measuring_pass(ctx: H.BenchContext, settings: TuneSettings, model: str, reco
     -> (its Step events, its PhaseCost events, {"screens": per batch size the screening's figures,
     "seconds": {"acceptance": s, "costs": s}})."""
     from eaglelab.probes.events import Step
+    from eaglelab.bench.tune_predict import accept_model
     from eaglelab.probes.path_replay import path_replay
     from eaglelab.probes.tuning import table_from_steps
 
@@ -464,8 +467,7 @@ def measuring_pass(ctx: H.BenchContext, settings: TuneSettings, model: str, reco
 
         progress(what, 0, total)
         for b in settings.batch_sizes:
-            got = measure_costs(ctx, settings, systems, b, bus.publish, step, table, clock,
-                                replay.accept_len if replay is not None else None)
+            got = measure_costs(ctx, settings, systems, b, bus.publish, step, table, clock, accept_model(table, replay))
             if got is not None:
                 screens[str(b)] = got.to_json()
         seconds["costs"] = clock() - t0
