@@ -277,8 +277,7 @@ def _add_gemv(s: Session, log: Callable[[str], None], profile: Any = None) -> No
     from eaglelab.profiles import adopt_gemv_tilings
 
     gemv = TritonGemv(log)
-    if s.target.device.type == "cuda":
-        adopt_gemv_tilings(gemv, profile, s.target.device, s.target.dtype)
+    adopt_gemv_tilings(gemv, profile, s.target.device, s.target.dtype)  # as bench's: the setup decides, not the device
     _add_triton_kernel(s, "--gemv", "gemv", gemv, dtype_refusal, "F.linear",
                        "projections of <= 64 rows on the Triton GEMV (bf16/fp16; F.linear per shape where it is faster)")
 
