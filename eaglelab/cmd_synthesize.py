@@ -57,22 +57,23 @@ def read_asks(value: str) -> tuple[str, ...]:
     if not Path(value).is_file():
         raise ConfigError("neither request kinds nor a file", field="--ask", found=value,
                           expected=f"{', '.join(ASKS)} (comma-separated), or a file of requests, one per line")
-    return read_systems(Path(value))
+    return read_systems(Path(value), "request", "--ask")
 
 
-def read_systems(path: Path) -> tuple[str, ...]:
-    """The system messages of ``--systems-file``: its non-empty lines that are not comments."""
+def read_systems(path: Path, what: str = "system message", flag: str = "--systems-file") -> tuple[str, ...]:
+    """The lines of ``--systems-file`` (or ``flag``'s file of ``what``, e.g. --ask's requests): its non-empty lines
+    that are not comments."""
     from eaglelab.engine.errors import ConfigError
 
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read the system messages ({type(exc).__name__}: {exc})", file=path,
-                          expected="a UTF-8 text file, one system message per line") from None
+        raise ConfigError(f"cannot read the {what}s ({type(exc).__name__}: {exc})", file=path, field=flag,
+                          expected=f"a UTF-8 text file, one {what} per line") from None
     messages = tuple(line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#"))
     if not messages:
-        raise ConfigError("no system message in the file", file=path, found="only blank or '#' lines",
-                          expected="one system message per line")
+        raise ConfigError(f"no {what} in the file", file=path, field=flag, found="only blank or '#' lines",
+                          expected=f"one {what} per line")
     return messages
 
 

@@ -187,3 +187,14 @@ def test_a_real_failed_cpu_allocation_in_a_command_is_a_resource_error(tmp_path,
     rc = main(["train", "--data", str(tmp_path), "--out", str(tmp_path / "out"), "--device", "cpu"])
     err = " ".join(capsys.readouterr().err.split())
     assert rc == 2 and "out of host (CPU) memory" in err and "internal error" not in err, err
+
+
+def test_synthesize_ask_file_that_is_unreadable_or_empty_names_ask_and_requests(tmp_path, capsys):
+    """--ask FILE reads requests, not system messages: its errors name --ask and say "request"."""
+    binary, empty = tmp_path / "bin.txt", tmp_path / "empty.txt"
+    binary.write_bytes(b"\xc9\xff\xfe requests")
+    empty.write_text("# only a comment\n\n")
+    for path, said in ((binary, "cannot read the requests"), (empty, "no request in the file")):
+        rc = main(["synthesize", "--out", str(tmp_path / "o"), "--ask", str(path)])
+        err = " ".join(capsys.readouterr().err.split())
+        assert rc == 2 and "field '--ask'" in err and said in err and "system message" not in err, err
