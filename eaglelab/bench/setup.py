@@ -15,8 +15,8 @@ from eaglelab.flags import int_list
 # 1 and 8 on CUDA, batch 1 and a few prompts on a CPU; passes interleave, three of them so their spread shows.
 # --full sweeps the batch sizes a server sees; on a CPU still short enough to finish in minutes on a laptop.
 # The HF peer is a reference, not the headline: there it times its first group of prompts at each batch size, once,
-# at most HF_HEADLINE_TOKENS a row (eager HF decodes a token in ~70 ms on the H200: 64 tokens at batch 1 and 8 took
-# 10.6 s of a 189 s run, their warm-ups and load besides).
+# at most HF_HEADLINE_TOKENS a row (eager HF decodes 16.8 tok/s at batch 1 on the H200, and even so capped took
+# 14.4 s of a 193.5 s headline: benchmarks/results/h200_2026-12-03b/D/bench_default.txt).
 HF_HEADLINE_TOKENS = 32
 HEADLINE_GPU = {"batch_sizes": "1,8", "prompts": 8, "max_new_tokens": 64, "repeats": 3, "micro_batch_sizes": "1,8",
                 "hf_max_new_tokens": HF_HEADLINE_TOKENS}
