@@ -94,15 +94,10 @@ def _check_window(prompts: list[list[int]], new_tokens: int, config: Any) -> Non
     """The built-in prompts plus the responses the target writes must fit its context window, as `run` checks a
     prompt (the target never saw positions past it): exit 2 naming --new-tokens, or --texts if a prompt alone
     does not fit a small-window target."""
-    from eaglelab.engine.errors import ConfigError
     from eaglelab.engine.runtime.limits import check_context
 
-    longest, window = max(len(p) for p in prompts), config.max_position_embeddings
-    if longest > window:
-        raise ConfigError("a built-in prompt is longer than the target's context window", field="--texts",
-                          found=f"{longest} tokens", expected=f"<= {window} (the target's max_position_embeddings)",
-                          hint="pass --texts FILE with texts that fit the window")
-    check_context(config, longest, new_tokens, flag="--new-tokens")
+    check_context(config, max(len(p) for p in prompts), new_tokens, flag="--new-tokens", prompt_field="--texts",
+                  prompt_hint="pass --texts FILE with texts that fit the window")
 
 
 def _read_texts(path: Path, tokenizer: Any, limit: int, window: int) -> tuple[Any, Any, Any]:

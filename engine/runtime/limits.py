@@ -17,14 +17,16 @@ from eaglelab.engine.model.config import ModelConfig
 MEMORY_HEADROOM = 0.8  # use at most this share of the memory available now
 
 
-def check_context(config: ModelConfig, prompt_tokens: int, max_new_tokens: int, flag: str = "--max-new-tokens") -> None:
+def check_context(config: ModelConfig, prompt_tokens: int, max_new_tokens: int, flag: str = "--max-new-tokens",
+                  prompt_field: str = "PROMPT", prompt_hint: str = "shorten the prompt") -> None:
     """Prompt plus new tokens must fit the model's context window (``max_position_embeddings``); ``flag``
-    is the command's name for the new tokens."""
+    is the command's name for the new tokens, ``prompt_field`` and ``prompt_hint`` name the prompt's source and
+    what to do when the prompt alone does not fit."""
     window = config.max_position_embeddings
     if prompt_tokens > window:
-        raise EagleLabError("the prompt is longer than the model's context window", field="PROMPT",
+        raise EagleLabError("the prompt is longer than the model's context window", field=prompt_field,
                             found=f"{prompt_tokens} tokens", expected=f"<= {window} (max_position_embeddings)",
-                            hint="shorten the prompt")
+                            hint=prompt_hint)
     if prompt_tokens + max_new_tokens > window:
         raise EagleLabError("prompt + new tokens exceed the model's context window", field=flag,
                             found=f"{prompt_tokens} prompt + {max_new_tokens} new = {prompt_tokens + max_new_tokens} tokens",

@@ -159,3 +159,16 @@ def test_check_wiring_with_new_tokens_that_fit_still_runs(valid, capsys):
     o = run_cli(argv, capsys)
     assert_handled(o, argv)
     assert o.rc in (0, 1, 4), o.err
+
+
+def test_check_wiring_refuses_a_built_in_prompt_past_a_small_window():
+    """A target whose window is shorter than a built-in prompt: the error names --texts (the way out), not PROMPT."""
+    from types import SimpleNamespace
+
+    from eaglelab.check_wiring_search import _check_window
+    from eaglelab.engine.errors import EagleLabError
+
+    with pytest.raises(EagleLabError) as err:
+        _check_window([[1] * 3, [1] * 9], 0, SimpleNamespace(max_position_embeddings=8))
+    assert (err.value.field, err.value.found) == ("--texts", "9 tokens")
+    assert "--texts FILE" in err.value.hint
