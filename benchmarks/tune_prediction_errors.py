@@ -17,22 +17,8 @@ import sys
 from pathlib import Path
 
 from eaglelab.engine.errors import EagleLabError
-from eaglelab.probes.events import RunStarted, Step
-from eaglelab.probes.path_replay import path_replay
-from eaglelab.probes.record import read_record
+from eaglelab.bench.tune_predict import record_replay
 from eaglelab.probes.tuning import Prediction
-
-
-def _replay(record: Path):
-    events = read_record(str(record)).events
-    started = next((e for e in events if isinstance(e, RunStarted)), None)
-    wide = started.spec if started is not None else {}
-    got = path_replay([e for e in events if isinstance(e, Step)], int(wide["num_steps"]), int(wide["topk"]),
-                      int(wide["num_draft_tokens"])) if wide else None
-    if got is None:
-        raise EagleLabError("the wide tree's accepted paths cannot be replayed", file=str(record),
-                            expected="a record of eaglelab tune --record with accepted positions")
-    return got
 
 
 def _tok_per_s(costs: dict, row: dict, accept_len: float, new_tokens: int) -> float:
@@ -52,7 +38,7 @@ def rows(folder: Path) -> list[dict]:
             raise EagleLabError("not a recorded tune's folder", file=str(folder / name), found="no such file",
                                 expected="the folder of `eaglelab tune --json h200_tune.json --record h200_tune.jsonl`")
     report = json.loads((folder / "h200_tune.json").read_text(encoding="utf-8"))
-    replay = _replay(folder / "h200_tune.jsonl")
+    replay = record_replay(str(folder / "h200_tune.jsonl"))
     n = report["settings"]["new_tokens"]
     out = []
     for r in report["confirmation"]:

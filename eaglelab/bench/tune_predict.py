@@ -110,11 +110,10 @@ def predict(steps: list, costs: list, grid_steps: tuple[int, ...], grid_topk: tu
     }
 
 
-def replay_against_confirmation(record: str, report: str) -> list[dict[str, Any]]:
-    """Per speculative row a tune confirmed (``report``: the JSON ``eaglelab tune --json`` wrote; ``record``: its
-    ``--record``): E[a] as the tune predicted it, replayed from the record's wide tree now, and measured. A file
-    that is not what a tune wrote is an :class:`EagleLabError` naming it."""
-    from eaglelab.engine.errors import EagleLabError, read_json_object
+def record_replay(record: str):
+    """The :class:`PathReplay` of a tune's ``--record`` (its wide tree's accepted paths). A file that is not such a
+    record is an :class:`EagleLabError` naming it."""
+    from eaglelab.engine.errors import EagleLabError
     from eaglelab.probes.events import RunStarted, Step
     from eaglelab.probes.record import read_record
 
@@ -131,6 +130,16 @@ def replay_against_confirmation(record: str, report: str) -> list[dict[str, Any]
     if replay is None:
         raise EagleLabError("the wide tree's accepted paths cannot be replayed", file=record,
                             expected="a full wide tree whose cycles carry accepted positions (eaglelab tune --record)")
+    return replay
+
+
+def replay_against_confirmation(record: str, report: str) -> list[dict[str, Any]]:
+    """Per speculative row a tune confirmed (``report``: the JSON ``eaglelab tune --json`` wrote; ``record``: its
+    ``--record``): E[a] as the tune predicted it, replayed from the record's wide tree now, and measured. A file
+    that is not what a tune wrote is an :class:`EagleLabError` naming it."""
+    from eaglelab.engine.errors import EagleLabError, read_json_object
+
+    replay = record_replay(record)
     rows = read_json_object(report).get("confirmation")
     keys = ("batch", "steps", "topk", "draft_tokens", "predicted_accept_len", "measured_accept_len")
     if not isinstance(rows, list) or not all(isinstance(r, dict) and all(k in r for k in keys) for r in rows):
