@@ -80,6 +80,9 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
     regime = run_regime(args, device.type, built["profile"])
     notes = built["notes"] + ([compile_prefill_note(device.type)] if args.bench_compile_prefill else [])
     notes += [f"run's regime here: {regime.label}", *regime.reasons, *tree_notes(built["draft"], batch_sizes)]
+    for note in notes:  # why this tree, said before the long part (the report repeats it at the end)
+        if note.startswith("tree"):
+            log(note)
     notes += [f"prompts: {len(prompts)} {what}, {how}; "
               f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",
               f"generation: {max_new} tokens per row, EOS ignored, greedy", *peer_note(built["peer"] if runs_hf(args) else None, d, max_new)]

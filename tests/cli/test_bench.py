@@ -67,7 +67,8 @@ def test_bench_runs_on_cpu_and_writes_the_report(tmp_path, questions, capsys):
     assert set(head["verify_over_decode_batch1"]) == {"decode-eager", "prefill-eager"}
     assert head["plain_vs_hf_batch1"]["ratio"] == pytest.approx(rows[("plain-eager", 1)]["tok_per_s"] / rows[("hf", 1)]["tok_per_s"])
     assert "bandwidth_bound_batch1" not in head  # an HBM bound means nothing on CPU unless --hbm-tbps is given
-    printed = capsys.readouterr().out
+    captured = capsys.readouterr()
+    printed, capsys_err = captured.out, captured.err
     assert "headline" in printed and "spec-decode speedup over plain-eager" in printed
     flat = " ".join(printed.split())
     assert flat.count("plain-graphs") == 1, "a configuration that cannot run here is named once"
@@ -82,6 +83,9 @@ def test_bench_runs_on_cpu_and_writes_the_report(tmp_path, questions, capsys):
     assert "2" not in head["spec_speedup_spread"]["spec-decode"]
     assert "b1, prompt group by group (2)" in " ".join(printed.split())
     assert "per request, ms" in printed
+    logged = " ".join(capsys_err.split())
+    for b in (1, 2):  # each speculative configuration's first line names the tree it drafts
+        assert f"spec-decode, batch {b}: speculative, decode-mode verify, eager; tree: 3 steps, topk 1, 4 draft tokens" in logged
 
 
 def test_the_request_table_gives_a_requests_wall_time():
