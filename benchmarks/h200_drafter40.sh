@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Calls A-C ran once (2026-12-03, third session: benchmarks/results/h200_2026-12-03c/drafter40_C/, the measured
-# synthesize and distill rates); the machine went cold before D and the data went with it: send all five calls in ONE
-# message (benchmarks/README.md). Nothing trained yet. The planned batch of issue 40's better drafter for SmolLM2-135M-Instruct: five back-to-back device
+# Ran whole on 2026-12-03 (fourth session: benchmarks/results/h200_2026-12-03d/, the drafter trained; its figures in E
+# ran the default chain, the drafter having no profile: benchmarks/h200_drafter40_eval.sh measures it on its own).
+# Send all five calls in ONE message (benchmarks/README.md). The planned batch of issue 40's better drafter for SmolLM2-135M-Instruct: five back-to-back device
 # calls on ONE H200 (device kind nvidia-h200), run from the repo root with STAGE and OUT set; benchmarks/device_stage.sh
 # (sourced) does the staging. Expected device time: ~29.5 minutes held (A+B ~100 s with the
 # machine's start, C 480 s, D and E 580 s each: the STAGE_S defaults): it needs a session with the whole 30-minute budget and nothing else on it.
