@@ -516,9 +516,12 @@ def hardware(device: torch.device, dtype: torch.dtype) -> dict[str, Any]:
 
 
 def write_json(path: str | Path, report: dict[str, Any]) -> None:
-    """Write the report (plain JSON; dataclasses already turned into dicts)."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    Path(path).write_text(json.dumps(report, indent=1, default=str) + "\n")
+    """Write the report (plain JSON; dataclasses already turned into dicts) whole or not at all: a run stopped while
+    it rewrites its partial report keeps the one written before."""
+    from eaglelab.engine.formats.safe_write import write_atomic
+
+    text = json.dumps(report, indent=1, default=str) + "\n"
+    write_atomic(path, lambda tmp: tmp.write_text(text), what="the bench report", flag="--json")
 
 
 # ---- prompts ---------------------------------------------------------------------------------------
