@@ -112,12 +112,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from eaglelab.errors import sigterm_as_interrupt
+
     if args.figures:
         from eaglelab.bench.figures import figures_command
 
-        return figures_command(args)
+        with sigterm_as_interrupt():  # a run stopped by `timeout` names its partial report, as Ctrl-C does
+            return figures_command(args)
     if args.tp is None or args.tp == 1:
-        bench(args, None)
+        with sigterm_as_interrupt():  # not under --tp: torchrun's agent stops its ranks with SIGTERM itself
+            bench(args, None)
         return 0
     from eaglelab.cmd_run import join_tp
 

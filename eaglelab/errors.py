@@ -14,7 +14,8 @@ import json
 import os
 import platform
 import sys
-from typing import Any, Callable
+from contextlib import contextmanager
+from typing import Any, Callable, Iterator
 
 USER_ERROR_EXIT = 2
 INTERNAL_ERROR_EXIT = 3
@@ -49,6 +50,28 @@ def run_guarded(func: Callable[[Any], int | None], args: Any, argv: list[str] | 
         if debug:
             raise
         return _internal_error(args, exc, argv)
+
+
+@contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """Inside, SIGTERM (``timeout``, a job scheduler) ends the command as Ctrl-C does: a KeyboardInterrupt, so what
+    handles an interrupt (a partial report's last line, exit 130) runs instead of a silent kill. The main thread
+    only (elsewhere Python cannot set a handler: a no-op)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    before = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 DISK_FULL_HINT = "free space on that disk, or write to another (--out / --checkpoint-dir); files written before are kept"

@@ -7,6 +7,8 @@ warmed up, then interleaved pass by pass; a set's speedup is the median pass's r
 graphs shared by every set. MT-bench as a whole is the eight categories' passes added up: per pass, every
 category's tokens over every category's seconds, so a slow category weighs as it would in one run over all 80;
 its accepted length is tokens per verify over all of them (each category's tokens over its cycles, added up).
+After each set at each batch size the report so far is written, marked partial: there MT-bench as a whole shows
+only at a batch size where every category is in, and a goal waiting on a missing figure reads "not measured".
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import argparse
 import statistics
 from dataclasses import asdict, dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Iterable
 
 from eaglelab.bench import harness as B
 from eaglelab.bench.prompt_sets import CODE_SET, PromptSet, figure_sets
@@ -61,8 +63,11 @@ class SetFigure:
     met: bool | None = None
 
 
-def run_figures(args: argparse.Namespace, log: Callable[[str], None] = lambda m: None) -> dict[str, Any]:
-    """Measure every set at every batch size -> the report (as ``--json`` writes it)."""
+def run_figures(args: argparse.Namespace, log: Callable[[str], None] = lambda m: None,
+                write: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Measure every set at every batch size -> the report (as ``--json`` writes it). ``write`` gets the report so
+    far, marked ``"partial": true``, after each set at each batch size (None: nothing written), so a run cut short
+    keeps what it measured."""
     import torch
 
     from eaglelab.bench.configs import regime_config
@@ -82,6 +87,19 @@ def run_figures(args: argparse.Namespace, log: Callable[[str], None] = lambda m:
         raise EagleLabError("--figures compares speculative with plain decoding: it needs a drafter", field="--draft",
                             found="none", hint="name a drafter, or leave --draft out for the default")
     plain, spec = regime_config(False, setup.regime), regime_config(True, setup.regime)
+    head = {"schema": SCHEMA, "hardware": B.hardware(ctx.device, next(ctx.target.parameters()).dtype),
+            "settings": {"model": setup.model, "plain": plain.name, "speculative": spec.name,
+                         "regime": setup.regime.label, "batch_sizes": list(ctx.batch_sizes),
+                         "max_new_tokens": ctx.max_new_tokens, "repeats": ctx.repeats,
+                         "trees": {b: ctx.spec_at(b).to_dict() for b in ctx.batch_sizes},
+                         "sets": {s.name: len(s.texts) for s in sets}},
+            "notes": list(setup.notes)}
+    categories = [s.name for s in sets if s.kind == "category"]
+
+    def report(measured: list[SetFigure]) -> dict[str, Any]:
+        figs = [with_goal(f) for f in measured + wholes(measured, ctx.batch_sizes, categories)]
+        return {**head, "figures": [asdict(f) for f in figs], "goals": goal_lines(figs, len(categories))}
+
     all_prompts, systems, figures = ctx.prompts, {}, []
     for b in ctx.batch_sizes:  # systems built while every prompt is in: their caches hold the longest
         for cfg in (plain, spec):
@@ -97,16 +115,21 @@ def run_figures(args: argparse.Namespace, log: Callable[[str], None] = lambda m:
             figures.append(set_figure(s, b, *(next(r for r in rows if r.config == c.name) for c in (plain, spec)),
                                       same=_same(outs, plain.name, spec.name)))
             log(f"{s.name}, batch {b}: {figures[-1].speedup:.2f}x")
+            if write is not None:
+                write({**report(figures), "partial": True})
     ctx.prompts = all_prompts
-    figures += [whole(figures, b) for b in ctx.batch_sizes]
-    figures = [with_goal(f) for f in figures]
-    return {"schema": SCHEMA, "hardware": B.hardware(ctx.device, next(ctx.target.parameters()).dtype),
-            "settings": {"model": setup.model, "plain": plain.name, "speculative": spec.name,
-                         "regime": setup.regime.label, "batch_sizes": list(ctx.batch_sizes),
-                         "max_new_tokens": ctx.max_new_tokens, "repeats": ctx.repeats,
-                         "trees": {b: ctx.spec_at(b).to_dict() for b in ctx.batch_sizes},
-                         "sets": {s.name: len(s.texts) for s in sets}},
-            "notes": list(setup.notes), "figures": [asdict(f) for f in figures], "goals": goal_lines(figures)}
+    return report(figures)
+
+
+def wholes(figures: list[SetFigure], batch_sizes: Iterable[int], categories: list[str]) -> list[SetFigure]:
+    """MT-bench as a whole at each batch size where every one of ``categories`` is measured; none at a batch size
+    still missing one (a run cut short): a whole over some of the categories would read as all of MT-bench."""
+    out = []
+    for b in batch_sizes:
+        have = {f.name for f in figures if f.kind == "category" and f.batch == b}
+        if categories and have >= set(categories):
+            out.append(whole(figures, b))
+    return out
 
 
 def _same(outs: dict[str, list[list[int]]], plain: str, spec: str) -> float | None:
@@ -149,13 +172,17 @@ def with_goal(f: SetFigure) -> SetFigure:
     return f
 
 
-def goal_lines(figures: list[SetFigure]) -> list[dict[str, Any]]:
-    """Each goal of :data:`GOALS`: met, not met, or not measured (its batch size or set did not run)."""
+def goal_lines(figures: list[SetFigure], categories: int) -> list[dict[str, Any]]:
+    """Each goal of :data:`GOALS`: met, not met, or not measured (its batch size or set did not run). "Every
+    category" needs all ``categories`` measured to be met; one measured below the goal already makes it not met."""
     out = []
     for g in GOALS:
         hit = [f for f in figures if f.goal == g.minimum and f.batch == g.batch
                and (f.name == g.target or (g.target == "every category" and f.kind == "category"))]
         worst = min(hit, key=lambda f: f.speedup) if hit else None
+        if worst is not None and worst.met:  # every measured one met: met only when none is missing
+            complete = g.target != "every category" or len(hit) >= categories
+            worst = worst if complete else None
         out.append({"goal": g.label, "batch": g.batch, "minimum": g.minimum,
                     "status": "not measured" if worst is None else "met" if all(f.met for f in hit) else "not met",
                     "speedup": worst.speedup if worst else None, "where": worst.name if worst else None})
@@ -168,6 +195,9 @@ def markdown(report: dict[str, Any]) -> str:
     lines = [f"# Speculative vs plain decoding: {s['model']}", "",
              f"{s['speculative']} over {s['plain']} ({s['regime']}), {s['max_new_tokens']} tokens a row, "
              f"{s['repeats']} interleaved passes (speedup: the median pass's ratio).", ""]
+    if report.get("partial"):
+        lines += [f"**Partial**: cut short after {progress(report)}; MT-bench as a whole shows only at a batch size "
+                  "where every category was measured.", ""]
     for b in s["batch_sizes"]:
         lines += [f"## Batch {b}", "", "| prompts | n | plain tok/s | speculative tok/s | speedup | accepted | goal |",
                   "|---|---|---|---|---|---|---|"]
@@ -183,23 +213,46 @@ def markdown(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def progress(report: dict[str, Any]) -> str:
+    """"N of M figures": the set x batch size figures the report holds (MT-bench as a whole, made of them, not
+    counted) of those the run was to measure."""
+    s = report["settings"]
+    return (f"{sum(f['kind'] != MTBENCH for f in report['figures'])} of {len(s['sets']) * len(s['batch_sizes'])} "
+            "figures")
+
+
 def figures_command(args: argparse.Namespace) -> int:
-    """``eaglelab bench --figures``: measure, print the markdown, write --json OUT and OUT's .md beside it."""
+    """``eaglelab bench --figures``: measure, print the markdown, write --json OUT and OUT's .md beside it (the report
+    so far after each figure, marked partial: a run interrupted or stopped says where it is and exits 130)."""
     from pathlib import Path
 
     from rich.console import Console
 
     from eaglelab.engine.errors import EagleLabError
+    from eaglelab.engine.formats.safe_write import write_atomic
+    from eaglelab.errors import INTERRUPTED_EXIT
 
     if args.tp not in (None, 1):
         raise EagleLabError("--figures measures on one device", field="--tp", found=args.tp, hint="drop --tp")
     err = Console(stderr=True, highlight=False)
-    report = run_figures(args, log=lambda msg: err.print(f"[dim]{msg}[/]"))
-    text = markdown(report)
-    print(text, end="")
-    if args.json:
+    md, kept = Path(args.json).with_suffix(".md") if args.json else None, []
+
+    def write(report: dict[str, Any]) -> None:
         B.write_json(args.json, report)
-        md = Path(args.json).with_suffix(".md")
-        md.write_text(text, encoding="utf-8")
+        text = markdown(report)
+        write_atomic(md, lambda tmp: tmp.write_text(text, encoding="utf-8"), what="the figures table", flag="--json")
+        kept[:] = [progress(report)]
+
+    try:
+        report = run_figures(args, log=lambda msg: err.print(f"[dim]{msg}[/]"), write=write if args.json else None)
+    except KeyboardInterrupt:
+        if not kept:
+            raise
+        err.print(f"[yellow]interrupted: what was measured ({kept[0]}) is in {args.json} and {md} "
+                  "(\"partial\": true)[/]", soft_wrap=True)
+        return INTERRUPTED_EXIT
+    print(markdown(report), end="")
+    if args.json:
+        write(report)
         err.print(f"[dim]wrote {args.json} and {md}[/]")
     return 0

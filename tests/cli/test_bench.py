@@ -143,6 +143,35 @@ def test_a_bench_cut_short_keeps_the_partial_report(tmp_path, questions, monkeyp
     assert rep["rows"][0]["speedup"] == 1.0 and "profile" not in rep and "tp" not in rep
 
 
+def test_a_bench_stopped_by_sigterm_keeps_the_partial_report_and_exits_130(tmp_path, questions, monkeypatch, capsys):
+    """`timeout` sends SIGTERM during the second batch size: the run ends as Ctrl-C does (exit 130, "interrupted",
+    no traceback), the JSON holding the first's rows, marked partial."""
+    import os
+    import signal
+
+    from eaglelab.bench import harness
+
+    real, ran = harness.run_batch, []
+
+    def stopped_second(cfgs, ctx, batch, systems, **kw):
+        ran.append(batch)
+        if len(ran) == 2:
+            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL, "SIGTERM would kill the run (and pytest)"
+            os.kill(os.getpid(), signal.SIGTERM)
+        return real(cfgs, ctx, batch, systems, **kw)
+
+    monkeypatch.setattr(harness, "run_batch", stopped_second)
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions),
+               "--configs", "plain-eager,spec-decode", "--batch-sizes", "1,2", "--prompts", "2", "--max-new-tokens", "4",
+               "--repeats", "1", "--no-micro", "--json", str(out)])
+    err = capsys.readouterr().err
+    assert rc == 130 and ran == [1, 2] and "interrupted" in err and "Traceback" not in err
+    rep = json.loads(out.read_text())
+    assert rep["partial"] is True and [r["batch"] for r in rep["rows"]] == [1, 1]
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+
+
 def test_a_bench_cut_short_after_the_profile_keeps_it_in_the_partial_report(tmp_path, questions, monkeypatch, capsys):
     """The micro-measure (after --profile) fails: the JSON holds the rows and the profile, marked partial."""
     from eaglelab.bench import micro

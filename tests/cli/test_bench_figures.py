@@ -84,8 +84,94 @@ def test_figures_report_per_category_whole_and_code_with_goals(sets_files, tmp_p
 
 def test_goal_marks_the_worst_category():
     """Every category must reach 2.0x at batch 1: one at 1.9x makes the goal not met, named by that category."""
-    mk = lambda name, s: F.with_goal(F.SetFigure(name, "category", 1, 10, 640, 100.0, 100.0 * s, s, (s,), (100.0,),
-                                                 (100.0 * s,), 3.0, 1.0))  # noqa: E731
-    figs = [mk("writing", 2.4), mk("stem", 1.9)]
-    g = next(g for g in F.goal_lines(figs) if g["minimum"] == 2.0)
+    figs = [_category("writing", 2.4), _category("stem", 1.9)]
+    g = next(g for g in F.goal_lines(figs, 2) if g["minimum"] == 2.0)
     assert g["status"] == "not met" and g["where"] == "stem" and g["speedup"] == 1.9
+
+
+def test_every_category_is_not_met_by_the_categories_measured_so_far():
+    """2 of 8 categories measured, both at 2.4x: "every category" is not measured (6 are missing), not met; one of
+    the 2 at 1.9x is already not met whatever the other 6 read."""
+    every = lambda figs: next(g for g in F.goal_lines(figs, 8) if g["minimum"] == 2.0)  # noqa: E731
+    assert every([_category("writing", 2.4), _category("stem", 2.4)])["status"] == "not measured"
+    assert every([_category("writing", 2.4), _category("stem", 2.4)])["speedup"] is None
+    assert every([_category("writing", 2.4), _category("stem", 1.9)])["status"] == "not met"
+
+
+def _category(name: str, s: float) -> F.SetFigure:
+    return F.with_goal(F.SetFigure(name, "category", 1, 10, 640, 100.0, 100.0 * s, s, (s,), (100.0,), (100.0 * s,),
+                                   3.0, 1.0))
+
+
+def _cut_after(monkeypatch, figures: int, stop) -> list[int]:
+    """run_batch measures ``figures`` set x batch figures, then ``stop()`` is called in its place."""
+    from eaglelab.bench import harness
+
+    real, calls = harness.run_batch, []
+
+    def cut(cfgs, ctx, batch, systems, **kw):
+        calls.append(batch)
+        if len(calls) > figures:
+            stop()
+        return real(cfgs, ctx, batch, systems, **kw)
+
+    monkeypatch.setattr(harness, "run_batch", cut)
+    return calls
+
+
+def _figures(q, he, out) -> int:
+    return main(["bench", "--figures", "--scale-model", "tiny", "--device", "cpu", "--max-new-tokens", "4",
+                 "--batch-sizes", "1,2", "--repeats", "1", "--questions", str(q), "--humaneval", str(he),
+                 "--code-prompts", "2", "--json", str(out)])
+
+
+def test_a_figures_run_stopped_by_sigterm_keeps_the_partial_report(sets_files, tmp_path, monkeypatch, capsys):
+    """`timeout` sends SIGTERM after the first figure (writing at batch 1): the JSON and its .md hold that figure alone,
+    marked partial, no MT-bench as a whole and its goals not measured; exit 130, one line naming the files."""
+    import os
+    import signal
+
+    def sigterm():
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL, "SIGTERM would kill the run (and pytest)"
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    calls = _cut_after(monkeypatch, 1, sigterm)
+    q, he = sets_files
+    out = tmp_path / "fig.json"
+    assert _figures(q, he, out) == 130 and calls == [1, 2]
+    rep = json.loads(out.read_text())
+    assert rep["partial"] is True and [(f["name"], f["batch"]) for f in rep["figures"]] == [("writing", 1)]
+    status = {g["goal"]: g["status"] for g in rep["goals"]}
+    assert status[">= 2.5x at batch 1: mt-bench"] == "not measured"
+    assert status[">= 2.8x at batch 1: code"] == "not measured"
+    writing = rep["figures"][0]
+    assert status[">= 2x at batch 1: every category"] == ("not met" if writing["speedup"] < 2.0 else "not measured")
+    assert "**Partial**: cut short after 1 of 6 figures" in out.with_suffix(".md").read_text()
+    err = capsys.readouterr().err
+    last = [line for line in err.splitlines() if line.strip()][-1]
+    assert "Traceback" not in err and last == (f"interrupted: what was measured (1 of 6 figures) is in {out} and "
+                                               f'{out.with_suffix(".md")} ("partial": true)')
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # the handler is the command's only
+
+
+def test_mtbench_as_a_whole_shows_only_once_every_category_is_in(sets_files, tmp_path, monkeypatch, capsys):
+    """Interrupted after writing at batch 1 and 2 and math at batch 1: the whole at batch 1 (both categories in),
+    none at batch 2 (math missing); the final report of an uncut run has no "partial"."""
+    def interrupt():
+        raise KeyboardInterrupt
+
+    _cut_after(monkeypatch, 3, interrupt)
+    q, he = sets_files
+    out = tmp_path / "fig.json"
+    assert _figures(q, he, out) == 130
+    rep = json.loads(out.read_text())
+    assert rep["partial"] is True and [(f["name"], f["batch"]) for f in rep["figures"]] == [
+        ("writing", 1), ("writing", 2), ("math", 1), ("mt-bench", 1)]
+    whole = rep["figures"][-1]
+    assert whole["prompts"] == 4 and whole["tokens"] == sum(f["tokens"] for f in rep["figures"] if f["batch"] == 1
+                                                           and f["kind"] == "category")
+    monkeypatch.undo()
+    assert _figures(q, he, out) == 0
+    rep = json.loads(out.read_text())
+    assert "partial" not in rep and len(rep["figures"]) == 3 * 2 + 2
+    assert "Partial" not in out.with_suffix(".md").read_text()
