@@ -27,6 +27,16 @@
 # $OUT/figures40.{json,md} (E), $OUT/figures_shipped.{json,md} (F); a figures run cut short leaves its partial report.
 # Knobs: STAGE_S, TUNE_ARGS (more tune flags), FIG_ARGS (more bench --figures flags), CODE_N (20), FIG_TOKENS (128);
 # for a dry run DEVICE (cuda).
+# Dry-run on the CPU with tiny knobs on 2026-12-03 (~8 min; every stage reached its end, E drafting the profile D's tune
+# saved; .carry/shipped made with cp -r for it, not mv):
+#   export DRY=/tmp/dryev MOVED_OUT=eaglelab/drafters/smollm2-135m-eagle3; T="bash benchmarks/dry_run_cpu.sh h200_drafter40_eval.sh"
+#   awk 'NR % 10 == 1' .carry/assets/question.jsonl > /tmp/qdry.jsonl
+#   $T "A:.carry/m1 .carry/d40p0 .carry/assets .whl" "B:.carry/m2 .carry/d40p1 .carry/assets .whl" \
+#      "C:.carry/m3 .carry/d40p2 .carry/assets .whl"
+#   STAGE_S=900 TUNE_ARGS="--candidates 3/1/4,2/2/4 --batch-sizes 1 --prompts 2 --max-new-tokens 8 --cost-tokens 4 \
+#      --confirm 1" $T "D:.carry/d40p3 .carry/shipped .carry/assets .whl"
+#   STAGE_S=900 FIG_TOKENS=8 CODE_N=1 FIG_ARGS="--batch-sizes 1 --questions /tmp/qdry.jsonl --repeats 1" \
+#      $T "E:.carry/shipped .carry/assets .whl" "F:.carry/shipped .carry/assets .whl"
 STAGE=${STAGE:?set STAGE=A, B, C, D, E or F}
 source "$(dirname "$0")/device_stage.sh"
 
