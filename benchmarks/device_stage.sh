@@ -2,7 +2,8 @@
 # with STAGE and OUT set; benchmarks/README.md says what each call carries and why. It gives them:
 #   T0, R ($OUT/r: every log and result of the stage; tarred into $OUT at the end), EL, SHIPPED (restored from
 #   .carry/shipped when carried), A, GGUF;
-#   log MSG; run NAME LIMIT CMD... (bounded; output kept whole in $R/NAME.txt, its last ${TAIL:-20} lines echoed);
+#   log MSG; run NAME LIMIT CMD... (bounded: SIGTERM at LIMIT, which bench turns into its partial report, SIGKILL 15 s
+#   later; output kept whole in $R/NAME.txt, its last ${TAIL:-20} lines echoed);
 #   left (seconds left of STAGE_S, less a margin); watchdog SCRIPT, run_stage LETTERS..., record_gpu, park_part1,
 #   spec_profile, Q81, Q82, fair_cp, RUN_ARGS, compare_run, gemv_smollm2, spec_scale, join_gguf,
 #   speed_bench, drafter_stage1, drafter_stage2, keep_drafter_shards (each described below);
@@ -14,7 +15,7 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 T0=$(date +%s)
 R=$OUT/r; mkdir -p "$R"
 log() { echo "[$STAGE $(( $(date +%s) - T0 ))s] $*" | tee -a "$R/log_$STAGE.txt"; }
-run() { local name=$1 limit=$2; shift 2; log "$name (limit ${limit}s)"; timeout "$limit" "$@" > "$R/$name.txt" 2>&1; log "$name rc=$?"; tail -${TAIL:-20} "$R/$name.txt"; }
+run() { local name=$1 limit=$2; shift 2; log "$name (limit ${limit}s)"; timeout -k 15 "$limit" "$@" > "$R/$name.txt" 2>&1; log "$name rc=$?"; tail -${TAIL:-20} "$R/$name.txt"; }
 left() { echo $(( ${STAGE_S:-550} - 12 - $(date +%s) + T0 )); }
 EL="python3 -m eaglelab"
 SHIPPED=eaglelab/drafters/smollm2-135m-eagle3
