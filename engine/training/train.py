@@ -348,11 +348,14 @@ class Trainer:
     # -- the loop --
     def train(self, on_log: Callable[[TrainLog], None] | None = None, on_eval: Callable | None = None) -> TrainResult:
         """Train from the current position to the end (or ``max_steps``, or the time limit), logging,
-        evaluating and checkpointing."""
+        evaluating and checkpointing. With evaluation on, a run from step 0 evaluates once before its first
+        step: the starting point (step 0 of the history) that training's gain is measured from."""
         cfg, result = self.cfg, TrainResult(self.step)
         stop = min(self.total_steps, cfg.max_steps) if cfg.max_steps else self.total_steps
         acc = _Accumulator(cfg.ttt_length, self.device, self.clock)
         self._t0, self._last_step = self.clock(), None
+        if self.step == 0:  # a fresh run: the starting point (a resumed run's is in its history already)
+            self._record_eval(result, on_eval)
         with ThreadPoolExecutor(max_workers=2) as pool:
             while self.step < stop and not result.stopped_by_time:
                 batches = epoch_batches(self.data.lengths, cfg.batch_size, cfg.seed, self.epoch)
@@ -389,13 +392,20 @@ class Trainer:
                 result.logs.append(acc.flush(self))
                 if on_log:
                     on_log(result.logs[-1])
-            if self.heldout is not None and cfg.eval_every and (self.step % cfg.eval_every == 0 or self.step == stop):
-                result.evals.append(self.evaluate())
-                self.eval_history.append(asdict(result.evals[-1]))
-                if on_eval:
-                    on_eval(result.evals[-1])
+            if self.step % max(1, cfg.eval_every) == 0 or self.step == stop:
+                self._record_eval(result, on_eval)
             if cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0 and self.checkpoint_dir:
                 result.checkpoints.append(self.save_checkpoint())
+
+    def _record_eval(self, result: TrainResult, on_eval: Callable | None) -> None:
+        """When evaluation is on (--eval-every with a held-out split): evaluate at this step, keep it in the
+        result and the run's history, and report it."""
+        if self.heldout is None or not self.cfg.eval_every:
+            return
+        result.evals.append(self.evaluate())
+        self.eval_history.append(asdict(result.evals[-1]))
+        if on_eval:
+            on_eval(result.evals[-1])
 
     def _out_of_time(self) -> bool:
         """Would the next step overrun the time limit (judged by the last step's time)? A run makes

@@ -324,7 +324,7 @@ def test_evaluate_reports_on_the_heldout_split(tmp_path):
     tr = Trainer(fresh(model, vocab), TargetHead.from_model(model), Subset(data, train), _cfg(eval_every=2),
                  states=TargetStates(model, TAPS), heldout=Subset(data, held))
     res = tr.train()
-    assert [e.step for e in res.evals] == [2, 4]
+    assert [e.step for e in res.evals] == [0, 2, 4]  # 0: the starting point, before the first step
     ev = res.evals[-1]
     assert ev.anchors > 0 and len(ev.accept_len) == 3 and len(ev.per_position) == 3
     assert 1.0 <= ev.accept_len[0] <= ev.accept_len[1] <= ev.accept_len[2] <= 4.0
