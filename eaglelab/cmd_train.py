@@ -15,7 +15,8 @@ one the data names) computes its aux and final hidden states for every batch on 
 device. --time-limit stops at a step boundary with a checkpoint, so a long run goes in pieces
 (--resume continues bit-identically). --eval-every N measures the simulated accepted length and
 per-position acceptance on a held-out split (--eval-samples) and prints it, and writes it to
-TensorBoard with --tensorboard.
+TensorBoard with --tensorboard; a fresh run (not --resume) evaluates once before its first step, the
+starting point (step 0), and the card's acceptance_gain is the last evaluation less that one.
 
 --intermediate-size sets the drafter's MLP width (default: the target's). With --init-from, a wider
 MLP than the init's keeps its units and adds new ones whose down_proj columns start at zero: the
@@ -125,7 +126,8 @@ def run(args: argparse.Namespace) -> int:
                                    got.heldout)
     _announce(console, head, data, dv, got.sglang_ids, trainer, device, device_reason, autocast, save_dtype,
               args.max_size_mb)
-    result = _train_loop(trainer, args.tensorboard, console)
+    start = f"warm start from {init.path}" if init is not None else "random initialisation"
+    result = _train_loop(trainer, args.tensorboard, console, start)
     if trainer.checkpoint_dir is not None and (cfg.checkpoint_every or result.stopped_by_time):
         trainer.save_checkpoint()
     if result.stopped_by_time:
@@ -169,7 +171,9 @@ def _announce(console, head, data, dv, ids, trainer, device, device_reason, auto
                   f"intermediate {trainer.net.config.intermediate_size}, draft vocabulary {dv.size}")
 
 
-def _train_loop(trainer, tb_dir, console):
+def _train_loop(trainer, tb_dir, console, start: str):
+    """Run the trainer under a progress bar; evaluations go to the console (step 0 named as the starting
+    point, ``start``: what the drafter began as) and TensorBoard."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
     writer = None
@@ -196,7 +200,8 @@ def _train_loop(trainer, tb_dir, console):
             cycles = f" (over the engine's cycles: chain {k} {ev.cycle_len[k - 1]:.2f})" if ev.cycle_len else ""
             walked = " ".join(f"{r:.2f}" for r in ev.cycle_per_position)
             walked = f"; over the engine's cycles of chain {K}: {walked}" if walked else ""
-            bar.console.print(f"eval step {ev.step}: accepted length chain {k} {ev.chain(k):.2f}{longest}{cycles}; "
+            at = f"eval step {ev.step}" + (f" (the starting point: {start})" if ev.step == 0 else "")
+            bar.console.print(f"{at}: accepted length chain {k} {ev.chain(k):.2f}{longest}{cycles}; "
                               f"per position {rates}{walked} ({ev.anchors} held-out anchors)")
             if writer is not None:
                 J.write_eval_scalars(writer, ev)

@@ -306,10 +306,22 @@ def save(args, trainer, head, sglang_ids, dv, manifest, model_arg, save_dtype, r
         "heldout_samples": len(trainer.heldout) if trainer.heldout is not None else 0,
         "acceptance": asdict(result.evals[-1]) if result.evals else None,
         "acceptance_history": trainer.eval_history,  # per held-out evaluation: chains and per-position rates
+        "acceptance_gain": acceptance_gain(trainer.eval_history),
         "init_from": asdict(init) if init is not None else None,
     }
     return write_checked(args.out, head.config, lambda staging: save_drafter(
         trainer.net, staging, target=head.config, sglang_layer_ids=sglang_ids, dtype=save_dtype, provenance=provenance))
+
+
+def acceptance_gain(history: list[dict]) -> dict | None:
+    """What training added: the last evaluation's accepted lengths (chains of 1..K, over every anchor and over
+    the engine's cycles) less the starting point's (step 0); None without a step-0 evaluation or a later one.
+    Example: chain 3 at 2.50 (step 0) and 2.80 (step 400) -> accept_len[2] = 0.30."""
+    if len(history) < 2 or history[0]["step"] != 0:
+        return None
+    first, last = history[0], history[-1]
+    diff = lambda key: [round(b - a, 4) for a, b in zip(first.get(key, ()), last.get(key, ()))]  # noqa: E731
+    return {"from_step": 0, "to_step": last["step"], "accept_len": diff("accept_len"), "cycle_len": diff("cycle_len")}
 
 
 def write_checked(out: str | Path, target, write: Callable[[Path], object]) -> Path:

@@ -71,10 +71,11 @@ def test_a_prompts_file_without_prompts_is_a_clear_error(tmp_path):
 
 
 @pytest.mark.usefixtures("one_thread")
-def test_prompts_distill_train_online_through_the_cli(few_modules, tmp_path):
+def test_prompts_distill_train_online_through_the_cli(few_modules, tmp_path, capfd):
     """`eaglelab prompts`, `distill` (stopped by --limit, resumed), `train --online --eval-every`:
-    a drafter with a training card that records data, acceptance and time, TensorBoard scalars of the
-    simulated acceptance."""
+    a drafter with a training card that records data, acceptance (from step 0, the starting point, and what
+    training added) and time, TensorBoard scalars of the simulated acceptance; a run warm-started from that
+    drafter (--init-from, MLP widened) starts at its last evaluation."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     from eaglelab.cli import main
@@ -92,11 +93,13 @@ def test_prompts_distill_train_online_through_the_cli(few_modules, tmp_path):
     m = read_manifest(tmp_path / "d")
     assert m["counts"]["samples"] + m["skipped_long_prompts"] == 40 and len(m["runs"]) == 2
     out = tmp_path / "drafter"
-    rc = main(["train", "--online", "--data", str(tmp_path / "d"), "--out", str(out), "--layer-ids", "0,1,2",
-               "--epochs", "1", "--batch-size", "4", "--ttt-length", "3", "--draft-vocab-size", "32", "--device", "cpu",
-               "--eval-every", "2", "--eval-samples", "4", "--tensorboard", str(tmp_path / "tb"), "--save-dtype", "float32",
-               "--log-every", "1"])
-    assert rc == 0
+    train = ["train", "--online", "--data", str(tmp_path / "d"), "--layer-ids", "0,1,2", "--epochs", "1",
+             "--batch-size", "4", "--ttt-length", "3", "--draft-vocab-size", "32", "--device", "cpu", "--eval-every", "2",
+             "--eval-samples", "4", "--save-dtype", "float32", "--log-every", "1"]
+    capfd.readouterr()
+    assert main(train + ["--out", str(out), "--tensorboard", str(tmp_path / "tb")]) == 0
+    said = "".join(capfd.readouterr().err.split())  # rich wraps long lines
+    assert "evalstep0(thestartingpoint:randominitialisation)" in said
     net, taps, _ = load_eagle3(out, model)
     assert taps == TAPS
     card = json.loads((out / "eaglelab_training.json").read_text())
@@ -105,7 +108,24 @@ def test_prompts_distill_train_online_through_the_cli(few_modules, tmp_path):
     assert card["distill_seconds"] > 0 and card["parameters"] > 0 and card["size_bytes"] > 0
     assert len(card["acceptance"]["accept_len"]) == 3 and card["acceptance"]["anchors"] > 0
     assert card["acceptance_history"][-1] == card["acceptance"] and len(card["acceptance"]["cycle_per_position"]) == 3
+    history = card["acceptance_history"]
+    assert [h["step"] for h in history] == sorted({*range(0, card["steps"], 2), card["steps"]})
+    gain = card["acceptance_gain"]
+    assert (gain["from_step"], gain["to_step"]) == (0, card["steps"])
+    for key in ("accept_len", "cycle_len"):
+        want = [b - a for a, b in zip(history[0][key], card["acceptance"][key])]
+        assert len(gain[key]) == 3 and gain[key] == pytest.approx(want, abs=1e-4)
     ev = EventAccumulator(str(tmp_path / "tb"))
     ev.Reload()
     tags = set(ev.Tags()["scalars"])
     assert {"eval/accept_len_chain3", "eval/accept_rate_pos0", "eval/accept_rate_pos2", "eval/cycle_rate_pos2", "train/loss"} <= tags
+    chain3 = ev.Scalars("eval/accept_len_chain3")
+    assert (chain3[0].step, chain3[0].value) == (0, pytest.approx(history[0]["accept_len"][2]))
+    # warm-started from that drafter, its MLP widened (128 -> 160): step 0 is the drafter's own last evaluation
+    assert main(train + ["--out", str(tmp_path / "warm"), "--init-from", str(out), "--intermediate-size", "160",
+                         "--max-steps", "1"]) == 0
+    said = "".join(capfd.readouterr().err.split())
+    assert f"evalstep0(thestartingpoint:warmstartfrom{out})" in said
+    warm = json.loads((tmp_path / "warm" / "eaglelab_training.json").read_text())
+    assert warm["init_from"]["intermediate_size"] == 160 and warm["init_from"]["head_rows_new"] == 0
+    assert warm["acceptance_history"][0] == {**card["acceptance"], "step": 0}
