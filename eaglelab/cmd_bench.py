@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from eaglelab.errors import sigterm_as_interrupt
+    from eaglelab.errors import INTERRUPTED_EXIT, sigterm_as_interrupt
 
     if args.figures:
         from eaglelab.bench.figures import figures_command
@@ -121,7 +121,10 @@ def _run(args: argparse.Namespace) -> int:
             return figures_command(args)
     if args.tp is None or args.tp == 1:
         with sigterm_as_interrupt():  # not under --tp: torchrun's agent stops its ranks with SIGTERM itself
-            bench(args, None)
+            try:
+                bench(args, None)
+            except Interrupted:  # the partial report is named already
+                return INTERRUPTED_EXIT
         return 0
     from eaglelab.cmd_run import join_tp
 
@@ -135,6 +138,10 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+class Interrupted(Exception):
+    """An interrupted bench that has said where its partial report is (so no second "interrupted" line)."""
+
+
 def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, Any]]:
     """Run the bench on this rank (``tp``: its group, or None). -> (report, outputs per config and
     batch). Under TP every rank measures; only rank 0 prints and writes the JSON."""
@@ -145,9 +152,20 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
 
     quiet = tp is not None and tp.rank != 0
     console, err = Console(highlight=False, quiet=quiet), Console(stderr=True, highlight=False, quiet=quiet)
-    write = bool(args.json) and not quiet
-    res = run_bench(args, tp, log=lambda msg: err.print(f"[dim]{msg}[/]"),
-                    write=(lambda report: write_json(args.json, report)) if write else None)
+    write, kept = bool(args.json) and not quiet, []
+
+    def keep(report: dict[str, Any]) -> None:
+        write_json(args.json, report)
+        kept[:] = [len(report.get("rows", []))]
+
+    try:
+        res = run_bench(args, tp, log=lambda msg: err.print(f"[dim]{msg}[/]"), write=keep if write else None)
+    except KeyboardInterrupt:
+        if not kept or tp is not None:  # under TP the group's guard ends every rank
+            raise
+        err.print(f"[yellow]interrupted: what was measured ({kept[0]} rows) is in {args.json} (\"partial\": true)[/]",
+                  soft_wrap=True)
+        raise Interrupted from None
     _print(console, res.report, res.rows, res.micro)
     if res.profiles is not None:
         from eaglelab.bench.profile import print_profile

@@ -166,7 +166,10 @@ def test_a_bench_stopped_by_sigterm_keeps_the_partial_report_and_exits_130(tmp_p
                "--configs", "plain-eager,spec-decode", "--batch-sizes", "1,2", "--prompts", "2", "--max-new-tokens", "4",
                "--repeats", "1", "--no-micro", "--json", str(out)])
     err = capsys.readouterr().err
-    assert rc == 130 and ran == [1, 2] and "interrupted" in err and "Traceback" not in err
+    assert rc == 130 and ran == [1, 2] and "Traceback" not in err
+    flat = " ".join(err.split())
+    assert f'interrupted: what was measured (2 rows) is in {out} ("partial": true)' in flat, flat
+    assert flat.count("interrupted") == 1, "one line says it"
     rep = json.loads(out.read_text())
     assert rep["partial"] is True and [r["batch"] for r in rep["rows"]] == [1, 1]
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
