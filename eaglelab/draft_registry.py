@@ -102,7 +102,7 @@ def device_profile(drafter_dir: str | None, where: Where | None) -> DeviceProfil
 
 def tree_note(spec: Any, flags: TreeFlags, profile: DeviceProfile | None, where: Where | None) -> str:
     """Why the run drafts the tree it does, for the summary."""
-    tree = f"tree: {spec.num_steps} steps, topk {spec.topk}, {spec.draft_tokens} draft tokens"
+    tree = f"tree: {spec.tree_label}"
     if flags.given:
         return f"{tree} (as flagged{'; the device profile is used only when no tree flag is given' if profile else ''})"
     if profile is None:

@@ -380,10 +380,8 @@ def run_batch(cfgs: list[BenchConfig], ctx: BenchContext, batch: int, systems: d
         if skip is not None:
             rows.append(BenchRow(cfg.name, batch, skipped=skip))
             continue
-        tree = ""
-        if cfg.speculative and ctx.spec is not None:  # the tree it drafts, so a run that stops early still says it
-            s = ctx.spec_at(batch)
-            tree = f"; tree: {s.num_steps} steps, topk {s.topk}, {s.draft_tokens} draft tokens"
+        # the tree it drafts, so a run that stops early still says it
+        tree = f"; tree: {ctx.spec_at(batch).tree_label}" if cfg.speculative and ctx.spec is not None else ""
         ctx.log(f"{cfg.name}, batch {batch}: {cfg.description}{tree}")
         with part("hf load" if cfg.peer else "warm-up"):
             c = contender(cfg, ctx, batch, systems)

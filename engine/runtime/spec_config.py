@@ -80,6 +80,11 @@ class SpecConfig:
             return self.num_steps + 1
         return min(1 + self.topk + (self.num_steps - 1) * self.topk * self.topk, 2 * self.num_steps * self.topk)
 
+    @property
+    def tree_label(self) -> str:
+        """The tree as the CLI names it: "5 steps, topk 4, 24 draft tokens"."""
+        return f"{self.num_steps} steps, topk {self.topk}, {self.draft_tokens} draft tokens"
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["num_draft_tokens"] = self.draft_tokens if self.enabled else 0
