@@ -149,6 +149,7 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
 
     from eaglelab.bench.harness import write_json
     from eaglelab.bench.suite import run_bench
+    from eaglelab.errors import say_partial
 
     quiet = tp is not None and tp.rank != 0
     console, err = Console(highlight=False, quiet=quiet), Console(stderr=True, highlight=False, quiet=quiet)
@@ -163,8 +164,7 @@ def bench(args: argparse.Namespace, tp=None) -> tuple[dict[str, Any], dict[str, 
     except KeyboardInterrupt:
         if not kept or tp is not None:  # under TP the group's guard ends every rank
             raise
-        err.print(f"[yellow]interrupted: what was measured ({kept[0]} rows) is in {args.json} (\"partial\": true)[/]",
-                  soft_wrap=True)
+        say_partial(err, f"{kept[0]} rows", args.json)
         raise Interrupted from None
     _print(console, res.report, res.rows, res.micro)
     if res.profiles is not None:

@@ -74,6 +74,12 @@ def sigterm_as_interrupt() -> Iterator[None]:
         signal.signal(signal.SIGTERM, before)
 
 
+def say_partial(console: Any, measured: str, *files: Any) -> None:
+    """The one line an interrupted command prints when its partial report is on disk: what it holds, and where."""
+    console.print(f"[yellow]interrupted: what was measured ({measured}) is in {' and '.join(map(str, files))} "
+                  "(\"partial\": true)[/]", soft_wrap=True)
+
+
 DISK_FULL_HINT = "free space on that disk, or write to another (--out / --checkpoint-dir); files written before are kept"
 
 

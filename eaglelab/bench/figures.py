@@ -230,7 +230,7 @@ def figures_command(args: argparse.Namespace) -> int:
 
     from eaglelab.engine.errors import EagleLabError
     from eaglelab.engine.formats.safe_write import write_atomic
-    from eaglelab.errors import INTERRUPTED_EXIT
+    from eaglelab.errors import INTERRUPTED_EXIT, say_partial
 
     if args.tp not in (None, 1):
         raise EagleLabError("--figures measures on one device", field="--tp", found=args.tp, hint="drop --tp")
@@ -248,8 +248,7 @@ def figures_command(args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         if not kept:
             raise
-        err.print(f"[yellow]interrupted: what was measured ({kept[0]}) is in {args.json} and {md} "
-                  "(\"partial\": true)[/]", soft_wrap=True)
+        say_partial(err, kept[0], args.json, md)
         return INTERRUPTED_EXIT
     print(markdown(report), end="")
     if args.json:
