@@ -119,23 +119,32 @@ def test_unknown_scale_model_is_a_user_error(questions, capsys):
     assert "unknown scale model" in capsys.readouterr().err
 
 
-def test_a_bench_cut_short_keeps_the_partial_report(tmp_path, questions, monkeypatch, capsys):
-    """The second batch size fails: the JSON holds the first's rows, marked partial."""
+def _bench_with_second_batch(tmp_path, questions, monkeypatch, at_second):
+    """A tiny two-batch-size bench whose second batch size first calls ``at_second()`` -> (rc, batches run, JSON path)."""
     from eaglelab.bench import harness
 
     real, ran = harness.run_batch, []
 
-    def fails_second(cfgs, ctx, batch, systems, **kw):
+    def second(cfgs, ctx, batch, systems, **kw):
         ran.append(batch)
         if len(ran) == 2:
-            raise RuntimeError("the machine went away")
+            at_second()
         return real(cfgs, ctx, batch, systems, **kw)
 
-    monkeypatch.setattr(harness, "run_batch", fails_second)
+    monkeypatch.setattr(harness, "run_batch", second)
     out = tmp_path / "bench.json"
     rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions),
                "--configs", "plain-eager,spec-decode", "--batch-sizes", "1,2", "--prompts", "2", "--max-new-tokens", "4",
                "--repeats", "1", "--no-micro", "--json", str(out)])
+    return rc, ran, out
+
+
+def test_a_bench_cut_short_keeps_the_partial_report(tmp_path, questions, monkeypatch, capsys):
+    """The second batch size fails: the JSON holds the first's rows, marked partial."""
+    def fails():
+        raise RuntimeError("the machine went away")
+
+    rc, ran, out = _bench_with_second_batch(tmp_path, questions, monkeypatch, fails)
     assert rc != 0 and ran == [1, 2]
     rep = json.loads(out.read_text())
     assert rep["partial"] is True and [(r["config"], r["batch"]) for r in rep["rows"]] == [("plain-eager", 1),
@@ -149,22 +158,11 @@ def test_a_bench_stopped_by_sigterm_keeps_the_partial_report_and_exits_130(tmp_p
     import os
     import signal
 
-    from eaglelab.bench import harness
+    def terminated():
+        assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL, "SIGTERM would kill the run (and pytest)"
+        os.kill(os.getpid(), signal.SIGTERM)
 
-    real, ran = harness.run_batch, []
-
-    def stopped_second(cfgs, ctx, batch, systems, **kw):
-        ran.append(batch)
-        if len(ran) == 2:
-            assert signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL, "SIGTERM would kill the run (and pytest)"
-            os.kill(os.getpid(), signal.SIGTERM)
-        return real(cfgs, ctx, batch, systems, **kw)
-
-    monkeypatch.setattr(harness, "run_batch", stopped_second)
-    out = tmp_path / "bench.json"
-    rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions),
-               "--configs", "plain-eager,spec-decode", "--batch-sizes", "1,2", "--prompts", "2", "--max-new-tokens", "4",
-               "--repeats", "1", "--no-micro", "--json", str(out)])
+    rc, ran, out = _bench_with_second_batch(tmp_path, questions, monkeypatch, terminated)
     err = capsys.readouterr().err
     assert rc == 130 and ran == [1, 2] and "Traceback" not in err
     flat = " ".join(err.split())
