@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Ran whole on 2026-12-03 (fourth session: benchmarks/results/h200_2026-12-03d/, the drafter trained; its figures in E
 # ran the default chain, the drafter having no profile: benchmarks/h200_drafter40_eval.sh measures it on its own).
+# Ran again on 2026-12-04 for a drafter as cheap to draft with as the shipped one's head (benchmarks/results/
+# h200_2026-12-04/): the same data, the shipped 12,288-token draft vocabulary, the MLP at 4,608, LR 1e-4 (the warm
+# start's lesson of 12-03), the figures at the shipped batch-1 tree only:
+#   VOCAB=12288 INTERMEDIATE=4608 LR=1e-4 SHIPPED_FIGS=0 FIG_S=300 \
+#     FIG_ARGS="--batch-sizes 1 --steps 5 --topk 4 --draft-tokens 24"     (each call: STAGE=A..E as below)
 # Send all five calls in ONE message (benchmarks/README.md). The planned batch of issue 40's better drafter for SmolLM2-135M-Instruct: five back-to-back device
 # calls on ONE H200 (device kind nvidia-h200), run from the repo root with STAGE and OUT set; benchmarks/device_stage.sh
 # (sourced) does the staging. Expected device time: ~29.5 minutes held (A+B ~100 s with the
@@ -163,10 +168,14 @@ PY
     && sha256sum "$D/model.safetensors" > "$R/drafter40.sha256"
   cp "$D"/eaglelab_training.json "$D"/config.json "$R/" 2>/dev/null
   TAIL=6 run check_wiring "${CW_S:-45}" $EL check-wiring "$D" --target default --device "$DEVICE"
-  TAIL=40 run figures40 $(( $(left) - 90 )) $EL bench --figures --model default --draft "$D" --device "$DEVICE" \
+  local keep=90; [ "${SHIPPED_FIGS:-1}" = 0 ] && keep=0  # the shipped drafter's baseline after it, or nothing
+  TAIL=40 run figures40 $(( $(left) - keep )) $EL bench --figures --model default --draft "$D" --device "$DEVICE" \
     --max-new-tokens "${FIG_TOKENS:-128}" --repeats 2 ${FIG_ARGS:-} --json "$OUT/figures40.json"
-  TAIL=30 run figures_shipped $(left) $EL bench --figures --model default --draft "$SHIPPED" --device "$DEVICE" \
-    --batch-sizes 1 --max-new-tokens "${FIG_TOKENS:-128}" --repeats 2 ${FIG_ARGS:-} --json "$OUT/figures_shipped.json"
+  # SHIPPED_FIGS=0: no same-session baseline (a batch whose budget ends with the new drafter's figures)
+  if [ "${SHIPPED_FIGS:-1}" != 0 ] && [ "$(left)" -gt 60 ]; then
+    TAIL=30 run figures_shipped $(left) $EL bench --figures --model default --draft "$SHIPPED" --device "$DEVICE" \
+      --batch-sizes 1 --max-new-tokens "${FIG_TOKENS:-128}" --repeats 2 ${FIG_ARGS:-} --json "$OUT/figures_shipped.json"
+  fi
 }
 
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in A|B) echo 240;; C) echo 480;; *) echo 580;; esac)}; watchdog "$0"
