@@ -44,7 +44,7 @@ E2E = (
     "--configs plain-compile-gemv,plain-compile-gemv-attn,spec-compile-gemv,spec-compile-gemv-attn --prompts 2 "
     "--max-new-tokens 64 --repeats 2 --no-micro --json OUT/attn_e2e_smollm2.json",
 )
-SWEEP = [(b, s) for b, s in itertools.product((32, 64, 128), (1, 2, 4, 8, 16, 32))]  # (block_s, splits)
+SWEEP = [(b, s) for b, s in itertools.product((16, 32, 64, 128), (1, 2, 4, 8, 16, 32))]  # (block_s, splits)
 
 
 def inputs(shape: str, B: int, T: int, S: int, used: int, g: torch.Generator, dtype: torch.dtype = torch.bfloat16,
@@ -135,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--calls", type=int, default=100, help="calls per CUDA graph")
     p.add_argument("--replays", type=int, default=5, help="timed replays (median)")
     p.add_argument("--min-bytes", type=int, default=256 * 2**20, help="cache layers cycled through: at least this many bytes")
-    p.add_argument("--sweep", action="store_true", help="also time every plan (block of 32/64/128 slots x 1..32 splits)")
+    p.add_argument("--sweep", action="store_true", help="also time every plan (block of 16/32/64/128 slots x 1..32 splits)")
     args = p.parse_args(argv)
     if not torch.cuda.is_available():
         print("attn_bench: needs a CUDA device (the kernel is a CUDA kernel); nothing measured", file=sys.stderr)

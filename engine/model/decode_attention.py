@@ -50,7 +50,10 @@ def plan(batch: int, kv_heads: int, slots: int, sms: int, rows: int = 1, head_di
     kernel would cost more than it saves), else enough splits for about one program per SM (at most one
     per block, at most ``max_splits``: the merge reads every split's partial). Blocks of 64 slots for a
     program of up to 16 query rows (``rows`` = group x T), else 32; 8 warps for head dim 128 and up: the
-    largest tiles that compile for sm_90 without spilling registers (ptxas, checked by the tests).
+    largest tiles that compile for sm_90 without spilling registers under Triton 3.6 (ptxas, checked by the tests;
+    3.8 spills 20 bytes at the 8B shape's 64-row cut). Not the fastest cut everywhere: an H200 sweep
+    (benchmarks/results/h200_2026-12-04) timed 64- and 128-slot blocks 1.1-1.6x faster at the 8B shape's 16-64-row
+    verify cuts, spills and all.
 
     Example: 8B decode at bs 1 (8 KV heads, 4 rows, D 128) on 132 SMs: 128 slots -> 1 split; 2048 slots
     (32 blocks of 64) -> min(ceil(132 / 8), 32, 16) = 16 splits; at bs 8 -> ceil(132 / 64) = 3 splits."""

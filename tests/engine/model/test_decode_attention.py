@@ -443,11 +443,13 @@ def test_engine_with_the_kernel_gives_sdpas_tokens_under_the_interpreter():
 
 
 @pytest.mark.skipif(not has_triton(), reason="Triton not installed")
-def test_planned_cuts_compile_for_sm90_without_spilling():
+def test_planned_cuts_compile_for_sm90_spilling_at_most_a_few_registers():
     """The kernels as the planner cuts them (8B and SmolLM2 shapes, T 1, 16, 24 and 64, 128 and 2048 slots) and the
-    merge kernel compile for an H200 (sm_90, no GPU needed: tests/engine/model/sm90_attention.py) and ptxas spills no
-    register: 64-slot blocks of 16 query rows with 4 warps at D 128 spilled ~500 bytes, one program of 72-128 rows
-    16-580 bytes; the planner's cuts (blocks of at most 64 rows) none."""
+    merge kernel compile for an H200 (sm_90, no GPU needed: tests/engine/model/sm90_attention.py) and ptxas spills at
+    most a few registers (32 bytes) in any of them. The bound, not zero: the count moves with Triton's version (3.6,
+    the H200's, spills none; 3.8 spills 20 bytes at the 8B shape's 64-row, 32-slot, 8-warp cut when a program loops
+    over several blocks). What it catches: 64-slot blocks of 16 query rows with 4 warps at D 128 spilled ~500 bytes,
+    32-slot blocks of 64 rows with 4 warps 440-504 under 3.8."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "tests.engine.model.sm90_attention"], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
@@ -455,7 +457,8 @@ def test_planned_cuts_compile_for_sm90_without_spilling():
         pytest.skip(f"this Triton cannot compile for sm_90 here: {done.stderr.strip().splitlines()[-1]}")
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
-    assert len(lines) == 17 and all(line.endswith("spills=0") for line in lines), done.stdout
+    spilled = [int(line.rsplit("spills=", 1)[1]) for line in lines]
+    assert len(lines) == 17 and max(spilled) <= 32, done.stdout
 
 
 @pytest.mark.skipif(not has_triton(), reason="Triton not installed")

@@ -239,6 +239,7 @@ def test_bench_runs_gemv_configs_only_when_named():
 INTERPRETED = textwrap.dedent("""
     import torch, torch.nn.functional as F
     from eaglelab.engine.model import gemv as G
+    from eaglelab.engine.model import gemv_tiling as GT
     G.load_op()
     torch.manual_seed(0)
     checked = 0
