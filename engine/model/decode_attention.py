@@ -22,6 +22,7 @@ the kernel is unavailable with a reason and attention takes SDPA.
 from __future__ import annotations
 
 import functools
+import math
 import time
 from typing import Callable, NamedTuple
 
@@ -44,20 +45,43 @@ class AttnPlan(NamedTuple):
     num_warps: int
 
 
+ROW_BLOCK = 64  # query rows per program (the kernel's largest BLOCK_M): more rows take more programs
+
+
 def plan(batch: int, kv_heads: int, slots: int, sms: int, rows: int = 1, head_dim: int = 64,
          max_splits: int = 16) -> AttnPlan:
     """The cut for ``slots`` static cache slots: one split while the cache is a couple of blocks (a merge
     kernel would cost more than it saves), else enough splits for about one program per SM (at most one
-    per block, at most ``max_splits``: the merge reads every split's partial). Blocks of 64 slots for a
-    program of up to 16 query rows (``rows`` = group x T), else 32; 8 warps for head dim 128 and up: the
-    largest tiles that compile for sm_90 without spilling registers under Triton 3.6 (ptxas, checked by the tests;
-    3.8 spills 20 bytes at the 8B shape's 64-row cut). Not the fastest cut everywhere: an H200 sweep
-    (benchmarks/results/h200_2026-12-04) timed 64- and 128-slot blocks 1.1-1.6x faster at the 8B shape's 16-64-row
-    verify cuts, spills and all.
+    per block, at most ``max_splits``: the merge reads every split's partial); 8 warps for head dim 128
+    and up, else 4.
+
+    Blocks of 64 slots for a program of up to 16 query rows (``rows`` = group x T). Past 16 rows, by what an
+    H200 sweep of every cut measured (benchmarks/results/h200_2026-12-04/attn, Triton 3.6):
+    - head dim 128 (an 8B's verify): 64-slot blocks for one block of rows, 128-slot blocks once the
+      rows take several programs (T >= 24 at a group of 4), and the splits counting those programs (a
+      power of two near SMs / (batch x KV heads x row blocks)): up to 1.9x faster than 32-slot blocks with
+      splits per head at batch 1, 1.2-4.2x at batch 8 (one 128-slot program per head and row block), and
+      as fast as the best swept cut within 12% at every shape swept but 16 rows over a 128-slot cache
+      (7.5 us against 6.4). ptxas reports spills for these tiles; the sweep says they are faster anyway.
+    - other head dims: 32-slot blocks, splits per head. For SmolLM2's 64 that is within 0-15% of the best
+      swept cut at batch 1 and 5-40% at batch 8 (no simple rule did better on both); 256 was not swept
+      (its 128-slot tiles fit sm_90's shared memory but spill ~3 KB under ptxas).
 
     Example: 8B decode at bs 1 (8 KV heads, 4 rows, D 128) on 132 SMs: 128 slots -> 1 split; 2048 slots
-    (32 blocks of 64) -> min(ceil(132 / 8), 32, 16) = 16 splits; at bs 8 -> ceil(132 / 64) = 3 splits."""
-    block_s, warps = (64 if rows <= 16 else 32), (8 if head_dim >= 128 else 4)
+    (32 blocks of 64) -> min(ceil(132 / 8), 32, 16) = 16 splits; at bs 8 -> ceil(132 / 64) = 3 splits.
+    8B verify of 24 (96 rows: 2 row blocks) over 2048 slots: 128-slot blocks, 132 / 16 -> 8 splits at bs 1,
+    132 / 128 -> 1 at bs 8."""
+    warps = 8 if head_dim >= 128 else 4
+    if rows > 16 and head_dim == 128:
+        row_blocks = -(-rows // ROW_BLOCK)
+        block_s = 128 if row_blocks > 1 else 64
+        blocks = -(-slots // block_s)
+        if blocks <= 2:
+            return AttnPlan(block_s, 1, warps)
+        cap = min(blocks, max_splits)
+        target = max(0, round(math.log2(sms / (batch * kv_heads * row_blocks))))
+        return AttnPlan(block_s, min(1 << target, 1 << (cap.bit_length() - 1)), warps)
+    block_s = 64 if rows <= 16 else 32
     blocks = -(-slots // block_s)
     if blocks <= 2:
         return AttnPlan(block_s, 1, warps)

@@ -19,8 +19,11 @@ import torch
 import triton
 import triton.language as tl
 
+from eaglelab.engine.model.decode_attention import ROW_BLOCK
+
 LOG2E = 1.4426950408889634
-MAX_BLOCK_M = 64  # query rows per program (ptxas spills registers past it); more (a wide tree's verify) take more programs
+# query rows per program (one program of 72-128 rows spilled 16-580 bytes); more (a wide tree's verify) take more
+MAX_BLOCK_M = ROW_BLOCK
 
 
 @triton.jit

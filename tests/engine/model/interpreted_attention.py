@@ -28,7 +28,7 @@ def cases(draw):
     group = draw(st.sampled_from([1, 2, 3, 4]))
     T = draw(st.sampled_from([1, 2, 3, 4, 5, 16, 24, 40]))  # group 4 x 40 = 160 rows: two blocks of rows
     D = draw(st.sampled_from([16, 32, 64]))
-    block_s = draw(st.sampled_from([16, 32]))
+    block_s = draw(st.sampled_from([16, 32, 64, 128]))  # 64 and 128: the 8B verify's cuts
     S = draw(st.integers(T + 1, 150))
     splits = draw(st.integers(1, 5))
     tree = T > 1 and draw(st.booleans())
@@ -68,10 +68,10 @@ def poison_skipped_blocks(k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, 
     return poisoned
 
 
-CHECKED = {"cases": 0, "poisoned": 0, "split": 0, "tree": 0}
+CHECKED = {"cases": 0, "poisoned": 0, "split": 0, "tree": 0, "wide": 0, "row_blocks": 0}
 
 
-@settings(max_examples=int(sys.argv[1]) if len(sys.argv) > 1 else 40, deadline=None, derandomize=True,
+@settings(max_examples=int(sys.argv[1]) if len(sys.argv) > 1 else 60, deadline=None, derandomize=True,
           suppress_health_check=list(HealthCheck))
 @given(cases())
 def test_kernel_matches_sdpa(case):
@@ -93,6 +93,8 @@ def test_kernel_matches_sdpa(case):
     CHECKED["poisoned"] += poisoned > 0
     CHECKED["split"] += splits > 1 and S > block_s
     CHECKED["tree"] += parents is not None
+    CHECKED["wide"] += block_s >= 64 and S > block_s  # the 8B verify's 64- and 128-slot blocks, over several blocks
+    CHECKED["row_blocks"] += group * T > 64  # the rows in several programs
 
 
 def check_fully_masked_row_gives_zeros() -> None:

@@ -1,6 +1,7 @@
 """Compile the decode attention's kernels for an H100/H200 (sm_90) without a GPU, as the planner cuts them,
-and read ptxas's register report (``test_decode_attention.py`` runs this module in a subprocess; it needs
-Triton, whose wheel carries ptxas). Prints one line per cut: ``<shape> T=<t> S=<s> <plan> spills=<bytes>``.
+and read what each needs: shared memory (Triton's metadata) and ptxas's register report
+(``test_decode_attention.py`` runs this module in a subprocess; it needs Triton, whose wheel carries ptxas). Prints
+one line per cut: ``<shape> B=<b> T=<t> S=<s> <plan> shared=<bytes> spills=<bytes>``.
 """
 
 from __future__ import annotations
@@ -22,13 +23,17 @@ POINTERS = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "mask_ptr": "*
             "acc_ptr": "*fp32", "ml_ptr": "*fp32"}
 
 
-def compile_kernel(fn, constants: dict, num_warps: int) -> str:
-    """PTX of ``fn`` for sm_90 with these constexprs (every other int argument an i32)."""
+SHAPES = {"llama3.1-8b": (32, 8, 128), "smollm2-135m": (9, 3, 64), "head-dim-256": (16, 4, 256)}  # NH, KVH, D
+SM90_SHARED = 232_448  # bytes of shared memory one block may take on sm_90 (227 KB)
+
+
+def compile_kernel(fn, constants: dict, num_warps: int):
+    """``fn`` compiled for sm_90 with these constexprs (every other int argument an i32)."""
     names = fn.arg_names
     signature = {n: "constexpr" if n in constants else POINTERS.get(n, "fp32" if n == "qk_scale" else "i32")
                  for n in names}
     src = ASTSource(fn=fn, signature=signature, constexprs={(names.index(k),): v for k, v in constants.items()})
-    return triton.compile(src, target=TARGET, options={"num_warps": num_warps, "num_stages": 1}).asm["ptx"]
+    return triton.compile(src, target=TARGET, options={"num_warps": num_warps, "num_stages": 1})
 
 
 def spills(ptx: str) -> int:
@@ -42,19 +47,21 @@ def spills(ptx: str) -> int:
 
 
 def main() -> None:
-    for shape, (NH, KVH, D) in {"llama3.1-8b": (32, 8, 128), "smollm2-135m": (9, 3, 64)}.items():
-        for T in (1, 16, 24, 64):  # a decode, a verify of 16, of 24 and of 64 tree nodes
-            for S in (128, 2048):
-                rows = NH // KVH * T
-                p = A.plan(1, KVH, S, 132, rows=rows, head_dim=D)
-                rounds = -(-(-(-S // p.block_s)) // p.splits)
-                block_m = min(max(16, triton.next_power_of_2(rows)), K.MAX_BLOCK_M)
-                ptx = compile_kernel(K.attention_kernel, {
-                    "BLOCK_M": block_m, "BLOCK_S": p.block_s, "HEAD_D": D, "SPLITS": p.splits, "ROUNDS": rounds,
-                    "PARTIAL": p.splits > 1, "ROW_BLOCKS": -(-rows // block_m)}, p.num_warps)
-                print(f"{shape} T={T} S={S} {tuple(p)} spills={spills(ptx)}", flush=True)
-    ptx = compile_kernel(K.attention_combine_kernel, {"BLOCK_SPLITS": 16, "HEAD_D": 128}, 1)
-    print(f"combine spills={spills(ptx)}")
+    for shape, (NH, KVH, D) in SHAPES.items():
+        for B in (1, 8):
+            for T in (1, 16, 24, 64):  # a decode, a verify of 16, of 24 and of 64 tree nodes
+                for S in (128, 2048):
+                    rows = NH // KVH * T
+                    p = A.plan(B, KVH, S, 132, rows=rows, head_dim=D)
+                    rounds = -(-(-(-S // p.block_s)) // p.splits)
+                    block_m = min(max(16, triton.next_power_of_2(rows)), K.MAX_BLOCK_M)
+                    kernel = compile_kernel(K.attention_kernel, {
+                        "BLOCK_M": block_m, "BLOCK_S": p.block_s, "HEAD_D": D, "SPLITS": p.splits, "ROUNDS": rounds,
+                        "PARTIAL": p.splits > 1, "ROW_BLOCKS": -(-rows // block_m)}, p.num_warps)
+                    print(f"{shape} B={B} T={T} S={S} {tuple(p)} shared={kernel.metadata.shared} "
+                          f"spills={spills(kernel.asm['ptx'])}", flush=True)
+    kernel = compile_kernel(K.attention_combine_kernel, {"BLOCK_SPLITS": 16, "HEAD_D": 128}, 1)
+    print(f"combine shared={kernel.metadata.shared} spills={spills(kernel.asm['ptx'])}")
 
 
 if __name__ == "__main__":

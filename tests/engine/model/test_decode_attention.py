@@ -75,14 +75,26 @@ def test_plan_cuts_the_cache_for_about_one_program_per_sm():
     """132 SMs (an H200). 8B decode (8 KV heads, 4 query rows, D 128: 8 warps) at bs 1: 128 slots = 2 blocks
     of 64 -> one split (no merge); 2048 slots -> min(ceil(132 / 8) = 17, 32 blocks, 16) = 16 splits; bs 8 ->
     ceil(132 / 64) = 3. SmolLM2 (3 KV heads, D 64: 4 warps) at bs 1 over 1024 slots: min(44, 16 blocks, 16)
-    = 16; 200 slots (4 blocks): 4. A verify of 16 over 4 heads (64 rows): blocks of 32 slots."""
+    = 16; 200 slots (4 blocks): 4. An 8B verify (D 128) of 16 over 4 heads (64 rows, one program): blocks of 64
+    slots; of 24 (96 rows: two programs of rows): blocks of 128, splits a power of two near 132 / (bs x 8 x 2):
+    8 at bs 1, 1 at bs 8. SmolLM2's verify of 24 (72 rows, D 64): blocks of 32, splits per head as a decode's.
+    The H200 sweep behind these cuts: benchmarks/results/h200_2026-12-04/attn."""
     assert A.plan(1, 8, 128, 132, rows=4, head_dim=128) == A.AttnPlan(64, 1, 8)
     assert A.plan(1, 8, 2048, 132, rows=4, head_dim=128) == A.AttnPlan(64, 16, 8)
     assert A.plan(8, 8, 2048, 132, rows=4, head_dim=128) == A.AttnPlan(64, 3, 8)
     assert A.plan(1, 3, 1024, 132, rows=3, head_dim=64) == A.AttnPlan(64, 16, 4)
     assert A.plan(1, 3, 200, 132, rows=3, head_dim=64) == A.AttnPlan(64, 4, 4)
-    assert A.plan(1, 8, 2048, 132, rows=64, head_dim=128) == A.AttnPlan(32, 16, 8)
-    assert A.plan(1, 8, 64, 132, rows=64, head_dim=128) == A.AttnPlan(32, 1, 8), "2 blocks of 32: one split"
+    assert A.plan(1, 8, 2048, 132, rows=64, head_dim=128) == A.AttnPlan(64, 16, 8)
+    assert A.plan(8, 8, 2048, 132, rows=64, head_dim=128) == A.AttnPlan(64, 2, 8), "132 / 64 -> 2"
+    assert A.plan(1, 8, 128, 132, rows=64, head_dim=128) == A.AttnPlan(64, 1, 8), "2 blocks of 64: one split"
+    assert A.plan(1, 8, 2048, 132, rows=96, head_dim=128) == A.AttnPlan(128, 8, 8), "132 / 16 -> 8"
+    assert A.plan(8, 8, 2048, 132, rows=96, head_dim=128) == A.AttnPlan(128, 1, 8), "132 / 128 -> 1"
+    assert A.plan(1, 8, 2048, 132, rows=256, head_dim=128) == A.AttnPlan(128, 4, 8), "4 row blocks: 132 / 32 -> 4"
+    assert A.plan(1, 8, 640, 132, rows=96, head_dim=128) == A.AttnPlan(128, 4, 8), "5 blocks: at most 4 (a power of 2)"
+    assert A.plan(1, 3, 2048, 132, rows=72, head_dim=64) == A.AttnPlan(32, 16, 4)
+    assert A.plan(8, 3, 2048, 132, rows=72, head_dim=64) == A.AttnPlan(32, 6, 4)
+    assert A.plan(1, 4, 2048, 132, rows=96, head_dim=256) == A.AttnPlan(32, 16, 8), "D 256: not swept, as before"
+    assert A.plan(1, 8, 64, 132, rows=64, head_dim=64) == A.AttnPlan(32, 1, 4), "2 blocks of 32: one split"
     assert A.plan(64, 8, 4096, 132).splits == 1, "enough programs without splitting"
     for B, KVH, S in ((1, 1, 1), (3, 2, 65), (16, 8, 100_000)):
         p = A.plan(B, KVH, S, 132)
@@ -323,15 +335,17 @@ def test_run_flag_reaches_the_session(tmp_path, capsys):
 @pytest.mark.skipif(not has_triton(), reason="Triton not installed (it ships with CUDA builds of torch)")
 def test_kernel_matches_sdpa_under_the_triton_interpreter():
     """The kernel's indexing and online softmax on the CPU (tests/engine/model/interpreted_attention.py): fp16,
-    40 hypothesis cases of prefix and tree masks, GQA groups 1..4, T up to 16, cache lengths not a multiple of
-    the block, 1..5 splits, NaN in the K/V of all-False blocks (so they must be skipped); then a row with no
-    allowed slot gives zeros."""
+    60 hypothesis cases of prefix and tree masks, GQA groups 1..4, T up to 40 (past 64 rows: several programs of
+    rows), blocks of 16 to 128 slots (64 and 128: the 8B verify's cuts), cache lengths not a multiple of the
+    block, 1..5 splits, NaN in the K/V of all-False blocks (so they must be skipped); then a row with no allowed
+    slot gives zeros."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "tests.engine.model.interpreted_attention", "40"], env=env, cwd=ROOT,
+    done = subprocess.run([sys.executable, "-m", "tests.engine.model.interpreted_attention", "60"], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     counts = dict(zip(done.stdout.split()[::2], map(int, done.stdout.split()[1::2])))
-    assert counts["cases"] == 40 and counts["poisoned"] >= 10 and counts["split"] >= 10 and counts["tree"] >= 5, counts
+    assert counts["cases"] == 60 and counts["poisoned"] >= 10 and counts["split"] >= 10 and counts["tree"] >= 5, counts
+    assert counts["wide"] >= 5 and counts["row_blocks"] >= 5, counts
 
 
 COMPILED = textwrap.dedent("""
@@ -443,13 +457,13 @@ def test_engine_with_the_kernel_gives_sdpas_tokens_under_the_interpreter():
 
 
 @pytest.mark.skipif(not has_triton(), reason="Triton not installed")
-def test_planned_cuts_compile_for_sm90_spilling_at_most_a_few_registers():
-    """The kernels as the planner cuts them (8B and SmolLM2 shapes, T 1, 16, 24 and 64, 128 and 2048 slots) and the
-    merge kernel compile for an H200 (sm_90, no GPU needed: tests/engine/model/sm90_attention.py) and ptxas spills at
-    most a few registers (32 bytes) in any of them. The bound, not zero: the count moves with Triton's version (3.6,
-    the H200's, spills none; 3.8 spills 20 bytes at the 8B shape's 64-row, 32-slot, 8-warp cut when a program loops
-    over several blocks). What it catches: 64-slot blocks of 16 query rows with 4 warps at D 128 spilled ~500 bytes,
-    32-slot blocks of 64 rows with 4 warps 440-504 under 3.8."""
+def test_planned_cuts_compile_for_sm90_within_its_shared_memory():
+    """The kernels as the planner cuts them (the 8B, SmolLM2 and a head-dim-256 shape; batch 1 and 8; T 1, 16, 24
+    and 64; 128 and 2048 slots) and the merge kernel compile for an H200 (sm_90, no GPU needed:
+    tests/engine/model/sm90_attention.py) and each takes at most the 227 KB of shared memory a block may have there
+    (a cut past it compiles but fails at launch, and the engine would fall back to SDPA for good).
+    Spills are printed, not bounded: the H200 sweep timed the 8B verify's 128-slot cuts, which ptxas says spill
+    ~1.4 KB under Triton 3.6 (~0.7 KB under 3.8), up to 4.2x faster than the spill-free 32-slot cuts before them."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "tests.engine.model.sm90_attention"], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
@@ -457,8 +471,11 @@ def test_planned_cuts_compile_for_sm90_spilling_at_most_a_few_registers():
         pytest.skip(f"this Triton cannot compile for sm_90 here: {done.stderr.strip().splitlines()[-1]}")
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
-    spilled = [int(line.rsplit("spills=", 1)[1]) for line in lines]
-    assert len(lines) == 17 and max(spilled) <= 32, done.stdout
+    shared = [int(line.split("shared=", 1)[1].split()[0]) for line in lines]
+    assert len(lines) == 3 * 2 * 4 * 2 + 1, done.stdout
+    assert max(shared) <= 232_448 and min(shared[:-1]) > 0, done.stdout
+    # the cuts the sweep measured are the ones compiled: the 8B verify of 24 at bs 1 over 2048 slots
+    assert "llama3.1-8b B=1 T=24 S=2048 (128, 8, 8)" in done.stdout, done.stdout
 
 
 @pytest.mark.skipif(not has_triton(), reason="Triton not installed")
