@@ -47,6 +47,7 @@ def spills(ptx: str) -> int:
 
 
 def main() -> None:
+    assert A.ROW_BLOCK == K.MAX_BLOCK_M, (A.ROW_BLOCK, K.MAX_BLOCK_M)  # the planner counts the kernel's row programs
     for shape, (NH, KVH, D) in SHAPES.items():
         for B in (1, 8):
             for T in (1, 16, 24, 64):  # a decode, a verify of 16, of 24 and of 64 tree nodes
