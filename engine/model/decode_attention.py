@@ -72,19 +72,16 @@ def plan(batch: int, kv_heads: int, slots: int, sms: int, rows: int = 1, head_di
     8B verify of 24 (96 rows: 2 row blocks) over 2048 slots: 128-slot blocks, 132 / 16 -> 8 splits at bs 1,
     132 / 128 -> 1 at bs 8."""
     warps = 8 if head_dim >= 128 else 4
-    if rows > 16 and head_dim == 128:
-        row_blocks = -(-rows // ROW_BLOCK)
-        block_s = 128 if row_blocks > 1 else 64
-        blocks = -(-slots // block_s)
-        if blocks <= 2:
-            return AttnPlan(block_s, 1, warps)
-        cap = min(blocks, max_splits)
-        target = max(0, round(math.log2(sms / (batch * kv_heads * row_blocks))))
-        return AttnPlan(block_s, min(1 << target, 1 << (cap.bit_length() - 1)), warps)
-    block_s = 64 if rows <= 16 else 32
+    swept = rows > 16 and head_dim == 128  # the 8B verify's cuts, by the sweep
+    row_blocks = -(-rows // ROW_BLOCK)
+    block_s = (128 if row_blocks > 1 else 64) if swept else (64 if rows <= 16 else 32)
     blocks = -(-slots // block_s)
     if blocks <= 2:
         return AttnPlan(block_s, 1, warps)
+    if swept:
+        cap = min(blocks, max_splits)
+        near = 1 << max(0, round(math.log2(sms / (batch * kv_heads * row_blocks))))
+        return AttnPlan(block_s, min(near, 1 << (cap.bit_length() - 1)), warps)
     return AttnPlan(block_s, max(1, min(-(-sms // (batch * kv_heads)), blocks, max_splits)), warps)
 
 

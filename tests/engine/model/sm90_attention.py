@@ -24,7 +24,6 @@ POINTERS = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "mask_ptr": "*
 
 
 SHAPES = {"llama3.1-8b": (32, 8, 128), "smollm2-135m": (9, 3, 64), "head-dim-256": (16, 4, 256)}  # NH, KVH, D
-SM90_SHARED = 232_448  # bytes of shared memory one block may take on sm_90 (227 KB)
 
 
 def compile_kernel(fn, constants: dict, num_warps: int):

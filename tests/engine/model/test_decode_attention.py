@@ -473,7 +473,8 @@ def test_planned_cuts_compile_for_sm90_within_its_shared_memory():
     lines = done.stdout.strip().splitlines()
     shared = [int(line.split("shared=", 1)[1].split()[0]) for line in lines]
     assert len(lines) == 3 * 2 * 4 * 2 + 1, done.stdout
-    assert max(shared) <= 232_448 and min(shared[:-1]) > 0, done.stdout
+    sm90_shared = 232_448  # bytes of shared memory one block may take on sm_90 (227 KB)
+    assert max(shared) <= sm90_shared and min(shared[:-1]) > 0, done.stdout
     # the cuts the sweep measured are the ones compiled: the 8B verify of 24 at bs 1 over 2048 slots
     assert "llama3.1-8b B=1 T=24 S=2048 (128, 8, 8)" in done.stdout, done.stdout
 
