@@ -66,6 +66,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     w.add_argument("--prompts", type=int, default=None,
                    help=f"MT-bench questions used (first turns; default CUDA {HEADLINE_GPU['prompts']}, CPU "
                         f"{HEADLINE_CPU['prompts']}; with --full or --configs CPU {CPU_DEFAULTS['prompts']})")
+    w.add_argument("--continuous", action="store_true",
+                   help="serve the prompts through each batch size's rows with continuous batching: a row whose "
+                        "request ends takes the next prompt at once, as a server keeps that many requests running "
+                        "(default: the prompts in batches of that size, each running until its longest row ends, "
+                        "the last batch filled by wrapping around)")
     w.add_argument("--questions", default=None, metavar="FILE", help="an MT-bench question.jsonl (default: the packaged one)")
     w.add_argument("--max-prompt-tokens", type=int, default=512, help="cut longer prompts")
     w.add_argument("--repeats", type=int, default=None,

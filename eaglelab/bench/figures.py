@@ -77,6 +77,11 @@ def run_figures(args: argparse.Namespace, log: Callable[[str], None] = lambda m:
     if args.code_prompts < 0:
         raise EagleLabError("a count of prompts cannot be negative", field="--code-prompts", found=args.code_prompts,
                             expected=">= 0")
+    if getattr(args, "continuous", False):
+        raise EagleLabError("--figures measures each category's ten prompts on their own: too few to keep 8 or 32 "
+                            "rows served continuously", field="--continuous", found="with --figures",
+                            hint="serve every MT-bench first turn as one queue: eaglelab bench --continuous "
+                                 "--prompts 80 --batch-sizes 8,32")
     torch.manual_seed(args.seed)
     sets = figure_sets(args.questions, args.code_prompts, args.humaneval)
     args.batch_sizes = args.batch_sizes or "1,8,32"

@@ -115,6 +115,16 @@ class BenchContext:
     plain_kernels: Any = None  # the eager plain configs' (on CPU MKL by default, as a --draft none run)
     tree_for: Callable[[int], Any] | None = None  # batch -> the tree run drafts at it (DraftChoice.tree_for); None: spec's
     observe: bool = True  # after the timed passes, one observed pass per configuration for the phase costs
+    continuous: bool = False  # serve the prompts through each batch size's rows (continuous batching), not batches
+
+    def groups(self, batch: int) -> list[list[list[int]]]:
+        """What one pass generates, call by call: with ``continuous`` every prompt in one call served through
+        ``batch`` rows (:meth:`max_batch`), else the prompts in batches of ``batch`` (:func:`groups_for`)."""
+        return [list(self.prompts)] if self.continuous else groups_for(self.prompts, batch)
+
+    def max_batch(self, batch: int) -> int | None:
+        """``Engine.generate``'s ``max_batch`` at ``batch`` rows: the rows served with ``continuous``, else None."""
+        return batch if self.continuous else None
 
     def kernels(self, compile_: bool, gemv: bool = False, attn: bool = False):
         """The layers' kernels for a config: compiled ones (built once, shared) or the eager ones,
@@ -262,8 +272,10 @@ class OurSystem:
         self.drafter = ctx.make_drafter(self.spec) if cfg.speculative and ctx.make_drafter else None
         net = self.drafter.net if self.drafter is not None else None
         if cfg.graphs:
+            # continuous batching prefills each new prompt alone: a bucket of one row keeps it a graph
+            buckets = tuple(sorted({1, *ctx.batch_sizes})) if ctx.continuous else ctx.batch_sizes
             self.runner = CudaGraphRunner.for_engine(ctx.target, self.spec, self.drafter, max_len=ctx.max_len,
-                                                     buckets=ctx.batch_sizes, kernels=ctx.kernels(cfg.compile, cfg.gemv, cfg.attn))
+                                                     buckets=buckets, kernels=ctx.kernels(cfg.compile, cfg.gemv, cfg.attn))
         else:
             kernels = ctx.eager_kernels if cfg.speculative else ctx.plain_kernels
             self.runner = FixedCacheEagerRunner(ctx.target, net, ctx.max_len, kernels or EAGER_KERNELS)
@@ -342,7 +354,7 @@ def measure(generate: Callable, observed: Callable | None, cfg: BenchConfig, ctx
     """One configuration alone: warm up, time ``repeats`` passes, each over every prompt group (the prompts in
     batches of ``batch``; ``first_group_only``: the first group alone, as the slow HF peer runs), then the observed
     pass. -> (row, the first pass's outputs). The bench interleaves configurations instead (:func:`run_batch`)."""
-    groups = groups_for(ctx.prompts, batch)
+    groups = ctx.groups(batch)
     c = Contender(cfg, batch, generate, observed, groups[:1] if first_group_only else groups)
     c.warm_up(ctx.max_new_tokens)
     for _ in range(repeats):
@@ -353,7 +365,7 @@ def measure(generate: Callable, observed: Callable | None, cfg: BenchConfig, ctx
 def contender(cfg: BenchConfig, ctx: BenchContext, batch: int, systems: dict[Any, Any]) -> Contender:
     """``cfg`` at ``batch`` rows, its system taken from (or put into) ``systems``: ours keyed by configuration and
     tree (a runner serves every batch size of one tree, its graphs captured per bucket), the HF peer loaded once."""
-    groups = groups_for(ctx.prompts, batch)
+    groups = groups_for(ctx.prompts, batch)  # the HF peer takes batches, also when ours are served continuously
     if cfg.peer:
         if "hf" not in systems:
             systems["hf"] = ctx.peer()  # type: ignore[misc]
@@ -363,8 +375,9 @@ def contender(cfg: BenchConfig, ctx: BenchContext, batch: int, systems: dict[Any
     if key not in systems:
         systems[key] = OurSystem(cfg, ctx, batch)
     system = systems[key]
-    return Contender(cfg, batch, lambda g, m: system.engine().generate(g, m),
-                     lambda obs: (lambda g, m: system.engine(obs).generate(g, m)), groups)
+    rows = ctx.max_batch(batch)
+    return Contender(cfg, batch, lambda g, m: system.engine().generate(g, m, max_batch=rows),
+                     lambda obs: (lambda g, m: system.engine(obs).generate(g, m, max_batch=rows)), ctx.groups(batch))
 
 
 def run_batch(cfgs: list[BenchConfig], ctx: BenchContext, batch: int, systems: dict[Any, Any],

@@ -76,6 +76,7 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
         eager_kernels=built.get("kernels") if cpu else None,  # as `run`: the few-row C kernel,
         plain_kernels=built.get("plain_kernels") if cpu else None,  # and MKL for plain decoding
         tree_for=built["tree_for"], observe=observes(args), profile=built["profile"],
+        continuous=getattr(args, "continuous", False),
     )
     regime = run_regime(args, device.type, built["profile"])
     notes = built["notes"] + ([compile_prefill_note(device.type)] if args.bench_compile_prefill else [])

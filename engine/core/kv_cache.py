@@ -63,6 +63,13 @@ class KVCache:
         base = lengths[:, None]
         self.copy_slots(base + torch.where(path >= 0, path, steps), base + steps)
 
+    def copy_row(self, src: int, dst: int) -> None:
+        """Row ``src``'s every slot of every layer onto row ``dst`` (continuous batching moves a running request
+        out of the row a new prompt's prefill writes: batch-1 phases use row 0). Example: rows 0 and 3 of a
+        4-row cache; ``copy_row(0, 3)`` leaves row 3 a copy of row 0, which may then be overwritten."""
+        for buf in (self.k, self.v) if self.v is not None else (self.k,):
+            buf[:, dst].copy_(buf[:, src])
+
     def copy_slots(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Move entries within each row, for all layers: slot ``src[b, i]`` -> ``dst[b, i]``.
         ``src``/``dst`` are [B, N]; pairs with src == dst are harmless.

@@ -66,6 +66,22 @@ class Drafter(Protocol):
 
 
 @runtime_checkable
+class RefillableDrafter(Protocol):
+    """A drafter that serves continuous batching (``Engine.generate(max_batch=...)``): a row whose request ended
+    takes the next prompt while the others keep running. New prompts enter at row 0 (the phases of one row use
+    the first row of every cache), so the request running there first moves to the free row."""
+
+    def refill(self, view: DraftView, prompt_ids: torch.Tensor, aux: torch.Tensor | None, runner: Runner,
+               eager: str | None = None) -> None:
+        """As :meth:`Drafter.begin` for row 0 alone, after the target's prefill of ``prompt_ids`` [1, W] there
+        (``view``: the whole batch, row 0 already the new request's); the other rows are left as they are.
+        ``eager``: why that prefill ran eagerly (the drafter's prompt phase then does too)."""
+
+    def move_row(self, src: int, dst: int) -> None:
+        """Everything the drafter keeps of row ``src`` (its KV cache row, the next root's state) onto row ``dst``."""
+
+
+@runtime_checkable
 class FusableDrafter(Protocol):
     """A drafter whose draft and draft-extend are pure functions of tensors, so the engine can run a whole
     cycle as one phase (one CUDA graph): what one cycle hands the next lives in runner state."""
@@ -130,6 +146,10 @@ class Runner(Protocol):
         """Tensors holding ``values`` (each [B, ...]) of a run on ``cache`` that phases update in place:
         the graph runner's static buffers when ``cache`` is its static cache (graphs bind fixed
         addresses), else ``values`` themselves."""
+
+    def padded_batch(self, batch: int) -> int:
+        """The rows a phase of ``batch`` rows writes (the graph runner's batch bucket: it pads to one), so
+        continuous batching knows whether a one-row prompt phase would write other rows' caches."""
 
     def make_draft_cache(self, batch: int, max_len: int, kv_heads: int, head_dim: int,
                          dtype: torch.dtype) -> KVCache:

@@ -236,6 +236,11 @@ class CudaGraphRunner:
     def max_batch(self) -> int:
         return max(self.plan.buckets)
 
+    def padded_batch(self, batch: int) -> int:
+        """The rows a phase of ``batch`` rows runs on: its batch bucket (pad rows are written like the others:
+        the phases of a batch of one write rows 0..bucket-1 of the static caches)."""
+        return bucket_for(batch, self.plan.buckets) or batch
+
     def make_cache(self, batch: int, max_len: int, observer: Observer | None = None) -> KVCache | None:
         """The static target cache for a run of ``batch`` rows needing ``max_len`` slots; None (the
         engine then allocates its own, and the run is eager) when graphs are off or the run does not

@@ -55,6 +55,14 @@ class NgramDrafter:
         tokens = torch.tensor(drafts, dtype=torch.long, device=st.root.device)  # [B, steps]
         return chain_tree(torch.cat([st.root[:, None], tokens], dim=1))
 
+    def refill(self, st: DraftView, prompt_ids, aux, runner: Runner, eager: str | None = None) -> None:
+        """Row 0 holds a new request: its history is its prompt."""
+        self._history[0] = list(st.prompts[0])
+        self._seen[0] = 0
+
+    def move_row(self, src: int, dst: int) -> None:
+        self._history[dst], self._seen[dst] = list(self._history[src]), self._seen[src]
+
     def _lookup(self, hist: list[int], k: int) -> list[int]:
         for n in range(min(self.max_ngram, len(hist) - 1), self.min_ngram - 1, -1):
             tail = hist[-n:]
@@ -84,17 +92,37 @@ class Eagle3Drafter:
     def begin(self, st: DraftView, prompt_ids: torch.Tensor, aux: torch.Tensor, runner: Runner) -> None:
         """The draft-extend over the prompt: one phase, captured per batch bucket and prompt width (compiled only
         with ``spec.compile_prefill``), as the target's prefill (the engine pads prompts to the runner's widths)."""
-        B, T = prompt_ids.shape
+        B = prompt_ids.shape[0]
         cfg = self.net.config
         S = st.cache_len + self.spec.num_steps * self.spec.topk + 2
         self.cache = runner.make_draft_cache(B, S, cfg.num_kv_heads, cfg.head_dim, self.net.fc.weight.dtype)
         self.kernels = runner.kernels  # the phases below run with the runner's (maybe compiled) kernels
-        width, eager = runner.prefill_width(B, T, self.cache)
-        ins = {"ids": prompt_ids, "aux": aux, "lengths": st.lengths, "root": st.root}
-        self.next_hidden, self.next_logits = runner.phase(
+        self.next_hidden, self.next_logits = self._prompt_phase(prompt_ids, aux, st.lengths, st.root, runner)
+
+    def _prompt_phase(self, prompt_ids, aux, lengths, root, runner: Runner, eager: str | None = None):
+        """:meth:`_begin` as the runner's phase for these rows (the first ``len(prompt_ids)`` of the cache)."""
+        B, T = prompt_ids.shape
+        width, why = runner.prefill_width(B, T, self.cache)
+        ins = {"ids": prompt_ids, "aux": aux, "lengths": lengths, "root": root}
+        return runner.phase(
             "draft_extend", self._begin, ins, (self.cache,), ("begin", id(self)),
-            eager=eager or (None if width == T else f"eager: prompt width {T} is not a prefill bucket"),
+            eager=eager or why or (None if width == T else f"eager: prompt width {T} is not a prefill bucket"),
             compile=self.spec.compile_prefill)
+
+    def refill(self, st: DraftView, prompt_ids: torch.Tensor, aux: torch.Tensor, runner: Runner,
+               eager: str | None = None) -> None:
+        """The draft-extend over row 0's new prompt (its cache row rewritten from slot 0), its root's hidden
+        state and logits written into row 0 of the ones the next draft reads (in place: they may be runner
+        state a captured cycle binds)."""
+        hidden, logits = self._prompt_phase(prompt_ids, aux, st.lengths[:1], st.root[:1], runner, eager)
+        self.next_hidden[:1].copy_(hidden)
+        self.next_logits[:1].copy_(logits)
+
+    def move_row(self, src: int, dst: int) -> None:
+        """Row ``src``'s drafter cache row and next-root state onto row ``dst``."""
+        self.cache.copy_row(src, dst)
+        self.next_hidden[dst].copy_(self.next_hidden[src])
+        self.next_logits[dst].copy_(self.next_logits[src])
 
     def _begin(self, ids, aux, lengths, root):
         """Prompt ids [B, T], target aux [B, T, nH], lengths/root [B] -> the root's hidden [B, H], logits."""

@@ -49,10 +49,10 @@ from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.model.layers import prefix_mask
 from eaglelab.engine.model.model import Transformer
 from eaglelab.engine.runtime import cycle_ops
-from eaglelab.engine.runtime.contracts import Drafter, FusableDrafter, PhaseParts, Runner
+from eaglelab.engine.runtime.contracts import Drafter, FusableDrafter, PhaseParts, RefillableDrafter, Runner
 from eaglelab.engine.runtime.cycle import GraphParts, speculative_cycle
 from eaglelab.engine.runtime.limits import check_memory, kv_cache_bytes
-from eaglelab.engine.runtime.loop_state import Batch, emit_and_advance, emit_tokens, loop_state
+from eaglelab.engine.runtime.loop_state import Batch, emit_and_advance, emit_tokens, loop_state, move_row, start_row
 from eaglelab.engine.runtime.observer import CycleStats, Observer, RunInfo, RunSummary, json_values
 from eaglelab.engine.runtime.readback import Staged, Stager, StepReader, StepView
 from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA, EAGER_NO_RUNNER, EAGER_OFF, SOURCE_RUNNER, eager_warning
@@ -166,25 +166,42 @@ class Engine:
         generator: torch.Generator | None = None,
         stream: StreamFn | None = None,
         warm_up: int = 0,
+        max_batch: int | None = None,
     ) -> GenerationResult:
         """``warm_up``: first generate that many tokens (at most ``max_new_tokens``) of the same prompts, unobserved
         and unstreamed, so the run's one-time costs (lazy captures and compiles, a graph's first replays, the
         garbage a compile leaves) happen before it is timed; that time is set-up. ``generator``'s state is the
-        same after it, so a sampled run draws what it would without."""
+        same after it, so a sampled run draws what it would without.
+
+        ``max_batch``: continuous batching when there are more prompts: at most that many rows run at once, and a
+        row whose request ends takes the next prompt before the next step (:meth:`_serve`); results stay in the
+        order of ``prompts``. None: every prompt in one batch, which runs until its last row ends."""
         assert prompts and all(prompts), "every prompt needs at least one token"
+        queued = max_batch is not None and len(prompts) > max_batch
+        if queued:
+            self._check_serve(max_batch, stream)
+            run = lambda n: self._serve(prompts, n, sampling, generator, max_batch)  # noqa: E731
+        else:
+            run = lambda n: self._batch(prompts, n, sampling, generator, stream)  # noqa: E731
         self._warned.clear()
-        self._announce(len(prompts))
-        warm = self._warm_up(prompts, min(warm_up, max_new_tokens), sampling, generator) if warm_up else 0.0
+        self._announce(max_batch if queued else len(prompts))
+        warm = self._warm_up(run, min(warm_up, max_new_tokens), generator) if warm_up else 0.0
         self._reset_run()
         setup0 = self._setup_seen = self.runner.setup_seconds  # each cycle's stats carry the set-up made since
         t0 = time.perf_counter()
-        st = self._prefill(prompts, max_new_tokens, sampling, generator)
-        accepted = self._loop(st, max_new_tokens, sampling, generator, stream)
+        tokens, reasons, accepted = run(max_new_tokens)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self._flush_observed()
         setup = self.runner.setup_seconds - setup0  # lazy captures and compiles: timed apart, never in tok/s
-        return self._finish(st, time.perf_counter() - t0 - setup, accepted, warm + setup)
+        return self._finish(prompts, tokens, reasons, time.perf_counter() - t0 - setup, accepted, warm + setup)
+
+    def _batch(self, prompts, max_new: int, sampling, generator, stream):
+        """Every prompt in one batch, until every row ends. -> (tokens, stop reasons, per-cycle acceptance)."""
+        st = self._prefill(prompts, max_new, sampling, generator)
+        accepted = self._loop(st, max_new, sampling, generator, stream)
+        tokens, reasons = _read_rows(st.out, st.n_out, st.hit_eos)
+        return tokens, reasons, accepted
 
     def _reset_run(self) -> None:
         self._cycle = 0
@@ -193,15 +210,15 @@ class Engine:
         self._cycle_fns.clear()
         self.clock.take()  # marks of an unobserved warm-up
 
-    def _warm_up(self, prompts, max_new: int, sampling: SamplingParams, generator) -> float:
-        """Generate ``max_new`` tokens without telling the observer or a stream (the same phases and graphs as
-        the run). -> its wall seconds."""
+    def _warm_up(self, run: Callable, max_new: int, generator) -> float:
+        """Generate ``max_new`` tokens (``run(max_new)``: the run's own way, one batch or served) without telling the
+        observer or a stream (the same phases and graphs as the run). -> its wall seconds."""
         t0 = time.perf_counter()
         self._reset_run()
         saved = generator.get_state() if generator is not None else None
         self._muted = True
         try:
-            self._loop(self._prefill(prompts, max_new, sampling, generator), max_new, sampling, generator, None)
+            run(max_new)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
         finally:
@@ -258,14 +275,102 @@ class Engine:
         self._forget_extra(len(launched), accepted)
         return accepted
 
+    # ---- continuous batching -----------------------------------------------------------------
+    def _check_serve(self, max_batch: int, stream: StreamFn | None) -> None:
+        """Why this engine cannot serve a queue of prompts in ``max_batch`` rows (ValueError), if it cannot."""
+        if max_batch < 1:
+            raise ValueError(f"max_batch {max_batch}: at least one row is needed to serve a queue of prompts")
+        if stream is not None:
+            raise ValueError("a stream takes rows, and continuous batching hands a row to several requests: "
+                             "stream one batch (max_batch None) instead")
+        if self.drafter is not None and not isinstance(self.drafter, RefillableDrafter):
+            raise ValueError(f"{type(self.drafter).__name__} cannot take a new prompt into a running batch (it has "
+                             "no refill/move_row): run its prompts as one batch (max_batch None)")
+
+    def _serve(self, prompts, max_new: int, sampling, generator, max_batch: int):
+        """Continuous batching over ``prompts`` in ``max_batch`` rows: the first ``max_batch`` prefilled as one
+        batch, then before each step every row whose request ended (as the lagged stop check sees it) takes the
+        next prompt, until the queue is empty and every row has ended. A new prompt is prefilled alone in row 0
+        (the phases of one row use the first row of every cache and state buffer), so the request running there
+        first moves to the free row: its cache rows, state and drafter state copied, a few MB per move on the
+        device. Rows never change once ended (an ended row emits nothing and never moves), so an ended request's
+        tokens are copied out on the device when the host sees it end, read once at the end.
+        -> (tokens, stop reasons, per-cycle acceptance), per prompt in the order given."""
+        B = max_batch
+        st = self._prefill(prompts[:B], max_new, sampling, generator, longest=max(len(p) for p in prompts))
+        owner: list[int | None] = list(range(B))  # the request each row serves (None: ended, free)
+        fresh = [0] * B  # per row: the first step whose view shows the row's current request
+        queue = deque(range(B, len(prompts)))
+        ended: dict[int, tuple[torch.Tensor, ...]] = {}  # request -> its row's (out, n_out, hit_eos), on device
+        accepted: list[tuple[torch.Tensor, torch.Tensor]] = []
+        watched = {"done": st.done}
+        reader = StepReader(self.stop_lag, watched)
+        launched: deque[tuple[StepView, int]] = deque([(reader.view(watched), 0)])
+        step = 0
+        while True:
+            while launched and len(launched) > self.stop_lag:
+                view, index = launched.popleft()
+                done = view.read()["done"].tolist()
+                for r, request in enumerate(owner):
+                    if request is not None and done[r] and index >= fresh[r]:
+                        ended[request] = (st.out[r].clone(), st.n_out[r].clone(), st.hit_eos[r].clone())
+                        owner[r] = None
+            while queue and None in owner:
+                self._take_row(st, owner, fresh, queue.popleft(), prompts, max_new, sampling, generator, step)
+            if all(request is None for request in owner):
+                break
+            step += 1
+            self._cycle += 1
+            if self.spec.enabled:
+                accepted.append(self._spec_cycle(st, sampling, generator))
+            else:
+                self._decode_step(st, sampling, generator)
+            launched.append((reader.view(watched), step))
+        self._forget_extra(len(launched), accepted)
+        order = range(len(prompts))
+        tokens, reasons = _read_rows(*(torch.stack([ended[q][i] for q in order]) for i in range(3)))
+        return tokens, reasons, accepted
+
+    def _take_row(self, st: Batch, owner: list, fresh: list[int], request: int, prompts, max_new: int, sampling,
+                  generator, step: int) -> None:
+        """Start ``prompts[request]`` in row 0, its request first moved to a free row if it has one running;
+        views of steps up to ``step`` (launched before this) no longer show the rows touched."""
+        if owner[0] is not None:
+            free = owner.index(None)
+            st.cache.copy_row(0, free)
+            move_row(st.state(), 0, free)
+            if self.drafter is not None:
+                self.drafter.move_row(0, free)  # type: ignore[union-attr]
+            st.prompts[free], owner[free], fresh[free] = st.prompts[0], owner[0], step + 1
+            st.prompt_lens[free] = st.prompt_lens[0]
+        prompt = prompts[request]
+        T = len(prompt)
+        width, eager = self.runner.prefill_width(1, T, st.cache)
+        rows = self.runner.padded_batch(1)
+        if eager is None and rows != 1:  # a padded graph would write rows 1..rows-1: other requests'
+            width, eager = T, f"eager: a one-row prompt runs on {rows} rows in a graph (no batch bucket of 1)"
+        ids = torch.tensor([prompt + [0] * (width - T)], dtype=torch.long, device=self.device)
+        ins = {"ids": ids, "lengths": torch.tensor([T], device=self.device), **self._noise(1, 0, sampling, generator)}
+        with self.clock.phase("prefill"):
+            first, *aux = self.runner.phase("prefill", self._prefill_fn(st.cache, sampling), ins, (st.cache,),
+                                            (sampling, self._taps()), eager=eager, compile=self.spec.compile_prefill)
+        st.prompts[0], owner[0], fresh[0] = prompt, request, step + 1
+        st.prompt_lens[0] = T
+        start_row(st.state(), 0, T, first, max_new, self.eos)
+        if self.drafter is not None:
+            with self.clock.phase("draft_extend"):
+                self.drafter.refill(st.view(), ids, aux[0] if aux else None, self.runner, eager)  # type: ignore[union-attr]
+        self._emit("prefill", st)
+
     # ---- prefill -----------------------------------------------------------------------------
-    def _prefill(self, prompts, max_new, sampling, generator) -> Batch:
+    def _prefill(self, prompts, max_new, sampling, generator, longest: int | None = None) -> Batch:
         """The prompts' forward (one phase: a graph per batch bucket and padded width, compiled only with
-        ``spec.compile_prefill``: it runs once per request), the first token."""
+        ``spec.compile_prefill``: it runs once per request), the first token. ``longest``: the longest prompt
+        the rows will hold (continuous batching: the queue's), which sizes the cache."""
         B, N = len(prompts), self.spec.draft_tokens if self.spec.enabled else 1
         lens = torch.tensor([len(p) for p in prompts], device=self.device)
         T = int(max(len(p) for p in prompts))
-        cache = self._make_cache(B, T + max_new + 2 * N + 2)
+        cache = self._make_cache(B, max(T, longest or 0) + max_new + 2 * N + 2)
         width, eager = self.runner.prefill_width(B, T, cache)  # T, or T padded to a captured width
         # [B, W]: each row's prompt, then pad tokens (their slots are overwritten before anything reads them)
         ids = torch.tensor([p + [0] * (width - len(p)) for p in prompts], dtype=torch.long, device=self.device)
@@ -494,20 +599,17 @@ class Engine:
             accepted.pop()
         self._pending = None  # its stats (queued, not delivered: the observer is a cycle behind)
 
-    def _finish(self, st: Batch, seconds: float, accepted, setup: float) -> GenerationResult:
+    def _finish(self, prompts, tokens: list[list[int]], reasons: list[str], seconds: float, accepted,
+                setup: float) -> GenerationResult:
         """The run's result, read from the device in a few copies: a readback per cycle (a masked index and a
         ``tolist`` each, both syncs) cost a speculative request ~1-2 ms on the GPU, inside bench's wall time."""
-        n_out = st.n_out.tolist()
-        out = st.out[:, : max(n_out)].tolist()
-        tokens = [row[:n] for row, n in zip(out, n_out)]
-        reasons = ["eos" if e else "length" for e in st.hit_eos.tolist()]
         accept_lens: list[list[int]] = []
         if accepted:
             lens = torch.stack([n for n, _ in accepted]).tolist()  # [cycles, B]
             active = torch.stack([a for _, a in accepted]).tolist()
             accept_lens = [[n for n, a in zip(row, act) if a] for row, act in zip(lens, active)]
         res = GenerationResult(
-            tokens=tokens, stop_reasons=reasons, prompt_tokens=sum(len(p) for p in st.prompts),
+            tokens=tokens, stop_reasons=reasons, prompt_tokens=sum(len(p) for p in prompts),
             seconds=seconds, cycles=self._cycle, accept_lens=accept_lens, setup_seconds=setup,
         )
         if self.observer is not None:
@@ -659,6 +761,13 @@ def _eager_reason(spec: SpecConfig, device: torch.device) -> str:
     if not spec.cuda_graphs:
         return EAGER_OFF
     return EAGER_NO_CUDA if device.type != "cuda" else EAGER_NO_RUNNER
+
+
+def _read_rows(out: torch.Tensor, n_out: torch.Tensor, hit_eos: torch.Tensor) -> tuple[list[list[int]], list[str]]:
+    """Rows' emitted tokens (``out`` [R, S], the first ``n_out`` [R] of each) and stop reasons, in three copies."""
+    counts = n_out.tolist()
+    rows = out[:, : max(counts)].tolist()
+    return [row[:n] for row, n in zip(rows, counts)], ["eos" if e else "length" for e in hit_eos.tolist()]
 
 
 def _tree_inputs(tree: DraftTree) -> dict[str, torch.Tensor]:

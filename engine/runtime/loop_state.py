@@ -97,3 +97,28 @@ def emit_and_advance(state: dict[str, torch.Tensor], toks: torch.Tensor, count: 
     state["lengths"] += torch.where(active, count, 0)
     state["root"].copy_(torch.where(active, root, state["root"]))
     return emitted, active
+
+
+def move_row(state: dict[str, torch.Tensor], src: int, dst: int) -> None:
+    """Row ``src`` of every per-row tensor onto row ``dst``, in place (continuous batching: a running request
+    leaves row 0 for a new prompt, whose batch-1 phases use row 0)."""
+    for t in state.values():
+        t[dst].copy_(t[src])
+
+
+def start_row(state: dict[str, torch.Tensor], row: int, length: int, first: torch.Tensor, max_new: int,
+              eos: torch.Tensor) -> None:
+    """Row ``row`` takes a new request, in place: ``length`` prompt tokens cached, ``first`` [1] (the prefill's
+    token) its root, emitted as its first token (which may end it: an EOS, or ``max_new`` 1). The other rows
+    are left as they are: they emit nothing here. Example: row 1 of rows [live, done] with length 9 and
+    first [42] -> lengths[1] 9, root[1] 42, out[1] [42, -1, ...], n_out[1] 1, done[1] False."""
+    state["lengths"][row] = length
+    state["root"][row: row + 1].copy_(first)
+    state["out"][row].fill_(-1)
+    state["n_out"][row] = 0
+    state["done"][row] = False
+    state["hit_eos"][row] = False
+    state["limit"][row] = max_new
+    count = torch.zeros_like(state["n_out"])
+    count[row] = 1
+    emit_tokens(state, state["root"][:, None], count, eos)

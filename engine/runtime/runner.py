@@ -42,6 +42,10 @@ class EagerRunner:
         """Seconds spent building fused weights and compiling so far (nothing is captured here); kept out of tok/s."""
         return self._prepare_s + compile_report(self.kernels)[0]
 
+    def padded_batch(self, batch: int) -> int:
+        """The rows a phase of ``batch`` rows runs on: those rows, nothing padded."""
+        return batch
+
     def make_state(self, values: dict[str, torch.Tensor], cache: KVCache) -> dict[str, torch.Tensor]:
         """The loop's per-row state for phases to update in place: here ``values`` themselves."""
         return values

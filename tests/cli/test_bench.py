@@ -291,3 +291,24 @@ def test_every_prompt_is_timed_at_every_batch_size():
         timed.clear()
         H.measure(generate, None, H.CONFIGS["plain-eager"], ctx, batch, repeats=1, first_group_only=True)
         assert len(timed) == 2  # the HF peer's way: the warm-up and the first group once
+
+
+def test_continuous_serves_every_prompt_once_through_the_rows(tmp_path, questions, capsys):
+    """``--continuous``: at batch 2 the three prompts go through two rows as one queue (three requests' tokens, none
+    repeated to fill a batch), the same tokens as plain decoding, the report saying so; with --figures it is refused."""
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions), "--continuous",
+               "--configs", "plain-eager,spec-decode", "--batch-sizes", "2", "--prompts", "3", "--max-new-tokens", "6",
+               "--repeats", "1", "--no-micro", "--json", str(out)])
+    assert rc == 0
+    rep = json.loads(out.read_text())
+    assert rep["settings"]["continuous"] is True
+    rows = {r["config"]: r for r in rep["rows"]}
+    assert rows["plain-eager"]["tokens"] == rows["spec-decode"]["tokens"] == 3 * 6  # not 4 x 6 (a wrapped batch)
+    assert rows["spec-decode"]["same_tokens_as_plain_eager"] == 1.0
+    assert len(rows["spec-decode"]["group_tok_per_s"]) == 1  # one queue
+    capsys.readouterr()
+    rc = main(["bench", "--figures", "--continuous", "--scale-model", "tiny", "--device", "cpu"])
+    assert rc != 0
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--continuous" in err and "--prompts 80" in err
