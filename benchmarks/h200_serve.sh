@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Continuous batching on ONE H200 (device kind nvidia-h200), three back-to-back device calls sent as one message, run
+# from the repo root with STAGE and OUT set; benchmarks/device_stage.sh (sourced) does the staging.
+#
+#   - A (no GGUF needed): the GPU tests of serving, the CUDA graphs and the decode attention (the new serving path on
+#     real graphs; the 8B verify's attention cuts under tree masks); the Llama-3.1-8B shape end to end, speculative
+#     with the Triton decode attention against SDPA in the same run, batch 1 and 8 (the verify's phase time is the
+#     attention cut's end-to-end figure). Parks the GGUF's part 1.
+#   - B: parks part 2; a CUDA smoke of `bench --continuous` on SmolLM2's shape (random weights: the path, not a figure).
+#   - C: joins the GGUF; the shipped drafter on every MT-bench first turn (80) at batch 8 and 32, plain against
+#     speculative in the same process, first in batches (the prompts in groups of 8 / 32, each running until its
+#     longest row ends), then served continuously (`--continuous`: each request's row refilled as it ends).
+#
+#   call A  carry .carry/m1 .carry/assets .whl   STAGE=A
+#   call B  carry .carry/m2 .whl                 STAGE=B
+#   call C  carry .carry/m3 .carry/assets .whl   STAGE=C
+# Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s).
+STAGE=${STAGE:?set STAGE=A, B or C}
+source "$(dirname "$0")/device_stage.sh"
+
+# serve_bench NAME LIMIT EXTRA...: the shipped drafter against plain decoding (each at its profile's tree) on the 80
+# MT-bench first turns at batch 8 and 32, 128 tokens, every kernel; $R/NAME.txt, $R/h200_smollm2_NAME.json
+serve_bench() {
+  local name=$1 limit=$2; shift 2
+  TAIL=40 run "$name" "$limit" $EL bench --model default --draft $SHIPPED --batch-sizes 8,32 --prompts 80 \
+    --max-new-tokens 128 --repeats 3 --configs plain-compile-gemv-attn,spec-compile-gemv-attn --no-micro "$@" \
+    --json "$R/h200_smollm2_$name.json"
+}
+
+stage_a() {
+  record_gpu
+  park_parts
+  TAIL=12 run gpu_tests 170 python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine/runtime/test_serve.py \
+    tests/engine/runtime/test_cuda_graphs.py tests/engine/model/test_decode_attention.py
+  TAIL=40 run bench_8b_spec $(left) $EL bench --scale-model llama3.1-8b --dtype bfloat16 --seed 0 --batch-sizes 1,8 \
+    --configs spec-compile-gemv,spec-compile-gemv-attn --prompts 2 --max-new-tokens 64 --repeats 2 --no-micro \
+    --json "$R/h200_8b_spec_attn.json"
+}
+
+stage_b() {
+  record_gpu
+  park_parts
+  TAIL=30 run serve_smoke $(left) $EL bench --scale-model smollm2-135m --draft-vocab 12288 --dtype bfloat16 --seed 0 \
+    --continuous --batch-sizes 8 --prompts 24 --max-new-tokens 64 --repeats 1 \
+    --configs plain-compile-gemv-attn,spec-compile-gemv-attn --no-micro --json "$R/h200_serve_smoke.json"
+}
+
+stage_c() {
+  join_gguf
+  serve_bench batched 270
+  serve_bench served $(left) --continuous
+}
+
+export STAGE_S=${STAGE_S:-$([ "$STAGE" = B ] && echo 200 || echo 570)}; watchdog "$0"
+run_stage A B C
