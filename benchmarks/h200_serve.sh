@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Continuous batching on ONE H200 (device kind nvidia-h200), three back-to-back device calls sent as one message, run
+# Continuous batching on ONE H200 (device kind nvidia-h200), four back-to-back device calls sent as one message, run
 # from the repo root with STAGE and OUT set; benchmarks/device_stage.sh (sourced) does the staging.
 #
 #   - A (no GGUF needed): the GPU tests of serving, the CUDA graphs and the decode attention (the new serving path on
@@ -7,15 +7,19 @@
 #     with the Triton decode attention against SDPA in the same run, batch 1 and 8 (the verify's phase time is the
 #     attention cut's end-to-end figure). Parks the GGUF's part 1.
 #   - B: parks part 2; a CUDA smoke of `bench --continuous` on SmolLM2's shape (random weights: the path, not a figure).
-#   - C: joins the GGUF; the shipped drafter on every MT-bench first turn (80) at batch 8 and 32, plain against
+#   - C: parks part 3, nothing else.
+#   - D: joins the GGUF; the shipped drafter on every MT-bench first turn (80) at batch 8 and 32, plain against
 #     speculative in the same process, first in batches (the prompts in groups of 8 / 32, each running until its
 #     longest row ends), then served continuously (`--continuous`: each request's row refilled as it ends).
 #
-#   call A  carry .carry/m1 .carry/assets .whl   STAGE=A
-#   call B  carry .carry/m2 .whl                 STAGE=B
-#   call C  carry .carry/m3 .carry/assets .whl   STAGE=C
+#   call A  carry .carry/mq1 .carry/assets .whl   STAGE=A
+#   call B  carry .carry/mq2 .whl                 STAGE=B
+#   call C  carry .carry/mq3 .whl                 STAGE=C
+#   call D  carry .carry/mq4 .carry/assets .whl   STAGE=D
+# The GGUF travels in four parts here (.carry/mq1..mq4, ~22.6 MB each): the device counts the tree in disk blocks
+# (38.5 MB of them on 2026-12-04, the shipped drafter in it), so a ~30 MB part no longer fits beside it in 64 MiB.
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s).
-STAGE=${STAGE:?set STAGE=A, B or C}
+STAGE=${STAGE:?set STAGE=A, B, C or D}
 source "$(dirname "$0")/device_stage.sh"
 
 # serve_bench NAME LIMIT EXTRA...: the shipped drafter against plain decoding (each at its profile's tree) on the 80
@@ -46,10 +50,14 @@ stage_b() {
 }
 
 stage_c() {
+  park_parts
+}
+
+stage_d() {
   join_gguf
   serve_bench batched 270
   serve_bench served $(left) --continuous
 }
 
-export STAGE_S=${STAGE_S:-$([ "$STAGE" = B ] && echo 200 || echo 570)}; watchdog "$0"
-run_stage A B C
+export STAGE_S=${STAGE_S:-$(case $STAGE in B) echo 200;; C) echo 60;; *) echo 570;; esac)}; watchdog "$0"
+run_stage A B C D
