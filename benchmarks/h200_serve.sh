@@ -16,10 +16,12 @@
 #   call B  carry .carry/mq2 .whl                 STAGE=B
 #   call C  carry .carry/mq3 .whl                 STAGE=C
 #   call D  carry .carry/mq4 .carry/assets .whl   STAGE=D
+#   call E  carry .carry/assets .whl              STAGE=E (optional, right after D)
+# STAGE=T (carry a part and .whl) parks it as C does and runs the GPU tests of serving and of the graph runner.
 # The GGUF travels in four parts here (.carry/mq1..mq4, ~22.6 MB each): the device counts the tree in disk blocks
 # (38.5 MB of them on 2026-12-04, the shipped drafter in it), so a ~30 MB part no longer fits beside it in 64 MiB.
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s).
-STAGE=${STAGE:?set STAGE=A, B, C or D}
+STAGE=${STAGE:?set STAGE=A, B, C, D, E or T}
 source "$(dirname "$0")/device_stage.sh"
 
 # serve_bench NAME LIMIT EXTRA...: the shipped drafter against plain decoding (each at its profile's tree) on the 80
@@ -53,11 +55,28 @@ stage_c() {
   park_parts
 }
 
+# T: parks the part carried, then the GPU tests of serving and of the graph runner in one process (serving's first: the
+# order in which a collection inside a capture showed up in call A)
+stage_t() {
+  record_gpu
+  park_parts
+  TAIL=12 run gpu_tests_t $(left) python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine/runtime/test_serve.py \
+    tests/engine/runtime/test_cuda_graphs.py tests/engine/runtime/test_loop.py
+}
+
+# E (right after D, the model still in the cache): batch 8 served with the batch-1 tree 5/4/24, the tree that
+# batches of 8 lost to their stragglers; MT-bench at batch 1 for the same day's baseline
+stage_e() {
+  [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call D"; exit 3; }
+  serve_bench served_5-4-24 200 --continuous --batch-sizes 8 --steps 5 --topk 4 --draft-tokens 24
+  serve_bench b1 $(left) --batch-sizes 1
+}
+
 stage_d() {
   join_gguf
   serve_bench batched 270
   serve_bench served $(left) --continuous
 }
 
-export STAGE_S=${STAGE_S:-$(case $STAGE in B) echo 200;; C) echo 60;; *) echo 570;; esac)}; watchdog "$0"
-run_stage A B C D
+export STAGE_S=${STAGE_S:-$(case $STAGE in B|T) echo 200;; C) echo 60;; E) echo 420;; *) echo 570;; esac)}; watchdog "$0"
+run_stage A B C D E T

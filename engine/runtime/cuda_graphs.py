@@ -426,8 +426,17 @@ class CudaGraphRunner:
                 _warm_up(fn, self.warmup)
             torch.cuda.current_stream(dev).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph, pool=self._pool, stream=stream):
-                outputs = fn()
+            # No garbage collection inside the capture: one there may free a graph of another runner (an earlier
+            # engine's, in a reference cycle), and that graph's reset is illegal while a stream captures: it ends
+            # this capture with an error and the phase falls back to eager for good (seen on the H200, 2026-12-04)
+            collecting = gc.isenabled()
+            gc.disable()
+            try:
+                with torch.cuda.graph(graph, pool=self._pool, stream=stream):
+                    outputs = fn()
+            finally:
+                if collecting:
+                    gc.enable()
         finally:
             torch.cuda.synchronize(dev)
         return graph, outputs

@@ -364,6 +364,35 @@ def test_cuda_graphs_give_the_eager_tokens(kind):
         assert len(eng.observer.captures) == len(runner.capture_stats) > 0
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_a_collection_during_capture_frees_no_other_graph_into_it():
+    """An earlier engine's graphs, garbage in a reference cycle, and the collector set to run at nearly every
+    allocation: the next runner's captures still succeed (a collection inside a capture freed such a graph, whose
+    reset is illegal while a stream captures, and the phase fell back to eager)."""
+    import gc
+
+    model = build_scale_model("tiny", device="cuda", seed=3).model
+    spec = SpecConfig(cuda_graphs=True)
+
+    def serve():
+        runner = CudaGraphRunner.for_engine(model, spec, None, max_len=64, buckets=(1, 2, 4))
+        _engine(model, spec, None, runner).generate(PROMPTS[:3], 8)
+        return runner
+
+    old = serve()
+    assert old._graphs and not old._failed
+    old.loop = [old]  # only a collection frees it now
+    del old
+    thresholds = gc.get_threshold()
+    gc.set_threshold(1, 1, 1)
+    try:
+        new = serve()
+    finally:
+        gc.set_threshold(*thresholds)
+    assert new._graphs and not new._failed, new._failed
+
+
 # ---- MLA targets: the cache is K-only (one compressed row per token, no V buffer) ------------------
 @pytest.fixture(scope="module")
 def mla():
