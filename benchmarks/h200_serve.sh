@@ -74,6 +74,7 @@ stage_e() {
 
 stage_d() {
   join_gguf
+  TAIL=6 run gpu_tests_d 90 python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine/runtime/test_serve.py
   serve_bench batched 270
   serve_bench served $(left) --continuous
 }

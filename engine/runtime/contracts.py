@@ -68,13 +68,13 @@ class Drafter(Protocol):
 @runtime_checkable
 class RefillableDrafter(Protocol):
     """A drafter that serves continuous batching (``Engine.generate(max_batch=...)``): a row whose request ended
-    takes the next prompt while the others keep running. New prompts enter at row 0 (the phases of one row use
-    the first row of every cache), so the request running there first moves to the free row."""
+    takes the next prompt while the others keep running. New prompts enter at rows 0..k-1 (the phases of k rows use
+    the first k rows of every cache), so requests running there first move to free rows."""
 
     def refill(self, view: DraftView, prompt_ids: torch.Tensor, aux: torch.Tensor | None, runner: Runner,
                eager: str | None = None) -> None:
-        """As :meth:`Drafter.begin` for row 0 alone, after the target's prefill of ``prompt_ids`` [1, W] there
-        (``view``: the whole batch, row 0 already the new request's); the other rows are left as they are.
+        """As :meth:`Drafter.begin` for rows 0..k-1 alone, after the target's prefill of ``prompt_ids`` [k, W] there
+        (``view``: the whole batch, those rows already the new requests'); the other rows are left as they are.
         ``eager``: why that prefill ran eagerly (the drafter's prompt phase then does too)."""
 
     def move_row(self, src: int, dst: int) -> None:

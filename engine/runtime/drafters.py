@@ -56,9 +56,10 @@ class NgramDrafter:
         return chain_tree(torch.cat([st.root[:, None], tokens], dim=1))
 
     def refill(self, st: DraftView, prompt_ids, aux, runner: Runner, eager: str | None = None) -> None:
-        """Row 0 holds a new request: its history is its prompt."""
-        self._history[0] = list(st.prompts[0])
-        self._seen[0] = 0
+        """Rows 0..k-1 hold new requests (k = ``len(prompt_ids)``): each one's history is its prompt."""
+        for r in range(prompt_ids.shape[0]):
+            self._history[r] = list(st.prompts[r])
+            self._seen[r] = 0
 
     def move_row(self, src: int, dst: int) -> None:
         self._history[dst], self._seen[dst] = list(self._history[src]), self._seen[src]
@@ -111,12 +112,13 @@ class Eagle3Drafter:
 
     def refill(self, st: DraftView, prompt_ids: torch.Tensor, aux: torch.Tensor, runner: Runner,
                eager: str | None = None) -> None:
-        """The draft-extend over row 0's new prompt (its cache row rewritten from slot 0), its root's hidden
-        state and logits written into row 0 of the ones the next draft reads (in place: they may be runner
-        state a captured cycle binds)."""
-        hidden, logits = self._prompt_phase(prompt_ids, aux, st.lengths[:1], st.root[:1], runner, eager)
-        self.next_hidden[:1].copy_(hidden)
-        self.next_logits[:1].copy_(logits)
+        """The draft-extend over the new prompts of rows 0..k-1 (k = ``len(prompt_ids)``; their cache rows rewritten
+        from slot 0), their roots' hidden states and logits written into those rows of the ones the next draft
+        reads (in place: they may be runner state a captured cycle binds)."""
+        k = prompt_ids.shape[0]
+        hidden, logits = self._prompt_phase(prompt_ids, aux, st.lengths[:k], st.root[:k], runner, eager)
+        self.next_hidden[:k].copy_(hidden)
+        self.next_logits[:k].copy_(logits)
 
     def move_row(self, src: int, dst: int) -> None:
         """Row ``src``'s drafter cache row and next-root state onto row ``dst``."""

@@ -106,19 +106,20 @@ def move_row(state: dict[str, torch.Tensor], src: int, dst: int) -> None:
         t[dst].copy_(t[src])
 
 
-def start_row(state: dict[str, torch.Tensor], row: int, length: int, first: torch.Tensor, max_new: int,
-              eos: torch.Tensor) -> None:
-    """Row ``row`` takes a new request, in place: ``length`` prompt tokens cached, ``first`` [1] (the prefill's
-    token) its root, emitted as its first token (which may end it: an EOS, or ``max_new`` 1). The other rows
-    are left as they are: they emit nothing here. Example: row 1 of rows [live, done] with length 9 and
-    first [42] -> lengths[1] 9, root[1] 42, out[1] [42, -1, ...], n_out[1] 1, done[1] False."""
-    state["lengths"][row] = length
-    state["root"][row: row + 1].copy_(first)
-    state["out"][row].fill_(-1)
-    state["n_out"][row] = 0
-    state["done"][row] = False
-    state["hit_eos"][row] = False
-    state["limit"][row] = max_new
+def start_rows(state: dict[str, torch.Tensor], lengths: torch.Tensor, first: torch.Tensor, max_new: int,
+               eos: torch.Tensor) -> None:
+    """Rows 0..k-1 take new requests, in place (k = ``lengths.shape[0]``): ``lengths`` [k] prompt tokens cached,
+    ``first`` [k] (the prefill's tokens) their roots, each emitted as its row's first token (which may end it: an
+    EOS, or ``max_new`` 1). The other rows are left as they are: they emit nothing here. Example: rows [done, live]
+    with lengths [9] and first [42] -> lengths[0] 9, root[0] 42, out[0] [42, -1, ...], n_out[0] 1, done[0] False."""
+    k = lengths.shape[0]
+    state["lengths"][:k].copy_(lengths)
+    state["root"][:k].copy_(first)
+    state["out"][:k].fill_(-1)
+    state["n_out"][:k] = 0
+    state["done"][:k] = False
+    state["hit_eos"][:k] = False
+    state["limit"][:k] = max_new
     count = torch.zeros_like(state["n_out"])
-    count[row] = 1
+    count[:k] = 1
     emit_tokens(state, state["root"][:, None], count, eos)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.runtime.drafters import Eagle3Drafter, NgramDrafter
 from eaglelab.engine.runtime.generate import Engine
-from eaglelab.engine.runtime.loop_state import loop_state, move_row, start_row
+from eaglelab.engine.runtime.loop_state import loop_state, move_row, start_rows
 from eaglelab.engine.runtime.runner import EagerRunner
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from tests.conftest import CycleCollector, random_model
@@ -57,7 +57,7 @@ def _engine(target, kind: str, graphs: bool, lag: int, observer=None) -> Engine:
                           one_graph_cycle=kind == "eagle3")
         net = random_drafter(target, 5, draft_vocab=CFG["vocab_size"])  # the whole vocabulary: drafts get accepted
         drafter = Eagle3Drafter(net, spec, TAPS)
-    runner = (EmulatedRunner.for_engine(target, spec, drafter, max_len=160, buckets=(1, 4)) if graphs
+    runner = (EmulatedRunner.for_engine(target, spec, drafter, max_len=160, buckets=(1, 2, 4)) if graphs
               else EagerRunner(target, net))
     return Engine(target, eos_token_ids=EOS, drafter=drafter, spec=spec, runner=runner, stop_lag=lag,
                   observer=observer)
@@ -85,7 +85,7 @@ def test_served_requests_get_what_plain_greedy_gives_each_alone(target, alone, d
 @pytest.mark.parametrize("kind", ["plain", "eagle3"])
 def test_rows_refill_as_requests_end(target, alone, kind):
     """Seven prompts of very different lengths and budgets through two rows, graphs emulated, the stop check a
-    step late: every request's tokens as alone; one prefill event for the first two, one per refill after;
+    step late: every request's tokens as alone; one prefill event for the first two, at most one per refill after;
     fewer steps than two-at-a-time batches that wait for their longest row; drafts accepted (the path moved)."""
     prompts = [[5, 6, 7, 8, 5, 6, 7], [9, 10], [11, 12, 13, 11, 12, 13, 11, 12], [3, 4], list(range(20, 31)), [8],
                [8, 9, 10, 11]]
@@ -93,12 +93,29 @@ def test_rows_refill_as_requests_end(target, alone, kind):
     out = _engine(target, kind, True, 1, seen).generate(prompts, 24, max_batch=2, warm_up=3)
     assert out.tokens == [alone(p, 24) for p in prompts]
     kinds = [c.kind for c in seen.cycles]
-    assert kinds[0] == "prefill" and kinds.count("prefill") == 1 + len(prompts) - 2
+    assert kinds[0] == "prefill" and 1 < kinds.count("prefill") <= 1 + len(prompts) - 2  # rows ending together: one
     assert all(c.active_rows <= 2 for c in seen.cycles)
     batched = sum(max(len(alone(p, 24)) for p in prompts[i: i + 2]) for i in range(0, len(prompts), 2))
     assert out.cycles < batched
     if kind == "eagle3":
         assert any(a > 1 for cycle in out.accept_lens for a in cycle), "a draft token accepted"
+
+
+@pytest.mark.parametrize("buckets", [(1, 2, 4), (1, 4), (4,)], ids=["every", "no-2", "no-1"])
+def test_rows_that_end_together_start_their_next_prompts_together(target, buckets):
+    """No EOS, so every row of a plain batch ends at the same step: the next prompts are prefilled as one batch
+    when a graph bucket fits the free rows exactly (2 rows: bucket 2), one by one when the bucket of 2 is
+    missing (bucket 4 would write rows that hold running requests), and eagerly, said, with no bucket of 1."""
+    prompts = [[5, 6, 7], [9, 10, 11, 12], [13], [14, 15], [16, 17, 18, 19, 20], [21, 22]]
+    spec = SpecConfig(cuda_graphs=True)
+    runner = EmulatedRunner.for_engine(target, spec, None, max_len=64, buckets=buckets)
+    seen = CycleCollector()
+    out = Engine(target, spec=spec, runner=runner, stop_lag=1, observer=seen).generate(prompts, 5, max_batch=2)
+    assert out.tokens == [Engine(target).generate([p], 5).tokens[0] for p in prompts]
+    prefills = sum(c.kind == "prefill" for c in seen.cycles)
+    assert prefills == {"every": 3, "no-2": 5, "no-1": 5}[{(1, 2, 4): "every", (1, 4): "no-2", (4,): "no-1"}[buckets]]
+    eager = {reason for (phase, reason) in runner.fallbacks if phase == "prefill"}
+    assert bool(eager) == (buckets == (4,)), eager
 
 
 def test_serving_refuses_what_it_cannot_do(target):
@@ -134,21 +151,23 @@ def test_row_moves_and_starts():
     move_row(state, 0, 1)
     assert state["lengths"].tolist() == [4, 4, 6] and state["root"].tolist() == [11, 11, 13]
     assert state["n_out"].tolist() == [1, 1, 2] and state["done"].tolist() == [False, False, False]
-    start_row(state, 0, 9, torch.tensor([42]), max_new=3, eos=torch.tensor([7]))
+    start_rows(state, torch.tensor([9]), torch.tensor([42]), max_new=3, eos=torch.tensor([7]))
     assert state["lengths"].tolist() == [9, 4, 6] and state["root"].tolist() == [42, 11, 13]
     assert state["out"][0].tolist() == [42, -1, -1, -1, -1, -1] and state["n_out"].tolist() == [1, 1, 2]
     assert state["done"].tolist() == [False, False, False]
-    start_row(state, 2, 1, torch.tensor([7]), max_new=3, eos=torch.tensor([7]))  # its first token is an EOS
-    assert state["done"].tolist() == [False, False, True] and state["hit_eos"].tolist() == [False, False, True]
-    assert state["out"][2, :2].tolist() == [7, -1]
+    move_row(state, 0, 2)
+    start_rows(state, torch.tensor([1, 5]), torch.tensor([7, 30]), max_new=3, eos=torch.tensor([7]))  # row 0: an EOS
+    assert state["lengths"].tolist() == [1, 5, 9] and state["root"].tolist() == [7, 30, 42]
+    assert state["done"].tolist() == [True, False, False] and state["hit_eos"].tolist() == [True, False, False]
+    assert state["n_out"].tolist() == [1, 1, 1] and state["out"][1, :2].tolist() == [30, -1]
 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("kind", ["plain", "eagle3"])
 def test_served_on_cuda_graphs_gets_the_eager_tokens(kind):
-    """Real CUDA graphs (float32, the stop check a step late): every phase replays, the prompt of one row in the
-    bucket of one, and each request's tokens are plain greedy's of that prompt alone."""
+    """Real CUDA graphs (float32, the stop check a step late): every phase replays, prompts that start together in
+    the bucket that fits them, and each request's tokens are plain greedy's of that prompt alone."""
     from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
     from eaglelab.engine.runtime.reasons import REPLAY
 
@@ -159,7 +178,7 @@ def test_served_on_cuda_graphs_gets_the_eager_tokens(kind):
     else:
         spec = SpecConfig("eagle3", num_steps=3, topk=4, num_draft_tokens=10, cuda_graphs=True)
         drafter = Eagle3Drafter(random_drafter(model, 5, draft_vocab=CFG["vocab_size"]).cuda(), spec, TAPS)
-    runner = CudaGraphRunner.for_engine(model, spec, drafter, max_len=96, buckets=(1, 4))
+    runner = CudaGraphRunner.for_engine(model, spec, drafter, max_len=96, buckets=(1, 2, 4))
     seen = CycleCollector()
     engine = Engine(model, eos_token_ids=EOS, drafter=drafter, spec=spec, runner=runner, observer=seen)
     out = engine.generate(prompts, 16, max_batch=3, warm_up=4)
