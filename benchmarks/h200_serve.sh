@@ -17,11 +17,12 @@
 #   call C  carry .carry/mq3 .whl                 STAGE=C
 #   call D  carry .carry/mq4 .carry/assets .whl   STAGE=D
 #   call E  carry .carry/assets .whl              STAGE=E (optional, right after D)
-# STAGE=T (carry a part and .whl) parks it as C does and runs the GPU tests of serving and of the graph runner.
+# STAGE=T (carry a part and .whl) parks it as C does and runs the GPU tests of serving and of the graph runner;
+# STAGE=F (carry .whl) the 8B shape's verify of a 5/4/24 tree against SDPA.
 # The GGUF travels in four parts here (.carry/mq1..mq4, ~22.6 MB each): the device counts the tree in disk blocks
 # (38.5 MB of them on 2026-12-04, the shipped drafter in it), so a ~30 MB part no longer fits beside it in 64 MiB.
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s).
-STAGE=${STAGE:?set STAGE=A, B, C, D, E or T}
+STAGE=${STAGE:?set STAGE=A, B, C, D, E, F or T}
 source "$(dirname "$0")/device_stage.sh"
 
 # serve_bench NAME LIMIT EXTRA...: the shipped drafter against plain decoding (each at its profile's tree) on the 80
@@ -64,6 +65,15 @@ stage_t() {
     tests/engine/runtime/test_cuda_graphs.py tests/engine/runtime/test_loop.py
 }
 
+# F (no GGUF): the 8B shape's verify of a 5/4/24 tree (96 query rows a KV head: the planner's 8B cuts of 2026-12-04)
+# with the Triton decode attention against SDPA, batch 1
+stage_f() {
+  record_gpu
+  TAIL=30 run bench_8b_tree $(left) $EL bench --scale-model llama3.1-8b --dtype bfloat16 --seed 0 --batch-sizes 1 \
+    --steps 5 --topk 4 --draft-tokens 24 --configs spec-compile-gemv,spec-compile-gemv-attn --prompts 2 \
+    --max-new-tokens 64 --repeats 2 --no-micro --json "$R/h200_8b_tree_attn.json"
+}
+
 # E (right after D, the model still in the cache): batch 8 served with the batch-1 tree 5/4/24, the tree that
 # batches of 8 lost to their stragglers; MT-bench at batch 1 for the same day's baseline
 stage_e() {
@@ -80,4 +90,4 @@ stage_d() {
 }
 
 export STAGE_S=${STAGE_S:-$(case $STAGE in B|T) echo 200;; C) echo 60;; E) echo 420;; *) echo 570;; esac)}; watchdog "$0"
-run_stage A B C D E T
+run_stage A B C D E F T
