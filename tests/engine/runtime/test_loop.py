@@ -298,24 +298,28 @@ def test_the_result_is_read_in_a_few_copies_not_one_per_cycle(target, kind, monk
     """On a GPU each read is a sync: the result (tokens, stop reasons, accepted lengths) takes a fixed handful of
     reads however many cycles ran (a read per cycle cost a speculative request ~1-2 ms, inside bench's timing),
     and gives what reading each cycle gives."""
+    from eaglelab.engine.runtime import generate as G
+
     engine = _engine(target, -1, SPECS[kind], 0)
     reads = []
-    finish = Engine._finish
 
-    def counted(self, st, seconds, accepted, setup):
-        original = torch.Tensor.tolist
+    def counted(read):  # the reads after the loop: the rows' tokens (_read_rows), the accepted lengths (_finish)
+        def wrapped(*args):
+            original = torch.Tensor.tolist
 
-        def tolist(t):
-            reads.append(tuple(t.shape))
-            return original(t)
+            def tolist(t):
+                reads.append(tuple(t.shape))
+                return original(t)
 
-        monkeypatch.setattr(torch.Tensor, "tolist", tolist)
-        try:
-            return finish(self, st, seconds, accepted, setup)
-        finally:
-            monkeypatch.setattr(torch.Tensor, "tolist", original)
+            monkeypatch.setattr(torch.Tensor, "tolist", tolist)
+            try:
+                return read(*args)
+            finally:
+                monkeypatch.setattr(torch.Tensor, "tolist", original)
+        return wrapped
 
-    monkeypatch.setattr(Engine, "_finish", counted)
+    monkeypatch.setattr(Engine, "_finish", counted(Engine._finish))
+    monkeypatch.setattr(G, "_read_rows", counted(G._read_rows))
     out = engine.generate(PROMPTS, 13)
     assert out.cycles >= 4 and len(reads) <= 5, reads
     if kind != "plain":
