@@ -186,3 +186,36 @@ def test_served_on_cuda_graphs_gets_the_eager_tokens(kind):
     assert out.tokens == alone
     assert not runner._failed and not runner.fallbacks, (runner._failed, dict(runner.fallbacks))
     assert all(set(c.graph.values()) == {REPLAY} for c in seen.cycles if c.kind != "prefill")
+
+
+def test_an_mla_moe_target_with_an_mla_drafter_serves_losslessly():
+    """A Kimi-shaped target (latent attention: a K-only cache, one row a token; MoE layers) and the EAGLE-3 MLA
+    drafter: rows moved and refilled through caches with no V buffer give each prompt's plain greedy tokens."""
+    from tests.engine.model.test_eagle3_mla import TAPS as MLA_TAPS, YARN, mla_drafter, random_model as mla_model
+    from tests.engine.model.test_eagle3_mla import TCFG
+
+    target = mla_model(TCFG, seed=3)
+    assert target.make_cache(1, 4, dtype=torch.float32, device="cpu").v is None
+    prompts = [[5, 6, 7, 8, 5, 6, 7], [9, 10, 11], [12, 13], [14, 15, 16, 17], [18]]
+    spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5)
+    drafter = Eagle3Drafter(mla_drafter(target.embed_tokens, rope_scaling=YARN), spec, MLA_TAPS)
+    out = Engine(target, eos_token_ids=(2,), drafter=drafter, spec=spec).generate(prompts, 10, max_batch=2)
+    assert out.tokens == [Engine(target, eos_token_ids=(2,)).generate([p], 10).tokens[0] for p in prompts]
+
+
+def test_sampled_serving_gives_every_request_its_budget(target):
+    """Sampling draws per row, so served tokens differ from a lone run's; each request still gets its own row's
+    tokens: at most max_new, ending on EOS exactly when its stop reason says so, the same run twice alike."""
+    from eaglelab.engine.runtime.sampling import SamplingParams
+
+    prompts = [[5, 6, 7], [9, 10], [11, 12, 13, 14], [3, 4], [20, 21, 22]]
+    runs = []
+    for _ in range(2):
+        engine = _engine(target, "eagle3", False, 0)
+        runs.append(engine.generate(prompts, 9, SamplingParams(temperature=0.9, top_p=0.95),
+                                    torch.Generator().manual_seed(5), max_batch=2))
+    out = runs[0]
+    assert out.tokens == runs[1].tokens and len(out.tokens) == len(prompts)
+    for toks, why in zip(out.tokens, out.stop_reasons):
+        assert 1 <= len(toks) <= 9 and (why == "eos") == (toks[-1] in EOS) and EOS[0] not in toks[:-1]
+        assert why == "eos" or len(toks) == 9
