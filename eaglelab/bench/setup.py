@@ -88,6 +88,9 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
               f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",
               f"generation: {max_new} tokens per row, EOS ignored, greedy", *peer_note(built["peer"] if runs_hf(args) else None, d, max_new)]
     notes += [window_note] if window_note and max(map(len, prompts)) == keep else []
+    if ctx.continuous:  # a queue no longer than the rows is one batch of that many rows, not a full one
+        notes += [f"--continuous: the {len(prompts)} prompts served through each batch size's rows; at batch {b} "
+                  f"that is one batch of {len(prompts)} rows" for b in batch_sizes if len(prompts) <= b]
     micro_bs = int_list(args.micro_batch_sizes or d["micro_batch_sizes"], "--micro-batch-sizes")
     return BenchSetup(ctx, tuple(notes), built["name"], built["weight_bytes"], micro_bs, device_reason, dtype_reason,
                       dtype_name, regime)

@@ -307,6 +307,7 @@ def test_continuous_serves_every_prompt_once_through_the_rows(tmp_path, question
     assert rows["plain-eager"]["tokens"] == rows["spec-decode"]["tokens"] == 3 * 6  # not 4 x 6 (a wrapped batch)
     assert rows["spec-decode"]["same_tokens_as_plain_eager"] == 1.0
     assert len(rows["spec-decode"]["group_tok_per_s"]) == 1  # one queue
+    assert not any(n.startswith("--continuous") for n in rep["notes"])  # 3 prompts keep 2 rows busy
     capsys.readouterr()
     rc = main(["bench", "--figures", "--continuous", "--scale-model", "tiny", "--device", "cpu"])
     assert rc != 0
