@@ -49,10 +49,11 @@ from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.model.layers import prefix_mask
 from eaglelab.engine.model.model import Transformer
 from eaglelab.engine.runtime import cycle_ops
-from eaglelab.engine.runtime.contracts import Drafter, FusableDrafter, PhaseParts, RefillableDrafter, Runner
+from eaglelab.engine.runtime.contracts import Drafter, FusableDrafter, PhaseParts, Runner
 from eaglelab.engine.runtime.cycle import GraphParts, speculative_cycle
 from eaglelab.engine.runtime.limits import check_memory, kv_cache_bytes
-from eaglelab.engine.runtime.loop_state import Batch, emit_and_advance, emit_tokens, loop_state, move_row, start_rows
+from eaglelab.engine.runtime import serving
+from eaglelab.engine.runtime.loop_state import Batch, emit_and_advance, emit_tokens, loop_state, read_rows
 from eaglelab.engine.runtime.observer import CycleStats, Observer, RunInfo, RunSummary, json_values
 from eaglelab.engine.runtime.readback import Staged, Stager, StepReader, StepView
 from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA, EAGER_NO_RUNNER, EAGER_OFF, SOURCE_RUNNER, eager_warning
@@ -174,22 +175,22 @@ class Engine:
         same after it, so a sampled run draws what it would without.
 
         ``max_batch``: continuous batching when there are more prompts: at most that many rows run at once, and a
-        row whose request ends takes the next prompt before the next step (:meth:`_serve`); results stay in the
+        row whose request ends takes the next prompt before the next step (:mod:`.serving`); results stay in the
         order of ``prompts``. None: every prompt in one batch, which runs until its last row ends."""
         assert prompts and all(prompts), "every prompt needs at least one token"
         queued = max_batch is not None and len(prompts) > max_batch
         if queued:
-            self._check_serve(max_batch, stream)
-            run = lambda n: self._serve(prompts, n, sampling, generator, max_batch)  # noqa: E731
+            serving.check(self, max_batch, stream)
+            run = lambda n, out: serving.serve(self, prompts, n, sampling, generator, max_batch)  # noqa: E731
         else:
-            run = lambda n: self._batch(prompts, n, sampling, generator, stream)  # noqa: E731
+            run = lambda n, out: self._batch(prompts, n, sampling, generator, out)  # noqa: E731
         self._warned.clear()
         self._announce(max_batch if queued else len(prompts))
         warm = self._warm_up(run, min(warm_up, max_new_tokens), generator) if warm_up else 0.0
         self._reset_run()
         setup0 = self._setup_seen = self.runner.setup_seconds  # each cycle's stats carry the set-up made since
         t0 = time.perf_counter()
-        tokens, reasons, accepted = run(max_new_tokens)
+        tokens, reasons, accepted = run(max_new_tokens, stream)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self._flush_observed()
@@ -200,7 +201,7 @@ class Engine:
         """Every prompt in one batch, until every row ends. -> (tokens, stop reasons, per-cycle acceptance)."""
         st = self._prefill(prompts, max_new, sampling, generator)
         accepted = self._loop(st, max_new, sampling, generator, stream)
-        tokens, reasons = _read_rows(st.out, st.n_out, st.hit_eos)
+        tokens, reasons = read_rows(st.out, st.n_out, st.hit_eos)
         return tokens, reasons, accepted
 
     def _reset_run(self) -> None:
@@ -211,14 +212,14 @@ class Engine:
         self.clock.take()  # marks of an unobserved warm-up
 
     def _warm_up(self, run: Callable, max_new: int, generator) -> float:
-        """Generate ``max_new`` tokens (``run(max_new)``: the run's own way, one batch or served) without telling the
-        observer or a stream (the same phases and graphs as the run). -> its wall seconds."""
+        """Generate ``max_new`` tokens (``run(max_new, stream)``: the run's own way, one batch or served) without telling
+        the observer or a stream (the same phases and graphs as the run). -> its wall seconds."""
         t0 = time.perf_counter()
         self._reset_run()
         saved = generator.get_state() if generator is not None else None
         self._muted = True
         try:
-            run(max_new)
+            run(max_new, None)
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
         finally:
@@ -274,116 +275,6 @@ class Engine:
         emitted = self._stream(unstreamed, stream, emitted)
         self._forget_extra(len(launched), accepted)
         return accepted
-
-    # ---- continuous batching -----------------------------------------------------------------
-    def _check_serve(self, max_batch: int, stream: StreamFn | None) -> None:
-        """Why this engine cannot serve a queue of prompts in ``max_batch`` rows (ValueError), if it cannot."""
-        if max_batch < 1:
-            raise ValueError(f"max_batch {max_batch}: at least one row is needed to serve a queue of prompts")
-        if stream is not None:
-            raise ValueError("a stream takes rows, and continuous batching hands a row to several requests: "
-                             "stream one batch (max_batch None) instead")
-        if self.drafter is not None and not isinstance(self.drafter, RefillableDrafter):
-            raise ValueError(f"{type(self.drafter).__name__} cannot take a new prompt into a running batch (it has "
-                             "no refill/move_row): run its prompts as one batch (max_batch None)")
-
-    def _serve(self, prompts, max_new: int, sampling, generator, max_batch: int):
-        """Continuous batching over ``prompts`` in ``max_batch`` rows: the first ``max_batch`` prefilled as one
-        batch, then before each step every row whose request ended (as the lagged stop check sees it) takes the
-        next prompt, until the queue is empty and every row has ended. New prompts are prefilled together in the
-        first rows (the phases of k rows use the first k rows of every cache and state buffer,
-        :meth:`_take_rows`), so requests running there first move to free rows: their cache rows, state and
-        drafter state copied, a few MB per move on the device. Rows never change once ended (an ended row emits nothing and never moves), so an ended request's
-        tokens are copied out on the device when the host sees it end, read once at the end.
-        -> (tokens, stop reasons, per-cycle acceptance), per prompt in the order given."""
-        B = max_batch
-        st = self._prefill(prompts[:B], max_new, sampling, generator, longest=max(len(p) for p in prompts))
-        owner: list[int | None] = list(range(B))  # the request each row serves (None: ended, free)
-        fresh = [0] * B  # per row: the first step whose view shows the row's current request
-        queue = deque(range(B, len(prompts)))
-        ended: dict[int, tuple[torch.Tensor, ...]] = {}  # request -> its row's (out, n_out, hit_eos), on device
-        accepted: list[tuple[torch.Tensor, torch.Tensor]] = []
-        watched = {"done": st.done}
-        reader = StepReader(self.stop_lag, watched)
-        launched: deque[tuple[StepView, int]] = deque([(reader.view(watched), 0)])
-        step = 0
-        while True:
-            while launched and len(launched) > self.stop_lag:
-                view, index = launched.popleft()
-                done = view.read()["done"].tolist()
-                for r, request in enumerate(owner):
-                    if request is not None and done[r] and index >= fresh[r]:
-                        ended[request] = (st.out[r].clone(), st.n_out[r].clone(), st.hit_eos[r].clone())
-                        owner[r] = None
-            while queue and None in owner:
-                self._take_rows(st, owner, fresh, queue, prompts, max_new, sampling, generator, step)
-            if all(request is None for request in owner):
-                break
-            step += 1
-            self._cycle += 1
-            if self.spec.enabled:
-                accepted.append(self._spec_cycle(st, sampling, generator))
-            else:
-                self._decode_step(st, sampling, generator)
-            launched.append((reader.view(watched), step))
-        self._forget_extra(len(launched), accepted)
-        order = range(len(prompts))
-        tokens, reasons = _read_rows(*(torch.stack([ended[q][i] for q in order]) for i in range(3)))
-        return tokens, reasons, accepted
-
-    def _take_rows(self, st: Batch, owner: list, fresh: list[int], queue: deque, prompts, max_new: int, sampling,
-                   generator, step: int) -> None:
-        """Start the next ``k`` queued prompts as one batch in rows 0..k-1, ``k`` as many as the free rows allow:
-        a phase of ``k`` rows runs on ``runner.padded_batch(k)`` rows (its batch bucket), and every one of those
-        must be free, so the requests running there first move to free rows past them. One prefill of ``k``
-        prompts costs little more than one of a single prompt (a batch-1 prefill is latency, not work): serving
-        every new request alone cost plain decoding 16-34% of its tok/s at batch 8-32 on the H200. Views of steps
-        up to ``step`` (launched before this) no longer show the rows touched."""
-        free = owner.count(None)
-        k = min(free, len(queue))
-        while k > 1 and self.runner.padded_batch(k) > free:
-            k -= 1
-        span, eager = self.runner.padded_batch(k), None
-        if span > free:  # no bucket small enough: a padded graph would write other requests' rows
-            span, eager = k, f"eager: {k} new prompt(s) run on {span} rows in a graph, more than the {free} free"
-        spare = [r for r in range(span, len(owner)) if owner[r] is None]
-        for r in range(span):  # clear rows 0..span-1: their requests move on
-            if owner[r] is not None:
-                dst = spare.pop(0)
-                st.cache.copy_row(r, dst)
-                move_row(st.state(), r, dst)
-                if self.drafter is not None:
-                    self.drafter.move_row(r, dst)  # type: ignore[union-attr]
-                st.prompts[dst], owner[dst], fresh[dst] = st.prompts[r], owner[r], step + 1
-                st.prompt_lens[dst] = st.prompt_lens[r]
-        requests = [queue.popleft() for _ in range(k)]
-        batch = [prompts[q] for q in requests]
-        longest = max(map(len, batch))
-        width, why = self.runner.prefill_width(k, longest, st.cache)
-        eager = eager or why
-        width = longest if eager is not None else width
-        ids = self._upload([p + [0] * (width - len(p)) for p in batch])  # [k, W]
-        lengths = self._upload([len(p) for p in batch])  # [k]
-        ins = {"ids": ids, "lengths": lengths, **self._noise(k, 0, sampling, generator)}
-        with self.clock.phase("prefill"):
-            first, *aux = self.runner.phase("prefill", self._prefill_fn(st.cache, sampling), ins, (st.cache,),
-                                            (sampling, self._taps()), eager=eager, compile=self.spec.compile_prefill)
-        for r, q in enumerate(requests):
-            st.prompts[r], owner[r], fresh[r] = prompts[q], q, step + 1
-        st.prompt_lens[:k].copy_(lengths)
-        start_rows(st.state(), lengths, first, max_new, self.eos)
-        if self.drafter is not None:
-            with self.clock.phase("draft_extend"):
-                self.drafter.refill(st.view(), ids, aux[0] if aux else None, self.runner, eager)  # type: ignore[union-attr]
-        self._emit("prefill", st)
-
-    def _upload(self, values: list) -> torch.Tensor:
-        """A small int64 tensor of ``values`` on the engine's device without a host sync (from pinned memory on
-        CUDA: a copy from pageable memory waits for the steps already queued, stalling the loop's lag)."""
-        host = torch.tensor(values, dtype=torch.long)
-        if self.device.type != "cuda":
-            return host.to(self.device)
-        return host.pin_memory().to(self.device, non_blocking=True)
 
     # ---- prefill -----------------------------------------------------------------------------
     def _prefill(self, prompts, max_new, sampling, generator, longest: int | None = None) -> Batch:
@@ -784,13 +675,6 @@ def _eager_reason(spec: SpecConfig, device: torch.device) -> str:
     if not spec.cuda_graphs:
         return EAGER_OFF
     return EAGER_NO_CUDA if device.type != "cuda" else EAGER_NO_RUNNER
-
-
-def _read_rows(out: torch.Tensor, n_out: torch.Tensor, hit_eos: torch.Tensor) -> tuple[list[list[int]], list[str]]:
-    """Rows' emitted tokens (``out`` [R, S], the first ``n_out`` [R] of each) and stop reasons, in three copies."""
-    counts = n_out.tolist()
-    rows = out[:, : max(counts)].tolist()
-    return [row[:n] for row, n in zip(rows, counts)], ["eos" if e else "length" for e in hit_eos.tolist()]
 
 
 def _tree_inputs(tree: DraftTree) -> dict[str, torch.Tensor]:

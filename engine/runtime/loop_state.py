@@ -123,3 +123,10 @@ def start_rows(state: dict[str, torch.Tensor], lengths: torch.Tensor, first: tor
     count = torch.zeros_like(state["n_out"])
     count[:k] = 1
     emit_tokens(state, state["root"][:, None], count, eos)
+
+
+def read_rows(out: torch.Tensor, n_out: torch.Tensor, hit_eos: torch.Tensor) -> tuple[list[list[int]], list[str]]:
+    """Rows' emitted tokens (``out`` [R, S], the first ``n_out`` [R] of each) and stop reasons, in three copies."""
+    counts = n_out.tolist()
+    rows = out[:, : max(counts)].tolist()
+    return [row[:n] for row, n in zip(rows, counts)], ["eos" if e else "length" for e in hit_eos.tolist()]

@@ -303,7 +303,7 @@ def test_the_result_is_read_in_a_few_copies_not_one_per_cycle(target, kind, monk
     engine = _engine(target, -1, SPECS[kind], 0)
     reads = []
 
-    def counted(read):  # the reads after the loop: the rows' tokens (_read_rows), the accepted lengths (_finish)
+    def counted(read):  # the reads after the loop: the rows' tokens (read_rows), the accepted lengths (_finish)
         def wrapped(*args):
             original = torch.Tensor.tolist
 
@@ -319,7 +319,7 @@ def test_the_result_is_read_in_a_few_copies_not_one_per_cycle(target, kind, monk
         return wrapped
 
     monkeypatch.setattr(Engine, "_finish", counted(Engine._finish))
-    monkeypatch.setattr(G, "_read_rows", counted(G._read_rows))
+    monkeypatch.setattr(G, "read_rows", counted(G.read_rows))
     out = engine.generate(PROMPTS, 13)
     assert out.cycles >= 4 and len(reads) <= 5, reads
     if kind != "plain":
