@@ -40,14 +40,16 @@ def check(engine: Engine, max_batch: int, stream: Callable | None) -> None:
         raise ValueError(f"{type(engine.drafter).__name__} cannot take a new prompt into a running batch (it has "
                          "no refill/move_row): run its prompts as one batch (max_batch None)")
 
+
 def serve(engine: Engine, prompts: list[list[int]], max_new: int, sampling, generator, max_batch: int):
     """Continuous batching over ``prompts`` in ``max_batch`` rows: the first ``max_batch`` prefilled as one
     batch, then before each step every row whose request ended (as the lagged stop check sees it) takes the
     next prompt, until the queue is empty and every row has ended. New prompts are prefilled together in the
     first rows (the phases of k rows use the first k rows of every cache and state buffer,
     :func:`_take_rows`), so requests running there first move to free rows: their cache rows, state and
-    drafter state copied, a few MB per move on the device. Rows never change once ended (an ended row emits nothing and never moves), so an ended request's
-    tokens are copied out on the device when the host sees it end, read once at the end.
+    drafter state copied, a few MB per move on the device. Rows never change once ended (an ended row emits
+    nothing and never moves), so an ended request's tokens are copied out on the device when the host sees it
+    end, read once at the end.
     -> (tokens, stop reasons, per-cycle acceptance), per prompt in the order given."""
     B = max_batch
     st = engine._prefill(prompts[:B], max_new, sampling, generator, longest=max(len(p) for p in prompts))
@@ -83,6 +85,7 @@ def serve(engine: Engine, prompts: list[list[int]], max_new: int, sampling, gene
     order = range(len(prompts))
     tokens, reasons = read_rows(*(torch.stack([ended[q][i] for q in order]) for i in range(3)))
     return tokens, reasons, accepted
+
 
 def _take_rows(engine: Engine, st: Batch, owner: list, fresh: list[int], queue: deque, prompts, max_new: int,
                sampling, generator, step: int) -> None:
@@ -120,7 +123,8 @@ def _take_rows(engine: Engine, st: Batch, owner: list, fresh: list[int], queue: 
     ins = {"ids": ids, "lengths": lengths, **engine._noise(k, 0, sampling, generator)}
     with engine.clock.phase("prefill"):
         first, *aux = engine.runner.phase("prefill", engine._prefill_fn(st.cache, sampling), ins, (st.cache,),
-                                        (sampling, engine._taps()), eager=eager, compile=engine.spec.compile_prefill)
+                                          (sampling, engine._taps()), eager=eager,
+                                          compile=engine.spec.compile_prefill)
     for r, q in enumerate(requests):
         st.prompts[r], owner[r], fresh[r] = prompts[q], q, step + 1
     st.prompt_lens[:k].copy_(lengths)
@@ -129,6 +133,7 @@ def _take_rows(engine: Engine, st: Batch, owner: list, fresh: list[int], queue: 
         with engine.clock.phase("draft_extend"):
             engine.drafter.refill(st.view(), ids, aux[0] if aux else None, engine.runner, eager)  # type: ignore[union-attr]
     engine._emit("prefill", st)
+
 
 def _upload(device: torch.device, values: list) -> torch.Tensor:
     """A small int64 tensor of ``values`` on the engine's device without a host sync (from pinned memory on
