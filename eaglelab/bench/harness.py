@@ -88,6 +88,9 @@ class BenchRow:
     # *-compile configs: each phase compile of this config that fell back to eager (the phase then ran its
     # eager layers, inside its graph: still "R"), with its reason; under --tp from every rank ("rank r: ...")
     compile_fallbacks: tuple[str, ...] = ()
+    # the first pass's prompt forwards: how many, and prompts per forward (--continuous: a refill each; else a group)
+    prefills: int | None = None
+    prompts_per_prefill: float | None = None
 
 
 @dataclass
@@ -213,13 +216,14 @@ def groups_for(prompts: list[list[int]], batch: int) -> list[list[list[int]]]:
     return [[prompts[(g * batch + i) % n] for i in range(batch)] for g in range(math.ceil(n / batch))]
 
 
-def sweep(generate: Callable, groups, max_new: int, device) -> tuple[int, float, list[int], list[list[int]], list]:
+def sweep(generate: Callable, groups, max_new: int, device) -> tuple[int, float, list[int], list[list[int]], list,
+                                                                 list[int]]:
     """Generate every group; -> (tokens, seconds, accept lengths, per-row outputs, per group (tok/s, mean accepted
-    length or None)). Graph capture and compilation inside a call (``setup_seconds``) are not generation time, as
+    length or None), prompts per prompt forward (the engine's ``prefill_rows``; none from the HF peer)). Graph capture and compilation inside a call (``setup_seconds``) are not generation time, as
     in ``eaglelab run``."""
     sync(device)
     t0 = time.perf_counter()
-    tokens, accepts, outputs, setup, per_group = 0, [], [], 0.0, []
+    tokens, accepts, outputs, setup, per_group, prefills = 0, [], [], 0.0, [], []
     for g in groups:
         g0 = time.perf_counter()
         res = generate(g, max_new)
@@ -231,9 +235,10 @@ def sweep(generate: Callable, groups, max_new: int, device) -> tuple[int, float,
         acc = [a for cyc in getattr(res, "accept_lens", []) for a in cyc]
         accepts += acc
         outputs += res.tokens
+        prefills += getattr(res, "prefill_rows", [])
         seconds = time.perf_counter() - g0 - own_setup
         per_group.append((n / seconds if seconds > 0 else 0.0, sum(acc) / len(acc) if acc else None))
-    return tokens, time.perf_counter() - t0 - setup, accepts, outputs, per_group
+    return tokens, time.perf_counter() - t0 - setup, accepts, outputs, per_group, prefills
 
 
 def engine_spec(cfg: BenchConfig, ctx: BenchContext, batch: int | None = None) -> SpecConfig:
@@ -306,6 +311,7 @@ class Contender:
     outputs: list[list[int]] = field(default_factory=list)  # the first pass's rows
     per_group: list[tuple[float, float | None]] = field(default_factory=list)  # the first pass's, per group
     compile_fallbacks: tuple[str, ...] = ()
+    prefills: list[int] = field(default_factory=list)  # the first pass's prompts per prompt forward
 
     def warm_up(self, max_new: int) -> None:
         """One short call: allocator, kernels, lazy capture and compile (its set-up is never timed)."""
@@ -313,11 +319,12 @@ class Contender:
 
     def run_pass(self, ctx: BenchContext) -> None:
         """One timed pass over every prompt group."""
-        tokens, seconds, acc, outs, groups_seen = sweep(self.generate, self.groups, ctx.max_new_tokens, ctx.device)
+        tokens, seconds, acc, outs, groups_seen, prefills = sweep(self.generate, self.groups, ctx.max_new_tokens,
+                                                                  ctx.device)
         self.passes.append((tokens / seconds if seconds > 0 else 0.0, tokens, seconds))
         self.accepts += acc
         if len(self.passes) == 1:
-            self.outputs, self.per_group = outs, groups_seen
+            self.outputs, self.per_group, self.prefills = outs, groups_seen, prefills
 
     def row(self, ctx: BenchContext) -> BenchRow:
         """The row of what the passes measured, and (``ctx.observe``) one observed pass like them for the phase
@@ -327,7 +334,9 @@ class Contender:
                    tokens=calls[0][1], seconds=calls[0][2], sweeps_tok_per_s=tuple(c[0] for c in calls),
                    mean_accept_len=sum(self.accepts) / len(self.accepts) if self.accepts else None,
                    group_tok_per_s=tuple(t for t, _ in self.per_group),
-                   group_accept_len=tuple(a for _, a in self.per_group), compile_fallbacks=self.compile_fallbacks)
+                   group_accept_len=tuple(a for _, a in self.per_group), compile_fallbacks=self.compile_fallbacks,
+                   prefills=len(self.prefills) or None,
+                   prompts_per_prefill=sum(self.prefills) / len(self.prefills) if self.prefills else None)
         if self.observed is not None and ctx.observe:
             row.update(observe_phases(self.observed, self.groups, ctx))
         return BenchRow(**row)

@@ -77,6 +77,7 @@ class GenerationResult:
     seconds: float  # generation time: wall time of the run less setup_seconds
     cycles: int
     accept_lens: list[list[int]] = field(default_factory=list)  # per cycle, per active row (spec only)
+    prefill_rows: list[int] = field(default_factory=list)  # prompts per prefill, in order (served: one per refill)
     setup_seconds: float = 0.0  # graph capture and compilation that happened during the run (not in tok/s)
 
     @property
@@ -190,19 +191,21 @@ class Engine:
         self._reset_run()
         setup0 = self._setup_seen = self.runner.setup_seconds  # each cycle's stats carry the set-up made since
         t0 = time.perf_counter()
-        tokens, reasons, accepted = run(max_new_tokens, stream)
+        tokens, reasons, accepted, prefills = run(max_new_tokens, stream)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self._flush_observed()
         setup = self.runner.setup_seconds - setup0  # lazy captures and compiles: timed apart, never in tok/s
-        return self._finish(prompts, tokens, reasons, time.perf_counter() - t0 - setup, accepted, warm + setup)
+        return self._finish(prompts, tokens, reasons, time.perf_counter() - t0 - setup, accepted, warm + setup,
+                            prefills)
 
     def _batch(self, prompts, max_new: int, sampling, generator, stream):
-        """Every prompt in one batch, until every row ends. -> (tokens, stop reasons, per-cycle acceptance)."""
+        """Every prompt in one batch, until every row ends. -> (tokens, stop reasons, per-cycle acceptance, prompts
+        per prefill: one prefill of them all)."""
         st = self._prefill(prompts, max_new, sampling, generator)
         accepted = self._loop(st, max_new, sampling, generator, stream)
         tokens, reasons = read_rows(st.out, st.n_out, st.hit_eos)
-        return tokens, reasons, accepted
+        return tokens, reasons, accepted, [len(prompts)]
 
     def _reset_run(self) -> None:
         self._cycle = 0
@@ -514,7 +517,7 @@ class Engine:
         self._pending = None  # its stats (queued, not delivered: the observer is a cycle behind)
 
     def _finish(self, prompts, tokens: list[list[int]], reasons: list[str], seconds: float, accepted,
-                setup: float) -> GenerationResult:
+                setup: float, prefills: list[int]) -> GenerationResult:
         """The run's result, read from the device in a few copies: a readback per cycle (a masked index and a
         ``tolist`` each, both syncs) cost a speculative request ~1-2 ms on the GPU, inside bench's wall time."""
         accept_lens: list[list[int]] = []
@@ -524,7 +527,7 @@ class Engine:
             accept_lens = [[n for n, a in zip(row, act) if a] for row, act in zip(lens, active)]
         res = GenerationResult(
             tokens=tokens, stop_reasons=reasons, prompt_tokens=sum(len(p) for p in prompts),
-            seconds=seconds, cycles=self._cycle, accept_lens=accept_lens, setup_seconds=setup,
+            seconds=seconds, cycles=self._cycle, accept_lens=accept_lens, setup_seconds=setup, prefill_rows=prefills,
         )
         if self.observer is not None:
             self.observer.on_run_end(RunSummary(

@@ -50,7 +50,8 @@ def serve(engine: Engine, prompts: list[list[int]], max_new: int, sampling, gene
     drafter state copied, a few MB per move on the device. Rows never change once ended (an ended row emits
     nothing and never moves), so an ended request's tokens are copied out on the device when the host sees it
     end, read once at the end.
-    -> (tokens, stop reasons, per-cycle acceptance), per prompt in the order given."""
+    -> (tokens, stop reasons, per-cycle acceptance, prompts per prefill), tokens and reasons per prompt in the
+    order given."""
     B = max_batch
     st = engine._prefill(prompts[:B], max_new, sampling, generator, longest=max(len(p) for p in prompts))
     owner: list[int | None] = list(range(B))  # the request each row serves (None: ended, free)
@@ -58,6 +59,7 @@ def serve(engine: Engine, prompts: list[list[int]], max_new: int, sampling, gene
     queue = deque(range(B, len(prompts)))
     ended: dict[int, tuple[torch.Tensor, ...]] = {}  # request -> its row's (out, n_out, hit_eos), on device
     accepted: list[tuple[torch.Tensor, torch.Tensor]] = []
+    prefills = [B]
     watched = {"done": st.done}
     reader = StepReader(engine.stop_lag, watched)
     launched: deque[tuple[StepView, int]] = deque([(reader.view(watched), 0)])
@@ -71,7 +73,7 @@ def serve(engine: Engine, prompts: list[list[int]], max_new: int, sampling, gene
                     ended[request] = (st.out[r].clone(), st.n_out[r].clone(), st.hit_eos[r].clone())
                     owner[r] = None
         while queue and None in owner:
-            _take_rows(engine, st, owner, fresh, queue, prompts, max_new, sampling, generator, step)
+            prefills.append(_take_rows(engine, st, owner, fresh, queue, prompts, max_new, sampling, generator, step))
         if all(request is None for request in owner):
             break
         step += 1
@@ -84,17 +86,17 @@ def serve(engine: Engine, prompts: list[list[int]], max_new: int, sampling, gene
     engine._forget_extra(len(launched), accepted)
     order = range(len(prompts))
     tokens, reasons = read_rows(*(torch.stack([ended[q][i] for q in order]) for i in range(3)))
-    return tokens, reasons, accepted
+    return tokens, reasons, accepted, prefills
 
 
 def _take_rows(engine: Engine, st: Batch, owner: list, fresh: list[int], queue: deque, prompts, max_new: int,
-               sampling, generator, step: int) -> None:
+               sampling, generator, step: int) -> int:
     """Start the next ``k`` queued prompts as one batch in rows 0..k-1, ``k`` as many as the free rows allow:
     a phase of ``k`` rows runs on ``runner.padded_batch(k)`` rows (its batch bucket), and every one of those
     must be free, so the requests running there first move to free rows past them. One prefill of ``k``
     prompts costs little more than one of a single prompt (a batch-1 prefill is latency, not work): serving
     every new request alone cost plain decoding 16-34% of its tok/s at batch 8-32 on the H200. Views of steps
-    up to ``step`` (launched before this) no longer show the rows touched."""
+    up to ``step`` (launched before this) no longer show the rows touched. -> ``k``."""
     free = owner.count(None)
     k = min(free, len(queue))
     while k > 1 and engine.runner.padded_batch(k) > free:
@@ -133,6 +135,7 @@ def _take_rows(engine: Engine, st: Batch, owner: list, fresh: list[int], queue: 
         with engine.clock.phase("draft_extend"):
             engine.drafter.refill(st.view(), ids, aux[0] if aux else None, engine.runner, eager)  # type: ignore[union-attr]
     engine._emit("prefill", st)
+    return k
 
 
 def _upload(device: torch.device, values: list) -> torch.Tensor:

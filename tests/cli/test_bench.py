@@ -80,6 +80,7 @@ def test_bench_runs_on_cpu_and_writes_the_report(tmp_path, questions, capsys):
         spread = head["spec_speedup_spread"][cfg]["1"]  # JSON keys
         assert spread["groups"] == 2 and spread["min"] <= spread["median"] <= spread["max"]
     assert len(rows[("spec-decode", 2)]["group_speedups"]) == 1  # both prompts in one group: no spread to show
+    assert rows[("spec-decode", 1)]["prefills"] == 2 and rows[("spec-decode", 2)]["prompts_per_prefill"] == 2.0
     assert "2" not in head["spec_speedup_spread"]["spec-decode"]
     assert "b1, prompt group by group (2)" in " ".join(printed.split())
     assert "per request, ms" in printed
@@ -308,6 +309,8 @@ def test_continuous_serves_every_prompt_once_through_the_rows(tmp_path, question
     assert rows["spec-decode"]["same_tokens_as_plain_eager"] == 1.0
     assert len(rows["spec-decode"]["group_tok_per_s"]) == 1  # one queue
     assert not any(n.startswith("--continuous") for n in rep["notes"])  # 3 prompts keep 2 rows busy
+    for r in rows.values():  # the first two prompts in one prompt forward, the third in a refill of its own
+        assert r["prefills"] == 2 and r["prompts_per_prefill"] == 1.5
     capsys.readouterr()
     rc = main(["bench", "--figures", "--continuous", "--scale-model", "tiny", "--device", "cpu"])
     assert rc != 0

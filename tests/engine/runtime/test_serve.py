@@ -79,6 +79,7 @@ def test_served_requests_get_what_plain_greedy_gives_each_alone(target, alone, d
     assert out.tokens == [alone(p, max_new) for p in prompts]
     assert out.stop_reasons == ["eos" if t and t[-1] in EOS else "length" for t in out.tokens]
     assert out.prompt_tokens == sum(map(len, prompts))
+    assert out.prefill_rows[0] == max_batch and sum(out.prefill_rows) == len(prompts)
     assert all(len(cycle) <= max_batch for cycle in out.accept_lens), "never more rows than max_batch"
 
 
@@ -113,6 +114,7 @@ def test_rows_that_end_together_start_their_next_prompts_together(target, bucket
     out = Engine(target, spec=spec, runner=runner, stop_lag=1, observer=seen).generate(prompts, 5, max_batch=2)
     assert out.tokens == [Engine(target).generate([p], 5).tokens[0] for p in prompts]
     prefills = sum(c.kind == "prefill" for c in seen.cycles)
+    assert len(out.prefill_rows) == prefills and sum(out.prefill_rows) == len(prompts)
     assert prefills == {"every": 3, "no-2": 5, "no-1": 5}[{(1, 2, 4): "every", (1, 4): "no-2", (4,): "no-1"}[buckets]]
     eager = {reason for (phase, reason) in runner.fallbacks if phase == "prefill"}
     assert bool(eager) == (buckets == (4,)), eager
