@@ -55,6 +55,11 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
     ``what``: how the notes name them), and the bench context."""
     from eaglelab.devices import pick_device, pick_dtype, rank_device
 
+    if getattr(args, "continuous", False) and tp is not None:
+        from eaglelab.engine.errors import EagleLabError
+
+        raise EagleLabError("continuous batching has not been tried under tensor parallelism", field="--continuous",
+                            found=f"with --tp {args.tp}", hint="serve without --tp, or measure --tp in batches")
     device, device_reason = rank_device(*pick_device(args.device), tp)
     dtype_name, dtype_reason = pick_dtype(args.dtype, device)
     d = defaults_for(args, device.type)

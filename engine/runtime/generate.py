@@ -55,7 +55,7 @@ from eaglelab.engine.runtime.limits import check_memory, kv_cache_bytes
 from eaglelab.engine.runtime import serving
 from eaglelab.engine.runtime.loop_state import Batch, emit_and_advance, emit_tokens, loop_state, read_rows
 from eaglelab.engine.runtime.observer import CycleStats, Observer, RunInfo, RunSummary, json_values
-from eaglelab.engine.runtime.readback import Staged, Stager, StepReader, StepView
+from eaglelab.engine.runtime.readback import Staged, Stager, StepReader, StepView, upload
 from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA, EAGER_NO_RUNNER, EAGER_OFF, SOURCE_RUNNER, eager_warning
 from eaglelab.engine.runtime.runner import FORWARD_PHASES, EagerRunner
 from eaglelab.engine.runtime.sampling import SamplingParams, exponential_noise, probs_from_logits, sample_with
@@ -284,27 +284,36 @@ class Engine:
         """The prompts' forward (one phase: a graph per batch bucket and padded width, compiled only with
         ``spec.compile_prefill``: it runs once per request), the first token. ``longest``: the longest prompt
         the rows will hold (continuous batching: the queue's), which sizes the cache."""
-        B, N = len(prompts), self.spec.draft_tokens if self.spec.enabled else 1
-        lens = torch.tensor([len(p) for p in prompts], device=self.device)
+        N = self.spec.draft_tokens if self.spec.enabled else 1
         T = int(max(len(p) for p in prompts))
-        cache = self._make_cache(B, max(T, longest or 0) + max_new + 2 * N + 2)
-        width, eager = self.runner.prefill_width(B, T, cache)  # T, or T padded to a captured width
-        # [B, W]: each row's prompt, then pad tokens (their slots are overwritten before anything reads them)
-        ids = torch.tensor([p + [0] * (width - len(p)) for p in prompts], dtype=torch.long, device=self.device)
-        ins = {"ids": ids, "lengths": lens, **self._noise(B, 0, sampling, generator)}
-        with self.clock.phase("prefill"):
-            first, *aux = self.runner.phase("prefill", self._prefill_fn(cache, sampling), ins, (cache,),
-                                            (sampling, self._taps()), eager=eager,
-                                            compile=self.spec.compile_prefill)  # [B], ([B, W, taps * H])
+        cache = self._make_cache(len(prompts), max(T, longest or 0) + max_new + 2 * N + 2)
+        ids, lens, first, aux, _ = self._prompt_forward(prompts, cache, sampling, generator)
         st = Batch(cache=cache, **self._new_state(lens, first, cache, max_new), prompts=prompts, prompt_lens=lens)
         emit_tokens(st.state(), first[:, None], torch.ones_like(lens), self.eos)
         if self.drafter is not None:
             with self.clock.phase("draft_extend"):
-                self.drafter.begin(st.view(), ids, aux[0] if aux else None, self.runner)
+                self.drafter.begin(st.view(), ids, aux, self.runner)
                 if self.one_graph:
                     self._carry = self.drafter.carry(self.runner, cache)
         self._emit("prefill", st)
         return st
+
+    def _prompt_forward(self, prompts, cache: KVCache, sampling, generator, eager: str | None = None):
+        """The prefill phase over ``prompts`` in the first rows of ``cache`` (a graph per batch bucket and padded width,
+        compiled only with ``spec.compile_prefill``; eagerly where the runner or ``eager`` says why). -> (ids [B, W],
+        lengths [B], first tokens [B], aux [B, W, taps * H] or None, why it ran eagerly or None)."""
+        B, T = len(prompts), int(max(len(p) for p in prompts))
+        width, why = self.runner.prefill_width(B, T, cache)  # T, or T padded to a captured width
+        eager = eager or why
+        width = T if eager is not None else width
+        # [B, W]: each row's prompt, then pad tokens (their slots are overwritten before anything reads them)
+        ids = upload([p + [0] * (width - len(p)) for p in prompts], self.device)
+        lens = upload([len(p) for p in prompts], self.device)
+        ins = {"ids": ids, "lengths": lens, **self._noise(B, 0, sampling, generator)}
+        with self.clock.phase("prefill"):
+            first, *aux = self.runner.phase("prefill", self._prefill_fn(cache, sampling), ins, (cache,),
+                                            (sampling, self._taps()), eager=eager, compile=self.spec.compile_prefill)
+        return ids, lens, first, aux[0] if aux else None, eager
 
     def _prefill_fn(self, cache: KVCache, sampling: SamplingParams):
         """The prefill phase: the prompts [B, W] at slots = positions 0..W-1, attending over those W slots

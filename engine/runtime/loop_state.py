@@ -113,13 +113,8 @@ def start_rows(state: dict[str, torch.Tensor], lengths: torch.Tensor, first: tor
     EOS, or ``max_new`` 1). The other rows are left as they are: they emit nothing here. Example: rows [done, live]
     with lengths [9] and first [42] -> lengths[0] 9, root[0] 42, out[0] [42, -1, ...], n_out[0] 1, done[0] False."""
     k = lengths.shape[0]
-    state["lengths"][:k].copy_(lengths)
-    state["root"][:k].copy_(first)
-    state["out"][:k].fill_(-1)
-    state["n_out"][:k] = 0
-    state["done"][:k] = False
-    state["hit_eos"][:k] = False
-    state["limit"][:k] = max_new
+    for name, fresh in loop_state(lengths, first, state["out"].shape[1], max_new).items():  # a new run's rows
+        state[name][:k].copy_(fresh)
     count = torch.zeros_like(state["n_out"])
     count[:k] = 1
     emit_tokens(state, state["root"][:, None], count, eos)

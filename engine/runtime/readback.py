@@ -10,6 +10,9 @@ host memory behind an event, and builds the stats once the *next* cycle has been
 Example: ``stage({"active": done [B] bool, "path": [B, 3]})`` packs ``[B, 4]``; ``read()`` gives
 ``{"active": [[1], [0]], "path": [[0, 1, -1], [0, 2, 3]]}`` for B = 2.
 
+The other way, :func:`upload` puts a few host ints on the device from pinned memory, queued behind the steps in
+flight instead of waiting for them (a served loop's new prompts).
+
 The loop's own stop check reads back the same way (:class:`StepReader`): each step's "done" flags
 (and, for a stream, the emitted tokens) copied without blocking, read once the next step is launched.
 """
@@ -117,3 +120,10 @@ class StepReader:
             return StepView(host, None)
         self._events[i].record()
         return StepView(host, self._events[i])
+
+
+def upload(values: list, device: torch.device) -> torch.Tensor:
+    """A small int64 tensor of ``values`` on ``device`` without a host sync (from pinned memory on CUDA: a copy from
+    pageable memory waits for the steps already queued, which would stall a served loop's lag at every refill)."""
+    host = torch.tensor(values, dtype=torch.long)
+    return host.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else host.to(device)

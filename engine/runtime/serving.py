@@ -31,6 +31,9 @@ Engine = Any  # eaglelab.engine.runtime.generate.Engine, which imports this modu
 
 def check(engine: Engine, max_batch: int, stream: Callable | None) -> None:
     """Why this engine cannot serve a queue of prompts in ``max_batch`` rows (ValueError), if it cannot."""
+    if engine.target.tp is not None:
+        raise ValueError("continuous batching has not been tried under tensor parallelism (each rank would move "
+                         "and refill its rows alone): run the prompts as one batch (max_batch None)")
     if max_batch < 1:
         raise ValueError(f"max_batch {max_batch}: at least one row is needed to serve a queue of prompts")
     if stream is not None:
@@ -115,33 +118,15 @@ def _take_rows(engine: Engine, st: Batch, owner: list, fresh: list[int], queue: 
             st.prompts[dst], owner[dst], fresh[dst] = st.prompts[r], owner[r], step + 1
             st.prompt_lens[dst] = st.prompt_lens[r]
     requests = [queue.popleft() for _ in range(k)]
-    batch = [prompts[q] for q in requests]
-    longest = max(map(len, batch))
-    width, why = engine.runner.prefill_width(k, longest, st.cache)
-    eager = eager or why
-    width = longest if eager is not None else width
-    ids = _upload(engine.device, [p + [0] * (width - len(p)) for p in batch])  # [k, W]
-    lengths = _upload(engine.device, [len(p) for p in batch])  # [k]
-    ins = {"ids": ids, "lengths": lengths, **engine._noise(k, 0, sampling, generator)}
-    with engine.clock.phase("prefill"):
-        first, *aux = engine.runner.phase("prefill", engine._prefill_fn(st.cache, sampling), ins, (st.cache,),
-                                          (sampling, engine._taps()), eager=eager,
-                                          compile=engine.spec.compile_prefill)
+    ids, lengths, first, aux, eager = engine._prompt_forward([prompts[q] for q in requests], st.cache, sampling,
+                                                            generator, eager)
     for r, q in enumerate(requests):
         st.prompts[r], owner[r], fresh[r] = prompts[q], q, step + 1
     st.prompt_lens[:k].copy_(lengths)
     start_rows(st.state(), lengths, first, max_new, engine.eos)
     if engine.drafter is not None:
         with engine.clock.phase("draft_extend"):
-            engine.drafter.refill(st.view(), ids, aux[0] if aux else None, engine.runner, eager)  # type: ignore[union-attr]
+            engine.drafter.refill(st.view(), ids, aux, engine.runner, eager)  # type: ignore[union-attr]
     engine._emit("prefill", st)
     return k
 
-
-def _upload(device: torch.device, values: list) -> torch.Tensor:
-    """A small int64 tensor of ``values`` on the engine's device without a host sync (from pinned memory on
-    CUDA: a copy from pageable memory waits for the steps already queued, stalling the loop's lag)."""
-    host = torch.tensor(values, dtype=torch.long)
-    if device.type != "cuda":
-        return host.to(device)
-    return host.pin_memory().to(device, non_blocking=True)

@@ -316,3 +316,11 @@ def test_continuous_serves_every_prompt_once_through_the_rows(tmp_path, question
     assert rc != 0
     err = " ".join(capsys.readouterr().err.split())
     assert "--continuous" in err and "--prompts 80" in err
+    from argparse import Namespace
+
+    from eaglelab.bench.setup import setup_bench
+    from eaglelab.engine.errors import EagleLabError
+
+    with pytest.raises(EagleLabError, match="tensor parallelism") as refused:  # --tp 2: said before any rank loads
+        setup_bench(Namespace(continuous=True, tp=2, device="cpu"), lambda m: None, tp=object())
+    assert refused.value.field == "--continuous"

@@ -102,8 +102,8 @@ def test_rows_refill_as_requests_end(target, alone, kind):
         assert any(a > 1 for cycle in out.accept_lens for a in cycle), "a draft token accepted"
 
 
-@pytest.mark.parametrize("buckets", [(1, 2, 4), (1, 4), (4,)], ids=["every", "no-2", "no-1"])
-def test_rows_that_end_together_start_their_next_prompts_together(target, buckets):
+@pytest.mark.parametrize("buckets, prefills", [((1, 2, 4), 3), ((1, 4), 5), ((4,), 5)], ids=["every", "no-2", "no-1"])
+def test_rows_that_end_together_start_their_next_prompts_together(target, buckets, prefills):
     """No EOS, so every row of a plain batch ends at the same step: the next prompts are prefilled as one batch
     when a graph bucket fits the free rows exactly (2 rows: bucket 2), one by one when the bucket of 2 is
     missing (bucket 4 would write rows that hold running requests), and eagerly, said, with no bucket of 1."""
@@ -113,9 +113,8 @@ def test_rows_that_end_together_start_their_next_prompts_together(target, bucket
     seen = CycleCollector()
     out = Engine(target, spec=spec, runner=runner, stop_lag=1, observer=seen).generate(prompts, 5, max_batch=2)
     assert out.tokens == [Engine(target).generate([p], 5).tokens[0] for p in prompts]
-    prefills = sum(c.kind == "prefill" for c in seen.cycles)
-    assert len(out.prefill_rows) == prefills and sum(out.prefill_rows) == len(prompts)
-    assert prefills == {"every": 3, "no-2": 5, "no-1": 5}[{(1, 2, 4): "every", (1, 4): "no-2", (4,): "no-1"}[buckets]]
+    assert sum(c.kind == "prefill" for c in seen.cycles) == len(out.prefill_rows) == prefills
+    assert sum(out.prefill_rows) == len(prompts)
     eager = {reason for (phase, reason) in runner.fallbacks if phase == "prefill"}
     assert bool(eager) == (buckets == (4,)), eager
 
@@ -126,6 +125,13 @@ def test_serving_refuses_what_it_cannot_do(target):
         engine.generate([[3], [4]], 4, max_batch=0)
     with pytest.raises(ValueError, match="stream one batch"):
         engine.generate([[3], [4]], 4, max_batch=1, stream=lambda row, toks: None)
+
+    from types import SimpleNamespace
+
+    from eaglelab.engine.runtime import serving
+
+    with pytest.raises(ValueError, match="tensor parallelism"):  # each rank would move and refill alone
+        serving.check(SimpleNamespace(target=SimpleNamespace(tp=object()), drafter=None), 2, None)
 
     class Fixed(NgramDrafter):  # a drafter written before continuous batching: no refill, no move_row
         refill = move_row = None
