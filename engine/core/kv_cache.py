@@ -65,7 +65,7 @@ class KVCache:
 
     def copy_row(self, src: int, dst: int) -> None:
         """Row ``src``'s every slot of every layer onto row ``dst`` (continuous batching moves a running request
-        out of the row a new prompt's prefill writes: batch-1 phases use row 0). Example: rows 0 and 3 of a
+        out of the rows new prompts' prefill writes: phases of k rows use rows 0..k-1). Example: rows 0 and 3 of a
         4-row cache; ``copy_row(0, 3)`` leaves row 3 a copy of row 0, which may then be overwritten."""
         for buf in (self.k, self.v) if self.v is not None else (self.k,):
             buf[:, dst].copy_(buf[:, src])

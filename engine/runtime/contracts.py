@@ -149,7 +149,7 @@ class Runner(Protocol):
 
     def padded_batch(self, batch: int) -> int:
         """The rows a phase of ``batch`` rows writes (the graph runner's batch bucket: it pads to one), so
-        continuous batching knows whether a one-row prompt phase would write other rows' caches."""
+        continuous batching knows which rows a prompt phase of k new prompts would write."""
 
     def make_draft_cache(self, batch: int, max_len: int, kv_heads: int, head_dim: int,
                          dtype: torch.dtype) -> KVCache:

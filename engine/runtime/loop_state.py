@@ -101,7 +101,7 @@ def emit_and_advance(state: dict[str, torch.Tensor], toks: torch.Tensor, count: 
 
 def move_row(state: dict[str, torch.Tensor], src: int, dst: int) -> None:
     """Row ``src`` of every per-row tensor onto row ``dst``, in place (continuous batching: a running request
-    leaves row 0 for a new prompt, whose batch-1 phases use row 0)."""
+    leaves the first rows to new prompts, whose phases of k rows use rows 0..k-1)."""
     for t in state.values():
         t[dst].copy_(t[src])
 
