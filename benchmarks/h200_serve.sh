@@ -17,8 +17,17 @@
 #   call C  carry .carry/mq3 .whl                 STAGE=C
 #   call D  carry .carry/mq4 .carry/assets .whl   STAGE=D
 #   call E  carry .carry/assets .whl              STAGE=E (optional, right after D)
-# STAGE=T (carry a part and .whl) parks it as C does and runs the GPU tests of serving and of the graph runner;
-# STAGE=F (carry .whl) the 8B shape's verify of a 5/4/24 tree against SDPA.
+# STAGE=T (carry a part and .whl) parks it as C does and runs the GPU tests of serving, of the graph runner and of
+# compiled phases in graphs; STAGE=F (carry .whl) the 8B shape's verify of a 5/4/24 tree against SDPA.
+#
+# The refill batch of 2026-12-04 (the uncompiled prompt on the compiled pieces; free rows waiting for each other):
+#   call T  carry .carry/mq1 .whl                 STAGE=T
+#   call C  carry .carry/mq2 .whl                 STAGE=C
+#   call C  carry .carry/mq3 .whl                 STAGE=C
+#   call R  carry .carry/mq4 .carry/assets .whl   STAGE=R: batch 8 and 32 in batches, then served (a quarter of the
+#           batch's free rows wait for each other: the default)
+#   call S  carry .carry/assets .whl              STAGE=S (right after R): batch 1 on the 80; batch 8 and 32 served
+#           refilling each free row at once (--refill-rows 1)
 # The GGUF travels in four parts here (.carry/mq1..mq4, ~22.6 MB each): the device counts the tree in disk blocks
 # (38.5 MB of them on 2026-12-04, the shipped drafter in it), so a ~30 MB part no longer fits beside it in 64 MiB.
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s).
@@ -62,7 +71,23 @@ stage_t() {
   record_gpu
   park_parts
   TAIL=12 run gpu_tests_t $(left) python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine/runtime/test_serve.py \
-    tests/engine/runtime/test_cuda_graphs.py tests/engine/runtime/test_loop.py
+    tests/engine/runtime/test_cuda_graphs.py tests/engine/runtime/test_loop.py tests/engine/runtime/test_compile.py
+}
+
+# R: joins the GGUF; batch 8 and 32 in batches, then served with the default refill (a quarter of the batch waits
+# for each other)
+stage_r() {
+  join_gguf
+  serve_bench batched 250
+  serve_bench served $(left) --continuous
+}
+
+# S (right after R, the model still in the cache): batch 1 on all 80 (the prompt's cost on the compiled pieces, the
+# day's b1 ratio); batch 8 and 32 served with each free row refilled at once (--refill-rows 1, the engine before)
+stage_s() {
+  [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call R"; exit 3; }
+  serve_bench b1 230 --batch-sizes 1
+  serve_bench served_r1 $(left) --continuous --refill-rows 1
 }
 
 # F (no GGUF): the 8B shape's verify of a 5/4/24 tree (96 query rows a KV head: the planner's 8B cuts of 2026-12-04)
@@ -89,5 +114,6 @@ stage_d() {
   serve_bench served $(left) --continuous
 }
 
-export STAGE_S=${STAGE_S:-$(case $STAGE in B|T) echo 200;; C) echo 60;; E) echo 420;; *) echo 570;; esac)}; watchdog "$0"
-run_stage A B C D E F T
+export STAGE_S=${STAGE_S:-$(case $STAGE in B) echo 200;; T) echo 300;; C) echo 60;; E|S) echo 420;; *) echo 570;; esac)}
+watchdog "$0"
+run_stage A B C D E F T R S

@@ -119,6 +119,7 @@ class BenchContext:
     tree_for: Callable[[int], Any] | None = None  # batch -> the tree run drafts at it (DraftChoice.tree_for); None: spec's
     observe: bool = True  # after the timed passes, one observed pass per configuration for the phase costs
     continuous: bool = False  # serve the prompts through each batch size's rows (continuous batching), not batches
+    refill_rows: int | None = None  # served: the free rows a refill waits for (None: the engine's default, B // 4)
 
     def groups(self, batch: int) -> list[list[list[int]]]:
         """What one pass generates, call by call: with ``continuous`` every prompt in one call served through
@@ -128,6 +129,15 @@ class BenchContext:
     def max_batch(self, batch: int) -> int | None:
         """``Engine.generate``'s ``max_batch`` at ``batch`` rows: the rows served with ``continuous``, else None."""
         return batch if self.continuous else None
+
+    def refill_at(self, batch: int) -> int | None:
+        """``Engine.generate``'s ``refill_rows`` at ``batch`` rows served: --refill-rows (at most the batch), else the
+        engine's default; None in batches."""
+        from eaglelab.engine.runtime.serving import refill_rows
+
+        if not self.continuous:
+            return None
+        return refill_rows(batch) if self.refill_rows is None else min(self.refill_rows, batch)
 
     def kernels(self, compile_: bool, gemv: bool = False, attn: bool = False):
         """The layers' kernels for a config: compiled ones (built once, shared) or the eager ones,
@@ -387,9 +397,10 @@ def contender(cfg: BenchConfig, ctx: BenchContext, batch: int, systems: dict[Any
     if key not in systems:
         systems[key] = OurSystem(cfg, ctx, batch)
     system = systems[key]
-    rows = ctx.max_batch(batch)
-    return Contender(cfg, batch, lambda g, m: system.engine().generate(g, m, max_batch=rows),
-                     lambda obs: (lambda g, m: system.engine(obs).generate(g, m, max_batch=rows)), ctx.groups(batch))
+    rows, refill = ctx.max_batch(batch), ctx.refill_at(batch)
+    return Contender(cfg, batch, lambda g, m: system.engine().generate(g, m, max_batch=rows, refill_rows=refill),
+                     lambda obs: (lambda g, m: system.engine(obs).generate(g, m, max_batch=rows, refill_rows=refill)),
+                     ctx.groups(batch))
 
 
 def run_batch(cfgs: list[BenchConfig], ctx: BenchContext, batch: int, systems: dict[Any, Any],

@@ -33,7 +33,7 @@ def bench_report(setup: Any, rows: list[BenchRow], micro: list[MicroRow], captur
             "model": setup.model, "scale_model": scale_model, "spec": ctx.spec.to_dict(),
             "batch_sizes": list(ctx.batch_sizes), "prompts": len(ctx.prompts), "max_new_tokens": ctx.max_new_tokens,
             "repeats": ctx.repeats, "static_cache_slots": ctx.max_len, "micro_context": micro_context,
-            "continuous": ctx.continuous,
+            "continuous": ctx.continuous, "refill_rows": {b: ctx.refill_at(b) for b in ctx.batch_sizes},
             "device_reason": setup.device_reason, "dtype_reason": setup.dtype_reason,
             "speedup_baseline": baseline_name(rows, baseline), "trees": trees,
             "measured": "the headline" if headline_only else "the configurations named" if configs else "none",

@@ -81,7 +81,7 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
         eager_kernels=built.get("kernels") if cpu else None,  # as `run`: the few-row C kernel,
         plain_kernels=built.get("plain_kernels") if cpu else None,  # and MKL for plain decoding
         tree_for=built["tree_for"], observe=observes(args), profile=built["profile"],
-        continuous=getattr(args, "continuous", False),
+        continuous=getattr(args, "continuous", False), refill_rows=_refill_rows(args),
     )
     regime = run_regime(args, device.type, built["profile"])
     notes = built["notes"] + ([compile_prefill_note(device.type)] if args.bench_compile_prefill else [])
@@ -96,9 +96,27 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
     if ctx.continuous:  # a queue no longer than the rows is one batch of that many rows, not a full one
         notes += [f"--continuous: the {len(prompts)} prompts served through each batch size's rows; at batch {b} "
                   f"that is one batch of {len(prompts)} rows" for b in batch_sizes if len(prompts) <= b]
+        notes += ["--continuous: free rows wait for " + ", ".join(f"{ctx.refill_at(b)} at batch {b}" for b in batch_sizes
+                                                               if len(prompts) > b) + " to be prefilled together"]
     micro_bs = int_list(args.micro_batch_sizes or d["micro_batch_sizes"], "--micro-batch-sizes")
     return BenchSetup(ctx, tuple(notes), built["name"], built["weight_bytes"], micro_bs, device_reason, dtype_reason,
                       dtype_name, regime)
+
+
+def _refill_rows(args: argparse.Namespace) -> int | None:
+    """--refill-rows, checked: a positive count, and only with --continuous (batches have no refills)."""
+    n = getattr(args, "refill_rows", None)
+    if n is None:
+        return None
+    from eaglelab.engine.errors import EagleLabError
+
+    if not getattr(args, "continuous", False):
+        raise EagleLabError("--refill-rows only means something to rows served continuously", field="--refill-rows",
+                            found=f"{n} without --continuous", hint="add --continuous, or drop --refill-rows")
+    if n < 1:
+        raise EagleLabError("a refill needs at least one free row", field="--refill-rows", found=str(n),
+                            hint="1 refills each row as soon as it is free; leave it out for a quarter of the batch")
+    return n
 
 
 def capped_peer(peer: Callable[[], Any] | None, tokens: int | None) -> Callable[[], Any] | None:

@@ -121,10 +121,13 @@ class Runner(Protocol):
     """Executes the loop's forwards. Shapes: B rows, T prompt tokens, N tree nodes, S cache slots.
 
     ``kernels`` are the layers' elementwise kernels the phases run with (eager or compiled);
+    ``prompt_kernels`` those of a prompt phase the runner does not compile whole (the compiled pieces where the
+    session compiles: a prompt run uncompiled need not run every norm and rotary op by op);
     ``setup_seconds`` sums the time spent capturing graphs and compiling (kept out of tok/s).
     """
 
     kernels: Kernels
+    prompt_kernels: Kernels
     setup_seconds: float
 
     def phase(self, name: str, fn: Callable[..., tuple], inputs: dict[str, torch.Tensor],

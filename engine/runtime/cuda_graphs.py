@@ -74,10 +74,25 @@ DEFAULT_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 # this many tokens (bucket rows x width); beyond it a prefill is compute-bound (launches do not matter)
 # and its graph's activations would be large: it runs eagerly.
 PREFILL_TOKENS = 4096
+# ... except for a small target, whose prefill stays launch-bound far longer: SmolLM2-135M's eager prefill of 32
+# MT-bench prompts (up to 402 tokens) cost 36-52 ms on an H200 (2026-12-04), about what its compute would take at
+# 100k tokens, and a quarter of each of those requests. Below SMALL_TARGET_PARAMS its prefills are captured up to
+# SMALL_PREFILL_TOKENS (32 rows x 512; the activations of SmolLM2 there: ~0.3 GB).
+SMALL_TARGET_PARAMS = 1_000_000_000
+SMALL_PREFILL_TOKENS = 16384
 # An MoE target's captured prefill runs every routed expert on every token (its sorted per-expert path
 # syncs with the host, so a graph takes the dense one): only short prompts are worth capturing there.
 MOE_PREFILL_TOKENS = 256
 MIN_PREFILL_WIDTH = 16
+
+
+def default_prefill_tokens(params: int, moe: bool) -> int:
+    """The largest prefill (bucket rows x padded width) a runner captures for a target of ``params`` parameters (on
+    this rank): :data:`SMALL_PREFILL_TOKENS` below :data:`SMALL_TARGET_PARAMS`, else :data:`PREFILL_TOKENS`; an MoE
+    target's at most :data:`MOE_PREFILL_TOKENS`."""
+    if moe:
+        return MOE_PREFILL_TOKENS
+    return SMALL_PREFILL_TOKENS if params < SMALL_TARGET_PARAMS else PREFILL_TOKENS
 
 
 def prefill_bucket(prompt_len: int) -> int:
@@ -180,11 +195,12 @@ class CudaGraphRunner:
         enabled: bool = True,
         warmup: int = 2,
         kernels: Kernels = EAGER_KERNELS,
-        prefill_tokens: int = PREFILL_TOKENS,
+        prefill_tokens: int | None = None,
     ) -> None:
         """``drafter`` is the drafter network (an Eagle3Network) or None; ``taps`` the aux taps the
         engine passes to verify; ``max_len`` the static cache's slots (a run needing more runs eagerly);
-        ``prefill_tokens`` the largest prefill captured (bucket rows x padded width; 0: never).
+        ``prefill_tokens`` the largest prefill captured (bucket rows x padded width; 0: never; None: by the target's
+        size, :func:`default_prefill_tokens`; an MoE target's never above :data:`MOE_PREFILL_TOKENS`).
         """
         self.target, self.drafter, self.spec, self.taps = target, drafter, spec, tuple(taps)
         param = next(target.parameters())
@@ -194,8 +210,15 @@ class CudaGraphRunner:
         # eager pieces and inductor fuses across them. Eager fallbacks run the eager pieces too.
         self.compile_phase = kernels.compile_phase
         self.warmup = warmup
-        self.prefill_tokens = min(prefill_tokens, MOE_PREFILL_TOKENS) if target.config.moe is not None else prefill_tokens
+        moe = target.config.moe is not None
+        if prefill_tokens is None:
+            prefill_tokens = default_prefill_tokens(sum(p.numel() for p in target.parameters()), moe)
+        self.prefill_tokens = min(prefill_tokens, MOE_PREFILL_TOKENS) if moe else prefill_tokens
         self.kernels = kernels.eager_pieces() if self.compile_phase is not None else kernels
+        # A prompt phase captured uncompiled (no --compile-prefill) runs the compiled pieces instead: compiled once
+        # for every width, they fuse each RMSNorm, rotary and SwiGLU into one or two kernels, and an eager prefill of
+        # SmolLM2 launches ~2,000 kernels, each a few us in a graph (a lone prompt's prefill cost ~3.4 ms).
+        self.prompt_kernels = replace(kernels, compile_phase=None) if self.compile_phase is not None else kernels
         self._builds = _builds_kernels(kernels)  # of the set asked for: its eager pieces are not ``compiled``
         self.disabled_reason = None if enabled else EAGER_OFF
         if enabled and self.device.type != "cuda":
@@ -397,7 +420,7 @@ class CudaGraphRunner:
     def _built(self) -> tuple[float, int] | None:
         """What kernel building has happened so far: the Triton kernels' set-up seconds, and how many compiled
         callables made their first call; None when the compiler cannot tell (then every capture counts as built)."""
-        tried = compiles_tried(replace(self.kernels, compile_phase=self.compile_phase))
+        tried = compiles_tried(replace(self.prompt_kernels, compile_phase=self.compile_phase))  # pieces and phases
         return None if tried is None else (kernel_setup_seconds(self.kernels), tried)
 
     def _reserved(self) -> int:
@@ -420,9 +443,9 @@ class CudaGraphRunner:
             with torch.cuda.stream(stream):
                 if eager is not None:
                     eager()
-                if eager is not None or _builds_kernels(self.kernels):
-                    fn()  # compiles (or loads) the kernels, tunes the GEMV, checks the decode attention: all may
-                    # sync, so before sync detection
+                if eager is not None or self._builds:
+                    fn()  # compiles (or loads) the kernels (an uncompiled prompt's compiled pieces too), tunes the
+                    # GEMV, checks the decode attention: all may sync, so before sync detection
                 _warm_up(fn, self.warmup)
             torch.cuda.current_stream(dev).wait_stream(stream)
             graph = torch.cuda.CUDAGraph()

@@ -1,9 +1,8 @@
 """The generation loop: prefill, then plain decode steps or speculative cycles.
 
 State lives in fixed device buffers (:class:`~.loop_state.Batch`); positions advance in one place
-(:func:`~.loop_state.emit_and_advance`, run inside the decode phase and the advance phase). Per row:
-``lengths[b]`` tokens are in the target's KV cache and ``root[b]``, the last token emitted, is not
-yet (the next decode step or verify computes it).
+(:func:`~.loop_state.emit_and_advance`, run inside the decode phase and the advance phase). Per row: ``lengths[b]``
+tokens are in the target's KV cache and ``root[b]``, the last token emitted, is not yet (the next step computes it).
 
 A speculative cycle, listed once in :func:`~.cycle.speculative_cycle` and run phase by phase
 (:class:`EagerPhases`: each phase one ``runner.phase``, one CUDA graph per batch bucket under the graph
@@ -21,15 +20,14 @@ five run as ONE phase, ``cycle`` (:meth:`Engine._one_graph_cycle`): the same lis
 (:class:`PartMarks`).
 
 The per-row state the phases update (lengths, root, out, n_out, done, hit_eos, limit) is bound to
-the graphs (``runner.make_state``), never copied in or out. The stop check reads the state of the
-step before the last one launched (:class:`StepReader`, on CUDA): the host queues the next step while
-the device runs this one. A row stopped by EOS can leave one step launched after every row finished
-(the last step the budget allows included), which changes nothing; rows stopped by max_new_tokens leave none (after max_new_tokens - 1 steps every
-row is done: the loop launches no more).
+the graphs (``runner.make_state``), never copied in or out. The stop check reads the state of the step before the
+last one launched (:class:`StepReader`, on CUDA): the host queues the next step while the device runs this one. A row
+stopped by EOS can leave one step launched after every row finished, which changes nothing; rows stopped by
+max_new_tokens leave none (after max_new_tokens - 1 steps every row is done: the loop launches no more).
 
-Graph capture and compilation that happen during a run (lazily, on first use) are timed apart
-(``setup_seconds``) and never counted in the run's seconds or tok/s; so is a warm-up (``generate(warm_up=N)``:
-N tokens of the same prompts first, unobserved, so a first request's one-time costs happen before the clock).
+Graph capture and compilation that happen during a run (lazily, on first use) are timed apart (``setup_seconds``) and
+never counted in the run's seconds or tok/s; so is a warm-up (``generate(warm_up=N)``: N tokens of the same prompts
+first, unobserved, so a first request's one-time costs happen before the clock).
 """
 
 from __future__ import annotations
@@ -169,6 +167,7 @@ class Engine:
         stream: StreamFn | None = None,
         warm_up: int = 0,
         max_batch: int | None = None,
+        refill_rows: int | None = None,
     ) -> GenerationResult:
         """``warm_up``: first generate that many tokens (at most ``max_new_tokens``) of the same prompts, unobserved
         and unstreamed, so the run's one-time costs (lazy captures and compiles, a graph's first replays, the
@@ -177,12 +176,13 @@ class Engine:
 
         ``max_batch``: continuous batching when there are more prompts: at most that many rows run at once, and a
         row whose request ends takes the next prompt before the next step (:mod:`.serving`); results stay in the
-        order of ``prompts``. None: every prompt in one batch, which runs until its last row ends."""
+        order of ``prompts``. None: every prompt in one batch, which runs until its last row ends. ``refill_rows``: the
+        free rows that wait for each other to be prefilled together (None: :func:`.serving.refill_rows`'s B // 4)."""
         assert prompts and all(prompts), "every prompt needs at least one token"
         queued = max_batch is not None and len(prompts) > max_batch
         if queued:
-            serving.check(self, max_batch, stream)
-            run = lambda n, out: serving.serve(self, prompts, n, sampling, generator, max_batch)  # noqa: E731
+            serving.check(self, max_batch, stream, refill_rows)
+            run = lambda n, out: serving.serve(self, prompts, n, sampling, generator, max_batch, refill_rows)  # noqa
         else:
             run = lambda n, out: self._batch(prompts, n, sampling, generator, out)  # noqa: E731
         self._warned.clear()
@@ -208,8 +208,7 @@ class Engine:
         return tokens, reasons, accepted, [len(prompts)]
 
     def _reset_run(self) -> None:
-        self._cycle = 0
-        self._pending = None
+        self._cycle, self._pending = 0, None
         self._cycle_parts.clear()  # they close over the run's caches
         self._cycle_fns.clear()
         self.clock.take()  # marks of an unobserved warm-up
@@ -311,20 +310,22 @@ class Engine:
         lens = upload([len(p) for p in prompts], self.device)
         ins = {"ids": ids, "lengths": lens, **self._noise(B, 0, sampling, generator)}
         with self.clock.phase("prefill"):
-            first, *aux = self.runner.phase("prefill", self._prefill_fn(cache, sampling), ins, (cache,),
+            whole = self.spec.compile_prefill and eager is None  # compiled whole: its layers run the eager pieces
+            first, *aux = self.runner.phase("prefill", self._prefill_fn(cache, sampling, whole), ins, (cache,),
                                             (sampling, self._taps()), eager=eager, compile=self.spec.compile_prefill)
         return ids, lens, first, aux[0] if aux else None, eager
 
-    def _prefill_fn(self, cache: KVCache, sampling: SamplingParams):
-        """The prefill phase: the prompts [B, W] at slots = positions 0..W-1, attending over those W slots
-        only; the first token from each row's last prompt position."""
+    def _prefill_fn(self, cache: KVCache, sampling: SamplingParams, whole: bool):
+        """The prefill phase: the prompts [B, W] at slots = positions 0..W-1, attending over those W slots only; the
+        first token from each row's last prompt position. On the runner's ``prompt_kernels`` unless compiled ``whole``."""
+        kernels = self.runner.kernels if whole else self.runner.prompt_kernels
         def prefill(ids, lengths, race=None):
             B, W = ids.shape
             positions = torch.arange(W, device=ids.device).expand(B, W)
             hidden, aux = self.target(ids, positions, cache, positions, prefix_mask(positions, W), self._taps(),
-                                      kv_len=W, kernels=self.runner.kernels)  # [B, W, H]
+                                      kv_len=W, kernels=kernels)  # [B, W, H]
             last = hidden[torch.arange(B, device=ids.device), lengths - 1]  # [B, H]
-            first = _pick(self.target.logits(last, self.runner.kernels), sampling, race)  # [B]
+            first = _pick(self.target.logits(last, kernels), sampling, race)  # [B]
             return (first,) if aux is None else (first, aux)
         return prefill
 
@@ -486,10 +487,8 @@ class Engine:
         return accept
 
     def _compact(self, cache: KVCache, lengths: torch.Tensor, acc: Acceptance) -> None:
-        """Move the accepted path's KV (tree node i at slot len+i) onto slots len..len+k.
-
-        A chain's accepted path is already nodes 0..k at slots len..len+k: nothing to move.
-        """
+        """Move the accepted path's KV (tree node i at slot len+i) onto slots len..len+k (a chain's accepted path is
+        already nodes 0..k at slots len..len+k: nothing to move)."""
         if self.spec.topk > 1:
             cache.compact_path(lengths, acc.path)
 

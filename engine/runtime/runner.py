@@ -33,6 +33,11 @@ class EagerRunner:
         self.target, self.drafter, self.reason, self.kernels = target, drafter, reason, kernels
         self._prepare_s = prepare_fused(target, drafter, gemv=kernels.gemv)  # weight copies: set-up, not the first prefill
 
+    @property
+    def prompt_kernels(self) -> Kernels:
+        """The prompt's kernels: the phases' own (an eager run already takes the compiled pieces)."""
+        return self.kernels
+
     def make_cache(self, batch: int, max_len: int, observer: Observer | None = None) -> KVCache | None:
         """No static cache: the engine allocates one per run."""
         return None

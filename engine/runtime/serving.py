@@ -1,5 +1,6 @@
 """Continuous batching (``Engine.generate(max_batch=B)`` with more prompts than B): B rows run, and before each step
-the rows whose requests ended take the next prompts.
+the rows whose requests ended take the next prompts, once enough of them are free to share one prefill
+(:func:`refill_rows`).
 
 The engine's phases of k rows use the first k rows of every cache and state buffer (a graph runner's: of its batch
 bucket), so new prompts start in rows 0..k-1, all prefilled together (:func:`_take_rows`); the requests running
@@ -29,8 +30,23 @@ from eaglelab.engine.runtime.readback import StepReader, StepView
 Engine = Any  # eaglelab.engine.runtime.generate.Engine, which imports this module
 
 
-def check(engine: Engine, max_batch: int, stream: Callable | None) -> None:
-    """Why this engine cannot serve a queue of prompts in ``max_batch`` rows (ValueError), if it cannot."""
+def refill_rows(max_batch: int) -> int:
+    """The free rows that wait for each other before a refill, by default: ``max_batch // 4`` (at least 1).
+
+    A prefill of a few short prompts costs about what one costs (it is latency, not work: ~1.5-2 ms for SmolLM2 on
+    an H200, about a cycle of the whole batch), while a free row waiting costs 1/B of a step's tokens per step. With
+    requests of L tokens at a tokens a step ending one every L/(a B) steps, waiting for m free rows costs about
+    (m - 1) L / (2 a B) row-steps of 1/B each and saves (m - 1)/m of a prefill per request: the best m is about
+    B sqrt(2 a P / (L c)) for a prefill of P and a step of c; at P ~ 1.4 c, a ~ 2-3 and L = 128 that is B/5-B/4.
+    At batch 1-7 every free row refills at once."""
+    return max(1, max_batch // 4)
+
+
+def check(engine: Engine, max_batch: int, stream: Callable | None, refill: int | None = None) -> None:
+    """Why this engine cannot serve a queue of prompts in ``max_batch`` rows with ``refill`` rows waiting for each
+    other (ValueError), if it cannot."""
+    if refill is not None and not 1 <= refill <= max_batch:
+        raise ValueError(f"refill_rows {refill}: the free rows a refill waits for must be 1..{max_batch} (max_batch)")
     if engine.target.tp is not None:
         raise ValueError("continuous batching has not been tried under tensor parallelism (each rank would move "
                          "and refill its rows alone): run the prompts as one batch (max_batch None)")
@@ -44,10 +60,12 @@ def check(engine: Engine, max_batch: int, stream: Callable | None) -> None:
                          "no refill/move_row): run its prompts as one batch (max_batch None)")
 
 
-def serve(engine: Engine, prompts: list[list[int]], max_new: int, sampling, generator, max_batch: int):
+def serve(engine: Engine, prompts: list[list[int]], max_new: int, sampling, generator, max_batch: int,
+          refill: int | None = None):
     """Continuous batching over ``prompts`` in ``max_batch`` rows: the first ``max_batch`` prefilled as one
-    batch, then before each step every row whose request ended (as the lagged stop check sees it) takes the
-    next prompt, until the queue is empty and every row has ended. New prompts are prefilled together in the
+    batch, then before each step, once ``refill`` rows (:func:`refill_rows` by default; fewer when the queue holds
+    fewer, or no row is live) have ended as the lagged stop check sees it, the free rows take the next prompts,
+    until the queue is empty and every row has ended. New prompts are prefilled together in the
     first rows (the phases of k rows use the first k rows of every cache and state buffer,
     :func:`_take_rows`), so requests running there first move to free rows: their cache rows, state and
     drafter state copied, a few MB per move on the device. Rows never change once ended (an ended row emits
@@ -56,6 +74,7 @@ def serve(engine: Engine, prompts: list[list[int]], max_new: int, sampling, gene
     -> (tokens, stop reasons, per-cycle acceptance, prompts per prefill), tokens and reasons per prompt in the
     order given."""
     B = max_batch
+    wait = refill_rows(B) if refill is None else refill
     st = engine._prefill(prompts[:B], max_new, sampling, generator, longest=max(len(p) for p in prompts))
     owner: list[int | None] = list(range(B))  # the request each row serves (None: ended, free)
     fresh = [0] * B  # per row: the first step whose view shows the row's current request
@@ -75,7 +94,7 @@ def serve(engine: Engine, prompts: list[list[int]], max_new: int, sampling, gene
                 if request is not None and done[r] and index >= fresh[r]:
                     ended[request] = (st.out[r].clone(), st.n_out[r].clone(), st.hit_eos[r].clone())
                     owner[r] = None
-        while queue and None in owner:
+        while queue and owner.count(None) >= min(wait, len(queue)):
             prefills.append(_take_rows(engine, st, owner, fresh, queue, prompts, max_new, sampling, generator, step))
         if all(request is None for request in owner):
             break

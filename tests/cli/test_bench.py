@@ -308,7 +308,9 @@ def test_continuous_serves_every_prompt_once_through_the_rows(tmp_path, question
     assert rows["plain-eager"]["tokens"] == rows["spec-decode"]["tokens"] == 3 * 6  # not 4 x 6 (a wrapped batch)
     assert rows["spec-decode"]["same_tokens_as_plain_eager"] == 1.0
     assert len(rows["spec-decode"]["group_tok_per_s"]) == 1  # one queue
-    assert not any(n.startswith("--continuous") for n in rep["notes"])  # 3 prompts keep 2 rows busy
+    said = [n for n in rep["notes"] if n.startswith("--continuous")]  # 3 prompts keep 2 rows busy: no "one batch"
+    assert said == ["--continuous: free rows wait for 1 at batch 2 to be prefilled together"]
+    assert rep["settings"]["refill_rows"] == {"2": 1}
     for r in rows.values():  # the first two prompts in one prompt forward, the third in a refill of its own
         assert r["prefills"] == 2 and r["prompts_per_prefill"] == 1.5
     capsys.readouterr()
@@ -324,3 +326,31 @@ def test_continuous_serves_every_prompt_once_through_the_rows(tmp_path, question
     with pytest.raises(EagleLabError, match="tensor parallelism") as refused:  # --tp 2: said before any rank loads
         setup_bench(Namespace(continuous=True, tp=2, device="cpu"), lambda m: None, tp=object())
     assert refused.value.field == "--continuous"
+
+
+@pytest.mark.parametrize("flags, found", [(["--refill-rows", "2"], "2 without --continuous"),
+                                          (["--continuous", "--refill-rows", "0"], "0")])
+def test_refill_rows_is_refused_where_it_means_nothing(questions, capsys, flags, found):
+    """``--refill-rows`` is for rows served continuously, at least one: said with the flag, no traceback."""
+    rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions), "--configs",
+               "plain-eager", "--batch-sizes", "2", "--prompts", "3", "--max-new-tokens", "2", "--repeats", "1",
+               "--no-micro", *flags])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc != 0 and "--refill-rows" in err and found in err and "Traceback" not in err
+
+
+def test_refill_rows_reaches_the_engine(tmp_path, questions, monkeypatch):
+    """``--continuous --refill-rows 5`` at batch 2: capped at the batch, both rows wait for each other in every served
+    run, and the report says 2."""
+    from eaglelab.engine.runtime import serving
+
+    seen, serve = [], serving.serve
+    monkeypatch.setattr(serving, "serve", lambda *a, **k: seen.append(a[-1]) or serve(*a, **k))
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions), "--continuous",
+               "--refill-rows", "5", "--configs", "plain-eager", "--batch-sizes", "2", "--prompts", "3",
+               "--max-new-tokens", "4", "--repeats", "1", "--no-micro", "--json", str(out)])
+    assert rc == 0
+    rep = json.loads(out.read_text())
+    assert rep["settings"]["refill_rows"] == {"2": 2}
+    assert seen and set(seen) == {2}

@@ -227,3 +227,39 @@ def test_compile_prefill_compiles_the_prompts_phases_too(compile_prefill):
     assert (set(prompt) <= set(names)) == compile_prefill
     assert {"cycle.verify [b=2]", "cycle.draft [b=2]"} <= set(names)
     assert all(v == REPLAY for c in eng.observer.cycles for v in c.graph.values())
+
+
+@pytest.mark.parametrize("compile_prefill", [False, True])
+def test_an_uncompiled_prompt_runs_the_compiled_pieces(compile_prefill):
+    """Under a compiling graph runner the compiled phases' layers run the eager pieces (inductor fuses across them);
+    a prompt captured uncompiled runs the session's compiled pieces instead (``runner.prompt_kernels``): the norms,
+    rotary and SwiGLU of its prefill are the set's, not ~10 eager ops each. Compiled whole, it runs the eager pieces
+    too. Tokens: plain greedy's either way (float32)."""
+    from dataclasses import replace
+
+    from eaglelab.engine.runtime.compile import CompileLog, PhaseCompiler
+
+    torch._dynamo.reset()
+    calls: list[tuple[int, ...]] = []
+
+    def counted_norm(x, w, eps):  # stands in for the compiled RMSNorm piece
+        calls.append(tuple(x.shape))
+        return rms_norm(x, w, eps)
+
+    model = build_scale_model("tiny", seed=3).model
+    spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, cuda_graphs=True, compile=True,
+                      compile_prefill=compile_prefill)
+    kernels = replace(EAGER_KERNELS, rms_norm=counted_norm, compiled=True,
+                      compile_phase=PhaseCompiler(CompileLog(None), backend="eager"))
+    eng = _spec_engine(model, spec, lambda net, taps: EmulatedRunner.for_engine(
+        model, spec, Eagle3Drafter(net, spec, taps), max_len=64, buckets=(2,), kernels=kernels), Recorder())
+    assert eng.runner.kernels.rms_norm is rms_norm and eng.runner.prompt_kernels.rms_norm is counted_norm
+    assert eng.runner.prompt_kernels.compile_phase is None
+    out = eng.generate(PROMPTS, 10)
+    plain = Engine(model, spec=SpecConfig(), runner=EagerRunner(model)).generate(PROMPTS, 10)
+    assert out.tokens == plain.tokens
+    prompt_norms = 2 * model.config.num_layers + 1  # two a layer and the final one, over the padded [2, 16] prompts
+    if compile_prefill:
+        assert calls == []
+    else:  # the warm-up run and the capture's: each the whole prefill, nothing of the cycles
+        assert len(calls) % prompt_norms == 0 and calls and all(c[:2] == (2, 16) for c in calls), calls

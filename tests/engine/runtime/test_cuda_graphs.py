@@ -197,6 +197,24 @@ def test_a_prefill_bucket_is_the_next_power_of_two_from_16(n):
     assert w >= max(n, 16) and w & (w - 1) == 0 and (w == 16 or w < 2 * n)
 
 
+def test_a_small_target_captures_batched_prompts_past_4096_tokens(tiny):
+    """A target under 1B parameters captures prefills up to 16,384 tokens (SmolLM2's 32 prompts of up to 512 ran
+    eagerly at 4,096 and cost a quarter of each request): eight prompts padded to 1,024 replay (8,192 tokens), with
+    the eager runner's tokens; an 8B target keeps 4,096, an MoE one 256."""
+    from eaglelab.engine.runtime.cuda_graphs import PREFILL_TOKENS, SMALL_PREFILL_TOKENS, default_prefill_tokens
+
+    assert default_prefill_tokens(134_515_008, moe=False) == SMALL_PREFILL_TOKENS == 16384
+    assert default_prefill_tokens(8_030_261_248, moe=False) == PREFILL_TOKENS == 4096
+    assert default_prefill_tokens(134_515_008, moe=True) == MOE_PREFILL_TOKENS
+    spec = SpecConfig(cuda_graphs=True)
+    runner = EmulatedRunner.for_engine(tiny, spec, None, max_len=1040, buckets=(8,))
+    assert runner.prefill_tokens == SMALL_PREFILL_TOKENS
+    eng = _engine(tiny, spec, None, runner)
+    prompts = [[(i * 13 + r) % 200 + 1 for i in range(520 + 40 * r)] for r in range(8)]  # 520..800 tokens: width 1024
+    assert eng.generate(prompts, 3).tokens == _engine(tiny, spec, None, EagerRunner(tiny)).generate(prompts, 3).tokens
+    assert eng.observer.cycles[0].graph == {"prefill": REPLAY}
+
+
 def test_prompts_replay_per_padded_width_and_long_ones_run_eager(tiny):
     """Prompts of 7 and 5 tokens share the width-16 graphs; 20 tokens capture width 32; 40 tokens (64 wide,
     above ``prefill_tokens``) run eagerly, by design (no warning). Every run's tokens == the eager runner's,

@@ -45,7 +45,7 @@ def alone(target):
     return get
 
 
-def _engine(target, kind: str, graphs: bool, lag: int, observer=None) -> Engine:
+def _engine(target, kind: str, graphs: bool, lag: int, observer=None, eos=EOS) -> Engine:
     if kind == "plain":
         spec = SpecConfig(cuda_graphs=graphs)
         drafter, net = None, None
@@ -59,7 +59,7 @@ def _engine(target, kind: str, graphs: bool, lag: int, observer=None) -> Engine:
         drafter = Eagle3Drafter(net, spec, TAPS)
     runner = (EmulatedRunner.for_engine(target, spec, drafter, max_len=160, buckets=(1, 2, 4)) if graphs
               else EagerRunner(target, net))
-    return Engine(target, eos_token_ids=EOS, drafter=drafter, spec=spec, runner=runner, stop_lag=lag,
+    return Engine(target, eos_token_ids=eos, drafter=drafter, spec=spec, runner=runner, stop_lag=lag,
                   observer=observer)
 
 
@@ -75,7 +75,8 @@ def test_served_requests_get_what_plain_greedy_gives_each_alone(target, alone, d
     prompts = data.draw(st.lists(st.lists(st.integers(3, 60), min_size=1, max_size=12), min_size=max_batch + 1,
                                  max_size=max_batch + 4), label="prompts")
     max_new = data.draw(st.integers(1, 14), label="max_new")
-    out = _engine(target, kind, graphs, lag).generate(prompts, max_new, max_batch=max_batch)
+    refill = data.draw(st.one_of(st.none(), st.integers(1, max_batch)), label="refill_rows")
+    out = _engine(target, kind, graphs, lag).generate(prompts, max_new, max_batch=max_batch, refill_rows=refill)
     assert out.tokens == [alone(p, max_new) for p in prompts]
     assert out.stop_reasons == ["eos" if t and t[-1] in EOS else "length" for t in out.tokens]
     assert out.prompt_tokens == sum(map(len, prompts))
@@ -119,10 +120,40 @@ def test_rows_that_end_together_start_their_next_prompts_together(target, bucket
     assert bool(eager) == (buckets == (4,)), eager
 
 
+@pytest.mark.parametrize("kind", ["plain", "eagle3"])
+@pytest.mark.parametrize("refill", [None, 1, 2, 4])
+def test_free_rows_wait_for_each_other_to_share_a_prefill(target, kind, refill):
+    """Ten prompts through four rows (two EOS tokens this model emits, so rows end apart; graphs emulated, buckets 1, 2,
+    4; the stop check a step late): every request's tokens as alone, whatever the rows wait for. Waiting for all
+    four rows (a refill only when none is live) prefills the queue four at a time, as batches would; waiting for
+    two never prefills one prompt alone but the queue's last; the default (B // 4) at four rows and 1 refill as
+    soon as any row is free, so one-prompt prefills happen."""
+    from eaglelab.engine.runtime.serving import refill_rows
+
+    assert [refill_rows(b) for b in (1, 3, 4, 8, 32)] == [1, 1, 1, 2, 8]
+    prompts = [[5, 6, 7, 8, 5, 6, 7], [9, 10], [11, 12, 13, 11, 12, 13, 11, 12], [3, 4], list(range(20, 31)), [8],
+               [8, 9, 10, 11], [40, 41, 42], [50], [51, 52, 53, 54, 55]]
+    max_new, eos = 20, (2, 69)
+    out = _engine(target, kind, True, 1, eos=eos).generate(prompts, max_new, max_batch=4, refill_rows=refill)
+    assert out.tokens == [Engine(target, eos_token_ids=eos).generate([p], max_new).tokens[0] for p in prompts]
+    ends = sorted({len(t) for t in out.tokens})
+    assert len(ends) > 3, f"rows must end apart for this test to mean anything: {ends}"
+    rows = out.prefill_rows
+    assert rows[0] == 4 and sum(rows) == len(prompts)
+    if refill == 4:
+        assert rows == [4, 4, 2]
+    elif refill == 2:
+        assert all(k >= 2 for k in rows[1:-1]), rows
+    else:
+        assert 1 in rows[1:-1], rows
+
+
 def test_serving_refuses_what_it_cannot_do(target):
     engine = _engine(target, "plain", False, 0)
     with pytest.raises(ValueError, match="at least one row"):
         engine.generate([[3], [4]], 4, max_batch=0)
+    with pytest.raises(ValueError, match=r"must be 1\.\.2"):
+        engine.generate([[3], [4], [5]], 4, max_batch=2, refill_rows=3)
     with pytest.raises(ValueError, match="stream one batch"):
         engine.generate([[3], [4]], 4, max_batch=1, stream=lambda row, toks: None)
 
