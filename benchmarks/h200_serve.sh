@@ -28,6 +28,7 @@
 #           batch's free rows wait for each other: the default)
 #   call S  carry .carry/assets .whl              STAGE=S (right after R): batch 1 on the 80; batch 8 and 32 served
 #           refilling each free row at once (--refill-rows 1)
+# and a third (C with mq1, mq2, mq3; then V with mq4 and assets): batch 8 served at the trees 5/4/24 and 3/2/6.
 # The GGUF travels in four parts here (.carry/mq1..mq4, ~22.6 MB each): the device counts the tree in disk blocks
 # (38.5 MB of them on 2026-12-04, the shipped drafter in it), so a ~30 MB part no longer fits beside it in 64 MiB.
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s).
@@ -90,6 +91,14 @@ stage_s() {
   serve_bench served_r1 $(left) --continuous --refill-rows 1
 }
 
+# V: joins the GGUF; batch 8 served (the default refill) at the batch-1 tree 5/4/24 and at 3/2/6: whether serving,
+# which no longer waits for a batch's slowest row, wants another tree at batch 8 than batches did (4/4/12)
+stage_v() {
+  join_gguf
+  serve_bench served_b8_5-4-24 260 --continuous --batch-sizes 8 --steps 5 --topk 4 --draft-tokens 24
+  serve_bench served_b8_3-2-6 $(left) --continuous --batch-sizes 8 --steps 3 --topk 2 --draft-tokens 6
+}
+
 # F (no GGUF): the 8B shape's verify of a 5/4/24 tree (96 query rows a KV head: the planner's 8B cuts of 2026-12-04)
 # with the Triton decode attention against SDPA, batch 1
 stage_f() {
@@ -116,4 +125,4 @@ stage_d() {
 
 export STAGE_S=${STAGE_S:-$(case $STAGE in B) echo 200;; T) echo 300;; C) echo 60;; E|S) echo 420;; *) echo 570;; esac)}
 watchdog "$0"
-run_stage A B C D E F T R S
+run_stage A B C D E F T R S V
