@@ -180,8 +180,9 @@ class Engine:
         free rows that wait for each other to be prefilled together (None: :func:`.serving.refill_rows`'s B // 4)."""
         assert prompts and all(prompts), "every prompt needs at least one token"
         queued = max_batch is not None and len(prompts) > max_batch
+        serving.check_refill(max_batch, refill_rows)
         if queued:
-            serving.check(self, max_batch, stream, refill_rows)
+            serving.check(self, max_batch, stream)
             run = lambda n, out: serving.serve(self, prompts, n, sampling, generator, max_batch, refill_rows)  # noqa
         else:
             run = lambda n, out: self._batch(prompts, n, sampling, generator, out)  # noqa: E731

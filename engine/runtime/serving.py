@@ -42,11 +42,16 @@ def refill_rows(max_batch: int) -> int:
     return max(1, max_batch // 4)
 
 
-def check(engine: Engine, max_batch: int, stream: Callable | None, refill: int | None = None) -> None:
-    """Why this engine cannot serve a queue of prompts in ``max_batch`` rows with ``refill`` rows waiting for each
-    other (ValueError), if it cannot."""
-    if refill is not None and not 1 <= refill <= max_batch:
-        raise ValueError(f"refill_rows {refill}: the free rows a refill waits for must be 1..{max_batch} (max_batch)")
+def check_refill(max_batch: int | None, refill: int | None) -> None:
+    """Why ``refill`` free rows cannot wait for each other in ``max_batch`` rows (ValueError), if they cannot: said
+    whether or not this call's prompts outnumber the rows."""
+    if refill is not None and (max_batch is None or not 1 <= refill <= max_batch):
+        rows = "no max_batch (one batch, never refilled)" if max_batch is None else f"1..{max_batch} (max_batch)"
+        raise ValueError(f"refill_rows {refill}: the free rows a refill waits for must be {rows}")
+
+
+def check(engine: Engine, max_batch: int, stream: Callable | None) -> None:
+    """Why this engine cannot serve a queue of prompts in ``max_batch`` rows (ValueError), if it cannot."""
     if engine.target.tp is not None:
         raise ValueError("continuous batching has not been tried under tensor parallelism (each rank would move "
                          "and refill its rows alone): run the prompts as one batch (max_batch None)")

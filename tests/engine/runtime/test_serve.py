@@ -154,6 +154,10 @@ def test_serving_refuses_what_it_cannot_do(target):
         engine.generate([[3], [4]], 4, max_batch=0)
     with pytest.raises(ValueError, match=r"must be 1\.\.2"):
         engine.generate([[3], [4], [5]], 4, max_batch=2, refill_rows=3)
+    with pytest.raises(ValueError, match=r"must be 1\.\.4"):  # said even when the prompts fit the rows
+        engine.generate([[3], [4]], 4, max_batch=4, refill_rows=0)
+    with pytest.raises(ValueError, match="no max_batch"):
+        engine.generate([[3], [4]], 4, refill_rows=1)
     with pytest.raises(ValueError, match="stream one batch"):
         engine.generate([[3], [4]], 4, max_batch=1, stream=lambda row, toks: None)
 
