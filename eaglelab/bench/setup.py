@@ -96,8 +96,8 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
     if ctx.continuous:  # a queue no longer than the rows is one batch of that many rows, not a full one
         notes += [f"--continuous: the {len(prompts)} prompts served through each batch size's rows; at batch {b} "
                   f"that is one batch of {len(prompts)} rows" for b in batch_sizes if len(prompts) <= b]
-        notes += ["--continuous: free rows wait for " + ", ".join(f"{ctx.refill_at(b)} at batch {b}" for b in batch_sizes
-                                                               if len(prompts) > b) + " to be prefilled together"]
+        served = [f"{ctx.refill_at(b)} at batch {b}" for b in batch_sizes if len(prompts) > b]
+        notes += [f"--continuous: free rows wait for {', '.join(served)} to be prefilled together"] if served else []
     micro_bs = int_list(args.micro_batch_sizes or d["micro_batch_sizes"], "--micro-batch-sizes")
     return BenchSetup(ctx, tuple(notes), built["name"], built["weight_bytes"], micro_bs, device_reason, dtype_reason,
                       dtype_name, regime)

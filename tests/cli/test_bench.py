@@ -354,3 +354,15 @@ def test_refill_rows_reaches_the_engine(tmp_path, questions, monkeypatch):
     rep = json.loads(out.read_text())
     assert rep["settings"]["refill_rows"] == {"2": 2}
     assert seen and set(seen) == {2}
+
+
+def test_continuous_with_no_more_prompts_than_rows_says_one_batch_and_no_refill(tmp_path, questions):
+    """``--continuous`` at batch 4 with 3 prompts: one batch of 3 rows, said; no refill note (nothing is refilled)."""
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions), "--continuous",
+               "--configs", "plain-eager", "--batch-sizes", "4", "--prompts", "3", "--max-new-tokens", "2",
+               "--repeats", "1", "--no-micro", "--json", str(out)])
+    assert rc == 0
+    said = [n for n in json.loads(out.read_text())["notes"] if n.startswith("--continuous")]
+    assert said == ["--continuous: the 3 prompts served through each batch size's rows; at batch 4 that is one batch "
+                    "of 3 rows"]
