@@ -72,8 +72,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "(default: the prompts in batches of that size, each running until its longest row ends, "
                         "the last batch filled by wrapping around)")
     w.add_argument("--refill-rows", type=int, default=None, metavar="N",
-                   help="with --continuous: the free rows that wait for each other to be prefilled together (1: each "
-                        "row refills as soon as it is free; default a quarter of the batch, at least 1)")
+                   help="with --continuous: the free rows that wait for each other to be prefilled together, at most "
+                        "the batch size (1: each row refills as soon as it is free; default a quarter of the batch, at "
+                        "least 1)")
     w.add_argument("--questions", default=None, metavar="FILE", help="an MT-bench question.jsonl (default: the packaged one)")
     w.add_argument("--max-prompt-tokens", type=int, default=512, help="cut longer prompts")
     w.add_argument("--repeats", type=int, default=None,

@@ -47,6 +47,7 @@ from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.runtime.observer import BaseObserver, CycleStats
 from eaglelab.engine.model.layers import EAGER_KERNELS, Kernels
 from eaglelab.engine.runtime.runner import EagerRunner
+from eaglelab.engine.runtime.serving import refill_rows
 from eaglelab.engine.runtime.spec_config import SpecConfig
 
 SCHEMA = "eaglelab.bench/1"
@@ -133,8 +134,6 @@ class BenchContext:
     def refill_at(self, batch: int) -> int | None:
         """``Engine.generate``'s ``refill_rows`` at ``batch`` rows served: --refill-rows (at most the batch), else the
         engine's default; None in batches."""
-        from eaglelab.engine.runtime.serving import refill_rows
-
         if not self.continuous:
             return None
         return refill_rows(batch) if self.refill_rows is None else min(self.refill_rows, batch)
@@ -229,8 +228,8 @@ def groups_for(prompts: list[list[int]], batch: int) -> list[list[list[int]]]:
 def sweep(generate: Callable, groups, max_new: int, device) -> tuple[int, float, list[int], list[list[int]], list,
                                                                  list[int]]:
     """Generate every group; -> (tokens, seconds, accept lengths, per-row outputs, per group (tok/s, mean accepted
-    length or None), prompts per prompt forward (the engine's ``prefill_rows``; none from the HF peer)). Graph capture and compilation inside a call (``setup_seconds``) are not generation time, as
-    in ``eaglelab run``."""
+    length or None), prompts per prompt forward (the engine's ``prefill_rows``; none from the HF peer)). Graph capture
+    and compilation inside a call (``setup_seconds``) are not generation time, as in ``eaglelab run``."""
     sync(device)
     t0 = time.perf_counter()
     tokens, accepts, outputs, setup, per_group, prefills = 0, [], [], 0.0, [], []

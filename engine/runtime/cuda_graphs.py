@@ -75,9 +75,8 @@ DEFAULT_BUCKETS: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
 # and its graph's activations would be large: it runs eagerly.
 PREFILL_TOKENS = 4096
 # ... except for a small target, whose prefill stays launch-bound far longer: SmolLM2-135M's eager prefill of 32
-# MT-bench prompts (up to 402 tokens) cost 36-52 ms on an H200 (2026-12-04), about what its compute would take at
-# 100k tokens, and a quarter of each of those requests. Below SMALL_TARGET_PARAMS its prefills are captured up to
-# SMALL_PREFILL_TOKENS (32 rows x 512; the activations of SmolLM2 there: ~0.3 GB).
+# MT-bench prompts (up to 402 tokens) cost 36-52 ms on an H200 (2026-12-04), a quarter of each of those requests,
+# and 7.5 ms captured. Below SMALL_TARGET_PARAMS its prefills are captured up to SMALL_PREFILL_TOKENS (32 rows x 512).
 SMALL_TARGET_PARAMS = 1_000_000_000
 SMALL_PREFILL_TOKENS = 16384
 # An MoE target's captured prefill runs every routed expert on every token (its sorted per-expert path
@@ -219,6 +218,7 @@ class CudaGraphRunner:
         # for every width, they fuse each RMSNorm, rotary and SwiGLU into one or two kernels, and an eager prefill of
         # SmolLM2 launches ~2,000 kernels, each a few us in a graph (a lone prompt's prefill cost ~3.4 ms).
         self.prompt_kernels = replace(kernels, compile_phase=None) if self.compile_phase is not None else kernels
+        self._asked = kernels  # the set asked for: its pieces and phases are what a capture may build
         self._builds = _builds_kernels(kernels)  # of the set asked for: its eager pieces are not ``compiled``
         self.disabled_reason = None if enabled else EAGER_OFF
         if enabled and self.device.type != "cuda":
@@ -420,7 +420,7 @@ class CudaGraphRunner:
     def _built(self) -> tuple[float, int] | None:
         """What kernel building has happened so far: the Triton kernels' set-up seconds, and how many compiled
         callables made their first call; None when the compiler cannot tell (then every capture counts as built)."""
-        tried = compiles_tried(replace(self.prompt_kernels, compile_phase=self.compile_phase))  # pieces and phases
+        tried = compiles_tried(self._asked)  # its compiled pieces (an uncompiled prompt's) and phases
         return None if tried is None else (kernel_setup_seconds(self.kernels), tried)
 
     def _reserved(self) -> int:
