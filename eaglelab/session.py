@@ -73,6 +73,10 @@ def add_model_args(p: argparse.ArgumentParser, max_new_tokens: int | None, max_n
     s.add_argument("--topk", type=int, default=None, help="children per tree node (default: the device profile's, else 1 "
                         "= chain); any tree flag given sets the whole tree (the profile's is used only with none)")
     s.add_argument("--draft-tokens", type=int, default=None, help="tokens verified per cycle, root included")
+    s.add_argument("--lookup-tokens", type=int, default=0, metavar="K",
+                   help="beside an EAGLE-3 tree, a prompt-lookup branch of K tokens (what followed the latest earlier "
+                        "occurrence of the last 1-4 tokens), verified with the tree: text that repeats itself is "
+                        "accepted further (default 0: none)")
     s.add_argument("--serving", choices=("sglang", "vllm"), default=None,
                    help="read the drafter's aux layer ids as this engine would (default: the checkpoint format's)")
 
@@ -155,7 +159,7 @@ class Session:
         if self.runner_factory is None:
             return 0
         spec = spec or self.spec
-        return 2 * (spec.num_steps + 1) + 2 if spec.enabled else 3
+        return 2 * (spec.max_depth + 1) + 2 if spec.enabled else 3
 
     def plain_engine(self, observer=None, runner=None):
         """Plain decoding with the same model and graph setting: the baseline of a speculative run
@@ -354,7 +358,8 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
     compile_ = a.compile if a.compile is not None else graphs
     modes = dict(attention_mode=a.attention_mode, cuda_graphs=graphs, compile=compile_,
                  one_graph_cycle=getattr(a, "one_graph_cycle", True),
-                 compile_prefill=getattr(a, "compile_prefill", False))  # commands without these build sessions too
+                 compile_prefill=getattr(a, "compile_prefill", False),  # commands without these build sessions too
+                 lookup_tokens=getattr(a, "lookup_tokens", 0))
     where = Where(profile_device(s.target.device), s.dtype_name, batch=1)  # run, trace and the TUI: one prompt
     s.draft = choose_drafter(a.draft, a.model, s.target.model, TreeFlags.from_args(a), modes=modes,
                              serving=a.serving, log=log, where=where)
@@ -364,7 +369,8 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
         s.spec_label = "off"
         return
     sp = s.spec
-    s.spec_label = (f"{sp.algorithm}, {sp.num_steps} steps, topk {sp.topk}, {sp.draft_tokens} tokens per verify, "
+    lookup = f" + a lookup branch of {sp.lookup_tokens}" if sp.lookup_tokens else ""
+    s.spec_label = (f"{sp.algorithm}, {sp.num_steps} steps, topk {sp.topk}, {sp.draft_tokens}{lookup} tokens per verify, "
                     f"verify attention mode {sp.attention_mode}"
                     + (", one CUDA graph per cycle" if sp.cuda_graphs and runs_one_graph_cycle(sp, s.drafter, s.target.model)
                        else ""))

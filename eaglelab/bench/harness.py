@@ -186,7 +186,7 @@ class BenchContext:
     @property
     def max_len(self) -> int:
         """Static cache slots that hold every prompt plus the generation (rounded up to 64)."""
-        need = max(map(len, self.prompts)) + self.max_new_tokens + 2 * max(self.spec.draft_tokens, 1) + 2
+        need = max(map(len, self.prompts)) + self.max_new_tokens + 2 * max(self.spec.tree_nodes, 1) + 2
         return -(-need // 64) * 64
 
 
@@ -258,7 +258,7 @@ def engine_spec(cfg: BenchConfig, ctx: BenchContext, batch: int | None = None) -
     s = ctx.spec_at(batch)
     return SpecConfig(s.algorithm, num_steps=s.num_steps, topk=s.topk, num_draft_tokens=s.num_draft_tokens,
                       attention_mode=cfg.attention_mode, cuda_graphs=cfg.graphs, compile=cfg.compile,
-                      one_graph_cycle=cfg.one_graph, compile_prefill=compile_prefill)
+                      one_graph_cycle=cfg.one_graph, compile_prefill=compile_prefill, lookup_tokens=s.lookup_tokens)
 
 
 class FixedCacheEagerRunner(EagerRunner):

@@ -253,9 +253,10 @@ def _restored(caches: tuple) -> Iterator[None]:
 
 
 def _phase_detail(name: str, spec) -> str:
-    return {"draft": f"{spec.num_steps} steps, top-{spec.topk}, {spec.draft_tokens} tokens",
-            "verify": f"{spec.draft_tokens} tokens", "accept": "greedy" + (", KV compaction" if spec.topk > 1 else ""),
-            "draft_extend": f"{spec.num_steps + 1} tokens", "advance": "emit, positions"}.get(name, "")
+    lookup = f", a lookup branch of {spec.lookup_tokens}" if spec.lookup_tokens else ""
+    return {"draft": f"{spec.num_steps} steps, top-{spec.topk}, {spec.draft_tokens} tokens{lookup}",
+            "verify": f"{spec.tree_nodes} tokens", "accept": "greedy" + ("" if spec.chain else ", KV compaction"),
+            "draft_extend": f"{spec.max_depth + 1} tokens", "advance": "emit, positions"}.get(name, "")
 
 
 @dataclass

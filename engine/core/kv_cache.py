@@ -5,7 +5,8 @@ max length x head dim). Writes go to explicit cache slots ``[B, T]`` chosen by t
 nothing here tracks lengths, so "rolling back" rejected tokens is just not counting them: the
 next write lands on the same slots and the attention mask never shows slots past a row's length.
 
-A cache built with ``with_v=False`` holds ``k`` only: multi-head latent attention caches one
+A drafter's cache may keep the token at each position as well (``history=True``, ``tokens [B, S]``): what a
+prompt-lookup branch searches. A cache built with ``with_v=False`` holds ``k`` only: multi-head latent attention caches one
 compressed row per token (``engine/model/mla.py``) that serves as both key and value.
 """
 
@@ -28,6 +29,7 @@ class KVCache:
         dtype: torch.dtype,
         device: torch.device | str,
         with_v: bool = True,
+        history: bool = False,
     ) -> None:
         shape = (num_layers, batch_size, num_kv_heads, max_len, head_dim)
         self.k = torch.zeros(shape, dtype=dtype, device=device)  # [L, B, KVH, S, D]
@@ -39,6 +41,8 @@ class KVCache:
         self.v_layers = self.v.unbind(0) if self.v is not None else None
         self.batch_size = batch_size
         self.max_len = max_len
+        # ``history=True``: the token at each position too, [B, S] (a drafter cache: a lookup branch reads it)
+        self.tokens = torch.zeros(batch_size, max_len, dtype=torch.long, device=device) if history else None
         self._rows = torch.arange(batch_size, device=device)[:, None]  # [B, 1]
 
     def write(self, layer: int, slots: torch.Tensor, k: torch.Tensor, v: torch.Tensor | None) -> None:
@@ -69,6 +73,8 @@ class KVCache:
         4-row cache; ``copy_row(0, 3)`` leaves row 3 a copy of row 0, which may then be overwritten."""
         for buf in (self.k, self.v) if self.v is not None else (self.k,):
             buf[:, dst].copy_(buf[:, src])
+        if self.tokens is not None:
+            self.tokens[dst].copy_(self.tokens[src])
 
     def copy_slots(self, src: torch.Tensor, dst: torch.Tensor) -> None:
         """Move entries within each row, for all layers: slot ``src[b, i]`` -> ``dst[b, i]``.

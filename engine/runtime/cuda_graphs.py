@@ -107,7 +107,7 @@ def bucket_for(batch: int, buckets: tuple[int, ...]) -> int | None:
 
 def draft_cache_len(max_len: int, spec: SpecConfig) -> int:
     """Slots of the drafter cache :class:`Eagle3Drafter` allocates over a target cache of ``max_len``."""
-    return max_len + spec.num_steps * spec.topk + 2
+    return max_len + max(spec.num_steps * spec.topk, spec.lookup_tokens) + 2
 
 
 @dataclass(frozen=True)
@@ -119,17 +119,17 @@ class GraphPlan:
     decode: bool  # the target's 1-token step (plain decoding)
     verify_tokens: tuple[int, ...]  # widths N of decode-mode verify graphs
     draft_width: int  # tokens per drafter step (topk); 0 = no drafter graphs
-    extend_width: int  # tokens per draft-extend (num_steps + 1)
+    extend_width: int  # tokens per draft-extend (the deepest path and its bonus: max_depth + 1)
 
     @classmethod
     def for_spec(cls, spec: SpecConfig, has_drafter_net: bool, max_len: int,
                  buckets: tuple[int, ...] = DEFAULT_BUCKETS) -> "GraphPlan":
-        verify = (spec.draft_tokens,) if spec.enabled and spec.attention_mode == "decode" else ()
+        verify = (spec.tree_nodes,) if spec.enabled and spec.attention_mode == "decode" else ()
         drafts = spec.enabled and has_drafter_net
         return cls(
             buckets=tuple(sorted(set(buckets))), max_len=max_len, decode=not spec.enabled,
             verify_tokens=verify, draft_width=spec.topk if drafts else 0,
-            extend_width=spec.num_steps + 1 if drafts else 0,
+            extend_width=spec.max_depth + 1 if drafts else 0,
         )
 
 
@@ -289,7 +289,7 @@ class CudaGraphRunner:
         if own is not None and batch <= own.batch_size and own.max_len == max_len \
                 and own.k.shape[2] == kv_heads and own.k.shape[4] == head_dim and own.k.dtype == dtype:
             return own
-        return KVCache(1, batch, kv_heads, max_len, head_dim, dtype=dtype, device=self.device)
+        return KVCache(1, batch, kv_heads, max_len, head_dim, dtype=dtype, device=self.device, history=True)
 
     @torch.inference_mode()
     def capture(self) -> list[GraphCaptureStats]:
@@ -319,7 +319,8 @@ class CudaGraphRunner:
         if self.drafter is not None:
             dc = self.drafter.config
             self.draft_cache = KVCache(1, B, dc.num_kv_heads, draft_cache_len(self.plan.max_len, self.spec),
-                                       dc.head_dim, dtype=self.drafter.fc.weight.dtype, device=self.device)
+                                       dc.head_dim, dtype=self.drafter.fc.weight.dtype, device=self.device,
+                                       history=True)
 
     def _static_inputs(self, name: str, b: int, T: int) -> dict[str, torch.Tensor]:
         dev = self.device

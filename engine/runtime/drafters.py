@@ -23,6 +23,7 @@ from eaglelab.engine.runtime.contracts import DraftView, Runner
 from eaglelab.engine.model.eagle3 import Eagle3Network
 from eaglelab.engine.model.layers import EAGER_KERNELS, prefix_mask
 from eaglelab.engine.runtime.spec_config import SpecConfig
+from eaglelab.engine.runtime.lookup import graft_chain, lookup_chain, record
 from eaglelab.engine.runtime.tree import DraftTree, TreeBuilder, chain_tree
 
 
@@ -95,7 +96,7 @@ class Eagle3Drafter:
         with ``spec.compile_prefill``), as the target's prefill (the engine pads prompts to the runner's widths)."""
         B = prompt_ids.shape[0]
         cfg = self.net.config
-        S = st.cache_len + self.spec.num_steps * self.spec.topk + 2
+        S = st.cache_len + max(self.spec.num_steps * self.spec.topk, self.spec.lookup_tokens) + 2
         self.cache = runner.make_draft_cache(B, S, cfg.num_kv_heads, cfg.head_dim, self.net.fc.weight.dtype)
         self.kernels = runner.kernels  # the phases below run with the runner's (maybe compiled) kernels
         self.next_hidden, self.next_logits = self._prompt_phase(prompt_ids, aux, st.lengths, st.root, runner)
@@ -133,6 +134,8 @@ class Eagle3Drafter:
         rows = torch.arange(B, device=ids.device)
         nxt[rows, lengths - 1] = root  # the last prompt position pairs with the first new token
         positions = torch.arange(T, device=ids.device).expand(B, T)
+        if self.spec.lookup_tokens:  # the prompt is the lookup's first history (its root: the next draft's)
+            record(self.cache.tokens, positions, ids, positions < lengths[:, None])
         hidden = self.net.hidden(nxt, self.net.fuse(aux), positions, self.cache, positions,
                                  prefix_mask(positions, self.cache.max_len), self.kernels)  # [B, T, H]
         last = hidden[rows, lengths - 1]  # [B, H]
@@ -142,7 +145,7 @@ class Eagle3Drafter:
         """Every draft step, top-k and the tree: one phase (one graph per batch bucket)."""
         ins = {"root": st.root, "lengths": st.lengths, "hidden": self.next_hidden, "logits": self.next_logits}
         tokens, parents, depth, mask, rank = runner.phase("draft", self._draft, ins, (self.cache,), (id(self), self.spec))
-        return DraftTree(tokens, parents, depth, mask, max_depth=self.spec.num_steps, rank=rank)
+        return DraftTree(tokens, parents, depth, mask, max_depth=self.spec.max_depth, rank=rank)
 
     def _draft(self, root, lengths, hidden, logits):
         """root/lengths [B], hidden [B, H] and logits [B, V_draft] at the root -> the tree's tensors."""
@@ -159,7 +162,12 @@ class Eagle3Drafter:
             hidden, logits = self.net(frontier.tokens, feats, positions, self.cache, slots, mask, self.kernels)
             frontier = builder.step(logits)  # normalised there, in the top-k's own passes
         tree = builder.finish(self.spec.draft_tokens)
-        return tree.tokens, tree.parents, tree.depth, tree.mask, tree.rank
+        if not self.spec.lookup_tokens:
+            return tree.tokens, tree.parents, tree.depth, tree.mask, tree.rank
+        history = self.cache.tokens[:B]
+        record(history, lengths[:, None], root[:, None], torch.ones_like(root[:, None], dtype=torch.bool))
+        chain = lookup_chain(history, lengths + 1, self.spec.lookup_tokens)  # [B, k]
+        return graft_chain(tree.tokens, tree.parents, tree.depth, tree.mask, tree.rank, chain, K)
 
     def cycle_parts(self) -> dict:
         """The draft and draft-extend functions, for an engine running a whole cycle as one phase."""
@@ -183,6 +191,8 @@ class Eagle3Drafter:
         D1 = path.shape[1]
         feats = self.net.fuse(aux.gather(1, path.clamp(min=0)[..., None].expand(-1, -1, aux.shape[-1])))  # [B, D+1, H]
         positions = lengths[:, None] + torch.arange(D1, device=aux.device)  # [B, D+1]
+        if self.spec.lookup_tokens:  # the committed tokens (d1 .. dk, the bonus) follow the root in the history
+            record(self.cache.tokens, positions + 1, tokens, positions < (lengths + accept_len)[:, None])
         hidden = self.net.hidden(tokens.clamp(min=0), feats, positions, self.cache, positions,
                                  prefix_mask(positions, self.cache.max_len), self.kernels)  # [B, D+1, H]
         rows = torch.arange(hidden.shape[0], device=hidden.device)

@@ -284,7 +284,7 @@ class Engine:
         """The prompts' forward (one phase: a graph per batch bucket and padded width, compiled only with
         ``spec.compile_prefill``: it runs once per request), the first token. ``longest``: the longest prompt
         the rows will hold (continuous batching: the queue's), which sizes the cache."""
-        N = self.spec.draft_tokens if self.spec.enabled else 1
+        N = self.spec.tree_nodes if self.spec.enabled else 1
         T = int(max(len(p) for p in prompts))
         cache = self._make_cache(len(prompts), max(T, longest or 0) + max_new + 2 * N + 2)
         ids, lens, first, aux, _ = self._prompt_forward(prompts, cache, sampling, generator)
@@ -390,7 +390,7 @@ class Engine:
         """The cycle as one phase (one graph per batch bucket): the drafter's draft and draft-extend and the
         engine's verify, accept and advance, called directly (:class:`GraphParts`) on the same tensors; what a
         cycle hands the next (the drafter's root hidden state and logits) is runner state, written in place."""
-        B, N = st.root.shape[0], self.spec.draft_tokens
+        B, N = st.root.shape[0], self.spec.tree_nodes
         observed = self.observer is not None
         parity = self._cycle % 2 if observed and self.device.type == "cuda" else 0
         fn = self._cycle_fn(st.cache, sampling, observed, parity)
@@ -411,7 +411,7 @@ class Engine:
         key = (sampling, observed, parity)
         if key in self._cycle_fns:
             return self._cycle_fns[key]
-        depth = self.spec.num_steps
+        depth = self.spec.max_depth
         if (sampling, observed) not in self._cycle_parts:  # the runner compiles a part once for both parities
             self._cycle_parts[(sampling, observed)] = {
                 **self.drafter.cycle_parts(), "verify": self._verify_fn(cache, depth),  # type: ignore[union-attr]
@@ -478,7 +478,7 @@ class Engine:
             tree = DraftTree(tokens, parents, depth, mask, max_depth, rank)
             if sampling.greedy and cycle_ops.applies(logits):  # compiled on CUDA: the walk and compaction, one kernel
                 acc = Acceptance(*cycle_ops.greedy_commit(tree, greedy_token(logits), lengths, cache.k, cache.v,
-                                                           compact=self.spec.topk > 1))
+                                                           compact=not self.spec.chain))
             else:
                 acc = (greedy_accept(tree, logits) if sampling.greedy else
                        rejection_accept(tree, probs_from_logits(logits, sampling), uniform=uniform, race=race))
@@ -490,17 +490,17 @@ class Engine:
     def _compact(self, cache: KVCache, lengths: torch.Tensor, acc: Acceptance) -> None:
         """Move the accepted path's KV (tree node i at slot len+i) onto slots len..len+k (a chain's accepted path is
         already nodes 0..k at slots len..len+k: nothing to move)."""
-        if self.spec.topk > 1:
+        if not self.spec.chain:
             cache.compact_path(lengths, acc.path)
 
     # ---- bookkeeping -------------------------------------------------------------------------
     def _may_finish_next(self, seen: StepView, max_new: int) -> bool:
         """Whether one speculative cycle after ``seen`` (a lagged view) can finish every row by length: each row not
-        done has at most ``num_steps + 1`` tokens (a whole path and its bonus) left. Plain decoding's step count is
+        done has at most ``max_depth + 1`` tokens (a whole path and its bonus) left. Plain decoding's step count is
         exact, and an EOS cannot be foreseen: neither needs the check."""
         got = seen.read()
         left = max_new - got["n_out"][~got["done"]]
-        return bool((left <= self.spec.num_steps + 1).all())
+        return bool((left <= self.spec.max_depth + 1).all())
 
     def _stream(self, views: list[StepView], stream: StreamFn | None, emitted: list[int]) -> list[int]:
         """Hand ``stream`` each row's tokens emitted since ``emitted``, as of the last of ``views`` (steps read

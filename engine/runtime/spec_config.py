@@ -9,6 +9,7 @@ from eaglelab.engine.errors import ConfigError
 
 ALGORITHMS = ("none", "eagle3", "ngram")
 ATTENTION_MODES = ("prefill", "decode")
+MAX_LOOKUP_TOKENS = 32  # a lookup branch's longest chain (a verify of the tree plus these stays a few-row forward)
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,9 @@ class SpecConfig:
     # bucket and padded prompt width: a prefill of compiled kernels, not eager ones, for the cost of a compile per
     # width the first time (cached on disk). False: the prompt's phases are captured uncompiled.
     compile_prefill: bool = False
+    # A prompt-lookup branch of this many tokens beside an EAGLE-3 tree (``runtime/lookup.py``): the continuation
+    # of the context's latest earlier n-gram, verified with the tree. 0: none.
+    lookup_tokens: int = 0
 
     def plain(self) -> "SpecConfig":
         """Plain decoding with these graph and compile settings: the baseline a speculative run is measured against."""
@@ -53,6 +57,13 @@ class SpecConfig:
             )
         if self.num_steps < 1 or self.topk < 1:
             raise ConfigError("must be >= 1", field="--steps/--topk", found=(self.num_steps, self.topk))
+        if not 0 <= self.lookup_tokens <= MAX_LOOKUP_TOKENS:
+            raise ConfigError("out of range", field="--lookup-tokens", found=self.lookup_tokens,
+                              expected=f"0 (none) .. {MAX_LOOKUP_TOKENS}")
+        if self.lookup_tokens and self.algorithm != "eagle3":
+            raise ConfigError("a lookup branch rides beside an EAGLE-3 drafter's tree", field="--lookup-tokens",
+                              found=f"{self.lookup_tokens} with algorithm {self.algorithm}",
+                              hint="give an EAGLE-3 --draft, or --draft ngram for the lookup alone")
         if self.num_draft_tokens == 0:
             return
         if self.topk == 1 and self.num_draft_tokens != self.num_steps + 1:
@@ -81,9 +92,26 @@ class SpecConfig:
         return min(1 + self.topk + (self.num_steps - 1) * self.topk * self.topk, 2 * self.num_steps * self.topk)
 
     @property
+    def tree_nodes(self) -> int:
+        """Nodes per row the target verifies: the drafter's tree (root included) and the lookup branch."""
+        return self.draft_tokens + self.lookup_tokens
+
+    @property
+    def chain(self) -> bool:
+        """Whether every cycle verifies a chain (topk 1, no lookup branch): an accepted path already sits on
+        consecutive slots (nothing to compact)."""
+        return self.topk == 1 and not self.lookup_tokens
+
+    @property
+    def max_depth(self) -> int:
+        """The deepest node of a cycle's tree (an accepted path has at most this many drafted tokens)."""
+        return max(self.num_steps, self.lookup_tokens)
+
+    @property
     def tree_label(self) -> str:
-        """The tree as the CLI names it: "5 steps, topk 4, 24 draft tokens"."""
-        return f"{self.num_steps} steps, topk {self.topk}, {self.draft_tokens} draft tokens"
+        """The tree as the CLI names it: "5 steps, topk 4, 24 draft tokens" (", lookup 8" with a lookup branch)."""
+        lookup = f", lookup {self.lookup_tokens}" if self.lookup_tokens else ""
+        return f"{self.num_steps} steps, topk {self.topk}, {self.draft_tokens} draft tokens{lookup}"
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

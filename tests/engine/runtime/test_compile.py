@@ -54,8 +54,9 @@ def test_compiled_decode_phase_gives_the_eager_tokens(tmp_path, monkeypatch):
 
 
 @pytest.mark.slow  # five phases (draft, verify, accept, draft_extend, advance) compile on the CPU: a few minutes here
-@pytest.mark.parametrize("one_graph", [True, False], ids=["one-graph-cycle", "graph-per-phase"])
-def test_compiled_speculation_gives_plain_greedy_tokens(tmp_path, monkeypatch, one_graph):
+@pytest.mark.parametrize("one_graph, lookup", [(True, 0), (False, 0), (True, 4)],
+                         ids=["one-graph-cycle", "graph-per-phase", "one-graph-cycle-lookup"])
+def test_compiled_speculation_gives_plain_greedy_tokens(tmp_path, monkeypatch, one_graph, lookup):
     """EAGLE-3 greedy speculation with every phase compiled and replayed == plain greedy eager decoding;
     the draft's top-k in blocks of 64 (the 256-token draft vocabulary takes its two-stage path). As one
     graph per cycle, each of the five parts is compiled on its own (the graph between them times them)."""
@@ -64,7 +65,7 @@ def test_compiled_speculation_gives_plain_greedy_tokens(tmp_path, monkeypatch, o
     monkeypatch.setattr("eaglelab.engine.runtime.tree.TOP_K_ONE_PASS", 128)
     model = build_scale_model("tiny", seed=3).model
     spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, cuda_graphs=True, compile=True,
-                      one_graph_cycle=one_graph)
+                      one_graph_cycle=one_graph, lookup_tokens=lookup)  # the lookup writes the drafter's history
     kernels = compiled_kernels(tmp_path)
     eng = _spec_engine(model, spec, lambda net, taps: EmulatedRunner.for_engine(
         model, spec, Eagle3Drafter(net, spec, taps), max_len=64, buckets=(2,), kernels=kernels), Recorder())
@@ -174,10 +175,10 @@ def test_fused_projections_of_inference_tensors():
 # ---- GPU: real graphs around compiled phases ---------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("kind", ["plain", "eagle3"])
+@pytest.mark.parametrize("kind", ["plain", "eagle3", "eagle3-lookup"])
 def test_compiled_phases_inside_cuda_graphs_give_the_eager_tokens(kind, tmp_path, monkeypatch):
     """float32 on the GPU: every phase compiled (no fallback), captured and replayed == eager tokens;
-    EAGLE-3 speculation == plain greedy."""
+    EAGLE-3 speculation (with a lookup branch too) == plain greedy."""
     from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
 
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
@@ -189,7 +190,8 @@ def test_compiled_phases_inside_cuda_graphs_give_the_eager_tokens(kind, tmp_path
         runner = CudaGraphRunner.for_engine(model, spec, None, max_len=64, buckets=(1, 2), kernels=kernels)
         eng = Engine(model, spec=spec, runner=runner, observer=Recorder())
     else:
-        spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, cuda_graphs=True, compile=True)
+        spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, cuda_graphs=True, compile=True,
+                          lookup_tokens=5 if kind == "eagle3-lookup" else 0)
         eng = _spec_engine(model, spec, lambda net, taps: CudaGraphRunner.for_engine(
             model, spec, Eagle3Drafter(net, spec, taps), max_len=64, buckets=(1, 2), kernels=kernels), Recorder())
         runner = eng.runner

@@ -253,15 +253,16 @@ def test_a_sampled_prefill_replays_the_eager_draws(tiny, spec):
     assert _phase_graph(runner, "prefill", 2, prompt=True).graph.replays == 1
 
 
-@pytest.mark.parametrize("one_graph", [True, False])
-def test_eagle3_tree_replay_matches_eager(tiny, one_graph):
+@pytest.mark.parametrize("one_graph, lookup", [(True, 0), (False, 0), (True, 4), (False, 4)])
+def test_eagle3_tree_replay_matches_eager(tiny, one_graph, lookup):
     spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, attention_mode="decode", cuda_graphs=True,
-                      one_graph_cycle=one_graph)
+                      one_graph_cycle=one_graph, lookup_tokens=lookup)
     drafter = _drafter(tiny, spec, "eagle3")
     runner = EmulatedRunner.for_engine(tiny, spec, drafter, max_len=64, buckets=(2,))
     out = _engine(tiny, spec, drafter, runner).generate(PROMPTS[1:3], 8)
     ref = _engine(tiny, spec, _drafter(tiny, spec, "eagle3"), EagerRunner(tiny, drafter.net)).generate(PROMPTS[1:3], 8)
     assert out.tokens == ref.tokens
+    assert out.accept_lens == ref.accept_lens, "the same drafts: the static cache's history is the eager one's"
     for phase in ("cycle",) if one_graph else ("draft", "verify", "accept", "draft_extend", "advance"):
         assert _phase_graph(runner, phase, 2).graph.replays > 0, phase
     assert not any(k[1] == ("draft" if one_graph else "cycle") for k in runner._graphs)
@@ -364,11 +365,12 @@ def test_a_phase_given_state_not_made_by_the_runner_runs_eagerly_and_says_why(ti
 # ---- GPU: real graphs ------------------------------------------------------------------------------
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-@pytest.mark.parametrize("kind", ["plain", "ngram", "eagle3"])
+@pytest.mark.parametrize("kind", ["plain", "ngram", "eagle3", "eagle3-lookup"])
 def test_cuda_graphs_give_the_eager_tokens(kind):
     model = build_scale_model("tiny", device="cuda", seed=3).model
-    algo = {"plain": "none", "ngram": "ngram", "eagle3": "eagle3"}[kind]
-    spec = SpecConfig(algo, num_steps=3, attention_mode="decode", cuda_graphs=True)
+    algo = {"plain": "none", "ngram": "ngram"}.get(kind, "eagle3")
+    spec = SpecConfig(algo, num_steps=3, attention_mode="decode", cuda_graphs=True,
+                      lookup_tokens=5 if kind == "eagle3-lookup" else 0)
     for batch in (1, 2, 3):
         drafter = None if kind == "plain" else _drafter(model, spec, kind)
         runner = CudaGraphRunner.for_engine(model, spec, drafter, max_len=64, buckets=(1, 2, 4))

@@ -54,7 +54,7 @@ def _engine(target, kind: str, graphs: bool, lag: int, observer=None, eos=EOS) -
         drafter, net = NgramDrafter(spec), None
     else:
         spec = SpecConfig("eagle3", num_steps=3, topk=4, num_draft_tokens=10, cuda_graphs=graphs,
-                          one_graph_cycle=kind == "eagle3")
+                          one_graph_cycle=kind != "eagle3-phases", lookup_tokens=5 if kind == "eagle3-lookup" else 0)
         net = random_drafter(target, 5, draft_vocab=CFG["vocab_size"])  # the whole vocabulary: drafts get accepted
         drafter = Eagle3Drafter(net, spec, TAPS)
     runner = (EmulatedRunner.for_engine(target, spec, drafter, max_len=160, buckets=(1, 2, 4)) if graphs
@@ -66,7 +66,7 @@ def _engine(target, kind: str, graphs: bool, lag: int, observer=None, eos=EOS) -
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(
     data=st.data(),
-    kind=st.sampled_from(["plain", "eagle3", "eagle3-phases", "ngram"]),
+    kind=st.sampled_from(["plain", "eagle3", "eagle3-phases", "eagle3-lookup", "ngram"]),
     graphs=st.booleans(),
     lag=st.sampled_from([0, 1]),
     max_batch=st.integers(1, 3),

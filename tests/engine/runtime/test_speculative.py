@@ -66,6 +66,25 @@ def test_eagle3_greedy_equals_plain(target, seed, shape, mode, batch):
     assert spec_out.stop_reasons == plain.stop_reasons
 
 
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 1000), shape=st.sampled_from([(1, 2, 0), (2, 3, 5), (4, 3, 10)]),
+       lookup=st.integers(1, 9), mode=st.sampled_from(["decode", "prefill"]), batch=st.sampled_from([1, 3]))
+def test_a_lookup_branch_keeps_greedy_equal_to_plain_and_accepts_past_the_drafter(target, seed, shape, lookup, mode,
+                                                                                   batch):
+    """Beside a random drafter's tree (a chain too), the lookup branch: the same tokens as plain greedy decoding,
+    no path deeper than the deeper of the two. (That the branch is accepted: test_default_model's lookup test.)"""
+    topk, steps, ndt = shape
+    spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=ndt, attention_mode=mode,
+                      lookup_tokens=lookup)
+    prompts = ([[20, 21, 22, 23, 24] * 4, [30, 31, 32], [5, 6, 7, 8, 5, 6, 7]])[:batch]
+    plain = Engine(target, eos_token_ids=(3,)).generate(prompts, 30)
+    drafter = Eagle3Drafter(random_drafter(target, seed), spec, TAPS)
+    out = Engine(target, eos_token_ids=(3,), drafter=drafter, spec=spec).generate(prompts, 30)
+    assert out.tokens == plain.tokens and out.stop_reasons == plain.stop_reasons
+    lens = [a for cyc in out.accept_lens for a in cyc]
+    assert max(lens) <= max(steps, lookup) + 1
+
+
 @pytest.mark.parametrize("mode", ["decode", "prefill"])
 @pytest.mark.parametrize("steps", [1, 4])
 def test_ngram_greedy_equals_plain_and_accepts_repeats(target, mode, steps):
@@ -230,6 +249,27 @@ def test_shipped_drafter_is_lossless_and_beats_chance(default_target, topk, step
     plain = Engine(default_target.model, eos_token_ids=eos).generate(ids, 40)
     assert out.tokens == plain.tokens
     assert out.mean_accept_len > 1.8
+
+
+@pytest.mark.slow
+def test_a_lookup_branch_beside_the_shipped_drafter_accepts_copied_text_in_fewer_cycles(default_target):
+    """An answer that copies its prompt's names: with the lookup branch beside the shipped drafter's 5/4/24 tree,
+    the plain greedy tokens, paths longer than the drafter's five steps, and fewer cycles than the tree alone."""
+    from eaglelab.draft_registry import shipped_drafter_dir
+
+    net, taps, _ = load_eagle3(shipped_drafter_dir(), default_target.model)
+    tok = default_target.tokenizer
+    ids = [tok.chat_ids("Rewrite this list as a JSON array of objects with name and city fields: Alice Smith, Paris; "
+                        "Bob Jones, Rome; Carla Diaz, Madrid; David Lee, Seoul; Erin Walsh, Dublin.")]
+    plain = Engine(default_target.model, eos_token_ids=()).generate(ids, 64)
+    runs = {}
+    for lookup in (0, 8):
+        spec = SpecConfig("eagle3", num_steps=5, topk=4, num_draft_tokens=24, lookup_tokens=lookup)
+        runs[lookup] = Engine(default_target.model, eos_token_ids=(), drafter=Eagle3Drafter(net, spec, taps),
+                              spec=spec).generate(ids, 64)
+        assert runs[lookup].tokens == plain.tokens
+    assert max(a for cyc in runs[8].accept_lens for a in cyc) > 6
+    assert runs[8].cycles < runs[0].cycles
 
 
 def test_cycles_report_sibling_ranks_of_the_accepted_path(target):
