@@ -12,8 +12,18 @@
 #           lookup branch and with one of 8
 #   call S  carry .carry/assets .whl              STAGE=S (right after R): the same figures with a branch of 16; batch 8
 #           served (--continuous, the 80 as one queue) without and with a branch of 8
+# (T's and P's scale-model runs need the MT-bench questions: .carry/assets, which those calls did not carry.)
+#
+# The second batch, after the shipped profile took a branch of 16 at batch 1 and of 8 at batch 8:
+#   call U  carry .carry/mq1 .carry/assets .whl   STAGE=U: the cycle's phase costs on SmolLM2's shape without and
+#           with a branch of 16
+#   call C  carry .carry/mq2 .whl; call C carry .carry/mq3 .whl
+#   call W  carry .carry/mq4 .carry/assets .whl   STAGE=W: joins; batch 32 served without and with a branch of 8;
+#           batch 8 served with a branch of 16; the batch-1 figures with a branch of 32
+#   call X  carry .carry/assets .whl              STAGE=X (right after W): `bench --figures` with no flag (the
+#           profile's trees and branches) at batch 1, 8 and 32
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s).
-STAGE=${STAGE:?set STAGE=T, P, C, R or S}
+STAGE=${STAGE:?set STAGE=T, P, C, R, S, U, W or X}
 source "$(dirname "$0")/device_stage.sh"
 
 # figures NAME LIMIT EXTRA...: the shipped drafter against plain decoding at batch 1 (its profile's tree 5/4/24), every
@@ -75,6 +85,35 @@ stage_s() {
   served_b8 served_b8_lookup8 $(left) --lookup-tokens 8
 }
 
-export STAGE_S=${STAGE_S:-$(case $STAGE in T) echo 320;; P) echo 200;; C) echo 60;; *) echo 570;; esac)}
+stage_u() {
+  record_gpu
+  park_parts
+  scale_cost scale_lookup0 100
+  scale_cost scale_lookup16 $(left) --lookup-tokens 16
+}
+
+# served NAME LIMIT BATCH EXTRA...: the 80 as one queue through BATCH rows (the profile's tree for that batch)
+served() {
+  local name=$1 limit=$2 batch=$3; shift 3
+  TAIL=30 run "$name" "$limit" $EL bench --model default --draft $SHIPPED --batch-sizes "$batch" --prompts 80 \
+    --max-new-tokens 128 --repeats 3 --configs plain-compile-gemv-attn,spec-compile-gemv-attn --no-micro --continuous \
+    "$@" --json "$R/h200_smollm2_$name.json"
+}
+
+stage_w() {
+  join_gguf
+  served served_b32_lookup0 110 32 --lookup-tokens 0
+  served served_b32_lookup8 110 32 --lookup-tokens 8
+  served served_b8_lookup16 100 8 --lookup-tokens 16
+  figures b1_lookup32 $(left) --lookup-tokens 32
+}
+
+stage_x() {
+  [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call W"; exit 3; }
+  TAIL=60 run figures_defaults $(left) $EL bench --figures --model default --draft $SHIPPED --device cuda \
+    --max-new-tokens 128 --repeats 2 --json "$R/h200_figures_defaults.json"
+}
+
+export STAGE_S=${STAGE_S:-$(case $STAGE in T) echo 320;; P|U) echo 200;; C) echo 60;; W) echo 440;; X) echo 330;; *) echo 570;; esac)}
 watchdog "$0"
-run_stage T P C R S
+run_stage T P C R S U W X

@@ -30,10 +30,11 @@ class TreeFlags:
     steps: int | None = None
     topk: int | None = None
     draft_tokens: int | None = None
+    lookup_tokens: int | None = None  # --lookup-tokens, decided apart from the tree flags (None: the profile's)
 
     @classmethod
     def from_args(cls, args: Any) -> "TreeFlags":
-        return cls(args.steps, args.topk, args.draft_tokens)
+        return cls(args.steps, args.topk, args.draft_tokens, getattr(args, "lookup_tokens", None))
 
 
     @property
@@ -48,6 +49,7 @@ class TreeShape:
     steps: int
     topk: int
     draft_tokens: int
+    lookup_tokens: int = 0  # the prompt-lookup branch beside the tree (EAGLE-3 only)
 
 
 @dataclass(frozen=True)
@@ -70,14 +72,20 @@ def tree_defaults(algorithm: str, flags: TreeFlags, measured: BucketChoice | Non
        candidates a depth, so it pays to go deeper than a chain does (``eaglelab tune`` finds the fastest on
        given hardware). n-gram: always a chain (a lookup proposes one continuation) of 4 steps: a lookup
        costs no forward, so a step more than EAGLE-3's chain costs only a verify one token wider.
+
+    The lookup branch beside an EAGLE-3 tree (``--lookup-tokens``): the flag when given, else the profile bucket's
+    with the profile's tree (measured together), else none.
     """
-    if algorithm == "ngram":
-        return TreeShape(flags.steps if flags.steps is not None else 4, 1, flags.draft_tokens or 0)
-    if measured is not None and not flags.given:
-        return TreeShape(measured.steps, measured.topk, measured.draft_tokens)
+    if algorithm == "ngram":  # (a lookup branch flagged beside it is refused by the spec, naming the flag)
+        return TreeShape(flags.steps if flags.steps is not None else 4, 1, flags.draft_tokens or 0,
+                         flags.lookup_tokens or 0)
+    profiled = measured is not None and not flags.given
+    lookup = flags.lookup_tokens if flags.lookup_tokens is not None else (measured.lookup_tokens if profiled else 0)
+    if profiled:
+        return TreeShape(measured.steps, measured.topk, measured.draft_tokens, lookup)
     topk = flags.topk if flags.topk is not None else 1
     steps = flags.steps if flags.steps is not None else (5 if topk > 1 else 3)
-    return TreeShape(steps, topk, flags.draft_tokens or 0)
+    return TreeShape(steps, topk, flags.draft_tokens or 0, lookup)
 
 
 def tree_spec(algorithm: str, steps: int | None, topk: int | None, draft_tokens: int | None,
@@ -86,8 +94,10 @@ def tree_spec(algorithm: str, steps: int | None, topk: int | None, draft_tokens:
     (attention_mode, cuda_graphs, compile, ...)."""
     from eaglelab.engine.runtime.spec_config import SpecConfig
 
-    shape = tree_defaults(algorithm, TreeFlags(steps, topk, draft_tokens), measured)
-    return SpecConfig(algorithm, num_steps=shape.steps, topk=shape.topk, num_draft_tokens=shape.draft_tokens, **modes)
+    modes = dict(modes)
+    shape = tree_defaults(algorithm, TreeFlags(steps, topk, draft_tokens, modes.pop("lookup_tokens", None)), measured)
+    return SpecConfig(algorithm, num_steps=shape.steps, topk=shape.topk, num_draft_tokens=shape.draft_tokens,
+                      lookup_tokens=shape.lookup_tokens, **modes)
 
 
 def device_profile(drafter_dir: str | None, where: Where | None) -> DeviceProfile | None:
@@ -205,7 +215,7 @@ def random_drafter(draft: str, target: Any, flags: TreeFlags = TreeFlags(), *, s
     if draft != "default":
         raise EagleLabError("scale models take --draft default | ngram | none", field="--draft", found=draft)
     net, taps = random_eagle3(target, seed=seed, draft_vocab=draft_vocab or RANDOM_DRAFT_VOCAB)
-    spec = tree_spec("eagle3", flags.steps, flags.topk, flags.draft_tokens)
+    spec = tree_spec("eagle3", flags.steps, flags.topk, flags.draft_tokens, lookup_tokens=flags.lookup_tokens)
     note = (f"drafter: random EAGLE-3 of the target's width, {net.config.draft_vocab_size}-token draft vocabulary, "
             f"taps hs{list(taps)}")
     return DraftChoice("eagle3", spec, _eagle3_factory(net, taps), (note,), flags=flags)

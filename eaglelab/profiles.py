@@ -47,6 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.engine.errors import EagleLabError
+from eaglelab.engine.runtime.spec_config import MAX_LOOKUP_TOKENS
 
 SCHEMA = 1
 SHIPPED_NAME = "eaglelab_profiles.json"  # beside a drafter's weights
@@ -62,10 +63,12 @@ class BucketChoice:
     topk: int
     draft_tokens: int
     measured: str = ""  # the figure that chose it, e.g. "2.00x over plain decoding (2,446.5 vs 1,222.9 tok/s)"
+    lookup_tokens: int = 0  # a prompt-lookup branch beside the tree (absent from the file: none)
 
     @property
     def label(self) -> str:
-        return f"{self.steps} steps, topk {self.topk}, {self.draft_tokens} draft tokens"
+        lookup = f", lookup {self.lookup_tokens}" if self.lookup_tokens else ""
+        return f"{self.steps} steps, topk {self.topk}, {self.draft_tokens} draft tokens{lookup}"
 
 
 TILING_FIELDS = ("block_n", "block_k", "split_k", "num_warps", "num_stages")  # the GEMV's GemvConfig, in order
@@ -117,7 +120,7 @@ class DeviceProfile:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("path")
-        d["buckets"] = [asdict(b) for b in self.buckets]
+        d["buckets"] = [{k: v for k, v in asdict(b).items() if k != "lookup_tokens" or v} for b in self.buckets]
         if self.gemv_tilings is None:
             d.pop("gemv_tilings")
         else:
@@ -311,7 +314,8 @@ def _bucket(b: Any, path: Path, where: str) -> BucketChoice:
             for k, low in (("max_batch", 1), ("steps", 1), ("topk", 1), ("draft_tokens", 2))}
     if ints["topk"] == 1 and ints["draft_tokens"] != ints["steps"] + 1:
         raise _bad(path, f"{where}.draft_tokens", ints["draft_tokens"], f"steps + 1 = {ints['steps'] + 1} for a chain")
-    return BucketChoice(**ints, measured=str(b.get("measured", "")))
+    lookup = _int(b, "lookup_tokens", 0, MAX_LOOKUP_TOKENS, path, where) if "lookup_tokens" in b else 0
+    return BucketChoice(**ints, measured=str(b.get("measured", "")), lookup_tokens=lookup)
 
 
 def _text(d: dict, k: str, path: Path, where: str) -> str:

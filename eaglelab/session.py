@@ -73,10 +73,10 @@ def add_model_args(p: argparse.ArgumentParser, max_new_tokens: int | None, max_n
     s.add_argument("--topk", type=int, default=None, help="children per tree node (default: the device profile's, else 1 "
                         "= chain); any tree flag given sets the whole tree (the profile's is used only with none)")
     s.add_argument("--draft-tokens", type=int, default=None, help="tokens verified per cycle, root included")
-    s.add_argument("--lookup-tokens", type=int, default=0, metavar="K",
+    s.add_argument("--lookup-tokens", type=int, default=None, metavar="K",
                    help="beside an EAGLE-3 tree, a prompt-lookup branch of K tokens (what followed the latest earlier "
                         "occurrence of the last 1-4 tokens), verified with the tree: text that repeats itself is "
-                        "accepted further (default 0: none)")
+                        "accepted further (default: the device profile's for the batch size, else 0: none)")
     s.add_argument("--serving", choices=("sglang", "vllm"), default=None,
                    help="read the drafter's aux layer ids as this engine would (default: the checkpoint format's)")
 
@@ -359,7 +359,7 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
     modes = dict(attention_mode=a.attention_mode, cuda_graphs=graphs, compile=compile_,
                  one_graph_cycle=getattr(a, "one_graph_cycle", True),
                  compile_prefill=getattr(a, "compile_prefill", False),  # commands without these build sessions too
-                 lookup_tokens=getattr(a, "lookup_tokens", 0))
+                 lookup_tokens=getattr(a, "lookup_tokens", None))
     where = Where(profile_device(s.target.device), s.dtype_name, batch=1)  # run, trace and the TUI: one prompt
     s.draft = choose_drafter(a.draft, a.model, s.target.model, TreeFlags.from_args(a), modes=modes,
                              serving=a.serving, log=log, where=where)

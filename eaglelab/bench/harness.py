@@ -181,7 +181,8 @@ class BenchContext:
         if batch is None or self.tree_for is None or self.spec is None:
             return self.spec
         t = self.tree_for(batch)
-        return replace(self.spec, num_steps=t.steps, topk=t.topk, num_draft_tokens=t.draft_tokens)
+        return replace(self.spec, num_steps=t.steps, topk=t.topk, num_draft_tokens=t.draft_tokens,
+                       lookup_tokens=t.lookup_tokens)
 
     @property
     def max_len(self) -> int:

@@ -5,7 +5,7 @@ scale model of random weights), the drafter (both through the drafter registry),
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from eaglelab.bench import harness as B
@@ -268,8 +268,7 @@ def _scale_setup(args, device, dtype_name: str, log, tp=None) -> dict[str, Any]:
     else:
         peer_skip = "HF peer skipped: our kimi-like is GQA DeepSeek-V3 (not an HF architecture), and a 2nd copy would not fit"
     notes = [f"scale model {args.scale_model}: random weights; cost figures only, acceptance means nothing", *draft.notes]
-    spec = replace(draft.spec, lookup_tokens=args.lookup_tokens) if getattr(args, "lookup_tokens", 0) else draft.spec
-    return dict(target=sm.model, tokenizer=default_tokenizer(), spec=spec, make_drafter=draft.make, peer=peer,
+    return dict(target=sm.model, tokenizer=default_tokenizer(), spec=draft.spec, make_drafter=draft.make, peer=peer,
                 peer_skip=peer_skip, name=f"{args.scale_model} (random weights, {sm.config.num_layers} layers)",
                 notes=notes, weight_bytes=decode_weight_bytes(sm.model), tree_for=draft.tree_for if draft.make else None,
                 draft=draft, profile=None)

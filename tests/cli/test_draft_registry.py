@@ -20,6 +20,20 @@ def test_tree_defaults_fill_only_the_flags_not_given():
     assert tree_defaults("ngram", TreeFlags(steps=6, topk=3)) == TreeShape(6, 1, 0), "n-gram drafts a chain"
 
 
+def test_the_lookup_branch_is_the_flag_else_the_profile_buckets_with_its_tree_else_none():
+    from eaglelab.profiles import BucketChoice
+
+    bucket = BucketChoice(1, 5, 4, 24, lookup_tokens=16)
+    assert tree_defaults("eagle3", TreeFlags(), bucket) == TreeShape(5, 4, 24, 16)
+    assert tree_defaults("eagle3", TreeFlags(lookup_tokens=0), bucket) == TreeShape(5, 4, 24, 0), "0 turns it off"
+    assert tree_defaults("eagle3", TreeFlags(lookup_tokens=4), bucket) == TreeShape(5, 4, 24, 4)
+    assert tree_defaults("eagle3", TreeFlags(2, 4, 8), bucket) == TreeShape(2, 4, 8, 0), "measured with its tree only"
+    assert tree_defaults("eagle3", TreeFlags(2, 4, 8, 8), bucket) == TreeShape(2, 4, 8, 8)
+    assert tree_defaults("eagle3", TreeFlags(topk=4)) == TreeShape(5, 4, 0, 0)
+    spec = R.tree_spec("eagle3", None, None, None, bucket, lookup_tokens=None, attention_mode="decode")
+    assert (spec.tree_nodes, spec.max_depth) == (40, 16)
+
+
 @pytest.fixture
 def odd_defaults(monkeypatch):
     """tree_defaults answering a tree no default ever is: an entry point that does not ask it shows."""

@@ -28,10 +28,21 @@ def test_the_shipped_drafter_carries_profiles_for_its_own_weights(tmp_path):
     h200 = find_profile("NVIDIA H200", "bfloat16", shipped, tmp_path)
     assert h200 is not None and (h200.compile, h200.gemv, h200.decode_attn) == (True, True, True)
     assert (h200.bucket(1).steps, h200.bucket(1).topk, h200.bucket(1).draft_tokens) == (5, 4, 24)
+    assert [h200.bucket(b).lookup_tokens for b in (1, 8, 32)] == [16, 8, 0], "the lookup branch measured per bucket"
+    assert h200.bucket(1).label == "5 steps, topk 4, 24 draft tokens, lookup 16"
     cpu = find_profile("cpu", "float32", shipped, tmp_path)
     assert cpu is not None and cpu.bucket(1).label == "3 steps, topk 1, 4 draft tokens"
     assert find_profile("NVIDIA A100-SXM4-80GB", "bfloat16", shipped, tmp_path) is None
     assert find_profile("NVIDIA H200", "float16", shipped, tmp_path) is None  # measured in bf16 only
+
+
+def test_a_lookup_branch_survives_the_round_trip_and_none_is_not_written(tmp_path):
+    p = _profile("x" * 64, buckets=(BucketChoice(1, 5, 4, 24, lookup_tokens=16), BucketChoice(8, 4, 4, 12)))
+    data = p.to_json()
+    assert [("lookup_tokens" in b) for b in data["buckets"]] == [True, False]
+    path = tmp_path / SHIPPED_NAME
+    path.write_text(json.dumps({"schema": 1, "profiles": [data]}))
+    assert [b.lookup_tokens for b in read_profiles(path)[0].buckets] == [16, 0]
 
 
 def test_bucket_is_the_smallest_that_holds_the_batch_else_the_largest():
@@ -83,6 +94,9 @@ def test_write_replaces_the_same_device_and_keeps_the_others(tmp_path):
      '"buckets": [{"max_batch": 1, "steps": 3, "topk": 1, "draft_tokens": NaN}]}]}', None),
     ('{"schema": 1, "profiles": [{"device": "cpu", "dtype": "float32", "drafter_sha256": "x", '
      '"buckets": [{"max_batch": 1, "steps": 3, "topk": 1, "draft_tokens": 9}]}]}', "profiles[0].buckets[0].draft_tokens"),
+    ('{"schema": 1, "profiles": [{"device": "cpu", "dtype": "float32", "drafter_sha256": "x", '
+     '"buckets": [{"max_batch": 1, "steps": 3, "topk": 1, "draft_tokens": 4, "lookup_tokens": 99}]}]}',
+     "profiles[0].buckets[0].lookup_tokens"),
     ('{"schema": 1, "profiles": [{"device": "cpu", "dtype": "float32", "drafter_sha256": "x", "gemv": "yes", '
      '"buckets": [{"max_batch": 1, "steps": 3, "topk": 1, "draft_tokens": 4}]}]}', "profiles[0].gemv"),
 ])
