@@ -16,7 +16,7 @@
 #
 # The second batch, after the shipped profile took a branch of 16 at batch 1 and of 8 at batch 8:
 #   call U  carry .carry/mq1 .carry/assets .whl   STAGE=U: the cycle's phase costs on SmolLM2's shape without and
-#           with a branch of 16
+#           with a branch of 16 (on 2026-12-04 both were cut at 100 s by compile and GEMV tuning: give them ~150 s)
 #   call C  carry .carry/mq2 .whl; call C carry .carry/mq3 .whl
 #   call W  carry .carry/mq4 .carry/assets .whl   STAGE=W: joins; batch 32 served without and with a branch of 8;
 #           batch 8 served with a branch of 16; the batch-1 figures with a branch of 32
