@@ -366,3 +366,31 @@ def test_continuous_with_no_more_prompts_than_rows_says_one_batch_and_no_refill(
     said = [n for n in json.loads(out.read_text())["notes"] if n.startswith("--continuous")]
     assert said == ["--continuous: the 3 prompts served through each batch size's rows; at batch 4 that is one batch "
                     "of 3 rows"]
+
+
+@pytest.mark.parametrize("flags, found", [(["--draft", "ngram", "--lookup-tokens", "4"], "algorithm ngram"),
+                                          (["--lookup-tokens", "99"], "99")])
+def test_a_lookup_branch_it_cannot_run_is_refused_with_its_flag(questions, capsys, flags, found):
+    """``--lookup-tokens`` beside the n-gram drafter, or past its range: the flag and what was found, no traceback."""
+    rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions), "--configs",
+               "spec-decode", "--batch-sizes", "1", "--prompts", "1", "--max-new-tokens", "2", "--repeats", "1",
+               "--no-micro", *flags])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc != 0 and "--lookup-tokens" in err and found in err and "Traceback" not in err
+
+
+def test_a_lookup_branch_reaches_every_batch_sizes_engine(questions, monkeypatch):
+    """``--lookup-tokens 3`` on a scale model: the spec of each batch size's engine carries it, and the report's
+    tree says so."""
+    from eaglelab.bench import harness
+
+    seen = []
+    real = harness.engine_spec
+    monkeypatch.setattr(harness, "engine_spec", lambda cfg, ctx, batch=None: seen.append(real(cfg, ctx, batch)) or seen[-1])
+    rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions), "--configs",
+               "plain-eager,spec-decode", "--batch-sizes", "1,2", "--prompts", "2", "--max-new-tokens", "4",
+               "--repeats", "1", "--no-micro", "--lookup-tokens", "3"])
+    assert rc == 0
+    spec = [s for s in seen if s.enabled]
+    assert spec and all(s.lookup_tokens == 3 and s.tree_nodes == s.draft_tokens + 3 for s in spec)
+    assert all(s.lookup_tokens == 0 for s in seen if not s.enabled)
