@@ -178,7 +178,8 @@ def measure_acceptance(target, model: str, *, draft: str = "default", prompts: l
     settings = {
         "model": f"{target.name} {target.digest}".strip(),
         "draft": draft,
-        "draft_shape": f"{spec.algorithm}, {spec.num_steps} steps, topk {spec.topk}, {spec.draft_tokens} tokens",
+        "draft_shape": f"{spec.algorithm}, {spec.num_steps} steps, topk {spec.topk}, {spec.draft_tokens} tokens"
+                       + (f", lookup {spec.lookup_tokens}" if spec.lookup_tokens else ""),
         "prompts": guard.prompts_digest(prompts),
         "prompt_count": len(prompts),
         "max_new_tokens": max_new_tokens,
@@ -186,7 +187,7 @@ def measure_acceptance(target, model: str, *, draft: str = "default", prompts: l
         "device": str(target.device),
     }
     return guard.AcceptanceMeasurement(
-        mean_accept_len=stats.mean_accept_len, per_position=stats.per_position_rate(spec.num_steps),
+        mean_accept_len=stats.mean_accept_len, per_position=stats.per_position_rate(spec.max_depth),
         accept_rate=stats.accept_rate, verify_steps=stats.row_cycles, settings=settings,
     )
 

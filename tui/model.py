@@ -339,7 +339,8 @@ class RunModel:
             return ()
         longest = max(hist)
         if header is not None and header.speculative and isinstance(header.spec.get("num_steps"), int):
-            longest = max(longest, header.spec["num_steps"] + 1)
+            lookup = header.spec.get("lookup_tokens")  # a lookup branch reaches deeper than the drafter's steps
+            longest = max(longest, max(header.spec["num_steps"], lookup if isinstance(lookup, int) else 0) + 1)
         return tuple((a, hist.get(a, 0)) for a in range(1, longest + 1))
 
     def _shown_kind(self) -> str | None:
