@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-MAX_NGRAM = 4  # the longest tail looked up (vLLM's ngram speculator defaults to 1..4 too)
+MAX_NGRAM = 4  # the longest tail looked up (as the host n-gram drafter's, drafters.NgramDrafter)
 MIN_NGRAM = 1
 
 
@@ -63,8 +63,9 @@ def graft_chain(tokens: Tensor, parents: Tensor, depth: Tensor, mask: Tensor, ra
     steps = torch.arange(k, device=dev)
     chain_parents = torch.where(steps == 0, 0, N + steps - 1).expand(B, k)
     lower = torch.ones(k, k, dtype=torch.bool, device=dev).tril()
-    bottom = torch.cat([torch.ones(k, 1, dtype=torch.bool, device=dev),  # every link sees the root,
-                        torch.zeros(k, N - 1, dtype=torch.bool, device=dev), lower], dim=1)  # and the links before it: [k, N + k]
+    # [k, N + k]: every link sees the root and the links before it, none of the drafter's nodes
+    bottom = torch.cat([torch.ones(k, 1, dtype=torch.bool, device=dev),
+                        torch.zeros(k, N - 1, dtype=torch.bool, device=dev), lower], dim=1)
     top = torch.cat([mask, mask.new_zeros(B, N, k)], dim=2)  # [B, N, N + k]
     return (torch.cat([tokens, chain], dim=1),
             torch.cat([parents, chain_parents], dim=1),

@@ -386,7 +386,11 @@ def test_a_lookup_branch_reaches_every_batch_sizes_engine(questions, monkeypatch
 
     seen = []
     real = harness.engine_spec
-    monkeypatch.setattr(harness, "engine_spec", lambda cfg, ctx, batch=None: seen.append(real(cfg, ctx, batch)) or seen[-1])
+    def spy(cfg, ctx, batch=None):
+        seen.append(real(cfg, ctx, batch))
+        return seen[-1]
+
+    monkeypatch.setattr(harness, "engine_spec", spy)
     rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions), "--configs",
                "plain-eager,spec-decode", "--batch-sizes", "1,2", "--prompts", "2", "--max-new-tokens", "4",
                "--repeats", "1", "--no-micro", "--lookup-tokens", "3"])
