@@ -147,7 +147,7 @@ def main() -> int:
         "device": s.device_label, "dtype": s.dtype_name, "torch": torch.__version__, "python": platform.python_version(),
         "max_new_tokens": args.max_new_tokens, "cycles": len(lens),
         "mean_accept_len": sum(lens) / len(lens) if lens else None,
-        "per_position_acceptance": per_position(lens, s.spec.num_steps),
+        "per_position_acceptance": per_position(lens, s.spec.max_depth),
         "accept_len_histogram": {k: lens.count(k) for k in sorted(set(lens))},
         "spec_tok_s": tokens / spec_s, "plain_tok_s": tokens / plain_s, "speedup": plain_s / spec_s,
         "identical_outputs": f"{same}/{len(ids)}",
@@ -155,7 +155,7 @@ def main() -> int:
         "draft_vocab_coverage": share(covered),
     }
     if cats is not None:
-        report["by_category"] = by_group(cats, per_prompt, s.spec.num_steps)
+        report["by_category"] = by_group(cats, per_prompt, s.spec.max_depth)
         for cat, r in report["by_category"].items():
             r["draft_vocab_coverage"] = share([c for g, c in zip(cats, covered) if g == cat])
     rates = " ".join(f"{r:.2f}" for r in report["per_position_acceptance"])
