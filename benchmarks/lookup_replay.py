@@ -1,0 +1,119 @@
+"""What a prompt-lookup branch beside the tree would add, replayed offline from the engine's own cycles.
+
+Runs the drafter on MT-bench first turns (greedy, EOS honoured) and keeps each prompt, its output and the accepted
+length of every cycle (``--rows OUT.json``; or reads such a file with ``--from``). Then, for each lookup length K,
+walks each output again: at a cycle starting at position c the branch proposes the K tokens that followed the
+context's latest earlier 4..1-gram (read on around a repeat, as ``engine/runtime/lookup.py`` does), the cycle keeps
+the longer of the drafter's path and the branch's matched prefix (plus the bonus), and the next cycle starts after
+it. Where the replay starts a cycle the engine never started, the drafter's length there is taken as what is left
+of the engine's cycle covering c, or the next cycle's length, whichever is larger (an estimate, said as such).
+
+    python benchmarks/lookup_replay.py --device cpu --steps 5 --topk 4 --draft-tokens 24 --rows rows.json --k 8,16
+    python benchmarks/lookup_replay.py --from rows.json --k 4,8,16,32
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import defaultdict
+
+
+def lookup(context: list[int], k: int, max_ngram: int = 4) -> list[int]:
+    """The K tokens after the latest earlier occurrence of the context's longest matching tail (4..1 tokens)."""
+    last = len(context) - 1
+    for n in range(min(max_ngram, len(context)), 0, -1):
+        tail = context[len(context) - n:]
+        for end in range(last - 1, n - 2, -1):
+            if context[end - n + 1: end + 1] == tail:
+                return [context[end + 1 + i % (last - end)] for i in range(k)]
+    return []
+
+
+def matched(proposal: list[int], future: list[int]) -> int:
+    n = 0
+    for a, b in zip(proposal, future):
+        if a != b:
+            break
+        n += 1
+    return n
+
+
+def replay(row: dict, k: int) -> int:
+    """Cycles the output takes with a branch of ``k`` beside the drafter (the engine's cycles when k is 0)."""
+    prompt, out, accepted = row["prompt"], row["out"], row["acc"]
+    starts, c = [], 1  # the prefill emits out[0]; the first cycle starts after it
+    for a in accepted:
+        starts.append((c, a))
+        c += a
+    exact = dict(starts)
+
+    def drafter_at(pos: int) -> int:
+        if pos in exact:
+            return exact[pos]
+        left = max((c0 + a - pos for c0, a in starts if c0 <= pos < c0 + a), default=0)
+        later = next((a for c0, a in starts if c0 > pos), 1)
+        return max(left, later)
+
+    if k == 0:
+        return len(accepted)
+    cycles, c = 0, 1
+    while c < len(out):
+        branch = matched(lookup(prompt + out[:c], k), out[c:]) + 1
+        c += max(drafter_at(c), branch)
+        cycles += 1
+    return cycles
+
+
+def record_rows(args: argparse.Namespace) -> list[dict]:
+    from eaglelab.bench.harness import mtbench_questions, tokenize_prompts
+    from eaglelab.session import build_session
+
+    asked = mtbench_questions(args.prompts, None)
+    s = build_session(args, log=lambda m: None)
+    ids, _ = tokenize_prompts([t for t, _ in asked], s.target.tokenizer, s.target.config.vocab_size, 1024)
+    engine, rows = s.engine(), []
+    for i, (prompt, (_, category)) in enumerate(zip(ids, asked)):
+        r = engine.generate([prompt], args.max_new_tokens)
+        rows.append({"category": category, "prompt": prompt, "out": r.tokens[0],
+                     "acc": [a for cycle in r.accept_lens for a in cycle]})
+        print(f"  {i + 1}/{len(ids)} {category}", file=sys.stderr, flush=True)
+    print(f"recorded with {s.spec_label}, {s.device_label} {s.dtype_name}")
+    return rows
+
+
+def main() -> int:
+    from eaglelab.session import add_engine_args
+
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_engine_args(p)
+    p.add_argument("--prompts", type=int, default=80)
+    p.add_argument("--rows", default=None, metavar="OUT", help="keep the recorded prompts, outputs and cycles here")
+    p.add_argument("--from", dest="source", default=None, metavar="ROWS", help="replay a --rows file, run nothing")
+    p.add_argument("--k", default="8,16", help="lookup lengths to replay (comma-separated)")
+    args = p.parse_args()
+    if args.source:
+        rows = json.loads(open(args.source).read())
+    else:
+        rows = record_rows(args)
+        if args.rows:
+            with open(args.rows, "w") as f:
+                json.dump(rows, f)
+    ks = [int(k) for k in args.k.split(",")]
+    tokens, cycles = defaultdict(int), defaultdict(lambda: defaultdict(int))
+    for row in rows:
+        for group in (row["category"], "all"):
+            tokens[group] += len(row["out"]) - 1
+            for k in [0, *ks]:
+                cycles[group][k] += replay(row, k)
+    print(f"tokens a cycle: the drafter alone (the engine's cycles), then beside a lookup branch of K (replayed)")
+    print(f"{'prompts':<12} {'drafter':>8} " + " ".join(f"{'K=' + str(k):>8}" for k in ks))
+    for group in [g for g in tokens if g != "all"] + ["all"]:
+        print(f"{group:<12} {tokens[group] / cycles[group][0]:>8.2f} "
+              + " ".join(f"{tokens[group] / cycles[group][k]:>8.2f}" for k in ks))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
