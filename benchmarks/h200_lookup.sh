@@ -22,8 +22,12 @@
 #           batch 8 served with a branch of 16; the batch-1 figures with a branch of 32
 #   call X  carry .carry/assets .whl              STAGE=X (right after W): `bench --figures` with no flag (the
 #           profile's trees and branches) at batch 1, 8 and 32
+#
+# Next (not run yet): STAGE=Y (carry .carry/mq4 .carry/assets .whl after three parking calls) re-runs
+# h200_2026-12-04c/R2's served command (batch 8 and 32 in one process) without a branch, then with the profile's: the
+# served figures without a branch read 1.53x / 1.43x here against R2's 1.63x / 1.51x, each alone in its process.
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s).
-STAGE=${STAGE:?set STAGE=T, P, C, R, S, U, W or X}
+STAGE=${STAGE:?set STAGE=T, P, C, R, S, U, W, X or Y}
 source "$(dirname "$0")/device_stage.sh"
 
 # figures NAME LIMIT EXTRA...: the shipped drafter against plain decoding at batch 1 (its profile's tree 5/4/24), every
@@ -88,7 +92,7 @@ stage_s() {
 stage_u() {
   record_gpu
   park_parts
-  scale_cost scale_lookup0 100
+  scale_cost scale_lookup0 150
   scale_cost scale_lookup16 $(left) --lookup-tokens 16
 }
 
@@ -114,6 +118,12 @@ stage_x() {
     --max-new-tokens 128 --repeats 2 --json "$R/h200_figures_defaults.json"
 }
 
+stage_y() {
+  join_gguf
+  served served_b8_32_lookup0 270 8,32 --lookup-tokens 0
+  served served_b8_32_profile $(left) 8,32
+}
+
 export STAGE_S=${STAGE_S:-$(case $STAGE in T) echo 320;; P|U) echo 200;; C) echo 60;; W) echo 440;; X) echo 330;; *) echo 570;; esac)}
 watchdog "$0"
-run_stage T P C R S U W X
+run_stage T P C R S U W X Y
