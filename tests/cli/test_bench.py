@@ -328,15 +328,19 @@ def test_continuous_serves_every_prompt_once_through_the_rows(tmp_path, question
     assert refused.value.field == "--continuous"
 
 
-@pytest.mark.parametrize("flags, found", [(["--refill-rows", "2"], "2 without --continuous"),
-                                          (["--continuous", "--refill-rows", "0"], "0")])
-def test_refill_rows_is_refused_where_it_means_nothing(questions, capsys, flags, found):
-    """``--refill-rows`` is for rows served continuously, at least one: said with the flag, no traceback."""
+@pytest.mark.parametrize("flag, flags, found", [
+    ("--refill-rows", ["--refill-rows", "2"], "2 without --continuous"),  # for rows served continuously
+    ("--refill-rows", ["--continuous", "--refill-rows", "0"], "0"),  # at least one
+    ("--lookup-tokens", ["--draft", "ngram", "--lookup-tokens", "4"], "algorithm ngram"),  # beside EAGLE-3 only
+    ("--lookup-tokens", ["--lookup-tokens", "99"], "99"),  # past its range
+])
+def test_a_flag_is_refused_where_it_means_nothing(questions, capsys, flag, flags, found):
+    """A bench flag that cannot apply: the flag and what was found said, a non-zero exit, no traceback."""
     rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions), "--configs",
-               "plain-eager", "--batch-sizes", "2", "--prompts", "3", "--max-new-tokens", "2", "--repeats", "1",
-               "--no-micro", *flags])
+               "plain-eager,spec-decode", "--batch-sizes", "2", "--prompts", "3", "--max-new-tokens", "2",
+               "--repeats", "1", "--no-micro", *flags])
     err = " ".join(capsys.readouterr().err.split())
-    assert rc != 0 and "--refill-rows" in err and found in err and "Traceback" not in err
+    assert rc != 0 and flag in err and found in err and "Traceback" not in err
 
 
 def test_refill_rows_reaches_the_engine(tmp_path, questions, monkeypatch):
@@ -366,17 +370,6 @@ def test_continuous_with_no_more_prompts_than_rows_says_one_batch_and_no_refill(
     said = [n for n in json.loads(out.read_text())["notes"] if n.startswith("--continuous")]
     assert said == ["--continuous: the 3 prompts served through each batch size's rows; at batch 4 that is one batch "
                     "of 3 rows"]
-
-
-@pytest.mark.parametrize("flags, found", [(["--draft", "ngram", "--lookup-tokens", "4"], "algorithm ngram"),
-                                          (["--lookup-tokens", "99"], "99")])
-def test_a_lookup_branch_it_cannot_run_is_refused_with_its_flag(questions, capsys, flags, found):
-    """``--lookup-tokens`` beside the n-gram drafter, or past its range: the flag and what was found, no traceback."""
-    rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions), "--configs",
-               "spec-decode", "--batch-sizes", "1", "--prompts", "1", "--max-new-tokens", "2", "--repeats", "1",
-               "--no-micro", *flags])
-    err = " ".join(capsys.readouterr().err.split())
-    assert rc != 0 and "--lookup-tokens" in err and found in err and "Traceback" not in err
 
 
 def test_a_lookup_branch_reaches_every_batch_sizes_engine(questions, monkeypatch):
