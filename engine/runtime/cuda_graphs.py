@@ -107,7 +107,7 @@ def bucket_for(batch: int, buckets: tuple[int, ...]) -> int | None:
 
 def draft_cache_len(max_len: int, spec: SpecConfig) -> int:
     """Slots of the drafter cache :class:`Eagle3Drafter` allocates over a target cache of ``max_len``."""
-    return max_len + max(spec.num_steps * spec.topk, spec.lookup_tokens) + 2
+    return max_len + spec.draft_slots
 
 
 @dataclass(frozen=True)

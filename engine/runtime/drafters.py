@@ -96,7 +96,7 @@ class Eagle3Drafter:
         with ``spec.compile_prefill``), as the target's prefill (the engine pads prompts to the runner's widths)."""
         B = prompt_ids.shape[0]
         cfg = self.net.config
-        S = st.cache_len + max(self.spec.num_steps * self.spec.topk, self.spec.lookup_tokens) + 2
+        S = st.cache_len + self.spec.draft_slots  # as the graph runner's static one (draft_cache_len)
         self.cache = runner.make_draft_cache(B, S, cfg.num_kv_heads, cfg.head_dim, self.net.fc.weight.dtype)
         self.kernels = runner.kernels  # the phases below run with the runner's (maybe compiled) kernels
         self.next_hidden, self.next_logits = self._prompt_phase(prompt_ids, aux, st.lengths, st.root, runner)
@@ -165,7 +165,7 @@ class Eagle3Drafter:
         if not self.spec.lookup_tokens:
             return tree.tokens, tree.parents, tree.depth, tree.mask, tree.rank
         history = self.cache.tokens[:B]
-        record(history, lengths[:, None], root[:, None], torch.ones_like(root[:, None], dtype=torch.bool))
+        history[torch.arange(B, device=dev), lengths] = root  # the root joins the history at its position
         chain = lookup_chain(history, lengths + 1, self.spec.lookup_tokens)  # [B, k]
         return graft_chain(tree.tokens, tree.parents, tree.depth, tree.mask, tree.rank, chain, K)
 

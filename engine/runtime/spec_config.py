@@ -108,6 +108,12 @@ class SpecConfig:
         return max(self.num_steps, self.lookup_tokens)
 
     @property
+    def draft_slots(self) -> int:
+        """Drafter-cache slots past the target's: a draft step's frontiers (steps x topk), or the extend over the
+        deepest path (a lookup branch's may be deeper), and two to spare."""
+        return max(self.num_steps * self.topk, self.lookup_tokens) + 2
+
+    @property
     def tree_label(self) -> str:
         """The tree as the CLI names it: "5 steps, topk 4, 24 draft tokens" (", lookup 8" with a lookup branch)."""
         lookup = f", lookup {self.lookup_tokens}" if self.lookup_tokens else ""
