@@ -3,7 +3,7 @@
 Runs the drafter on MT-bench first turns (greedy, EOS honoured) and keeps each prompt, its output and the accepted
 length of every cycle (``--rows OUT.json``; or reads such a file with ``--from``). Then, for each lookup length K,
 walks each output again: at a cycle starting at position c the branch proposes the K tokens that followed the
-context's latest earlier 4..1-gram (read on around a repeat, as ``engine/runtime/lookup.py`` does), the cycle keeps
+context's latest earlier 4..1-gram (the engine's own lookup, ``engine/runtime/lookup.py``), the cycle keeps
 the longer of the drafter's path and the branch's matched prefix (plus the bonus), and the next cycle starts after
 it. Where the replay starts a cycle the engine never started, the drafter's length there is taken as what is left
 of the engine's cycle covering c, or the next cycle's length, whichever is larger (an estimate, said as such).
@@ -20,15 +20,14 @@ import sys
 from collections import defaultdict
 
 
-def lookup(context: list[int], k: int, max_ngram: int = 4) -> list[int]:
-    """The K tokens after the latest earlier occurrence of the context's longest matching tail (4..1 tokens)."""
-    last = len(context) - 1
-    for n in range(min(max_ngram, len(context)), 0, -1):
-        tail = context[len(context) - n:]
-        for end in range(last - 1, n - 2, -1):
-            if context[end - n + 1: end + 1] == tail:
-                return [context[end + 1 + i % (last - end)] for i in range(k)]
-    return []
+def lookup(context: list[int], k: int) -> list[int]:
+    """The K tokens the engine's branch proposes after ``context`` (:func:`~eaglelab.engine.runtime.lookup.lookup_chain`,
+    on the host)."""
+    import torch
+
+    from eaglelab.engine.runtime.lookup import lookup_chain
+
+    return lookup_chain(torch.tensor([context]), torch.tensor([len(context)]), k)[0].tolist()
 
 
 def matched(proposal: list[int], future: list[int]) -> int:
