@@ -89,13 +89,12 @@ def tree_defaults(algorithm: str, flags: TreeFlags, measured: BucketChoice | Non
 
 
 def tree_spec(algorithm: str, steps: int | None, topk: int | None, draft_tokens: int | None,
-              measured: BucketChoice | None = None, **modes: Any):
-    """The :class:`SpecConfig` of a drafter kind, its tree from :func:`tree_defaults` and ``modes``
-    (attention_mode, cuda_graphs, compile, ...)."""
+              measured: BucketChoice | None = None, *, lookup_tokens: int | None = None, **modes: Any):
+    """The :class:`SpecConfig` of a drafter kind, its tree (and lookup branch) from :func:`tree_defaults` and
+    ``modes`` (attention_mode, cuda_graphs, compile, ...)."""
     from eaglelab.engine.runtime.spec_config import SpecConfig
 
-    modes = dict(modes)
-    shape = tree_defaults(algorithm, TreeFlags(steps, topk, draft_tokens, modes.pop("lookup_tokens", None)), measured)
+    shape = tree_defaults(algorithm, TreeFlags(steps, topk, draft_tokens, lookup_tokens), measured)
     return SpecConfig(algorithm, num_steps=shape.steps, topk=shape.topk, num_draft_tokens=shape.draft_tokens,
                       lookup_tokens=shape.lookup_tokens, **modes)
 
@@ -185,14 +184,16 @@ def choose_drafter(draft: str, model: str, target: Any, flags: TreeFlags = TreeF
     if name == "none":
         return DraftChoice("none", SpecConfig(**{k: v for k, v in modes.items() if k in PLAIN_MODES}), None, notes)
     if name == "ngram":
-        return DraftChoice("ngram", tree_spec("ngram", flags.steps, flags.topk, flags.draft_tokens, **modes),
+        return DraftChoice("ngram", tree_spec("ngram", flags.steps, flags.topk, flags.draft_tokens,
+                                              lookup_tokens=flags.lookup_tokens, **modes),
                            NgramDrafter, notes, flags=flags)
     from eaglelab.engine.formats.drafter_loader import load_eagle3
 
     net, taps, reason = load_eagle3(name, target, serving=serving, warn=log)
     profile = device_profile(name, where)
     measured = profile.bucket(where.batch) if profile is not None and where is not None else None
-    spec = tree_spec("eagle3", flags.steps, flags.topk, flags.draft_tokens, measured, **modes)
+    spec = tree_spec("eagle3", flags.steps, flags.topk, flags.draft_tokens, measured,
+                     lookup_tokens=flags.lookup_tokens, **modes)
     notes += (f"aux taps: {reason}", tree_note(spec, flags, profile, where))
     return DraftChoice("eagle3", spec, _eagle3_factory(net, taps), notes, path=name, profile=profile, flags=flags)
 

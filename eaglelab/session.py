@@ -358,8 +358,7 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
     compile_ = a.compile if a.compile is not None else graphs
     modes = dict(attention_mode=a.attention_mode, cuda_graphs=graphs, compile=compile_,
                  one_graph_cycle=getattr(a, "one_graph_cycle", True),
-                 compile_prefill=getattr(a, "compile_prefill", False),  # commands without these build sessions too
-                 lookup_tokens=getattr(a, "lookup_tokens", None))
+                 compile_prefill=getattr(a, "compile_prefill", False))  # commands without these build sessions too
     where = Where(profile_device(s.target.device), s.dtype_name, batch=1)  # run, trace and the TUI: one prompt
     s.draft = choose_drafter(a.draft, a.model, s.target.model, TreeFlags.from_args(a), modes=modes,
                              serving=a.serving, log=log, where=where)
