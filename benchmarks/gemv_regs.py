@@ -26,7 +26,7 @@ except ImportError as exc:
 
 from eaglelab.engine.model import gemv_kernels
 from eaglelab.engine.model.gemv import candidates
-from eaglelab.engine.model.gemv_tiling import row_blocks
+from eaglelab.engine.model.gemv_tiling import padded_rows
 
 SIGNATURE = {"x_ptr": "*bf16", "w_ptr": "*bf16", "b_ptr": "*bf16", "y_ptr": "*bf16", "part_ptr": "*fp32",
              "ticket_ptr": "*i32", "M": "i32", "N": "i32", "K": "i32", "k_per_split": "i32", "stride_xm": "i32",
@@ -40,7 +40,7 @@ ALIGNED = ("x_ptr", "w_ptr", "b_ptr", "y_ptr", "part_ptr", "ticket_ptr", "N", "K
 
 def resources(rows: int, cfg, arch: int, scratch: str) -> tuple[int, int, int]:
     """(registers a thread, stack bytes a thread, shared bytes) of ``cfg``'s kernel at ``rows`` rows."""
-    const = {"HAS_BIAS": False, "SPLITS": cfg.split_k, "BLOCK_M": row_blocks(rows, cfg)[0],
+    const = {"HAS_BIAS": False, "SPLITS": cfg.split_k, "BLOCK_M": padded_rows(rows, cfg.block_n),
              "BLOCK_N": cfg.block_n, "BLOCK_K": cfg.block_k, "STAGES": cfg.num_stages}
     sig = SIGNATURE | {k: "constexpr" for k in const}
     names = list(sig)

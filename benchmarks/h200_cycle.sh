@@ -6,7 +6,8 @@
 #           (4/4/12, a branch of 8) profiled kernel by kernel on SmolLM2's shape (random weights, the shipped
 #           drafter's 12,288-token draft vocabulary); the GEMV and the decode attention alone at the rows those
 #           verifies and drafts take (1, 4, 8, 16, 40, 64 rows; batch 8 x 20 rows)
-#   call Q  carry .carry/assets .carry/base .whl   STAGE=Q: the GEMV cutting a verify's rows in blocks (GemvConfig.block_m):
+#   call Q  carry .carry/assets .carry/base .whl   STAGE=Q, at commit 1b1d539 (the tree that had GemvConfig.block_m; reverted
+#           after this call: no gain): the GEMV cutting a verify's rows in blocks (block_m):
 #           its GPU tests; the GEMV alone at 1-64 rows, every tiling timed; the batch-1 cycle (5/4/24, a branch of 16:
 #           40 verify rows) on SmolLM2's shape with this tree's GEMV and with the one before (.carry/base: `git
 #           archive 25fe4a8 engine eaglelab probes tui`, the drafter's weights left out), each in its own process

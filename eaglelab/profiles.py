@@ -72,7 +72,6 @@ class BucketChoice:
 
 
 TILING_FIELDS = ("block_n", "block_k", "split_k", "num_warps", "num_stages")  # the GEMV's GemvConfig, in order
-ROWS_FIELD = "block_m"  # GemvConfig's sixth: x rows per program, written only where a tiling cuts the rows (not 0)
 SHAPE_FIELDS = ("n", "k", "rows_bucket")
 ENVIRONMENT_FIELDS = ("gpu", "dtype", "torch", "triton")  # the GEMV's tuning_environment
 
@@ -80,8 +79,7 @@ ENVIRONMENT_FIELDS = ("gpu", "dtype", "torch", "triton")  # the GEMV's tuning_en
 @dataclass(frozen=True)
 class GemvTilings:
     """The GEMV tuner's choices measured on one setup: ``chosen`` maps (N, K, rows bucket) to the 5 ints of a
-    tiling (:data:`TILING_FIELDS`; zeros: F.linear), and a sixth (:data:`ROWS_FIELD`) where the tiling cuts the
-    rows; ``measured_on`` is (name, value) per :data:`ENVIRONMENT_FIELDS`."""
+    tiling (:data:`TILING_FIELDS`; zeros: F.linear); ``measured_on`` is (name, value) per :data:`ENVIRONMENT_FIELDS`."""
 
     measured_on: tuple[tuple[str, str], ...]
     chosen: tuple[tuple[tuple[int, int, int], tuple[int, ...]], ...]
@@ -90,18 +88,11 @@ class GemvTilings:
     def of(cls, chosen: dict[tuple[int, int, int], tuple[int, ...]], measured_on: dict[str, str]) -> GemvTilings:
         """From a tuner's ``chosen`` and its ``tuning_environment`` (shapes sorted, so files diff well)."""
         return cls(tuple((k, str(measured_on[k])) for k in ENVIRONMENT_FIELDS),
-                   tuple((tuple(key), _tiling(cfg)) for key, cfg in sorted(chosen.items())))
+                   tuple((tuple(key), tuple(int(v) for v in cfg)) for key, cfg in sorted(chosen.items())))
 
     def to_json(self) -> dict[str, Any]:
         return {"measured_on": dict(self.measured_on),
-                "chosen": [dict(zip(SHAPE_FIELDS, key)) | dict(zip(TILING_FIELDS + (ROWS_FIELD,), cfg))
-                           for key, cfg in self.chosen]}
-
-
-def _tiling(cfg: tuple[int, ...]) -> tuple[int, ...]:
-    """A tiling's ints as a profile keeps them: the five of :data:`TILING_FIELDS`, and block_m only where not 0."""
-    ints = tuple(int(v) for v in cfg)
-    return ints[:5] if len(ints) == 5 or not any(ints[5:]) else ints
+                "chosen": [dict(zip(SHAPE_FIELDS, key)) | dict(zip(TILING_FIELDS, cfg)) for key, cfg in self.chosen]}
 
 
 @dataclass(frozen=True)
@@ -284,15 +275,9 @@ def _gemv_tilings(g: Any, path: Path, where: str) -> GemvTilings:
     table: dict[tuple[int, int, int], tuple[int, ...]] = {}
     for j, c in enumerate(chosen):
         at = f"{where}.chosen[{j}]"
-        _only(c, SHAPE_FIELDS + TILING_FIELDS, path, at, optional=(ROWS_FIELD,))
+        _only(c, SHAPE_FIELDS + TILING_FIELDS, path, at)
         key = tuple(_int(c, k, 1, 1 << 20, path, at) for k in SHAPE_FIELDS)
         cfg = tuple(_int(c, k, 0, 1024, path, at) for k in TILING_FIELDS)
-        if ROWS_FIELD in c:
-            rows = _int(c, ROWS_FIELD, 1, 64, path, at)
-            if rows & (rows - 1) or not any(cfg):
-                raise _bad(path, f"{at}.{ROWS_FIELD}", rows, "a power of two up to 64 beside a tiling (F.linear "
-                           "takes none; leave it out where the tiling keeps every row in one block)")
-            cfg += (rows,)
         if key[2] & (key[2] - 1) or key[2] > 64:
             raise _bad(path, f"{at}.rows_bucket", key[2], "a power of two up to 64 (1, 2, 4, ..., 64)")
         if 0 in cfg and any(cfg):
@@ -303,13 +288,13 @@ def _gemv_tilings(g: Any, path: Path, where: str) -> GemvTilings:
     return GemvTilings.of(table, env)
 
 
-def _only(d: Any, fields: tuple[str, ...], path: Path, where: str, optional: tuple[str, ...] = ()) -> None:
-    """``d`` is an object with exactly ``fields`` (and any of ``optional``): a missing or unknown one is named."""
+def _only(d: Any, fields: tuple[str, ...], path: Path, where: str) -> None:
+    """``d`` is an object with exactly ``fields``: a missing or unknown one is named."""
     if not isinstance(d, dict):
         raise _bad(path, where, d, "an object of " + ", ".join(fields))
     for k in d:
-        if k not in fields + optional:
-            raise _bad(path, f"{where}.{k}", d[k], "no such field (known: " + ", ".join(fields + optional) + ")")
+        if k not in fields:
+            raise _bad(path, f"{where}.{k}", d[k], "no such field (known: " + ", ".join(fields) + ")")
     for k in fields:
         if k not in d:
             raise _bad(path, f"{where}.{k}", None, "present")

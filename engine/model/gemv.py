@@ -70,14 +70,6 @@ MANY_ROWS = (
     GemvConfig(64, 64, 2, 8, 3), GemvConfig(16, 128, 4, 4, 3), GemvConfig(16, 64, 3, 4, 3),
     GemvConfig(16, 128, 2, 4, 3), GemvConfig(16, 64, 4, 4, 2), GemvConfig(16, 256, 1, 4, 3),
     GemvConfig(16, 512, 1, 4, 2), GemvConfig(16, 256, 2, 4, 3),
-    # The rows cut in blocks of programs of their own (block_m): a small x tile beside the weight's leaves room for
-    # K steps as long as one row's (2 steps of 512 cover SmolLM2's 576), at the cost of reading the weight once per
-    # block of rows (from L2 after the first). Blocks of 16-32 rows on the tensor cores; of 2-4 on the CUDA cores,
-    # a one-row tiling's programs repeated per block.
-    GemvConfig(16, 256, 1, 4, 3, 16), GemvConfig(16, 512, 1, 4, 2, 16), GemvConfig(32, 256, 1, 4, 3, 16),
-    GemvConfig(32, 512, 1, 4, 2, 16), GemvConfig(16, 256, 2, 4, 3, 16), GemvConfig(16, 512, 2, 4, 2, 16),
-    GemvConfig(16, 256, 1, 4, 3, 32), GemvConfig(64, 256, 1, 4, 3, 16), GemvConfig(8, 256, 1, 4, 3, 4),
-    GemvConfig(8, 512, 1, 4, 3, 2), GemvConfig(4, 512, 1, 4, 3, 4),
 )
 LINEAR = GemvConfig(0, 0, 0, 0, 0)  # the tuner's choice where F.linear (cuBLAS) beat every tiling
 TUNE_BYTES = 128 * 2**20  # tuning reads this many bytes of weight copies in turn: more than the L2 cache holds
@@ -255,11 +247,11 @@ class TritonGemv:
             try:
                 why = disagreement(x, weight, bias, cfg, ref, bound)
                 if why is not None:  # a tiling that computes something else is never chosen
-                    errors.append(f"{ints(cfg)}: {why}")
+                    errors.append(f"{tuple(cfg)}: {why}")
                     continue
                 times[cfg] = time_in_turn(lambda i: run_op(x, copies[i], bias, cfg), len(copies), self.reps)
             except Exception as exc:  # noqa: BLE001 - a tiling that does not compile is skipped, and said
-                errors.append(f"{ints(cfg)}: {type(exc).__name__}: {first_line(exc)}")
+                errors.append(f"{tuple(cfg)}: {type(exc).__name__}: {first_line(exc)}")
         if times:  # the bar to beat: F.linear timed the same way
             times[LINEAR] = time_in_turn(lambda i: F.linear(x, copies[i], bias), len(copies), self.reps)
         del copies
@@ -300,18 +292,11 @@ def run_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg
     return torch.ops.eaglelab.gemv(x, weight, bias, *cfg)
 
 
-def ints(cfg: GemvConfig) -> tuple[int, ...]:
-    """A tiling as the log names it: its five ints, and block_m only where it cuts the rows."""
-    return tuple(cfg) if cfg.block_m else tuple(cfg[:5])
-
-
 def describe(cfg: GemvConfig) -> str:
     """A tuner's choice as the log and the bench report it."""
     if cfg == LINEAR:
         return "F.linear (faster than every tiling)"
-    rows = f", block_m {cfg.block_m}" if cfg.block_m else ""
-    return (f"block_n {cfg.block_n}, block_k {cfg.block_k}, split_k {cfg.split_k}, warps {cfg.num_warps}, "
-            f"stages {cfg.num_stages}{rows}")
+    return f"block_n {cfg.block_n}, block_k {cfg.block_k}, split_k {cfg.split_k}, warps {cfg.num_warps}, stages {cfg.num_stages}"
 
 
 @functools.cache

@@ -16,7 +16,7 @@ import torch
 import triton
 import triton.language as tl
 
-from eaglelab.engine.model.gemv_tiling import GemvConfig, row_blocks, splits
+from eaglelab.engine.model.gemv_tiling import GemvConfig, padded_rows, splits
 
 
 @triton.jit
@@ -43,13 +43,12 @@ def _finish(acc, b_ptr, y_ptr, rows_m, rows_n, M, N, HAS_BIAS: tl.constexpr):
 def gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, ticket_ptr, M, N, K, k_per_split, stride_xm, stride_wn,
                 HAS_BIAS: tl.constexpr, SPLITS: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr):
-    """y[m-block, n-block] = x[m-block] @ W[n-block]^T over K share s (+ bias); SPLITS > 1: float32 shares in
-    part[s, M, N], added by the block's last program to finish (its ticket counter, ticket[m-block, n], left at 0).
-    STAGES: the loads of the one-row loop pipelined that many steps ahead (1: not at all). The third program axis
-    cuts the rows in blocks of BLOCK_M (one block, all rows padded, unless the tiling names a block_m)."""
-    pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    """y[:, n-block] = x @ W[n-block]^T over K share s (+ bias); SPLITS > 1: float32 shares in part[s, M, N],
+    added by the block's last program to finish (its ticket counter, ticket[n], left at 0).
+    STAGES: the loads of the one-row loop pipelined that many steps ahead (1: not at all)."""
+    pid_n, pid_k = tl.program_id(0), tl.program_id(1)
     rows_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN] weight rows = output columns
-    rows_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM] x rows (padded)
+    rows_m = tl.arange(0, BLOCK_M)  # [BM] x rows (padded)
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
     if BLOCK_M == 1:  # products summed elementwise over the loop, across lanes once at the end
@@ -76,17 +75,16 @@ def gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, ticket_ptr, M, N, K, k_per
         keep = (rows_m[:, None] < M) & (rows_n[None, :] < N)
         tl.store(part_ptr + pid_k * M * N + out, acc, mask=keep)
         tl.debug_barrier()  # every thread's share stored before the ticket is taken (its release publishes them)
-        counter = ticket_ptr + pid_m * tl.num_programs(0) + pid_n
-        ticket = tl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+        ticket = tl.atomic_add(ticket_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
         if ticket == SPLITS - 1:  # the last share of this block is in: add them all, in order
             total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for s in tl.static_range(SPLITS):  # read past this SM's L1: other programs wrote them
                 total += tl.load(part_ptr + s * M * N + out, mask=keep, other=0.0, cache_modifier=".cg")
-            tl.store(counter, 0)  # ready for the next call (kernels on a stream run in order)
+            tl.store(ticket_ptr + pid_n, 0)  # ready for the next call (kernels on a stream run in order)
             _finish(total, b_ptr, y_ptr, rows_m, rows_n, M, N, HAS_BIAS)
 
 
-TICKETS = 1 << 16  # ticket counters per device: one per block of rows and output columns (of a call)
+TICKETS = 1 << 16  # ticket counters per device: one per block of output columns (N / block_n of a call)
 _tickets: dict[torch.device, torch.Tensor] = {}
 
 
@@ -100,29 +98,27 @@ def tickets(device: torch.device) -> torch.Tensor:
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block_n: int, block_k: int,
-         split_k: int, num_warps: int, num_stages: int, block_m: int) -> torch.Tensor:
+         split_k: int, num_warps: int, num_stages: int) -> torch.Tensor:
     """x [M, K] @ weight [N, K]^T (+ bias [N]) -> [M, N] in x's dtype; the tiling as int arguments."""
     (M, K), N = x.shape, weight.shape[0]
-    cfg = GemvConfig(block_n, block_k, split_k, num_warps, num_stages, block_m)
-    per, programs_k = splits(K, cfg)
-    rows, programs_m = row_blocks(M, cfg)
+    per, programs_k = splits(K, GemvConfig(block_n, block_k, split_k, num_warps, num_stages))
     programs_n = triton.cdiv(N, block_n)
     y = torch.empty(M, N, dtype=x.dtype, device=x.device)
     b = bias if bias is not None else weight  # an unread pointer when there is no bias
     if programs_k > 1:
-        assert programs_n * programs_m <= TICKETS, f"{programs_n} x {programs_m} blocks > {TICKETS} ticket counters"
+        assert programs_n <= TICKETS, f"{programs_n} column blocks > {TICKETS} ticket counters"
         part, ticket = torch.empty(programs_k, M, N, dtype=torch.float32, device=x.device), tickets(x.device)
     else:
         part = ticket = y  # unread pointers
-    gemv_kernel[(programs_n, programs_k, programs_m)](
+    gemv_kernel[(programs_n, programs_k)](
         x, weight, b, y, part, ticket, M, N, K, per, x.stride(0), weight.stride(0),
-        HAS_BIAS=bias is not None, SPLITS=programs_k, BLOCK_M=rows, BLOCK_N=block_n,
+        HAS_BIAS=bias is not None, SPLITS=programs_k, BLOCK_M=padded_rows(M, block_n), BLOCK_N=block_n,
         BLOCK_K=block_k, STAGES=num_stages, num_warps=num_warps, num_stages=num_stages)
     return y
 
 
 def _shape_only(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block_n: int, block_k: int,
-                split_k: int, num_warps: int, num_stages: int, block_m: int) -> torch.Tensor:
+                split_k: int, num_warps: int, num_stages: int) -> torch.Tensor:
     """What torch.compile traces with: the output's shape and dtype, no kernel."""
     return x.new_empty(x.shape[0], weight.shape[0])
 

@@ -9,16 +9,13 @@ from typing import NamedTuple
 
 
 class GemvConfig(NamedTuple):
-    """One tiling: weight rows per program, K per loop step, K splits, warps, pipeline stages, and x rows per program
-    (0: every row in one block, padded; else a power of two >= 16, the rows cut into blocks of programs of their
-    own, so a wide verify's x tile stays small enough for long K steps)."""
+    """One tiling: weight rows per program, K per loop step, K splits, warps, pipeline stages."""
 
     block_n: int
     block_k: int
     split_k: int
     num_warps: int
     num_stages: int
-    block_m: int = 0
 
 
 def padded_rows(rows: int, block_n: int) -> int:
@@ -26,14 +23,6 @@ def padded_rows(rows: int, block_n: int) -> int:
     of 16 weight rows or more at M > 1; tl.dot takes >= 16 rows)."""
     block_m = 1 << (rows - 1).bit_length()
     return block_m if rows == 1 or block_n < 16 else max(16, block_m)
-
-
-def row_blocks(rows: int, cfg: GemvConfig) -> tuple[int, int]:
-    """(the kernel's BLOCK_M, programs along the rows): all rows in one block (:func:`padded_rows`) unless the tiling
-    cuts them in blocks of ``block_m``."""
-    if cfg.block_m == 0 or rows == 1:
-        return padded_rows(rows, cfg.block_n), 1
-    return cfg.block_m, -(-rows // cfg.block_m)
 
 
 def splits(k: int, cfg: GemvConfig) -> tuple[int, int]:
