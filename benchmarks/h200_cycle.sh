@@ -11,8 +11,14 @@
 #           its GPU tests; the GEMV alone at 1-64 rows, every tiling timed; the batch-1 cycle (5/4/24, a branch of 16:
 #           40 verify rows) on SmolLM2's shape with this tree's GEMV and with the one before (.carry/base: `git
 #           archive 25fe4a8 engine eaglelab probes tui`, the drafter's weights left out), each in its own process
+#   calls C, C, C  carry .carry/mq1, .carry/mq2, .carry/mq3 (each with .whl)   STAGE=C: park a part of the GGUF
+#   call R  carry .carry/mq4 .carry/assets .whl   STAGE=R: joins the GGUF; the real model at batch 1 over the 80
+#           MT-bench first turns (plain and speculative interleaved, 2 passes), a branch of 16 beside the trees 5/4/24
+#           (the profile's), 5/4/48 and 6/4/48 (a verify of 64 rows costs about one of 40: h200_2026-12-04e/P)
+#   call S  carry .carry/assets .whl (right after R)   STAGE=S: the same with 4/4/48; then `bench --figures` at batch 1
+#           (by category, and 40 HumanEval prompts) with the tree of R and S that gave the best speedup
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s).
-STAGE=${STAGE:?set STAGE=P or Q}
+STAGE=${STAGE:?set STAGE=P, Q, C, R or S}
 source "$(dirname "$0")/device_stage.sh"
 
 # cycle_profile NAME LIMIT BATCH STEPS TOPK DRAFT_TOKENS LOOKUP: one speculative cycle's phases profiled kernel by
@@ -53,6 +59,57 @@ stage_q() {
     PYTHONPATH=$PWD:$SITE scale_cycle scale_base $(left) )
 }
 
-export STAGE_S=${STAGE_S:-570}
+stage_c() {
+  park_parts
+}
+
+# tree_b1 S K N LIMIT: the shipped drafter at S/K/N with a branch of 16 against plain decoding, batch 1, the 80
+# MT-bench first turns, 128 tokens; $R/b1_S-K-N_l16.txt, $R/h200_b1_S-K-N_l16.json
+tree_b1() {
+  local name=b1_$1-$2-$3_l16
+  TAIL=22 run "$name" "$4" $EL bench --model default --draft $SHIPPED --batch-sizes 1 --prompts 80 \
+    --max-new-tokens 128 --repeats 2 --configs plain-compile-gemv-attn,spec-compile-gemv-attn --no-micro \
+    --steps "$1" --topk "$2" --draft-tokens "$3" --lookup-tokens 16 --json "$R/h200_$name.json"
+}
+
+stage_r() {
+  record_gpu
+  join_gguf
+  tree_b1 5 4 24 125
+  tree_b1 5 4 48 130
+  tree_b1 6 4 48 $(left)
+}
+
+stage_s() {
+  [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call R"; exit 3; }
+  tree_b1 4 4 48 130
+  cp ~/best_trees/*.json "$R/" 2>/dev/null
+  local best
+  best=$(python3 - "$R" <<'PY'
+import glob, json, sys
+best = None
+for f in glob.glob(sys.argv[1] + "/h200_b1_*_l16.json"):
+    d = json.load(open(f))
+    spec = [r for r in d["rows"] if r["config"].startswith("spec") and r.get("speedup")]
+    if spec and (best is None or spec[0]["speedup"] > best[0]):
+        t = d["settings"].get("trees", {}).get("1") or d["settings"]["spec"]
+        best = (spec[0]["speedup"], f"{t['num_steps']} {t['topk']} {t['num_draft_tokens']}")
+print(best[1] if best else "5 4 24")
+PY
+)
+  log "best tree by speedup: $best"
+  set -- $best
+  TAIL=60 run "figures_b1_$1-$2-$3_l16" $(left) $EL bench --figures --model default --draft $SHIPPED --device cuda \
+    --batch-sizes 1 --max-new-tokens 128 --repeats 2 --steps "$1" --topk "$2" --draft-tokens "$3" --lookup-tokens 16 \
+    --json "$R/h200_figures_b1_$1-$2-$3_l16.json"
+}
+
+# R's results stay on the machine for S's choice (R's tarball leaves with R)
+before_tar() {
+  if [ "$STAGE" = R ]; then mkdir -p ~/best_trees && cp "$R"/h200_b1_*_l16.json ~/best_trees/ 2>/dev/null; fi
+  return 0
+}
+
+export STAGE_S=${STAGE_S:-$(case $STAGE in C) echo 60;; R) echo 430;; S) echo 310;; *) echo 570;; esac)}
 watchdog "$0"
-run_stage P Q
+run_stage P Q C R S
