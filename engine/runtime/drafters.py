@@ -23,20 +23,21 @@ from eaglelab.engine.runtime.contracts import DraftView, Runner
 from eaglelab.engine.model.eagle3 import Eagle3Network
 from eaglelab.engine.model.layers import EAGER_KERNELS, prefix_mask
 from eaglelab.engine.runtime.spec_config import SpecConfig
-from eaglelab.engine.runtime.lookup import graft_chain, lookup_chain, record
+from eaglelab.engine.runtime.lookup import MAX_NGRAM, MIN_NGRAM, graft_chain, lookup_chain, record
 from eaglelab.engine.runtime.tree import DraftTree, TreeBuilder, chain_tree
 
 
 class NgramDrafter:
     """Prompt lookup: find the latest earlier occurrence of the context's last n tokens
-    (n = max_ngram down to min_ngram) and propose the tokens that followed it. Needs no training.
-    Runs on the host (one device->host copy of the new tokens per cycle).
+    (n = max_ngram down to min_ngram) and propose the tokens that followed it (:func:`.lookup.lookup_chain`, the
+    search an EAGLE-3 tree's lookup branch runs on the device). Needs no training. Keeps each row's history on the
+    host (one device->host copy of the new tokens per cycle).
     """
 
     target_taps: tuple[int, ...] = ()
     net = None  # drafts on the host: no network for the runner
 
-    def __init__(self, spec: SpecConfig, max_ngram: int = 4, min_ngram: int = 1) -> None:
+    def __init__(self, spec: SpecConfig, max_ngram: int = MAX_NGRAM, min_ngram: int = MIN_NGRAM) -> None:
         assert spec.topk == 1, "the n-gram drafter drafts chains (topk 1)"
         self.spec, self.max_ngram, self.min_ngram = spec, max_ngram, min_ngram
         self._history: list[list[int]] = []
@@ -47,14 +48,16 @@ class NgramDrafter:
 
     def propose(self, st: DraftView, runner: Runner) -> DraftTree:
         n_out = st.n_out.tolist()
-        drafts = []
         for b, hist in enumerate(self._history):
             if n_out[b] > self._seen[b]:
                 hist.extend(st.out[b, self._seen[b]: n_out[b]].tolist())
                 self._seen[b] = n_out[b]
-            drafts.append(self._lookup(hist, self.spec.num_steps))
-        tokens = torch.tensor(drafts, dtype=torch.long, device=st.root.device)  # [B, steps]
-        return chain_tree(torch.cat([st.root[:, None], tokens], dim=1))
+        lengths = [len(h) for h in self._history]
+        history = torch.zeros(len(lengths), max(lengths), dtype=torch.long)  # [B, S], each row's context
+        for b, hist in enumerate(self._history):
+            history[b, :lengths[b]] = torch.tensor(hist)
+        tokens = lookup_chain(history, torch.tensor(lengths), self.spec.num_steps, self.max_ngram, self.min_ngram)
+        return chain_tree(torch.cat([st.root[:, None], tokens.to(st.root.device)], dim=1))  # [B, steps + 1]
 
     def refill(self, st: DraftView, prompt_ids, aux, runner: Runner, eager: str | None = None) -> None:
         """Rows 0..k-1 hold new requests (k = ``len(prompt_ids)``): each one's history is its prompt."""
@@ -64,15 +67,6 @@ class NgramDrafter:
 
     def move_row(self, src: int, dst: int) -> None:
         self._history[dst], self._seen[dst] = list(self._history[src]), self._seen[src]
-
-    def _lookup(self, hist: list[int], k: int) -> list[int]:
-        for n in range(min(self.max_ngram, len(hist) - 1), self.min_ngram - 1, -1):
-            tail = hist[-n:]
-            for start in range(len(hist) - n - 1, -1, -1):
-                if hist[start: start + n] == tail:
-                    follow = hist[start + n: start + n + k]
-                    return follow + [follow[-1]] * (k - len(follow))
-        return [hist[-1]] * k  # no match: a cheap guess, verified like any other
 
     def commit(self, st: DraftView, acc: Acceptance, aux, runner: Runner) -> None:
         pass

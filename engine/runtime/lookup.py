@@ -24,7 +24,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-MAX_NGRAM = 4  # the longest tail looked up (as the host n-gram drafter's, drafters.NgramDrafter)
+MAX_NGRAM = 4  # the longest tail looked up (the n-gram drafter's default too: drafters.NgramDrafter runs this search)
 MIN_NGRAM = 1
 
 

@@ -121,3 +121,28 @@ def test_lookup_finds_long_repeats_in_wide_histories():
     history = torch.zeros(1, 1000, dtype=torch.long)
     history[0, :len(context)] = torch.tensor(context)
     assert lookup_chain(history, torch.tensor([len(context)]), 8).tolist() == [passage[50:58]]
+
+
+def test_the_ngram_drafter_proposes_what_the_lookup_finds_on_each_rows_context():
+    """The n-gram drafter runs the same search on its host history (prompt, then the tokens emitted so far):
+    chains as the plain-Python reference gives, a loop continued around its repeat."""
+    from eaglelab.engine.runtime.contracts import DraftView
+    from eaglelab.engine.runtime.drafters import NgramDrafter
+
+    prompts = [[5, 6, 7, 5, 6], [1, 2, 3]]
+    drafter = NgramDrafter(SpecConfig("ngram", num_steps=4))
+    out = torch.tensor([[7, 5, 0], [9, 0, 0]])
+
+    def view(n_out):
+        rows = range(len(prompts))
+        root = torch.tensor([out[b, n_out[b] - 1].item() for b in rows])
+        return DraftView(root, torch.tensor([len(p) + n for p, n in zip(prompts, n_out)]), out,
+                         torch.tensor(n_out), prompts, 16)
+
+    first = view([1, 1])
+    drafter.begin(first, None, None, None)
+    assert drafter.propose(first, None).tokens.tolist() == [
+        [7] + reference_lookup(prompts[0] + [7], 4), [9] + reference_lookup(prompts[1] + [9], 4)]
+    later = view([2, 1])  # row 0 emitted one more token, row 1 none
+    assert drafter.propose(later, None).tokens[0].tolist() == [5] + reference_lookup(prompts[0] + [7, 5], 4)
+    assert reference_lookup(prompts[0] + [7], 4) == [5, 6, 7, 5]  # around the repeat, not the last token again
