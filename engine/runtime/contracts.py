@@ -155,8 +155,9 @@ class Runner(Protocol):
         continuous batching knows which rows a prompt phase of k new prompts would write."""
 
     def make_draft_cache(self, batch: int, max_len: int, kv_heads: int, head_dim: int,
-                         dtype: torch.dtype) -> KVCache:
-        """The drafter's KV cache for a run (the graph runner's static one when it fits)."""
+                         dtype: torch.dtype, history: bool = False) -> KVCache:
+        """The drafter's KV cache for a run (the graph runner's static one when it fits); ``history``: keeping the
+        token at each position too (a lookup branch's search)."""
 
     def make_cache(self, batch: int, max_len: int, observer: Observer | None) -> KVCache | None:
         """The runner's own static cache for a run (graphs bind fixed buffers), or None: the engine

@@ -283,13 +283,14 @@ class CudaGraphRunner:
             self._allocate_caches()
         return self.cache
 
-    def make_draft_cache(self, batch: int, max_len: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> KVCache:
+    def make_draft_cache(self, batch: int, max_len: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
+                         history: bool = False) -> KVCache:
         """The static drafter cache when it has this shape (phase graphs bind it), else a new one."""
         own = self.draft_cache
-        if own is not None and batch <= own.batch_size and own.max_len == max_len \
-                and own.k.shape[2] == kv_heads and own.k.shape[4] == head_dim and own.k.dtype == dtype:
+        if own is not None and batch <= own.batch_size and own.max_len == max_len and own.k.shape[2] == kv_heads \
+                and own.k.shape[4] == head_dim and own.k.dtype == dtype and (own.tokens is not None) == history:
             return own
-        return KVCache(1, batch, kv_heads, max_len, head_dim, dtype=dtype, device=self.device, history=True)
+        return KVCache(1, batch, kv_heads, max_len, head_dim, dtype=dtype, device=self.device, history=history)
 
     @torch.inference_mode()
     def capture(self) -> list[GraphCaptureStats]:
@@ -320,7 +321,7 @@ class CudaGraphRunner:
             dc = self.drafter.config
             self.draft_cache = KVCache(1, B, dc.num_kv_heads, draft_cache_len(self.plan.max_len, self.spec),
                                        dc.head_dim, dtype=self.drafter.fc.weight.dtype, device=self.device,
-                                       history=True)
+                                       history=self.spec.lookup_tokens > 0)
 
     def _static_inputs(self, name: str, b: int, T: int) -> dict[str, torch.Tensor]:
         dev = self.device

@@ -91,7 +91,8 @@ class Eagle3Drafter:
         B = prompt_ids.shape[0]
         cfg = self.net.config
         S = st.cache_len + self.spec.draft_slots  # as the graph runner's static one (draft_cache_len)
-        self.cache = runner.make_draft_cache(B, S, cfg.num_kv_heads, cfg.head_dim, self.net.fc.weight.dtype)
+        self.cache = runner.make_draft_cache(B, S, cfg.num_kv_heads, cfg.head_dim, self.net.fc.weight.dtype,
+                                             history=self.spec.lookup_tokens > 0)
         self.kernels = runner.kernels  # the phases below run with the runner's (maybe compiled) kernels
         self.next_hidden, self.next_logits = self._prompt_phase(prompt_ids, aux, st.lengths, st.root, runner)
 

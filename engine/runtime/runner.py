@@ -66,10 +66,11 @@ class EagerRunner:
         """No padding: an eager prefill attends over exactly the prompt."""
         return prompt_len, self.reason
 
-    def make_draft_cache(self, batch: int, max_len: int, kv_heads: int, head_dim: int, dtype: torch.dtype) -> KVCache:
+    def make_draft_cache(self, batch: int, max_len: int, kv_heads: int, head_dim: int, dtype: torch.dtype,
+                         history: bool = False) -> KVCache:
         """A drafter KV cache (one layer) of this shape, on the target's device."""
         device = next(self.target.parameters()).device
-        return KVCache(1, batch, kv_heads, max_len, head_dim, dtype=dtype, device=device, history=True)
+        return KVCache(1, batch, kv_heads, max_len, head_dim, dtype=dtype, device=device, history=history)
 
     def prefill(self, cache: KVCache, ids, positions, mask, taps):
         """Prompt forward: ids/positions [B, T] at slots = positions. -> (hidden, aux)."""

@@ -64,6 +64,7 @@ def test_eagle3_greedy_equals_plain(target, seed, shape, mode, batch):
     spec_out = Engine(target, eos_token_ids=(3,), drafter=drafter, spec=spec).generate(prompts, 18)
     assert spec_out.tokens == plain.tokens
     assert spec_out.stop_reasons == plain.stop_reasons
+    assert drafter.cache.tokens is None  # no lookup branch: the drafter's cache keeps no history
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -81,6 +82,7 @@ def test_a_lookup_branch_keeps_greedy_equal_to_plain_and_accepts_past_the_drafte
     drafter = Eagle3Drafter(random_drafter(target, seed), spec, TAPS)
     out = Engine(target, eos_token_ids=(3,), drafter=drafter, spec=spec).generate(prompts, 30)
     assert out.tokens == plain.tokens and out.stop_reasons == plain.stop_reasons
+    assert drafter.cache.tokens is not None and drafter.cache.tokens.shape[0] == batch
     lens = [a for cyc in out.accept_lens for a in cyc]
     assert max(lens) <= max(steps, lookup) + 1
 
