@@ -5,9 +5,9 @@ max length x head dim). Writes go to explicit cache slots ``[B, T]`` chosen by t
 nothing here tracks lengths, so "rolling back" rejected tokens is just not counting them: the
 next write lands on the same slots and the attention mask never shows slots past a row's length.
 
-A drafter's cache keeps the token at each position as well when a lookup branch runs (``history=True``, ``tokens [B, S]``): what a
-prompt-lookup branch searches. A cache built with ``with_v=False`` holds ``k`` only: multi-head latent attention caches one
-compressed row per token (``engine/model/mla.py``) that serves as both key and value.
+A drafter's cache keeps the token at each position as well when a lookup branch runs (``history=True``,
+``tokens [B, S]``): what the branch searches. A cache built with ``with_v=False`` holds ``k`` only: multi-head
+latent attention caches one compressed row per token (``engine/model/mla.py``) that serves as both key and value.
 """
 
 from __future__ import annotations
