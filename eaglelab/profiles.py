@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.engine.errors import EagleLabError
-from eaglelab.engine.runtime.spec_config import MAX_LOOKUP_TOKENS
+from eaglelab.engine.runtime.spec_config import MAX_LOOKUP_TOKENS, tree_label
 
 SCHEMA = 1
 SHIPPED_NAME = "eaglelab_profiles.json"  # beside a drafter's weights
@@ -67,8 +67,7 @@ class BucketChoice:
 
     @property
     def label(self) -> str:
-        lookup = f", lookup {self.lookup_tokens}" if self.lookup_tokens else ""
-        return f"{self.steps} steps, topk {self.topk}, {self.draft_tokens} draft tokens{lookup}"
+        return tree_label(self.steps, self.topk, self.draft_tokens, self.lookup_tokens)
 
 
 TILING_FIELDS = ("block_n", "block_k", "split_k", "num_warps", "num_stages")  # the GEMV's GemvConfig, in order

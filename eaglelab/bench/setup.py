@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from eaglelab.bench import harness as B
+from eaglelab.engine.runtime.spec_config import tree_label
 from eaglelab.flags import int_list
 
 # Per device, what a flag left out measures. The headline (no --configs, no --full): a few minutes at most, batch
@@ -213,7 +214,7 @@ def tree_notes(draft: Any, batch_sizes: tuple[int, ...]) -> list[str]:
             bucket = draft.profile.bucket(b) if draft.profile is not None and not draft.flags.given else None
             why = (f"the profile's bucket for batch <= {bucket.max_batch}: {bucket.measured or 'no figure recorded'}"
                    if bucket is not None else "")
-            out.append(f"tree at batch {b}: {t.steps} steps, topk {t.topk}, {t.draft_tokens} draft tokens"
+            out.append(f"tree at batch {b}: {tree_label(t.steps, t.topk, t.draft_tokens, t.lookup_tokens)}"
                        + (f" ({why})" if why else ""))
     return out
 

@@ -115,11 +115,16 @@ class SpecConfig:
 
     @property
     def tree_label(self) -> str:
-        """The tree as the CLI names it: "5 steps, topk 4, 24 draft tokens" (", lookup 8" with a lookup branch)."""
-        lookup = f", lookup {self.lookup_tokens}" if self.lookup_tokens else ""
-        return f"{self.num_steps} steps, topk {self.topk}, {self.draft_tokens} draft tokens{lookup}"
+        """The tree as the CLI names it (:func:`tree_label`)."""
+        return tree_label(self.num_steps, self.topk, self.draft_tokens, self.lookup_tokens)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["num_draft_tokens"] = self.draft_tokens if self.enabled else 0
         return d
+
+
+def tree_label(steps: int, topk: int, draft_tokens: int, lookup_tokens: int = 0) -> str:
+    """A tree as the CLI names it: "5 steps, topk 4, 24 draft tokens" (", lookup 8" with a lookup branch)."""
+    lookup = f", lookup {lookup_tokens}" if lookup_tokens else ""
+    return f"{steps} steps, topk {topk}, {draft_tokens} draft tokens{lookup}"

@@ -391,3 +391,18 @@ def test_a_lookup_branch_reaches_every_batch_sizes_engine(questions, monkeypatch
     spec = [s for s in seen if s.enabled]
     assert spec and all(s.lookup_tokens == 3 and s.tree_nodes == s.draft_tokens + 3 for s in spec)
     assert all(s.lookup_tokens == 0 for s in seen if not s.enabled)
+
+
+def test_the_tree_note_per_batch_size_names_the_profiles_lookup_branch():
+    """A batch size whose profile bucket differs from batch 1's is noted with its whole tree, the branch included."""
+    from eaglelab.bench.setup import tree_notes
+    from eaglelab.draft_registry import DraftChoice
+    from eaglelab.profiles import BucketChoice, DeviceProfile
+
+    profile = DeviceProfile("NVIDIA H200", "bfloat16", "a" * 64, (
+        BucketChoice(1, 5, 4, 24, "2.19x", lookup_tokens=16), BucketChoice(8, 4, 4, 12, "1.61x", lookup_tokens=8),
+        BucketChoice(32, 2, 1, 3, "1.33x")))
+    draft = DraftChoice("eagle3", None, None, (), profile=profile)
+    assert tree_notes(draft, (1, 8, 32)) == [
+        "tree at batch 8: 4 steps, topk 4, 12 draft tokens, lookup 8 (the profile's bucket for batch <= 8: 1.61x)",
+        "tree at batch 32: 2 steps, topk 1, 3 draft tokens (the profile's bucket for batch <= 32: 1.33x)"]
