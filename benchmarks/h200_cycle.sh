@@ -16,7 +16,8 @@
 #           MT-bench first turns (plain and speculative interleaved, 2 passes), a branch of 16 beside the trees 5/4/24
 #           (the profile's), 5/4/48 and 6/4/48 (a verify of 64 rows costs about one of 40: h200_2026-12-04e/P)
 #   call S  carry .carry/assets .whl (right after R)   STAGE=S: the same with 4/4/48; then `bench --figures` at batch 1
-#           (by category, and 40 HumanEval prompts) with the tree of R and S that gave the best speedup
+#           (by category, and 40 HumanEval prompts) with the tree of R and S whose passes gave the best median speedup
+#           (on 2026-12-04 the pick read reports only, which R's two cut runs lacked: it took 4/4/48, not 5/4/48)
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s).
 STAGE=${STAGE:?set STAGE=P, Q, C, R or S}
 source "$(dirname "$0")/device_stage.sh"
@@ -83,17 +84,18 @@ stage_r() {
 stage_s() {
   [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call R"; exit 3; }
   tree_b1 4 4 48 130
-  cp ~/best_trees/*.json "$R/" 2>/dev/null
+  cp ~/best_trees/* "$R/" 2>/dev/null
   local best
   best=$(python3 - "$R" <<'PY'
-import glob, json, sys
+import glob, re, statistics, sys
+# each run's passes as its log prints them, so a run its limit cut after a pass still counts
 best = None
-for f in glob.glob(sys.argv[1] + "/h200_b1_*_l16.json"):
-    d = json.load(open(f))
-    spec = [r for r in d["rows"] if r["config"].startswith("spec") and r.get("speedup")]
-    if spec and (best is None or spec[0]["speedup"] > best[0]):
-        t = d["settings"].get("trees", {}).get("1") or d["settings"]["spec"]
-        best = (spec[0]["speedup"], f"{t['num_steps']} {t['topk']} {t['num_draft_tokens']}")
+for f in glob.glob(sys.argv[1] + "/b1_*_l16.txt"):
+    tree = re.search(r"b1_(\d+)-(\d+)-(\d+)_l16", f).groups()
+    ratios = [float(s) / float(p) for p, s in re.findall(
+        r"pass \d+/\d+: plain-compile-gemv-attn ([\d.]+), spec-compile-gemv-attn ([\d.]+) tok/s", open(f).read())]
+    if ratios and (best is None or statistics.median(ratios) > best[0]):
+        best = (statistics.median(ratios), " ".join(tree))
 print(best[1] if best else "5 4 24")
 PY
 )
@@ -106,7 +108,7 @@ PY
 
 # R's results stay on the machine for S's choice (R's tarball leaves with R)
 before_tar() {
-  if [ "$STAGE" = R ]; then mkdir -p ~/best_trees && cp "$R"/h200_b1_*_l16.json ~/best_trees/ 2>/dev/null; fi
+  if [ "$STAGE" = R ]; then mkdir -p ~/best_trees && cp "$R"/b1_*_l16.txt ~/best_trees/ 2>/dev/null; fi
   return 0
 }
 
