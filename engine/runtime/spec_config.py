@@ -59,7 +59,8 @@ class SpecConfig:
             raise ConfigError("must be >= 1", field="--steps/--topk", found=(self.num_steps, self.topk))
         if not 0 <= self.lookup_tokens <= MAX_LOOKUP_TOKENS:
             raise ConfigError("out of range", field="--lookup-tokens", found=self.lookup_tokens,
-                              expected=f"0 (none) .. {MAX_LOOKUP_TOKENS}")
+                              expected=f"0 (none) .. {MAX_LOOKUP_TOKENS}",
+                              hint="leave the flag out for the device profile's branch (16 at batch 1 on the H200)")
         if self.lookup_tokens and self.algorithm != "eagle3":
             raise ConfigError("a lookup branch rides beside an EAGLE-3 drafter's tree", field="--lookup-tokens",
                               found=f"{self.lookup_tokens} with algorithm {self.algorithm}",

@@ -105,8 +105,9 @@ def test_the_spec_sizes_the_tree_and_refuses_a_lookup_it_cannot_run():
     assert (spec.tree_nodes, spec.max_depth, spec.draft_tokens) == (32, 8, 24)
     assert "lookup 8" in spec.tree_label and spec.plain().lookup_tokens == 0
     assert SpecConfig("eagle3", num_steps=5, topk=4, num_draft_tokens=24, lookup_tokens=3).max_depth == 5
-    with pytest.raises(ConfigError, match="--lookup-tokens"):
+    with pytest.raises(ConfigError, match="--lookup-tokens") as err:
         SpecConfig("eagle3", lookup_tokens=MAX_LOOKUP_TOKENS + 1)
+    assert err.value.hint and err.value.expected == f"0 (none) .. {MAX_LOOKUP_TOKENS}"
     with pytest.raises(ConfigError, match="--lookup-tokens"):
         SpecConfig("eagle3", lookup_tokens=-1)
     with pytest.raises(ConfigError, match="EAGLE-3"):
