@@ -45,6 +45,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"a grid instead: N for trees; a chain verifies steps + 1 (default {GPU['draft_tokens']} / "
                         f"{CPU['draft_tokens']})")
     g.add_argument("--batch-sizes", default=None, help=f"(default {GPU['batch_sizes']} / {CPU['batch_sizes']})")
+    g.add_argument("--lookup-tokens", default=None, metavar="K,...",
+                   help="prompt-lookup branches measured beside the best predicted tree at every batch size (0: "
+                        "none); the fastest measured may take one (default on CUDA: 16 at batch 1, 8 at 8 and more; "
+                        "on a CPU none)")
     r = p.add_argument_group("regime (default: what `eaglelab run` uses on this device)")
     r.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="CUDA graphs of torch.compile'd phases (default on CUDA: on, as run; the first use of a shape "
@@ -142,6 +146,14 @@ def _flag_candidates(args, cuda: bool) -> tuple[tuple[int, ...], dict | None]:
     if args.passes < 1:
         raise EagleLabError("must be >= 1", field="--passes", found=args.passes)
     batch_sizes = int_list(args.batch_sizes or d["batch_sizes"], "--batch-sizes")
+    if args.lookup_tokens is not None:
+        from eaglelab.engine.runtime.spec_config import MAX_LOOKUP_TOKENS
+
+        for k in int_list(args.lookup_tokens, "--lookup-tokens", least=0):
+            if k > MAX_LOOKUP_TOKENS:
+                raise EagleLabError("out of range", field="--lookup-tokens", found=k,
+                                    expected=f"0 (none) .. {MAX_LOOKUP_TOKENS} tokens a branch",
+                                    hint="a branch of 8 or 16 is what the shipped profiles measured fastest")
     if args.candidates:
         if args.steps or args.topk or args.draft_tokens:
             raise EagleLabError("--candidates names the trees; --steps/--topk/--draft-tokens make a grid: not both",
@@ -159,15 +171,20 @@ def _flag_candidates(args, cuda: bool) -> tuple[tuple[int, ...], dict | None]:
 def _settings(args, cuda: bool, regime, tree_for, flagged: tuple[tuple[int, ...], dict | None]):
     """The candidates per batch size (``flagged``: :func:`_flag_candidates`) and the workload, from the flags and
     the device's defaults."""
-    from eaglelab.bench.tune import TuneSettings, default_candidates
+    from eaglelab.bench.tune import TuneSettings, default_candidates, default_lookup
 
     d = GPU if cuda else CPU
     batch_sizes, candidates = flagged
     if candidates is None:
         candidates = default_candidates(batch_sizes, cuda, tree_for)
+    if args.lookup_tokens is None:
+        lookup = default_lookup(batch_sizes, cuda)
+    else:
+        ks = tuple(sorted({k for k in int_list(args.lookup_tokens, "--lookup-tokens", least=0) if k > 0}))
+        lookup = {b: ks for b in batch_sizes} if ks else {}
     return TuneSettings(candidates=candidates, new_tokens=args.max_new_tokens or d["max_new_tokens"],
                         cost_tokens=args.cost_tokens or d["cost_tokens"], confirm=args.confirm, regime=regime,
-                        passes=args.passes, screen=args.screen)
+                        passes=args.passes, screen=args.screen, lookup=lookup)
 
 
 # ---- the live pass ------------------------------------------------------------------------------
@@ -304,12 +321,15 @@ def _print(console, report) -> None:
         for line in _timing_lines(report):
             console.print(line)
         return
-    s, k, n = best
+    s, k, n, lookup = best
     how = "measured fastest" if report.get("confirmation") else "predicted fastest"
+    branch = f", a lookup branch of {lookup} beside it" if lookup else ""
     console.print(f"[bold]winner[/] ({how}{', batch ' + str(report['confirmation'][0]['batch']) if report.get('confirmation') else ''}): "
-                  f"{s} step{'s' if s != 1 else ''}, topk {k}, {n} draft tokens")
+                  f"{s} step{'s' if s != 1 else ''}, topk {k}, {n} draft tokens{branch}")
     path = report.get("draft_path") or "DRAFTER"
-    console.print(f"  SGLang: {sglang_flags(s, k, n, path)}")
+    sglang_note = ("  [dim](the tree alone: SGLang runs no lookup branch beside an EAGLE-3 tree)[/]" if lookup
+                   else "")
+    console.print(f"  SGLang: {sglang_flags(s, k, n, path)}{sglang_note}")
     chain = s if k == 1 else _best_chain(report)
     if chain is not None:
         plural = "s" if chain != 1 else ""
@@ -326,13 +346,14 @@ def _error_lines(confirmation) -> list[str]:
     out = []
     for b in sorted({r["batch"] for r in confirmation}):
         errs = [(r["predicted_tok_per_s"] - r["measured_tok_per_s"]) / r["measured_tok_per_s"]
-                for r in confirmation if r["batch"] == b and r["measured_tok_per_s"]]
+                for r in confirmation if r["batch"] == b and r["measured_tok_per_s"]
+                and r["predicted_tok_per_s"] is not None]  # a tree beside a lookup branch is not predicted
         if errs:
             worst = max(errs, key=abs)
             mark = "[yellow]" if abs(worst) > 0.10 else "[dim]"
             out.append(f"{mark}  batch {b}: tok/s predicted within {abs(worst):.0%} of measured (worst {worst:+.1%})[/]")
     for d in disagreements(confirmation):
-        out.append(f"[bold red]  WARNING batch {d['batch']}, {d['steps']}/{d['topk']}/{d['draft_tokens']}: its passes "
+        out.append(f"[bold red]  WARNING batch {d['batch']}, {_tree_name(d)}: its passes "
                    f"read {d['low']:.2f}x .. {d['high']:.2f}x over plain (more than 10% apart, after an untimed pass "
                    "over every prompt): the machine is busy or the run too short; these figures (and a profile "
                    "written from them) are uncertain: run again, or with more --prompts / --passes[/]")
@@ -365,8 +386,7 @@ def _profile_lines(profile) -> list[str]:
     """Where the profile went (or would have), and what now uses it."""
     if not profile:
         return []
-    trees = "; ".join(f"batch <= {b['max_batch']}: {b['steps']}/{b['topk']}/{b['draft_tokens']} ({b['measured']})"
-                      for b in profile["buckets"])
+    trees = "; ".join(f"batch <= {b['max_batch']}: {_tree_name(b)} ({b['measured']})" for b in profile["buckets"])
     if not profile["saved"]:
         return [f"[dim]profile not saved (--no-save); it would go to {profile['path']}: {trees}[/]"]
     return [f"[bold]profile[/]: wrote {profile['path']} ({profile['device']}, {profile['dtype']})",
@@ -375,19 +395,26 @@ def _profile_lines(profile) -> list[str]:
             "kernels) on this device from it; tree flags still win; delete the file to go back to the shipped profile"]
 
 
-def _winner(report) -> tuple[int, int, int] | None:
-    """The measured winner at the first batch size confirmed, else the predicted one."""
+def _tree_name(r: dict) -> str:
+    """A tree row (confirmation, profile bucket, disagreement) as steps/topk/N, "+ lookup K" with a branch."""
+    lookup = r.get("lookup_tokens", 0)
+    return f"{r['steps']}/{r['topk']}/{r['draft_tokens']}" + (f" + lookup {lookup}" if lookup else "")
+
+
+def _winner(report) -> tuple[int, int, int, int] | None:
+    """The measured winner at the first batch size confirmed (steps, topk, draft tokens, lookup branch), else the
+    predicted one (no branch: a branch is never predicted)."""
     from eaglelab.bench.tune import winners
 
     won = winners(report.get("confirmation") or [])
     if won:
         w = next(iter(won.values()))
-        return w["steps"], w["topk"], w["draft_tokens"]
+        return w["steps"], w["topk"], w["draft_tokens"], w.get("lookup_tokens", 0)
     if report["predictions"]:
         first = next(iter(report["predictions"].values()))
-        return (first[0]["steps"], first[0]["topk"], first[0]["draft_tokens"]) if first else None
+        return (first[0]["steps"], first[0]["topk"], first[0]["draft_tokens"], 0) if first else None
     rows = report["by_accept_len"]
-    return (rows[0]["steps"], rows[0]["topk"], rows[0]["draft_tokens"]) if rows else None
+    return (rows[0]["steps"], rows[0]["topk"], rows[0]["draft_tokens"], 0) if rows else None
 
 
 def _best_chain(report) -> int | None:
@@ -459,12 +486,13 @@ def _confirm_table(rows) -> Any:
                   ("batch", "steps/topk/N", "E\\[a] pred", "measured", "error", "tok/s pred", "measured", "error",
                    "passes over plain"))
     for r in rows:
-        name = "plain" if r["steps"] == 0 else f"{r['steps']}/{r['topk']}/{r['draft_tokens']}"
+        name = "plain" if r["steps"] == 0 else _tree_name(r)
         a_p, a_m = r["predicted_accept_len"], r["measured_accept_len"]
         a_err = f"{(a_p - a_m) / a_m:+.1%}" if a_p is not None and a_m else "-"
-        t_p, t_m = r["predicted_tok_per_s"], r["measured_tok_per_s"]
+        t_p, t_m = r["predicted_tok_per_s"], r["measured_tok_per_s"]  # t_p None: a branch, measured only
         ratios = pass_ratios(rows, r)
         spread = f"{min(ratios):.2f}x .. {max(ratios):.2f}x" if ratios else "-"
         t.add_row(str(r["batch"]), name, f"{a_p:.2f}" if a_p is not None else "-", f"{a_m:.2f}" if a_m else "-", a_err,
-                  f"{t_p:.1f}", f"{t_m:.1f}", f"{(t_p - t_m) / t_m:+.1%}" if t_m else "-", spread)
+                  f"{t_p:.1f}" if t_p is not None else "-", f"{t_m:.1f}",
+                  f"{(t_p - t_m) / t_m:+.1%}" if t_m and t_p is not None else "-", spread)
     return t

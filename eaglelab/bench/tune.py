@@ -21,8 +21,10 @@ one-graph cycle, our GEMV and decode attention as ``run`` picks them; on a CPU e
    for real over every prompt: each first makes one untimed pass over every prompt group (every bucket and prompt
    width captured, compiled and replayed once before the clock), then pass by pass each runs once, interleaved (the
    bench's :class:`~eaglelab.bench.harness.Contender`); :func:`disagreements` names the trees whose passes read
-   more than 10% apart. The fastest measured is the batch size's choice, and :func:`tuned_profile` makes the device
-   profile of those choices.
+   more than 10% apart. The best predicted tree also runs beside each lookup branch of ``settings.lookup``
+   (:func:`with_branches`): what a branch returns depends on the text, not on the drafter's ranks, so it is
+   measured, never predicted. The fastest measured is the batch size's choice, and :func:`tuned_profile` makes the
+   device profile of those choices.
 
 Every compiled tree shape costs a compile per batch size the first time (cached on disk after): the candidate set
 is small (:func:`default_candidates`), around the device profile's trees, and screened before compiling.
@@ -47,12 +49,19 @@ from eaglelab.probes.tuning import AcceptanceTable, AcceptLen, max_draft_tokens
 
 Publish = Callable[[object], None]
 Candidate = tuple[int, int, int]  # (steps, topk, draft tokens)
+# What the confirmation runs: a candidate, or one with a prompt-lookup branch of that many tokens beside it (steps,
+# topk, draft tokens, lookup tokens). The model predicts no branch: a branch is measured, never predicted.
+Confirmed = Candidate | tuple[int, int, int, int]
 
 # The trees tried around the profile's, per batch size: deep trees pay at one row, narrower ones as the batch
 # fills the GPU (a verify of N tokens x B rows stops being free), chains at the largest batches.
 CANDIDATES_GPU = {1: ((3, 1, 4), (4, 4, 12), (5, 4, 16), (5, 4, 24)), 8: ((3, 1, 4), (3, 2, 6), (4, 4, 12), (5, 4, 16)),
                   32: ((2, 1, 3), (3, 1, 4), (3, 2, 6), (4, 2, 8))}
 CANDIDATES_CPU = {1: ((2, 1, 3), (3, 1, 4), (4, 1, 5), (3, 2, 6)), 8: ((1, 1, 2), (2, 1, 3), (3, 1, 4))}
+# The lookup branches measured beside the best predicted tree, per batch size (the nearest in the table): at one
+# row a verify 16 rows wider costs little on a GPU; a full batch pays for every row. On a CPU every verified row
+# costs its share of the projections: no branch unless asked for (--lookup-tokens).
+LOOKUP_GPU = {1: (16,), 8: (8,), 32: (8,)}
 
 
 @dataclass(frozen=True)
@@ -66,6 +75,7 @@ class TuneSettings:
     regime: Regime = Regime(graphs=False)
     passes: int = 3  # interleaved passes of the confirmation
     screen: bool = False  # rank on graphs without compile first; compile only the best max(confirm, 1) per batch
+    lookup: dict[int, tuple[int, ...]] = field(default_factory=dict)  # batch size -> branches beside the best tree
 
     @property
     def screening(self) -> bool:
@@ -109,6 +119,23 @@ def default_candidates(batch_sizes: tuple[int, ...], cuda: bool, tree_for: Calla
     return out
 
 
+def default_lookup(batch_sizes: tuple[int, ...], cuda: bool) -> dict[int, tuple[int, ...]]:
+    """Per batch size, the lookup branches the confirmation measures beside its best predicted tree
+    (:data:`LOOKUP_GPU` for the nearest batch size; none on a CPU)."""
+    if not cuda:
+        return {}
+    return {b: LOOKUP_GPU[min(LOOKUP_GPU, key=lambda t: (abs(t - b), t))] for b in batch_sizes}
+
+
+def with_branches(trees: list[Candidate], branches: tuple[int, ...]) -> list[Confirmed]:
+    """The confirmation's trees: ``trees`` as predicted, then the first of them beside each branch length (a
+    branch rides beside an EAGLE-3 tree of any shape; 0 in ``branches`` is the tree alone, already there).
+
+    Example: ``[(5, 4, 24), (4, 4, 12)]`` with branches ``(16,)`` -> the two, then ``(5, 4, 24, 16)``."""
+    extra = [(*trees[0], k) for k in branches if k > 0] if trees else []
+    return [*trees, *extra]
+
+
 def config_for(ctx: H.BenchContext, settings: TuneSettings, spec: SpecConfig | None,
                regime: Regime | None = None) -> BenchConfig:
     """The bench configuration tune runs: plain or speculative decoding in ``regime`` (default
@@ -116,9 +143,9 @@ def config_for(ctx: H.BenchContext, settings: TuneSettings, spec: SpecConfig | N
     return regime_config(spec is not None, regime or settings.regime)
 
 
-def _spec(c: Candidate) -> SpecConfig:
-    s, k, n = c
-    return SpecConfig("eagle3", num_steps=s, topk=k, num_draft_tokens=n if k > 1 else 0)
+def _spec(c: Confirmed) -> SpecConfig:
+    s, k, n, lookup = (*c, 0)[:4]
+    return SpecConfig("eagle3", num_steps=s, topk=k, num_draft_tokens=n if k > 1 else 0, lookup_tokens=lookup)
 
 
 def _system(ctx: H.BenchContext, settings: TuneSettings, spec: SpecConfig | None, regime: Regime) -> H.OurSystem:
@@ -133,16 +160,16 @@ class Systems:
 
     def __init__(self, ctx: H.BenchContext, settings: TuneSettings) -> None:
         self.ctx, self.settings, self.made = ctx, settings, {}
-        self.used: set[tuple[Candidate | None, bool, int]] = set()
+        self.used: set[tuple[Confirmed | None, bool, int]] = set()
 
-    def __call__(self, c: Candidate | None, regime: Regime | None = None) -> H.OurSystem:
+    def __call__(self, c: Confirmed | None, regime: Regime | None = None) -> H.OurSystem:
         regime = regime or self.settings.regime
         key = (c, regime.compile)
         if key not in self.made:
             self.made[key] = _system(self.ctx, self.settings, _spec(c) if c is not None else None, regime)
         return self.made[key]
 
-    def note(self, c: Candidate | None, compiled: bool, batch: int) -> None:
+    def note(self, c: Confirmed | None, compiled: bool, batch: int) -> None:
         """``c`` ran at ``batch`` rows (compiled or not)."""
         self.used.add((c, compiled, batch))
 
@@ -330,10 +357,11 @@ class Measured:
     tok_per_s: float
     accept_len: float | None
     passes: tuple[float, ...] = ()  # tok/s per interleaved pass
+    lookup_tokens: int = 0  # a prompt-lookup branch beside the tree
 
 
 def confirm_batch(ctx: H.BenchContext, settings: TuneSettings, systems: Systems, batch: int,
-                  configs: list[Candidate | None]) -> list[Measured]:
+                  configs: list[Confirmed | None]) -> list[Measured]:
     """``configs`` (None = plain decoding) at ``batch`` rows over every prompt group: each first one untimed pass
     over every group (:func:`warm_pass`), then ``settings.passes`` timed passes, interleaved pass by pass."""
     work = replace(ctx, max_new_tokens=settings.new_tokens)
@@ -352,8 +380,8 @@ def confirm_batch(ctx: H.BenchContext, settings: TuneSettings, systems: Systems,
     out = []
     for c, contender in zip(configs, live):
         row = contender.row(work)  # no observed pass: the contenders carry no observer
-        s, k, n = c if c is not None else (0, 0, 1)
-        out.append(Measured(s, k, n, batch, row.tok_per_s or 0.0, row.mean_accept_len, row.sweeps_tok_per_s))
+        s, k, n, lookup = (*c, 0)[:4] if c is not None else (0, 0, 1, 0)
+        out.append(Measured(s, k, n, batch, row.tok_per_s or 0.0, row.mean_accept_len, row.sweeps_tok_per_s, lookup))
     return out
 
 
@@ -365,13 +393,13 @@ def pass_ratios(confirmation: list[dict], row: dict) -> list[float]:
 
 def disagreements(confirmation: list[dict], tolerance: float = 0.10) -> list[dict]:
     """The confirmed trees whose passes disagree: max / min of their per-pass speedups over plain decoding beyond
-    ``1 + tolerance``. -> [{batch, steps, topk, draft_tokens, low, high}]."""
+    ``1 + tolerance``. -> [{batch, steps, topk, draft_tokens, lookup_tokens, low, high}]."""
     out = []
     for r in confirmation:
         ratios = pass_ratios(confirmation, r)
         if len(ratios) > 1 and min(ratios) > 0 and max(ratios) / min(ratios) - 1 > tolerance:
             out.append(dict(batch=r["batch"], steps=r["steps"], topk=r["topk"], draft_tokens=r["draft_tokens"],
-                            low=min(ratios), high=max(ratios)))
+                            lookup_tokens=r.get("lookup_tokens", 0), low=min(ratios), high=max(ratios)))
     return out
 
 
@@ -503,16 +531,20 @@ def confirm(ctx: H.BenchContext, settings: TuneSettings, report: dict, progress:
             preds = [p for p in preds if (p["steps"], p["topk"], p["draft_tokens"]) in timed]
         preds = preds[: settings.confirm]
         costs = report["costs"][str(b)]
-        got = confirm_batch(ctx, settings, systems, b, [None] + [(p["steps"], p["topk"], p["draft_tokens"]) for p in preds])
-        for p, m in zip([None] + preds, got):
-            if p is None:
+        trees = with_branches([(p["steps"], p["topk"], p["draft_tokens"]) for p in preds], settings.lookup.get(b, ()))
+        got = confirm_batch(ctx, settings, systems, b, [None] + trees)
+        for p, m in zip([None] + preds + [None] * (len(trees) - len(preds)), got):
+            if m.steps == 0:
                 pred_tps, pred_a = plain_end_to_end_tok_per_s(costs_from_report(costs), settings.new_tokens), None
+            elif p is None:  # a tree beside a lookup branch: measured only
+                pred_tps, pred_a = None, None
             else:
                 pred = Prediction(**{k: p[k] for k in Prediction.__dataclass_fields__})
                 pred_tps = pred.end_to_end_tok_per_s(settings.new_tokens, costs["prefill_ms"] + costs["begin_ms"])
                 pred_a = pred.accept_len
             out.append(dict(batch=b, steps=m.steps, topk=m.topk, draft_tokens=m.draft_tokens,
-                            predicted_tok_per_s=pred_tps, measured_tok_per_s=m.tok_per_s, passes=list(m.passes),
+                            lookup_tokens=m.lookup_tokens, predicted_tok_per_s=pred_tps,
+                            measured_tok_per_s=m.tok_per_s, passes=list(m.passes),
                             predicted_accept_len=pred_a, measured_accept_len=m.accept_len))
         progress("confirming: real runs", settings.batch_sizes.index(b) + 1, len(settings.batch_sizes))
     return out
@@ -523,7 +555,7 @@ def settings_dict(settings: TuneSettings, prompts: int) -> dict:
     return {"candidates": {str(b): [list(c) for c in cs] for b, cs in settings.candidates.items()},
             "batch_sizes": list(settings.batch_sizes), "new_tokens": settings.new_tokens,
             "cost_tokens": settings.cost_tokens, "confirm": settings.confirm, "passes": settings.passes,
-            "screen": settings.screening,
+            "screen": settings.screening, "lookup": {str(b): list(ks) for b, ks in settings.lookup.items()},
             "regime": settings.regime.label, "prompts": prompts, "wide_tree": settings.wide.to_dict()}
 
 
@@ -553,11 +585,14 @@ def tuned_profile(report: dict, settings: TuneSettings, device: str, dtype: str,
     buckets = []
     for b, w in won.items():
         ratio = w["measured_tok_per_s"] / w["plain_tok_per_s"] if w["plain_tok_per_s"] else 0.0
+        lookup = w.get("lookup_tokens", 0)
+        branch = f" with a lookup branch of {lookup}" if lookup else ""
         buckets.append(BucketChoice(
             b, w["steps"], w["topk"], w["draft_tokens"],
-            f"{ratio:.2f}x over plain decoding ({w['measured_tok_per_s']:,.1f} vs {w['plain_tok_per_s']:,.1f} tok/s; "
-            f"{prompts} MT-bench first turns, {settings.new_tokens} tokens, batch {b}, {settings.passes} interleaved "
-            f"passes, plain in the same regime; eaglelab tune, {when})"))
+            f"{ratio:.2f}x over plain decoding{branch} ({w['measured_tok_per_s']:,.1f} vs "
+            f"{w['plain_tok_per_s']:,.1f} tok/s; {prompts} MT-bench first turns, {settings.new_tokens} tokens, batch "
+            f"{b}, {settings.passes} interleaved passes, plain in the same regime; eaglelab tune, {when})",
+            lookup_tokens=lookup))
     r = settings.regime
     graphs = r.graphs
     return DeviceProfile(

@@ -147,7 +147,7 @@ def replay_against_confirmation(record: str, report: str) -> list[dict[str, Any]
                             expected="rows of " + ", ".join(keys), hint="pass the JSON of `eaglelab tune --json FILE`")
     return [dict(batch=r["batch"], config=(r["steps"], r["topk"], r["draft_tokens"]), before=r["predicted_accept_len"],
                  after=replay.accept_len(r["steps"], r["topk"], r["draft_tokens"]), measured=r["measured_accept_len"])
-            for r in rows if r["steps"]]
+            for r in rows if r["steps"] and not r.get("lookup_tokens")]  # a branch is measured, never predicted
 
 
 def print_replay_table(argv: list[str]) -> int:

@@ -90,16 +90,24 @@ def test_tune_on_the_real_model_predicts_the_winners_accepted_length_within_10_p
     acceptance table through --from; the profile it would write holds the measured winner."""
     out, rec, again = tmp_path / "tune.json", tmp_path / "tune.jsonl", tmp_path / "again.json"
     rc = main(["tune", "--device", "cpu", "--candidates", "1/1/2,2/1/3,3/2/5", "--prompts", "3", "--max-new-tokens",
-               "32", "--cost-tokens", "6", "--confirm", "2", "--record", str(rec), "--json", str(out), "--no-save"])
+               "32", "--cost-tokens", "6", "--confirm", "2", "--lookup-tokens", "4", "--record", str(rec), "--json",
+               str(out), "--no-save"])
     assert rc == 0
     report = json.loads(out.read_text())
-    plain, *spec = report["confirmation"]
+    plain, *spec, branch = report["confirmation"]
     assert plain["steps"] == 0 and plain["measured_tok_per_s"] > 0 and len(spec) == 2
+    # the best prediction again, a lookup branch of 4 beside it: measured, not predicted
+    assert (branch["steps"], branch["topk"], branch["draft_tokens"], branch["lookup_tokens"]) == (
+        spec[0]["steps"], spec[0]["topk"], spec[0]["draft_tokens"], 4)
+    assert branch["predicted_tok_per_s"] is None and branch["measured_tok_per_s"] > 0
+    assert branch["measured_accept_len"] >= 1.0
     winner = max(spec, key=lambda r: r["measured_tok_per_s"])  # measured, not predicted
     predicted, measured = winner["predicted_accept_len"], winner["measured_accept_len"]
     assert abs(predicted - measured) <= 0.10 * measured, (predicted, measured)
+    winner = max([*spec, branch], key=lambda r: r["measured_tok_per_s"])
     bucket = report["profile"]["buckets"][0]
-    assert (bucket["steps"], bucket["topk"], bucket["draft_tokens"]) == (winner["steps"], winner["topk"], winner["draft_tokens"])
+    assert (bucket["steps"], bucket["topk"], bucket["draft_tokens"], bucket.get("lookup_tokens", 0)) == (
+        winner["steps"], winner["topk"], winner["draft_tokens"], winner["lookup_tokens"])
     assert report["profile"]["saved"] is False
     assert main(["tune", "--from", str(rec), "--json", str(again)]) == 0
     assert json.loads(again.read_text())["acceptance"] == report["acceptance"]
@@ -158,6 +166,46 @@ def test_the_default_candidates_are_few_and_hold_the_profiles_tree():
         assert e.value.field == "--candidates" and bad in str(e.value)
 
 
+def test_the_confirmation_measures_lookup_branches_beside_the_best_prediction():
+    """On CUDA a branch of 16 at batch 1 and of 8 at larger batches rides beside the best predicted tree (none on a
+    CPU unless asked); the trees as predicted come first, then the first of them with each branch."""
+    from eaglelab.bench.tune import default_lookup, with_branches
+
+    assert default_lookup((1, 8, 32), True) == {1: (16,), 8: (8,), 32: (8,)}
+    assert default_lookup((2, 64), True) == {2: (16,), 64: (8,)} and default_lookup((1,), False) == {}
+    assert with_branches([(5, 4, 24), (4, 4, 12)], (8, 16)) == [(5, 4, 24), (4, 4, 12), (5, 4, 24, 8), (5, 4, 24, 16)]
+    assert with_branches([(3, 1, 4)], ()) == [(3, 1, 4)] and with_branches([], (16,)) == []
+
+
+def test_a_tree_beside_a_lookup_branch_that_measured_fastest_goes_into_the_profile_with_it(tmp_path):
+    """The branch row is measured, not predicted: the winner, the profile's bucket (its label and figure) and the
+    confirmation table carry the branch; its predicted columns read "-"."""
+    import io
+
+    from rich.console import Console
+
+    from eaglelab.bench.tune import TuneSettings, tuned_profile, winners
+    from eaglelab.cmd_tune import _confirm_table, _error_lines
+
+    rep = _report(tmp_path)
+    for r in rep["confirmation"]:
+        r.update(predicted_tok_per_s=r["measured_tok_per_s"], predicted_accept_len=None, measured_accept_len=None)
+    rep["confirmation"].insert(3, dict(batch=1, steps=3, topk=1, draft_tokens=4, lookup_tokens=8,
+                                       measured_tok_per_s=38.0, passes=[38.0, 38.0], predicted_tok_per_s=None,
+                                       predicted_accept_len=None, measured_accept_len=3.1))
+    assert winners(rep["confirmation"])[1]["lookup_tokens"] == 8
+    profile = tuned_profile(rep, TuneSettings({1: ((3, 1, 4),)}, 32, 8, 2), "cpu", "float32", "ab" * 32, "today")
+    first = profile.buckets[0]
+    assert (first.steps, first.topk, first.draft_tokens, first.lookup_tokens) == (3, 1, 4, 8)
+    assert first.label == "3 steps, topk 1, 4 draft tokens, lookup 8" and "lookup branch of 8" in first.measured
+    assert profile.buckets[1].lookup_tokens == 0
+    out = io.StringIO()
+    Console(file=out, width=200).print(_confirm_table(rep["confirmation"]))
+    line = next(row for row in out.getvalue().splitlines() if "lookup 8" in row)
+    assert "3/1/4 + lookup 8" in line and "38.0" in line and "1.90x" in line and line.count(" - ") >= 2
+    assert not any("WARNING" in x for x in _error_lines(rep["confirmation"]))
+
+
 def _report(tmp_path):
     """A tune's report, as plain data: at batch 1 the predicted best (3/1/4) measured slower than 2/1/3."""
     conf = [dict(batch=1, steps=0, topk=0, draft_tokens=1, measured_tok_per_s=20.0, passes=[20.0, 20.0]),
@@ -211,6 +259,8 @@ def test_tune_writes_the_profile_that_run_bench_and_the_fixtures_then_find(tmp_p
     (["--candidates", "3/1/4", "--steps", "2"], "--candidates"),
     (["--passes", "0"], "--passes"),
     (["--confirm", "-1"], "--confirm"),
+    (["--lookup-tokens", "40"], "--lookup-tokens"),
+    (["--lookup-tokens", "8,x"], "--lookup-tokens"),
 ])
 def test_tune_refuses_a_bad_flag_before_the_model_loads(flags, field, monkeypatch, capsys):
     """A mistake in tune's own flags is said (exit 2, naming the flag) before the target and drafter load."""
