@@ -269,8 +269,10 @@ def _save_profile(args, report: dict, settings, tt, device, gemv: Any = None) ->
 
     from eaglelab.bench.tune import tuned_profile
     from eaglelab.devices import profile_device
+    from eaglelab.engine.errors import EagleLabError
     from eaglelab.engine.formats.assets import cache_dir
-    from eaglelab.profiles import cache_profile_path, drafter_digest, gemv_tilings_of, write_profile
+    from eaglelab.profiles import (cache_profile_path, drafter_digest, gemv_tilings_of, merge_tuned, read_profiles,
+                                   write_profile)
 
     sha = drafter_digest(tt.draft_path)
     when = datetime.date.today().isoformat()
@@ -279,9 +281,15 @@ def _save_profile(args, report: dict, settings, tt, device, gemv: Any = None) ->
         return None
     profile = replace(profile, gemv_tilings=gemv_tilings_of(gemv, device, tt.dtype))
     path = cache_profile_path(cache_dir(), sha)
+    try:  # the profile this tune replaces: its buckets for batch sizes not tuned now stay
+        old = next((p for p in read_profiles(path) if (p.device, p.dtype) == (profile.device, profile.dtype)),
+                   None) if path.is_file() else None
+    except EagleLabError as exc:  # a damaged file loses nothing of this run: the report still prints and saves
+        return {"path": str(path), "saved": False, "error": str(exc), "kept": [], **profile.to_json()}
+    profile, kept = merge_tuned(old, profile)
     if args.save:
         write_profile(path, profile)
-    return {"path": str(path), "saved": bool(args.save), **profile.to_json()}
+    return {"path": str(path), "saved": bool(args.save), "kept": [b.max_batch for b in kept], **profile.to_json()}
 def _progress(bar):
     """(what, done, total) -> a task of ``bar`` per ``what``, updated."""
     tasks: dict[str, Any] = {}
@@ -384,9 +392,18 @@ def _timing_lines(report) -> list[str]:
 
 def _profile_lines(profile) -> list[str]:
     """Where the profile went (or would have), and what now uses it."""
+    from rich.markup import escape
+
     if not profile:
         return []
     trees = "; ".join(f"batch <= {b['max_batch']}: {_tree_name(b)} ({b['measured']})" for b in profile["buckets"])
+    if profile.get("error"):
+        return [f"[bold red]profile not saved[/]: the file it would replace cannot be read: {escape(profile['error'])}",
+                f"  what it would hold: {trees}"]
+    kept = profile.get("kept") or []
+    if kept:
+        trees += (f"  [dim](batch <= {', <= '.join(map(str, kept))}: kept from the profile tuned before, in the same "
+                  "regime; not tuned now)[/]")
     if not profile["saved"]:
         return [f"[dim]profile not saved (--no-save); it would go to {profile['path']}: {trees}[/]"]
     return [f"[bold]profile[/]: wrote {profile['path']} ({profile['device']}, {profile['dtype']})",

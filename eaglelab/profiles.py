@@ -233,6 +233,30 @@ def read_profiles(path: Path) -> list[DeviceProfile]:
     return [_profile(p, path, i) for i, p in enumerate(doc["profiles"])]
 
 
+def merge_tuned(old: DeviceProfile | None, new: DeviceProfile) -> tuple[DeviceProfile, tuple[BucketChoice, ...]]:
+    """A tune's ``new`` profile with the buckets of the one it replaces (``old``: the same device, dtype and
+    drafter) for the batch sizes it did not tune, when both were measured in the same regime (compile, GEMV,
+    decode attention): ``tune --batch-sizes 8`` after ``tune --batch-sizes 1`` keeps batch 1's tree.
+    -> (the profile to write, the buckets kept from ``old``). GEMV tilings measured on the same setup are
+    merged the same way (the new run's choice wins for a shape both have).
+
+    Example: old buckets 1, 8, 32, new bucket 8 -> buckets 1 (old), 8 (new), 32 (old)."""
+    from dataclasses import replace
+
+    same = old is not None and (old.device, old.dtype, old.drafter_sha256) == (new.device, new.dtype,
+                                                                             new.drafter_sha256)
+    if not same or (old.compile, old.gemv, old.decode_attn) != (new.compile, new.gemv, new.decode_attn):
+        return new, ()
+    tuned = {b.max_batch for b in new.buckets}
+    kept = tuple(b for b in old.buckets if b.max_batch not in tuned)
+    tilings = new.gemv_tilings or old.gemv_tilings
+    if old.gemv_tilings and new.gemv_tilings and old.gemv_tilings.measured_on == new.gemv_tilings.measured_on:
+        chosen = dict(old.gemv_tilings.chosen) | dict(new.gemv_tilings.chosen)
+        tilings = GemvTilings(new.gemv_tilings.measured_on, tuple(sorted(chosen.items())))
+    buckets = tuple(sorted((*new.buckets, *kept), key=lambda b: b.max_batch))
+    return replace(new, buckets=buckets, gemv_tilings=tilings), kept
+
+
 def write_profile(path: Path, profile: DeviceProfile) -> None:
     """Add ``profile`` to the file at ``path`` (replacing one for the same device, dtype and drafter),
     written to a temporary file first and renamed, so a reader never sees half a file."""

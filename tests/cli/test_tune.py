@@ -252,6 +252,61 @@ def test_tune_writes_the_profile_that_run_bench_and_the_fixtures_then_find(tmp_p
     assert choice.profile == found and (choice.spec.num_steps, choice.spec.topk) == (2, 1)
     assert any(str(path) in n for n in choice.notes), choice.notes
     assert (choice.tree_for(8).steps, choice.tree_for(8).draft_tokens) == (2, 3)
+    only8 = _report(tmp_path)  # a later tune of batch 8 alone: batch 1's tree stays
+    only8["confirmation"] = [r for r in only8["confirmation"] if r["batch"] == 8]
+    only8["confirmation"][1]["steps"], only8["confirmation"][1]["draft_tokens"] = 3, 4
+    saved = _save_profile(args, only8, TuneSettings({8: ((3, 1, 4),)}, 32, 8, 2), tt, torch.device("cpu"))
+    assert saved["kept"] == [1]
+    found = find_profile("cpu", "float32", shipped, tmp_path / "cache")
+    assert [(b.max_batch, b.steps, b.draft_tokens) for b in found.buckets] == [(1, 2, 3), (8, 3, 4)]
+
+
+def test_a_tune_of_some_batch_sizes_keeps_the_others_from_the_profile_it_replaces():
+    """tune --batch-sizes 8 after tune --batch-sizes 1,32: batch 1's and 32's trees stay (same regime), 8's is the
+    new one; tilings measured on the same setup merge, the new choice winning; another regime replaces it all."""
+    from dataclasses import replace
+
+    from eaglelab.profiles import BucketChoice, DeviceProfile, GemvTilings, merge_tuned
+
+    env = {"gpu": "NVIDIA H200", "dtype": "bfloat16", "torch": "2.11", "triton": "3.6"}
+    old = DeviceProfile("NVIDIA H200", "bfloat16", "ab" * 32,
+                        (BucketChoice(1, 5, 4, 24, "old 1", lookup_tokens=16), BucketChoice(8, 4, 4, 12, "old 8"),
+                         BucketChoice(32, 2, 1, 3, "old 32")), compile=True, gemv=True, decode_attn=True,
+                        gemv_tilings=GemvTilings.of({(576, 576, 1): (8, 512, 1, 4, 3), (576, 576, 4): (4, 128, 1, 4, 3)}, env))
+    new = replace(old, buckets=(BucketChoice(8, 3, 2, 6, "new 8", lookup_tokens=8),),
+                  gemv_tilings=GemvTilings.of({(576, 576, 4): (16, 128, 1, 4, 3)}, env))
+    merged, kept = merge_tuned(old, new)
+    assert [(b.max_batch, b.measured, b.lookup_tokens) for b in merged.buckets] == [
+        (1, "old 1", 16), (8, "new 8", 8), (32, "old 32", 0)]
+    assert [b.max_batch for b in kept] == [1, 32]
+    assert dict(merged.gemv_tilings.chosen) == {(576, 576, 1): (8, 512, 1, 4, 3), (576, 576, 4): (16, 128, 1, 4, 3)}
+    assert merge_tuned(old, replace(new, compile=False)) == (replace(new, compile=False), ())
+    assert merge_tuned(None, new) == (new, ())
+    assert merge_tuned(replace(old, drafter_sha256="cd" * 32), new) == (new, ())
+
+
+def test_a_damaged_profile_file_is_said_and_the_tunes_report_kept(tmp_path, monkeypatch, capsys):
+    """The cache file the profile would replace is not JSON: nothing is written over it, the tune still prints its
+    report and a line naming the file and what to do; --json still gets the report."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from eaglelab.bench.tune import TuneSettings
+    from eaglelab.cmd_tune import _profile_lines, _save_profile
+    from eaglelab.draft_registry import shipped_drafter_dir
+    from eaglelab.profiles import cache_profile_path, drafter_digest
+
+    shipped = shipped_drafter_dir()
+    monkeypatch.setenv("EAGLELAB_CACHE", str(tmp_path / "cache"))
+    path = cache_profile_path(tmp_path / "cache", drafter_digest(shipped))
+    path.parent.mkdir(parents=True)
+    path.write_text("{not json")
+    got = _save_profile(SimpleNamespace(save=True), _report(tmp_path), TuneSettings({1: ((2, 1, 3),)}, 32, 8, 2),
+                        SimpleNamespace(draft_path=str(shipped), dtype="float32"), torch.device("cpu"))
+    assert got["saved"] is False and str(path) in got["error"] and path.read_text() == "{not json"
+    lines = _profile_lines(got)
+    assert "profile not saved" in lines[0] and "delete it" in lines[0] and "2/1/3" in lines[1]
 
 
 @pytest.mark.parametrize("flags, field", [
