@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# `eaglelab tune` measuring lookup branches beside its best tree, on ONE H200 (device kind nvidia-h200); NOT RUN YET
+# (written 2026-12-04 when no device was lent). Run from the repo root with STAGE and OUT set;
+# benchmarks/device_stage.sh (sourced) does the staging.
+#
+#   calls C, C, C  carry .carry/mq1, .carry/mq2, .carry/mq3 (each with .whl)   STAGE=C: park a part of the GGUF
+#   call T  carry .carry/mq4 .carry/assets .whl   STAGE=T: joins the GGUF; the GPU tests of real graphs and the
+#           one-graph cycle (the drafter cache's token history follows the spec since 3a86486: not re-run on a GPU
+#           since); then `eaglelab tune --batch-sizes 1` on the shipped drafter, cold, with the default branch (16)
+#           beside its best predicted tree: does the profile it writes keep a branch, and at what ratio against the
+#           shipped profile's 2.18-2.19x (h200_2026-12-04d)?
+#   call U  carry .carry/assets .whl (right after T: the GGUF and the inductor cache stay on the warm machine)
+#           STAGE=U: `bench --figures` with no tree flag at batch 1 over the 80 MT-bench first turns: the tree (and
+#           branch) T's profile chose, as a user gets it after a tune, against plain decoding in the same run
+#   call V  carry .carry/assets .whl (right after U)   STAGE=V: `eaglelab tune --batch-sizes 8,32` (a branch of 8
+#           beside each best tree); its profile keeps T's batch-1 bucket (same regime: tune merges)
+# Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s); for a dry run DEVICE
+# (cuda), TUNE_EXTRA and FIG_EXTRA (more flags for tune and bench, e.g. fewer prompts and tokens).
+#
+# Before (CPU): the GGUF parts .carry/mq1..mq4 and .carry/assets as benchmarks/README.md says; `.whl` with gguf.
+# Check the carried sizes and the stages' order on the CPU first:
+#   DRY=/tmp/drytl DEVICE=cpu TUNE_EXTRA="--prompts 2 --max-new-tokens 16 --cost-tokens 4 --lookup-tokens 4" \
+#   FIG_EXTRA="--code-prompts 2 --max-new-tokens 16" bash benchmarks/dry_run_cpu.sh benchmarks/h200_tune_lookup.sh "C:.carry/mq1 .whl" "C:.carry/mq2 .whl" \
+#     "C:.carry/mq3 .whl" "T:.carry/mq4 .carry/assets .whl" "U:.carry/assets .whl" "V:.carry/assets .whl"
+STAGE=${STAGE:?set STAGE=C, T, U or V}
+source "$(dirname "$0")/device_stage.sh"
+DEVICE=${DEVICE:-cuda}
+
+stage_c() {
+  park_parts
+}
+
+# tune_at NAME LIMIT BATCH_SIZES: a cold tune on the shipped drafter, its JSON, record and profile kept
+tune_at() {
+  TAIL=60 run "$1" "$2" $EL tune --device "$DEVICE" --draft $SHIPPED --batch-sizes "$3" --json "$R/h200_$1.json" \
+    --record "$R/h200_$1.jsonl" ${TUNE_EXTRA:-}
+  cp "$EAGLELAB_CACHE"/profiles/*.json "$R/" 2>/dev/null
+  return 0
+}
+
+stage_t() {
+  record_gpu
+  join_gguf
+  TAIL=15 run gpu_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine/runtime/test_one_graph_cycle.py \
+    tests/engine/runtime/test_compile.py tests/engine/runtime/test_serve.py
+  tune_at tune_b1 $(left) 1
+}
+
+stage_u() {
+  [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call T"; exit 3; }
+  TAIL=60 run figures_b1_tuned $(left) $EL bench --figures --model default --draft $SHIPPED --device "$DEVICE" \
+    --batch-sizes 1 --max-new-tokens 128 --repeats 2 --json "$R/h200_figures_b1_tuned.json" ${FIG_EXTRA:-}
+}
+
+stage_v() {
+  [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call U"; exit 3; }
+  tune_at tune_b8_b32 $(left) 8,32
+}
+
+export STAGE_S=${STAGE_S:-$(case $STAGE in C) echo 60;; *) echo 570;; esac)}
+watchdog "$0"
+run_stage C T U V
