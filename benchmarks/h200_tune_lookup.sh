@@ -4,11 +4,11 @@
 # benchmarks/device_stage.sh (sourced) does the staging.
 #
 #   calls C, C, C  carry .carry/mq1, .carry/mq2, .carry/mq3 (each with .whl)   STAGE=C: park a part of the GGUF
-#   call T  carry .carry/mq4 .carry/assets .whl   STAGE=T: joins the GGUF; the GPU tests of real graphs and the
-#           one-graph cycle (the drafter cache's token history follows the spec since 3a86486: not re-run on a GPU
-#           since); then `eaglelab tune --batch-sizes 1` on the shipped drafter, cold, with the default branch (16)
-#           beside its best predicted tree: does the profile it writes keep a branch, and at what ratio against the
-#           shipped profile's 2.18-2.19x (h200_2026-12-04d)?
+#   call T  carry .carry/mq4 .carry/assets .whl   STAGE=T: joins the GGUF; every GPU test (38: real graphs, the
+#           one-graph cycle, a branch in graphs; the drafter cache's token history follows the spec since 3a86486,
+#           not re-run on a GPU since); then `eaglelab tune --batch-sizes 1` on the shipped drafter, cold, with the
+#           default branch (16) beside its best predicted tree: does the profile it writes keep a branch, and at what
+#           ratio against the shipped profile's 2.18-2.19x (h200_2026-12-04d)?
 #   call U  carry .carry/assets .whl (right after T: the GGUF and the inductor cache stay on the warm machine)
 #           STAGE=U: `bench --figures` with no tree flag at batch 1 over the 80 MT-bench first turns: the tree (and
 #           branch) T's profile chose, as a user gets it after a tune, against plain decoding in the same run
@@ -20,7 +20,7 @@
 # Before (CPU): the GGUF parts .carry/mq1..mq4 and .carry/assets as benchmarks/README.md says; `.whl` with gguf.
 # Check the carried sizes and the stages' order on the CPU first:
 #   DRY=/tmp/drytl DEVICE=cpu TUNE_EXTRA="--prompts 2 --max-new-tokens 16 --cost-tokens 4 --lookup-tokens 4" \
-#   FIG_EXTRA="--code-prompts 2 --max-new-tokens 16" bash benchmarks/dry_run_cpu.sh benchmarks/h200_tune_lookup.sh "C:.carry/mq1 .whl" "C:.carry/mq2 .whl" \
+#   FIG_EXTRA="--code-prompts 2 --max-new-tokens 16" bash benchmarks/dry_run_cpu.sh h200_tune_lookup.sh "C:.carry/mq1 .whl" "C:.carry/mq2 .whl" \
 #     "C:.carry/mq3 .whl" "T:.carry/mq4 .carry/assets .whl" "U:.carry/assets .whl" "V:.carry/assets .whl"
 STAGE=${STAGE:?set STAGE=C, T, U or V}
 source "$(dirname "$0")/device_stage.sh"
@@ -41,8 +41,7 @@ tune_at() {
 stage_t() {
   record_gpu
   join_gguf
-  TAIL=15 run gpu_tests 150 python3 -m pytest -q -m gpu -p no:cacheprovider tests/engine/runtime/test_one_graph_cycle.py \
-    tests/engine/runtime/test_compile.py tests/engine/runtime/test_serve.py
+  TAIL=15 run gpu_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests
   tune_at tune_b1 $(left) 1
 }
 

@@ -342,6 +342,8 @@ def _print(console, report) -> None:
     if chain is not None:
         plural = "s" if chain != 1 else ""
         note = "" if k == 1 else f"  [dim](vLLM's EAGLE drafts a chain: the best predicted chain, {chain} step{plural})[/]"
+        if k == 1 and lookup:
+            note = "  [dim](the chain alone: vLLM runs no lookup branch beside EAGLE-3)[/]"
         console.print(f"  vLLM:   {vllm_speculative_config(chain, path)}{note}")
     for line in _profile_lines(report.get("profile")) + _timing_lines(report):
         console.print(line)
