@@ -225,10 +225,14 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
     if session.spec.compile_prefill:
         session.notes.append(compile_prefill_note(session.spec, device.type))
     gemv = getattr(args, "gemv", None)  # commands that declare no --gemv build sessions too
-    if device.type == "cpu":  # default: on for speculation (its verify's rows); one row is MKL's matrix-vector job
+    if device.type == "cpu":  # default: on for speculation (its verify's rows); plain decoding where it times faster
         if gemv or (gemv is None and session.spec.enabled):
             _add_cpu_gemm(session, log)
-            session.plain_on_mkl = gemv is None  # the plain baseline runs as a --draft none run would
+            if gemv is None:  # the plain baseline runs as a --draft none run would
+                session.plain_on_mkl = not _plain_on_cpu_kernel(session)
+        elif gemv is None:  # --draft none: the kernel only where it times faster than MKL at one row
+            _add_cpu_gemm(session, log, quiet=True)
+            session.plain_on_mkl = not _plain_on_cpu_kernel(session)
         if getattr(args, "decode_attn", None):
             _add_decode_attn(session, log)
     else:
@@ -314,25 +318,55 @@ def _add_triton_kernel(s: Session, flag: str, field: str, kernel: Any, dtype_ref
         s.notes.append(f"{flag}: {on}")
 
 
-def _add_cpu_gemm(s: Session, log: Callable[[str], None]) -> None:
-    """On CPU (with a drafter unless --no-gemv, or --gemv): the few-row C kernel for float32 projections of <= 256
-    rows; where it cannot
-    build or the weights are not float32, a note says why and MKL runs them."""
+def _add_cpu_gemm(s: Session, log: Callable[[str], None], quiet: bool = False) -> None:
+    """On CPU (with a drafter unless --no-gemv, or --gemv; for plain decoding by default, ``quiet``): the few-row C
+    kernel for float32 projections of <= 256 rows; where it cannot build or the weights are not float32, a note says
+    why (unless ``quiet``: plain decoding then runs MKL as it always could) and MKL runs them."""
     from dataclasses import replace
 
     from eaglelab.engine.formats.assets import cache_dir
     from eaglelab.engine.model.cpu_gemm import CpuGemm
     from eaglelab.engine.model.layers import EAGER_KERNELS
 
-    gemm = CpuGemm(cache_dir(), log)
+    gemm = CpuGemm(cache_dir(), None if quiet else log)
     if gemm.reason is not None:
-        s.notes.append(f"gemv: {gemm.reason}")
+        if not quiet:
+            s.notes.append(f"gemv: {gemm.reason}")
     elif s.dtype_name != "float32":
-        s.notes.append(f"gemv: few-row CPU kernel off for {s.dtype_name} weights (it takes float32): MKL instead")
+        if not quiet:
+            s.notes.append(f"gemv: few-row CPU kernel off for {s.dtype_name} weights (it takes float32): MKL instead")
     else:
         s.kernels = replace(s.kernels or EAGER_KERNELS, gemv=gemm)
-        s.notes.append("gemv: projections of <= 256 rows (decode, verify, short prompts) on the few-row CPU kernel "
-                       "(--no-gemv: MKL; plain decoding stays on MKL unless --gemv)")
+        if not quiet:
+            s.notes.append("gemv: projections of <= 256 rows (decode, verify, short prompts) on the few-row CPU "
+                           "kernel (--no-gemv: MKL)")
+
+
+def _plain_on_cpu_kernel(s: Session) -> bool:
+    """Whether plain decoding (a --draft none run, and a speculative run's baseline) takes the few-row C kernel: one
+    row through the target's projections timed on it and on MKL, now (which is faster depends on the CPU, the torch
+    build's MKL and whether the weights are bfloat16-exact, which the kernel then reads in half the bytes); a note
+    gives both times. False where the kernel is off."""
+    import torch
+
+    from eaglelab.engine.model.cpu_gemm import time_one_row
+    from eaglelab.engine.model.layers import fused_linears
+
+    gemm = s.kernels.gemv if s.kernels is not None else None
+    if gemm is None or gemm.reason is not None:
+        return False
+    weights, first = [], {}
+    for fused in fused_linears(s.target.model):
+        key = (sum(lin.weight.shape[0] for lin in fused.linears), fused.linears[0].weight.shape[1])
+        if key not in first:  # one copy per shape: a 135M model has 5 shapes in 121 projections
+            first[key] = torch.cat([lin.weight.detach() for lin in fused.linears])
+        weights.append(first[key])
+    got = time_one_row(gemm, weights)
+    on = "on the few-row CPU kernel" if got.kernel_faster else "on MKL"
+    flag = "--no-gemv: MKL" if got.kernel_faster else "--gemv: the kernel"
+    s.notes.append(f"gemv: plain decoding {on}: one row through every projection {got.kernel_ms:.1f} ms on the "
+                   f"kernel, {got.mkl_ms:.1f} ms on MKL, timed now ({flag})")
+    return got.kernel_faster
 
 
 def _graph_runner_factory(s: Session) -> Callable[..., Any]:

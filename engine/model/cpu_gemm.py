@@ -279,3 +279,50 @@ def _cpu_id() -> str:
         return platform.processor() or platform.machine()
     wanted = ("model name", "flags")
     return "\n".join(sorted({ln for ln in info.splitlines() if ln.split(":")[0].strip() in wanted}))
+
+
+@dataclass(frozen=True)
+class OneRow:
+    """One row through a model's projections (a plain decode step's matmuls), timed on the kernel and on MKL as
+    the layers run it without the kernel (``x @ W^T`` on a transposed copy): milliseconds, medians of the passes."""
+
+    kernel_ms: float
+    mkl_ms: float
+
+    @property
+    def kernel_faster(self) -> bool:
+        return self.kernel_ms < self.mkl_ms
+
+
+def time_one_row(gemm: CpuGemm, weights: list[torch.Tensor], passes: int = 5,
+                 clock: Callable[[], float] = time.perf_counter) -> OneRow:
+    """Time ``x [1, K] @ W^T`` for every weight ``W [N, K]`` of ``weights`` (a model's fused projections, in the
+    order a decode runs them) on the kernel and on MKL, interleaved pass by pass after one untimed pass; each
+    shape is timed once and counted as often as it occurs. Both read the weights as the layers keep them (packed,
+    or transposed), so what the kernel saves by reading bfloat16-exact weights as bfloat16 counts.
+
+    Example: a 30-layer model has 30 weights of each layer shape and one head: 5 shapes timed, not 121."""
+    shapes: dict[tuple[int, int], list] = {}
+    for w in weights:
+        if w.dtype == torch.float32 and w.dim() == 2:
+            shapes.setdefault(tuple(w.shape), [w, 0])[1] += 1
+    if not shapes:
+        return OneRow(0.0, 0.0)
+    g = torch.Generator().manual_seed(0)
+    work = [(gemm.pack(w), w.t().contiguous(), torch.randn(1, w.shape[1], generator=g), n)
+            for w, n in shapes.values()]
+    kernel, mkl = [], []
+    with torch.no_grad():
+        for i in range(passes + 1):
+            k = m = 0.0
+            for packed, wt, x, n in work:
+                t0 = clock()
+                gemm(x, packed, None)
+                t1 = clock()
+                x @ wt
+                t2 = clock()
+                k, m = k + n * (t1 - t0), m + n * (t2 - t1)
+            if i:  # the first pass warms caches and the OpenMP pool
+                kernel.append(k * 1e3)
+                mkl.append(m * 1e3)
+    return OneRow(sorted(kernel)[len(kernel) // 2], sorted(mkl)[len(mkl) // 2])

@@ -47,7 +47,8 @@ def test_on_a_cpu_without_a_compiler_the_run_goes_on_with_mkl_and_says_why(tiny_
 
 @pytest.mark.parametrize("flags", [("--draft", "ngram", "--no-gemv"), ()])
 def test_no_gemv_or_plain_decoding_on_a_cpu_runs_mkl(tiny_dir, capsys, monkeypatch, flags):
-    """--no-gemv, or plain decoding by default (one row per projection: MKL's matrix-vector product is as fast)."""
+    """--no-gemv, or plain decoding by default where the kernel cannot be built (said nowhere: plain decoding
+    never needed it)."""
     monkeypatch.setenv("CC", "no-such-cc-for-eaglelab")  # nothing built: no note of a missing compiler
     rc, text = _run(tiny_dir, capsys, *flags)
     assert rc == 0 and "few-row" not in text
@@ -155,3 +156,18 @@ def test_the_plain_baseline_of_a_cpu_speculative_run_decodes_as_a_plain_run(tiny
                       log=lambda m: None)
     assert isinstance(s.engine().runner.kernels.gemv, CpuGemm)
     assert isinstance(s.plain_engine().runner.kernels.gemv, CpuGemm) == plain_on_kernel
+
+
+@pytest.mark.parametrize("kernel_ms, said", [(1.0, "plain decoding on the few-row CPU kernel"),
+                                             (9.0, "plain decoding on MKL")])
+def test_plain_decoding_on_a_cpu_takes_what_timed_faster_at_one_row(tiny_dir, capsys, monkeypatch, kernel_ms, said):
+    """--draft none with no --gemv flag: the kernel is built quietly and plain decoding takes it only where one row
+    through the projections timed faster on it than on MKL; the run says which, with both times."""
+    from eaglelab.engine.model import cpu_gemm as C
+
+    monkeypatch.setenv("EAGLELAB_CACHE", str(tiny_dir.parent / "cache"))
+    if C.CpuGemm(tiny_dir.parent / "cache").reason is not None:
+        pytest.skip("no C compiler here")
+    monkeypatch.setattr(C, "time_one_row", lambda gemm, weights: C.OneRow(kernel_ms, 5.0))
+    rc, text = _run(tiny_dir, capsys)
+    assert rc == 0 and said in text and f"{kernel_ms:.1f} ms on the kernel, 5.0 ms on MKL" in text

@@ -172,3 +172,55 @@ def test_a_profiled_call_is_an_operator_of_the_trace_with_the_same_result(gemm):
     assert "eaglelab::cpu_gemm" in {e.key for e in prof.key_averages()}
     with torch.no_grad():
         assert torch.equal(traced, gemm(x, p, None))
+
+
+class _Tick:
+    """A clock that moves 1 ms per reading."""
+
+    def __init__(self) -> None:
+        self.t = 0.0
+
+    def __call__(self) -> float:
+        self.t += 1e-3
+        return self.t
+
+
+def test_one_row_times_each_shape_once_and_counts_it_as_often_as_it_occurs(gemm, monkeypatch):
+    """Three weights of one shape and one of another, float32: two shapes timed a pass; on a clock that moves 1 ms
+    per reading each timed call reads 1 ms, so a pass is 3 + 1 = 4 ms on each side; a bfloat16 or 1-D tensor is no
+    projection of a float32 model and is left out; 5 passes timed after an untimed one."""
+    from eaglelab.engine.model import cpu_gemm as C
+
+    calls = []
+    real = C.CpuGemm.__call__
+    monkeypatch.setattr(C.CpuGemm, "__call__", lambda self, x, w, b: calls.append(w.n) or real(self, x, w, b))
+    a, b = torch.randn(8, 16), torch.randn(24, 16)
+    got = C.time_one_row(gemm, [a, a, a, b, torch.randn(8, 16).bfloat16(), torch.randn(8)], passes=5, clock=_Tick())
+    assert got.kernel_ms == pytest.approx(4.0) and got.mkl_ms == pytest.approx(4.0)
+    assert calls == [8, 24] * 6 and not got.kernel_faster
+    assert C.time_one_row(gemm, []) == C.OneRow(0.0, 0.0)
+
+
+@pytest.mark.parametrize("kernel_ms, mkl_ms, on_kernel", [(10.0, 20.0, True), (20.0, 10.0, False)])
+def test_plain_decoding_takes_the_kernel_only_where_it_timed_faster(gemm, monkeypatch, kernel_ms, mkl_ms, on_kernel):
+    """The session times one row through the target's projections (one weight per shape, each fused projection
+    counted) and plain decoding, a --draft none run's and a speculative run's baseline, takes the faster; a note
+    gives both times and the flag that overrides it."""
+    from types import SimpleNamespace
+
+    from eaglelab import session as S
+    from eaglelab.engine.model import cpu_gemm as C
+
+    model = random_model(CFG)
+    seen = []
+    monkeypatch.setattr(C, "time_one_row", lambda g, ws: seen.append(ws) or C.OneRow(kernel_ms, mkl_ms))
+    s = SimpleNamespace(kernels=Kernels(gemv=gemm), target=SimpleNamespace(model=model), notes=[])
+    assert S._plain_on_cpu_kernel(s) is on_kernel
+    fused = fused_linears(model)
+    assert len(seen[0]) == len(fused) and len({id(w) for w in seen[0]}) == len({tuple(w.shape) for w in seen[0]})
+    where, flag = ("on the few-row CPU kernel", "--no-gemv") if on_kernel else ("on MKL", "--gemv")
+    assert s.notes == [f"gemv: plain decoding {where}: one row through every projection {kernel_ms:.1f} ms on the "
+                       f"kernel, {mkl_ms:.1f} ms on MKL, timed now ({flag}: "
+                       f"{'MKL' if on_kernel else 'the kernel'})"]
+    s.kernels = Kernels()  # the kernel off: MKL, nothing timed
+    assert S._plain_on_cpu_kernel(s) is False and len(seen) == 1
