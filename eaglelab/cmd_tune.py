@@ -287,9 +287,12 @@ def _save_profile(args, report: dict, settings, tt, device, gemv: Any = None) ->
     except EagleLabError as exc:  # a damaged file loses nothing of this run: the report still prints and saves
         return {"path": str(path), "saved": False, "error": str(exc), "kept": [], **profile.to_json()}
     profile, kept = merge_tuned(old, profile)
+    tuned = {b.max_batch for b in profile.buckets}
+    dropped = [b.max_batch for b in old.buckets if b.max_batch not in tuned] if old is not None else []
     if args.save:
         write_profile(path, profile)
-    return {"path": str(path), "saved": bool(args.save), "kept": [b.max_batch for b in kept], **profile.to_json()}
+    return {"path": str(path), "saved": bool(args.save), "kept": [b.max_batch for b in kept], "dropped": dropped,
+            **profile.to_json()}
 def _progress(bar):
     """(what, done, total) -> a task of ``bar`` per ``what``, updated."""
     tasks: dict[str, Any] = {}
@@ -406,6 +409,11 @@ def _profile_lines(profile) -> list[str]:
     if kept:
         trees += (f"  [dim](batch <= {', <= '.join(map(str, kept))}: kept from the profile tuned before, in the same "
                   "regime; not tuned now)[/]")
+    dropped = profile.get("dropped") or []
+    if dropped:
+        trees += (f"  [yellow](the profile tuned before also held batch <= {', <= '.join(map(str, dropped))}, "
+                  "measured in another regime (compile, GEMV, decode attention): replaced whole; tune those batch "
+                  "sizes again)[/]")
     if not profile["saved"]:
         return [f"[dim]profile not saved (--no-save); it would go to {profile['path']}: {trees}[/]"]
     return [f"[bold]profile[/]: wrote {profile['path']} ({profile['device']}, {profile['dtype']})",

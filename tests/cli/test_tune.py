@@ -256,9 +256,17 @@ def test_tune_writes_the_profile_that_run_bench_and_the_fixtures_then_find(tmp_p
     only8["confirmation"] = [r for r in only8["confirmation"] if r["batch"] == 8]
     only8["confirmation"][1]["steps"], only8["confirmation"][1]["draft_tokens"] = 3, 4
     saved = _save_profile(args, only8, TuneSettings({8: ((3, 1, 4),)}, 32, 8, 2), tt, torch.device("cpu"))
-    assert saved["kept"] == [1]
+    assert saved["kept"] == [1] and saved["dropped"] == []
     found = find_profile("cpu", "float32", shipped, tmp_path / "cache")
     assert [(b.max_batch, b.steps, b.draft_tokens) for b in found.buckets] == [(1, 2, 3), (8, 3, 4)]
+    from eaglelab.bench.configs import Regime
+    from eaglelab.cmd_tune import _profile_lines
+
+    graphs = TuneSettings({8: ((3, 1, 4),)}, 32, 8, 2, regime=Regime(graphs=True, compile=True))
+    saved = _save_profile(args, only8, graphs, tt, torch.device("cpu"))  # another regime: replaced whole, said
+    assert saved["kept"] == [] and saved["dropped"] == [1]
+    assert [b.max_batch for b in find_profile("cpu", "float32", shipped, tmp_path / "cache").buckets] == [8]
+    assert "held batch <= 1, measured in another regime" in " ".join(_profile_lines(saved))
 
 
 def test_a_tune_of_some_batch_sizes_keeps_the_others_from_the_profile_it_replaces():
