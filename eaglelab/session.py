@@ -358,8 +358,9 @@ def _plain_on_cpu_kernel(s: Session) -> bool:
     weights, first = [], {}
     for fused in fused_linears(s.target.model):
         key = (sum(lin.weight.shape[0] for lin in fused.linears), fused.linears[0].weight.shape[1])
-        if key not in first:  # one copy per shape: a 135M model has 5 shapes in 121 projections
-            first[key] = torch.cat([lin.weight.detach() for lin in fused.linears])
+        if key not in first:  # one per shape (a 135M model has 5 shapes in 121 projections); a single one uncopied
+            ws = [lin.weight.detach() for lin in fused.linears]
+            first[key] = ws[0] if len(ws) == 1 else torch.cat(ws)
         weights.append(first[key])
     got = time_one_row(gemm, weights)
     on = "on the few-row CPU kernel" if got.kernel_faster else "on MKL"

@@ -295,11 +295,13 @@ class OneRow:
 
 
 def time_one_row(gemm: CpuGemm, weights: list[torch.Tensor], passes: int = 5,
-                 clock: Callable[[], float] = time.perf_counter) -> OneRow:
+                 clock: Callable[[], float] = time.perf_counter, max_bytes: int = 64 << 20) -> OneRow:
     """Time ``x [1, K] @ W^T`` for every weight ``W [N, K]`` of ``weights`` (a model's fused projections, in the
     order a decode runs them) on the kernel and on MKL, interleaved pass by pass after one untimed pass; each
     shape is timed once and counted as often as it occurs. Both read the weights as the layers keep them (packed,
-    or transposed), so what the kernel saves by reading bfloat16-exact weights as bfloat16 counts.
+    or transposed), so what the kernel saves by reading bfloat16-exact weights as bfloat16 counts. A weight of more
+    than ``max_bytes`` is timed on its first rows (both read the weight as one stream, so the time scales with the
+    rows) and counted in proportion: a large model's head costs no second full copy and no seconds here.
 
     Example: a 30-layer model has 30 weights of each layer shape and one head: 5 shapes timed, not 121."""
     shapes: dict[tuple[int, int], list] = {}
@@ -309,8 +311,12 @@ def time_one_row(gemm: CpuGemm, weights: list[torch.Tensor], passes: int = 5,
     if not shapes:
         return OneRow(0.0, 0.0)
     g = torch.Generator().manual_seed(0)
-    work = [(gemm.pack(w), w.t().contiguous(), torch.randn(1, w.shape[1], generator=g), n)
-            for w, n in shapes.values()]
+    work = []
+    for w, n in shapes.values():
+        rows = min(w.shape[0], max(BLOCK, max_bytes // (4 * w.shape[1]) // BLOCK * BLOCK))
+        part = w[:rows]
+        work.append((gemm.pack(part), part.t().contiguous(), torch.randn(1, w.shape[1], generator=g),
+                     n * w.shape[0] / rows))
     kernel, mkl = [], []
     with torch.no_grad():
         for i in range(passes + 1):

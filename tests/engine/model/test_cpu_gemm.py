@@ -224,3 +224,14 @@ def test_plain_decoding_takes_the_kernel_only_where_it_timed_faster(gemm, monkey
                        f"{'MKL' if on_kernel else 'the kernel'})"]
     s.kernels = Kernels()  # the kernel off: MKL, nothing timed
     assert S._plain_on_cpu_kernel(s) is False and len(seen) == 1
+
+
+def test_one_row_times_a_large_weight_on_its_first_rows_and_scales_them(gemm, monkeypatch):
+    """With max_bytes of 128 rows x 16 floats, a [512, 16] weight is timed on its first 128 rows (packed and
+    transposed copies of those only) and counted 4 times; 1 ms per reading: 4 ms a pass on each side."""
+    from eaglelab.engine.model import cpu_gemm as C
+
+    packed = []
+    monkeypatch.setattr(C.CpuGemm, "pack", lambda self, w: packed.append(tuple(w.shape)) or C.pack(w))
+    got = C.time_one_row(gemm, [torch.randn(512, 16)], passes=3, clock=_Tick(), max_bytes=128 * 16 * 4)
+    assert packed == [(128, 16)] and got.kernel_ms == pytest.approx(4.0) and got.mkl_ms == pytest.approx(4.0)
