@@ -43,7 +43,7 @@ def commit_cases(draw):
     return chain, parents, tokens, pred, L, H, D, S, lengths, draw(st.booleans()), draw(st.integers(0, 2**16))
 
 
-@settings(max_examples=CASES, deadline=None,
+@settings(max_examples=CASES, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(commit_cases())
 def check_commit(case) -> None:
@@ -91,7 +91,7 @@ def advance_cases(draw):
     return S, eos, rows, draw(st.booleans())
 
 
-@settings(max_examples=CASES, deadline=None,
+@settings(max_examples=CASES, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(advance_cases())
 def check_advance(case) -> None:
@@ -135,7 +135,7 @@ def expand_cases(draw):
     return topk, V, B, F, ties, poison, draw(st.sampled_from([torch.float32, torch.bfloat16])), draw(st.integers(0, 2**16))
 
 
-@settings(max_examples=CASES, deadline=None,
+@settings(max_examples=CASES, deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow])
 @given(expand_cases())
 def check_expand(case) -> None:
