@@ -130,9 +130,10 @@ def parse_candidates(text: str) -> tuple[tuple[int, int, int], ...]:
     return tuple(sorted(set(out)))
 
 
-def _flag_candidates(args, cuda: bool) -> tuple[tuple[int, ...], dict | None]:
+def _flag_candidates(args, cuda: bool) -> tuple[tuple[int, ...], dict | None, tuple[int, ...] | None]:
     """The flags checked before anything loads: (batch sizes, the trees the flags name per batch size, or None for
-    the defaults around the device profile's)."""
+    the defaults around the device profile's, the lookup branches --lookup-tokens names, or None for the
+    defaults)."""
     from eaglelab.engine.errors import EagleLabError
     from eaglelab.probes.tuning import grid_configs
 
@@ -146,14 +147,13 @@ def _flag_candidates(args, cuda: bool) -> tuple[tuple[int, ...], dict | None]:
     if args.passes < 1:
         raise EagleLabError("must be >= 1", field="--passes", found=args.passes)
     batch_sizes = int_list(args.batch_sizes or d["batch_sizes"], "--batch-sizes")
+    lookup = None  # the branches --lookup-tokens names (0 dropped: the tree alone runs anyway), None: the defaults
     if args.lookup_tokens is not None:
-        from eaglelab.engine.runtime.spec_config import MAX_LOOKUP_TOKENS
+        from eaglelab.engine.runtime.spec_config import SpecConfig
 
-        for k in int_list(args.lookup_tokens, "--lookup-tokens", least=0):
-            if k > MAX_LOOKUP_TOKENS:
-                raise EagleLabError("out of range", field="--lookup-tokens", found=k,
-                                    expected=f"0 (none) .. {MAX_LOOKUP_TOKENS} tokens a branch",
-                                    hint="a branch of 8 or 16 is what the shipped profiles measured fastest")
+        lookup = tuple(k for k in int_list(args.lookup_tokens, "--lookup-tokens", least=0) if k > 0)
+        for k in lookup:
+            SpecConfig("eagle3", lookup_tokens=k)  # the engine's own range check, said before the model loads
     if args.candidates:
         if args.steps or args.topk or args.draft_tokens:
             raise EagleLabError("--candidates names the trees; --steps/--topk/--draft-tokens make a grid: not both",
@@ -165,23 +165,22 @@ def _flag_candidates(args, cuda: bool) -> tuple[tuple[int, ...], dict | None]:
         candidates = {b: grid for b in batch_sizes}
     else:
         candidates = None
-    return batch_sizes, candidates
+    return batch_sizes, candidates, lookup
 
 
-def _settings(args, cuda: bool, regime, tree_for, flagged: tuple[tuple[int, ...], dict | None]):
+def _settings(args, cuda: bool, regime, tree_for, flagged: tuple):
     """The candidates per batch size (``flagged``: :func:`_flag_candidates`) and the workload, from the flags and
     the device's defaults."""
     from eaglelab.bench.tune import TuneSettings, default_candidates, default_lookup
 
     d = GPU if cuda else CPU
-    batch_sizes, candidates = flagged
+    batch_sizes, candidates, branches = flagged
     if candidates is None:
         candidates = default_candidates(batch_sizes, cuda, tree_for)
-    if args.lookup_tokens is None:
+    if branches is None:
         lookup = default_lookup(batch_sizes, cuda)
     else:
-        ks = tuple(sorted({k for k in int_list(args.lookup_tokens, "--lookup-tokens", least=0) if k > 0}))
-        lookup = {b: ks for b in batch_sizes} if ks else {}
+        lookup = {b: branches for b in batch_sizes} if branches else {}
     return TuneSettings(candidates=candidates, new_tokens=args.max_new_tokens or d["max_new_tokens"],
                         cost_tokens=args.cost_tokens or d["cost_tokens"], confirm=args.confirm, regime=regime,
                         passes=args.passes, screen=args.screen, lookup=lookup)
