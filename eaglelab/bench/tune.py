@@ -143,8 +143,13 @@ def config_for(ctx: H.BenchContext, settings: TuneSettings, spec: SpecConfig | N
     return regime_config(spec is not None, regime or settings.regime)
 
 
+def _four(c: Confirmed) -> tuple[int, int, int, int]:
+    """(steps, topk, draft tokens, lookup tokens) of a candidate (no branch: 0) or of one beside a branch."""
+    return (*c, 0)[:4]
+
+
 def _spec(c: Confirmed) -> SpecConfig:
-    s, k, n, lookup = (*c, 0)[:4]
+    s, k, n, lookup = _four(c)
     return SpecConfig("eagle3", num_steps=s, topk=k, num_draft_tokens=n if k > 1 else 0, lookup_tokens=lookup)
 
 
@@ -380,7 +385,7 @@ def confirm_batch(ctx: H.BenchContext, settings: TuneSettings, systems: Systems,
     out = []
     for c, contender in zip(configs, live):
         row = contender.row(work)  # no observed pass: the contenders carry no observer
-        s, k, n, lookup = (*c, 0)[:4] if c is not None else (0, 0, 1, 0)
+        s, k, n, lookup = _four(c) if c is not None else (0, 0, 1, 0)
         out.append(Measured(s, k, n, batch, row.tok_per_s or 0.0, row.mean_accept_len, row.sweeps_tok_per_s, lookup))
     return out
 
