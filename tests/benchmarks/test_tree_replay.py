@@ -1,0 +1,68 @@
+"""benchmarks/tree_replay.py and tree_select.py: the recording marks as correct exactly the drafted tokens the engine
+accepted, and a replayed selection keeps what the engine's own ranking keeps."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from benchmarks.tree_replay import correct_flags, record_cycles
+from benchmarks.tree_select import accepted, calibrated_scores, fit_calibration, stop_reasons
+from eaglelab.engine.formats.drafter_loader import load_eagle3
+from eaglelab.engine.runtime.drafters import Eagle3Drafter
+from eaglelab.engine.runtime.generate import Engine
+from eaglelab.engine.runtime.spec_config import SpecConfig
+
+
+def _call(tokens, parents, depth, score):
+    t = torch.tensor
+    return {"token": t(tokens), "parent": t(parents), "depth": t(depth), "score": t(score, dtype=torch.float32)}
+
+
+def test_a_candidate_is_correct_only_with_its_whole_path():
+    # root -> 7 (c0), 8 (c1); c0 -> 9 (c2), 5 (c3); c1 -> 9 (c4): c4 has the right token under the wrong parent
+    call = _call([7, 8, 9, 5, 9], [-1, -1, 0, 0, 1], [1, 1, 2, 2, 2], [-0.1, -2.0, -0.3, -3.0, -2.1])
+    assert correct_flags(call, [7, 9]).tolist() == [True, False, True, False, False]
+    assert correct_flags(call, [8, 9]).tolist() == [False, True, False, False, True]
+    assert correct_flags(call, [7]).tolist() == [True, False, False, False, False]  # truth shorter than the tree
+
+
+def test_a_selection_accepts_the_correct_nodes_it_keeps():
+    call = _call([7, 8, 9, 5, 9], [-1, -1, 0, 0, 1], [1, 1, 2, 2, 2], [-0.1, -2.0, -0.3, -3.0, -2.1])
+    data = {k: v[None] for k, v in call.items()}
+    data["correct"] = correct_flags(call, [7, 9])[None]
+    assert accepted(data, data["score"], 5).tolist() == [3]  # both correct kept, plus the bonus
+    assert accepted(data, data["score"], 1).tolist() == [2]  # the best: c0
+    worse = data["score"].clone()
+    worse[0, 2] = -2.5  # c2 now ranks below c1 and c4
+    assert accepted(data, worse, 3).tolist() == [2]
+    with pytest.raises(AssertionError, match="without its parent"):
+        accepted(data, torch.tensor([[-5.0, -1.0, -0.1, -3.0, -2.0]]), 1)  # c2 kept, c0 not
+
+
+@pytest.mark.slow
+def test_recording_the_shipped_drafter_marks_what_the_engine_accepted(default_target):
+    """Every candidate of a 3-step, topk-3 expansion kept: the recording's correct candidates are the engine's
+    accepted tokens cycle by cycle (``record_cycles`` asserts it), and a replayed selection of every candidate
+    gives the full expansion's accepted lengths; the drafter's own ranking never beats the oracle."""
+    from eaglelab.draft_registry import shipped_drafter_dir
+
+    net, taps, _ = load_eagle3(shipped_drafter_dir(), default_target.model)
+    tok = default_target.tokenizer
+    prompts = [tok.chat_ids("Give three tips for staying healthy."), tok.chat_ids("What is a binary search?")]
+    spec = SpecConfig("eagle3", num_steps=3, topk=3, num_draft_tokens=3 + 2 * 9 + 1)
+    engine = Engine(default_target.model, eos_token_ids=(), drafter=Eagle3Drafter(net, spec, taps), spec=spec)
+    data = record_cycles(engine, prompts, 40)
+    cycles, cands = data["correct"].shape
+    assert cands == 21 and cycles >= 8 and set(data["prompt"].tolist()) == {0, 1}
+    assert int(data["correct"].sum()) > cycles  # the shipped drafter gets more than one token a cycle right
+    full = accepted(data, data["score"].double(), cands)
+    assert torch.equal(full, data["full_accept_len"])
+    oracle = data["correct"].double() * 100 + data["score"].double()
+    for keep in (2, 5, 9):
+        assert bool((accepted(data, data["score"].double(), keep) <= accepted(data, oracle, keep)).all())
+    a, b = fit_calibration(data, 3, iters=50)
+    assert all(x > 0 for x in a)  # a likelier token is likelier right
+    accepted(data, calibrated_scores(data, a, b), 5)  # calibrated scores keep the kept set closed under parents
+    why = stop_reasons(data, 3)
+    assert abs(why["depth"] + why["top_k"] + why["frontier"] - 1.0) < 1e-9
