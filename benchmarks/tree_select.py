@@ -90,24 +90,24 @@ def stop_reasons(data: dict[str, torch.Tensor], topk: int) -> dict[str, float]:
     """Why each cycle of the full expansion stopped, as shares of cycles: every draft step accepted (``depth``),
     the next correct token not among the last correct node's ``topk`` children (``top_k``), or the last correct
     node pruned off the frontier, so never expanded (``frontier``; ``frontier_2k``: of those, the ones ranked
-    within ``2 * topk`` at their depth by the drafter's score, which a frontier twice as wide would have kept)."""
+    within ``2 * topk`` at their depth by the drafter's score, which a frontier twice as wide would have kept);
+    ``top_k_at_d``: the top-k misses whose missed token sits at depth d."""
     correct, parent, depth, score = data["correct"], data["parent"].long(), data["depth"].long(), data["score"]
     cycles = correct.shape[0]
     steps = int(depth.max())
     n_ok = correct.sum(dim=1)
     out = {"depth": 0, "top_k": 0, "frontier": 0, "frontier_2k": 0}
+    out.update({f"top_k_at_{d}": 0 for d in range(1, steps + 1)})  # the top-k misses by the missed token's depth
     for i in range(cycles):
         if int(n_ok[i]) == steps:
             out["depth"] += 1
             continue
         ok = correct[i].nonzero().flatten()
-        if ok.numel() == 0:
+        if ok.numel() == 0 or bool((parent[i] == int(ok[-1])).any()):
             out["top_k"] += 1
+            out[f"top_k_at_{ok.numel() + 1}"] += 1
             continue
         last = int(ok[-1])
-        if bool((parent[i] == last).any()):
-            out["top_k"] += 1
-            continue
         out["frontier"] += 1
         same = depth[i] == depth[i, last]
         out["frontier_2k"] += int((score[i][same] > score[i, last]).sum()) < 2 * topk
@@ -145,7 +145,8 @@ def main() -> int:
         print(f"{path}: {data['correct'].shape[0]} cycles; the full expansion accepts "
               f"{result['sets'][path]['full_expansion_accept_len']:.3f}; cycles stopped by the depth {why['depth']:.1%}, "
               f"the token not in its parent's top {topk} {why['top_k']:.1%}, the parent pruned off the frontier "
-              f"{why['frontier']:.1%} ({why['frontier_2k']:.1%} within the best {2 * topk} of their depth)")
+              f"{why['frontier']:.1%} ({why['frontier_2k']:.1%} within the best {2 * topk} of their depth); top-{topk} misses "
+              "by depth " + " ".join(f"{why[f'top_k_at_{d}']:.1%}" for d in range(1, int(data['depth'].max()) + 1)))
         meta = Path(path).with_suffix(".json")
         cats = json.loads(meta.read_text()).get("categories") if meta.exists() else None
         if cats:  # per MT-bench category: the drafter's 24-node-or-widest selection and why cycles stopped

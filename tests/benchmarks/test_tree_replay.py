@@ -66,3 +66,4 @@ def test_recording_the_shipped_drafter_marks_what_the_engine_accepted(default_ta
     accepted(data, calibrated_scores(data, a, b), 5)  # calibrated scores keep the kept set closed under parents
     why = stop_reasons(data, 3)
     assert abs(why["depth"] + why["top_k"] + why["frontier"] - 1.0) < 1e-9
+    assert abs(sum(why[f"top_k_at_{d}"] for d in (1, 2, 3)) - why["top_k"]) < 1e-9
