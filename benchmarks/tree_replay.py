@@ -10,7 +10,8 @@ plain greedy's tokens). With that, any rule that keeps fewer nodes of the same e
     python benchmarks/tree_replay.py --device cpu --steps 5 --topk 4 --set file --file HELD_OUT.jsonl.gz \
         --prompts 200 --out replay.safetensors
 
-Writes one safetensors file (tensors [cycles, candidates]) and a JSON beside it with the settings.
+Writes one safetensors file (tensors [cycles, candidates]) and a JSON beside it with the settings. The engine runs
+eagerly (no CUDA graphs, no compile: each tree is read as Python builds it), on a CPU or a GPU.
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ def main() -> int:
         args.draft_tokens = args.topk + (args.steps - 1) * args.topk ** 2 + 1
     if args.lookup_tokens is None:
         args.lookup_tokens = 0
+    args.cuda_graphs = args.compile = False  # the recorder reads each tree as Python builds it: no graph replays
     s = build_session(args, log=lambda m: print(m, file=sys.stderr))
     ids, _ = tokenize_prompts(texts, s.target.tokenizer, s.target.config.vocab_size, args.max_prompt_tokens)
     engine = s.engine()
