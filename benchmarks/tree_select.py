@@ -29,10 +29,6 @@ import torch
 from safetensors.torch import load_file
 
 
-def load(path: str) -> dict[str, torch.Tensor]:
-    return load_file(path)
-
-
 def fit_calibration(data: dict[str, torch.Tensor], depths: int, iters: int = 200) -> tuple[list[float], list[float]]:
     """Per depth (1-based) ``a, b`` of ``P(correct | parent correct) = sigmoid(a * logp + b)``."""
     parent = data["parent"]
@@ -128,13 +124,13 @@ def main() -> int:
     p.add_argument("--nodes", type=int, nargs="+", default=[24, 16, 12, 8])
     p.add_argument("--json", default=None)
     args = p.parse_args()
-    fit = load(args.fit)
+    fit = load_file(args.fit)
     depths = int(fit["depth"].max())
     a, b = fit_calibration(fit, depths)
     print("calibration per depth: " + "  ".join(f"d{d + 1}: a={x:.3f} b={y:.3f}" for d, (x, y) in enumerate(zip(a, b))))
     result = {"a": a, "b": b, "sets": {}}
     for path in [args.fit] + args.eval:
-        data = load(path)
+        data = load_file(path)
         rules = {"drafter": data["score"].double(), "calibrated": calibrated_scores(data, a, b),
                  "oracle": data["correct"].double() * 100 + data["score"].double()}
         r = report(data, rules, args.nodes)
