@@ -34,7 +34,7 @@ from eaglelab.session import add_engine_args, build_session  # noqa: E402
 
 
 class Recorder:
-    """Wraps :meth:`TreeBuilder.finish` to keep each call's whole candidate set (row 0)."""
+    """Wraps :meth:`TreeBuilder.finish` to keep each call's whole candidate set (row 0, :meth:`TreeBuilder.candidates`)."""
 
     def __init__(self) -> None:
         self.calls: list[dict[str, torch.Tensor]] = []
@@ -44,14 +44,13 @@ class Recorder:
         rec = self
 
         def finish(builder, num_draft_tokens):
-            scores = torch.cat(builder._scores, dim=-1)[0].float().cpu()  # [M]
-            parents = torch.cat(builder._parents, dim=-1)[0].cpu() - 1  # [M]; candidate index, -1 = the root
-            depth = torch.cat(builder._depths)[: scores.shape[0]].cpu()
-            tokens = torch.cat(builder._tokens, dim=-1)[0].cpu()
+            cand = builder.candidates()
+            scores = cand.scores[0].float().cpu()  # [M]
+            parents = cand.parents[0].cpu() - 1  # [M]; candidate index, -1 = the root
             parent_score = torch.where(parents >= 0, scores[parents.clamp(min=0)], torch.zeros_like(scores))
-            rank = torch.arange(scores.shape[0]) % builder.topk
-            rec.calls.append({"score": scores, "logp": scores - parent_score, "parent": parents, "depth": depth,
-                              "token": tokens, "rank": rank})
+            rec.calls.append({"score": scores, "logp": scores - parent_score, "parent": parents,
+                              "depth": cand.depth.cpu(), "token": cand.tokens[0].cpu(),
+                              "rank": torch.arange(scores.shape[0]) % builder.topk})
             return rec._finish(builder, num_draft_tokens)
 
         tree_mod.TreeBuilder.finish = finish

@@ -307,6 +307,24 @@ class Frontier:
     depth: int  # depth of these nodes in the tree (step + 1)
 
 
+@dataclass(frozen=True)
+class Candidates:
+    """Every candidate a :class:`TreeBuilder` drafted, side by side: step by step, within a step frontier-major
+    (candidate ``f * topk + r`` of a step is the r-th child of that step's frontier node f)."""
+
+    tokens: Tensor  # [B, M] long; target ids (through token_map)
+    scores: Tensor  # [B, M] float; cumulative log-prob
+    parents: Tensor  # [B, M] long; the parent's global id: 0 the root, c + 1 candidate c
+    depth: Tensor  # [M] long; 1 for the root's children
+
+
+def _ranked(cand: Candidates, count: int) -> Tensor:
+    """Indices ``[B, count]`` of the best candidates, sorted by (depth, rank)."""
+    ranked = order_desc(cand.scores, count)  # [B, count]
+    key = cand.depth[ranked] * max(count, 1) + torch.arange(count, device=ranked.device)  # [B, count]; distinct
+    return ranked.gather(1, order_desc(-key, count))  # ascending key
+
+
 class TreeBuilder:
     """Builds a :class:`DraftTree` one drafter step at a time.
 
@@ -380,6 +398,16 @@ class TreeBuilder:
         inherited = old.gather(1, parent_slot[:, :, None].expand(batch, width, old.shape[2]))
         return torch.cat([inherited, eye], dim=2)
 
+    def candidates(self) -> Candidates:
+        """Every candidate drafted so far, in the order drafted (what :meth:`finish` keeps the best of)."""
+        batch = self._root.shape[0]
+        return Candidates(
+            tokens=self._cat(self._tokens, self._root.new_zeros(batch, 0)),
+            scores=self._cat(self._scores, self._frontier_scores[:, :0]),
+            parents=self._cat(self._parents, self._root.new_zeros(batch, 0)),
+            depth=self._cat(self._depths, self._root.new_zeros(0)),
+        )
+
     def finish(self, num_draft_tokens: int) -> DraftTree:
         """Keep the root and the best ``num_draft_tokens - 1`` candidates; nodes ordered by (depth, rank)."""
         total = self.num_candidates
@@ -387,27 +415,18 @@ class TreeBuilder:
             f"num_draft_tokens {num_draft_tokens} must be in 1..{total + 1} "
             f"(topk {self.topk}, {len(self._depths)} steps)"
         )
-        keep = self._ranked_candidates(num_draft_tokens - 1)  # [B, N-1] index into candidates
+        cand = self.candidates()
+        keep = _ranked(cand, num_draft_tokens - 1)  # [B, N-1] index into candidates
         batch, device = self._root.shape[0], self._root.device
-        cand_parents = self._cat(self._parents, self._root.new_zeros(batch, 0))  # [B, M]
         node_ids = torch.cat([keep.new_zeros(batch, 1), keep + 1], dim=1)  # [B, N] global ids
         remap = torch.full((batch, total + 1), -1, dtype=torch.long, device=device)
         remap.scatter_(1, node_ids, torch.arange(num_draft_tokens, device=device).expand(batch, -1))
-        parents = remap.gather(1, cand_parents.gather(1, keep))  # [B, N-1]; ancestors are always kept
+        parents = remap.gather(1, cand.parents.gather(1, keep))  # [B, N-1]; ancestors are always kept
         parents = torch.cat([parents.new_full((batch, 1), -1), parents], dim=1)  # [B, N]
-        tokens = self._cat(self._tokens, self._root.new_zeros(batch, 0))  # [B, M]
-        tokens = torch.cat([self._root[:, None], tokens.gather(1, keep)], dim=1)  # [B, N]
+        tokens = torch.cat([self._root[:, None], cand.tokens.gather(1, keep)], dim=1)  # [B, N]
         # Each step's candidates are F*K (frontier slot f, rank r at f*K + r), so candidate c has rank c % K.
         rank = torch.cat([keep.new_zeros(batch, 1), keep % self.topk], dim=1)  # [B, N]
         return make_tree(tokens, parents, max_depth=len(self._depths), rank=rank)
-
-    def _ranked_candidates(self, count: int) -> Tensor:
-        """Indices ``[B, count]`` of the best candidates, sorted by (depth, rank)."""
-        scores = self._cat(self._scores, self._frontier_scores[:, :0])  # [B, M]
-        ranked = order_desc(scores, count)  # [B, count]
-        depths = self._cat(self._depths, self._root.new_zeros(0))  # [M]
-        key = depths[ranked] * max(count, 1) + torch.arange(count, device=ranked.device)  # [B, count]; distinct
-        return ranked.gather(1, order_desc(-key, count))  # ascending key
 
     @staticmethod
     def _cat(parts: list[Tensor], empty: Tensor) -> Tensor:
