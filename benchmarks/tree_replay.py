@@ -123,6 +123,12 @@ def main() -> int:
         args.lookup_tokens = 0
     args.cuda_graphs = args.compile = False  # the recorder reads each tree as Python builds it: no graph replays
     s = build_session(args, log=lambda m: print(m, file=sys.stderr))
+    sp = s.spec
+    full = sp.topk + (sp.num_steps - 1) * sp.topk ** 2 + 1 if sp.topk > 1 else sp.num_steps + 1
+    if sp.algorithm != "eagle3" or sp.lookup_tokens or sp.num_draft_tokens not in (0, full):
+        raise SystemExit(f"error: the replay records a drafter's whole expansion: an EAGLE-3 --draft, no lookup branch, "
+                         f"--draft-tokens {full} for {sp.num_steps} steps and topk {sp.topk} (or left out); got "
+                         f"{sp.algorithm}, lookup {sp.lookup_tokens}, --draft-tokens {sp.num_draft_tokens}")
     ids, _ = tokenize_prompts(texts, s.target.tokenizer, s.target.config.vocab_size, args.max_prompt_tokens)
     engine = s.engine()
     engine.generate([ids[0]], 8)  # warm-up

@@ -26,7 +26,21 @@ import sys
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file
+
+
+def read_replay(path: str) -> dict[str, torch.Tensor]:
+    """A recording of ``tree_replay.py``; anything else ends the script with what it found and what it wants."""
+    want = {"correct", "parent", "depth", "score", "logp", "prompt", "full_accept_len"}
+    try:
+        data = load_file(path)
+    except (SafetensorError, OSError) as exc:  # missing, unreadable, not safetensors
+        raise SystemExit(f"error: {path}: not a readable safetensors file ({exc}); pass what tree_replay.py --out wrote")
+    if not want <= set(data):
+        raise SystemExit(f"error: {path}: no {', '.join(sorted(want - set(data)))} tensor; pass what tree_replay.py "
+                         "--out wrote")
+    return data
 
 
 def fit_calibration(data: dict[str, torch.Tensor], depths: int, iters: int = 200) -> tuple[list[float], list[float]]:
@@ -124,13 +138,13 @@ def main() -> int:
     p.add_argument("--nodes", type=int, nargs="+", default=[24, 16, 12, 8])
     p.add_argument("--json", default=None)
     args = p.parse_args()
-    fit = load_file(args.fit)
+    fit = read_replay(args.fit)
     depths = int(fit["depth"].max())
     a, b = fit_calibration(fit, depths)
     print("calibration per depth: " + "  ".join(f"d{d + 1}: a={x:.3f} b={y:.3f}" for d, (x, y) in enumerate(zip(a, b))))
     result = {"a": a, "b": b, "sets": {}}
     for path in [args.fit] + args.eval:
-        data = load_file(path)
+        data = read_replay(path)
         rules = {"drafter": data["score"].double(), "calibrated": calibrated_scores(data, a, b),
                  "oracle": data["correct"].double() * 100 + data["score"].double()}
         r = report(data, rules, args.nodes)

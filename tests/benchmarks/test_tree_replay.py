@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from benchmarks.tree_replay import correct_flags, record_cycles
-from benchmarks.tree_select import accepted, calibrated_scores, fit_calibration, stop_reasons
+from benchmarks.tree_select import accepted, calibrated_scores, fit_calibration, read_replay, stop_reasons
 from eaglelab.engine.formats.drafter_loader import load_eagle3
 from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.runtime.generate import Engine
@@ -38,6 +38,19 @@ def test_a_selection_accepts_the_correct_nodes_it_keeps():
     assert accepted(data, worse, 3).tolist() == [2]
     with pytest.raises(AssertionError, match="without its parent"):
         accepted(data, torch.tensor([[-5.0, -1.0, -0.1, -3.0, -2.0]]), 1)  # c2 kept, c0 not
+
+
+def test_a_file_that_is_no_recording_is_said_not_a_traceback(tmp_path):
+    from safetensors.torch import save_file
+
+    with pytest.raises(SystemExit, match="not a readable safetensors file"):
+        read_replay(str(tmp_path / "missing.safetensors"))
+    (tmp_path / "junk.safetensors").write_text("junk")
+    with pytest.raises(SystemExit, match="not a readable safetensors file"):
+        read_replay(str(tmp_path / "junk.safetensors"))
+    save_file({"score": torch.zeros(1, 2)}, str(tmp_path / "other.safetensors"))
+    with pytest.raises(SystemExit, match="no correct, depth, full_accept_len, logp, parent, prompt tensor"):
+        read_replay(str(tmp_path / "other.safetensors"))
 
 
 @pytest.mark.slow
