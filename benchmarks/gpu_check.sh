@@ -19,7 +19,7 @@ log() { echo "[$(( $(date +%s) - T0 ))s] $*" | tee -a "$OUT/log.txt"; }
   2>&1 | tee "$OUT/gpu.txt"
 
 log "pytest -m gpu"
-timeout 90 python3 -m pytest -m gpu -q -x -p no:cacheprovider tests 2>&1 | tail -15 | tee "$OUT/pytest_gpu.txt"
+timeout 90 python3 -m pytest -m gpu -q -x -p no:cacheprovider tests --ignore=tests/tui 2>&1 | tail -15 | tee "$OUT/pytest_gpu.txt"
 
 EL="python3 -m eaglelab bench --micro --draft default --batch-sizes 1 --prompts 2 --repeats 2 --seed 0"
 CONFIGS=plain-eager,plain-graphs,plain-compile,spec-decode-graphs,spec-compile

@@ -46,7 +46,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                         f"{CPU['draft_tokens']})")
     g.add_argument("--batch-sizes", default=None, help=f"(default {GPU['batch_sizes']} / {CPU['batch_sizes']})")
     g.add_argument("--lookup-tokens", default=None, metavar="K,...",
-                   help="prompt-lookup branches measured beside the best predicted tree at every batch size (0: "
+                   help="prompt-lookup branches measured beside each confirmed tree at every batch size (0: "
                         "none); the fastest measured may take one (default on CUDA: 16 at batch 1, 8 at 8 and more; "
                         "on a CPU none)")
     r = p.add_argument_group("regime (default: what `eaglelab run` uses on this device)")

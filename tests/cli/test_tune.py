@@ -94,17 +94,19 @@ def test_tune_on_the_real_model_predicts_the_winners_accepted_length_within_10_p
                str(out), "--no-save"])
     assert rc == 0
     report = json.loads(out.read_text())
-    plain, *spec, branch = report["confirmation"]
-    assert plain["steps"] == 0 and plain["measured_tok_per_s"] > 0 and len(spec) == 2
-    # the best prediction again, a lookup branch of 4 beside it: measured, not predicted
-    assert (branch["steps"], branch["topk"], branch["draft_tokens"], branch["lookup_tokens"]) == (
-        spec[0]["steps"], spec[0]["topk"], spec[0]["draft_tokens"], 4)
-    assert branch["predicted_tok_per_s"] is None and branch["measured_tok_per_s"] > 0
-    assert branch["measured_accept_len"] >= 1.0
+    plain, *spec = report["confirmation"]
+    spec, branches = spec[:2], spec[2:]
+    assert plain["steps"] == 0 and plain["measured_tok_per_s"] > 0 and len(branches) == 2
+    # each confirmed tree again, a lookup branch of 4 beside it: measured, not predicted
+    for tree, branch in zip(spec, branches):
+        assert (branch["steps"], branch["topk"], branch["draft_tokens"], branch["lookup_tokens"]) == (
+            tree["steps"], tree["topk"], tree["draft_tokens"], 4)
+        assert branch["predicted_tok_per_s"] is None and branch["measured_tok_per_s"] > 0
+        assert branch["measured_accept_len"] >= 1.0
     winner = max(spec, key=lambda r: r["measured_tok_per_s"])  # measured, not predicted
     predicted, measured = winner["predicted_accept_len"], winner["measured_accept_len"]
     assert abs(predicted - measured) <= 0.10 * measured, (predicted, measured)
-    winner = max([*spec, branch], key=lambda r: r["measured_tok_per_s"])
+    winner = max([*spec, *branches], key=lambda r: r["measured_tok_per_s"])
     bucket = report["profile"]["buckets"][0]
     assert (bucket["steps"], bucket["topk"], bucket["draft_tokens"], bucket.get("lookup_tokens", 0)) == (
         winner["steps"], winner["topk"], winner["draft_tokens"], winner["lookup_tokens"])
@@ -166,14 +168,16 @@ def test_the_default_candidates_are_few_and_hold_the_profiles_tree():
         assert e.value.field == "--candidates" and bad in str(e.value)
 
 
-def test_the_confirmation_measures_lookup_branches_beside_the_best_prediction():
-    """On CUDA a branch of 16 at batch 1 and of 8 at larger batches rides beside the best predicted tree (none on a
-    CPU unless asked); the trees as predicted come first, then the first of them with each branch."""
+def test_the_confirmation_measures_lookup_branches_beside_every_confirmed_tree():
+    """On CUDA a branch of 16 at batch 1 and of 8 at larger batches rides beside each tree confirmed (none on a CPU
+    unless asked); the trees as predicted come first, then each of them with each branch, in that order."""
     from eaglelab.bench.tune import default_lookup, with_branches
 
     assert default_lookup((1, 8, 32), True) == {1: (16,), 8: (8,), 32: (8,)}
     assert default_lookup((2, 64), True) == {2: (16,), 64: (8,)} and default_lookup((1,), False) == {}
-    assert with_branches([(5, 4, 24), (4, 4, 12)], (8, 16)) == [(5, 4, 24), (4, 4, 12), (5, 4, 24, 8), (5, 4, 24, 16)]
+    assert with_branches([(5, 4, 24), (4, 4, 12)], (8, 16)) == [
+        (5, 4, 24), (4, 4, 12), (5, 4, 24, 8), (5, 4, 24, 16), (4, 4, 12, 8), (4, 4, 12, 16)]
+    assert with_branches([(5, 4, 16), (5, 4, 24)], (0, 16)) == [(5, 4, 16), (5, 4, 24), (5, 4, 16, 16), (5, 4, 24, 16)]
     assert with_branches([(3, 1, 4)], ()) == [(3, 1, 4)] and with_branches([], (16,)) == []
 
 
