@@ -7,9 +7,10 @@
 #   call T  carry .carry/mq4 .carry/assets .whl   STAGE=T: joins the GGUF; every GPU test (38: real graphs, the
 #           one-graph cycle, a branch in graphs; the drafter cache's token history follows the spec since 3a86486,
 #           not re-run on a GPU since); then `eaglelab tune --batch-sizes 1` on the shipped drafter, cold, with the
-#           default branch (16) beside each confirmed tree (2026-12-05: beside the best predicted only): does the profile it writes keep a branch, and at what
-#           ratio against the shipped profile's 2.18-2.19x (h200_2026-12-04d)? (2026-12-05: the device has no
-#           textual, so the GPU tests now leave tests/tui out; with it in, collection failed and none ran)
+#           default branch (16) beside each confirmed tree (2026-12-05: beside the best predicted only): does the
+#           profile it writes keep a branch, and at what ratio against the shipped profile's 2.18-2.19x
+#           (h200_2026-12-04d)? (2026-12-05: the device has no textual, so the GPU tests now leave tests/tui out;
+#           with it in, collection failed and none ran)
 #   call U  carry .carry/assets .whl (right after T: the GGUF and the inductor cache stay on the warm machine)
 #           STAGE=U: `bench --figures` with no tree flag at batch 1 over the 80 MT-bench first turns: the tree (and
 #           branch) T's profile chose, as a user gets it after a tune, against plain decoding in the same run
