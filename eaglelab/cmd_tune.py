@@ -175,15 +175,21 @@ def _settings(args, cuda: bool, regime, tree_for, flagged: tuple):
 
     d = GPU if cuda else CPU
     batch_sizes, candidates, branches = flagged
+    incumbent = {}  # with the default candidates: what run takes now at each batch size, confirmed whatever it predicts
     if candidates is None:
         candidates = default_candidates(batch_sizes, cuda, tree_for)
+        if args.confirm and tree_for is not None:
+            for b in batch_sizes:
+                t = tree_for(b)
+                tree = (t.steps, t.topk, t.draft_tokens or t.steps + 1)
+                incumbent[b] = (*tree, t.lookup_tokens) if t.lookup_tokens else tree
     if branches is None:
         lookup = default_lookup(batch_sizes, cuda)
     else:
         lookup = {b: branches for b in batch_sizes} if branches else {}
     return TuneSettings(candidates=candidates, new_tokens=args.max_new_tokens or d["max_new_tokens"],
                         cost_tokens=args.cost_tokens or d["cost_tokens"], confirm=args.confirm, regime=regime,
-                        passes=args.passes, screen=args.screen, lookup=lookup)
+                        passes=args.passes, screen=args.screen, lookup=lookup, incumbent=incumbent)
 
 
 # ---- the live pass ------------------------------------------------------------------------------
@@ -512,7 +518,7 @@ def _confirm_table(rows) -> Any:
                   ("batch", "steps/topk/N", "E\\[a] pred", "measured", "error", "tok/s pred", "measured", "error",
                    "passes over plain"))
     for r in rows:
-        name = "plain" if r["steps"] == 0 else _tree_name(r)
+        name = "plain" if r["steps"] == 0 else _tree_name(r) + (" (in use)" if r.get("incumbent") else "")
         a_p, a_m = r["predicted_accept_len"], r["measured_accept_len"]
         a_err = f"{(a_p - a_m) / a_m:+.1%}" if a_p is not None and a_m else "-"
         t_p, t_m = r["predicted_tok_per_s"], r["measured_tok_per_s"]  # t_p None: a branch, measured only

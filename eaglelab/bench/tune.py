@@ -23,7 +23,9 @@ one-graph cycle, our GEMV and decode attention as ``run`` picks them; on a CPU e
    bench's :class:`~eaglelab.bench.harness.Contender`); :func:`disagreements` names the trees whose passes read
    more than 10% apart. Every tree confirmed also runs beside each lookup branch of ``settings.lookup``
    (:func:`with_branches`): what a branch returns depends on the text, not on the drafter's ranks, so it is
-   measured, never predicted, and beside each tree, since the prediction can rank the trees wrongly. The fastest measured is the batch size's choice, and :func:`tuned_profile` makes the
+   measured, never predicted, and beside each tree, since the prediction can rank the trees wrongly. What `run`
+   takes now at that batch size (``settings.incumbent``: the profile's tree and branch) runs too, whatever its
+   prediction (:func:`confirmed_configs`), so the profile a tune writes is no slower than the one it replaces. The fastest measured is the batch size's choice, and :func:`tuned_profile` makes the
    device profile of those choices.
 
 Every compiled tree shape costs a compile per batch size the first time (cached on disk after): the candidate set
@@ -76,6 +78,9 @@ class TuneSettings:
     passes: int = 3  # interleaved passes of the confirmation
     screen: bool = False  # rank on graphs without compile first; compile only the best max(confirm, 1) per batch
     lookup: dict[int, tuple[int, ...]] = field(default_factory=dict)  # batch size -> branches beside each confirmed tree
+    # batch size -> what `run` takes there now (the device profile's tree and branch): confirmed with the rest
+    # whatever its prediction, so a tune writes a profile no slower than the one it replaces, as measured in its run
+    incumbent: dict[int, Confirmed] = field(default_factory=dict)
 
     @property
     def screening(self) -> bool:
@@ -137,6 +142,20 @@ def with_branches(trees: list[Candidate], branches: tuple[int, ...]) -> list[Con
     ``(4, 4, 12, 16)``."""
     extra = [(*t, k) for t in trees for k in branches if k > 0]
     return [*trees, *extra]
+
+
+def confirmed_configs(trees: list[Candidate], branches: tuple[int, ...],
+                      incumbent: Confirmed | None = None) -> list[Confirmed]:
+    """What the confirmation runs besides plain decoding: :func:`with_branches`, then ``incumbent`` (what `run`
+    takes now) unless it is among them already. The incumbent is compiled then if the screen left it out: a tune
+    that never measured it could write a slower profile over it.
+
+    Example: ``[(5, 4, 16), (4, 4, 12)]``, branches ``(16,)``, incumbent ``(5, 4, 24, 16)`` -> the two, each
+    beside a branch of 16, then ``(5, 4, 24, 16)``."""
+    out = with_branches(trees, branches)
+    if incumbent is not None and _four(incumbent) not in {_four(c) for c in out}:
+        out.append(incumbent)
+    return out
 
 
 def config_for(ctx: H.BenchContext, settings: TuneSettings, spec: SpecConfig | None,
@@ -539,12 +558,16 @@ def confirm(ctx: H.BenchContext, settings: TuneSettings, report: dict, progress:
             preds = [p for p in preds if (p["steps"], p["topk"], p["draft_tokens"]) in timed]
         preds = preds[: settings.confirm]
         costs = report["costs"][str(b)]
-        trees = with_branches([(p["steps"], p["topk"], p["draft_tokens"]) for p in preds], settings.lookup.get(b, ()))
+        incumbent = settings.incumbent.get(b)
+        trees = confirmed_configs([(p["steps"], p["topk"], p["draft_tokens"]) for p in preds],
+                                  settings.lookup.get(b, ()), incumbent)
+        predicted = {(p["steps"], p["topk"], p["draft_tokens"], 0): p for p in report["predictions"].get(str(b), [])}
         got = confirm_batch(ctx, settings, systems, b, [None] + trees)
-        for p, m in zip([None] + preds + [None] * (len(trees) - len(preds)), got):
+        for c, m in zip([None] + trees, got):
+            p = predicted.get(_four(c)) if c is not None else None  # a tree beside a branch: never predicted
             if m.steps == 0:
                 pred_tps, pred_a = plain_end_to_end_tok_per_s(costs_from_report(costs), settings.new_tokens), None
-            elif p is None:  # a tree beside a lookup branch: measured only
+            elif p is None:  # measured only
                 pred_tps, pred_a = None, None
             else:
                 pred = Prediction(**{k: p[k] for k in Prediction.__dataclass_fields__})
@@ -553,7 +576,8 @@ def confirm(ctx: H.BenchContext, settings: TuneSettings, report: dict, progress:
             out.append(dict(batch=b, steps=m.steps, topk=m.topk, draft_tokens=m.draft_tokens,
                             lookup_tokens=m.lookup_tokens, predicted_tok_per_s=pred_tps,
                             measured_tok_per_s=m.tok_per_s, passes=list(m.passes),
-                            predicted_accept_len=pred_a, measured_accept_len=m.accept_len))
+                            predicted_accept_len=pred_a, measured_accept_len=m.accept_len,
+                            incumbent=c is not None and incumbent is not None and _four(c) == _four(incumbent)))
         progress("confirming: real runs", settings.batch_sizes.index(b) + 1, len(settings.batch_sizes))
     return out
 

@@ -181,6 +181,35 @@ def test_the_confirmation_measures_lookup_branches_beside_every_confirmed_tree()
     assert with_branches([(3, 1, 4)], ()) == [(3, 1, 4)] and with_branches([], (16,)) == []
 
 
+def test_what_run_takes_now_is_confirmed_whatever_its_prediction():
+    """With the default candidates each batch size's current choice (the device profile's tree and branch, here
+    5/4/24 + 16 as the shipped H200 profile holds) joins the confirmation unless it is there already, so a tune
+    measures what it would replace; named candidates (--candidates, a grid) or --confirm 0 add nothing."""
+    from types import SimpleNamespace
+
+    from eaglelab.bench.configs import Regime
+    from eaglelab.bench.tune import confirmed_configs
+    from eaglelab.cmd_tune import _settings
+    from eaglelab.draft_registry import TreeShape
+
+    assert confirmed_configs([(5, 4, 16), (4, 4, 12)], (16,), (5, 4, 24, 16)) == [
+        (5, 4, 16), (4, 4, 12), (5, 4, 16, 16), (4, 4, 12, 16), (5, 4, 24, 16)]
+    assert confirmed_configs([(5, 4, 16), (5, 4, 24)], (16,), (5, 4, 24, 16)) == [
+        (5, 4, 16), (5, 4, 24), (5, 4, 16, 16), (5, 4, 24, 16)]
+    assert confirmed_configs([(3, 1, 4)], (), (3, 1, 4)) == [(3, 1, 4)]
+    assert confirmed_configs([(3, 1, 4)], (), None) == [(3, 1, 4)]
+
+    shapes = {1: TreeShape(5, 4, 24, 16), 8: TreeShape(4, 4, 12, 8), 32: TreeShape(2, 1, 0)}
+    args = SimpleNamespace(max_new_tokens=None, cost_tokens=None, confirm=2, passes=3, screen=True)
+    got = _settings(args, True, Regime(graphs=True, compile=True), shapes.__getitem__, ((1, 8, 32), None, None))
+    assert got.incumbent == {1: (5, 4, 24, 16), 8: (4, 4, 12, 8), 32: (2, 1, 3)}
+    assert (5, 4, 24) in got.candidates[1] and (2, 1, 3) in got.candidates[32]
+    named = _settings(args, True, Regime(graphs=True), shapes.__getitem__, ((1,), {1: ((3, 1, 4),)}, None))
+    assert named.incumbent == {}
+    args.confirm = 0
+    assert _settings(args, True, Regime(graphs=True), shapes.__getitem__, ((1,), None, None)).incumbent == {}
+
+
 def test_a_tree_beside_a_lookup_branch_that_measured_fastest_goes_into_the_profile_with_it(tmp_path):
     """The branch row is measured, not predicted: the winner, the profile's bucket (its label and figure) and the
     confirmation table carry the branch; its predicted columns read "-"."""
@@ -207,6 +236,11 @@ def test_a_tree_beside_a_lookup_branch_that_measured_fastest_goes_into_the_profi
     Console(file=out, width=200).print(_confirm_table(rep["confirmation"]))
     line = next(row for row in out.getvalue().splitlines() if "lookup 8" in row)
     assert "3/1/4 + lookup 8" in line and "38.0" in line and "1.90x" in line and line.count(" - ") >= 2
+    assert "(in use)" not in out.getvalue()
+    rep["confirmation"][3]["incumbent"] = True  # the row of what run took before the tune is marked
+    out = io.StringIO()
+    Console(file=out, width=200).print(_confirm_table(rep["confirmation"]))
+    assert "3/1/4 + lookup 8 (in use)" in out.getvalue()
     assert not any("WARNING" in x for x in _error_lines(rep["confirmation"]))
 
 

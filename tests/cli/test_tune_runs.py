@@ -148,3 +148,29 @@ def test_tune_prints_its_total_and_per_phase_wall_time_and_the_shapes_compiled()
     line = _timing_lines({"seconds": {"set-up": 60.0, "acceptance": 5.0, "costs": 300.0, "confirmation": 40.0,
                                       "total": 405.0}, "compiled_shapes": 9})[0]
     assert "405.0 s in total" in line and "costs 300.0 s" in line and "9 graph sets compiled" in line
+
+
+def test_the_confirmation_measures_what_run_takes_now_beside_the_predicted_best():
+    """The H200 tune of 2026-12-05 in small: 5/4/16 predicted first, 5/4/24 second, both compiled; with --confirm 1
+    and a branch of 16 the confirmation runs 5/4/16, 5/4/16 + 16 and, since the profile in use holds 5/4/24 + 16,
+    that too (measured only, marked); here it measures fastest, so the profile keeps it."""
+    log, clock = [], Clock()
+    cycle = {None: 1.0, (5, 4, 16): 2.0, (5, 4, 16, 16): 1.9, (5, 4, 24, 16): 1.8}
+    systems = FakeSystems(lambda c, _: FakeSystem(c, log, clock, cycle[c], accepts=None if c is None else [4]))
+
+    def pred(s, k, n, a, ms):
+        return dict(steps=s, topk=k, draft_tokens=n, batch=1, accept_len=a, decode_ms=1.0, draft_ms=0.0,
+                    verify_ms=0.0, accept_ms=0.0, extend_ms=0.0, whole_cycle_ms=ms)
+
+    report = {"predictions": {"1": [pred(5, 4, 16, 3.2, 1.2), pred(4, 4, 12, 3.0, 1.15), pred(5, 4, 24, 3.2, 1.27)]},
+              "costs": {"1": {"batch": 1, "decode_ms": 1.0, "prefill_ms": 2.0, "begin_ms": 3.0, "verify_ms": {},
+                              "draft_ms": {}, "extend_ms": {}, "accept_ms": {}, "cycle_ms": {}}},
+              "screens": {"1": {"compiled": [[5, 4, 16], [5, 4, 24]]}}}
+    settings = TP.TuneSettings({1: ((4, 4, 12), (5, 4, 16), (5, 4, 24))}, new_tokens=16, cost_tokens=4, confirm=1,
+                               passes=2, lookup={1: (16,)}, incumbent={1: (5, 4, 24, 16)})
+    rows = TP.confirm(_ctx([[1] * 3, [1] * 4]), settings, report, lambda *a: None, systems)
+    got = [(r["steps"], r["topk"], r["draft_tokens"], r["lookup_tokens"], r["incumbent"]) for r in rows]
+    assert got == [(0, 0, 1, 0, False), (5, 4, 16, 0, False), (5, 4, 16, 16, False), (5, 4, 24, 16, True)]
+    assert rows[1]["predicted_accept_len"] == 3.2 and rows[3]["predicted_tok_per_s"] is None
+    best = TP.winners(rows)[1]
+    assert (best["steps"], best["draft_tokens"], best["lookup_tokens"]) == (5, 24, 16)
