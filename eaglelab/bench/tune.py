@@ -25,8 +25,9 @@ one-graph cycle, our GEMV and decode attention as ``run`` picks them; on a CPU e
    (:func:`with_branches`): what a branch returns depends on the text, not on the drafter's ranks, so it is
    measured, never predicted, and beside each tree, since the prediction can rank the trees wrongly. What `run`
    takes now at that batch size (``settings.incumbent``: the profile's tree and branch) runs too, whatever its
-   prediction (:func:`confirmed_configs`), so the profile a tune writes is no slower than the one it replaces. The fastest measured is the batch size's choice, and :func:`tuned_profile` makes the
-   device profile of those choices.
+   prediction (:func:`confirmed_configs`), so the profile a tune writes is no slower than the one it replaces.
+   The fastest measured is the batch size's choice, and :func:`tuned_profile` makes the device profile of those
+   choices.
 
 Every compiled tree shape costs a compile per batch size the first time (cached on disk after): the candidate set
 is small (:func:`default_candidates`), around the device profile's trees, and screened before compiling.
@@ -588,6 +589,7 @@ def settings_dict(settings: TuneSettings, prompts: int) -> dict:
             "batch_sizes": list(settings.batch_sizes), "new_tokens": settings.new_tokens,
             "cost_tokens": settings.cost_tokens, "confirm": settings.confirm, "passes": settings.passes,
             "screen": settings.screening, "lookup": {str(b): list(ks) for b, ks in settings.lookup.items()},
+            "incumbent": {str(b): list(c) for b, c in settings.incumbent.items()},
             "regime": settings.regime.label, "prompts": prompts, "wide_tree": settings.wide.to_dict()}
 
 
