@@ -30,6 +30,7 @@ from drafter_acceptance import questions_or_exit  # noqa: E402
 
 from eaglelab.bench.harness import tokenize_prompts  # noqa: E402
 from eaglelab.engine.runtime import tree as tree_mod  # noqa: E402
+from eaglelab.probes.tuning import max_draft_tokens  # noqa: E402
 from eaglelab.session import add_engine_args, build_session  # noqa: E402
 
 
@@ -103,6 +104,16 @@ def record_cycles(engine, prompts: list[list[int]], max_new_tokens: int,
     return out
 
 
+def check_full_expansion(sp) -> None:
+    """End the script with a message unless ``sp`` (a SpecConfig) keeps a drafter's whole expansion: EAGLE-3, no
+    lookup branch, every candidate verified."""
+    full = max_draft_tokens(sp.num_steps, sp.topk)  # a chain's steps + 1 too
+    if sp.algorithm != "eagle3" or sp.lookup_tokens or sp.num_draft_tokens not in (0, full):
+        raise SystemExit(f"error: the replay records a drafter's whole expansion: an EAGLE-3 --draft, no lookup branch, "
+                         f"--draft-tokens {full} for {sp.num_steps} steps and topk {sp.topk} (or left out); got "
+                         f"{sp.algorithm}, lookup {sp.lookup_tokens}, --draft-tokens {sp.num_draft_tokens}")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_engine_args(p)
@@ -118,17 +129,12 @@ def main() -> int:
     texts, cats = questions_or_exit(args.set, args.skip + args.prompts, args.humaneval, args.questions, args.file)
     texts, cats = texts[args.skip:], (cats[args.skip:] if cats else None)
     if args.steps and args.topk and args.draft_tokens is None:
-        args.draft_tokens = args.topk + (args.steps - 1) * args.topk ** 2 + 1
+        args.draft_tokens = max_draft_tokens(args.steps, args.topk)
     if args.lookup_tokens is None:
         args.lookup_tokens = 0
     args.cuda_graphs = args.compile = False  # the recorder reads each tree as Python builds it: no graph replays
     s = build_session(args, log=lambda m: print(m, file=sys.stderr))
-    sp = s.spec
-    full = sp.topk + (sp.num_steps - 1) * sp.topk ** 2 + 1 if sp.topk > 1 else sp.num_steps + 1
-    if sp.algorithm != "eagle3" or sp.lookup_tokens or sp.num_draft_tokens not in (0, full):
-        raise SystemExit(f"error: the replay records a drafter's whole expansion: an EAGLE-3 --draft, no lookup branch, "
-                         f"--draft-tokens {full} for {sp.num_steps} steps and topk {sp.topk} (or left out); got "
-                         f"{sp.algorithm}, lookup {sp.lookup_tokens}, --draft-tokens {sp.num_draft_tokens}")
+    check_full_expansion(s.spec)
     ids, _ = tokenize_prompts(texts, s.target.tokenizer, s.target.config.vocab_size, args.max_prompt_tokens)
     engine = s.engine()
     engine.generate([ids[0]], 8)  # warm-up

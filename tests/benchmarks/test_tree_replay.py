@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from benchmarks.tree_replay import correct_flags, record_cycles
+from benchmarks.tree_replay import check_full_expansion, correct_flags, record_cycles
 from benchmarks.tree_select import accepted, calibrated_scores, fit_calibration, read_replay, stop_reasons
 from eaglelab.engine.formats.drafter_loader import load_eagle3
 from eaglelab.engine.runtime.drafters import Eagle3Drafter
@@ -38,6 +38,18 @@ def test_a_selection_accepts_the_correct_nodes_it_keeps():
     assert accepted(data, worse, 3).tolist() == [2]
     with pytest.raises(AssertionError, match="without its parent"):
         accepted(data, torch.tensor([[-5.0, -1.0, -0.1, -3.0, -2.0]]), 1)  # c2 kept, c0 not
+
+
+def test_the_replay_refuses_a_tree_that_drops_candidates_or_adds_a_branch():
+    """5 steps, topk 4 keep all 68 candidates only at --draft-tokens 69; a chain of 3 at 4; no lookup branch."""
+    from eaglelab.engine.runtime.spec_config import SpecConfig
+
+    check_full_expansion(SpecConfig("eagle3", num_steps=5, topk=4, num_draft_tokens=69))
+    check_full_expansion(SpecConfig("eagle3", num_steps=3, topk=1, num_draft_tokens=0))
+    with pytest.raises(SystemExit, match="--draft-tokens 69 for 5 steps and topk 4"):
+        check_full_expansion(SpecConfig("eagle3", num_steps=5, topk=4, num_draft_tokens=24))
+    with pytest.raises(SystemExit, match="lookup 16"):
+        check_full_expansion(SpecConfig("eagle3", num_steps=5, topk=4, num_draft_tokens=69, lookup_tokens=16))
 
 
 def test_a_file_that_is_no_recording_is_said_not_a_traceback(tmp_path):
