@@ -171,7 +171,7 @@ def _flag_candidates(args, cuda: bool) -> tuple[tuple[int, ...], dict | None, tu
 def _settings(args, cuda: bool, regime, tree_for, flagged: tuple):
     """The candidates per batch size (``flagged``: :func:`_flag_candidates`) and the workload, from the flags and
     the device's defaults."""
-    from eaglelab.bench.tune import TuneSettings, default_candidates, default_lookup
+    from eaglelab.bench.tune import TuneSettings, default_candidates, default_lookup, in_use
 
     d = GPU if cuda else CPU
     batch_sizes, candidates, branches = flagged
@@ -179,10 +179,7 @@ def _settings(args, cuda: bool, regime, tree_for, flagged: tuple):
     if candidates is None:
         candidates = default_candidates(batch_sizes, cuda, tree_for)
         if args.confirm and tree_for is not None:
-            for b in batch_sizes:
-                t = tree_for(b)
-                tree = (t.steps, t.topk, t.draft_tokens or t.steps + 1)
-                incumbent[b] = (*tree, t.lookup_tokens) if t.lookup_tokens else tree
+            incumbent = {b: in_use(tree_for, b) for b in batch_sizes}
     if branches is None:
         lookup = default_lookup(batch_sizes, cuda)
     else:

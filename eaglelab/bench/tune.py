@@ -119,10 +119,18 @@ def default_candidates(batch_sizes: tuple[int, ...], cuda: bool, tree_for: Calla
         near = min(table, key=lambda t: (abs(t - b), t))
         got = list(table[near])
         if tree_for is not None:
-            t = tree_for(b)
-            got.append((t.steps, t.topk, t.draft_tokens or t.steps + 1))
+            got.append(_four(in_use(tree_for, b))[:3])
         out[b] = tuple(sorted(set(got)))
     return out
+
+
+def in_use(tree_for: Callable[[int], Any], batch: int) -> Confirmed:
+    """What `run` takes at ``batch`` rows (``tree_for``: the drafter's :meth:`tree_for`, a TreeShape) as the
+    confirmation names it: (steps, topk, draft tokens), a chain's draft tokens steps + 1, and its lookup branch
+    when it has one."""
+    t = tree_for(batch)
+    tree = (t.steps, t.topk, t.draft_tokens or t.steps + 1)
+    return (*tree, t.lookup_tokens) if t.lookup_tokens else tree
 
 
 def default_lookup(batch_sizes: tuple[int, ...], cuda: bool) -> dict[int, tuple[int, ...]]:
