@@ -226,16 +226,17 @@ def groups_for(prompts: list[list[int]], batch: int) -> list[list[list[int]]]:
     return [[prompts[(g * batch + i) % n] for i in range(batch)] for g in range(math.ceil(n / batch))]
 
 
-def sweep(generate: Callable, groups, max_new: int, device) -> tuple[int, float, list[int], list[list[int]], list,
-                                                                 list[int]]:
+def sweep(generate: Callable, groups, max_new: int, device, clock: Callable[[], float] = time.perf_counter
+          ) -> tuple[int, float, list[int], list[list[int]], list, list[int]]:
     """Generate every group; -> (tokens, seconds, accept lengths, per-row outputs, per group (tok/s, mean accepted
     length or None), prompts per prompt forward (the engine's ``prefill_rows``; none from the HF peer)). Graph capture
-    and compilation inside a call (``setup_seconds``) are not generation time, as in ``eaglelab run``."""
+    and compilation inside a call (``setup_seconds``) are not generation time, as in ``eaglelab run``. ``clock``
+    reads seconds (a test's fake clock)."""
     sync(device)
-    t0 = time.perf_counter()
+    t0 = clock()
     tokens, accepts, outputs, setup, per_group, prefills = 0, [], [], 0.0, [], []
     for g in groups:
-        g0 = time.perf_counter()
+        g0 = clock()
         res = generate(g, max_new)
         sync(device)
         own_setup = getattr(res, "setup_seconds", 0.0)  # the HF peer's result has none
@@ -246,9 +247,9 @@ def sweep(generate: Callable, groups, max_new: int, device) -> tuple[int, float,
         accepts += acc
         outputs += res.tokens
         prefills += getattr(res, "prefill_rows", [])
-        seconds = time.perf_counter() - g0 - own_setup
+        seconds = clock() - g0 - own_setup
         per_group.append((n / seconds if seconds > 0 else 0.0, sum(acc) / len(acc) if acc else None))
-    return tokens, time.perf_counter() - t0 - setup, accepts, outputs, per_group, prefills
+    return tokens, clock() - t0 - setup, accepts, outputs, per_group, prefills
 
 
 def engine_spec(cfg: BenchConfig, ctx: BenchContext, batch: int | None = None) -> SpecConfig:
@@ -327,10 +328,10 @@ class Contender:
         """One short call: allocator, kernels, lazy capture and compile (its set-up is never timed)."""
         self.generate(self.groups[0], min(8, max_new))
 
-    def run_pass(self, ctx: BenchContext) -> None:
-        """One timed pass over every prompt group."""
+    def run_pass(self, ctx: BenchContext, clock: Callable[[], float] = time.perf_counter) -> None:
+        """One timed pass over every prompt group (timed on ``clock``)."""
         tokens, seconds, acc, outs, groups_seen, prefills = sweep(self.generate, self.groups, ctx.max_new_tokens,
-                                                                  ctx.device)
+                                                                  ctx.device, clock)
         self.passes.append((tokens / seconds if seconds > 0 else 0.0, tokens, seconds))
         self.accepts += acc
         if len(self.passes) == 1:

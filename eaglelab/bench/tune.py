@@ -397,7 +397,7 @@ class Measured:
 
 
 def confirm_batch(ctx: H.BenchContext, settings: TuneSettings, systems: Systems, batch: int,
-                  configs: list[Confirmed | None]) -> list[Measured]:
+                  configs: list[Confirmed | None], clock: Clock = time.perf_counter) -> list[Measured]:
     """``configs`` (None = plain decoding) at ``batch`` rows over every prompt group: each first one untimed pass
     over every group (:func:`warm_pass`), then ``settings.passes`` timed passes, interleaved pass by pass."""
     work = replace(ctx, max_new_tokens=settings.new_tokens)
@@ -412,7 +412,7 @@ def confirm_batch(ctx: H.BenchContext, settings: TuneSettings, systems: Systems,
         warm_pass(contender.generate, groups, settings.new_tokens)
     for _ in range(settings.passes):
         for contender in live:
-            contender.run_pass(work)
+            contender.run_pass(work, clock)
     out = []
     for c, contender in zip(configs, live):
         row = contender.row(work)  # no observed pass: the contenders carry no observer
@@ -552,7 +552,7 @@ def record_sink(bus: ProbeBus, path: str | None) -> Callable[[], None]:
 
 
 def confirm(ctx: H.BenchContext, settings: TuneSettings, report: dict, progress: Progress,
-            systems: Systems) -> list[dict]:
+            systems: Systems, clock: Clock = time.perf_counter) -> list[dict]:
     """Run the best predictions and plain decoding for real, interleaved; predicted end to end against measured."""
     from eaglelab.bench.tune_predict import costs_from_report
     from eaglelab.probes.tuning import Prediction, plain_end_to_end_tok_per_s
@@ -571,7 +571,7 @@ def confirm(ctx: H.BenchContext, settings: TuneSettings, report: dict, progress:
         trees = confirmed_configs([(p["steps"], p["topk"], p["draft_tokens"]) for p in preds],
                                   settings.lookup.get(b, ()), incumbent)
         predicted = {(p["steps"], p["topk"], p["draft_tokens"], 0): p for p in report["predictions"].get(str(b), [])}
-        got = confirm_batch(ctx, settings, systems, b, [None] + trees)
+        got = confirm_batch(ctx, settings, systems, b, [None] + trees, clock)
         for c, m in zip([None] + trees, got):
             p = predicted.get(_four(c)) if c is not None else None  # a tree beside a branch: never predicted
             if m.steps == 0:

@@ -75,7 +75,7 @@ def test_confirmation_warms_every_group_of_every_contender_then_interleaves_its_
     systems = FakeSystems(lambda c, _: FakeSystem("plain" if c is None else "tree", log, clock, 1.0,
                                                   accepts=None if c is None else [2, 3]))
     settings = TP.TuneSettings({2: ((2, 1, 3),)}, new_tokens=16, cost_tokens=4, confirm=1, passes=3)
-    got = TP.confirm_batch(_ctx(prompts), settings, systems, 2, [None, (2, 1, 3)])
+    got = TP.confirm_batch(_ctx(prompts), settings, systems, 2, [None, (2, 1, 3)], clock)
     one_pass = lambda who: [(who, 3, 16), (who, 5, 16)]  # noqa: E731  (group 0 starts with 3 tokens, group 1 with 5)
     assert log == one_pass("plain") + one_pass("tree") + (one_pass("plain") + one_pass("tree")) * 3
     assert [len(m.passes) for m in got] == [3, 3]
@@ -168,9 +168,11 @@ def test_the_confirmation_measures_what_run_takes_now_beside_the_predicted_best(
               "screens": {"1": {"compiled": [[5, 4, 16], [5, 4, 24]]}}}
     settings = TP.TuneSettings({1: ((4, 4, 12), (5, 4, 16), (5, 4, 24))}, new_tokens=16, cost_tokens=4, confirm=1,
                                passes=2, lookup={1: (16,)}, incumbent={1: (5, 4, 24, 16)})
-    rows = TP.confirm(_ctx([[1] * 3, [1] * 4]), settings, report, lambda *a: None, systems)
+    rows = TP.confirm(_ctx([[1] * 3, [1] * 4]), settings, report, lambda *a: None, systems, clock)
     got = [(r["steps"], r["topk"], r["draft_tokens"], r["lookup_tokens"], r["incumbent"]) for r in rows]
     assert got == [(0, 0, 1, 0, False), (5, 4, 16, 0, False), (5, 4, 16, 16, False), (5, 4, 24, 16, True)]
     assert rows[1]["predicted_accept_len"] == 3.2 and rows[3]["predicted_tok_per_s"] is None
+    # timed on the fake clock, not the host's: 2 prompts of 16 tokens, each 5 ms + 4 cycles of 4 tokens at 1.8 ms
+    assert rows[3]["measured_tok_per_s"] == pytest.approx(32 / (2 * (5.0 + 4 * 1.8) / 1e3))
     best = TP.winners(rows)[1]
     assert (best["steps"], best["draft_tokens"], best["lookup_tokens"]) == (5, 24, 16)
