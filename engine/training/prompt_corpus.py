@@ -340,14 +340,58 @@ def _doc_entry(qual: str, obj, min_chars: int, max_chars: int) -> list[tuple[str
     return [(qual, doc[:max_chars])] if len(doc) >= min_chars else []
 
 
-@functools.lru_cache(maxsize=1)
-def _doc_entries() -> tuple[tuple[str, str], ...]:
-    """(qualified name, docstring) of every documented callable, each docstring once (import is slow: cached)."""
+def gather_doc_entries(names: list[str]) -> list[tuple[str, str]]:
+    """(qualified name, docstring) of every documented callable of the modules ``names``, each docstring once, in
+    this process (it imports them all)."""
     seen: dict[str, str] = {}
-    for module_name in module_names():
+    for module_name in names:
         for qual, doc in documented(module_name):
             seen.setdefault(doc, qual)
-    return tuple((qual, doc) for doc, qual in seen.items())
+    return [(qual, doc) for doc, qual in seen.items()]
+
+
+def doc_entries_in_child(names: list[str] | None = None, timeout: float = 900.0) -> list[tuple[str, str]]:
+    """:func:`gather_doc_entries` over ``names`` (None: :func:`module_names`, the whole walk) in a child process.
+
+    Importing every module of the standard library and of ten packages has side effects a caller must not keep:
+    torch's ``torch.distributed.debug`` registers a Python handler with a C++ registry whose destructor then runs
+    after the interpreter has finalised and aborts the process at exit ("PyThreadState_Get ... finalizing"); others
+    print warnings, start threads or register atexit hooks. The child writes its entries as JSON and leaves with
+    ``os._exit`` (no finalisation to crash in); its output is kept out of the caller's terminal and shown only if
+    it fails."""
+    import subprocess
+    import tempfile
+
+    from eaglelab.engine.errors import EagleLabError
+
+    code = ("import json, os, sys; from eaglelab.engine.training import prompt_corpus as pc; "
+            "names = json.loads(sys.argv[2]); names = pc.module_names() if names is None else names; "
+            "f = open(sys.argv[1], 'w'); json.dump(pc.gather_doc_entries(names), f); f.close(); os._exit(0)")
+    with tempfile.TemporaryDirectory(prefix="eaglelab-docs-") as tmp:
+        out = Path(tmp) / "entries.json"
+        try:
+            done = subprocess.run([sys.executable, "-c", code, str(out), json.dumps(names)],
+                                  stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True, timeout=timeout)
+            failed = done.returncode != 0 or not out.is_file()
+            why = f"exit status {done.returncode}" if failed else ""
+            tail = "\n".join(done.stderr.strip().splitlines()[-8:])
+        except subprocess.TimeoutExpired:
+            failed, why, tail = True, f"no answer in {timeout:.0f} s", ""
+        if failed:
+            raise EagleLabError(f"the docstrings source's child process (importing modules for their docstrings) "
+                                f"failed: {why}", found=tail or None,
+                                hint="run `python -c \"import eaglelab.engine.training.prompt_corpus as pc; "
+                                     "pc.gather_doc_entries(pc.module_names())\"` to see which import breaks; "
+                                     "a package that crashes on import can be uninstalled from this environment")
+        return [(qual, doc) for qual, doc in json.loads(out.read_text())]
+
+
+@functools.lru_cache(maxsize=1)
+def _doc_entries() -> tuple[tuple[str, str], ...]:
+    """(qualified name, docstring) of every documented callable, each docstring once: the whole walk, in a child
+    process (:func:`doc_entries_in_child`; ~10-30 s: cached)."""
+    return tuple(doc_entries_in_child())
 
 
 def docstrings(rng: random.Random) -> Iterator[CorpusPrompt]:

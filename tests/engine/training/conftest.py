@@ -9,11 +9,11 @@ from eaglelab.engine.training import prompt_corpus as pc
 
 @pytest.fixture
 def few_modules(monkeypatch):
-    """Docstrings of three small stdlib modules only (importing every package takes ~30 s)."""
-    monkeypatch.setattr(pc, "module_names", lambda roots=(): ["json", "textwrap", "fractions"])
-    pc._doc_entries.cache_clear()
+    """Docstrings of three small stdlib modules only, read in this process (the whole walk, in its child process,
+    takes ~10-30 s)."""
+    entries = tuple(pc.gather_doc_entries(["json", "textwrap", "fractions"]))
+    monkeypatch.setattr(pc, "_doc_entries", lambda: entries)
     yield
-    pc._doc_entries.cache_clear()
 
 
 @pytest.fixture(scope="module")

@@ -59,6 +59,30 @@ def test_written_corpus_reads_back_with_its_manifest(few_modules, evaluation, tm
         assert json.loads(f.readline())["source"] in pc.SOURCES
 
 
+def test_the_docstrings_are_read_in_a_child_that_keeps_its_imports_to_itself():
+    """The child gives the entries this process would, and what it imports stays there: importing
+    ``torch.distributed.debug`` in the caller registered a handler whose C++ destructor aborted the interpreter at
+    exit (``pytest tests/cli`` ended in rc 134 after every test passed)."""
+    import sys
+
+    got = pc.doc_entries_in_child(["json", "textwrap"])
+    assert got == pc.gather_doc_entries(["json", "textwrap"])
+    assert any(q.startswith("json.") for q, _ in got) and any(q.startswith("textwrap.") for q, _ in got)
+    before = "torch.distributed.debug" in sys.modules
+    pc.doc_entries_in_child(["torch.distributed.debug"])
+    assert ("torch.distributed.debug" in sys.modules) == before
+
+
+def test_a_child_that_fails_is_a_clear_error(monkeypatch):
+    import sys
+
+    from eaglelab.engine.errors import EagleLabError
+
+    monkeypatch.setattr(sys, "executable", "false")
+    with pytest.raises(EagleLabError, match="docstrings source's child process .* failed: exit status 1"):
+        pc.doc_entries_in_child(["json"])
+
+
 def test_a_prompts_file_without_prompts_is_a_clear_error(tmp_path):
     from eaglelab.engine.errors import ConfigError
 
