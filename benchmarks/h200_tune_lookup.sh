@@ -16,6 +16,11 @@
 #           branch) T's profile chose, as a user gets it after a tune, against plain decoding in the same run
 #   call V  carry .carry/assets .whl (right after U)   STAGE=V: `eaglelab tune --batch-sizes 8,32` (a branch of 8
 #           beside each best tree); its profile keeps T's batch-1 bucket (same regime: tune merges)
+#   calls R, S  carry .carry/assets .whl (right after T or U: the GGUF stays on the warm machine)   STAGE=R, S:
+#           `bench --figures` at batch 1 on the shipped profile's tree, 5/4/24 + a branch of 16, without (R) and with
+#           (S) --lookup-spill (rows whose last token is new verify the drafter's best 40 nodes instead of the
+#           branch): does the second tree selection in the captured draft phase cost less than the 2-3% more tokens
+#           a cycle it gave on the CPU (benchmarks/results/cpu_2026-12-05c/)? Each against plain decoding in its run.
 #   call G  carry .whl   STAGE=G: the 10 GPU tests the 2026-12-05 calls did not reach (the whole set takes more
 #           than 290 s on a fresh H200: 28 of 38 passed in that time, twice); no GGUF needed
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s); for a dry run DEVICE
@@ -26,7 +31,7 @@
 #   DRY=/tmp/drytl DEVICE=cpu TUNE_EXTRA="--prompts 2 --max-new-tokens 16 --cost-tokens 4 --lookup-tokens 4" \
 #   FIG_EXTRA="--code-prompts 2 --max-new-tokens 16" bash benchmarks/dry_run_cpu.sh h200_tune_lookup.sh "C:.carry/mq1 .whl" "C:.carry/mq2 .whl" \
 #     "C:.carry/mq3 .whl" "T:.carry/mq4 .carry/assets .whl" "U:.carry/assets .whl" "V:.carry/assets .whl"
-STAGE=${STAGE:?set STAGE=C, T, U, V or G}
+STAGE=${STAGE:?set STAGE=C, T, U, R, S, V or G}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 
@@ -65,6 +70,20 @@ stage_u() {
     --batch-sizes 1 --max-new-tokens 128 --repeats 2 --json "$R/h200_figures_b1_tuned.json" ${FIG_EXTRA:-}
 }
 
+# figures_tree NAME [FLAGS]: bench --figures at batch 1 on 5/4/24 + 16 (the shipped H200 profile's batch-1 choice)
+figures_tree() {
+  [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold"; exit 3; }
+  local name=$1; shift
+  TAIL=60 run "$name" $(left) $EL bench --figures --model default --draft $SHIPPED --device "$DEVICE" \
+    --batch-sizes 1 --steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16 "$@" --max-new-tokens 128 --repeats 2 \
+    --json "$R/h200_$name.json" ${FIG_EXTRA:-}
+}
+stage_r() {
+  figures_tree figures_b1_branch16
+}
+stage_s() {
+  figures_tree figures_b1_branch16_spill --lookup-spill
+}
 stage_v() {
   [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call U"; exit 3; }
   tune_at tune_b8_b32 $(left) 8,32
@@ -72,4 +91,4 @@ stage_v() {
 
 export STAGE_S=${STAGE_S:-$(case $STAGE in C) echo 60;; *) echo 570;; esac)}
 watchdog "$0"
-run_stage C T U V G
+run_stage C T U R S V G

@@ -72,17 +72,20 @@ def correct_flags(call: dict[str, torch.Tensor], truth: list[int]) -> torch.Tens
 
 
 def record_cycles(engine, prompts: list[list[int]], max_new_tokens: int,
-                  progress=lambda i, n, cycles, mean: None) -> dict[str, torch.Tensor]:
+                  progress=lambda i, n, cycles, mean: None, outputs: list | None = None) -> dict[str, torch.Tensor]:
     """Run ``engine`` (batch 1, a tree keeping every candidate) over ``prompts``: per complete cycle (not cut by
     the token budget) every candidate and whether it is correct, as tensors ``[cycles, candidates]``, plus
-    ``prompt`` and ``full_accept_len`` ``[cycles]``. Checks each cycle: the correct candidates are exactly the
-    drafted tokens the engine accepted."""
+    ``prompt``, ``full_accept_len`` and ``root`` (the index of the cycle's root in its prompt's output)
+    ``[cycles]``; each prompt's output goes into ``outputs`` when given. Checks each cycle: the correct candidates
+    are exactly the drafted tokens the engine accepted."""
     cols: dict[str, list[torch.Tensor]] = {}
-    prompt_of, full_len = [], []
+    prompt_of, full_len, roots = [], [], []
     for i, prompt in enumerate(prompts):
         with Recorder() as rec:
             res = engine.generate([prompt], max_new_tokens)
         gen = res.tokens[0]
+        if outputs is not None:
+            outputs.append(list(gen))
         lens = [cyc[0] for cyc in res.accept_lens]
         assert len(lens) == len(rec.calls), f"{len(rec.calls)} trees built for {len(lens)} cycles"
         root = 0  # the cycle's root: generated token `root` (the first comes from the prompt's forward)
@@ -96,11 +99,13 @@ def record_cycles(engine, prompts: list[list[int]], max_new_tokens: int,
                     cols.setdefault(k, []).append(v)
                 prompt_of.append(i)
                 full_len.append(a)
+                roots.append(root)
             root += a
         progress(i + 1, len(prompts), len(lens), sum(lens) / max(len(lens), 1))
     out = {k: torch.stack(v) for k, v in cols.items()}
     out["prompt"] = torch.tensor(prompt_of, dtype=torch.long)
     out["full_accept_len"] = torch.tensor(full_len, dtype=torch.long)
+    out["root"] = torch.tensor(roots, dtype=torch.long)
     return out
 
 
@@ -144,12 +149,14 @@ def main() -> int:
         print(f"prompt {i}/{n}: {cycles} cycles, accepted {mean:.2f} ({time.perf_counter() - t0:.0f} s)",
               file=sys.stderr, flush=True)
 
-    out = record_cycles(engine, ids, args.max_new_tokens, progress)
+    outputs: list[list[int]] = []
+    out = record_cycles(engine, ids, args.max_new_tokens, progress, outputs)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in out.items()}, args.out)
     meta = {"set": args.set, "file": args.file, "skip": args.skip, "prompts": len(ids), "spec": s.spec.to_dict(),
             "device": s.device_label, "dtype": s.dtype_name, "torch": torch.__version__,
-            "max_new_tokens": args.max_new_tokens, "cycles": int(out["prompt"].shape[0]), "categories": cats}
+            "max_new_tokens": args.max_new_tokens, "cycles": int(out["prompt"].shape[0]), "categories": cats,
+            "prompt_ids": ids, "outputs": outputs}  # a cycle's context: prompt_ids[p] + outputs[p][: root + 1]
     Path(args.out).with_suffix(".json").write_text(json.dumps(meta, indent=1) + "\n")
     print(f"{meta['cycles']} cycles from {len(ids)} prompts -> {args.out}", file=sys.stderr)
     return 0

@@ -23,7 +23,7 @@ from eaglelab.engine.runtime.contracts import DraftView, Runner
 from eaglelab.engine.model.eagle3 import Eagle3Network
 from eaglelab.engine.model.layers import EAGER_KERNELS, prefix_mask
 from eaglelab.engine.runtime.spec_config import SpecConfig
-from eaglelab.engine.runtime.lookup import MAX_NGRAM, MIN_NGRAM, graft_chain, lookup_chain, record
+from eaglelab.engine.runtime.lookup import MAX_NGRAM, MIN_NGRAM, branch_or_tree, graft_chain, lookup_chain, record
 from eaglelab.engine.runtime.tree import DraftTree, TreeBuilder, chain_tree
 
 
@@ -161,8 +161,12 @@ class Eagle3Drafter:
             return tree.tokens, tree.parents, tree.depth, tree.mask, tree.rank
         history = self.cache.tokens[:B]
         history[torch.arange(B, device=dev), lengths] = root  # the root joins the history at its position
-        chain = lookup_chain(history, lengths + 1, self.spec.lookup_tokens)  # [B, k]
-        return graft_chain(tree.tokens, tree.parents, tree.depth, tree.mask, tree.rank, chain, K)
+        chain, matched = lookup_chain(history, lengths + 1, self.spec.lookup_tokens, with_match=True)  # [B, k], [B]
+        grafted = graft_chain(tree.tokens, tree.parents, tree.depth, tree.mask, tree.rank, chain, K)
+        if not self.spec.lookup_spill:
+            return grafted
+        wide = builder.finish(self.spec.tree_nodes)  # the same rows, all the drafter's
+        return branch_or_tree(grafted, (wide.tokens, wide.parents, wide.depth, wide.mask, wide.rank), matched)
 
     def cycle_parts(self) -> dict:
         """The draft and draft-extend functions, for an engine running a whole cycle as one phase."""

@@ -13,7 +13,9 @@ Pure tensor functions with fixed shapes and no host synchronisation (they run in
   returns the ``k`` tokens that followed it. A continuation that runs into the context's end wraps around the
   repeat (``a b c a b c`` continues ``a b c``), so a loop is proposed as far as it would go on;
 * :func:`graft_chain` adds those ``k`` tokens to a tree as a chain hanging off the root (node ``N`` the root's
-  child, node ``N + j`` the child of ``N + j - 1``), sibling rank ``topk`` (after the drafter's children).
+  child, node ``N + j`` the child of ``N + j - 1``), sibling rank ``topk`` (after the drafter's children);
+* :func:`branch_or_tree` (``SpecConfig.lookup_spill``) keeps that tree only where the lookup matched: where the
+  context's last token never occurred before, the row verifies the drafter's best ``N + k`` nodes instead.
 
 Worked example, one row, history ``[5, 7, 9, 4, 5, 7]`` (context length 6), k = 3, max_ngram 2: the tail
 ``5 7`` last appeared ending at position 1, so the chain is ``9 4 5`` (positions 2, 3, 4).
@@ -29,10 +31,11 @@ MIN_NGRAM = 1
 
 
 def lookup_chain(history: Tensor, context_len: Tensor, k: int, max_ngram: int = MAX_NGRAM,
-                 min_ngram: int = MIN_NGRAM) -> Tensor:
+                 min_ngram: int = MIN_NGRAM, with_match: bool = False) -> Tensor | tuple[Tensor, Tensor]:
     """``history [B, S]`` (token ids by position; positions ``>= context_len`` are ignored) and ``context_len
-    [B]`` (>= 1) -> the proposed continuation ``[B, k]``. A row without any match proposes its last token
-    repeated (a guess the verify rejects or keeps like any other)."""
+    [B]`` (>= 1) -> the proposed continuation ``[B, k]`` (and, ``with_match``, the matched tail's length ``[B]``,
+    0 where nothing matched). A row without any match proposes its last token repeated (a guess the verify
+    rejects or keeps like any other)."""
     B, S = history.shape
     pos = torch.arange(S, device=history.device)
     last = (context_len - 1)[:, None]  # [B, 1]: the context's last position (the root)
@@ -49,7 +52,8 @@ def lookup_chain(history: Tensor, context_len: Tensor, k: int, max_ngram: int = 
     end = torch.where(best >= 0, best % S, last - 1)  # [B, 1]: where the match ends (no match: the root repeats)
     period = (last - end).clamp(min=1)  # [B, 1]
     steps = torch.arange(k, device=history.device)[None, :]  # [1, k]
-    return history.gather(1, (end + 1 + steps % period).clamp(0, S - 1))
+    chain = history.gather(1, (end + 1 + steps % period).clamp(0, S - 1))
+    return (chain, torch.where(best >= 0, best // S, 0)[:, 0]) if with_match else chain
 
 
 def graft_chain(tokens: Tensor, parents: Tensor, depth: Tensor, mask: Tensor, rank: Tensor, chain: Tensor,
@@ -72,6 +76,14 @@ def graft_chain(tokens: Tensor, parents: Tensor, depth: Tensor, mask: Tensor, ra
             torch.cat([depth, (steps + 1).expand(B, k)], dim=1),
             torch.cat([top, bottom.expand(B, k, N + k)], dim=1),
             torch.cat([rank, torch.full((B, k), topk, dtype=rank.dtype, device=dev)], dim=1))
+
+
+def branch_or_tree(grafted: tuple[Tensor, ...], wide: tuple[Tensor, ...], matched: Tensor) -> tuple[Tensor, ...]:
+    """Per row, the tree with its lookup branch (``grafted``: the five tensors of :func:`graft_chain`) where the
+    lookup matched (``matched [B] > 0``), else ``wide``: the drafter's own tree of as many nodes (no match means the
+    branch would only repeat the root; its rows serve the tree better). Shapes match, so it runs captured."""
+    rows = matched > 0
+    return tuple(torch.where(rows.view(-1, *[1] * (g.dim() - 1)), g, w) for g, w in zip(grafted, wide))
 
 
 def record(history: Tensor, positions: Tensor, tokens: Tensor, keep: Tensor) -> None:

@@ -42,6 +42,10 @@ class SpecConfig:
     # A prompt-lookup branch of this many tokens beside an EAGLE-3 tree (``runtime/lookup.py``): the continuation
     # of the context's latest earlier n-gram, verified with the tree. 0: none.
     lookup_tokens: int = 0
+    # Where the context's last token never occurred before (the lookup has nothing to copy and would propose the
+    # root repeated), the branch's rows go to the tree instead: the drafter's best draft_tokens + lookup_tokens
+    # nodes, the same rows verified. Chosen per row and cycle inside the captured draft phase.
+    lookup_spill: bool = False
 
     def plain(self) -> "SpecConfig":
         """Plain decoding with these graph and compile settings: the baseline a speculative run is measured against."""
@@ -65,6 +69,14 @@ class SpecConfig:
             raise ConfigError("a lookup branch rides beside an EAGLE-3 drafter's tree", field="--lookup-tokens",
                               found=f"{self.lookup_tokens} with algorithm {self.algorithm}",
                               hint="give an EAGLE-3 --draft, or --draft ngram for the lookup alone")
+        if self.lookup_spill and self.lookup_tokens:
+            most = 1 + self.topk + (self.num_steps - 1) * self.topk * self.topk
+            if self.draft_tokens + self.lookup_tokens > most:
+                raise ConfigError(
+                    "the branch's rows spill into the tree, which has fewer candidates", field="--lookup-spill",
+                    found=f"{self.draft_tokens} draft tokens + {self.lookup_tokens} lookup tokens",
+                    expected=f"at most {most} (1 + topk + (steps - 1) * topk^2) in all",
+                    hint="a smaller --lookup-tokens or --draft-tokens, more --steps or --topk, or --no-lookup-spill")
         if self.num_draft_tokens == 0:
             return
         if self.topk == 1 and self.num_draft_tokens != self.num_steps + 1:

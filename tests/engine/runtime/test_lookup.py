@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.errors import ConfigError
-from eaglelab.engine.runtime.lookup import graft_chain, lookup_chain, record
+from eaglelab.engine.runtime.lookup import branch_or_tree, graft_chain, lookup_chain, record
 from eaglelab.engine.runtime.spec_config import MAX_LOOKUP_TOKENS, SpecConfig
 from eaglelab.engine.runtime.tree import TreeBuilder, make_tree
 from eaglelab.engine.runtime.verification import greedy_accept
@@ -42,6 +42,17 @@ def test_lookup_matches_the_plain_python_search(contexts, k, max_ngram, junk):
         history[b, :len(c)] = torch.tensor(c)
     got = lookup_chain(history, torch.tensor([len(c) for c in contexts]), k, max_ngram=max_ngram)
     assert got.tolist() == [reference_lookup(c, k, max_ngram) for c in contexts]
+    chain, matched = lookup_chain(history, torch.tensor([len(c) for c in contexts]), k, max_ngram=max_ngram,
+                                  with_match=True)
+    assert chain.tolist() == got.tolist()
+    assert matched.tolist() == [reference_match(c, max_ngram) for c in contexts]
+
+
+def reference_match(context: list[int], max_ngram: int = 4) -> int:
+    """The longest tail of at most ``max_ngram`` tokens that occurred earlier (0: the last token is new)."""
+    last = len(context) - 1
+    return max((n for n in range(1, min(max_ngram, len(context)) + 1)
+                for end in range(n - 1, last) if context[end - n + 1: end + 1] == context[last - n + 1:]), default=0)
 
 
 def test_lookup_worked_examples():
@@ -90,6 +101,39 @@ def test_a_grafted_tree_is_a_tree_and_greedy_acceptance_walks_it_as_the_referenc
         assert (acc.accept_len[b].item(), acc.path[b].tolist(), acc.tokens[b].tolist(), acc.bonus[b].item()) == want
 
 
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 10**6), matched=st.lists(st.integers(0, 4), min_size=1, max_size=4),
+       k=st.integers(1, 9), vocab=st.integers(4, 6))
+def test_a_row_whose_lookup_found_nothing_verifies_the_drafters_wider_tree(seed, matched, k, vocab):
+    """lookup_spill: per row, the tree and its branch where the lookup matched, else the drafter's best 24 + k
+    nodes of the same expansion (:meth:`TreeBuilder.finish`), in the same rows; either is a tree, and greedy
+    acceptance walks it as the reference."""
+    batch, topk, steps, nodes = len(matched), 4, 5, 24
+    g = torch.Generator().manual_seed(seed)
+    builder = TreeBuilder(torch.randint(0, vocab, (batch,), generator=g), topk)
+    builder.step(torch.randn(batch, vocab, generator=g))
+    for _ in range(steps - 1):
+        builder.step(torch.randn(batch, topk, vocab, generator=g))
+    t = builder.finish(nodes)
+    chain = torch.randint(0, vocab, (batch, k), generator=g)
+    grafted = graft_chain(t.tokens, t.parents, t.depth, t.mask, t.rank, chain, topk)
+    w = builder.finish(nodes + k)
+    wide = (w.tokens, w.parents, w.depth, w.mask, w.rank)
+    got = branch_or_tree(grafted, wide, torch.tensor(matched))
+    for b, m in enumerate(matched):
+        want = grafted if m else wide
+        assert all(torch.equal(x[b], y[b]) for x, y in zip(got, want))
+    tokens, parents, depth, mask, _ = got
+    ref = make_tree(tokens, parents)
+    assert (ref.depth == depth).all() and (ref.mask == mask).all()
+    logits = torch.randn(batch, nodes + k, vocab, generator=g)
+    max_depth = max(steps, k)
+    acc = greedy_accept(make_tree(tokens, parents, max_depth=max_depth), logits)
+    for b in range(batch):
+        want = _reference_greedy(tokens[b].tolist(), parents[b].tolist(), logits[b].argmax(-1).tolist(), max_depth)
+        assert (acc.accept_len[b].item(), acc.path[b].tolist(), acc.tokens[b].tolist(), acc.bonus[b].item()) == want
+
+
 def test_record_writes_only_the_kept_positions_and_copy_row_moves_the_history():
     cache = KVCache(1, 3, 1, 10, 2, dtype=torch.float32, device="cpu", history=True)
     record(cache.tokens, torch.tensor([[0, 1, 2], [4, 5, 6]]), torch.tensor([[7, 8, 9], [1, 2, 3]]),
@@ -112,6 +156,13 @@ def test_the_spec_sizes_the_tree_and_refuses_a_lookup_it_cannot_run():
         SpecConfig("eagle3", lookup_tokens=-1)
     with pytest.raises(ConfigError, match="EAGLE-3"):
         SpecConfig("ngram", num_steps=4, lookup_tokens=4)
+    # spilling the branch's rows into the tree needs that many candidates: 5 steps of topk 4 hold 68 (and the root)
+    assert SpecConfig("eagle3", num_steps=5, topk=4, num_draft_tokens=24, lookup_tokens=32, lookup_spill=True)
+    with pytest.raises(ConfigError, match="--lookup-spill") as err:
+        SpecConfig("eagle3", num_steps=2, topk=4, num_draft_tokens=16, lookup_tokens=8, lookup_spill=True)
+    assert err.value.expected.startswith("at most 21") and err.value.hint
+    with pytest.raises(ConfigError, match="--lookup-spill"):  # a chain has no candidates to spare
+        SpecConfig("eagle3", num_steps=3, topk=1, lookup_tokens=4, lookup_spill=True)
 
 
 def test_lookup_finds_long_repeats_in_wide_histories():

@@ -87,6 +87,22 @@ def test_a_lookup_branch_keeps_greedy_equal_to_plain_and_accepts_past_the_drafte
     assert max(lens) <= max(steps, lookup) + 1
 
 
+@settings(max_examples=6, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 1000), shape=st.sampled_from([(2, 3, 5), (4, 3, 10)]), lookup=st.integers(1, 6),
+       mode=st.sampled_from(["decode", "prefill"]))
+def test_a_lookup_branch_spilling_into_the_tree_keeps_greedy_equal_to_plain(target, seed, shape, lookup, mode):
+    """With lookup_spill, rows whose last token is new verify the drafter's wider tree instead of the branch
+    (the third prompt's tokens never repeat until the output does): still plain greedy's tokens and stops."""
+    topk, steps, ndt = shape
+    spec = SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=ndt, attention_mode=mode,
+                      lookup_tokens=lookup, lookup_spill=True)
+    prompts = [[20, 21, 22, 23, 24] * 4, [5, 6, 7, 8, 5, 6, 7], [40, 41, 42, 43]]
+    plain = Engine(target, eos_token_ids=(3,)).generate(prompts, 30)
+    drafter = Eagle3Drafter(random_drafter(target, seed), spec, TAPS)
+    out = Engine(target, eos_token_ids=(3,), drafter=drafter, spec=spec).generate(prompts, 30)
+    assert out.tokens == plain.tokens and out.stop_reasons == plain.stop_reasons
+
+
 @pytest.mark.parametrize("mode", ["decode", "prefill"])
 @pytest.mark.parametrize("steps", [1, 4])
 def test_ngram_greedy_equals_plain_and_accepts_repeats(target, mode, steps):
@@ -265,11 +281,12 @@ def test_a_lookup_branch_beside_the_shipped_drafter_accepts_copied_text_in_fewer
                         "Bob Jones, Rome; Carla Diaz, Madrid; David Lee, Seoul; Erin Walsh, Dublin.")]
     plain = Engine(default_target.model, eos_token_ids=()).generate(ids, 64)
     runs = {}
-    for lookup in (0, 8):
-        spec = SpecConfig("eagle3", num_steps=5, topk=4, num_draft_tokens=24, lookup_tokens=lookup)
-        runs[lookup] = Engine(default_target.model, eos_token_ids=(), drafter=Eagle3Drafter(net, spec, taps),
-                              spec=spec).generate(ids, 64)
-        assert runs[lookup].tokens == plain.tokens
+    for lookup, spill in ((0, False), (8, False), (8, True)):
+        spec = SpecConfig("eagle3", num_steps=5, topk=4, num_draft_tokens=24, lookup_tokens=lookup, lookup_spill=spill)
+        runs[lookup, spill] = Engine(default_target.model, eos_token_ids=(), drafter=Eagle3Drafter(net, spec, taps),
+                                     spec=spec).generate(ids, 64)
+        assert runs[lookup, spill].tokens == plain.tokens
+    runs[0], runs[8] = runs[0, False], runs[8, False]
     assert max(a for cyc in runs[8].accept_lens for a in cyc) > 6
     assert runs[8].cycles < runs[0].cycles
 
