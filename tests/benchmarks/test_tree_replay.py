@@ -77,8 +77,18 @@ def test_recording_the_shipped_drafter_marks_what_the_engine_accepted(default_ta
     prompts = [tok.chat_ids("Give three tips for staying healthy."), tok.chat_ids("What is a binary search?")]
     spec = SpecConfig("eagle3", num_steps=3, topk=3, num_draft_tokens=3 + 2 * 9 + 1)
     engine = Engine(default_target.model, eos_token_ids=(), drafter=Eagle3Drafter(net, spec, taps), spec=spec)
-    data = record_cycles(engine, prompts, 40)
+    outputs: list[list[int]] = []
+    data = record_cycles(engine, prompts, 40, outputs=outputs)
     cycles, cands = data["correct"].shape
+    # each cycle's root indexes its prompt's output: the next cycle starts where this one's tokens end, and the
+    # correct candidates are the tokens after the root
+    p, r, a = data["prompt"].tolist(), data["root"].tolist(), data["full_accept_len"].tolist()
+    assert len(outputs) == 2
+    assert all(r[i + 1] == r[i] + a[i] for i in range(cycles - 1) if p[i + 1] == p[i])
+    for i in range(cycles):
+        kept = data["correct"][i].nonzero().flatten()
+        path = sorted(kept.tolist(), key=lambda c: int(data["depth"][i, c]))
+        assert [int(data["token"][i, c]) for c in path] == outputs[p[i]][r[i] + 1: r[i] + a[i]]
     assert cands == 21 and cycles >= 8 and set(data["prompt"].tolist()) == {0, 1}
     assert int(data["correct"].sum()) > cycles  # the shipped drafter gets more than one token a cycle right
     full = accepted(data, data["score"].double(), cands)
