@@ -61,14 +61,19 @@ def test_lookup_worked_examples():
     assert got.tolist() == [[9, 4, 5, 7, 9], [1, 2, 3, 1, 2], [6, 6, 6, 6, 6]]
 
 
-def _drafted_tree(seed: int, batch: int, topk: int, steps: int, nodes: int, vocab: int):
-    """A tree as the drafter builds it (random logits), its five tensors."""
+def _expansion(seed: int, batch: int, topk: int, steps: int, vocab: int) -> tuple[TreeBuilder, torch.Generator]:
+    """A drafter's expansion over random logits (its builder, and the generator to draw more from)."""
     g = torch.Generator().manual_seed(seed)
     builder = TreeBuilder(torch.randint(0, vocab, (batch,), generator=g), topk)
     builder.step(torch.randn(batch, vocab, generator=g))
     for _ in range(steps - 1):
         builder.step(torch.randn(batch, topk, vocab, generator=g))
-    t = builder.finish(nodes)
+    return builder, g
+
+
+def _drafted_tree(seed: int, batch: int, topk: int, steps: int, nodes: int, vocab: int):
+    """A tree as the drafter builds it (random logits), its five tensors."""
+    t = _expansion(seed, batch, topk, steps, vocab)[0].finish(nodes)
     return t.tokens, t.parents, t.depth, t.mask, t.rank
 
 
@@ -109,11 +114,7 @@ def test_a_row_whose_lookup_found_nothing_verifies_the_drafters_wider_tree(seed,
     nodes of the same expansion (:meth:`TreeBuilder.finish`), in the same rows; either is a tree, and greedy
     acceptance walks it as the reference."""
     batch, topk, steps, nodes = len(matched), 4, 5, 24
-    g = torch.Generator().manual_seed(seed)
-    builder = TreeBuilder(torch.randint(0, vocab, (batch,), generator=g), topk)
-    builder.step(torch.randn(batch, vocab, generator=g))
-    for _ in range(steps - 1):
-        builder.step(torch.randn(batch, topk, vocab, generator=g))
+    builder, g = _expansion(seed, batch, topk, steps, vocab)
     t = builder.finish(nodes)
     chain = torch.randint(0, vocab, (batch, k), generator=g)
     grafted = graft_chain(t.tokens, t.parents, t.depth, t.mask, t.rank, chain, topk)
