@@ -253,10 +253,11 @@ def test_a_sampled_prefill_replays_the_eager_draws(tiny, spec):
     assert _phase_graph(runner, "prefill", 2, prompt=True).graph.replays == 1
 
 
-@pytest.mark.parametrize("one_graph, lookup", [(True, 0), (False, 0), (True, 4), (False, 4)])
-def test_eagle3_tree_replay_matches_eager(tiny, one_graph, lookup):
+@pytest.mark.parametrize("one_graph, lookup, spill", [(True, 0, False), (False, 0, False), (True, 4, False),
+                                                      (False, 4, False), (True, 4, True), (False, 4, True)])
+def test_eagle3_tree_replay_matches_eager(tiny, one_graph, lookup, spill):
     spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=5, attention_mode="decode", cuda_graphs=True,
-                      one_graph_cycle=one_graph, lookup_tokens=lookup)
+                      one_graph_cycle=one_graph, lookup_tokens=lookup, lookup_spill=spill)
     drafter = _drafter(tiny, spec, "eagle3")
     runner = EmulatedRunner.for_engine(tiny, spec, drafter, max_len=64, buckets=(2,))
     out = _engine(tiny, spec, drafter, runner).generate(PROMPTS[1:3], 8)
