@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import pickle
 import time
 from dataclasses import dataclass
 from typing import Any, Callable
@@ -54,7 +55,7 @@ def spawn_ranks(fn: Callable[..., Any], world_size: int, *args: Any, backend: st
     try:
         while len(out) < world_size:
             rank, value = results.get(timeout=max(0.1, deadline - time.monotonic()))
-            out[rank] = value
+            out[rank] = pickle.loads(value)
     except queue.Empty:
         raise AssertionError(f"ranks {sorted(set(range(world_size)) - set(out))} gave no result in {timeout_s} s") from None
     finally:
@@ -73,6 +74,8 @@ def _rank_main(fn, rank, world_size, port, backend, timeout_s, args, results) ->
         value = fn(tp, *args)
     except Exception as exc:  # reported to the parent as data, not swallowed
         value = RankFailure(type(exc).__name__, str(exc), isinstance(exc, TPError))
-    results.put((rank, value))
+    # by value: through the queue torch would share a tensor's storage by a file descriptor that the parent fetches
+    # from this process's resource sharer, gone once this rank exits (CI saw "FileNotFoundError" on its socket)
+    results.put((rank, pickle.dumps(value)))
     with contextlib.suppress(RuntimeError):
         tp.close()
