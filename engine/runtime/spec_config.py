@@ -70,7 +70,7 @@ class SpecConfig:
                               found=f"{self.lookup_tokens} with algorithm {self.algorithm}",
                               hint="give an EAGLE-3 --draft, or --draft ngram for the lookup alone")
         if self.lookup_spill and self.lookup_tokens:
-            most = 1 + self.topk + (self.num_steps - 1) * self.topk * self.topk
+            most = self.expansion_nodes
             if self.draft_tokens + self.lookup_tokens > most:
                 raise ConfigError(
                     "the branch's rows spill into the tree, which has fewer candidates", field="--lookup-spill",
@@ -84,7 +84,7 @@ class SpecConfig:
                 "a chain (topk 1) verifies num_steps + 1 tokens",
                 field="--draft-tokens", found=self.num_draft_tokens, expected=self.num_steps + 1,
             )
-        most = 1 + self.topk + (self.num_steps - 1) * self.topk * self.topk
+        most = self.expansion_nodes
         if not 2 <= self.num_draft_tokens <= most:
             raise ConfigError(
                 "out of range for this tree", field="--draft-tokens", found=self.num_draft_tokens,
@@ -102,7 +102,13 @@ class SpecConfig:
             return self.num_draft_tokens
         if self.topk == 1:
             return self.num_steps + 1
-        return min(1 + self.topk + (self.num_steps - 1) * self.topk * self.topk, 2 * self.num_steps * self.topk)
+        return min(self.expansion_nodes, 2 * self.num_steps * self.topk)
+
+    @property
+    def expansion_nodes(self) -> int:
+        """Every candidate the drafter's expansion holds, and the root: 1 + topk + (steps - 1) * topk^2 (the most
+        a tree can keep)."""
+        return 1 + self.topk + (self.num_steps - 1) * self.topk * self.topk
 
     @property
     def tree_nodes(self) -> int:
