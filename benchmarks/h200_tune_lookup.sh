@@ -4,13 +4,11 @@
 # STAGE and OUT set; benchmarks/device_stage.sh (sourced) does the staging.
 #
 #   calls C, C, C  carry .carry/mq1, .carry/mq2, .carry/mq3 (each with .whl)   STAGE=C: park a part of the GGUF
-#   call T  carry .carry/mq4 .carry/assets .whl   STAGE=T: joins the GGUF; every GPU test (38: real graphs, the
-#           one-graph cycle, a branch in graphs; the drafter cache's token history follows the spec since 3a86486,
-#           not re-run on a GPU since); then `eaglelab tune --batch-sizes 1` on the shipped drafter, cold, with the
-#           default branch (16) beside each confirmed tree (2026-12-05: beside the best predicted only): does the
-#           profile it writes keep a branch, and at what ratio against the shipped profile's 2.18-2.19x
-#           (h200_2026-12-04d)? (2026-12-05: the device has no textual, so the GPU tests now leave tests/tui out;
-#           with it in, collection failed and none ran)
+#   call T  carry .carry/mq4 .carry/assets .whl   STAGE=T: joins the GGUF; then `eaglelab tune --batch-sizes 1` on
+#           the shipped drafter, cold, with the default branch (16) beside each confirmed tree (2026-12-05: beside the
+#           best predicted only): does the profile it writes keep a branch, and at what ratio against the shipped
+#           profile's 2.18-2.19x (h200_2026-12-04d)? (T_TESTS=1: every GPU test first, as on 2026-12-05, when they took
+#           the stage's time; call G runs them on their own now)
 #   call U  carry .carry/assets .whl (right after T: the GGUF and the inductor cache stay on the warm machine)
 #           STAGE=U: `bench --figures` with no tree flag at batch 1 over the 80 MT-bench first turns: the tree (and
 #           branch) T's profile chose, as a user gets it after a tune, against plain decoding in the same run
@@ -21,8 +19,8 @@
 #           (S) --lookup-spill (rows whose last token is new verify the drafter's best 40 nodes instead of the
 #           branch): does the second tree selection in the captured draft phase cost less than the 2-3% more tokens
 #           a cycle it gave on the CPU (benchmarks/results/cpu_2026-12-05c/)? Each against plain decoding in its run.
-#   call G  carry .whl   STAGE=G: the 10 GPU tests the 2026-12-05 calls did not reach (the whole set takes more
-#           than 290 s on a fresh H200: 28 of 38 passed in that time, twice); no GGUF needed
+#   call G  carry .whl   STAGE=G: every GPU test, the 10 the 2026-12-05 calls did not reach first (the whole set
+#           takes more than 290 s on a fresh H200: 28 of 38 passed in that time, twice); no GGUF needed
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s); for a dry run DEVICE
 # (cuda), TUNE_EXTRA and FIG_EXTRA (more flags for tune and bench, e.g. fewer prompts and tokens).
 #
@@ -50,18 +48,19 @@ tune_at() {
 stage_t() {
   record_gpu
   join_gguf
-  TAIL=15 run gpu_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests --ignore=tests/tui
+  [ -n "${T_TESTS:-}" ] && TAIL=15 run gpu_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests --ignore=tests/tui
   tune_at tune_b1 $(left) 1
 }
 
-# the GPU tests after the first 28 in collection order (test_mla_gpu's compiled cycle onwards)
+# every GPU test, the ones no call reached on 2026-12-05 first (test_mla_gpu's compiled cycle onwards in collection
+# order), then the rest (pytest drops the duplicates)
 stage_g() {
   record_gpu
   local t=tests/engine/runtime
-  TAIL=30 run gpu_tests_rest $(left) python3 -m pytest -v -m gpu -p no:cacheprovider -rs \
+  TAIL=40 run gpu_tests $(left) python3 -m pytest -v -m gpu -p no:cacheprovider -rs --durations=15 \
     $t/test_mla_gpu.py::test_compiled_one_graph_cycle_gives_plain_greedy $t/test_one_graph_cycle.py $t/test_readback.py \
     $t/test_serve.py $t/test_tp_compile.py $t/test_verification.py tests/engine/training/test_train.py \
-    tests/examples/test_incidents.py
+    tests/examples/test_incidents.py tests --ignore=tests/tui
 }
 
 stage_u() {
