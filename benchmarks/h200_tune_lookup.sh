@@ -19,6 +19,11 @@
 #           (S) --lookup-spill (rows whose last token is new verify the drafter's best 40 nodes instead of the
 #           branch): does the second tree selection in the captured draft phase cost less than the 2-3% more tokens
 #           a cycle it gave on the CPU (benchmarks/results/cpu_2026-12-05c/)? Each against plain decoding in its run.
+#   call J  carry .carry/mq4 .carry/assets .whl (in place of T, U, R, S; 2026-12-05, second session)   STAGE=J: joins
+#           the GGUF; R's and S's figures; then the 80 MT-bench first turns served through 8 rows, plain against
+#           speculative, with `--eos` (each row ends at the model's EOS, at most 512 tokens: plain's rows no longer
+#           all end at one step) and without it (128 tokens, EOS ignored: the method of h200_2026-12-04d's 1.61x),
+#           then through 32 rows with `--eos` in what is left
 #   call G  carry .whl   STAGE=G: every GPU test, the 10 the 2026-12-05 calls did not reach first (the whole set
 #           takes more than 290 s on a fresh H200: 28 of 38 passed in that time, twice); no GGUF needed
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s); for a dry run DEVICE
@@ -29,7 +34,7 @@
 #   DRY=/tmp/drytl DEVICE=cpu TUNE_EXTRA="--prompts 2 --max-new-tokens 16 --cost-tokens 4 --lookup-tokens 4" \
 #   FIG_EXTRA="--code-prompts 2 --max-new-tokens 16" bash benchmarks/dry_run_cpu.sh h200_tune_lookup.sh "C:.carry/mq1 .whl" "C:.carry/mq2 .whl" \
 #     "C:.carry/mq3 .whl" "T:.carry/mq4 .carry/assets .whl" "U:.carry/assets .whl" "V:.carry/assets .whl"
-STAGE=${STAGE:?set STAGE=C, T, U, R, S, V or G}
+STAGE=${STAGE:?set STAGE=C, T, U, R, S, J, V or G}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 
@@ -73,7 +78,7 @@ stage_u() {
 figures_tree() {
   [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold"; exit 3; }
   local name=$1; shift
-  TAIL=60 run "$name" $(left) $EL bench --figures --model default --draft $SHIPPED --device "$DEVICE" \
+  TAIL=60 run "$name" ${FIG_LIMIT:-$(left)} $EL bench --figures --model default --draft $SHIPPED --device "$DEVICE" \
     --batch-sizes 1 --steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16 "$@" --max-new-tokens 128 --repeats 2 \
     --json "$R/h200_$name.json" ${FIG_EXTRA:-}
 }
@@ -83,6 +88,23 @@ stage_r() {
 stage_s() {
   figures_tree figures_b1_branch16_spill --lookup-spill
 }
+# served NAME LIMIT BATCH_SIZES MAX_NEW EXTRA...: the 80 MT-bench first turns as one queue through each batch size's
+# rows (the profile's tree for it), plain against speculative interleaved
+served() {
+  local name=$1 limit=$2 batches=$3 max_new=$4; shift 4
+  TAIL=40 run "$name" "$limit" $EL bench --model default --draft $SHIPPED --device "$DEVICE" --batch-sizes "$batches" \
+    --prompts 80 --max-new-tokens "$max_new" --repeats 3 --configs plain-compile-gemv-attn,spec-compile-gemv-attn \
+    --no-micro --continuous "$@" --json "$R/h200_$name.json" ${SERVED_EXTRA:-}
+}
+stage_j() {
+  record_gpu
+  join_gguf
+  FIG_LIMIT=150 figures_tree figures_b1_branch16
+  FIG_LIMIT=150 figures_tree figures_b1_branch16_spill --lookup-spill
+  served served_b8_eos512 150 8 512 --eos
+  served served_b8_128 120 8 128
+  served served_b32_eos512 $(left) 32 512 --eos
+}
 stage_v() {
   [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call U"; exit 3; }
   tune_at tune_b8_b32 $(left) 8,32
@@ -90,4 +112,4 @@ stage_v() {
 
 export STAGE_S=${STAGE_S:-$(case $STAGE in C) echo 60;; *) echo 570;; esac)}
 watchdog "$0"
-run_stage C T U R S V G
+run_stage C T U R S J V G

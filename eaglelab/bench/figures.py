@@ -95,7 +95,8 @@ def run_figures(args: argparse.Namespace, log: Callable[[str], None] = lambda m:
     head = {"schema": SCHEMA, "hardware": B.hardware(ctx.device, next(ctx.target.parameters()).dtype),
             "settings": {"model": setup.model, "plain": plain.name, "speculative": spec.name,
                          "regime": setup.regime.label, "batch_sizes": list(ctx.batch_sizes),
-                         "max_new_tokens": ctx.max_new_tokens, "repeats": ctx.repeats,
+                         "max_new_tokens": ctx.max_new_tokens, "eos_token_ids": list(ctx.eos_token_ids),
+                         "repeats": ctx.repeats,
                          "trees": {b: ctx.spec_at(b).to_dict() for b in ctx.batch_sizes},
                          "sets": {s.name: len(s.texts) for s in sets}},
             "notes": list(setup.notes)}

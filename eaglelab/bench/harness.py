@@ -13,7 +13,8 @@ Everything runs in one process on the same prompts and batch sizes:
     hf                   HF transformers ``generate`` (greedy, eager), the peer
 
 Generation length is fixed (EOS ignored, ``max_new_tokens`` per row) so every configuration
-produces the same number of tokens. Per batch size, the configurations interleave (:func:`run_batch`): each
+produces the same number of tokens; with ``eos_token_ids`` (``bench --eos``) a row ends at the model's end of
+sequence instead, as a served request does (tok/s then counts the tokens each configuration made). Per batch size, the configurations interleave (:func:`run_batch`): each
 makes one short warm-up call, then pass by pass every configuration times one pass over every prompt (in groups
 of that batch size; tok/s end to end, prefill included; the HF peer, slow, times its first group in the first pass
 only), so a change of load on the machine falls on every configuration alike; a configuration's speedup is the
@@ -121,6 +122,7 @@ class BenchContext:
     observe: bool = True  # after the timed passes, one observed pass per configuration for the phase costs
     continuous: bool = False  # serve the prompts through each batch size's rows (continuous batching), not batches
     refill_rows: int | None = None  # served: the free rows a refill waits for (None: the engine's default, B // 4)
+    eos_token_ids: tuple[int, ...] = ()  # --eos: a row ends at one of these (none: every row max_new_tokens long)
 
     def groups(self, batch: int) -> list[list[list[int]]]:
         """What one pass generates, call by call: with ``continuous`` every prompt in one call served through
@@ -301,7 +303,7 @@ class OurSystem:
             self.runner = FixedCacheEagerRunner(ctx.target, net, ctx.max_len, kernels or EAGER_KERNELS)
 
     def engine(self, observer=None) -> Engine:
-        return Engine(self.ctx.target, eos_token_ids=(), drafter=self.drafter, spec=self.spec,
+        return Engine(self.ctx.target, eos_token_ids=self.ctx.eos_token_ids, drafter=self.drafter, spec=self.spec,
                       observer=observer, runner=self.runner)
 
     def capture_stats(self) -> list[dict[str, Any]]:
@@ -632,8 +634,19 @@ def load_hf_peer(source: str | Path | dict, device: torch.device, dtype: torch.d
     return model.eval()
 
 
-def hf_generate_fn(model, device: torch.device) -> Callable[[list[list[int]], int], PeerResult]:
-    """Greedy ``model.generate`` over a left-padded batch, exactly ``max_new`` tokens per row."""
+def until_eos(row: list[int], eos_token_ids: tuple[int, ...]) -> list[int]:
+    """``row`` up to and with its first end-of-sequence token (HF pads a row that ended early)."""
+    for i, t in enumerate(row):
+        if t in eos_token_ids:
+            return row[: i + 1]
+    return row
+
+
+def hf_generate_fn(model, device: torch.device, eos_token_ids: tuple[int, ...] = ()
+                   ) -> Callable[[list[list[int]], int], PeerResult]:
+    """Greedy ``model.generate`` over a left-padded batch, exactly ``max_new`` tokens per row (``eos_token_ids``:
+    at most ``max_new``, a row ending at its first end-of-sequence token, kept, as our engine counts it)."""
+    stop = {"eos_token_id": list(eos_token_ids)} if eos_token_ids else {}
 
     @torch.inference_mode()
     def generate(group: list[list[int]], max_new: int) -> PeerResult:
@@ -644,7 +657,7 @@ def hf_generate_fn(model, device: torch.device) -> Callable[[list[list[int]], in
             ids[b, T - len(p):] = torch.tensor(p)
             attn[b, T - len(p):] = 1
         out = model.generate(input_ids=ids.to(device), attention_mask=attn.to(device), max_new_tokens=max_new,
-                             min_new_tokens=max_new, do_sample=False, pad_token_id=0)
-        return PeerResult([row[T:].tolist() for row in out])
+                             min_new_tokens=0 if stop else max_new, do_sample=False, pad_token_id=0, **stop)
+        return PeerResult([until_eos(row[T:].tolist(), eos_token_ids) for row in out])
 
     return generate

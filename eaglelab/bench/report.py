@@ -34,6 +34,7 @@ def bench_report(setup: Any, rows: list[BenchRow], micro: list[MicroRow], captur
             "batch_sizes": list(ctx.batch_sizes), "prompts": len(ctx.prompts), "max_new_tokens": ctx.max_new_tokens,
             "repeats": ctx.repeats, "static_cache_slots": ctx.max_len, "micro_context": micro_context,
             "continuous": ctx.continuous, "refill_rows": {b: ctx.refill_at(b) for b in ctx.batch_sizes},
+            "eos_token_ids": list(ctx.eos_token_ids),
             "device_reason": setup.device_reason, "dtype_reason": setup.dtype_reason,
             "speedup_baseline": baseline_name(rows, baseline), "trees": trees,
             "measured": "the headline" if headline_only else "the configurations named" if configs else "none",

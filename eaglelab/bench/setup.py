@@ -83,6 +83,7 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
         plain_kernels=built.get("plain_kernels") if cpu else None,  # and MKL for plain decoding
         tree_for=built["tree_for"], observe=observes(args), profile=built["profile"],
         continuous=getattr(args, "continuous", False), refill_rows=_refill_rows(args),
+        eos_token_ids=_eos_ids(args, built),
     )
     regime = run_regime(args, device.type, built["profile"])
     notes = built["notes"] + ([compile_prefill_note(device.type)] if args.bench_compile_prefill else [])
@@ -92,7 +93,7 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
             log(note)
     notes += [f"prompts: {len(prompts)} {what}, {how}; "
               f"{min(map(len, prompts))}..{max(map(len, prompts))} tokens",
-              f"generation: {max_new} tokens per row, EOS ignored, greedy", *peer_note(built["peer"] if runs_hf(args) else None, d, max_new)]
+              generation_note(max_new, ctx.eos_token_ids), *peer_note(built["peer"] if runs_hf(args) else None, d, max_new)]
     notes += [window_note] if window_note and max(map(len, prompts)) == keep else []
     if ctx.continuous:  # a queue no longer than the rows is one batch of that many rows, not a full one
         notes += [f"--continuous: the {len(prompts)} prompts served through each batch size's rows; at batch {b} "
@@ -102,6 +103,28 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
     micro_bs = int_list(args.micro_batch_sizes or d["micro_batch_sizes"], "--micro-batch-sizes")
     return BenchSetup(ctx, tuple(notes), built["name"], built["weight_bytes"], micro_bs, device_reason, dtype_reason,
                       dtype_name, regime)
+
+
+def _eos_ids(args: argparse.Namespace, built: dict[str, Any]) -> tuple[int, ...]:
+    """--eos: the model's end-of-sequence ids (a scale model of random weights has none to honour); else ()."""
+    if not getattr(args, "eos", False):
+        return ()
+    from eaglelab.engine.errors import EagleLabError
+
+    if not built.get("eos"):
+        found = f"--scale-model {args.scale_model}" if args.scale_model else "a model without end-of-sequence ids"
+        raise EagleLabError("no end-of-sequence token to end rows at", field="--eos", found=found,
+                            expected="a real model whose tokenizer or config names its EOS (--model)",
+                            hint="drop --eos (every row then runs --max-new-tokens), or bench a real model")
+    return built["eos"]
+
+
+def generation_note(max_new: int, eos: tuple[int, ...]) -> str:
+    """How long a row runs: always ``max_new`` tokens, or (--eos) until the model's end of sequence."""
+    if not eos:
+        return f"generation: {max_new} tokens per row, EOS ignored, greedy"
+    return (f"generation: up to {max_new} tokens per row, each ending at the model's EOS ({', '.join(map(str, eos))}) "
+            "as a served request does, greedy; tok/s counts the tokens each configuration made")
 
 
 def _refill_rows(args: argparse.Namespace) -> int | None:
@@ -227,13 +250,15 @@ def _model_setup(args, max_new: int, log, tp=None) -> dict[str, Any]:
     args.max_new_tokens = max_new  # the device's bench default, resolved
     s = build_session(args, log=log, tp=tp)
     target = s.target
+    eos = tuple(target.tokenizer.eos_token_ids if target.tokenizer else target.config.eos_token_ids)
     common = dict(target=target.model, tokenizer=target.tokenizer, spec=s.spec, make_drafter=s.draft.make,
                   name=f"{target.name} ({target.config.num_layers} layers)", notes=list(s.notes),
                   weight_bytes=decode_weight_bytes(target.model), tree_for=s.draft.tree_for if s.draft.make else None,
-                  draft=s.draft, profile=s.draft.profile)
+                  draft=s.draft, profile=s.draft.profile, eos=eos)
     if tp is not None:
         return dict(common, peer=None, peer_skip=TP_PEER_SKIP)
-    peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(target.path, target.device, target.dtype), target.device)  # noqa: E731
+    peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(target.path, target.device, target.dtype), target.device,  # noqa: E731
+                                    eos if getattr(args, "eos", False) else ())
     return dict(common, peer=peer, kernels=s.kernels, plain_kernels=None if s.plain_on_mkl else s.kernels)
 
 

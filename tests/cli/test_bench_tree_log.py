@@ -38,3 +38,45 @@ def test_the_shipped_drafter_says_its_profile_chose_the_tree(tmp_path, monkeypat
     logged = _logged_setup(tmp_path, monkeypatch, profile=True)
     trees = [m for m in logged if m.startswith("tree:")]
     assert len(trees) == 1 and "measured best for batch <= 1 on cpu" in trees[0], logged
+
+
+@pytest.mark.usefixtures("one_thread")
+def test_bench_eos_ends_rows_at_the_models_end_of_sequence(tmp_path, capsys):
+    """--eos: each row ends at SmolLM2's end of sequence, as a served request does, plain and speculative alike (in
+    float32 the same tokens); without it every row runs --max-new-tokens."""
+    from eaglelab.cli import main
+
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question_id": 1, "category": "writing",
+                                     "turns": ["Reply with the single word: yes."]}) + "\n")
+    reports = {}
+    for flag in ("--eos", "--no-eos-flag"):
+        out = tmp_path / f"bench{flag}.json"
+        extra = [flag] if flag == "--eos" else []
+        rc = main(["bench", "--model", "default", "--device", "cpu", "--questions", str(questions), "--prompts", "1",
+                   "--batch-sizes", "1", "--max-new-tokens", "48", "--repeats", "1", "--no-micro",
+                   "--configs", "plain-eager,spec-decode", "--json", str(out), *extra])
+        assert rc == 0
+        reports[flag] = json.loads(out.read_text())
+    eos = reports["--eos"]["settings"]["eos_token_ids"]
+    assert eos and reports["--no-eos-flag"]["settings"]["eos_token_ids"] == []
+    ended = {r["config"]: r["tokens"] for r in reports["--eos"]["rows"]}
+    assert ended["plain-eager"] == ended["spec-decode"] < 48  # the answer ends well before the cap
+    assert {r["tokens"] for r in reports["--no-eos-flag"]["rows"]} == {48}
+    assert "each ending at the model's EOS" in " ".join(reports["--eos"]["notes"])
+
+
+def test_bench_eos_refuses_a_scale_model(capsys):
+    from eaglelab.cli import main
+
+    assert main(["bench", "--scale-model", "tiny", "--device", "cpu", "--eos"]) == 2
+    err = " ".join(capsys.readouterr().err.split())
+    assert "--eos" in err and "--scale-model tiny" in err and "Traceback" not in err
+
+
+def test_the_hf_peer_keeps_a_row_up_to_its_first_end_of_sequence():
+    from eaglelab.bench.harness import until_eos
+
+    assert until_eos([5, 7, 2, 0, 0], (2,)) == [5, 7, 2]
+    assert until_eos([5, 7, 9], (2, 3)) == [5, 7, 9]
+    assert until_eos([3, 2], (2, 3)) == [3]
