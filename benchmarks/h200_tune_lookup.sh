@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # `eaglelab tune` measuring lookup branches beside its trees, on ONE H200 (device kind nvidia-h200). Ran
-# 2026-12-05 (C, T, U: benchmarks/results/h200_2026-12-05/); V not run, G added after. Run from the repo root with
+# 2026-12-05 (C, T, U: benchmarks/results/h200_2026-12-05/); then C, J, K, L, G on an H100, the only GPU lent
+# (benchmarks/results/h100_2026-12-05/: J's R half cut by its limit, G's tests in the wrong order); T's tune with
+# branches beside every tree, R and S on an H200, V and G still to run. Run from the repo root with
 # STAGE and OUT set; benchmarks/device_stage.sh (sourced) does the staging.
 #
 #   calls C, C, C  carry .carry/mq1, .carry/mq2, .carry/mq3 (each with .whl)   STAGE=C: park a part of the GGUF
@@ -24,8 +26,11 @@
 #           speculative, with `--eos` (each row ends at the model's EOS, at most 512 tokens: plain's rows no longer
 #           all end at one step) and without it (128 tokens, EOS ignored: the method of h200_2026-12-04d's 1.61x),
 #           then through 32 rows with `--eos` in what is left
-#   call G  carry .whl   STAGE=G: every GPU test, the 10 the 2026-12-05 calls did not reach first (the whole set
-#           takes more than 290 s on a fresh H200: 28 of 38 passed in that time, twice); no GGUF needed
+#   calls K, L  carry .carry/assets .whl (right after J)   STAGE=K: J's batch-8 pair on the H200 profile's batch-8
+#           tree named (4/4/12 + 8: a GPU with no profile drafts the default chain), --eos up to 512 and 128 tokens
+#           EOS ignored; STAGE=L: the same tree with --eos up to 128 (K's token budget, plain no longer in lockstep)
+#   call G  carry .whl   STAGE=G: the 10 GPU tests no call has reached (the whole set takes more than 290 s on a
+#           fresh H200: 28 of 38 passed in that time, twice); no GGUF needed
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s); for a dry run DEVICE
 # (cuda), TUNE_EXTRA and FIG_EXTRA (more flags for tune and bench, e.g. fewer prompts and tokens).
 #
@@ -34,7 +39,7 @@
 #   DRY=/tmp/drytl DEVICE=cpu TUNE_EXTRA="--prompts 2 --max-new-tokens 16 --cost-tokens 4 --lookup-tokens 4" \
 #   FIG_EXTRA="--code-prompts 2 --max-new-tokens 16" bash benchmarks/dry_run_cpu.sh h200_tune_lookup.sh "C:.carry/mq1 .whl" "C:.carry/mq2 .whl" \
 #     "C:.carry/mq3 .whl" "T:.carry/mq4 .carry/assets .whl" "U:.carry/assets .whl" "V:.carry/assets .whl"
-STAGE=${STAGE:?set STAGE=C, T, U, R, S, J, V or G}
+STAGE=${STAGE:?set STAGE=C, T, U, R, S, J, K, L, V or G}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 
@@ -57,15 +62,15 @@ stage_t() {
   tune_at tune_b1 $(left) 1
 }
 
-# every GPU test, the ones no call reached on 2026-12-05 first (test_mla_gpu's compiled cycle onwards in collection
-# order), then the rest (pytest drops the duplicates)
+# the 10 GPU tests no call has reached (test_mla_gpu's compiled cycle onwards in collection order), alone: named
+# before `tests` they still ran in collection order (h100_2026-12-05/G: the first 10 of 38 again)
 stage_g() {
   record_gpu
   local t=tests/engine/runtime
-  TAIL=40 run gpu_tests $(left) python3 -m pytest -v -m gpu -p no:cacheprovider -rs --durations=15 \
+  TAIL=40 run gpu_tests_rest $(left) python3 -m pytest -v -m gpu -p no:cacheprovider -rs --durations=15 \
     $t/test_mla_gpu.py::test_compiled_one_graph_cycle_gives_plain_greedy $t/test_one_graph_cycle.py $t/test_readback.py \
     $t/test_serve.py $t/test_tp_compile.py $t/test_verification.py tests/engine/training/test_train.py \
-    tests/examples/test_incidents.py tests --ignore=tests/tui
+    tests/examples/test_incidents.py
 }
 
 stage_u() {
@@ -99,11 +104,24 @@ served() {
 stage_j() {
   record_gpu
   join_gguf
-  FIG_LIMIT=150 figures_tree figures_b1_branch16
+  FIG_LIMIT=260 figures_tree figures_b1_branch16  # a cold compile first: 150 s cut it (h100_2026-12-05/J)
   FIG_LIMIT=150 figures_tree figures_b1_branch16_spill --lookup-spill
   served served_b8_eos512 150 8 512 --eos
   served served_b8_128 120 8 128
   served served_b32_eos512 $(left) 32 512 --eos
+}
+# K: J's batch-8 pair on the tree the shipped profile takes at batch 8 (4/4/12 + a branch of 8), named, for a GPU
+# the profile was not measured on (an H100 drafts the default chain without it, as J did there)
+stage_k() {
+  [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call J"; exit 3; }
+  local tree="--steps 4 --topk 4 --draft-tokens 12 --lookup-tokens 8"
+  served served_b8_eos512_4-4-12-8 150 8 512 --eos $tree
+  served served_b8_128_4-4-12-8 $(left) 8 128 $tree
+}
+# L: K's tree served with --eos at 128 tokens: K's token budget, plain's rows no longer ending in lockstep
+stage_l() {
+  [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call K"; exit 3; }
+  served served_b8_eos128_4-4-12-8 $(left) 8 128 --eos --steps 4 --topk 4 --draft-tokens 12 --lookup-tokens 8
 }
 stage_v() {
   [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call U"; exit 3; }
@@ -112,4 +130,4 @@ stage_v() {
 
 export STAGE_S=${STAGE_S:-$(case $STAGE in C) echo 60;; *) echo 570;; esac)}
 watchdog "$0"
-run_stage C T U R S J V G
+run_stage C T U R S J K L V G
