@@ -195,11 +195,18 @@ def goal_lines(figures: list[SetFigure], categories: int) -> list[dict[str, Any]
     return out
 
 
+def row_length(settings: dict[str, Any]) -> str:
+    """How long a row ran: ``max_new_tokens`` always, or (``--eos``) up to it, ending at the model's EOS."""
+    if settings.get("eos_token_ids"):
+        return f"up to {settings['max_new_tokens']} tokens a row, each ending at the model's EOS"
+    return f"{settings['max_new_tokens']} tokens a row"
+
+
 def markdown(report: dict[str, Any]) -> str:
     """The report as a markdown table per batch size, then the goals."""
     s = report["settings"]
     lines = [f"# Speculative vs plain decoding: {s['model']}", "",
-             f"{s['speculative']} over {s['plain']} ({s['regime']}), {s['max_new_tokens']} tokens a row, "
+             f"{s['speculative']} over {s['plain']} ({s['regime']}), {row_length(s)}, "
              f"{s['repeats']} interleaved passes (speedup: the median pass's ratio).", ""]
     if report.get("partial"):
         lines += [f"**Partial**: cut short after {progress(report)}; MT-bench as a whole shows only at a batch size "

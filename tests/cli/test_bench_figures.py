@@ -175,3 +175,12 @@ def test_mtbench_as_a_whole_shows_only_once_every_category_is_in(sets_files, tmp
     rep = json.loads(out.read_text())
     assert "partial" not in rep and len(rep["figures"]) == 3 * 2 + 2
     assert "Partial" not in out.with_suffix(".md").read_text()
+
+
+def test_the_figures_header_says_whether_rows_ended_at_eos():
+    from eaglelab.bench.figures import row_length
+
+    assert row_length({"max_new_tokens": 128, "eos_token_ids": []}) == "128 tokens a row"
+    assert row_length({"max_new_tokens": 128}) == "128 tokens a row"  # a report from before --eos
+    assert row_length({"max_new_tokens": 128, "eos_token_ids": [2]}) == \
+        "up to 128 tokens a row, each ending at the model's EOS"
