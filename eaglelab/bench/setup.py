@@ -257,8 +257,9 @@ def _model_setup(args, max_new: int, log, tp=None) -> dict[str, Any]:
                   draft=s.draft, profile=s.draft.profile, eos=eos)
     if tp is not None:
         return dict(common, peer=None, peer_skip=TP_PEER_SKIP)
-    peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(target.path, target.device, target.dtype), target.device,  # noqa: E731
-                                    eos if getattr(args, "eos", False) else ())
+    stop = eos if getattr(args, "eos", False) else ()
+    peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(target.path, target.device, target.dtype),  # noqa: E731
+                                    target.device, stop)
     return dict(common, peer=peer, kernels=s.kernels, plain_kernels=None if s.plain_on_mkl else s.kernels)
 
 

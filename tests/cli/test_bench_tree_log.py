@@ -80,3 +80,22 @@ def test_the_hf_peer_keeps_a_row_up_to_its_first_end_of_sequence():
     assert until_eos([5, 7, 2, 0, 0], (2,)) == [5, 7, 2]
     assert until_eos([5, 7, 9], (2, 3)) == [5, 7, 9]
     assert until_eos([3, 2], (2, 3)) == [3]
+
+
+def test_the_hf_peer_with_eos_stops_a_row_where_the_model_emits_it():
+    """The peer's greedy rows with an EOS id: the row as without it, cut after that id's first occurrence."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from eaglelab.bench.harness import hf_generate_fn
+
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=2, max_position_embeddings=64)
+    model = LlamaForCausalLM(cfg).eval()
+    cpu = torch.device("cpu")
+    full = hf_generate_fn(model, cpu)([[1, 2, 3]], 8).tokens[0]
+    assert len(full) == 8
+    eos = full[2]
+    cut = hf_generate_fn(model, cpu, (eos,))([[1, 2, 3]], 8).tokens[0]
+    assert cut == full[: full.index(eos) + 1]
