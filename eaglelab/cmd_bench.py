@@ -286,7 +286,8 @@ def _rows_table(rows, base) -> Any:
 
 def _request_table(rows) -> list[Any]:
     """Per request, what runs once before the cycles: the prompt's forward and the drafter's extend over it
-    (median over the prompt groups), so a gap between the cycles' speedup and the end-to-end one is seen."""
+    (median over the prompt groups), so a gap between the cycles' speedup and the end-to-end one is seen; then
+    :func:`_busy_table`."""
     measured = sorted((r for r in rows if r.prefill_ms is not None), key=lambda r: r.batch)
     if not measured:
         return []
@@ -300,6 +301,20 @@ def _request_table(rows) -> list[Any]:
         last = r.batch
         table.add_row(r.config, str(r.batch), _f(r.prefill_ms, "{:.2f}"), _f(r.begin_ms, "{:.2f}"),
                       _f(_request_ms(r), "{:.1f}"))
+    return [table, *_busy_table(rows)]
+
+
+def _busy_table(rows) -> list[Any]:
+    """What a pass lost beside its cycles: the rows x cycles that made tokens (a row idles from its request's end to
+    a refill, or to its group's slowest row) and the share of its time in prompt forwards."""
+    measured = sorted((r for r in rows if r.busy_rows is not None), key=lambda r: r.batch)
+    if not measured:
+        return []
+    table = _table("rows x cycles that made tokens; the pass's time in prompt forwards")
+    for col in ("config", "batch", "rows busy", "in prompts"):
+        table.add_column(col, justify="left" if col == "config" else "right")
+    for r in measured:
+        table.add_row(r.config, str(r.batch), _f(r.busy_rows, "{:.0%}"), _f(r.prefill_share, "{:.0%}"))
     return [table]
 
 

@@ -36,7 +36,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import torch
 
@@ -93,6 +93,11 @@ class BenchRow:
     # the first pass's prompt forwards: how many, and prompts per forward (--continuous: a refill each; else a group)
     prefills: int | None = None
     prompts_per_prefill: float | None = None
+    # the first pass's rows x cycles (decode steps, or speculative cycles) that made tokens: a row is idle once its
+    # request ended, until a refill (--continuous) or its group's slowest row (batches) ends; None: not our engine
+    busy_rows: float | None = None
+    # the first pass's time in prompt forwards (the observed median prompt and drafter's extend x prefills), a share
+    prefill_share: float | None = None
 
 
 @dataclass
@@ -228,15 +233,38 @@ def groups_for(prompts: list[list[int]], batch: int) -> list[list[list[int]]]:
     return [[prompts[(g * batch + i) % n] for i in range(batch)] for g in range(math.ceil(n / batch))]
 
 
-def sweep(generate: Callable, groups, max_new: int, device, clock: Callable[[], float] = time.perf_counter
-          ) -> tuple[int, float, list[int], list[list[int]], list, list[int]]:
-    """Generate every group; -> (tokens, seconds, accept lengths, per-row outputs, per group (tok/s, mean accepted
-    length or None), prompts per prompt forward (the engine's ``prefill_rows``; none from the HF peer)). Graph capture
-    and compilation inside a call (``setup_seconds``) are not generation time, as in ``eaglelab run``. ``clock``
-    reads seconds (a test's fake clock)."""
+class Sweep(NamedTuple):
+    """One pass over every prompt group (:func:`sweep`)."""
+
+    tokens: int
+    seconds: float
+    accepts: list[int]  # every live row's accepted length, cycle by cycle (speculative only)
+    outputs: list[list[int]]  # per row
+    per_group: list[tuple[float, float | None]]  # per group: tok/s, mean accepted length (or None)
+    prefills: list[int]  # prompts per prompt forward (the engine's ``prefill_rows``; none from the HF peer)
+    busy_rows: float | None  # rows x cycles that made tokens, a share (:func:`busy_row_cycles`; None: the HF peer)
+
+
+def busy_row_cycles(res: Any) -> int | None:
+    """Rows x cycles of a result that made tokens: each live row's cycle (speculative: ``accept_lens`` lists the
+    live rows of each cycle) or decode step (plain: every token but the first of a request, which its prompt's
+    forward makes). None for a result without cycles (the HF peer's)."""
+    if not hasattr(res, "cycles"):
+        return None
+    if res.accept_lens:
+        return sum(len(cycle) for cycle in res.accept_lens)
+    return sum(max(len(t) - 1, 0) for t in res.tokens)
+
+
+def sweep(generate: Callable, groups, max_new: int, device, clock: Callable[[], float] = time.perf_counter,
+          rows: int | None = None) -> Sweep:
+    """Generate every group (``rows``: the rows a call runs at most, for :attr:`Sweep.busy_rows`; None: a group's
+    size). Graph capture and compilation inside a call (``setup_seconds``) are not generation time, as in
+    ``eaglelab run``. ``clock`` reads seconds (a test's fake clock)."""
     sync(device)
     t0 = clock()
     tokens, accepts, outputs, setup, per_group, prefills = 0, [], [], 0.0, [], []
+    busy, slots = 0, 0
     for g in groups:
         g0 = clock()
         res = generate(g, max_new)
@@ -251,7 +279,11 @@ def sweep(generate: Callable, groups, max_new: int, device, clock: Callable[[], 
         prefills += getattr(res, "prefill_rows", [])
         seconds = clock() - g0 - own_setup
         per_group.append((n / seconds if seconds > 0 else 0.0, sum(acc) / len(acc) if acc else None))
-    return tokens, clock() - t0 - setup, accepts, outputs, per_group, prefills
+        live = busy_row_cycles(res)
+        if live is not None:
+            busy += live
+            slots += res.cycles * min(rows or len(g), len(g))
+    return Sweep(tokens, clock() - t0 - setup, accepts, outputs, per_group, prefills, busy / slots if slots else None)
 
 
 def engine_spec(cfg: BenchConfig, ctx: BenchContext, batch: int | None = None) -> SpecConfig:
@@ -326,6 +358,8 @@ class Contender:
     per_group: list[tuple[float, float | None]] = field(default_factory=list)  # the first pass's, per group
     compile_fallbacks: tuple[str, ...] = ()
     prefills: list[int] = field(default_factory=list)  # the first pass's prompts per prompt forward
+    rows: int | None = None  # the rows a call runs at most (served: the batch size; None: a group's size)
+    busy_rows: float | None = None  # the first pass's (Sweep.busy_rows)
 
     def warm_up(self, max_new: int) -> None:
         """One short call: allocator, kernels, lazy capture and compile (its set-up is never timed)."""
@@ -333,12 +367,12 @@ class Contender:
 
     def run_pass(self, ctx: BenchContext, clock: Callable[[], float] = time.perf_counter) -> None:
         """One timed pass over every prompt group (timed on ``clock``)."""
-        tokens, seconds, acc, outs, groups_seen, prefills = sweep(self.generate, self.groups, ctx.max_new_tokens,
-                                                                  ctx.device, clock)
-        self.passes.append((tokens / seconds if seconds > 0 else 0.0, tokens, seconds))
-        self.accepts += acc
+        got = sweep(self.generate, self.groups, ctx.max_new_tokens, ctx.device, clock, self.rows)
+        self.passes.append((got.tokens / got.seconds if got.seconds > 0 else 0.0, got.tokens, got.seconds))
+        self.accepts += got.accepts
         if len(self.passes) == 1:
-            self.outputs, self.per_group, self.prefills = outs, groups_seen, prefills
+            self.outputs, self.per_group, self.prefills, self.busy_rows = (got.outputs, got.per_group, got.prefills,
+                                                                           got.busy_rows)
 
     def row(self, ctx: BenchContext) -> BenchRow:
         """The row of what the passes measured, and (``ctx.observe``) one observed pass like them for the phase
@@ -350,10 +384,21 @@ class Contender:
                    group_tok_per_s=tuple(t for t, _ in self.per_group),
                    group_accept_len=tuple(a for _, a in self.per_group), compile_fallbacks=self.compile_fallbacks,
                    prefills=len(self.prefills) or None,
-                   prompts_per_prefill=sum(self.prefills) / len(self.prefills) if self.prefills else None)
+                   prompts_per_prefill=sum(self.prefills) / len(self.prefills) if self.prefills else None,
+                   busy_rows=self.busy_rows)
         if self.observed is not None and ctx.observe:
             row.update(observe_phases(self.observed, self.groups, ctx))
+            row["prefill_share"] = prefill_share(len(self.prefills), row.get("prefill_ms"), row.get("begin_ms"),
+                                                 calls[0][2])
         return BenchRow(**row)
+
+
+def prefill_share(prefills: int, prefill_ms: float | None, begin_ms: float | None, seconds: float) -> float | None:
+    """The share of a pass's ``seconds`` its ``prefills`` prompt forwards took, each at the observed median prompt
+    (and drafter's extend over it); None without them."""
+    if not prefills or prefill_ms is None or seconds <= 0:
+        return None
+    return prefills * (prefill_ms + (begin_ms or 0.0)) / (seconds * 1e3)
 
 
 def observe_phases(observed: Callable, groups, ctx: BenchContext) -> dict[str, Any]:
@@ -404,7 +449,7 @@ def contender(cfg: BenchConfig, ctx: BenchContext, batch: int, systems: dict[Any
     rows, refill = ctx.max_batch(batch), ctx.refill_at(batch)
     return Contender(cfg, batch, lambda g, m: system.engine().generate(g, m, max_batch=rows, refill_rows=refill),
                      lambda obs: (lambda g, m: system.engine(obs).generate(g, m, max_batch=rows, refill_rows=refill)),
-                     ctx.groups(batch))
+                     ctx.groups(batch), rows=rows)
 
 
 def run_batch(cfgs: list[BenchConfig], ctx: BenchContext, batch: int, systems: dict[Any, Any],

@@ -47,6 +47,8 @@ def test_bench_runs_on_cpu_and_writes_the_report(tmp_path, questions, capsys):
         plain = rows[("plain-eager", b)]
         assert plain["speedup"] == 1.0 and plain["tok_per_s"] > 0 and plain["tokens"] == 2 * 6  # every prompt
         assert plain["decode_ms"] > 0 and plain["graph"] == {"decode": "eager: CUDA graphs off"}
+        assert plain["busy_rows"] == 1.0  # every row of a group runs 6 tokens: busy every step
+        assert 0.0 < plain["prefill_share"] < 1.0
         for cfg in ("spec-prefill", "spec-decode"):
             r = rows[(cfg, b)]
             assert r["tokens"] == 2 * 6 and 1.0 <= r["mean_accept_len"] <= 4.0
@@ -98,12 +100,14 @@ def test_the_request_table_gives_a_requests_wall_time():
     from eaglelab.cmd_bench import _request_table
 
     rows = [BenchRow(config="spec-compile-gemv-attn", batch=1, tok_per_s=2000.0, tokens=128,
-                     group_tok_per_s=(1900.0, 2100.0), prefill_ms=3.25, begin_ms=0.41),
+                     group_tok_per_s=(1900.0, 2100.0), prefill_ms=3.25, begin_ms=0.41, busy_rows=0.797,
+                     prefill_share=0.113),
             BenchRow(config="hf", batch=1, tok_per_s=12.0, tokens=64, group_tok_per_s=(12.0,))]
     console = Console(width=80, record=True)
     console.print(*_request_table(rows))
     text = console.export_text()
     assert "32.0" in text and "3.25" in text and "0.41" in text and "hf" not in text
+    assert "80%" in text and "11%" in text  # rows x cycles that made tokens; the pass's time in prompt forwards
     assert _request_table(rows[1:]) == []
 
 
@@ -406,3 +410,26 @@ def test_the_tree_note_per_batch_size_names_the_profiles_lookup_branch():
     assert tree_notes(draft, (1, 8, 32)) == [
         "tree at batch 8: 4 steps, topk 4, 12 draft tokens, lookup 8 (the profile's bucket for batch <= 8: 1.61x)",
         "tree at batch 32: 2 steps, topk 1, 3 draft tokens (the profile's bucket for batch <= 32: 1.33x)"]
+
+
+def test_busy_rows_count_the_live_rows_of_each_cycle_against_the_rows_a_call_runs():
+    """Speculative: the live rows the engine lists per cycle; plain: a row's tokens after its first (its prompt's
+    forward makes that one); over cycles x rows. Served (rows < prompts), the rows are the batch, not the queue."""
+    from types import SimpleNamespace
+
+    from eaglelab.bench.harness import busy_row_cycles, prefill_share, sweep
+
+    spec = SimpleNamespace(tokens=[[1] * 7, [1] * 4], accept_lens=[[3, 2], [3, 1], [0]], cycles=3,
+                           setup_seconds=0.0, prefill_rows=[2])
+    assert busy_row_cycles(spec) == 5  # 2 + 2 + 1 live rows
+    plain = SimpleNamespace(tokens=[[1] * 6, [1] * 3], accept_lens=[], cycles=5, setup_seconds=0.0, prefill_rows=[2])
+    assert busy_row_cycles(plain) == 5 + 2
+    assert busy_row_cycles(SimpleNamespace(tokens=[[1, 2]])) is None  # the HF peer: no cycles
+    got = sweep(lambda g, m: plain, [[[1], [2]]], 6, torch.device("cpu"), clock=iter(range(10)).__next__)
+    assert got.busy_rows == 7 / (5 * 2)
+    served = sweep(lambda g, m: plain, [[[1]] * 9], 6, torch.device("cpu"), clock=iter(range(10)).__next__, rows=2)
+    assert served.busy_rows == 7 / (5 * 2)  # 9 prompts through 2 rows: 2 rows a cycle
+    assert sweep(lambda g, m: SimpleNamespace(tokens=[[1]]), [[[1]]], 6, torch.device("cpu"),
+                 clock=iter(range(10)).__next__).busy_rows is None
+    assert prefill_share(10, 2.0, 0.5, 0.25) == pytest.approx(0.1)  # 10 x 2.5 ms of 250 ms
+    assert prefill_share(0, 2.0, None, 1.0) is None and prefill_share(3, None, None, 1.0) is None
