@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from eaglelab.profiles import SHIPPED_NAME, BucketChoice, DeviceProfile, find_profile
+from eaglelab.profiles import SHIPPED_NAME, BucketChoice, DeviceProfile, find_profile, gpu_family
 
 DRAFT_CHOICES = "default | ngram | none | PATH"
 SHIPPED_DRAFTER = "smollm2-135m-eagle3"  # eaglelab/drafters/<this>: the drafter for the default model
@@ -120,6 +120,9 @@ def tree_note(spec: Any, flags: TreeFlags, profile: DeviceProfile | None, where:
                 f"`eaglelab tune` measures one)")
     bucket = profile.bucket(where.batch if where else 1)
     origin = "the drafter's shipped profile" if Path(profile.path).name == SHIPPED_NAME else f"profile {profile.path}"
+    if profile.stands_in_for:
+        origin += (f"; none measured on {profile.stands_in_for} itself: this {gpu_family(profile.device)} GPU's "
+                   "stands in, `eaglelab tune` measures its own")
     return (f"{tree} (measured best for batch <= {bucket.max_batch} on {profile.device}, {profile.dtype}: "
             f"{bucket.measured or 'no figure recorded'}; {origin})")
 

@@ -15,7 +15,10 @@ Where profiles come from, first match wins:
 
 A profile matches a device by name (``torch.cuda.get_device_name``, or ``cpu``) and dtype; a drafter by the
 SHA-256 of its weights and config (:func:`drafter_digest`), so a retrained drafter never inherits the old
-one's tree. This module imports no torch.
+one's tree. A GPU with no profile of its own takes one measured on a GPU of its family (:data:`GPU_FAMILIES`:
+the same chip generation, e.g. an H100 the H200's), saying so, until ``eaglelab tune`` measures its own: on an
+H100 the H200 profile's batch-8 tree served 1.64x where the default chain gave 1.46x, one session
+(benchmarks/results/h100_2026-12-05). This module imports no torch.
 
 File layout (JSON, one file may hold profiles for several devices)::
 
@@ -42,7 +45,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +113,7 @@ class DeviceProfile:
     source: str = ""  # what measured it: a command and a date, or the tune run that wrote it
     gemv_tilings: GemvTilings | None = None  # the GEMV tuner's choices on this device (None: it tunes on first use)
     path: str = field(default="", compare=False)  # the file it was read from
+    stands_in_for: str = field(default="", compare=False)  # a GPU of its family it was found for ("": its own)
 
     def bucket(self, batch: int) -> BucketChoice:
         """The smallest bucket that holds ``batch`` rows, else the largest one."""
@@ -119,6 +123,7 @@ class DeviceProfile:
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d.pop("path")
+        d.pop("stands_in_for")
         d["buckets"] = [{k: v for k, v in asdict(b).items() if k != "lookup_tokens" or v} for b in self.buckets]
         if self.gemv_tilings is None:
             d.pop("gemv_tilings")
@@ -198,21 +203,37 @@ def cache_profile_path(cache: Path, drafter_sha256: str) -> Path:
     return cache / "profiles" / f"{drafter_sha256[:16]}.json"
 
 
+# GPUs of one chip generation (the same SM architecture, so the same kernels and much the same latencies): a
+# profile measured on one stands in for another until `eaglelab tune` measures that one's own. A name matches a
+# family when one of its words is one of the family's chips ("NVIDIA H100 80GB HBM3" -> Hopper).
+GPU_FAMILIES = (("Hopper", ("H100", "H200", "H800", "H20", "GH200")),
+                ("Blackwell", ("B100", "B200", "GB200")),
+                ("Ampere", ("A100", "A800")))
+
+
+def gpu_family(device: str) -> str | None:
+    """The :data:`GPU_FAMILIES` family of a device name, None for a CPU or a GPU none lists."""
+    words = set(device.replace("-", " ").split())
+    return next((family for family, chips in GPU_FAMILIES if words & set(chips)), None)
+
+
 def find_profile(device: str, dtype: str, drafter_dir: str | Path | None, cache: Path,
                  drafter_sha256: str | None = None) -> DeviceProfile | None:
     """The profile for this drafter on this device and dtype: tune's (in ``cache``) first, then the
-    one shipped beside the drafter. None when neither has one. A file that is not a profile is an error
+    one shipped beside the drafter; failing both, one measured on a GPU of this one's family (the same order),
+    its ``stands_in_for`` naming this device. None when none fits. A file that is not a profile is an error
     that names it (a profile silently ignored would give wrong defaults without a word)."""
     if drafter_dir is None:
         return None
     sha = drafter_sha256 or drafter_digest(drafter_dir)
-    for path in (cache_profile_path(cache, sha), Path(drafter_dir) / SHIPPED_NAME):
-        if not path.is_file():
-            continue
-        for p in read_profiles(path):
-            if p.device == device and p.dtype == dtype and p.drafter_sha256 == sha:
-                return p
-    return None
+    found = [p for path in (cache_profile_path(cache, sha), Path(drafter_dir) / SHIPPED_NAME) if path.is_file()
+             for p in read_profiles(path) if p.dtype == dtype and p.drafter_sha256 == sha]
+    own = next((p for p in found if p.device == device), None)
+    if own is not None:
+        return own
+    family = gpu_family(device)
+    kin = next((p for p in found if family is not None and gpu_family(p.device) == family), None)
+    return replace(kin, stands_in_for=device) if kin is not None else None
 
 
 def read_profiles(path: Path) -> list[DeviceProfile]:
@@ -241,7 +262,6 @@ def merge_tuned(old: DeviceProfile | None, new: DeviceProfile) -> tuple[DevicePr
     merged the same way (the new run's choice wins for a shape both have).
 
     Example: old buckets 1, 8, 32, new bucket 8 -> buckets 1 (old), 8 (new), 32 (old)."""
-    from dataclasses import replace
 
     same = old is not None and (old.device, old.dtype, old.drafter_sha256) == (new.device, new.dtype,
                                                                              new.drafter_sha256)

@@ -267,7 +267,8 @@ def cuda_kernel_default(asked: bool | None, profile: Any, flag: str, library: st
     field = flag.lstrip("-").replace("-", "_")
     measured = getattr(profile, field, None) if profile is not None else None
     if measured is not None:
-        return measured, (f"{flag}: {'on' if measured else 'off'} by default, as measured on {profile.device} "
+        kin = f", a GPU of this {profile.stands_in_for}'s family" if profile.stands_in_for else ""
+        return measured, (f"{flag}: {'on' if measured else 'off'} by default, as measured on {profile.device}{kin} "
                           f"({profile.kernels_reason}); --{'no-' if measured else ''}{flag[2:]} to change it")
     return True, (f"{flag}: on by default (no measured profile for this drafter and GPU; each shape keeps {library} "
                   f"where {library} times faster on first use; `eaglelab tune` measures a profile); "

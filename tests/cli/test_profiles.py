@@ -109,3 +109,33 @@ def test_a_broken_profiles_file_is_named_with_its_field_and_a_fix(tmp_path, text
     if field:
         assert err.value.field == field
     json.dumps(str(err.value))  # a message, not an object
+
+
+def test_a_gpu_without_a_profile_takes_one_of_its_family_and_says_so(tmp_path):
+    """An H100 has no shipped profile; the H200's stands in (the same Hopper chips: on an H100 its batch-8 tree
+    served 1.64x where the default chain gave 1.46x, one session), named as such. Other families, a CPU, another dtype
+    or a drafter's own profile for the device itself never borrow."""
+    from eaglelab.draft_registry import TreeFlags, Where, tree_note
+    from eaglelab.engine.runtime.spec_config import SpecConfig
+    from eaglelab.profiles import gpu_family
+
+    assert [gpu_family(d) for d in ("NVIDIA H100 80GB HBM3", "NVIDIA H200", "NVIDIA GH200 480GB", "NVIDIA H100 PCIe",
+                                    "NVIDIA A100-SXM4-80GB", "NVIDIA A10", "NVIDIA L40S", "cpu")] == \
+        ["Hopper", "Hopper", "Hopper", "Hopper", "Ampere", None, None, None]
+    shipped = shipped_drafter_dir()
+    h100 = find_profile("NVIDIA H100 80GB HBM3", "bfloat16", shipped, tmp_path)
+    assert h100 is not None and h100.device == "NVIDIA H200" and h100.stands_in_for == "NVIDIA H100 80GB HBM3"
+    assert h100.bucket(8).label == "4 steps, topk 4, 12 draft tokens, lookup 8"
+    assert h100 == find_profile("NVIDIA H200", "bfloat16", shipped, tmp_path)  # the same profile, found for another
+    assert "stands_in_for" not in h100.to_json()
+    assert find_profile("NVIDIA H200", "bfloat16", shipped, tmp_path).stands_in_for == ""
+    assert find_profile("NVIDIA A100-SXM4-80GB", "bfloat16", shipped, tmp_path) is None
+    assert find_profile("NVIDIA H100 80GB HBM3", "float16", shipped, tmp_path) is None
+    note = tree_note(SpecConfig("eagle3", num_steps=5, topk=4, num_draft_tokens=24, lookup_tokens=16), TreeFlags(),
+                     h100, Where("NVIDIA H100 80GB HBM3", "bfloat16", 1))
+    assert "on NVIDIA H200, bfloat16" in note and "none measured on NVIDIA H100 80GB HBM3 itself" in note, note
+    assert "Hopper GPU's stands in" in note and "`eaglelab tune` measures its own" in note
+    sha = drafter_digest(shipped)  # a tune on the H100 writes its own, which then wins over the H200's
+    own = _profile(sha, device="NVIDIA H100 80GB HBM3", buckets=(BucketChoice(1, 4, 4, 12, "tuned"),))
+    write_profile(cache_profile_path(tmp_path, sha), own)
+    assert find_profile("NVIDIA H100 80GB HBM3", "bfloat16", shipped, tmp_path) == own
