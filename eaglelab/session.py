@@ -127,9 +127,8 @@ class Session:
         drafter = drafter if drafter is not None else self.drafter
         runner = runner if runner is not None else self.runner(spec, drafter)
         engine = Engine(
-            self.target.model, eos_token_ids=self.target.tokenizer.eos_token_ids if self.target.tokenizer else
-            self.target.config.eos_token_ids, drafter=drafter if spec.enabled else None, spec=spec,
-            observer=observer, runner=runner, run_info=self.run_info(baseline),
+            self.target.model, eos_token_ids=self.target.eos_token_ids, drafter=drafter if spec.enabled else None,
+            spec=spec, observer=observer, runner=runner, run_info=self.run_info(baseline),
         )
         return engine
 
@@ -410,8 +409,8 @@ def _choose_drafter(s: Session, log: Callable[[str], None]) -> None:
         s.spec_label = "off"
         return
     sp = s.spec
-    lookup = (f" + a lookup branch of {sp.lookup_tokens}" + (" (spilling into the tree when nothing repeats)"
-                                                             if sp.lookup_spill else "")) if sp.lookup_tokens else ""
+    spill = " (spilling into the tree when nothing repeats)" if sp.lookup_spill else ""
+    lookup = f" + a lookup branch of {sp.lookup_tokens}{spill}" if sp.lookup_tokens else ""
     s.spec_label = (f"{sp.algorithm}, {sp.num_steps} steps, topk {sp.topk}, {sp.draft_tokens}{lookup} tokens per verify, "
                     f"verify attention mode {sp.attention_mode}"
                     + (", one CUDA graph per cycle" if sp.cuda_graphs and runs_one_graph_cycle(sp, s.drafter, s.target.model)

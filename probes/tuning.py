@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Callable, Iterable, Protocol, Sequence
 
+from eaglelab.engine.runtime.spec_config import expansion_nodes
+
 RankPath = tuple[int, ...]
 
 
@@ -149,8 +151,8 @@ def table_from_steps(steps: Iterable[_StepLike]) -> AcceptanceCounts:
 
 # ---- the tree -----------------------------------------------------------------------------------
 def max_draft_tokens(steps: int, topk: int) -> int:
-    """The most nodes a tree can keep, root included: ``1 + topk + (steps - 1) * topk^2``."""
-    return 1 + topk + (steps - 1) * topk * topk
+    """The most nodes a tree can keep, root included (the engine's :func:`expansion_nodes`)."""
+    return expansion_nodes(steps, topk)
 
 
 def _score(table: AcceptanceTable, path: RankPath) -> float:

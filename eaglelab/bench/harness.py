@@ -17,8 +17,8 @@ produces the same number of tokens; with ``eos_token_ids`` (``bench --eos``) a r
 sequence instead, as a served request does (tok/s then counts the tokens each configuration made). Per batch size,
 the configurations interleave (:func:`run_batch`): each makes one short warm-up call, then pass by pass every
 configuration times one pass over every prompt (in groups of that batch size; tok/s end to end, prefill included;
-the HF peer, slow, times its first group in the first pass only), so a change of load on the machine falls on every configuration alike; a configuration's speedup is the
-median over passes of its tok/s over the baseline's in the same pass, the spread of those ratios kept. Then
+the HF peer, slow, times its first group in the first pass only), so a change of load on the machine falls on every
+configuration alike; a configuration's speedup is the median over passes of its tok/s over the baseline's in the same pass, the spread of those ratios kept. Then
 (unless the run is the headline alone) one observed pass per configuration for per-phase times (CUDA events,
 medians over cycles), per-request times (the prompt's phases) and graph status.
 Speedups are over our graph-captured plain decoding at the same batch size (plain-eager where

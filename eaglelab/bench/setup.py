@@ -250,7 +250,7 @@ def _model_setup(args, max_new: int, log, tp=None) -> dict[str, Any]:
     args.max_new_tokens = max_new  # the device's bench default, resolved
     s = build_session(args, log=log, tp=tp)
     target = s.target
-    eos = tuple(target.tokenizer.eos_token_ids if target.tokenizer else target.config.eos_token_ids)
+    eos = target.eos_token_ids
     common = dict(target=target.model, tokenizer=target.tokenizer, spec=s.spec, make_drafter=s.draft.make,
                   name=f"{target.name} ({target.config.num_layers} layers)", notes=list(s.notes),
                   weight_bytes=decode_weight_bytes(target.model), tree_for=s.draft.tree_for if s.draft.make else None,

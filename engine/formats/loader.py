@@ -58,6 +58,11 @@ class LoadedTarget:
     dtype: torch.dtype
     notes: tuple[str, ...] = ()  # how it was read (e.g. quantized weights dequantized on load): for the run's notes
 
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """The ids that end a row: the tokenizer's, else the config's."""
+        return tuple(self.tokenizer.eos_token_ids if self.tokenizer else self.config.eos_token_ids)
+
 
 def default_model_dir(progress: bool = True) -> Path:
     """The converted default model, converting it (once, with a progress bar) if needed."""

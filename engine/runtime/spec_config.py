@@ -12,6 +12,12 @@ ATTENTION_MODES = ("prefill", "decode")
 MAX_LOOKUP_TOKENS = 32  # a lookup branch's longest chain (a verify of the tree plus these stays a few-row forward)
 
 
+def expansion_nodes(steps: int, topk: int) -> int:
+    """Every candidate a drafter's expansion of ``steps`` steps, ``topk`` children a node, holds, and the root:
+    ``1 + topk + (steps - 1) * topk^2`` (the most a tree can keep; a chain's ``steps + 1``)."""
+    return 1 + topk + (steps - 1) * topk * topk
+
+
 @dataclass(frozen=True)
 class SpecConfig:
     """How to speculate.
@@ -106,9 +112,8 @@ class SpecConfig:
 
     @property
     def expansion_nodes(self) -> int:
-        """Every candidate the drafter's expansion holds, and the root: 1 + topk + (steps - 1) * topk^2 (the most
-        a tree can keep)."""
-        return 1 + self.topk + (self.num_steps - 1) * self.topk * self.topk
+        """Every candidate the drafter's expansion holds, and the root (:func:`expansion_nodes`)."""
+        return expansion_nodes(self.num_steps, self.topk)
 
     @property
     def tree_nodes(self) -> int:
