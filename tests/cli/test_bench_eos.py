@@ -18,20 +18,18 @@ def test_bench_eos_ends_rows_at_the_models_end_of_sequence(tmp_path, capsys):
     questions.write_text(json.dumps({"question_id": 1, "category": "writing",
                                      "turns": ["Reply with the single word: yes."]}) + "\n")
     reports = {}
-    for flag in ("--eos", "--no-eos-flag"):
-        out = tmp_path / f"bench{flag}.json"
-        extra = [flag] if flag == "--eos" else []
+    for mode, extra in (("eos", ["--eos"]), ("ignored", [])):
+        out = tmp_path / f"bench_{mode}.json"
         rc = main(["bench", "--model", "default", "--device", "cpu", "--questions", str(questions), "--prompts", "1",
                    "--batch-sizes", "1", "--max-new-tokens", "48", "--repeats", "1", "--no-micro",
                    "--configs", "plain-eager,spec-decode", "--json", str(out), *extra])
         assert rc == 0
-        reports[flag] = json.loads(out.read_text())
-    eos = reports["--eos"]["settings"]["eos_token_ids"]
-    assert eos and reports["--no-eos-flag"]["settings"]["eos_token_ids"] == []
-    ended = {r["config"]: r["tokens"] for r in reports["--eos"]["rows"]}
+        reports[mode] = json.loads(out.read_text())
+    assert reports["eos"]["settings"]["eos_token_ids"] and reports["ignored"]["settings"]["eos_token_ids"] == []
+    ended = {r["config"]: r["tokens"] for r in reports["eos"]["rows"]}
     assert ended["plain-eager"] == ended["spec-decode"] < 48  # the answer ends well before the cap
-    assert {r["tokens"] for r in reports["--no-eos-flag"]["rows"]} == {48}
-    assert "each ending at the model's EOS" in " ".join(reports["--eos"]["notes"])
+    assert {r["tokens"] for r in reports["ignored"]["rows"]} == {48}
+    assert "each ending at the model's EOS" in " ".join(reports["eos"]["notes"])
 
 
 def test_bench_eos_refuses_a_scale_model(capsys):

@@ -38,4 +38,3 @@ def test_the_shipped_drafter_says_its_profile_chose_the_tree(tmp_path, monkeypat
     logged = _logged_setup(tmp_path, monkeypatch, profile=True)
     trees = [m for m in logged if m.startswith("tree:")]
     assert len(trees) == 1 and "measured best for batch <= 1 on cpu" in trees[0], logged
-

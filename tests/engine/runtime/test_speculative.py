@@ -286,9 +286,9 @@ def test_a_lookup_branch_beside_the_shipped_drafter_accepts_copied_text_in_fewer
         runs[lookup, spill] = Engine(default_target.model, eos_token_ids=(), drafter=Eagle3Drafter(net, spec, taps),
                                      spec=spec).generate(ids, 64)
         assert runs[lookup, spill].tokens == plain.tokens
-    runs[0], runs[8] = runs[0, False], runs[8, False]
-    assert max(a for cyc in runs[8].accept_lens for a in cyc) > 6
-    assert runs[8].cycles < runs[0].cycles
+    branch, alone = runs[8, False], runs[0, False]
+    assert max(a for cyc in branch.accept_lens for a in cyc) > 6
+    assert branch.cycles < alone.cycles
 
 
 def test_cycles_report_sibling_ranks_of_the_accepted_path(target):
