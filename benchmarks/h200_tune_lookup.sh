@@ -110,18 +110,18 @@ stage_j() {
   served served_b8_128 120 8 128
   served served_b32_eos512 $(left) 32 512 --eos
 }
-# K: J's batch-8 pair on the tree the shipped profile takes at batch 8 (4/4/12 + a branch of 8), named, for a GPU
-# the profile was not measured on (an H100 drafts the default chain without it, as J did there)
+B8_TREE="--steps 4 --topk 4 --draft-tokens 12 --lookup-tokens 8"  # the H200 profile's batch-8 bucket
+# K: J's batch-8 pair on the tree the shipped profile takes at batch 8 (4/4/12 + a branch of 8), named: J ran on an
+# H100, which then drafted the default chain (a GPU without a profile now takes its family's, eaglelab/profiles.py)
 stage_k() {
   [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call J"; exit 3; }
-  local tree="--steps 4 --topk 4 --draft-tokens 12 --lookup-tokens 8"
-  served served_b8_eos512_4-4-12-8 150 8 512 --eos $tree
-  served served_b8_128_4-4-12-8 $(left) 8 128 $tree
+  served served_b8_eos512_4-4-12-8 150 8 512 --eos $B8_TREE
+  served served_b8_128_4-4-12-8 $(left) 8 128 $B8_TREE
 }
 # L: K's tree served with --eos at 128 tokens: K's token budget, plain's rows no longer ending in lockstep
 stage_l() {
   [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call K"; exit 3; }
-  served served_b8_eos128_4-4-12-8 $(left) 8 128 --eos --steps 4 --topk 4 --draft-tokens 12 --lookup-tokens 8
+  served served_b8_eos128_4-4-12-8 $(left) 8 128 --eos $B8_TREE
 }
 stage_v() {
   [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call U"; exit 3; }
