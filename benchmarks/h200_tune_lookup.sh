@@ -29,6 +29,9 @@
 #   calls K, L  carry .carry/assets .whl (right after J)   STAGE=K: J's batch-8 pair on the H200 profile's batch-8
 #           tree named (4/4/12 + 8: a GPU with no profile drafts the default chain), --eos up to 512 and 128 tokens
 #           EOS ignored; STAGE=L: the same tree with --eos up to 128 (K's token budget, plain no longer in lockstep)
+#   call H  carry .carry/mq4 .carry/assets .whl (after C, C, C)   STAGE=H: joins the GGUF; the spill's A/B at batch 1
+#           on one machine; batch 8 served with --eos up to 128 tokens on the profile's tree, refilled by 2 and by 1
+#   call I  carry .carry/assets .whl (right after H)   STAGE=I: batch 32 served with --eos; batch 8 with --eos, spilling
 #   call G  carry .whl   STAGE=G: the 10 GPU tests no call has reached (the whole set takes more than 290 s on a
 #           fresh H200: 28 of 38 passed in that time, twice); no GGUF needed
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s); for a dry run DEVICE
@@ -39,7 +42,7 @@
 #   DRY=/tmp/drytl DEVICE=cpu TUNE_EXTRA="--prompts 2 --max-new-tokens 16 --cost-tokens 4 --lookup-tokens 4" \
 #   FIG_EXTRA="--code-prompts 2 --max-new-tokens 16" bash benchmarks/dry_run_cpu.sh h200_tune_lookup.sh "C:.carry/mq1 .whl" "C:.carry/mq2 .whl" \
 #     "C:.carry/mq3 .whl" "T:.carry/mq4 .carry/assets .whl" "U:.carry/assets .whl" "V:.carry/assets .whl"
-STAGE=${STAGE:?set STAGE=C, T, U, R, S, J, K, L, V or G}
+STAGE=${STAGE:?set STAGE=C, T, U, R, S, J, K, L, H, I, V or G}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 
@@ -123,6 +126,26 @@ stage_l() {
   [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call K"; exit 3; }
   served served_b8_eos128_4-4-12-8 $(left) 8 128 --eos $B8_TREE
 }
+# H (2026-12-05, fifth session; in place of J on the next GPU): joins the GGUF; the spill's A/B at batch 1 on one
+# machine (J's run without it was cut while compiling, so its 2.34x has no same-machine partner): without the flag
+# first (it compiles, cold), then with it; then batch 8 served with --eos up to 128 tokens on the profile's tree
+# (no tree flag: the H200 profile's batch-8 bucket, or its family's on another Hopper), and with free rows
+# refilled one at a time (--refill-rows 1: with rows ending at EOS they free up one by one)
+stage_h() {
+  record_gpu
+  join_gguf
+  FIG_LIMIT=250 figures_tree figures_b1_branch16
+  FIG_LIMIT=150 figures_tree figures_b1_branch16_spill --lookup-spill
+  served served_b8_eos128 110 8 128 --eos
+  served served_b8_eos128_refill1 $(left) 8 128 --eos --refill-rows 1
+}
+# I (right after H): batch 32 served with --eos up to 128 tokens on the profile's tree; batch 8 with --eos and the
+# spill (the profile's 4/4/12 has 52 candidates for 12 + 8 rows)
+stage_i() {
+  [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call H"; exit 3; }
+  served served_b32_eos128 200 32 128 --eos
+  served served_b8_eos128_spill $(left) 8 128 --eos --lookup-spill
+}
 stage_v() {
   [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call U"; exit 3; }
   tune_at tune_b8_b32 $(left) 8,32
@@ -130,4 +153,4 @@ stage_v() {
 
 export STAGE_S=${STAGE_S:-$(case $STAGE in C) echo 60;; *) echo 570;; esac)}
 watchdog "$0"
-run_stage C T U R S J K L V G
+run_stage C T U R S J K L H I V G
