@@ -163,7 +163,7 @@ class Eagle3Drafter:
         history[torch.arange(B, device=dev), lengths] = root  # the root joins the history at its position
         chain, matched = lookup_chain(history, lengths + 1, self.spec.lookup_tokens, with_match=True)  # [B, k], [B]
         grafted = graft_chain(tree.tokens, tree.parents, tree.depth, tree.mask, tree.rank, chain, K)
-        if not self.spec.lookup_spill:
+        if not self.spec.spills:
             return grafted
         wide = builder.finish(self.spec.tree_nodes)  # the same rows, all the drafter's
         return branch_or_tree(grafted, (wide.tokens, wide.parents, wide.depth, wide.mask, wide.rank), matched)

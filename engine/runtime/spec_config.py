@@ -50,8 +50,10 @@ class SpecConfig:
     lookup_tokens: int = 0
     # Where the context's last token never occurred before (the lookup has nothing to copy and would propose the
     # root repeated), the branch's rows go to the tree instead: the drafter's best draft_tokens + lookup_tokens
-    # nodes, the same rows verified. Chosen per row and cycle inside the captured draft phase.
-    lookup_spill: bool = False
+    # nodes, the same rows verified. Chosen per row and cycle inside the captured draft phase. None (the default):
+    # wherever the drafter's expansion holds that many candidates (:attr:`spills`); True insists (refused where it
+    # does not), False never.
+    lookup_spill: bool | None = None
 
     def plain(self) -> "SpecConfig":
         """Plain decoding with these graph and compile settings: the baseline a speculative run is measured against."""
@@ -116,6 +118,15 @@ class SpecConfig:
         return expansion_nodes(self.num_steps, self.topk)
 
     @property
+    def spills(self) -> bool:
+        """Whether the lookup branch's rows go to the drafter's tree where the lookup matched nothing:
+        ``lookup_spill`` as set, else (None) wherever there is a branch and the expansion holds its rows too."""
+        if self.lookup_spill is not None:
+            return bool(self.lookup_spill and self.lookup_tokens)
+        return (self.algorithm == "eagle3" and self.lookup_tokens > 0
+                and self.draft_tokens + self.lookup_tokens <= self.expansion_nodes)
+
+    @property
     def tree_nodes(self) -> int:
         """Nodes per row the target verifies: the drafter's tree (root included) and the lookup branch."""
         return self.draft_tokens + self.lookup_tokens
@@ -139,11 +150,13 @@ class SpecConfig:
 
     @property
     def tree_label(self) -> str:
-        """The tree as the CLI names it (:func:`tree_label`)."""
-        return tree_label(self.num_steps, self.topk, self.draft_tokens, self.lookup_tokens)
+        """The tree as the CLI names it (:func:`tree_label`), ", spilling" where the branch spills (:attr:`spills`)."""
+        label = tree_label(self.num_steps, self.topk, self.draft_tokens, self.lookup_tokens)
+        return label + (", spilling" if self.spills else "")
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
+        d["lookup_spill"] = self.spills  # what ran, the default resolved
         d["num_draft_tokens"] = self.draft_tokens if self.enabled else 0
         return d
 

@@ -166,6 +166,25 @@ def test_the_spec_sizes_the_tree_and_refuses_a_lookup_it_cannot_run():
         SpecConfig("eagle3", num_steps=3, topk=1, lookup_tokens=4, lookup_spill=True)
 
 
+def test_the_branch_spills_by_default_wherever_the_expansion_holds_its_rows():
+    """lookup_spill None (the default): on where the drafter's expansion holds draft + lookup candidates, off where
+    it does not (a chain, a small tree: no error, as an explicit True gives) and without a branch; False never; the
+    report's settings say what ran."""
+    def spec(steps, topk, n, k, **kw):
+        return SpecConfig("eagle3", num_steps=steps, topk=topk, num_draft_tokens=n, lookup_tokens=k, **kw)
+
+    assert spec(5, 4, 24, 16).spills and spec(4, 4, 12, 8).spills  # the H200 profile's batch-1 and batch-8 trees
+    assert spec(4, 4, 24, 29).spills and not spec(4, 4, 24, 30).spills  # 52 and the root hold 24 + 29, not 24 + 30
+    assert not spec(2, 4, 16, 8).spills and not spec(3, 1, 4, 4).spills  # too few candidates: the branch alone
+    assert not spec(5, 4, 24, 0).spills and not spec(5, 4, 24, 16, lookup_spill=False).spills
+    assert spec(5, 4, 24, 16, lookup_spill=True).spills and not spec(5, 4, 24, 0, lookup_spill=True).spills
+    assert spec(5, 4, 24, 16).tree_label == "5 steps, topk 4, 24 draft tokens, lookup 16, spilling"
+    assert spec(2, 4, 16, 8).tree_label == "2 steps, topk 4, 16 draft tokens, lookup 8"
+    assert spec(5, 4, 24, 16).to_dict()["lookup_spill"] is True
+    assert spec(2, 4, 16, 8).to_dict()["lookup_spill"] is False
+    assert not SpecConfig("ngram", num_steps=4).spills
+
+
 def test_lookup_finds_long_repeats_in_wide_histories():
     """A row of 1,000 positions whose context ends by repeating a 50-token passage: the chain is its continuation."""
     rng = np.random.default_rng(0)
