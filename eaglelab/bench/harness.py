@@ -374,9 +374,9 @@ class Contender:
             self.outputs, self.per_group, self.prefills, self.busy_rows = (got.outputs, got.per_group, got.prefills,
                                                                            got.busy_rows)
 
-    def row(self, ctx: BenchContext) -> BenchRow:
-        """The row of what the passes measured, and (``ctx.observe``) one observed pass like them for the phase
-        times (per cycle, and per request: the prompt's phases)."""
+    def row(self, ctx: BenchContext, observe: bool = True) -> BenchRow:
+        """The row of what the passes measured, and (``ctx.observe`` and ``observe``) one observed pass like them
+        for the phase times (per cycle, and per request: the prompt's phases)."""
         calls = self.passes
         row = dict(config=self.cfg.name, batch=self.batch, tok_per_s=statistics.median(c[0] for c in calls),
                    tokens=calls[0][1], seconds=calls[0][2], sweeps_tok_per_s=tuple(c[0] for c in calls),
@@ -386,7 +386,7 @@ class Contender:
                    prefills=len(self.prefills) or None,
                    prompts_per_prefill=sum(self.prefills) / len(self.prefills) if self.prefills else None,
                    busy_rows=self.busy_rows)
-        if self.observed is not None and ctx.observe:
+        if self.observed is not None and ctx.observe and observe:
             row.update(observe_phases(self.observed, self.groups, ctx))
             row["prefill_share"] = prefill_share(len(self.prefills), row.get("prefill_ms"), row.get("begin_ms"),
                                                  calls[0][2])
@@ -453,11 +453,14 @@ def contender(cfg: BenchConfig, ctx: BenchContext, batch: int, systems: dict[Any
 
 
 def run_batch(cfgs: list[BenchConfig], ctx: BenchContext, batch: int, systems: dict[Any, Any],
-              wall: Any = None) -> tuple[list[BenchRow], dict[str, list[list[int]]]]:
+              wall: Any = None, timed: Callable[[list[BenchRow], dict[str, list[list[int]]]], None] | None = None,
+              ) -> tuple[list[BenchRow], dict[str, list[list[int]]]]:
     """Every configuration at ``batch`` rows, interleaved: each warmed up, then pass by pass every configuration
     once (so a change of load on the machine falls on all of them alike, and a pass's ratios compare like with
     like), then each observed. Configurations that cannot run here get a skipped row. ``wall``: a
-    :class:`~eaglelab.bench.walltime.WallClock` told where the time goes (None: not kept). -> (rows, outputs)."""
+    :class:`~eaglelab.bench.walltime.WallClock` told where the time goes (None: not kept). ``timed`` gets the rows
+    and outputs once the timed passes are in, before the observed passes (a run cut there keeps its figures).
+    -> (rows, outputs)."""
     part = wall.part if wall is not None else (lambda name: contextlib.nullcontext())
     rows, live = [], []
     for cfg in cfgs:
@@ -487,14 +490,17 @@ def run_batch(cfgs: list[BenchConfig], ctx: BenchContext, batch: int, systems: d
                 wall.add("timed", c.passes[-1][2])  # generation alone: the pass's lazy captures left out
         ctx.log(f"  batch {batch:>3}, pass {p + 1}/{ctx.repeats}: "
                 + ", ".join(f"{c.cfg.name} {c.passes[-1][0]:.1f}" for c in ran) + " tok/s")
+    order = {cfg.name: i for i, cfg in enumerate(cfgs)}
+    outputs = {c.cfg.name: c.outputs for c in live}
+    if timed is not None and ctx.observe and live:
+        timed(sorted(rows + [c.row(ctx, observe=False) for c in live], key=lambda r: order[r.config]), outputs)
     rows += [c.row(ctx) for c in live]
     for c in live:
         if c.cfg.gemv or c.cfg.attn:
             i = next(i for i, r in enumerate(rows) if r.config == c.cfg.name and r.skipped is None)
             rows[i] = replace(rows[i], gemv=(ctx.triton_gemv().reason or "on") if c.cfg.gemv else None,
                               decode_attn=(ctx.decode_attention().reason or "on") if c.cfg.attn else None)
-    order = {cfg.name: i for i, cfg in enumerate(cfgs)}
-    return sorted(rows, key=lambda r: order[r.config]), {c.cfg.name: c.outputs for c in live}
+    return sorted(rows, key=lambda r: order[r.config]), outputs
 
 
 def _compiled_phases(ctx: BenchContext) -> list[Any]:

@@ -97,7 +97,11 @@ def run_bench(args: argparse.Namespace, tp: Any = None, log: Callable[[str], Non
     if not args.micro_only and configs:
         systems: dict[Any, Any] = {}
         for b in ctx.batch_sizes:
-            got, outs = B.run_batch(configs, ctx, b, systems, wall=wall)
+            def timed(got, outs, b=b):  # the passes' figures on disk before the observed passes
+                seen = {name: {**res.outputs.get(name, {}), b: o} for name, o in outs.items()}
+                partial(B.finish_rows(res.rows + got, {**res.outputs, **seen}, prefer))
+
+            got, outs = B.run_batch(configs, ctx, b, systems, wall=wall, timed=timed)
             res.rows += got
             for name, o in outs.items():
                 res.outputs.setdefault(name, {})[b] = o

@@ -178,6 +178,35 @@ def test_a_bench_stopped_by_sigterm_keeps_the_partial_report_and_exits_130(tmp_p
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
 
 
+def test_a_bench_stopped_in_its_observed_pass_keeps_the_timed_passes_figures(tmp_path, questions, monkeypatch, capsys):
+    """SIGTERM while the phase costs are observed, after every timed pass of the batch size: the partial JSON holds
+    each configuration's row with its tok/s and speedup (the figures the passes measured), no phase costs; exit 130.
+    It once printed "interrupted" and kept nothing of a batch size whose passes had all run."""
+    import os
+    import signal
+
+    from eaglelab.bench import harness
+
+    def terminated(*a, **k):
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(harness, "observe_phases", terminated)
+    out = tmp_path / "bench.json"
+    rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions),
+               "--configs", "plain-eager,spec-decode", "--batch-sizes", "1", "--prompts", "2", "--max-new-tokens", "4",
+               "--repeats", "2", "--no-micro", "--json", str(out)])
+    err = " ".join(capsys.readouterr().err.split())
+    assert rc == 130 and "Traceback" not in err and 'what was measured (2 rows)' in err, err
+    rep = json.loads(out.read_text())
+    rows = {r["config"]: r for r in rep["rows"]}
+    assert rep["partial"] is True and sorted(rows) == ["plain-eager", "spec-decode"]
+    spec, plain = rows["spec-decode"], rows["plain-eager"]
+    assert len(spec["sweeps_tok_per_s"]) == 2 and spec["tok_per_s"] > 0 and plain["speedup"] == 1.0
+    ratios = [a / b for a, b in zip(spec["sweeps_tok_per_s"], plain["sweeps_tok_per_s"])]
+    assert spec["speedup"] == pytest.approx(sum(ratios) / 2)  # the median of two passes' ratios
+    assert spec["verify_ms"] is None and spec["mean_accept_len"] is not None
+
+
 def test_a_bench_cut_short_after_the_profile_keeps_it_in_the_partial_report(tmp_path, questions, monkeypatch, capsys):
     """The micro-measure (after --profile) fails: the JSON holds the rows and the profile, marked partial."""
     from eaglelab.bench import micro
