@@ -99,6 +99,15 @@ def tree_spec(algorithm: str, steps: int | None, topk: int | None, draft_tokens:
                       lookup_tokens=shape.lookup_tokens, **modes)
 
 
+def spill_note(spec: Any, asked: bool | None) -> tuple[str, ...]:
+    """What ``--lookup-spill`` (``asked`` True) did not do: a tree (batch 1's) without a lookup branch has nothing
+    to spill."""
+    if asked and not spec.lookup_tokens:
+        return ("--lookup-spill: the tree at batch 1 has no lookup branch, so nothing spills there "
+                "(--lookup-tokens K adds one)",)
+    return ()
+
+
 def device_profile(drafter_dir: str | None, where: Where | None) -> DeviceProfile | None:
     """The measured profile of an EAGLE-3 drafter directory on ``where``'s device and dtype, if any (tune's in
     the eaglelab cache first, then one shipped beside the drafter)."""
@@ -197,12 +206,12 @@ def choose_drafter(draft: str, model: str, target: Any, flags: TreeFlags = TreeF
     measured = profile.bucket(where.batch) if profile is not None and where is not None else None
     spec = tree_spec("eagle3", flags.steps, flags.topk, flags.draft_tokens, measured,
                      lookup_tokens=flags.lookup_tokens, **modes)
-    notes += (f"aux taps: {reason}", tree_note(spec, flags, profile, where))
+    notes += (f"aux taps: {reason}", tree_note(spec, flags, profile, where), *spill_note(spec, modes.get("lookup_spill")))
     return DraftChoice("eagle3", spec, _eagle3_factory(net, taps), notes, path=name, profile=profile, flags=flags)
 
 
 def random_drafter(draft: str, target: Any, flags: TreeFlags = TreeFlags(), *, seed: int = 1,
-                   draft_vocab: int | None = None) -> DraftChoice:
+                   draft_vocab: int | None = None, lookup_spill: bool | None = None) -> DraftChoice:
     """The drafter of a scale model (random weights, for cost): "default" is a random EAGLE-3 drafter of the
     target's width (``draft_vocab`` tokens, default ``RANDOM_DRAFT_VOCAB``), "ngram" and "none" as for a real
     model; a directory is refused (a trained drafter's taps mean nothing on random weights)."""
@@ -219,10 +228,12 @@ def random_drafter(draft: str, target: Any, flags: TreeFlags = TreeFlags(), *, s
     if draft != "default":
         raise EagleLabError("scale models take --draft default | ngram | none", field="--draft", found=draft)
     net, taps = random_eagle3(target, seed=seed, draft_vocab=draft_vocab or RANDOM_DRAFT_VOCAB)
-    spec = tree_spec("eagle3", flags.steps, flags.topk, flags.draft_tokens, lookup_tokens=flags.lookup_tokens)
+    spec = tree_spec("eagle3", flags.steps, flags.topk, flags.draft_tokens, lookup_tokens=flags.lookup_tokens,
+                     lookup_spill=lookup_spill)
     note = (f"drafter: random EAGLE-3 of the target's width, {net.config.draft_vocab_size}-token draft vocabulary, "
             f"taps hs{list(taps)}")
-    return DraftChoice("eagle3", spec, _eagle3_factory(net, taps), (note,), flags=flags)
+    notes = (note, *spill_note(spec, lookup_spill))
+    return DraftChoice("eagle3", spec, _eagle3_factory(net, taps), notes, flags=flags)
 
 
 def _eagle3_factory(net: Any, taps: tuple[int, ...]) -> Callable[[Any], Any]:

@@ -286,7 +286,7 @@ def _scale_setup(args, device, dtype_name: str, log, tp=None) -> dict[str, Any]:
     per_tensor = args.tp is not None
     sm = build_scale_model(args.scale_model, device=device, dtype=dtype, seed=args.seed, tp=tp, per_tensor_seed=per_tensor)
     draft = random_drafter(args.draft, sm.model, TreeFlags.from_args(args), seed=args.seed + 1,
-                           draft_vocab=args.draft_vocab)
+                           draft_vocab=args.draft_vocab, lookup_spill=getattr(args, "lookup_spill", None))
     peer, peer_skip = None, None
     if tp is not None:
         peer_skip = TP_PEER_SKIP

@@ -426,6 +426,40 @@ def test_a_lookup_branch_reaches_every_batch_sizes_engine(questions, monkeypatch
     assert all(s.lookup_tokens == 0 for s in seen if not s.enabled)
 
 
+@pytest.mark.parametrize("flag, spills", [(None, True), ("--no-lookup-spill", False), ("--lookup-spill", True)])
+def test_a_scale_models_branch_spills_as_the_flag_says(questions, monkeypatch, flag, spills):
+    """On a scale model too the branch spills by default where the tree holds its rows (3/2/6 + 3: 11 candidates
+    for 9 rows), and --no-lookup-spill / --lookup-spill reach every engine (they once never left the registry)."""
+    from eaglelab.bench import harness
+
+    seen = []
+    real = harness.engine_spec
+    def spy(cfg, ctx, batch=None):
+        seen.append(real(cfg, ctx, batch))
+        return seen[-1]
+
+    monkeypatch.setattr(harness, "engine_spec", spy)
+    rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions), "--configs",
+               "spec-decode", "--batch-sizes", "1,2", "--prompts", "2", "--max-new-tokens", "4", "--repeats", "1",
+               "--no-micro", "--steps", "3", "--topk", "2", "--draft-tokens", "6", "--lookup-tokens", "3"]
+              + ([flag] if flag else []))
+    assert rc == 0 and seen and all(s.spills is spills for s in seen)
+    assert all(("spilling" in s.tree_label) is spills for s in seen)
+
+
+def test_lookup_spill_without_a_branch_says_nothing_spills(questions, tmp_path):
+    """--lookup-spill on a tree with no lookup branch is not an error (the branch may come from a profile at other
+    batch sizes), but the report's notes say that nothing spills, and how to add a branch."""
+    out = tmp_path / "b.json"
+    rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions), "--configs",
+               "spec-decode", "--batch-sizes", "1", "--prompts", "2", "--max-new-tokens", "4", "--repeats", "1",
+               "--no-micro", "--lookup-spill", "--json", str(out)])
+    assert rc == 0
+    notes = json.loads(out.read_text())["notes"]
+    assert ("--lookup-spill: the tree at batch 1 has no lookup branch, so nothing spills there "
+            "(--lookup-tokens K adds one)") in notes
+
+
 def test_the_tree_note_per_batch_size_names_the_profiles_lookup_branch():
     """A batch size whose profile bucket differs from batch 1's is noted with its whole tree, the branch included."""
     from eaglelab.bench.setup import tree_notes
