@@ -32,6 +32,8 @@
 #   call H  carry .carry/mq4 .carry/assets .whl (after C, C, C)   STAGE=H: joins the GGUF; the spill's A/B at batch 1
 #           on one machine; batch 8 served with --eos up to 128 tokens on the profile's tree, refilled by 2 and by 1
 #   call I  carry .carry/assets .whl (right after H)   STAGE=I: batch 32 served with --eos; batch 8 with --eos, spilling
+#   call N  carry .carry/mq4 .carry/assets .whl (after C, C, C)   STAGE=N: joins the GGUF; `bench` with no tree flag at
+#           batch 1 over the 80 MT-bench first turns (the profile's tree, its branch spilling by default)
 #   call G  carry .whl   STAGE=G: the 10 GPU tests no call has reached (the whole set takes more than 290 s on a
 #           fresh H200: 28 of 38 passed in that time, twice); no GGUF needed
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s); for a dry run DEVICE
@@ -42,7 +44,7 @@
 #   DRY=/tmp/drytl DEVICE=cpu TUNE_EXTRA="--prompts 2 --max-new-tokens 16 --cost-tokens 4 --lookup-tokens 4" \
 #   FIG_EXTRA="--code-prompts 2 --max-new-tokens 16" bash benchmarks/dry_run_cpu.sh h200_tune_lookup.sh "C:.carry/mq1 .whl" "C:.carry/mq2 .whl" \
 #     "C:.carry/mq3 .whl" "T:.carry/mq4 .carry/assets .whl" "U:.carry/assets .whl" "V:.carry/assets .whl"
-STAGE=${STAGE:?set STAGE=C, T, U, R, S, J, K, L, H, I, V or G}
+STAGE=${STAGE:?set STAGE=C, T, U, R, S, J, K, L, H, I, N, V or G}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 
@@ -146,6 +148,15 @@ stage_i() {
   served served_b32_eos128 200 32 128 --eos
   served served_b8_eos128_spill $(left) 8 128 --eos --lookup-spill
 }
+# N (after C, C, C; 2026-12-05, fifth session): joins the GGUF; `bench` with no tree flag at batch 1 over the 80
+# MT-bench first turns, plain against speculative: what a user gets once the branch spills by default
+stage_n() {
+  record_gpu
+  join_gguf
+  TAIL=40 run bench_b1_default $(left) $EL bench --model default --draft $SHIPPED --device "$DEVICE" --batch-sizes 1 \
+    --prompts 80 --max-new-tokens 128 --repeats 2 --configs plain-compile-gemv-attn,spec-compile-gemv-attn --no-micro \
+    --json "$R/h200_bench_b1_default.json" ${SERVED_EXTRA:-}
+}
 stage_v() {
   [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call U"; exit 3; }
   tune_at tune_b8_b32 $(left) 8,32
@@ -153,4 +164,4 @@ stage_v() {
 
 export STAGE_S=${STAGE_S:-$(case $STAGE in C) echo 60;; *) echo 570;; esac)}
 watchdog "$0"
-run_stage C T U R S J K L H I V G
+run_stage C T U R S J K L H I N V G
