@@ -18,7 +18,8 @@ sequence instead, as a served request does (tok/s then counts the tokens each co
 the configurations interleave (:func:`run_batch`): each makes one short warm-up call, then pass by pass every
 configuration times one pass over every prompt (in groups of that batch size; tok/s end to end, prefill included;
 the HF peer, slow, times its first group in the first pass only), so a change of load on the machine falls on every
-configuration alike; a configuration's speedup is the median over passes of its tok/s over the baseline's in the same pass, the spread of those ratios kept. Then
+configuration alike; a configuration's speedup is the median over passes of its tok/s over the baseline's in the
+same pass, the spread of those ratios kept. Then
 (unless the run is the headline alone) one observed pass per configuration for per-phase times (CUDA events,
 medians over cycles), per-request times (the prompt's phases) and graph status.
 Speedups are over our graph-captured plain decoding at the same batch size (plain-eager where
@@ -374,23 +375,27 @@ class Contender:
             self.outputs, self.per_group, self.prefills, self.busy_rows = (got.outputs, got.per_group, got.prefills,
                                                                            got.busy_rows)
 
-    def row(self, ctx: BenchContext, observe: bool = True) -> BenchRow:
-        """The row of what the passes measured, and (``ctx.observe`` and ``observe``) one observed pass like them
-        for the phase times (per cycle, and per request: the prompt's phases)."""
+    def row(self) -> BenchRow:
+        """The row of what the timed passes measured (:meth:`observe` adds the phase times)."""
         calls = self.passes
-        row = dict(config=self.cfg.name, batch=self.batch, tok_per_s=statistics.median(c[0] for c in calls),
-                   tokens=calls[0][1], seconds=calls[0][2], sweeps_tok_per_s=tuple(c[0] for c in calls),
-                   mean_accept_len=sum(self.accepts) / len(self.accepts) if self.accepts else None,
-                   group_tok_per_s=tuple(t for t, _ in self.per_group),
-                   group_accept_len=tuple(a for _, a in self.per_group), compile_fallbacks=self.compile_fallbacks,
-                   prefills=len(self.prefills) or None,
-                   prompts_per_prefill=sum(self.prefills) / len(self.prefills) if self.prefills else None,
-                   busy_rows=self.busy_rows)
-        if self.observed is not None and ctx.observe and observe:
-            row.update(observe_phases(self.observed, self.groups, ctx))
-            row["prefill_share"] = prefill_share(len(self.prefills), row.get("prefill_ms"), row.get("begin_ms"),
-                                                 calls[0][2])
-        return BenchRow(**row)
+        return BenchRow(
+            config=self.cfg.name, batch=self.batch, tok_per_s=statistics.median(c[0] for c in calls),
+            tokens=calls[0][1], seconds=calls[0][2], sweeps_tok_per_s=tuple(c[0] for c in calls),
+            mean_accept_len=sum(self.accepts) / len(self.accepts) if self.accepts else None,
+            group_tok_per_s=tuple(t for t, _ in self.per_group),
+            group_accept_len=tuple(a for _, a in self.per_group), compile_fallbacks=self.compile_fallbacks,
+            prefills=len(self.prefills) or None,
+            prompts_per_prefill=sum(self.prefills) / len(self.prefills) if self.prefills else None,
+            busy_rows=self.busy_rows)
+
+    def observe(self, row: BenchRow, ctx: BenchContext) -> BenchRow:
+        """``row`` with (``ctx.observe``) one observed pass like the timed ones: the phase times per cycle, and
+        per request (the prompt's phases)."""
+        if self.observed is None or not ctx.observe:
+            return row
+        got = observe_phases(self.observed, self.groups, ctx)
+        share = prefill_share(len(self.prefills), got.get("prefill_ms"), got.get("begin_ms"), row.seconds)
+        return replace(row, **got, prefill_share=share)
 
 
 def prefill_share(prefills: int, prefill_ms: float | None, begin_ms: float | None, seconds: float) -> float | None:
@@ -430,7 +435,7 @@ def measure(generate: Callable, observed: Callable | None, cfg: BenchConfig, ctx
     c.warm_up(ctx.max_new_tokens)
     for _ in range(repeats):
         c.run_pass(ctx)
-    return c.row(ctx), c.outputs
+    return c.observe(c.row(), ctx), c.outputs
 
 
 def contender(cfg: BenchConfig, ctx: BenchContext, batch: int, systems: dict[Any, Any]) -> Contender:
@@ -492,9 +497,10 @@ def run_batch(cfgs: list[BenchConfig], ctx: BenchContext, batch: int, systems: d
                 + ", ".join(f"{c.cfg.name} {c.passes[-1][0]:.1f}" for c in ran) + " tok/s")
     order = {cfg.name: i for i, cfg in enumerate(cfgs)}
     outputs = {c.cfg.name: c.outputs for c in live}
+    passes = [c.row() for c in live]
     if timed is not None and ctx.observe and live:
-        timed(sorted(rows + [c.row(ctx, observe=False) for c in live], key=lambda r: order[r.config]), outputs)
-    rows += [c.row(ctx) for c in live]
+        timed(sorted(rows + passes, key=lambda r: order[r.config]), outputs)
+    rows += [c.observe(row, ctx) for c, row in zip(live, passes)]
     for c in live:
         if c.cfg.gemv or c.cfg.attn:
             i = next(i for i, r in enumerate(rows) if r.config == c.cfg.name and r.skipped is None)

@@ -415,7 +415,7 @@ def confirm_batch(ctx: H.BenchContext, settings: TuneSettings, systems: Systems,
             contender.run_pass(work, clock)
     out = []
     for c, contender in zip(configs, live):
-        row = contender.row(work)  # no observed pass: the contenders carry no observer
+        row = contender.row()  # no observed pass: the contenders carry no observer
         s, k, n, lookup = _four(c) if c is not None else (0, 0, 1, 0)
         out.append(Measured(s, k, n, batch, row.tok_per_s or 0.0, row.mean_accept_len, row.sweeps_tok_per_s, lookup))
     return out
