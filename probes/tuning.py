@@ -150,9 +150,7 @@ def table_from_steps(steps: Iterable[_StepLike]) -> AcceptanceCounts:
 
 
 # ---- the tree -----------------------------------------------------------------------------------
-def max_draft_tokens(steps: int, topk: int) -> int:
-    """The most nodes a tree can keep, root included (the engine's :func:`expansion_nodes`)."""
-    return expansion_nodes(steps, topk)
+max_draft_tokens = expansion_nodes  # the most nodes a tree can keep, root included: 1 + topk + (steps - 1) * topk^2
 
 
 def _score(table: AcceptanceTable, path: RankPath) -> float:

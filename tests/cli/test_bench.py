@@ -405,22 +405,29 @@ def test_continuous_with_no_more_prompts_than_rows_says_one_batch_and_no_refill(
                     "of 3 rows"]
 
 
-def test_a_lookup_branch_reaches_every_batch_sizes_engine(questions, monkeypatch):
-    """``--lookup-tokens 3`` on a scale model: the spec of each batch size's engine carries it, and the report's
-    tree says so."""
+def _engine_specs(questions, monkeypatch, configs: str, *flags: str) -> list:
+    """A tiny scale model's bench at batch 1 and 2 with ``flags`` -> the SpecConfig of every engine it built."""
     from eaglelab.bench import harness
 
     seen = []
     real = harness.engine_spec
+
     def spy(cfg, ctx, batch=None):
         seen.append(real(cfg, ctx, batch))
         return seen[-1]
 
     monkeypatch.setattr(harness, "engine_spec", spy)
     rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions), "--configs",
-               "plain-eager,spec-decode", "--batch-sizes", "1,2", "--prompts", "2", "--max-new-tokens", "4",
-               "--repeats", "1", "--no-micro", "--lookup-tokens", "3"])
+               configs, "--batch-sizes", "1,2", "--prompts", "2", "--max-new-tokens", "4", "--repeats", "1",
+               "--no-micro", *flags])
     assert rc == 0
+    return seen
+
+
+def test_a_lookup_branch_reaches_every_batch_sizes_engine(questions, monkeypatch):
+    """``--lookup-tokens 3`` on a scale model: the spec of each batch size's engine carries it, and the report's
+    tree says so."""
+    seen = _engine_specs(questions, monkeypatch, "plain-eager,spec-decode", "--lookup-tokens", "3")
     spec = [s for s in seen if s.enabled]
     assert spec and all(s.lookup_tokens == 3 and s.tree_nodes == s.draft_tokens + 3 for s in spec)
     assert all(s.lookup_tokens == 0 for s in seen if not s.enabled)
@@ -430,20 +437,9 @@ def test_a_lookup_branch_reaches_every_batch_sizes_engine(questions, monkeypatch
 def test_a_scale_models_branch_spills_as_the_flag_says(questions, monkeypatch, flag, spills):
     """On a scale model too the branch spills by default where the tree holds its rows (3/2/6 + 3: 11 candidates
     for 9 rows), and --no-lookup-spill / --lookup-spill reach every engine (they once never left the registry)."""
-    from eaglelab.bench import harness
-
-    seen = []
-    real = harness.engine_spec
-    def spy(cfg, ctx, batch=None):
-        seen.append(real(cfg, ctx, batch))
-        return seen[-1]
-
-    monkeypatch.setattr(harness, "engine_spec", spy)
-    rc = main(["bench", "--scale-model", "tiny", "--device", "cpu", "--questions", str(questions), "--configs",
-               "spec-decode", "--batch-sizes", "1,2", "--prompts", "2", "--max-new-tokens", "4", "--repeats", "1",
-               "--no-micro", "--steps", "3", "--topk", "2", "--draft-tokens", "6", "--lookup-tokens", "3"]
-              + ([flag] if flag else []))
-    assert rc == 0 and seen and all(s.spills is spills for s in seen)
+    seen = _engine_specs(questions, monkeypatch, "spec-decode", "--steps", "3", "--topk", "2", "--draft-tokens", "6",
+                         "--lookup-tokens", "3", *([flag] if flag else []))
+    assert seen and all(s.spills is spills for s in seen)
     assert all(("spilling" in s.tree_label) is spills for s in seen)
 
 
