@@ -35,6 +35,9 @@
 #   call I  carry .carry/assets .whl (right after H)   STAGE=I: batch 32 served with --eos; batch 8 with --eos, spilling
 #   call N  carry .carry/mq4 .carry/assets .whl (after C, C, C)   STAGE=N: joins the GGUF; `bench` with no tree flag at
 #           batch 1 over the 80 MT-bench first turns (the profile's tree, its branch spilling by default)
+#   call W  carry .carry/mq4 .carry/assets .whl (after C, C, C)   STAGE=W: joins the GGUF; `bench --figures` with no
+#           tree flag at batch 1, then batch 8 and 32 served with --eos up to 128 tokens: the defaults on this GPU
+#           (T, U, V may follow it on the warm machine: T joins the GGUF only where it is not there)
 #   call G  carry .whl   STAGE=G: the 10 GPU tests no call has reached (the whole set takes more than 290 s on a
 #           fresh H200: 28 of 38 passed in that time, twice); no GGUF needed
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s); for a dry run DEVICE
@@ -45,7 +48,7 @@
 #   DRY=/tmp/drytl DEVICE=cpu TUNE_EXTRA="--prompts 2 --max-new-tokens 16 --cost-tokens 4 --lookup-tokens 4" \
 #   FIG_EXTRA="--code-prompts 2 --max-new-tokens 16" bash benchmarks/dry_run_cpu.sh h200_tune_lookup.sh "C:.carry/mq1 .whl" "C:.carry/mq2 .whl" \
 #     "C:.carry/mq3 .whl" "T:.carry/mq4 .carry/assets .whl" "U:.carry/assets .whl" "V:.carry/assets .whl"
-STAGE=${STAGE:?set STAGE=C, T, U, R, S, J, K, L, H, I, N, V or G}
+STAGE=${STAGE:?set STAGE=C, T, U, R, S, J, K, L, H, I, N, W, V or G}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 
@@ -63,7 +66,7 @@ tune_at() {
 
 stage_t() {
   record_gpu
-  join_gguf
+  [ -f "$GGUF" ] || join_gguf  # after W the joined GGUF is on the warm machine
   [ -n "${T_TESTS:-}" ] && TAIL=15 run gpu_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests --ignore=tests/tui
   tune_at tune_b1 $(left) 1
 }
@@ -158,6 +161,17 @@ stage_n() {
     --prompts 80 --max-new-tokens 128 --repeats 2 --configs plain-compile-gemv-attn,spec-compile-gemv-attn --no-micro \
     --json "$R/h200_bench_b1_default.json" ${SERVED_EXTRA:-}
 }
+# W (after C, C, C; 2026-12-05, sixth session): joins the GGUF; what a user gets with no tree flag on the reference
+# GPU since the branch spills by default: `bench --figures` at batch 1 (80 MT-bench first turns by category, 40
+# HumanEval prompts), then the 80 served through 8 and 32 rows with `--eos` up to 128 tokens (h100_2026-12-05b's method)
+stage_w() {
+  record_gpu
+  join_gguf
+  TAIL=60 run figures_b1_default 260 $EL bench --figures --model default --draft $SHIPPED --device "$DEVICE" \
+    --batch-sizes 1 --max-new-tokens 128 --repeats 2 --json "$R/h200_figures_b1_default.json" ${FIG_EXTRA:-}
+  served served_b8_eos128 160 8 128 --eos
+  served served_b32_eos128 $(left) 32 128 --eos
+}
 stage_v() {
   [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call U"; exit 3; }
   tune_at tune_b8_b32 $(left) 8,32
@@ -165,4 +179,4 @@ stage_v() {
 
 export STAGE_S=${STAGE_S:-$(case $STAGE in C) echo 60;; *) echo 570;; esac)}
 watchdog "$0"
-run_stage C T U R S J K L H I N V G
+run_stage C T U R S J K L H I N W V G
