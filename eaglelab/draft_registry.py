@@ -127,13 +127,17 @@ def tree_note(spec: Any, flags: TreeFlags, profile: DeviceProfile | None, where:
         device = f" on {where.device} ({where.dtype})" if where else ""
         return (f"{tree} (default: no measured profile for this drafter{device}; "
                 f"`eaglelab tune` measures one)")
-    bucket = profile.bucket(where.batch if where else 1)
+    batch = where.batch if where else 1
+    bucket = profile.bucket(batch)
     origin = "the drafter's shipped profile" if Path(profile.path).name == SHIPPED_NAME else f"profile {profile.path}"
     if profile.stands_in_for:
         origin += (f"; none measured on {profile.stands_in_for} itself: this {gpu_family(profile.device)} GPU's "
                    "stands in, `eaglelab tune` measures its own")
-    return (f"{tree} (measured best for batch <= {bucket.max_batch} on {profile.device}, {profile.dtype}: "
-            f"{bucket.measured or 'no figure recorded'}; {origin})")
+    if bucket.measured_on:
+        origin = (f"lent by the {gpu_family(bucket.measured_on)} profile measured on {bucket.measured_on}: {origin} "
+                  f"has no tree measured for batch {batch}, `eaglelab tune --batch-sizes {batch}` measures one")
+    return (f"{tree} (measured best for batch <= {bucket.max_batch} on {bucket.measured_on or profile.device}, "
+            f"{profile.dtype}: {bucket.measured or 'no figure recorded'}; {origin})")
 
 
 def shipped_drafter_dir() -> Path | None:

@@ -18,7 +18,8 @@ SHA-256 of its weights and config (:func:`drafter_digest`), so a retrained draft
 one's tree. A GPU with no profile of its own takes one measured on a GPU of its family (:data:`GPU_FAMILIES`:
 the same chip generation, e.g. an H100 the H200's), saying so, until ``eaglelab tune`` measures its own: on an
 H100 the H200 profile's batch-8 tree served 1.64x where the default chain gave 1.46x, one session
-(benchmarks/results/h100_2026-12-05). This module imports no torch.
+(benchmarks/results/h100_2026-12-05). A GPU's own profile with no bucket for some batch sizes (a tune at batch 1
+alone) takes its family's buckets for those (:func:`with_family_buckets`). This module imports no torch.
 
 File layout (JSON, one file may hold profiles for several devices)::
 
@@ -67,6 +68,7 @@ class BucketChoice:
     draft_tokens: int
     measured: str = ""  # the figure that chose it, e.g. "2.00x over plain decoding (2,446.5 vs 1,222.9 tok/s)"
     lookup_tokens: int = 0  # a prompt-lookup branch beside the tree (absent from the file: none)
+    measured_on: str = ""  # a GPU of the profile's family it was measured on, lent to fill a gap ("": the profile's own)
 
     @property
     def label(self) -> str:
@@ -124,7 +126,8 @@ class DeviceProfile:
         d = asdict(self)
         d.pop("path")
         d.pop("stands_in_for")
-        d["buckets"] = [{k: v for k, v in asdict(b).items() if k != "lookup_tokens" or v} for b in self.buckets]
+        d["buckets"] = [{k: v for k, v in asdict(b).items() if (k != "lookup_tokens" or v) and k != "measured_on"}
+                        for b in self.buckets if not b.measured_on]  # a lent bucket is never written as this GPU's
         if self.gemv_tilings is None:
             d.pop("gemv_tilings")
         else:
@@ -229,11 +232,30 @@ def find_profile(device: str, dtype: str, drafter_dir: str | Path | None, cache:
     found = [p for path in (cache_profile_path(cache, sha), Path(drafter_dir) / SHIPPED_NAME) if path.is_file()
              for p in read_profiles(path) if p.dtype == dtype and p.drafter_sha256 == sha]
     own = next((p for p in found if p.device == device), None)
-    if own is not None:
-        return own
     family = gpu_family(device)
-    kin = next((p for p in found if family is not None and gpu_family(p.device) == family), None)
+    kin = next((p for p in found if family is not None and p.device != device and gpu_family(p.device) == family),
+               None)
+    if own is not None:
+        return with_family_buckets(own, kin)
     return replace(kin, stands_in_for=device) if kin is not None else None
+
+
+def with_family_buckets(own: DeviceProfile, kin: DeviceProfile | None) -> DeviceProfile:
+    """``own`` with the buckets of ``kin`` (a profile of a GPU of its family) for the batch sizes ``own`` has none
+    for, each lent bucket naming where it was measured (``measured_on``). A tune at batch 1 alone writes a
+    profile with one bucket, and a bucket's tree would otherwise take every larger batch: on an H100 whose own
+    profile held only batch 1's 5/4/24 + 16, the 80 MT-bench first turns served with --eos gave 1.75x at batch 8
+    and 1.34x at 32, where the H200 profile's 4/4/12 + 8 and chain of 3 gave 1.92x and 1.60x on another H100
+    (benchmarks/results/h100_2026-12-05c, h100_2026-12-05b).
+
+    Example: own buckets 1; kin's 1, 8, 32 -> 1 (own), 8 and 32 (kin's, measured_on kin.device)."""
+    if kin is None:
+        return own
+    have = {b.max_batch for b in own.buckets}
+    lent = tuple(replace(b, measured_on=kin.device) for b in kin.buckets if b.max_batch not in have)
+    if not lent:
+        return own
+    return replace(own, buckets=tuple(sorted((*own.buckets, *lent), key=lambda b: b.max_batch)))
 
 
 def read_profiles(path: Path) -> list[DeviceProfile]:

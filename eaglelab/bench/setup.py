@@ -235,7 +235,8 @@ def tree_notes(draft: Any, batch_sizes: tuple[int, ...]) -> list[str]:
         t = draft.tree_for(b)
         if t != first:
             bucket = draft.profile.bucket(b) if draft.profile is not None and not draft.flags.given else None
-            why = (f"the profile's bucket for batch <= {bucket.max_batch}: {bucket.measured or 'no figure recorded'}"
+            lent = f", measured on {bucket.measured_on} (lent by its family)" if bucket and bucket.measured_on else ""
+            why = (f"the profile's bucket for batch <= {bucket.max_batch}{lent}: {bucket.measured or 'no figure recorded'}"
                    if bucket is not None else "")
             out.append(f"tree at batch {b}: {tree_label(t.steps, t.topk, t.draft_tokens, t.lookup_tokens)}"
                        + (f" ({why})" if why else ""))

@@ -136,6 +136,46 @@ def test_a_gpu_without_a_profile_takes_one_of_its_family_and_says_so(tmp_path):
     assert "on NVIDIA H200, bfloat16" in note and "none measured on NVIDIA H100 80GB HBM3 itself" in note, note
     assert "Hopper GPU's stands in" in note and "`eaglelab tune` measures its own" in note
     sha = drafter_digest(shipped)  # a tune on the H100 writes its own, which then wins over the H200's
-    own = _profile(sha, device="NVIDIA H100 80GB HBM3", buckets=(BucketChoice(1, 4, 4, 12, "tuned"),))
+    own = _profile(sha, device="NVIDIA H100 80GB HBM3", buckets=tuple(BucketChoice(b, 3, 1, 4, "tuned") for b in
+                                                                      (1, 8, 32)))
     write_profile(cache_profile_path(tmp_path, sha), own)
     assert find_profile("NVIDIA H100 80GB HBM3", "bfloat16", shipped, tmp_path) == own
+
+
+def test_a_gpu_profile_without_a_batch_size_borrows_its_familys_bucket_for_it(tmp_path):
+    """A tune at batch 1 alone writes one bucket; batch 8 and 32 then take the family's buckets (measured at those
+    batch sizes on an H200), not batch 1's large tree (on an H100: 1.75x served at batch 8 on batch 1's tree,
+    1.92x on the H200's batch-8 tree), and say where they were measured. Nothing lent is ever written back."""
+    from eaglelab.bench.setup import tree_notes
+    from eaglelab.draft_registry import DraftChoice, TreeFlags, Where, tree_note
+    from eaglelab.engine.runtime.spec_config import SpecConfig
+
+    shipped = shipped_drafter_dir()
+    sha = drafter_digest(shipped)
+    h100 = "NVIDIA H100 80GB HBM3"
+    own = _profile(sha, device=h100, buckets=(BucketChoice(1, 5, 4, 24, "2.52x tuned here", lookup_tokens=16),))
+    write_profile(cache_profile_path(tmp_path, sha), own)
+    found = find_profile(h100, "bfloat16", shipped, tmp_path)
+    assert found is not None and found.device == h100 and found.stands_in_for == ""
+    assert found.bucket(1) == own.buckets[0] and found.bucket(1).measured_on == ""
+    assert [(found.bucket(b).label, found.bucket(b).measured_on) for b in (8, 32)] == [
+        ("4 steps, topk 4, 12 draft tokens, lookup 8", "NVIDIA H200"), ("2 steps, topk 1, 3 draft tokens", "NVIDIA H200")]
+    assert found.bucket(4).max_batch == 8, "a batch between buckets takes the next one up, lent or not"
+    assert found.to_json() == own.to_json(), "lent buckets are never written as this GPU's"
+    note = tree_note(SpecConfig("eagle3", num_steps=4, topk=4, num_draft_tokens=12, lookup_tokens=8), TreeFlags(),
+                     found, Where(h100, "bfloat16", 8))
+    assert "measured best for batch <= 8 on NVIDIA H200" in note and "lent by the Hopper profile" in note, note
+    assert "has no tree measured for batch 8" in note and "`eaglelab tune --batch-sizes 8`" in note, note
+    assert "lent" not in tree_note(SpecConfig("eagle3", num_steps=5, topk=4, num_draft_tokens=24), TreeFlags(), found,
+                                   Where(h100, "bfloat16", 1))
+    lines = tree_notes(DraftChoice("eagle3", None, None, profile=found), (1, 8))
+    assert len(lines) == 1 and "measured on NVIDIA H200 (lent by its family)" in lines[0], lines
+    # a tune at 8 and 32 later fills them: nothing is lent then
+    write_profile(cache_profile_path(tmp_path, sha), _profile(sha, device=h100, buckets=(
+        own.buckets[0], BucketChoice(8, 4, 4, 12, "tuned"), BucketChoice(32, 2, 1, 3, "tuned"))))
+    assert all(not b.measured_on for b in find_profile(h100, "bfloat16", shipped, tmp_path).buckets)
+    # the H200 itself and a GPU of no family lend nothing and borrow nothing
+    assert all(not b.measured_on for b in find_profile("NVIDIA H200", "bfloat16", shipped, tmp_path).buckets)
+    a10 = _profile(sha, device="NVIDIA A10", buckets=(BucketChoice(1, 3, 1, 4, "tuned"),))
+    write_profile(cache_profile_path(tmp_path, sha), a10)
+    assert find_profile("NVIDIA A10", "bfloat16", shipped, tmp_path) == a10
