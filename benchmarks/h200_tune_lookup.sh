@@ -2,8 +2,9 @@
 # `eaglelab tune` measuring lookup branches beside its trees, on ONE H200 (device kind nvidia-h200). Ran
 # 2026-12-05 (C, T, U: benchmarks/results/h200_2026-12-05/); then C, J, K, L, G on an H100, the only GPU lent
 # (benchmarks/results/h100_2026-12-05/: J's R half cut by its limit, G's tests in the wrong order); C, H, I, G on
-# another H100 (benchmarks/results/h100_2026-12-05b/). T's tune with branches beside every tree, V and N still to run
-# (N: no GPU could be started when it was written). Run from the repo root with
+# another H100 (benchmarks/results/h100_2026-12-05b/); C, T, V (cut by its limit), W on a third H100
+# (benchmarks/results/h100_2026-12-05c/). On an H200: T with branches beside every tree, V, N and W still to run.
+# Run from the repo root with
 # STAGE and OUT set; benchmarks/device_stage.sh (sourced) does the staging.
 #
 #   calls C, C, C  carry .carry/mq1, .carry/mq2, .carry/mq3 (each with .whl)   STAGE=C: park a part of the GGUF
