@@ -552,8 +552,11 @@ def record_sink(bus: ProbeBus, path: str | None) -> Callable[[], None]:
 
 
 def confirm(ctx: H.BenchContext, settings: TuneSettings, report: dict, progress: Progress,
-            systems: Systems, clock: Clock = time.perf_counter) -> list[dict]:
-    """Run the best predictions and plain decoding for real, interleaved; predicted end to end against measured."""
+            systems: Systems, clock: Clock = time.perf_counter,
+            on_batch: Callable[[list[dict]], None] | None = None) -> list[dict]:
+    """Run the best predictions and plain decoding for real, interleaved; predicted end to end against measured.
+    ``on_batch`` gets the rows so far after each batch size (the tune saves its profile there, so a tune stopped
+    at batch 32 keeps batch 8's winner)."""
     from eaglelab.bench.tune_predict import costs_from_report
     from eaglelab.probes.tuning import Prediction, plain_end_to_end_tok_per_s
 
@@ -588,6 +591,8 @@ def confirm(ctx: H.BenchContext, settings: TuneSettings, report: dict, progress:
                             predicted_accept_len=pred_a, measured_accept_len=m.accept_len,
                             incumbent=c is not None and incumbent is not None and _four(c) == _four(incumbent)))
         progress("confirming: real runs", settings.batch_sizes.index(b) + 1, len(settings.batch_sizes))
+        if on_batch is not None:
+            on_batch(list(out))
     return out
 
 

@@ -408,3 +408,57 @@ def test_the_replay_table_script_prints_the_recorded_tunes_rows(capsys):
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith("| batch | steps/topk/N |") and len(lines) == 2 + 6
     assert lines[2].startswith("| 1 | 5/4/24 | 3.30 | 2.97 | -9.8% |"), lines[2]
+
+
+def test_a_tune_saves_each_batch_sizes_winner_as_its_confirmation_ends(tmp_path, monkeypatch):
+    """A tune of batch 1 and 8 stopped in batch 8's confirmation (a time limit, Ctrl-C) keeps batch 1's winner: the
+    confirmation hands its rows to the saving hook after each batch size; the last one is saved by the end of the
+    run, so the hook leaves it; --no-save or a single batch size gets no hook."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from eaglelab.bench import tune as TP
+    from eaglelab.cmd_tune import _saving_each_batch
+    from eaglelab.draft_registry import shipped_drafter_dir
+    from eaglelab.profiles import cache_profile_path, drafter_digest, read_profiles
+
+    shipped = shipped_drafter_dir()
+    monkeypatch.setenv("EAGLELAB_CACHE", str(tmp_path / "cache"))
+    path = cache_profile_path(tmp_path / "cache", drafter_digest(shipped))
+    settings = TP.TuneSettings({1: ((2, 1, 3),), 8: ((2, 1, 3),)}, 32, 8, 2)
+    tt = SimpleNamespace(draft_path=str(shipped), dtype="float32")
+    report = _report(tmp_path)
+    report.update(predictions={"1": [], "8": []},
+                  costs={str(b): dict(batch=b, decode_ms=10.0, prefill_ms=30.0, begin_ms=1.0) for b in (1, 8)})
+    logged = []
+    hook = _saving_each_batch(SimpleNamespace(save=True), report, settings, tt, torch.device("cpu"), None,
+                              logged.append)
+    assert _saving_each_batch(SimpleNamespace(save=False), report, settings, tt, torch.device("cpu"), None,
+                              logged.append) is None
+    one = TP.TuneSettings({1: ((2, 1, 3),)}, 32, 8, 2)
+    assert _saving_each_batch(SimpleNamespace(save=True), report, one, tt, torch.device("cpu"), None,
+                              logged.append) is None
+
+    rows = {r["batch"]: [] for r in report["confirmation"]}
+    for r in report["confirmation"]:
+        rows[r["batch"]].append(TP.Measured(r["steps"], r["topk"], r["draft_tokens"], r["batch"],
+                                            r["measured_tok_per_s"], None, tuple(r["passes"]), 0))
+
+    def measured(ctx, settings, systems, batch, configs, clock):
+        if batch == 8:
+            assert path.is_file() and [b.max_batch for b in read_profiles(path)[0].buckets] == [1], \
+                "batch 1's winner was saved before batch 8 ran"
+            raise KeyboardInterrupt  # the tune stopped here
+        return rows[batch][: len(configs)]
+
+    monkeypatch.setattr(TP, "confirm_batch", measured)
+    monkeypatch.setattr(TP, "confirmed_configs", lambda trees, branches, incumbent: [(2, 1, 3), (3, 1, 4)])
+    with pytest.raises(KeyboardInterrupt):
+        TP.confirm(None, settings, report, lambda *a: None, None, on_batch=hook)
+    saved = read_profiles(path)[0]
+    assert [(b.max_batch, b.steps, b.draft_tokens) for b in saved.buckets] == [(1, 2, 3)]
+    assert "1.70x over plain decoding" in saved.buckets[0].measured
+    assert len(logged) == 1 and "saved the winners of batch 1" in logged[0] and str(path) in logged[0], logged
+    hook(report["confirmation"])  # both batch sizes done: the run's end saves them, not the hook
+    assert len(logged) == 1 and [b.max_batch for b in read_profiles(path)[0].buckets] == [1]
