@@ -236,14 +236,15 @@ def _measure_and_confirm(args, console) -> dict[str, Any]:
                   settings=TP.settings_dict(settings, len(ctx.prompts)), record=args.record, draft_path=tt.draft_path,
                   screens=measured["screens"])
     report["confirmation"] = []
+    replaced: dict[str, Any] = {}  # the profile this tune replaces, as read by its first save
     if settings.confirm:
         t0 = time.perf_counter()
         with Progress(*cols, console=console, transient=True) as bar:
-            report["confirmation"] = TP.confirm(ctx, settings, report, _progress(bar), systems,
-                                                on_batch=_saving_each_batch(args, report, settings, tt, device, ctx.gemv,
-                                                                            log))
+            on_batch = _saving_each_batch(args, report, settings, tt, device, ctx.gemv, log, replaced)
+            report["confirmation"] = TP.confirm(ctx, settings, report, _progress(bar), systems, on_batch=on_batch)
         seconds["confirmation"] = time.perf_counter() - t0
-    report["profile"] = _save_profile(args, report, settings, tt, device, ctx.gemv) if report["confirmation"] else None
+    report["profile"] = (_save_profile(args, report, settings, tt, device, ctx.gemv, replaced)
+                         if report["confirmation"] else None)
     seconds["total"] = time.perf_counter() - t_start
     report["seconds"] = seconds
     report["compiled_shapes"] = systems.compiled_shapes if regime.compile and regime.graphs else 0
@@ -264,7 +265,8 @@ def _candidates_note(settings) -> str:
     return text
 
 
-def _saving_each_batch(args, report: dict, settings, tt, device, gemv: Any, log) -> Any:
+def _saving_each_batch(args, report: dict, settings, tt, device, gemv: Any, log,
+                       replaced: dict[str, Any] | None = None) -> Any:
     """The confirmation's hook: the profile saved after each batch size but the last (which the end of the run
     saves), so a tune stopped later (a time limit, Ctrl-C) keeps every batch size it finished. A cold tune at batch
     8 and 32 ran past nine minutes on an H100 and, stopped in batch 32's confirmation, kept nothing
@@ -276,7 +278,7 @@ def _saving_each_batch(args, report: dict, settings, tt, device, gemv: Any, log)
         done = sorted({r["batch"] for r in rows})
         if done[-1] == settings.batch_sizes[-1]:
             return
-        saved = _save_profile(args, {**report, "confirmation": rows}, settings, tt, device, gemv)
+        saved = _save_profile(args, {**report, "confirmation": rows}, settings, tt, device, gemv, replaced)
         if saved is not None and saved.get("saved"):
             log(f"profile: saved the winners of batch {', '.join(map(str, done))} to {saved['path']} "
                 "(the rest when their runs end)")
@@ -284,10 +286,12 @@ def _saving_each_batch(args, report: dict, settings, tt, device, gemv: Any, log)
     return save
 
 
-def _save_profile(args, report: dict, settings, tt, device, gemv: Any = None) -> dict[str, Any] | None:
+def _save_profile(args, report: dict, settings, tt, device, gemv: Any = None,
+                  replaced: dict[str, Any] | None = None) -> dict[str, Any] | None:
     """The confirmed winners as this drafter's device profile, written to the eaglelab cache unless --no-save, with
     the tilings ``gemv`` (the run's Triton GEMV) chose: a later run on the same GPU, dtype, torch and Triton takes
-    them untimed."""
+    them untimed. ``replaced``: a dict one tune's saves share, so that each merges into the profile as it was
+    before the tune's first save (the last save's kept and dropped buckets are the tune's, not the earlier save's)."""
     import datetime
     from dataclasses import replace
 
@@ -306,8 +310,13 @@ def _save_profile(args, report: dict, settings, tt, device, gemv: Any = None) ->
     profile = replace(profile, gemv_tilings=gemv_tilings_of(gemv, device, tt.dtype))
     path = cache_profile_path(cache_dir(), sha)
     try:  # the profile this tune replaces: its buckets for batch sizes not tuned now stay
-        old = next((p for p in read_profiles(path) if (p.device, p.dtype) == (profile.device, profile.dtype)),
-                   None) if path.is_file() else None
+        if replaced is not None and "old" in replaced:
+            old = replaced["old"]
+        else:
+            old = next((p for p in read_profiles(path) if (p.device, p.dtype) == (profile.device, profile.dtype)),
+                       None) if path.is_file() else None
+            if replaced is not None:
+                replaced["old"] = old
     except EagleLabError as exc:  # a damaged file loses nothing of this run: the report still prints and saves
         return {"path": str(path), "saved": False, "error": str(exc), "kept": [], **profile.to_json()}
     profile, kept = merge_tuned(old, profile)

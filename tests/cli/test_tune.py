@@ -419,9 +419,10 @@ def test_a_tune_saves_each_batch_sizes_winner_as_its_confirmation_ends(tmp_path,
     import torch
 
     from eaglelab.bench import tune as TP
-    from eaglelab.cmd_tune import _saving_each_batch
+    from eaglelab.cmd_tune import _save_profile, _saving_each_batch
     from eaglelab.draft_registry import shipped_drafter_dir
-    from eaglelab.profiles import cache_profile_path, drafter_digest, read_profiles
+    from eaglelab.profiles import (BucketChoice, DeviceProfile, cache_profile_path, drafter_digest, read_profiles,
+                                   write_profile)
 
     shipped = shipped_drafter_dir()
     monkeypatch.setenv("EAGLELAB_CACHE", str(tmp_path / "cache"))
@@ -431,9 +432,12 @@ def test_a_tune_saves_each_batch_sizes_winner_as_its_confirmation_ends(tmp_path,
     report = _report(tmp_path)
     report.update(predictions={"1": [], "8": []},
                   costs={str(b): dict(batch=b, decode_ms=10.0, prefill_ms=30.0, begin_ms=1.0) for b in (1, 8)})
-    logged = []
+    # before the tune: batch 32's tree measured in another regime (compiled), which this tune's saves replace
+    write_profile(path, DeviceProfile("cpu", "float32", drafter_digest(shipped), (BucketChoice(32, 2, 1, 3, "old"),),
+                                      compile=True))
+    logged, replaced = [], {}
     hook = _saving_each_batch(SimpleNamespace(save=True), report, settings, tt, torch.device("cpu"), None,
-                              logged.append)
+                              logged.append, replaced)
     assert _saving_each_batch(SimpleNamespace(save=False), report, settings, tt, torch.device("cpu"), None,
                               logged.append) is None
     one = TP.TuneSettings({1: ((2, 1, 3),)}, 32, 8, 2)
@@ -462,3 +466,6 @@ def test_a_tune_saves_each_batch_sizes_winner_as_its_confirmation_ends(tmp_path,
     assert len(logged) == 1 and "saved the winners of batch 1" in logged[0] and str(path) in logged[0], logged
     hook(report["confirmation"])  # both batch sizes done: the run's end saves them, not the hook
     assert len(logged) == 1 and [b.max_batch for b in read_profiles(path)[0].buckets] == [1]
+    final = _save_profile(SimpleNamespace(save=True), report, settings, tt, torch.device("cpu"), None, replaced)
+    assert [b.max_batch for b in read_profiles(path)[0].buckets] == [1, 8]
+    assert final["dropped"] == [32] and final["kept"] == [], "the tune's last save reports what the tune replaced"
