@@ -79,7 +79,7 @@ served_b8() {
   local name=$1 limit=$2; shift 2
   TAIL=40 run "$name" "$limit" $EL bench --model default --draft $SHIPPED --batch-sizes 8 --prompts 80 \
     --max-new-tokens 128 --repeats 3 --configs plain-compile-gemv-attn,spec-compile-gemv-attn --no-micro --continuous \
-    "$@" --json "$R/h200_smollm2_$name.json"
+    --no-eos "$@" --json "$R/h200_smollm2_$name.json"
 }
 
 stage_s() {
@@ -101,7 +101,7 @@ served() {
   local name=$1 limit=$2 batch=$3; shift 3
   TAIL=30 run "$name" "$limit" $EL bench --model default --draft $SHIPPED --batch-sizes "$batch" --prompts 80 \
     --max-new-tokens 128 --repeats 3 --configs plain-compile-gemv-attn,spec-compile-gemv-attn --no-micro --continuous \
-    "$@" --json "$R/h200_smollm2_$name.json"
+    --no-eos "$@" --json "$R/h200_smollm2_$name.json"
 }
 
 stage_w() {

@@ -40,8 +40,8 @@ source "$(dirname "$0")/device_stage.sh"
 serve_bench() {
   local name=$1 limit=$2; shift 2
   TAIL=40 run "$name" "$limit" $EL bench --model default --draft $SHIPPED --batch-sizes 8,32 --prompts 80 \
-    --max-new-tokens 128 --repeats 3 --configs plain-compile-gemv-attn,spec-compile-gemv-attn --no-micro "$@" \
-    --json "$R/h200_smollm2_$name.json"
+    --max-new-tokens 128 --repeats 3 --configs plain-compile-gemv-attn,spec-compile-gemv-attn --no-micro --no-eos \
+    "$@" --json "$R/h200_smollm2_$name.json"  # EOS ignored, as these ran before --continuous honoured it by default
 }
 
 stage_a() {

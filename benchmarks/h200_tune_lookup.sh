@@ -104,12 +104,13 @@ stage_s() {
   figures_tree figures_b1_branch16_spill --lookup-spill
 }
 # served NAME LIMIT BATCH_SIZES MAX_NEW EXTRA...: the 80 MT-bench first turns as one queue through each batch size's
-# rows (the profile's tree for it), plain against speculative interleaved
+# rows (the profile's tree for it), plain against speculative interleaved; EOS ignored unless EXTRA says --eos (the
+# runs without it were made before `--continuous` honoured EOS by default)
 served() {
   local name=$1 limit=$2 batches=$3 max_new=$4; shift 4
   TAIL=40 run "$name" "$limit" $EL bench --model default --draft $SHIPPED --device "$DEVICE" --batch-sizes "$batches" \
     --prompts 80 --max-new-tokens "$max_new" --repeats 3 --configs plain-compile-gemv-attn,spec-compile-gemv-attn \
-    --no-micro --continuous "$@" --json "$R/h200_$name.json" ${SERVED_EXTRA:-}
+    --no-micro --continuous --no-eos "$@" --json "$R/h200_$name.json" ${SERVED_EXTRA:-}
 }
 stage_j() {
   record_gpu

@@ -33,7 +33,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         help="benchmark plain vs speculative decoding (graphs on/off, both verify modes) vs HF generate",
         description=__doc__.split("\n\n")[0] if __doc__ else None,
     )
-    add_model_args(p, max_new_tokens=None, max_new_help="tokens per row, EOS ignored unless --eos (default CUDA 64, CPU 32)")
+    add_model_args(p, max_new_tokens=None, max_new_help="tokens per row (at most, with --eos; default CUDA 64, CPU 32)")
     p.add_argument("--scale-model", default=None, metavar="NAME",
                    help="random weights of a named shape instead of --model (--draft default: a random EAGLE-3 "
                         "drafter, for cost): llama3.1-8b | kimi-like | smollm2-135m | tiny")
@@ -75,10 +75,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="with --continuous: the free rows that wait for each other to be prefilled together, at most "
                         "the batch size (1: each row refills as soon as it is free; default a quarter of the batch, at "
                         "least 1)")
-    w.add_argument("--eos", action="store_true",
+    w.add_argument("--eos", action=argparse.BooleanOptionalAction, default=None,
                    help="a row ends at the model's end-of-sequence token (at most --max-new-tokens), as a served "
-                        "request does: rows end at different steps, plain and speculative alike (default: EOS "
-                        "ignored, every row --max-new-tokens long; a real model only)")
+                        "request does: rows end at different steps, plain and speculative alike (a real model only; "
+                        "default: on with --continuous where the model names its EOS, else off: every row "
+                        "--max-new-tokens long; --no-eos to ignore EOS when serving)")
     w.add_argument("--questions", default=None, metavar="FILE", help="an MT-bench question.jsonl (default: the packaged one)")
     w.add_argument("--max-prompt-tokens", type=int, default=512, help="cut longer prompts")
     w.add_argument("--repeats", type=int, default=None,

@@ -106,8 +106,13 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
 
 
 def _eos_ids(args: argparse.Namespace, built: dict[str, Any]) -> tuple[int, ...]:
-    """--eos: the model's end-of-sequence ids (a scale model of random weights has none to honour); else ()."""
-    if not getattr(args, "eos", False):
+    """The ids that end a row: the model's end-of-sequence ids with --eos, and by default when serving
+    (--continuous: a server's requests end where their answers do; a scale model of random weights has none, and
+    serves every row --max-new-tokens long); () with --no-eos, and by default in batches (every row as long)."""
+    asked = getattr(args, "eos", None)
+    if asked is None:  # the default: honoured when serving, where the model has any
+        return tuple(built.get("eos") or ()) if getattr(args, "continuous", False) else ()
+    if not asked:
         return ()
     from eaglelab.engine.errors import EagleLabError
 

@@ -40,6 +40,36 @@ def test_bench_eos_refuses_a_scale_model(capsys):
     assert "--eos" in err and "--scale-model tiny" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize("flags, continuous, model_eos, ends_at", [
+    ([], False, (2,), ()),  # in batches: every row --max-new-tokens long, the same tokens in every configuration
+    ([], True, (2,), (2,)),  # served: requests end where their answers end, as a server's do
+    ([], True, (), ()),  # served on a scale model: nothing to honour, every row runs --max-new-tokens
+    (["--no-eos"], True, (2,), ()),
+    (["--eos"], False, (2, 7), (2, 7)),
+])
+def test_eos_is_honoured_by_default_only_when_serving(flags, continuous, model_eos, ends_at):
+    """`bench --continuous` ends rows at the model's EOS unless --no-eos; batches ignore it unless --eos."""
+    import argparse
+
+    from eaglelab.bench.setup import _eos_ids
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--eos", action=argparse.BooleanOptionalAction, default=None)
+    args = parser.parse_args(flags)
+    args.continuous, args.scale_model = continuous, None
+    assert _eos_ids(args, {"eos": model_eos}) == ends_at
+
+
+def test_the_bench_parser_leaves_eos_to_the_mode(capsys):
+    """No flag: None (the mode decides); --eos / --no-eos: the user's choice."""
+    from eaglelab.cli import build_parser
+
+    parser = build_parser()
+    assert parser.parse_args(["bench"]).eos is None
+    assert parser.parse_args(["bench", "--continuous", "--no-eos"]).eos is False
+    assert parser.parse_args(["bench", "--eos"]).eos is True
+
+
 def test_the_hf_peer_keeps_a_row_up_to_its_first_end_of_sequence():
     from eaglelab.bench.harness import until_eos
 
