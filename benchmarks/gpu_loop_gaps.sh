@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Where a batch-1 speculative cycle's end-to-end time goes beside its phases (issue 40): on the H200 the phases of
+# 5/4/24 + a branch of 16 add up to ~1.28 ms, a cycle end to end ~1.43 ms. benchmarks/loop_gaps.py traces whole
+# requests (device busy against the host's wall time, the gaps, the kernels of a cycle); bench's phase costs for the
+# same tree in the same call. Run from the repo root with STAGE and OUT set; benchmarks/device_stage.sh (sourced)
+# does the staging.
+#
+#   calls C, C, C  carry .carry/mq1, .carry/mq2, .carry/mq3 (each with .whl)   STAGE=C: park a part of the GGUF
+#   call X  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=X: joins the GGUF; loop_gaps.py
+#           on the first 10 MT-bench first turns, 128 tokens, EOS ignored, plain against 5/4/24 + 16; then
+#           `bench --phase-costs` of the same pair and tree
+# Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_EXTRA (more loop_gaps/bench
+# flags, e.g. for a dry run).
+STAGE=${STAGE:?set STAGE=C or X}
+source "$(dirname "$0")/device_stage.sh"
+DEVICE=${DEVICE:-cuda}
+TREE="--steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16"
+
+stage_c() {
+  park_parts
+}
+
+stage_x() {
+  record_gpu
+  [ -f "$GGUF" ] || join_gguf
+  TAIL=60 run loop_gaps 330 python3 benchmarks/loop_gaps.py --model default --draft $SHIPPED --device "$DEVICE" \
+    $TREE --prompts 10 --max-new-tokens 128 --json "$R/loop_gaps.json" ${GAPS_EXTRA:-}
+  TAIL=40 run phase_costs $(left) $EL bench --model default --draft $SHIPPED --device "$DEVICE" $TREE \
+    --batch-sizes 1 --prompts 10 --max-new-tokens 128 --repeats 2 --no-micro --phase-costs \
+    --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/phase_costs.json" ${GAPS_EXTRA:-}
+}
+
+export STAGE_S=${STAGE_S:-$(case "$STAGE" in C) echo 120;; *) echo 580;; esac)}; watchdog "$0"
+run_stage C X

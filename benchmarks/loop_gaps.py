@@ -1,0 +1,196 @@
+"""Where a request's wall time goes beside its kernels: plain decoding against speculation, batch 1, one process.
+
+The bench's phase costs (verify, draft, extend, accept: each a graph replay timed by events) add up to less than a
+speculative cycle's share of the end-to-end time: on the H200 at 5/4/24 with a branch of 16, ~1.28 ms of phases
+against ~1.43 ms a cycle end to end, where plain decoding's step (0.81 ms) is ~all of its per-token time. This
+script says where the rest goes. Each configuration decodes the same prompts as the bench does (its runner, its
+graphs, warmed up first), then once more under ``torch.profiler``; from the trace, per request:
+
+* wall: the request's host time, ``Engine.generate`` to its return (the profiled run's, and the unprofiled median);
+* busy: the union of the request's kernel and copy intervals on the device;
+* idle: wall - busy, the device waiting (on the host: launches, readbacks, the prompt's set-up), per step or cycle;
+* the gaps between device work longer than ``--gap-us``, summed and the largest listed, and the host's blocking
+  calls (synchronizations) inside the request.
+
+    python benchmarks/loop_gaps.py --scale-model smollm2-135m --draft-vocab 12288 --dtype bfloat16 \\
+        --steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16 --lookup-spill --prompts 4 --json gaps.json
+
+Any ``eaglelab bench`` flag is taken (the model, the tree, --max-new-tokens, --eos); the configurations are the
+headline's (``plain-compile-gemv-attn``, ``spec-compile-gemv-attn``) unless ``--configs`` names others. No figure
+here is a speedup: the bench measures those; this says what a cycle's time is made of.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+BLOCKING = ("cudaStreamSynchronize", "cudaEventSynchronize", "cudaDeviceSynchronize", "cudaMemcpy")  # name prefixes
+
+
+def union_us(intervals: list[tuple[float, float]]) -> float:
+    """The length covered by ``intervals`` [(start, end)], overlaps counted once."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(intervals):
+        if b <= end:
+            continue
+        total += b - max(a, end)
+        end = b
+    return total
+
+
+def gaps_us(intervals: list[tuple[float, float]], lo: float, hi: float) -> list[float]:
+    """The idle stretches of [lo, hi] that no interval covers, in order."""
+    out, end = [], lo
+    for a, b in sorted(intervals):
+        if a > end:
+            out.append(a - end)
+        end = max(end, b)
+    if hi > end:
+        out.append(hi - end)
+    return out
+
+
+def trace_events(prof) -> list[dict]:
+    """The profiler's Chrome-trace events (kernels, copies, runtime calls, our record_function ranges)."""
+    with tempfile.TemporaryDirectory() as d:
+        path = Path(d) / "trace.json"
+        prof.export_chrome_trace(str(path))
+        return json.loads(path.read_text())["traceEvents"]
+
+
+def top_kernels(events: list[dict], steps: int, n: int = 15) -> list[dict]:
+    """The device work inside the requests, by kernel (or copy) name: time and launches per step, largest first."""
+    spans = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "request" and "dur" in e]
+    per: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e \
+                and any(lo <= e["ts"] < hi for lo, hi in spans):
+            per.setdefault(e["name"], []).append(e["dur"])
+    rows = [{"name": k[:110], "us_per_step": sum(v) / steps, "calls_per_step": len(v) / steps} for k, v in per.items()]
+    return sorted(rows, key=lambda r: -r["us_per_step"])[:n]
+
+
+def request_figures(events: list[dict], gap_us: float) -> list[dict]:
+    """Per request (a ``request`` range on the host): wall, device busy, idle, its gaps and blocking calls."""
+    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "request" and "dur" in e)
+    device = [(e["ts"], e["ts"] + e["dur"]) for e in events
+              if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
+    runtime = [e for e in events if e.get("cat") == "cuda_runtime" and "dur" in e]
+    out = []
+    for lo, hi in spans:
+        inside = [(max(a, lo), min(b, hi)) for a, b in device if b > lo and a < hi]
+        kernels = sum(1 for a, b in device if lo <= a < hi)
+        gaps = gaps_us(inside, lo, hi)
+        calls = [e for e in runtime if lo <= e["ts"] < hi]
+        blocking = [e for e in calls if e["name"].startswith(BLOCKING)]
+        out.append({
+            "wall_us": hi - lo, "busy_us": union_us(inside), "kernels": kernels,
+            "graph_launches": sum(1 for e in calls if e["name"] == "cudaGraphLaunch"),
+            "gaps_over_us": sum(g for g in gaps if g > gap_us), "gaps_over": sum(1 for g in gaps if g > gap_us),
+            "largest_gaps_us": sorted(gaps, reverse=True)[:5],
+            "blocking_calls": len(blocking), "blocking_us": sum(e["dur"] for e in blocking),
+        })
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    from eaglelab.bench import harness as H
+    from eaglelab.bench.configs import CONFIGS
+    from eaglelab.bench.setup import setup_bench
+    from eaglelab.cli import build_parser
+
+    own = argparse.ArgumentParser(add_help=False)
+    own.add_argument("--gap-us", type=float, default=3.0, help="device idle stretches longer than this are listed")
+    own.add_argument("--timed", type=int, default=3, help="unprofiled passes over the prompts (their median wall)")
+    own.add_argument("--json", dest="out_json", default=None)
+    mine, rest = own.parse_known_args(argv)
+    args = build_parser().parse_args(["bench", *rest])
+    if args.batch_sizes is None:
+        args.batch_sizes = "1"
+    names = (args.configs or "plain-compile-gemv-attn,spec-compile-gemv-attn").split(",")
+    s = setup_bench(args, log=print)
+    ctx = s.ctx
+    if ctx.device.type != "cuda":  # a dry run of the plumbing: no device events, so busy reads 0
+        print("loop_gaps: not on CUDA: no device work is traced, every busy figure reads 0 (a dry run)")
+    batch = ctx.batch_sizes[0]
+    systems: dict = {}
+    report = {"hardware": H.hardware(ctx.device, next(ctx.target.parameters()).dtype), "batch": batch,
+              "max_new_tokens": ctx.max_new_tokens, "prompts": len(ctx.prompts), "notes": list(s.notes), "configs": {}}
+    for name in names:
+        cfg = CONFIGS[name]
+        c = H.contender(cfg, ctx, batch, systems)
+        c.warm_up(ctx.max_new_tokens)
+        for group in c.groups:  # every prompt width captured (and compiled) before anything is timed
+            c.generate(group, ctx.max_new_tokens)
+        walls, made = [], []
+        for _ in range(mine.timed):
+            for group in c.groups:
+                _sync(ctx.device)
+                t0 = time.perf_counter()
+                res = c.generate(group, ctx.max_new_tokens)
+                _sync(ctx.device)
+                walls.append((time.perf_counter() - t0) * 1e6)
+                made.append(res)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
+            results = []
+            for group in c.groups:
+                _sync(ctx.device)
+                with torch.profiler.record_function("request"):
+                    results.append(c.generate(group, ctx.max_new_tokens))
+                    _sync(ctx.device)
+        events = trace_events(prof)
+        per = request_figures(events, mine.gap_us)
+        tokens = [sum(len(t) for t in r.tokens) for r in results]
+        steps = [_steps(r, cfg.speculative) for r in results]
+        rows = []
+        for fig, tok, st in zip(per, tokens, steps):
+            rows.append(fig | {"tokens": tok, "steps": st,
+                               "wall_per_step_us": fig["wall_us"] / st, "busy_per_step_us": fig["busy_us"] / st,
+                               "idle_per_step_us": (fig["wall_us"] - fig["busy_us"]) / st})
+        med = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
+        unprofiled = statistics.median(w / st for w, st in zip(walls, steps * mine.timed))
+        summary = {"wall_per_step_us": med("wall_per_step_us"), "busy_per_step_us": med("busy_per_step_us"),
+                   "idle_per_step_us": med("idle_per_step_us"), "unprofiled_wall_per_step_us": unprofiled,
+                   "tokens_per_step": statistics.median(t / st for t, st in zip(tokens, steps)),
+                   "kernels_per_step": med("kernels") / statistics.median(steps),
+                   "blocking_calls": med("blocking_calls"), "blocking_us": med("blocking_us"),
+                   "gaps_over_per_step_us": statistics.median(r["gaps_over_us"] / r["steps"] for r in rows)}
+        kernels = top_kernels(events, sum(steps))
+        report["configs"][name] = {"summary": summary, "requests": rows, "top_kernels": kernels}
+        unit = "cycle" if cfg.speculative else "step"
+        print(f"{name}: per {unit} (median of {len(rows)} requests): wall {summary['wall_per_step_us']:.1f} us "
+              f"(unprofiled {unprofiled:.1f}), device busy {summary['busy_per_step_us']:.1f}, idle "
+              f"{summary['idle_per_step_us']:.1f} ({summary['gaps_over_per_step_us']:.1f} in gaps > {mine.gap_us:g} us); "
+              f"{summary['tokens_per_step']:.2f} tokens, {summary['kernels_per_step']:.0f} kernels; per request "
+              f"{summary['blocking_calls']:.0f} blocking calls, {summary['blocking_us']:.0f} us in them")
+        for k in kernels:
+            print(f"  {k['us_per_step']:8.1f} us/{unit} {k['calls_per_step']:6.1f} calls  {k['name']}")
+        for r in rows:
+            print(f"  request: {r['steps']} {unit}s, {r['tokens']} tokens, wall {r['wall_us']:.0f} us, busy "
+                  f"{r['busy_us']:.0f}, {r['graph_launches']} graph launches, largest gaps "
+                  + ", ".join(f"{g:.0f}" for g in r["largest_gaps_us"]) + " us")
+    if mine.out_json:
+        Path(mine.out_json).write_text(json.dumps(report, indent=1))
+    return 0
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _steps(res, speculative: bool) -> int:
+    """A request's decode steps or speculative cycles (the engine counts them; at least 1)."""
+    return max(int(res.cycles), 1)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
