@@ -65,9 +65,55 @@ def trace_events(prof) -> list[dict]:
         return json.loads(path.read_text())["traceEvents"]
 
 
+DEVICE = ("kernel", "gpu_memcpy", "gpu_memset")
+LAUNCH = ("cuda_runtime", "cuda_driver")
+
+
+def request_spans(events: list[dict]) -> list[tuple[float, float]]:
+    """The host's ``request`` ranges (the profiler also draws each on the device's timeline: not those)."""
+    return sorted((e["ts"], e["ts"] + e["dur"]) for e in events
+                  if e.get("name") == "request" and e.get("cat") == "user_annotation" and "dur" in e)
+
+
+def gap_causes(events: list[dict], gap_us: float, n: int = 12) -> list[dict]:
+    """Each device idle stretch longer than ``gap_us`` inside a request, by its cause: whether the work after it
+    was launched after the device went idle ("late": the host was not ahead) or before (the device's own
+    latency), the call that launched it, the host's last blocking call that ended in the stretch, and (where the
+    trace has Python frames) the eaglelab functions the host was in during the stretch. Summed, largest first."""
+    spans = request_spans(events)
+    launches = {e["args"]["correlation"]: e for e in events
+                if e.get("cat") in LAUNCH and "correlation" in e.get("args", {})}
+    blocking = sorted((e for e in events if e.get("cat") in LAUNCH and e["name"].startswith(BLOCKING) and "dur" in e),
+                      key=lambda e: e["ts"] + e["dur"])
+    frames = [e for e in events if e.get("cat") == "python_function" and "dur" in e
+              and ("eaglelab" in e["name"] or "engine/" in e["name"]) and "loop_gaps" not in e["name"]]
+    agg: dict[tuple, list[float]] = {}
+    for lo, hi in spans:
+        dev = sorted((e for e in events if e.get("cat") in DEVICE and "dur" in e and lo <= e["ts"] < hi),
+                     key=lambda e: e["ts"])
+        end = None
+        for e in dev:
+            if end is not None and e["ts"] - end > gap_us:
+                launch = launches.get(e.get("args", {}).get("correlation"))
+                at = launch["ts"] if launch is not None else e["ts"]
+                late = launch is not None and at > end
+                waits = [b["name"] for b in blocking if end <= b["ts"] + b["dur"] <= at]
+                inside = sorted(((min(f["ts"] + f["dur"], at) - max(f["ts"], end), f["name"]) for f in frames
+                                 if f["ts"] < at and f["ts"] + f["dur"] > end), reverse=True)
+                window = max(at - end, 1e-9)
+                deepest = [name for cover, name in inside if cover >= 0.5 * window][-3:]  # innermost covering half
+                key = ("late" if late else "device", launch["name"] if launch else "?", waits[-1] if waits else "-",
+                       " < ".join(x.split(": ")[-1] if ": " in x else x for x in deepest) or "-")
+                agg.setdefault(key, []).append(e["ts"] - end)
+            end = e["ts"] + e["dur"] if end is None else max(end, e["ts"] + e["dur"])
+    rows = [{"launched": k[0], "by": k[1], "after_blocking": k[2], "host_in": k[3], "count": len(v),
+             "total_us": sum(v), "median_us": statistics.median(v)} for k, v in agg.items()]
+    return sorted(rows, key=lambda r: -r["total_us"])[:n]
+
+
 def top_kernels(events: list[dict], steps: int, n: int = 15) -> list[dict]:
     """The device work inside the requests, by kernel (or copy) name: time and launches per step, largest first."""
-    spans = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "request" and "dur" in e]
+    spans = request_spans(events)
     per: dict[str, list[float]] = {}
     for e in events:
         if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e \
@@ -79,7 +125,7 @@ def top_kernels(events: list[dict], steps: int, n: int = 15) -> list[dict]:
 
 def request_figures(events: list[dict], gap_us: float) -> list[dict]:
     """Per request (a ``request`` range on the host): wall, device busy, idle, its gaps and blocking calls."""
-    spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in events if e.get("name") == "request" and "dur" in e)
+    spans = request_spans(events)
     device = [(e["ts"], e["ts"] + e["dur"]) for e in events
               if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e]
     runtime = [e for e in events if e.get("cat") == "cuda_runtime" and "dur" in e]
@@ -110,6 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     own.add_argument("--gap-us", type=float, default=3.0, help="device idle stretches longer than this are listed")
     own.add_argument("--timed", type=int, default=3, help="unprofiled passes over the prompts (their median wall)")
     own.add_argument("--json", dest="out_json", default=None)
+    own.add_argument("--stack-requests", type=int, default=2, help="requests traced again with Python frames")
     mine, rest = own.parse_known_args(argv)
     args = build_parser().parse_args(["bench", *rest])
     if args.batch_sizes is None:
@@ -148,6 +195,15 @@ def main(argv: list[str] | None = None) -> int:
                     _sync(ctx.device)
         events = trace_events(prof)
         per = request_figures(events, mine.gap_us)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                torch.profiler.ProfilerActivity.CUDA], with_stack=True) as prof:
+            for group in c.groups[: mine.stack_requests]:
+                _sync(ctx.device)
+                with torch.profiler.record_function("request"):
+                    c.generate(group, ctx.max_new_tokens)
+                    _sync(ctx.device)
+        causes = gap_causes(trace_events(prof), mine.gap_us)
+        causes_plain = gap_causes(events, mine.gap_us)
         tokens = [sum(len(t) for t in r.tokens) for r in results]
         steps = [_steps(r, cfg.speculative) for r in results]
         rows = []
@@ -164,7 +220,8 @@ def main(argv: list[str] | None = None) -> int:
                    "blocking_calls": med("blocking_calls"), "blocking_us": med("blocking_us"),
                    "gaps_over_per_step_us": statistics.median(r["gaps_over_us"] / r["steps"] for r in rows)}
         kernels = top_kernels(events, sum(steps))
-        report["configs"][name] = {"summary": summary, "requests": rows, "top_kernels": kernels}
+        report["configs"][name] = {"summary": summary, "requests": rows, "top_kernels": kernels,
+                                   "gap_causes": causes_plain, "gap_causes_with_stack": causes}
         unit = "cycle" if cfg.speculative else "step"
         print(f"{name}: per {unit} (median of {len(rows)} requests): wall {summary['wall_per_step_us']:.1f} us "
               f"(unprofiled {unprofiled:.1f}), device busy {summary['busy_per_step_us']:.1f}, idle "
@@ -173,6 +230,12 @@ def main(argv: list[str] | None = None) -> int:
               f"{summary['blocking_calls']:.0f} blocking calls, {summary['blocking_us']:.0f} us in them")
         for k in kernels:
             print(f"  {k['us_per_step']:8.1f} us/{unit} {k['calls_per_step']:6.1f} calls  {k['name']}")
+        for title, got in (("gaps by cause (the timed trace)", causes_plain),
+                           (f"gaps by cause, Python frames traced ({mine.stack_requests} requests, slower)", causes)):
+            print(f"  {title}:")
+            for g in got:
+                print(f"    {g['total_us']:9.0f} us {g['count']:5d}x (median {g['median_us']:.0f}) {g['launched']}, "
+                      f"by {g['by']}, after {g['after_blocking']}; host in {g['host_in']}")
         for r in rows:
             print(f"  request: {r['steps']} {unit}s, {r['tokens']} tokens, wall {r['wall_us']:.0f} us, busy "
                   f"{r['busy_us']:.0f}, {r['graph_launches']} graph launches, largest gaps "
