@@ -9,8 +9,8 @@
 #   call X  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=X: joins the GGUF; loop_gaps.py
 #           on the first 10 MT-bench first turns, 128 tokens, EOS ignored, plain against 5/4/24 + 16; then
 #           `bench --phase-costs` of the same pair and tree
-# Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_EXTRA (more loop_gaps/bench
-# flags, e.g. for a dry run).
+# Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
+# 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run).
 STAGE=${STAGE:?set STAGE=C or X}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
@@ -24,7 +24,8 @@ stage_x() {
   record_gpu
   [ -f "$GGUF" ] || join_gguf
   TAIL=60 run loop_gaps 330 python3 benchmarks/loop_gaps.py --model default --draft $SHIPPED --device "$DEVICE" \
-    $TREE --prompts 10 --max-new-tokens 128 --json "$R/loop_gaps.json" ${GAPS_EXTRA:-}
+    $TREE --prompts ${GAPS_PROMPTS:-10} --max-new-tokens 128 --json "$R/loop_gaps.json" ${GAPS_EXTRA:-}
+  [ "${PHASE_COSTS:-1}" = 1 ] || return 0
   TAIL=40 run phase_costs $(left) $EL bench --model default --draft $SHIPPED --device "$DEVICE" $TREE \
     --batch-sizes 1 --prompts 10 --max-new-tokens 128 --repeats 2 --no-micro --phase-costs \
     --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/phase_costs.json" ${GAPS_EXTRA:-}
