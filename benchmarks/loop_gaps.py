@@ -23,6 +23,8 @@ here is a speedup: the bench measures those; this says what a cycle's time is ma
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
 import statistics
 import tempfile
@@ -156,6 +158,9 @@ def main(argv: list[str] | None = None) -> int:
     own.add_argument("--gap-us", type=float, default=3.0, help="device idle stretches longer than this are listed")
     own.add_argument("--timed", type=int, default=3, help="unprofiled passes over the prompts (their median wall)")
     own.add_argument("--json", dest="out_json", default=None)
+    own.add_argument("--variants", default="default,gc-frozen",
+                     help="each configuration measured as is (default) and with Python's garbage collector frozen "
+                          "and off during its requests (gc-frozen: what the host's collections cost the device)")
     own.add_argument("--stack-requests", type=int, default=2, help="requests traced again with Python frames")
     mine, rest = own.parse_known_args(argv)
     args = build_parser().parse_args(["bench", *rest])
@@ -176,73 +181,103 @@ def main(argv: list[str] | None = None) -> int:
         c.warm_up(ctx.max_new_tokens)
         for group in c.groups:  # every prompt width captured (and compiled) before anything is timed
             c.generate(group, ctx.max_new_tokens)
-        walls, made = [], []
-        for _ in range(mine.timed):
-            for group in c.groups:
-                _sync(ctx.device)
-                t0 = time.perf_counter()
-                res = c.generate(group, ctx.max_new_tokens)
-                _sync(ctx.device)
-                walls.append((time.perf_counter() - t0) * 1e6)
-                made.append(res)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                torch.profiler.ProfilerActivity.CUDA]) as prof:
-            results = []
-            for group in c.groups:
-                _sync(ctx.device)
-                with torch.profiler.record_function("request"):
-                    results.append(c.generate(group, ctx.max_new_tokens))
-                    _sync(ctx.device)
-        events = trace_events(prof)
-        per = request_figures(events, mine.gap_us)
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                torch.profiler.ProfilerActivity.CUDA], with_stack=True) as prof:
-            for group in c.groups[: mine.stack_requests]:
-                _sync(ctx.device)
-                with torch.profiler.record_function("request"):
-                    c.generate(group, ctx.max_new_tokens)
-                    _sync(ctx.device)
-        causes = gap_causes(trace_events(prof), mine.gap_us)
-        causes_plain = gap_causes(events, mine.gap_us)
-        tokens = [sum(len(t) for t in r.tokens) for r in results]
-        steps = [_steps(r, cfg.speculative) for r in results]
-        rows = []
-        for fig, tok, st in zip(per, tokens, steps):
-            rows.append(fig | {"tokens": tok, "steps": st,
-                               "wall_per_step_us": fig["wall_us"] / st, "busy_per_step_us": fig["busy_us"] / st,
-                               "idle_per_step_us": (fig["wall_us"] - fig["busy_us"]) / st})
-        med = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
-        unprofiled = statistics.median(w / st for w, st in zip(walls, steps * mine.timed))
-        summary = {"wall_per_step_us": med("wall_per_step_us"), "busy_per_step_us": med("busy_per_step_us"),
-                   "idle_per_step_us": med("idle_per_step_us"), "unprofiled_wall_per_step_us": unprofiled,
-                   "tokens_per_step": statistics.median(t / st for t, st in zip(tokens, steps)),
-                   "kernels_per_step": med("kernels") / statistics.median(steps),
-                   "blocking_calls": med("blocking_calls"), "blocking_us": med("blocking_us"),
-                   "gaps_over_per_step_us": statistics.median(r["gaps_over_us"] / r["steps"] for r in rows)}
-        kernels = top_kernels(events, sum(steps))
-        report["configs"][name] = {"summary": summary, "requests": rows, "top_kernels": kernels,
-                                   "gap_causes": causes_plain, "gap_causes_with_stack": causes}
-        unit = "cycle" if cfg.speculative else "step"
-        print(f"{name}: per {unit} (median of {len(rows)} requests): wall {summary['wall_per_step_us']:.1f} us "
-              f"(unprofiled {unprofiled:.1f}), device busy {summary['busy_per_step_us']:.1f}, idle "
-              f"{summary['idle_per_step_us']:.1f} ({summary['gaps_over_per_step_us']:.1f} in gaps > {mine.gap_us:g} us); "
-              f"{summary['tokens_per_step']:.2f} tokens, {summary['kernels_per_step']:.0f} kernels; per request "
-              f"{summary['blocking_calls']:.0f} blocking calls, {summary['blocking_us']:.0f} us in them")
-        for k in kernels:
-            print(f"  {k['us_per_step']:8.1f} us/{unit} {k['calls_per_step']:6.1f} calls  {k['name']}")
-        for title, got in (("gaps by cause (the timed trace)", causes_plain),
-                           (f"gaps by cause, Python frames traced ({mine.stack_requests} requests, slower)", causes)):
-            print(f"  {title}:")
-            for g in got:
-                print(f"    {g['total_us']:9.0f} us {g['count']:5d}x (median {g['median_us']:.0f}) {g['launched']}, "
-                      f"by {g['by']}, after {g['after_blocking']}; host in {g['host_in']}")
-        for r in rows:
-            print(f"  request: {r['steps']} {unit}s, {r['tokens']} tokens, wall {r['wall_us']:.0f} us, busy "
-                  f"{r['busy_us']:.0f}, {r['graph_launches']} graph launches, largest gaps "
-                  + ", ".join(f"{g:.0f}" for g in r["largest_gaps_us"]) + " us")
+        for variant in mine.variants.split(","):
+            label = name if variant == "default" else f"{name} [{variant}]"
+            with _variant(variant):
+                walls, made = [], []
+                for _ in range(mine.timed):
+                    for group in c.groups:
+                        _sync(ctx.device)
+                        t0 = time.perf_counter()
+                        res = c.generate(group, ctx.max_new_tokens)
+                        _sync(ctx.device)
+                        walls.append((time.perf_counter() - t0) * 1e6)
+                        made.append(res)
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                        torch.profiler.ProfilerActivity.CUDA]) as prof:
+                    results = []
+                    for group in c.groups:
+                        _sync(ctx.device)
+                        with torch.profiler.record_function("request"):
+                            results.append(c.generate(group, ctx.max_new_tokens))
+                            _sync(ctx.device)
+                events = trace_events(prof)
+                per = request_figures(events, mine.gap_us)
+                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
+                                                        torch.profiler.ProfilerActivity.CUDA], with_stack=True) as prof:
+                    for group in c.groups[: mine.stack_requests]:
+                        _sync(ctx.device)
+                        with torch.profiler.record_function("request"):
+                            c.generate(group, ctx.max_new_tokens)
+                            _sync(ctx.device)
+                causes = gap_causes(trace_events(prof), mine.gap_us)
+                causes_plain = gap_causes(events, mine.gap_us)
+                tokens = [sum(len(t) for t in r.tokens) for r in results]
+                steps = [_steps(r, cfg.speculative) for r in results]
+                rows = []
+                for fig, tok, st in zip(per, tokens, steps):
+                    rows.append(fig | {"tokens": tok, "steps": st,
+                                       "wall_per_step_us": fig["wall_us"] / st, "busy_per_step_us": fig["busy_us"] / st,
+                                       "idle_per_step_us": (fig["wall_us"] - fig["busy_us"]) / st})
+                med = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
+                unprofiled = statistics.median(w / st for w, st in zip(walls, steps * mine.timed))
+                summary = {"wall_per_step_us": med("wall_per_step_us"), "busy_per_step_us": med("busy_per_step_us"),
+                           "idle_per_step_us": med("idle_per_step_us"), "unprofiled_wall_per_step_us": unprofiled,
+                           "tokens_per_step": statistics.median(t / st for t, st in zip(tokens, steps)),
+                           "kernels_per_step": med("kernels") / statistics.median(steps),
+                           "blocking_calls": med("blocking_calls"), "blocking_us": med("blocking_us"),
+                           "gaps_over_per_step_us": statistics.median(r["gaps_over_us"] / r["steps"] for r in rows)}
+                kernels = top_kernels(events, sum(steps))
+                report["configs"][label] = {"summary": summary, "requests": rows, "top_kernels": kernels,
+                                           "gap_causes": causes_plain, "gap_causes_with_stack": causes}
+                unit = "cycle" if cfg.speculative else "step"
+                print(f"{label}: per {unit} (median of {len(rows)} requests): wall {summary['wall_per_step_us']:.1f} us "
+                      f"(unprofiled {unprofiled:.1f}), device busy {summary['busy_per_step_us']:.1f}, idle "
+                      f"{summary['idle_per_step_us']:.1f} ({summary['gaps_over_per_step_us']:.1f} in gaps > {mine.gap_us:g} us); "
+                      f"{summary['tokens_per_step']:.2f} tokens, {summary['kernels_per_step']:.0f} kernels; per request "
+                      f"{summary['blocking_calls']:.0f} blocking calls, {summary['blocking_us']:.0f} us in them")
+                for k in kernels:
+                    print(f"  {k['us_per_step']:8.1f} us/{unit} {k['calls_per_step']:6.1f} calls  {k['name']}")
+                for title, got in (("gaps by cause (the timed trace)", causes_plain),
+                                   (f"gaps by cause, Python frames traced ({mine.stack_requests} requests, slower)", causes)):
+                    print(f"  {title}:")
+                    for g in got:
+                        print(f"    {g['total_us']:9.0f} us {g['count']:5d}x (median {g['median_us']:.0f}) {g['launched']}, "
+                              f"by {g['by']}, after {g['after_blocking']}; host in {g['host_in']}")
+                for r in rows:
+                    print(f"  request: {r['steps']} {unit}s, {r['tokens']} tokens, wall {r['wall_us']:.0f} us, busy "
+                          f"{r['busy_us']:.0f}, {r['graph_launches']} graph launches, largest gaps "
+                          + ", ".join(f"{g:.0f}" for g in r["largest_gaps_us"]) + " us")
+    for variant in mine.variants.split(","):  # unprofiled tokens per microsecond, speculative over plain
+        got = {n: report["configs"].get(n if variant == "default" else f"{n} [{variant}]") for n in names}
+        rate = {n: g["summary"]["tokens_per_step"] / g["summary"]["unprofiled_wall_per_step_us"]
+                for n, g in got.items() if g}
+        if len(rate) == 2:
+            a, b = names
+            print(f"{variant}: {b} over {a}, unprofiled: {rate[b] / rate[a]:.3f}x "
+                  f"({rate[b] * 1e6:.1f} / {rate[a] * 1e6:.1f} tok/s)")
+            report.setdefault("ratios", {})[variant] = rate[b] / rate[a]
     if mine.out_json:
         Path(mine.out_json).write_text(json.dumps(report, indent=1))
     return 0
+
+
+@contextlib.contextmanager
+def _variant(name: str):
+    """gc-frozen: every object alive now moved out of the collector's reach (gc.freeze) and collection off, as
+    servers do after their warm-up; default: nothing changed."""
+    if name == "default":
+        yield
+        return
+    assert name == "gc-frozen", f"unknown variant {name}"
+    gc.collect()
+    gc.freeze()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+        gc.unfreeze()
 
 
 def _sync(device: torch.device) -> None:
