@@ -9,12 +9,9 @@
 #   call X  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=X: joins the GGUF; loop_gaps.py
 #           on the first 10 MT-bench first turns, 128 tokens, EOS ignored, plain against 5/4/24 + 16; then
 #           `bench --phase-costs` of the same pair and tree
-#   call Y  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=Y: joins the GGUF; bench at
-#           batch 1 (20 MT-bench first turns, plain against 5/4/24 + 16) in five processes: EAGLELAB_GC as-is,
-#           freeze, off, freeze with EAGLELAB_DRAIN=tree, as-is again (engine/runtime/host_gc.py, generate.py)
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
 # 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run).
-STAGE=${STAGE:?set STAGE=C, X or Y}
+STAGE=${STAGE:?set STAGE=C or X}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 TREE="--steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16"
@@ -34,25 +31,5 @@ stage_x() {
     --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/phase_costs.json" ${GAPS_EXTRA:-}
 }
 
-# ab NAME LIMIT ENV...: bench at batch 1 on 20 MT-bench first turns, plain against 5/4/24 + 16, under ENV
-ab() {
-  local name=$1 limit=$2; shift 2
-  TAIL=12 run "$name" "$limit" env "$@" $EL bench --model default --draft $SHIPPED --device "$DEVICE" $TREE \
-    --batch-sizes 1 --prompts ${AB_PROMPTS:-20} --max-new-tokens 128 --repeats 3 --no-micro --no-phase-costs \
-    --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/ab_$name.json" ${GAPS_EXTRA:-}
-}
-
-# Y: the collector policies and the loop's read-ahead near a run's end, each in its own bench process (the first
-# compiles cold; as-is again last, for the machine's drift)
-stage_y() {
-  record_gpu
-  [ -f "$GGUF" ] || join_gguf
-  ab asis 150 EAGLELAB_GC=as-is EAGLELAB_DRAIN=deepest
-  ab freeze 90 EAGLELAB_GC=freeze EAGLELAB_DRAIN=deepest
-  ab off 90 EAGLELAB_GC=off EAGLELAB_DRAIN=deepest
-  ab freeze_tree 90 EAGLELAB_GC=freeze EAGLELAB_DRAIN=tree
-  ab asis_again $(left) EAGLELAB_GC=as-is EAGLELAB_DRAIN=deepest
-}
-
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in C) echo 120;; *) echo 580;; esac)}; watchdog "$0"
-run_stage C X Y
+run_stage C X

@@ -33,7 +33,6 @@ first, unobserved, so a first request's one-time costs happen before the clock).
 from __future__ import annotations
 
 import gc
-import os
 import platform
 import sys
 import time
@@ -58,8 +57,6 @@ from eaglelab.engine.runtime.readback import Staged, Stager, StepReader, StepVie
 from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA, EAGER_NO_RUNNER, EAGER_OFF, SOURCE_RUNNER, eager_warning
 from eaglelab.engine.runtime.runner import FORWARD_PHASES, EagerRunner
 from eaglelab.engine.runtime.sampling import SamplingParams, exponential_noise, probs_from_logits, sample_with
-from eaglelab.engine.runtime import host_gc
-from eaglelab.engine.runtime.host_gc import HostGC
 from eaglelab.engine.runtime.spec_config import SpecConfig
 from eaglelab.engine.runtime.timing import PartMarks, PhaseClock, observe_allreduce
 from eaglelab.engine.runtime.tree import DraftTree, greedy_token, tree_attention_mask
@@ -126,13 +123,6 @@ class Engine:
             stop_lag = 1 if self.device.type == "cuda" and target.tp is None else 0
         assert stop_lag == 0 or target.tp is None, "under TP the observer takes each cycle at once: stop_lag 0"
         self.stop_lag = stop_lag
-        self.gc = HostGC(host_gc.policy(self.device.type))  # the collector kept out of the loop's way (host_gc.py)
-        # near a speculative run's budget, the loop reads the cycle in flight before queuing one more once every
-        # row has at most this many tokens left (EAGLELAB_DRAIN: "deepest", a whole path of the deepest branch and
-        # its bonus, the default; "tree", the drafter's tree alone: a long lookup branch rarely ends a run)
-        drain = os.environ.get("EAGLELAB_DRAIN", "deepest")
-        assert drain in ("deepest", "tree"), f"EAGLELAB_DRAIN={drain!r}: expected deepest or tree"
-        self.drain_within = (spec.max_depth if drain == "deepest" else spec.num_steps) + 1
         if self.device.type == "cuda":
             cycle_ops.load()  # the bookkeeping kernels of compiled phases (Triton imported once, outside any trace)
         self.runner: Runner = runner or EagerRunner(target, drafter.net if drafter is not None else None,
@@ -198,29 +188,17 @@ class Engine:
             run = lambda n, out: self._batch(prompts, n, sampling, generator, out)  # noqa: E731
         self._warned.clear()
         self._announce(max_batch if queued else len(prompts))
-        before = self.runner.setup_seconds
         warm = self._warm_up(run, min(warm_up, max_new_tokens), generator) if warm_up else 0.0
-        if self.runner.setup_seconds > before:  # the warm-up captured or compiled: its garbage goes now, untimed
-            warm += self._settle_gc()
         self._reset_run()
         setup0 = self._setup_seen = self.runner.setup_seconds  # each cycle's stats carry the set-up made since
         t0 = time.perf_counter()
-        with self.gc.during_loop():
-            tokens, reasons, accepted, prefills = run(max_new_tokens, stream)
+        tokens, reasons, accepted, prefills = run(max_new_tokens, stream)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         self._flush_observed()
         setup = self.runner.setup_seconds - setup0  # lazy captures and compiles: timed apart, never in tok/s
-        seconds = time.perf_counter() - t0 - setup
-        if setup > 0:  # set-up during the run: collected and frozen after it, as set-up
-            setup += self._settle_gc()
-        return self._finish(prompts, tokens, reasons, seconds, accepted, warm + setup, prefills)
-
-    def _settle_gc(self) -> float:
-        """The collector's settling after set-up (:class:`HostGC`). -> its seconds."""
-        t0 = time.perf_counter()
-        self.gc.settle()
-        return time.perf_counter() - t0
+        return self._finish(prompts, tokens, reasons, time.perf_counter() - t0 - setup, accepted, warm + setup,
+                            prefills)
 
     def _batch(self, prompts, max_new: int, sampling, generator, stream):
         """Every prompt in one batch, until every row ends. -> (tokens, stop reasons, per-cycle acceptance, prompts
@@ -522,7 +500,7 @@ class Engine:
         exact, and an EOS cannot be foreseen: neither needs the check."""
         got = seen.read()
         left = max_new - got["n_out"][~got["done"]]
-        return bool((left <= self.drain_within).all())
+        return bool((left <= self.spec.max_depth + 1).all())
 
     def _stream(self, views: list[StepView], stream: StreamFn | None, emitted: list[int]) -> list[int]:
         """Hand ``stream`` each row's tokens emitted since ``emitted``, as of the last of ``views`` (steps read

@@ -324,23 +324,3 @@ def test_the_result_is_read_in_a_few_copies_not_one_per_cycle(target, kind, monk
     assert out.cycles >= 4 and len(reads) <= 5, reads
     if kind != "plain":
         assert sum(map(sum, out.accept_lens)) + len(PROMPTS) == sum(map(len, out.tokens))  # 1 + accepted per row
-
-
-@pytest.mark.parametrize("kind", ["chain", "tree", "ngram"])
-def test_a_loop_that_reads_ahead_only_near_the_trees_depth_changes_nothing(target, eos, kind, monkeypatch):
-    """EAGLELAB_DRAIN=tree: the lagged loop reads the cycle in flight only once every row has at most the drafter's
-    tree depth + 1 tokens left (a cycle may still finish a row sooner: then its next cycle is extra). The same
-    tokens, stop reasons, cycles and observer cycles as a loop that stops at once."""
-    monkeypatch.setenv("EAGLELAB_DRAIN", "tree")
-    spec = SPECS[kind]
-    assert _engine(target, eos, spec, 1).drain_within == spec.num_steps + 1
-    for max_new in (2, 13):
-        _lagged_run_is_direct_run(target, eos, kind, PROMPTS, max_new)
-
-
-def test_the_default_drain_waits_for_the_deepest_path(target, eos):
-    """By default the loop reads ahead once a whole path of the deepest branch (a lookup branch's) and its bonus
-    could end every row."""
-    spec = SpecConfig("eagle3", num_steps=3, topk=2, num_draft_tokens=6, attention_mode="decode", lookup_tokens=8)
-    engine = Engine(target, drafter=Eagle3Drafter(random_drafter(target, 7), spec, TAPS), spec=spec, stop_lag=1)
-    assert engine.drain_within == 9
