@@ -285,12 +285,13 @@ def compile_prefill_note(spec, device_type: str) -> str:
 
 def _add_gemv(s: Session, log: Callable[[str], None], profile: Any = None) -> None:
     """--gemv: the session's kernels take the Triton GEMV (where it cannot run, a note says why), with the device
-    ``profile``'s tilings where they were measured on this setup (:func:`eaglelab.profiles.adopt_gemv_tilings`)."""
+    this machine's cached tilings and ``profile``'s where they were measured on this setup
+    (:func:`eaglelab.gemv_cache.prepare`)."""
     from eaglelab.engine.model.gemv import TritonGemv, dtype_refusal
-    from eaglelab.profiles import adopt_gemv_tilings
+    from eaglelab.gemv_cache import prepare
 
     gemv = TritonGemv(log)
-    adopt_gemv_tilings(gemv, profile, s.target.device, s.target.dtype)  # as bench's: the setup decides, not the device
+    prepare(gemv, profile, s.target.device, s.target.dtype, log)  # as bench's: the setup decides, not the device
     _add_triton_kernel(s, "--gemv", "gemv", gemv, dtype_refusal, "F.linear",
                        "projections of <= 64 rows on the Triton GEMV (bf16/fp16; F.linear per shape where it is faster)")
 

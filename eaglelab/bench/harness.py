@@ -165,10 +165,10 @@ class BenchContext:
         if self.gemv is None:
             from eaglelab.engine.model.gemv import TritonGemv
 
-            from eaglelab.profiles import adopt_gemv_tilings
+            from eaglelab.gemv_cache import prepare
 
             self.gemv = TritonGemv(self.log)
-            adopt_gemv_tilings(self.gemv, self.profile, self.device, next(self.target.parameters()).dtype)
+            prepare(self.gemv, self.profile, self.device, next(self.target.parameters()).dtype, self.log)
         return self.gemv
 
     def decode_attention(self):

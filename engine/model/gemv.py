@@ -159,6 +159,7 @@ class TritonGemv:
         self.preset: dict[tuple[int, int, int], GemvConfig] = {}  # adopted, not yet checked (:meth:`adopt`)
         self.setup_seconds = 0.0
         self._said = False
+        self.on_tuned: Callable[[], None] | None = None  # called after a shape is tuned (a cache keeps the choice)
 
     layout = None  # reads the weight [N, K] as nn.Linear keeps it
 
@@ -197,7 +198,11 @@ class TritonGemv:
         key = (N, K, row_bucket(M))
         cfg = self.chosen.get(key)
         if cfg is None and not torch.compiler.is_compiling() and not capturing(x):
-            cfg = self._take_preset(key, x, weight, bias) or self._tune(key, x, weight, bias)
+            cfg = self._take_preset(key, x, weight, bias)
+            if cfg is None:
+                cfg = self._tune(key, x, weight, bias)
+                if cfg is not None and self.on_tuned is not None:
+                    self.on_tuned()
             if cfg is None:
                 return F.linear(x, weight, bias)
         cfg = cfg or default_config(N, K, M)
