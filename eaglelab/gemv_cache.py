@@ -97,10 +97,11 @@ def prepare(gemv: Any, profile: Any, device: Any, dtype: Any, log: Callable[[str
         if log is not None:
             log(f"GEMV tilings cache not used ({exc}); every shape is tuned here")
         entries = []
+    adopt_gemv_tilings(gemv, profile, device, dtype)  # first: a shape both hold keeps the profile's tiling
     for e in entries:
-        if dict(e.measured_on) == here:
-            gemv.adopt(dict(e.chosen), dict(e.measured_on), here, source=f"this machine's cache {path}")
-    adopt_gemv_tilings(gemv, profile, device, dtype)
+        cached = {key: cfg for key, cfg in e.chosen if key not in gemv.preset}
+        if dict(e.measured_on) == here and cached:
+            gemv.adopt(cached, dict(e.measured_on), here, source=f"this machine's cache {path}")
     gemv.on_tuned = _remember(gemv, here, path, log)
 
 
