@@ -89,15 +89,18 @@ def prepare(gemv: Any, profile: Any, device: Any, dtype: Any, log: Callable[[str
         return
     from eaglelab.engine.model.gemv import tuning_environment
 
+    adopt_gemv_tilings(gemv, profile, device, dtype)  # first: a shape both hold keeps the profile's tiling
+    try:
+        here = tuning_environment(device, dtype)
+    except (RuntimeError, AssertionError):  # torch cannot name this GPU (no driver): no setup to key a cache on
+        return
     path = path or cache_path()
-    here = tuning_environment(device, dtype)
     try:
         entries = read(path)
     except EagleLabError as exc:
         if log is not None:
             log(f"GEMV tilings cache not used ({exc}); every shape is tuned here")
         entries = []
-    adopt_gemv_tilings(gemv, profile, device, dtype)  # first: a shape both hold keeps the profile's tiling
     for e in entries:
         cached = {key: cfg for key, cfg in e.chosen if key not in gemv.preset}
         if dict(e.measured_on) == here and cached:

@@ -108,3 +108,17 @@ def test_merging_keeps_each_setup_and_the_newest_choice_last():
 def test_the_cache_lives_in_the_eaglelab_cache(monkeypatch, tmp_path):
     monkeypatch.setenv("EAGLELAB_CACHE", str(tmp_path))
     assert C.cache_path() == tmp_path / "gemv_tilings.json"
+
+
+def test_a_gpu_torch_cannot_name_gets_no_cache(monkeypatch, tmp_path):
+    """No driver to name the GPU: the profile's tilings are still offered, the cache is neither read nor kept."""
+    def unnamed(device, dtype):
+        raise RuntimeError("Found no NVIDIA driver on your system")
+
+    monkeypatch.setattr(G, "tuning_environment", unnamed)
+    path = tmp_path / C.FILE_NAME
+    path.write_text("{not json")
+    said: list[str] = []
+    gemv = _Gemv(said)
+    C.prepare(gemv, None, torch.device("cuda"), torch.bfloat16, said.append, path=path)
+    assert gemv.on_tuned is None and said == []
