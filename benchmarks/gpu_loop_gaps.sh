@@ -9,9 +9,15 @@
 #   call X  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=X: joins the GGUF; loop_gaps.py
 #           on the first 10 MT-bench first turns, 128 tokens, EOS ignored, plain against 5/4/24 + 16; then
 #           `bench --phase-costs` of the same pair and tree
+#   call K  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=K: joins the GGUF; the same
+#           bench at batch 1 (10 prompts) in two processes, one after the other, from an empty eaglelab cache: the
+#           second should take the GEMV tilings the first tuned (eaglelab/gemv_cache.py: no tuning, the compile
+#           cache hit); each report's "where the time went" says so. Not run yet.
+# Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
+# b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
 # 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run).
-STAGE=${STAGE:?set STAGE=C or X}
+STAGE=${STAGE:?set STAGE=C, X or K}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 TREE="--steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16"
@@ -31,5 +37,20 @@ stage_x() {
     --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/phase_costs.json" ${GAPS_EXTRA:-}
 }
 
+# K: two cold-cache processes in turn (the inductor and GEMV caches start empty in a fresh EAGLELAB_CACHE)
+stage_k() {
+  record_gpu
+  [ -f "$GGUF" ] || join_gguf
+  export EAGLELAB_CACHE_FRESH=$HOME/k_cache; rm -rf "$EAGLELAB_CACHE_FRESH"; mkdir -p "$EAGLELAB_CACHE_FRESH"
+  cp -r "$EAGLELAB_CACHE/models" "$EAGLELAB_CACHE/assets" "$EAGLELAB_CACHE_FRESH/" 2>/dev/null
+  local n
+  for n in first second; do
+    TAIL=8 run "cold_$n" 250 env EAGLELAB_CACHE="$EAGLELAB_CACHE_FRESH" $EL bench --model default --draft $SHIPPED \
+      --device "$DEVICE" $TREE --batch-sizes 1 --prompts 10 --max-new-tokens 128 --repeats 2 --no-micro \
+      --no-phase-costs --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/cold_$n.json"
+  done
+  cp "$EAGLELAB_CACHE_FRESH/gemv_tilings.json" "$R/" 2>/dev/null
+}
+
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in C) echo 120;; *) echo 580;; esac)}; watchdog "$0"
-run_stage C X
+run_stage C X K
