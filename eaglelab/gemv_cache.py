@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from eaglelab.engine.errors import EagleLabError
-from eaglelab.profiles import MAX_PROFILE_BYTES, GemvTilings, _gemv_tilings, adopt_gemv_tilings
+from eaglelab.profiles import MAX_PROFILE_BYTES, GemvTilings, adopt_gemv_tilings, parse_gemv_tilings
 
 FILE_NAME = "gemv_tilings.json"
 SCHEMA = 1
@@ -60,7 +60,7 @@ def read(path: Path) -> list[GemvTilings]:
     if not isinstance(d, dict) or d.get("schema") != SCHEMA or not isinstance(d.get("entries"), list):
         raise EagleLabError("not a GEMV tilings cache", file=str(path), field="schema / entries",
                             expected=f'{{"schema": {SCHEMA}, "entries": [...]}}', hint=f"delete {path}")
-    return [_gemv_tilings(e, path, f"entries[{i}]") for i, e in enumerate(d["entries"])]
+    return [parse_gemv_tilings(e, path, f"entries[{i}]") for i, e in enumerate(d["entries"])]
 
 
 def write(path: Path, entries: list[GemvTilings]) -> None:
@@ -82,9 +82,9 @@ def merged(entries: list[GemvTilings], new: GemvTilings) -> list[GemvTilings]:
 
 def prepare(gemv: Any, profile: Any, device: Any, dtype: Any, log: Callable[[str], None] | None = None,
             path: Path | None = None) -> None:
-    """Give a Triton GEMV what was measured before on this setup, and keep what it tunes from now on: this
-    machine's cached tilings, then ``profile``'s (which win a shape both hold: ``eaglelab tune`` measured them
-    with the trees); each shape it still tunes is written to the cache as it is chosen."""
+    """Give a Triton GEMV what was measured before on this setup, and keep what it tunes from now on:
+    ``profile``'s tilings (``eaglelab tune`` measured them with the trees), then this machine's cached ones for the
+    shapes the profile lacks; each shape it still tunes is written to the cache as it is chosen."""
     if gemv is None or gemv.reason is not None:
         return
     from eaglelab.engine.model.gemv import tuning_environment
@@ -110,9 +110,10 @@ def prepare(gemv: Any, profile: Any, device: Any, dtype: Any, log: Callable[[str
 
 def _remember(gemv: Any, here: dict[str, str], path: Path, log: Callable[[str], None] | None) -> Callable[[], None]:
     """The hook that writes ``gemv``'s choices into the cache after each tuning (a failed write said once)."""
-    failed: list[str] = []
+    failed = False
 
     def remember() -> None:
+        nonlocal failed
         if failed:
             return
         try:
@@ -122,7 +123,7 @@ def _remember(gemv: Any, here: dict[str, str], path: Path, log: Callable[[str], 
                 entries = []  # an unreadable cache is replaced by what this process tuned
             write(path, merged(entries, GemvTilings.of(dict(gemv.chosen), here)))
         except (OSError, EagleLabError) as exc:
-            failed.append(str(exc))
+            failed = True
             if log is not None:
                 log(f"GEMV tilings not kept in {path} ({type(exc).__name__}: {exc}); the next process tunes again")
 

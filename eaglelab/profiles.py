@@ -323,12 +323,13 @@ def _profile(d: Any, path: Path, i: int) -> DeviceProfile:
     return DeviceProfile(
         **text, **flags, buckets=tuple(_bucket(b, path, f"{where}.buckets[{j}]") for j, b in enumerate(buckets)),
         kernels_reason=str(d.get("kernels_reason", "")), source=str(d.get("source", "")),
-        gemv_tilings=_gemv_tilings(d["gemv_tilings"], path, f"{where}.gemv_tilings") if "gemv_tilings" in d else None,
+        gemv_tilings=parse_gemv_tilings(d["gemv_tilings"], path, f"{where}.gemv_tilings") if "gemv_tilings" in d else None,
         path=str(path))
 
 
-def _gemv_tilings(g: Any, path: Path, where: str) -> GemvTilings:
-    """A profile's ``gemv_tilings``: exactly the known fields, each of its type and range."""
+def parse_gemv_tilings(g: Any, path: Path, where: str) -> GemvTilings:
+    """A profile's ``gemv_tilings`` (or a tilings cache's entry, eaglelab/gemv_cache.py): exactly the known fields,
+    each of its type and range; EagleLabError naming ``path`` and ``where`` otherwise."""
     _only(g, ("measured_on", "chosen"), path, where)
     env = g["measured_on"]
     _only(env, ENVIRONMENT_FIELDS, path, f"{where}.measured_on")
