@@ -17,7 +17,9 @@ graphs, warmed up first), then once more under ``torch.profiler``; from the trac
 
 What it found on an H100 (``benchmarks/results/h100_2026-12-05d/``): a plain step's idle time is about all between
 a graph's kernels; of a cycle's ~307 us idle, ~216 us is between its kernels, ~55 us the prompts, ~35-50 us the loop
-(~3%). Under the profiler the host is several times slower, so its late launches overstate what the loop costs.
+(~3%). Under the profiler the host is several times slower, so its late launches overstate what the loop costs;
+and variants measured in turn in one process mislead (the collector frozen read 2.01x -> 2.16x that way, 2.24x
+against 2.22x in separate bench processes): compare changes with ``eaglelab bench``, one process each.
 
 Any ``eaglelab bench`` flag is taken (the model, the tree, --max-new-tokens, --eos); the configurations are the
 headline's (``plain-compile-gemv-attn``, ``spec-compile-gemv-attn``) unless ``--configs`` names others. No figure
@@ -27,8 +29,6 @@ here is a speedup: the bench measures those; this says what a cycle's time is ma
 from __future__ import annotations
 
 import argparse
-import contextlib
-import gc
 import json
 import statistics
 import tempfile
@@ -154,6 +154,77 @@ def request_figures(events: list[dict], gap_us: float) -> list[dict]:
     return out
 
 
+def traced(c, groups, max_new: int, device: torch.device, with_stack: bool = False) -> tuple[list, list[dict]]:
+    """``groups`` decoded by contender ``c`` under the profiler, each a ``request`` range. -> (results, events)."""
+    from eaglelab.bench.timing import sync
+
+    activities = [torch.profiler.ProfilerActivity.CPU, torch.profiler.ProfilerActivity.CUDA]
+    results = []
+    with torch.profiler.profile(activities=activities, with_stack=with_stack) as prof:
+        for group in groups:
+            sync(device)
+            with torch.profiler.record_function("request"):
+                results.append(c.generate(group, max_new))
+                sync(device)
+    return results, trace_events(prof)
+
+
+def measure_config(c, ctx, mine) -> dict:
+    """One configuration: unprofiled passes (wall time), a profiled pass (busy, gaps, kernels) and a few requests
+    traced with Python frames (the gaps' causes)."""
+    from eaglelab.bench.timing import sync
+
+    walls, made = [], []
+    for _ in range(mine.timed):
+        for group in c.groups:
+            sync(ctx.device)
+            t0 = time.perf_counter()
+            made.append(c.generate(group, ctx.max_new_tokens))
+            sync(ctx.device)
+            walls.append((time.perf_counter() - t0) * 1e6)
+    results, events = traced(c, c.groups, ctx.max_new_tokens, ctx.device)
+    _, stacked = traced(c, c.groups[: mine.stack_requests], ctx.max_new_tokens, ctx.device, with_stack=True)
+    rows = []
+    for fig, r in zip(request_figures(events, mine.gap_us), results):
+        st = _steps(r)
+        rows.append(fig | {"tokens": r.generated_tokens, "steps": st, "wall_per_step_us": fig["wall_us"] / st,
+                           "busy_per_step_us": fig["busy_us"] / st,
+                           "idle_per_step_us": (fig["wall_us"] - fig["busy_us"]) / st})
+    med = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
+    summary = {"wall_per_step_us": med("wall_per_step_us"), "busy_per_step_us": med("busy_per_step_us"),
+               "idle_per_step_us": med("idle_per_step_us"),
+               "unprofiled_wall_per_step_us": statistics.median(w / _steps(r) for w, r in zip(walls, made)),
+               "unprofiled_tok_per_s": sum(r.generated_tokens for r in made) / sum(walls) * 1e6,
+               "tokens_per_step": statistics.median(r["tokens"] / r["steps"] for r in rows),
+               "kernels_per_step": med("kernels") / med("steps"),
+               "blocking_calls": med("blocking_calls"), "blocking_us": med("blocking_us"),
+               "gaps_over_per_step_us": statistics.median(r["gaps_over_us"] / r["steps"] for r in rows)}
+    return {"summary": summary, "requests": rows, "top_kernels": top_kernels(events, sum(r["steps"] for r in rows)),
+            "gap_causes": gap_causes(events, mine.gap_us), "gap_causes_with_stack": gap_causes(stacked, mine.gap_us)}
+
+
+def print_config(name: str, unit: str, got: dict, gap_us: float, stack_requests: int) -> None:
+    s = got["summary"]
+    print(f"{name}: per {unit} (median of {len(got['requests'])} requests): wall {s['wall_per_step_us']:.1f} us "
+          f"(unprofiled {s['unprofiled_wall_per_step_us']:.1f}), device busy {s['busy_per_step_us']:.1f}, idle "
+          f"{s['idle_per_step_us']:.1f} ({s['gaps_over_per_step_us']:.1f} in gaps > {gap_us:g} us); "
+          f"{s['tokens_per_step']:.2f} tokens, {s['kernels_per_step']:.0f} kernels; per request "
+          f"{s['blocking_calls']:.0f} blocking calls, {s['blocking_us']:.0f} us in them")
+    for k in got["top_kernels"]:
+        print(f"  {k['us_per_step']:8.1f} us/{unit} {k['calls_per_step']:6.1f} calls  {k['name']}")
+    for title, causes in (("gaps by cause (the timed trace)", got["gap_causes"]),
+                          (f"gaps by cause, Python frames traced ({stack_requests} requests, slower)",
+                           got["gap_causes_with_stack"])):
+        print(f"  {title}:")
+        for g in causes:
+            print(f"    {g['total_us']:9.0f} us {g['count']:5d}x (median {g['median_us']:.0f}) {g['launched']}, "
+                  f"by {g['by']}, after {g['after_blocking']}; host in {g['host_in']}")
+    for r in got["requests"]:
+        print(f"  request: {r['steps']} {unit}s, {r['tokens']} tokens, wall {r['wall_us']:.0f} us, busy "
+              f"{r['busy_us']:.0f}, {r['graph_launches']} graph launches, largest gaps "
+              + ", ".join(f"{g:.0f}" for g in r["largest_gaps_us"]) + " us")
+
+
 def main(argv: list[str] | None = None) -> int:
     from eaglelab.bench import harness as H
     from eaglelab.bench.configs import CONFIGS
@@ -164,10 +235,6 @@ def main(argv: list[str] | None = None) -> int:
     own.add_argument("--gap-us", type=float, default=3.0, help="device idle stretches longer than this are listed")
     own.add_argument("--timed", type=int, default=3, help="unprofiled passes over the prompts (their median wall)")
     own.add_argument("--json", dest="out_json", default=None)
-    own.add_argument("--variants", default="default",
-                     help="comma list: default (as is) and/or gc-frozen (Python's collector frozen and off during the "
-                          "requests), each measured in turn in this process: the first after warm-up can read slower "
-                          "for that alone (on an H100, 2.01x then 2.16x here, 2.24x and 2.22x in separate bench runs)")
     own.add_argument("--stack-requests", type=int, default=2, help="requests traced again with Python frames")
     mine, rest = own.parse_known_args(argv)
     args = build_parser().parse_args(["bench", *rest])
@@ -188,112 +255,19 @@ def main(argv: list[str] | None = None) -> int:
         c.warm_up(ctx.max_new_tokens)
         for group in c.groups:  # every prompt width captured (and compiled) before anything is timed
             c.generate(group, ctx.max_new_tokens)
-        for variant in mine.variants.split(","):
-            label = name if variant == "default" else f"{name} [{variant}]"
-            with _variant(variant):
-                walls, made = [], []
-                for _ in range(mine.timed):
-                    for group in c.groups:
-                        _sync(ctx.device)
-                        t0 = time.perf_counter()
-                        res = c.generate(group, ctx.max_new_tokens)
-                        _sync(ctx.device)
-                        walls.append((time.perf_counter() - t0) * 1e6)
-                        made.append(res)
-                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                        torch.profiler.ProfilerActivity.CUDA]) as prof:
-                    results = []
-                    for group in c.groups:
-                        _sync(ctx.device)
-                        with torch.profiler.record_function("request"):
-                            results.append(c.generate(group, ctx.max_new_tokens))
-                            _sync(ctx.device)
-                events = trace_events(prof)
-                per = request_figures(events, mine.gap_us)
-                with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU,
-                                                        torch.profiler.ProfilerActivity.CUDA], with_stack=True) as prof:
-                    for group in c.groups[: mine.stack_requests]:
-                        _sync(ctx.device)
-                        with torch.profiler.record_function("request"):
-                            c.generate(group, ctx.max_new_tokens)
-                            _sync(ctx.device)
-                causes = gap_causes(trace_events(prof), mine.gap_us)
-                causes_plain = gap_causes(events, mine.gap_us)
-                tokens = [sum(len(t) for t in r.tokens) for r in results]
-                steps = [_steps(r, cfg.speculative) for r in results]
-                rows = []
-                for fig, tok, st in zip(per, tokens, steps):
-                    rows.append(fig | {"tokens": tok, "steps": st,
-                                       "wall_per_step_us": fig["wall_us"] / st, "busy_per_step_us": fig["busy_us"] / st,
-                                       "idle_per_step_us": (fig["wall_us"] - fig["busy_us"]) / st})
-                med = lambda key: statistics.median(r[key] for r in rows)  # noqa: E731
-                unprofiled = statistics.median(w / _steps(r, cfg.speculative) for w, r in zip(walls, made))
-                tok_per_s = sum(r.generated_tokens for r in made) / sum(walls) * 1e6  # every unprofiled request
-                summary = {"wall_per_step_us": med("wall_per_step_us"), "busy_per_step_us": med("busy_per_step_us"),
-                           "idle_per_step_us": med("idle_per_step_us"), "unprofiled_wall_per_step_us": unprofiled,
-                           "unprofiled_tok_per_s": tok_per_s,
-                           "tokens_per_step": statistics.median(t / st for t, st in zip(tokens, steps)),
-                           "kernels_per_step": med("kernels") / statistics.median(steps),
-                           "blocking_calls": med("blocking_calls"), "blocking_us": med("blocking_us"),
-                           "gaps_over_per_step_us": statistics.median(r["gaps_over_us"] / r["steps"] for r in rows)}
-                kernels = top_kernels(events, sum(steps))
-                report["configs"][label] = {"summary": summary, "requests": rows, "top_kernels": kernels,
-                                           "gap_causes": causes_plain, "gap_causes_with_stack": causes}
-                unit = "cycle" if cfg.speculative else "step"
-                print(f"{label}: per {unit} (median of {len(rows)} requests): wall {summary['wall_per_step_us']:.1f} us "
-                      f"(unprofiled {unprofiled:.1f}), device busy {summary['busy_per_step_us']:.1f}, idle "
-                      f"{summary['idle_per_step_us']:.1f} ({summary['gaps_over_per_step_us']:.1f} in gaps > {mine.gap_us:g} us); "
-                      f"{summary['tokens_per_step']:.2f} tokens, {summary['kernels_per_step']:.0f} kernels; per request "
-                      f"{summary['blocking_calls']:.0f} blocking calls, {summary['blocking_us']:.0f} us in them")
-                for k in kernels:
-                    print(f"  {k['us_per_step']:8.1f} us/{unit} {k['calls_per_step']:6.1f} calls  {k['name']}")
-                for title, got in (("gaps by cause (the timed trace)", causes_plain),
-                                   (f"gaps by cause, Python frames traced ({mine.stack_requests} requests, slower)", causes)):
-                    print(f"  {title}:")
-                    for g in got:
-                        print(f"    {g['total_us']:9.0f} us {g['count']:5d}x (median {g['median_us']:.0f}) {g['launched']}, "
-                              f"by {g['by']}, after {g['after_blocking']}; host in {g['host_in']}")
-                for r in rows:
-                    print(f"  request: {r['steps']} {unit}s, {r['tokens']} tokens, wall {r['wall_us']:.0f} us, busy "
-                          f"{r['busy_us']:.0f}, {r['graph_launches']} graph launches, largest gaps "
-                          + ", ".join(f"{g:.0f}" for g in r["largest_gaps_us"]) + " us")
-    for variant in mine.variants.split(","):  # unprofiled tok/s, speculative over plain
-        got = {n: report["configs"].get(n if variant == "default" else f"{n} [{variant}]") for n in names}
-        rate = {n: g["summary"]["unprofiled_tok_per_s"] for n, g in got.items() if g}
-        if len(rate) == 2:
-            a, b = names
-            print(f"{variant}: {b} over {a}, unprofiled: {rate[b] / rate[a]:.3f}x "
-                  f"({rate[b]:.1f} / {rate[a]:.1f} tok/s; host wall time, prompts included)")
-            report.setdefault("ratios", {})[variant] = rate[b] / rate[a]
+        report["configs"][name] = got = measure_config(c, ctx, mine)
+        print_config(name, "cycle" if cfg.speculative else "step", got, mine.gap_us, mine.stack_requests)
+    if len(names) == 2:  # unprofiled tok/s, the second configuration over the first
+        a, b = (report["configs"][n]["summary"]["unprofiled_tok_per_s"] for n in names)
+        report["ratio"] = b / a
+        print(f"{names[1]} over {names[0]}, unprofiled: {b / a:.3f}x ({b:.1f} / {a:.1f} tok/s; host wall time, "
+              "prompts included)")
     if mine.out_json:
         Path(mine.out_json).write_text(json.dumps(report, indent=1))
     return 0
 
 
-@contextlib.contextmanager
-def _variant(name: str):
-    """gc-frozen: every object alive now moved out of the collector's reach (gc.freeze) and collection off, as
-    servers do after their warm-up; default: nothing changed."""
-    if name == "default":
-        yield
-        return
-    assert name == "gc-frozen", f"unknown variant {name}"
-    gc.collect()
-    gc.freeze()
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
-        gc.unfreeze()
-
-
-def _sync(device: torch.device) -> None:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def _steps(res, speculative: bool) -> int:
+def _steps(res) -> int:
     """A request's decode steps or speculative cycles (the engine counts them; at least 1)."""
     return max(int(res.cycles), 1)
 
