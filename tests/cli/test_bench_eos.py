@@ -49,14 +49,10 @@ def test_bench_eos_refuses_a_scale_model(capsys):
 ])
 def test_eos_is_honoured_by_default_only_when_serving(flags, continuous, model_eos, ends_at):
     """`bench --continuous` ends rows at the model's EOS unless --no-eos; batches ignore it unless --eos."""
-    import argparse
-
     from eaglelab.bench.setup import _eos_ids
+    from eaglelab.cli import build_parser
 
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--eos", action=argparse.BooleanOptionalAction, default=None)
-    args = parser.parse_args(flags)
-    args.continuous, args.scale_model = continuous, None
+    args = build_parser().parse_args(["bench", *flags, *(["--continuous"] if continuous else [])])
     assert _eos_ids(args, {"eos": model_eos}) == ends_at
 
 
