@@ -4,6 +4,8 @@
 # decoding beside; and the GEMV tilings cache across two bench processes (gpu_loop_gaps.sh's stage K, folded in).
 # Run from the repo root with STAGE and OUT set; benchmarks/device_stage.sh (sourced) does the staging.
 #
+#   call M  carry .whl (no model: random weights)                           STAGE=M: the GPU tests of the fused
+#           step, then benchmarks/draft_step_bench.py (one step fused against the compiled reference, each op alone)
 #   calls C, C, C  carry .carry/mq1, .carry/mq2, .carry/mq3 (each with .whl)   STAGE=C: park a part of the GGUF
 #   call F  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=F: joins the GGUF; the GPU tests
 #           of the fused step (tests/engine/model/test_draft_step.py); `bench --phase-costs` at batch 1, 10 MT-bench
@@ -13,11 +15,18 @@
 #           `bench --figures --batch-sizes 1` (80 MT-bench first turns by category, 40 HumanEval prompts) as `run`
 #           decodes (fused), and the same with EAGLELAB_FUSED_DRAFT=0
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), AB_PROMPTS (10).
-STAGE=${STAGE:?set STAGE=C, F or G}
+STAGE=${STAGE:?set STAGE=M, C, F or G}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 TREE="--steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16"
 FRESH=$HOME/f_cache  # F's eaglelab cache, G's too: models and assets copied in, no tilings, no compiled graphs
+
+stage_m() {
+  record_gpu
+  [ -n "${SKIP_TESTS:-}" ] || TAIL=30 run gpu_tests 200 python3 -m pytest -q -m gpu tests/engine/model/test_draft_step.py \
+    -p no:cacheprovider
+  TAIL=40 run draft_step_bench $(left) python3 benchmarks/draft_step_bench.py --json "$R/draft_step_bench.json" ${SWEEP:+--sweep}
+}
 
 stage_c() {
   park_parts
@@ -50,4 +59,4 @@ stage_g() {
 }
 
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in C) echo 120;; *) echo 580;; esac)}; watchdog "$0"
-run_stage C F G
+run_stage M C F G

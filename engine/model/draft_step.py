@@ -26,9 +26,9 @@ import os
 
 import torch
 
-ROWS = 16  # most rows (batch x topk) a step runs here: products summed on the CUDA cores, all rows at once
-PAIRS, BLOCK_V, BLOCK_K = 4, 8, 128  # qkv: rotary pairs or v columns a program; K entries a loop step
-BLOCK_N = {"o": 8, "gate_up": 8, "down": 8, "head": 64}  # output columns a program (the head's: its ranked block)
+ROWS = 16  # most rows (batch x topk) a step runs here: one tensor-core tile of rows
+PAIRS, BLOCK_V, BLOCK_K, STAGES = 16, 16, 128, 3  # qkv: rotary pairs or v columns a program; K a loop step; loads ahead
+BLOCK_N = {"o": 16, "gate_up": 16, "down": 16, "head": 64}  # output columns a program (the head's: its ranked block)
 
 _loaded = False
 reason: str | None = None  # why the ops did not load (None: they did, or load() was not called)
@@ -128,7 +128,8 @@ def _qkv(tokens: torch.Tensor, emb: torch.Tensor, hidden: torch.Tensor, parent: 
         tokens, emb, hidden, parent, in_w, hid_w, w, positions, inv_freq, slots, q, k_cache, v_cache,
         R, R // B, F, H, heads, kv_heads, n_qk, eps, factor, emb.stride(0), w.stride(0),
         k_cache.stride(1), k_cache.stride(2), k_cache.stride(3), v_cache.stride(1), v_cache.stride(2),
-        v_cache.stride(3), D=head_dim, RP=_pow2(R), PAIRS=PAIRS, BLOCK_V=BLOCK_V, BLOCK_K=BLOCK_K, num_warps=4)
+        v_cache.stride(3), D=head_dim, BM=_rows_tile(R), PAIRS=PAIRS, BLOCK_V=BLOCK_V, BLOCK_K=BLOCK_K, STAGES=STAGES,
+        PRECISION=_precision(hidden), num_warps=4)
     return q
 
 
@@ -155,7 +156,8 @@ def _rows(x: torch.Tensor, idx: torch.Tensor | None, norm_w: torch.Tensor | None
         x, _or(idx, y), _or(norm_w, w), w, _or(res, y), _or(res_idx, y), y, y, y, y, y,
         R, topk, N, w.shape[1], xd, x_strides[0], x_strides[1], x_strides[2], w.stride(0), rs[0], rs[1],
         y.stride(0), eps, NORM=norm_w is not None, GATHER=idx is not None, EPI=EPI[ending],
-        RES_GATHER=res_idx is not None, TOPK=1, KP=1, RP=_pow2(R), BLOCK_N=block_n, BLOCK_K=BLOCK_K, num_warps=4)
+        RES_GATHER=res_idx is not None, TOPK=1, KP=1, BM=_rows_tile(R), BLOCK_N=block_n, BLOCK_K=BLOCK_K,
+        STAGES=STAGES, PRECISION=_precision(x), num_warps=4)
     return y
 
 
@@ -174,8 +176,8 @@ def _head(x: torch.Tensor, norm_w: torch.Tensor, w: torch.Tensor, topk: int, eps
     rows_kernel[(vals.shape[1],)](
         x, x, norm_w, w, x, x, x, vals, idxs, peak, mass,
         R, R, V, H, H, 0, H, 0, w.stride(0), 0, 0, 0, eps,
-        NORM=True, GATHER=False, EPI=3, RES_GATHER=False, TOPK=topk, KP=_pow2(topk), RP=_pow2(R),
-        BLOCK_N=block_n, BLOCK_K=BLOCK_K, num_warps=4)
+        NORM=True, GATHER=False, EPI=3, RES_GATHER=False, TOPK=topk, KP=_pow2(topk), BM=_rows_tile(R),
+        BLOCK_N=block_n, BLOCK_K=BLOCK_K, STAGES=STAGES, PRECISION=_precision(x), num_warps=4)
     return vals, idxs, peak, mass
 
 
@@ -194,6 +196,16 @@ def _row_count(x: torch.Tensor, idx: torch.Tensor | None) -> int:
     if idx is not None:
         return idx.shape[0]
     return x.shape[0] * x.shape[2] if x.dim() == 4 else x.shape[0]  # the attention's [B, NH, T, D]: B * T rows
+
+
+def _rows_tile(rows: int) -> int:
+    """The rows padded to a tensor-core tile (16 at least, a power of two)."""
+    return max(16, _pow2(rows))
+
+
+def _precision(x: torch.Tensor) -> str:
+    """float32 rows multiply exactly (no TF32); bf16/fp16 ones as they are."""
+    return "ieee" if x.dtype == torch.float32 else "tf32"
 
 
 def _pow2(n: int) -> int:

@@ -77,7 +77,7 @@ def test_compiled_speculation_with_the_fused_step_gives_plain_greedy_tokens_unde
 @needs_triton
 def test_kernels_compile_for_hopper():
     """Each kernel and ending through Triton's compiler for sm_90, no GPU needed (the interpreter runs code the
-    compiler rejects), at the shipped drafter's shapes: 4 and 16 rows."""
+    compiler rejects), at the shipped drafter's shapes, bf16 and float32."""
     import inspect
 
     import triton
@@ -100,13 +100,15 @@ def test_kernels_compile_for_hopper():
     ints = {n: "*i64" for n in ("tok_ptr", "par_ptr", "pos_ptr", "slot_ptr", "idx_ptr", "res_idx_ptr")}
     other = {"freq_ptr": "*fp32", "val_ptr": "*fp32", "ix_ptr": "*i32", "peak_ptr": "*fp32", "mass_ptr": "*fp32"}
     types = bf16 | ints | other
-    for rp in (4, 16):
-        compile_(K.qkv_rope_kernel, types, {"D": 64, "RP": rp, "PAIRS": 4, "BLOCK_V": 8, "BLOCK_K": 128})
+    for bm, precision in ((16, "tf32"), (16, "ieee")):
+        compile_(K.qkv_rope_kernel, types, {"D": 64, "BM": bm, "PAIRS": 16, "BLOCK_V": 16, "BLOCK_K": 128, "STAGES": 3,
+                                            "PRECISION": precision})
         for epi, norm, gather, res_gather in ((1, False, False, True), (2, True, False, False),
-                                                       (1, False, False, False), (3, True, False, False)):
+                                              (1, False, False, False), (3, True, False, False)):
             compile_(K.rows_kernel, types, {"NORM": norm, "GATHER": gather, "EPI": epi, "RES_GATHER": res_gather,
-                                            "TOPK": 4 if epi == 3 else 1, "KP": 4 if epi == 3 else 1, "RP": rp,
-                                            "BLOCK_N": 64 if epi == 3 else 8, "BLOCK_K": 128})
+                                            "TOPK": 4 if epi == 3 else 1, "KP": 4 if epi == 3 else 1, "BM": bm,
+                                            "BLOCK_N": 64 if epi == 3 else 16, "BLOCK_K": 128, "STAGES": 3,
+                                            "PRECISION": precision})
 
 
 @pytest.mark.gpu
