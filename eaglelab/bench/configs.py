@@ -23,7 +23,6 @@ class BenchConfig:
     gemv: bool = False  # projections of M <= 64 rows on the Triton GEMV (engine/model/gemv.py)
     attn: bool = False  # attention of T <= 64 query rows on the Triton decode attention (engine/model/decode_attention.py)
     one_graph: bool = True  # speculative, decode-mode verify: the whole cycle one phase (False: a phase each)
-    fused_draft: bool = True  # EAGLE-3 draft steps as the fused kernels where they apply (engine/model/draft_step.py)
 
     @property
     def triton(self) -> bool:
@@ -61,9 +60,6 @@ CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
     BenchConfig("spec-phases-gemv-attn", True, "decode", True, compile=True, gemv=True, attn=True,
                 one_graph=False, description="as spec-compile-gemv-attn, each phase of the cycle its own graph "
                                              "(five launches a cycle, not one)"),
-    BenchConfig("spec-unfused-gemv-attn", True, "decode", True, compile=True, gemv=True, attn=True,
-                fused_draft=False, description="as spec-compile-gemv-attn, each draft step left to the compiler "
-                                               "(not the fused draft step's kernels)"),
     BenchConfig("hf", False, "decode", False, peer=True, description="HF transformers generate (eager)"),
 )}
 

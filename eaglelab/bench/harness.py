@@ -296,7 +296,7 @@ def engine_spec(cfg: BenchConfig, ctx: BenchContext, batch: int | None = None) -
     return SpecConfig(s.algorithm, num_steps=s.num_steps, topk=s.topk, num_draft_tokens=s.num_draft_tokens,
                       attention_mode=cfg.attention_mode, cuda_graphs=cfg.graphs, compile=cfg.compile,
                       one_graph_cycle=cfg.one_graph, compile_prefill=compile_prefill, lookup_tokens=s.lookup_tokens,
-                      lookup_spill=s.lookup_spill, fused_draft=cfg.fused_draft)
+                      lookup_spill=s.lookup_spill)
 
 
 class FixedCacheEagerRunner(EagerRunner):

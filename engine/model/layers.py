@@ -165,11 +165,6 @@ class FusedLinear:
         if len(self.linears) > 1 or transposed:
             self._weights("kn" if transposed else "nk")
 
-    def fused_weight(self) -> torch.Tensor:
-        """The projections' weights side by side, [sum out, in] (made on the first call outside a compiled
-        function, as :meth:`prepare` makes the copies a forward uses)."""
-        return self._weights("nk")[0]
-
     def _packs_here(self, gemv: Gemv | None, device: torch.device) -> bool:
         """Whether ``gemv`` is a kernel on and keeping its own weight copy for this CPU module."""
         return (gemv is not None and gemv.layout is not None and gemv.reason is None and device.type == "cpu"

@@ -1,4 +1,4 @@
-"""The Triton kernels behind ``torch.ops.eaglelab.greedy_commit``, ``emit_advance``, ``tree_expand`` and ``tree_select`` (see
+"""The Triton kernels behind ``torch.ops.eaglelab.greedy_commit``, ``emit_advance`` and ``tree_expand`` (see
 ``cycle_ops.py``, which imports this module only in :func:`cycle_ops.load`: importing it imports Triton).
 
 ``greedy_commit_kernel``: program (b, layer) walks row b's draft tree against the target's greedy picks (every
@@ -9,8 +9,7 @@ root, as ``loop_state.emit_and_advance`` does in ~10 operations.
 ``expand_blocks_kernel`` then ``expand_select_kernel``: a draft step's expansion (``tree.expand_step``), the
 drafter's logits ranked in blocks of :data:`CHUNK` entries (each block's best k, max and sum of exponentials, as
 ``tree._top_k_fused`` does), then per batch row each frontier node's best k, their log-probabilities and cumulative
-scores, and the k best of those candidates (ties to the lower index throughout, as the reference); ``tree_select``
-the second kernel alone, on blocks the fused draft step's head ranked (``model/draft_step_kernels.py``).
+scores, and the k best of those candidates (ties to the lower index throughout, as the reference).
 """
 
 from __future__ import annotations
@@ -148,13 +147,11 @@ def expand_blocks_kernel(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, V, C, s_x_
 @triton.jit
 def expand_select_kernel(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, score_ptr, tok_ptr, cand_ptr, sel_ptr,
                          F, C, s_x_b, s_x_f, s_score_b, s_score_f,
-                         K: tl.constexpr, FP: tl.constexpr, KP: tl.constexpr, CP: tl.constexpr, CKP: tl.constexpr,
-                         FROM_KEYS: tl.constexpr):
+                         K: tl.constexpr, FP: tl.constexpr, KP: tl.constexpr, CP: tl.constexpr, CKP: tl.constexpr):
     """Program b: for each of the F frontier rows, the best K of its blocks' candidates (K rounds, ties to the first
     candidate: the lower index), their log-probabilities (less the row's log-sum-exp from the blocks' maxima and
     sums) added to the frontier node's score: F * K candidates; then the K best candidates (ranks counted, ties to
-    the lower candidate). FROM_KEYS: the logits are not there to read (the fused head ranked them as it made them);
-    a pick's logit is its rank key (the same value, FLOOR standing for a NaN or -inf logit)."""
+    the lower candidate)."""
     b = tl.program_id(0)
     f = tl.arange(0, FP)[:, None]  # [FP, 1]
     q = tl.arange(0, CKP)[None, :]  # [1, CKP]: candidate c * K + t of the blocks
@@ -164,12 +161,10 @@ def expand_select_kernel(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, score_ptr,
     cand_idx = tl.load(idx_ptr + rows * (C * K) + q, mask=real, other=0)
     r = tl.arange(0, KP)[None, :]  # [1, KP]
     picks = tl.zeros((FP, KP), tl.int32)
-    keys = tl.full((FP, KP), float("-inf"), tl.float32)
     for t in tl.static_range(K):
         best = tl.max(cand, axis=1)[:, None]  # [FP, 1]
         at = tl.min(tl.where(cand == best, q, 2147483647), axis=1)[:, None]
         picks = tl.where(r == t, tl.sum(tl.where(q == at, cand_idx, 0), axis=1)[:, None], picks)
-        keys = tl.where(r == t, best, keys)
         cand = tl.where(q == at, float("-inf"), cand)
     c = tl.arange(0, CP)[None, :]
     peak = tl.load(peak_ptr + rows * C + c, mask=(f < F) & (c < C), other=float("-inf"))
@@ -177,10 +172,7 @@ def expand_select_kernel(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, score_ptr,
     top = tl.max(peak, axis=1)[:, None]  # [FP, 1]
     lse = top + tl.log(tl.sum(tl.where(c < C, mass * tl.exp(peak - top), 0.0), axis=1)[:, None])
     valid = (f < F) & (r < K)  # [FP, KP]
-    if FROM_KEYS:
-        x = tl.where(keys == FLOOR, float("nan"), keys)
-    else:
-        x = tl.load(x_ptr + b * s_x_b + f * s_x_f + picks, mask=valid, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + b * s_x_b + f * s_x_f + picks, mask=valid, other=0.0).to(tl.float32)
     logp = tl.where(x != x, float("-inf"), x) - lse
     logp = tl.where(logp != logp, float("-inf"), tl.minimum(logp, 0.0))  # log p <= 0; -inf less -inf: -inf
     score = tl.load(score_ptr + b * s_score_b + f * s_score_f, mask=f < F, other=0.0) + logp  # [FP, KP]
@@ -261,24 +253,7 @@ def tree_expand(scores: torch.Tensor, logits: torch.Tensor,
     expand_select_kernel[(B,)](rows, vals, idxs, peak, mass, sc, tokens, cand, selected, F, C,
                                F * rows.stride(0), rows.stride(0),
                                *sc.stride(), K=topk, FP=_pow2(F), KP=_pow2(topk), CP=_pow2(C),
-                               CKP=_pow2(C * topk), FROM_KEYS=False, num_warps=4)
-    return tokens, cand, selected
-
-
-def tree_select(scores: torch.Tensor, vals: torch.Tensor, idxs: torch.Tensor, peak: torch.Tensor,
-                mass: torch.Tensor, topk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """See ``cycle_ops.tree_select``: ``expand_select_kernel`` on blocks another kernel ranked (``vals``/``idxs``
-    [B * F, C, topk], ``peak``/``mass`` [B * F, C]), one program per batch row."""
-    B, F = scores.shape
-    C = peak.shape[1]
-    dev = scores.device
-    tokens = torch.empty(B, F * topk, dtype=torch.long, device=dev)
-    cand = torch.empty(B, F * topk, dtype=torch.float32, device=dev)
-    selected = torch.empty(B, topk, dtype=torch.long, device=dev)
-    sc = scores.float()
-    expand_select_kernel[(B,)](vals, vals, idxs, peak, mass, sc, tokens, cand, selected, F, C, 0, 0,
-                               *sc.stride(), K=topk, FP=_pow2(F), KP=_pow2(topk), CP=_pow2(C),
-                               CKP=_pow2(C * topk), FROM_KEYS=True, num_warps=4)
+                               CKP=_pow2(C * topk), num_warps=4)
     return tokens, cand, selected
 
 
@@ -299,12 +274,8 @@ def _expand_shapes(scores, logits, topk):
             scores.new_empty(B, topk, dtype=torch.long))
 
 
-def _select_shapes(scores, vals, idxs, peak, mass, topk):
-    return _expand_shapes(scores, scores[:, :, None], topk)
-
-
 def register():
-    """The four ops, each an opaque custom op with a shape-only (fake) implementation and its in-place writes
+    """The three ops, each an opaque custom op with a shape-only (fake) implementation and its in-place writes
     declared (the caches; the loop state; the expansion writes none), so torch.compile(fullgraph) keeps each as one
     call in its graph, writing the buffers in place, and CUDA graphs capture its launches. Called once per process
     (``cycle_ops.load``)."""
@@ -315,6 +286,4 @@ def register():
     advance.register_fake(_advance_shapes)
     expand = torch.library.custom_op("eaglelab::tree_expand", tree_expand, mutates_args=())
     expand.register_fake(_expand_shapes)
-    select = torch.library.custom_op("eaglelab::tree_select", tree_select, mutates_args=())
-    select.register_fake(_select_shapes)
-    return commit, advance, expand, select
+    return commit, advance, expand

@@ -44,7 +44,7 @@ reason: str | None = None  # why the ops did not load (None: they did, or load()
 
 
 def load() -> bool:
-    """Import Triton and our kernels and register the ops, once per process. -> whether they loaded (a
+    """Import Triton and our kernels and register the three ops, once per process. -> whether they loaded (a
     failure, e.g. no Triton, leaves the reference in use and says why in :data:`reason`)."""
     global _loaded, reason
     if not _loaded and reason is None:
@@ -94,10 +94,3 @@ def tree_expand(scores: torch.Tensor, logits: torch.Tensor, topk: int) -> tuple[
     scores (``scores [B, F]`` plus the log-probability) and the ``topk`` best of those F * topk candidates.
     -> (tokens [B, F*topk] (drafter ids), scores [B, F*topk] float32, selected [B, topk])."""
     return torch.ops.eaglelab.tree_expand(scores, logits, topk)
-
-
-def tree_select(scores: torch.Tensor, blocks: tuple[torch.Tensor, ...], topk: int) -> tuple[torch.Tensor, ...]:
-    """:func:`tree_expand`'s second kernel on ``blocks`` another kernel ranked as it made the logits (the fused draft
-    step's head, ``model/draft_step.py``): (keys, ids) [B * F, C, topk], (max, sum of exponentials) [B * F, C].
-    -> as :func:`tree_expand`."""
-    return torch.ops.eaglelab.tree_select(scores, *blocks, topk)

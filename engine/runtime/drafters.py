@@ -20,7 +20,6 @@ import torch
 
 from eaglelab.engine.runtime.verification import Acceptance
 from eaglelab.engine.runtime.contracts import DraftView, Runner
-from eaglelab.engine.model import draft_step
 from eaglelab.engine.model.eagle3 import Eagle3Network
 from eaglelab.engine.model.layers import EAGER_KERNELS, prefix_mask
 from eaglelab.engine.runtime.spec_config import SpecConfig
@@ -95,7 +94,6 @@ class Eagle3Drafter:
         self.cache = runner.make_draft_cache(B, S, cfg.num_kv_heads, cfg.head_dim, self.net.fc.weight.dtype,
                                              history=self.spec.lookup_tokens > 0)
         self.kernels = runner.kernels  # the phases below run with the runner's (maybe compiled) kernels
-        draft_step.prepare(self.net)  # the weights a fused draft step reads, made before any phase compiles
         self.next_hidden, self.next_logits = self._prompt_phase(prompt_ids, aux, st.lengths, st.root, runner)
 
     def _prompt_phase(self, prompt_ids, aux, lengths, root, runner: Runner, eager: str | None = None):
@@ -152,15 +150,10 @@ class Eagle3Drafter:
         K, dev = self.spec.topk, root.device
         B, S = root.shape[0], self.cache.max_len
         for depth in range(1, self.spec.num_steps):
+            feats = hidden.gather(1, frontier.parent_slot[..., None].expand(-1, -1, hidden.shape[-1]))
             positions = (lengths + depth - 1)[:, None].expand(B, K)  # [B, K]
             slots = lengths[:, None] + (depth - 1) * K + torch.arange(K, device=dev)  # [B, K]
             mask = _draft_mask(lengths, frontier.mask, S)  # [B, K, S]
-            if self.spec.fused_draft and draft_step.refusal(self.net, B * K, hidden) is None:  # a few kernels
-                hidden, blocks = draft_step.forward(self.net, frontier.tokens, hidden, frontier.parent_slot,
-                                                    positions, self.cache, slots, mask, self.kernels)
-                frontier = builder.step_ranked(blocks)
-                continue
-            feats = hidden.gather(1, frontier.parent_slot[..., None].expand(-1, -1, hidden.shape[-1]))
             hidden, logits = self.net(frontier.tokens, feats, positions, self.cache, slots, mask, self.kernels)
             frontier = builder.step(logits)  # normalised there, in the top-k's own passes
         tree = builder.finish(self.spec.draft_tokens)

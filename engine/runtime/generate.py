@@ -46,7 +46,6 @@ import torch
 from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.model.layers import prefix_mask
 from eaglelab.engine.model.model import Transformer
-from eaglelab.engine.model import draft_step
 from eaglelab.engine.runtime import cycle_ops
 from eaglelab.engine.runtime.contracts import Drafter, FusableDrafter, PhaseParts, Runner
 from eaglelab.engine.runtime.cycle import GraphParts, speculative_cycle
@@ -126,7 +125,6 @@ class Engine:
         self.stop_lag = stop_lag
         if self.device.type == "cuda":
             cycle_ops.load()  # the bookkeeping kernels of compiled phases (Triton imported once, outside any trace)
-            draft_step.load()  # and the fused draft step's
         self.runner: Runner = runner or EagerRunner(target, drafter.net if drafter is not None else None,
                                                    reason=_eager_reason(spec, self.device))
         self.run_info = run_info or {}

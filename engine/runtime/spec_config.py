@@ -54,9 +54,6 @@ class SpecConfig:
     # wherever the drafter's expansion holds that many candidates (:attr:`spills`); True insists (refused where it
     # does not), False never.
     lookup_spill: bool | None = None
-    # An EAGLE-3 draft step of a compiled phase on CUDA as a few fused kernels (``model/draft_step.py``) where it
-    # applies (its ``refusal``); False leaves the step to the compiler (the bench's ``*-unfused`` column).
-    fused_draft: bool = True
 
     def plain(self) -> "SpecConfig":
         """Plain decoding with these graph and compile settings: the baseline a speculative run is measured against."""

@@ -369,18 +369,7 @@ class TreeBuilder:
             f"logits {tuple(logits.shape)} do not match the frontier {tuple(self._frontier_ids.shape)}"
         )
         assert logits.shape[2] >= self.topk, f"vocab {logits.shape[2]} < topk {self.topk}"
-        return self._advance(expand_step(self._frontier_scores, logits, self.topk))
-
-    def step_ranked(self, blocks: tuple[Tensor, ...]) -> Frontier:
-        """:meth:`step` given the drafter's logits already ranked in blocks as they were made (the fused draft step,
-        ``model/draft_step.py``; compiled on CUDA only): see ``cycle_ops.tree_select``."""
-        batch, width = self._frontier_ids.shape
-        tokens, cand_scores, selected = cycle_ops.tree_select(self._frontier_scores, blocks, self.topk)
-        slot = torch.arange(width, device=tokens.device).repeat_interleave(self.topk).expand(batch, width * self.topk)
-        return self._advance(Expansion(tokens=tokens, scores=cand_scores, parent_slot=slot, selected=selected))
-
-    def _advance(self, exp: Expansion) -> Frontier:
-        """Record a step's candidates and move the frontier to its selected ones."""
+        exp = expand_step(self._frontier_scores, logits, self.topk)
         tokens = exp.tokens if self._map is None else self._map[exp.tokens]  # [B, F*K]
         offset = 1 + self.num_candidates
         self._tokens.append(tokens)
