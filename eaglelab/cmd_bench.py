@@ -425,6 +425,8 @@ def _headline_lines(h) -> list[str]:
                           for b, v in sorted(by_batch.items()))
         out.append(f"  {cfg} speedup over {h['baseline']}: {shown}")
         for b, x in sorted(h.get("spec_speedup_spread", {}).get(cfg, {}).items()):
+            interval = (f"; 95% over the prompts drawn (bootstrap): {x['interval'][0]:.2f}x .. "
+                        f"{x['interval'][1]:.2f}x" if x.get("interval") else "")
             out.append(f"    b{b}, prompt group by group ({x['groups']}): {x['min']:.2f}x .. {x['max']:.2f}x, "
-                       f"median {x['median']:.2f}x")
+                       f"median {x['median']:.2f}x{interval}")
     return out

@@ -71,6 +71,8 @@ def test_figures_report_per_category_whole_and_code_with_goals(sets_files, tmp_p
             spec = sum(c["tokens"] for c in cats) / sum(c["tokens"] / c["spec_passes"][p] for c in cats)
             assert w["pass_speedups"][p] == pytest.approx(spec / plain)
         assert w["prompts"] == 4
+        assert len(w["groups"]) == sum(len(c["groups"]) for c in cats) == (4 if b == 1 else 2)  # the whole pools them
+        assert w["interval"] is None  # under five prompt groups: no interval
     assert figs[("writing", 1)]["goal"] == 2.0 and figs[("mt-bench", 1)]["goal"] == 2.5
     assert figs[("code", 1)]["goal"] == 2.8 and figs[("code", 2)]["goal"] is None
     assert figs[("code", 1)]["met"] == (figs[("code", 1)]["speedup"] >= 2.8)
