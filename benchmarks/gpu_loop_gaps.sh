@@ -13,11 +13,15 @@
 #           bench at batch 1 (10 prompts) in two processes, one after the other, from an empty eaglelab cache: the
 #           second should take the GEMV tilings the first tuned (eaglelab/gemv_cache.py: no tuning, the compile
 #           cache hit); each report's "where the time went" says so. Not run yet.
+#   call I  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=I: joins the GGUF;
+#           `bench --figures --batch-sizes 1` as `run` decodes (80 MT-bench first turns by category; FIG_EXTRA, e.g.
+#           `--code-prompts 0 --repeats 1` to fit a short budget), each figure with its 95% interval over the prompts;
+#           tried once (C, C, C, I on 2026-12-05): the machine stopped answering, nothing came back
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
 # 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run).
-STAGE=${STAGE:?set STAGE=C, X or K}
+STAGE=${STAGE:?set STAGE=C, X, K or I}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 TREE="--steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16"
@@ -52,5 +56,12 @@ stage_k() {
   cp "$EAGLELAB_CACHE_FRESH/gemv_tilings.json" "$R/" 2>/dev/null
 }
 
+stage_i() {
+  record_gpu
+  [ -f "$GGUF" ] || join_gguf
+  TAIL=45 run figures_b1 $(left) $EL bench --figures --model default --draft $SHIPPED --device "$DEVICE" \
+    --batch-sizes 1 --max-new-tokens 128 --json "$R/figures_b1.json" ${FIG_EXTRA:-}
+}
+
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in C) echo 120;; *) echo 580;; esac)}; watchdog "$0"
-run_stage C X K
+run_stage C X K I
