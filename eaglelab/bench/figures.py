@@ -226,8 +226,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines += [f"**Partial**: cut short after {progress(report)}; MT-bench as a whole shows only at a batch size "
                   "where every category was measured.", ""]
     for b in s["batch_sizes"]:
-        lines += [f"## Batch {b}", "", "| prompts | n | plain tok/s | speculative tok/s | speedup | 95% over the prompts "
-                  "| accepted | goal |", "|---|---|---|---|---|---|---|---|"]
+        lines += [f"## Batch {b}", "", "| prompts | n | plain tok/s | speculative tok/s | speedup "
+                  "| 95% over the prompts | accepted | goal |", "|---|---|---|---|---|---|---|---|"]
         for f in (f for f in report["figures"] if f["batch"] == b):
             goal = "" if f["goal"] is None else f">= {f['goal']:g}x {'met' if f['met'] else '**not met**'}"
             acc = "-" if f["accept_len"] is None else f"{f['accept_len']:.2f}"

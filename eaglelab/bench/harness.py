@@ -583,7 +583,8 @@ def finish_rows(rows: list[BenchRow], outputs: dict[str, dict[int, list[list[int
             groups = tuple(t / b for t, b in zip(r.group_tok_per_s, ref.group_tok_per_s))
             interval = speedup_interval(r, ref)
         done.append(replace(r, speedup=speed, pass_speedups=passes, verify_over_decode=ratio, group_speedups=groups,
-                            speedup_interval=interval, same_tokens_as_plain_eager=_agreement(outputs, r.config, r.batch)))
+                            speedup_interval=interval,
+                            same_tokens_as_plain_eager=_agreement(outputs, r.config, r.batch)))
     return done
 
 
@@ -591,7 +592,8 @@ INTERVAL_GROUPS = 5  # fewer prompt groups give no interval
 RESAMPLES = 2000
 
 
-def speedup_interval(row: BenchRow, ref: BenchRow, resamples: int = RESAMPLES, seed: int = 0) -> tuple[float, float] | None:
+def speedup_interval(row: BenchRow, ref: BenchRow, resamples: int = RESAMPLES,
+                     seed: int = 0) -> tuple[float, float] | None:
     """The 95% interval of ``row``'s speedup over ``ref`` across prompt groups, by a paired bootstrap: draw as many
     groups as ran, with replacement, the same draw on both sides; a draw's speedup is its tokens over its seconds on
     each side (each group's seconds: its tokens over its tok/s), as the headline's is over all groups; the 2.5th and

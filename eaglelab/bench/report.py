@@ -113,12 +113,16 @@ def headline(rows: list[BenchRow], micro: list[MicroRow], weight_bytes: int, hbm
                                               "max": max(r.pass_speedups)}
                                     for r in rows if r.config == c and r.pass_speedups}
                                 for c in spec}
-    h["spec_speedup_spread"] = {c: {r.batch: {"groups": len(r.group_speedups), "min": min(r.group_speedups),
-                                              "median": statistics.median(r.group_speedups), "max": max(r.group_speedups),
-                                              "interval": list(r.speedup_interval) if r.speedup_interval else None}
-                                    for r in rows if r.config == c and len(r.group_speedups) > 1}
+    h["spec_speedup_spread"] = {c: {r.batch: _spread(r) for r in rows if r.config == c and len(r.group_speedups) > 1}
                                 for c in h["spec_speedup"]}
     return h
+
+
+def _spread(r: BenchRow) -> dict[str, Any]:
+    """A speculative row's group-by-group speedups (min, median, max) and its interval over the prompts drawn."""
+    return {"groups": len(r.group_speedups), "min": min(r.group_speedups),
+            "median": statistics.median(r.group_speedups), "max": max(r.group_speedups),
+            "interval": list(r.speedup_interval) if r.speedup_interval else None}
 
 
 def _bound_fractions(rows: list[BenchRow], bound: float) -> dict[str, dict[str, float | None]]:
