@@ -205,8 +205,27 @@ def goal_lines(figures: list[SetFigure], categories: int) -> list[dict[str, Any]
             worst = worst if complete else None
         out.append({"goal": g.label, "batch": g.batch, "minimum": g.minimum,
                     "status": "not measured" if worst is None else "met" if all(f.met for f in hit) else "not met",
-                    "speedup": worst.speedup if worst else None, "where": worst.name if worst else None})
+                    "speedup": worst.speedup if worst else None, "where": worst.name if worst else None,
+                    "interval": list(worst.interval) if worst and worst.interval else None,
+                    "within_noise": _within_noise(worst, g.minimum)})
     return out
+
+
+def _within_noise(f: SetFigure | None, minimum: float) -> bool | None:
+    """Whether the goal lies inside the figure's interval over the prompts: another draw of as many prompts could
+    read the other verdict (None: no interval)."""
+    if f is None or not f.interval:
+        return None
+    return f.interval[0] <= minimum <= f.interval[1]
+
+
+def _noise_note(goal: dict[str, Any]) -> str:
+    """The goal line's words on the figure's interval over the prompts."""
+    if not goal.get("interval"):
+        return ""
+    lo, hi = goal["interval"]
+    said = "; the goal is within it: another draw of prompts could read the other verdict" if goal["within_noise"] else ""
+    return f"; 95% over the prompts {lo:.2f}x .. {hi:.2f}x{said}"
 
 
 def row_length(settings: dict[str, Any]) -> str:
@@ -240,7 +259,8 @@ def markdown(report: dict[str, Any]) -> str:
         lines += ["95% over the prompts: the speedup another draw of as many prompts would read, by a paired "
                   "bootstrap over these prompts' first pass (the passes' spread is only the clock's).", ""]
     lines += ["## Goals", ""] + [f"- {g['goal']}: **{g['status']}**" + (
-        f" ({g['speedup']:.2f}x, lowest: {g['where']})" if g["speedup"] is not None else "") for g in report["goals"]]
+        f" ({g['speedup']:.2f}x, lowest: {g['where']}{_noise_note(g)})" if g["speedup"] is not None else "")
+        for g in report["goals"]]
     return "\n".join(lines) + "\n"
 
 

@@ -102,3 +102,27 @@ def test_mtbench_as_a_whole_pools_the_categories_prompts_and_the_table_shows_the
                 "max_new_tokens": 128, "eos": False}
     md = F.markdown({"settings": settings, "figures": [asdict(f) for f in (stem, writing, whole)], "goals": []})
     assert f"| {whole.interval[0]:.2f}x .. {whole.interval[1]:.2f}x |" in md and "paired bootstrap" in md
+
+
+def test_a_goal_within_the_worst_figures_interval_says_another_draw_could_read_the_other_verdict():
+    """stem at 1.97x with 1.80x .. 2.15x: "not met", and the goal of 2.0x lies inside its interval, so the goal line
+    says so; writing's 2.40x with 2.30x .. 2.50x alone would be met beyond the noise (no such words)."""
+    from dataclasses import replace
+
+    from eaglelab.bench import figures as F
+
+    def cat(name, s, interval):
+        base = F.SetFigure(name, "category", 1, 10, 1280, 1000.0, 1000.0 * s, s, (s,), (1000.0,), (1000.0 * s,),
+                           3.0, None)
+        return F.with_goal(replace(base, interval=interval))
+
+    stem, writing = cat("stem", 1.97, (1.80, 2.15)), cat("writing", 2.40, (2.30, 2.50))
+    g = next(g for g in F.goal_lines([stem, writing], 2) if g["minimum"] == 2.0)
+    assert g["status"] == "not met" and g["where"] == "stem" and g["interval"] == [1.80, 2.15] and g["within_noise"]
+    alone = next(g for g in F.goal_lines([writing], 1) if g["minimum"] == 2.0)
+    assert alone["status"] == "met" and alone["within_noise"] is False
+    settings = {"model": "m", "speculative": "s", "plain": "p", "regime": "r", "repeats": 1, "batch_sizes": [1],
+                "max_new_tokens": 128, "eos": False}
+    md = F.markdown({"settings": settings, "figures": [], "goals": [g, alone]})
+    assert "1.97x, lowest: stem; 95% over the prompts 1.80x .. 2.15x; the goal is within it" in md
+    assert "2.40x, lowest: writing; 95% over the prompts 2.30x .. 2.50x)" in md
