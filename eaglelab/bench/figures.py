@@ -63,7 +63,7 @@ class SetFigure:
     met: bool | None = None
     # per prompt group, the first pass: (plain tokens, plain tok/s, speculative tokens, speculative tok/s)
     groups: tuple[tuple[int, float, int, float], ...] = ()
-    interval: tuple[float, float] | None = None  # the speedup's 95% over the prompts drawn (B.speedup_interval)
+    interval: tuple[float, float] | None = None  # the speedup's 95% over the prompts drawn (B.paired_interval)
 
 
 def run_figures(args: argparse.Namespace, log: Callable[[str], None] = lambda m: None,
@@ -155,12 +155,11 @@ def set_figure(s: PromptSet, batch: int, plain: B.BenchRow, spec: B.BenchRow, sa
 
 
 def _interval(groups: tuple[tuple[int, float, int, float], ...]) -> tuple[float, float] | None:
-    """:func:`B.speedup_interval` over these prompt groups."""
+    """:func:`B.paired_interval` over these prompt groups (plain tokens, tok/s, speculative tokens, tok/s)."""
     if not groups:
         return None
     pt, pr, st, sr = zip(*groups)
-    return B.speedup_interval(B.BenchRow("spec", 0, group_tokens=st, group_tok_per_s=sr),
-                              B.BenchRow("plain", 0, group_tokens=pt, group_tok_per_s=pr))
+    return B.paired_interval(st, sr, pt, pr)
 
 
 def whole(figures: list[SetFigure], batch: int) -> SetFigure:
@@ -224,8 +223,8 @@ def _noise_note(goal: dict[str, Any]) -> str:
     if not goal.get("interval"):
         return ""
     lo, hi = goal["interval"]
-    said = "; the goal is within it: another draw of prompts could read the other verdict" if goal["within_noise"] else ""
-    return f"; 95% over the prompts {lo:.2f}x .. {hi:.2f}x{said}"
+    said = "; the goal is within it: another draw of prompts could read the other verdict"
+    return f"; 95% over the prompts {lo:.2f}x .. {hi:.2f}x{said if goal['within_noise'] else ''}"
 
 
 def row_length(settings: dict[str, Any]) -> str:

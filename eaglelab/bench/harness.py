@@ -37,7 +37,7 @@ import time
 from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, NamedTuple, Sequence
 
 import torch
 
@@ -592,24 +592,31 @@ INTERVAL_GROUPS = 5  # fewer prompt groups give no interval
 RESAMPLES = 2000
 
 
-def speedup_interval(row: BenchRow, ref: BenchRow, resamples: int = RESAMPLES,
-                     seed: int = 0) -> tuple[float, float] | None:
-    """The 95% interval of ``row``'s speedup over ``ref`` across prompt groups, by a paired bootstrap: draw as many
-    groups as ran, with replacement, the same draw on both sides; a draw's speedup is its tokens over its seconds on
-    each side (each group's seconds: its tokens over its tok/s), as the headline's is over all groups; the 2.5th and
-    97.5th percentiles of ``resamples`` draws (seeded: the same rows give the same interval). None with fewer than
-    :data:`INTERVAL_GROUPS` groups, or without each group's tokens.
+def speedup_interval(row: BenchRow, ref: BenchRow) -> tuple[float, float] | None:
+    """:func:`paired_interval` of ``row``'s speedup over ``ref``, from each row's prompt groups (first pass). None
+    with fewer than :data:`INTERVAL_GROUPS` groups, groups that do not pair up, or without each group's tokens.
 
     The passes' min..max says how steady the clock was over the same texts; this says how much the figure leans on
     which prompts were drawn: on 10 MT-bench prompts of 128 tokens one text that falls into repetition moves it ~10%.
     """
-    n = len(row.group_tok_per_s)
-    if n < INTERVAL_GROUPS or len(row.group_tokens) != n or len(ref.group_tokens) != n:
+    return paired_interval(row.group_tokens, row.group_tok_per_s, ref.group_tokens, ref.group_tok_per_s)
+
+
+def paired_interval(tokens: Sequence[int], tok_per_s: Sequence[float], ref_tokens: Sequence[int],
+                    ref_tok_per_s: Sequence[float], resamples: int = RESAMPLES,
+                    seed: int = 0) -> tuple[float, float] | None:
+    """The 95% interval of a speedup across prompt groups, by a paired bootstrap: draw as many groups as ran, with
+    replacement, the same draw on both sides; a draw's speedup is its tokens over its seconds on each side (a group's
+    seconds: its tokens over its tok/s), as the headline's is over all groups; the 2.5th and 97.5th percentiles of
+    ``resamples`` draws (seeded: the same groups give the same interval). None with fewer than
+    :data:`INTERVAL_GROUPS` groups, sides of unlike lengths, or a group without tokens or speed."""
+    n = len(tok_per_s)
+    if n < INTERVAL_GROUPS or not len(tokens) == len(ref_tokens) == len(ref_tok_per_s) == n:
         return None
-    if not all(row.group_tok_per_s) or not all(ref.group_tok_per_s):
+    if not all(tok_per_s) or not all(ref_tok_per_s):
         return None
-    tok = torch.tensor([row.group_tokens, ref.group_tokens], dtype=torch.float64)  # [2, n]
-    sec = tok / torch.tensor([row.group_tok_per_s, ref.group_tok_per_s], dtype=torch.float64)
+    tok = torch.tensor([list(tokens), list(ref_tokens)], dtype=torch.float64)  # [2, n]
+    sec = tok / torch.tensor([list(tok_per_s), list(ref_tok_per_s)], dtype=torch.float64)
     draw = torch.randint(0, n, (resamples, n), generator=torch.Generator().manual_seed(seed))  # [resamples, n]
     rate = tok[:, draw].sum(-1) / sec[:, draw].sum(-1)  # [2, resamples]: tok/s of each draw, each side
     lo, hi = torch.quantile(rate[0] / rate[1], torch.tensor([0.025, 0.975], dtype=torch.float64)).tolist()
