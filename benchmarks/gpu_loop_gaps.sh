@@ -17,11 +17,16 @@
 #           `bench --figures --batch-sizes 1` as `run` decodes (80 MT-bench first turns by category; FIG_EXTRA, e.g.
 #           `--code-prompts 0 --repeats 1` to fit a short budget), each figure with its 95% interval over the prompts;
 #           tried once (C, C, C, I on 2026-12-05): the machine stopped answering, nothing came back
+#   call P  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=P: joins the GGUF; the GPU test
+#           of dependent launches (tests/engine/model/test_pdl.py: the same tokens with and without), then one bench
+#           process at batch 1 (PDL_PROMPTS, 10) with plain and 5/4/24 + 16, each without and with --pdl
+#           (`*-pdl` columns: every kernel of the captured phases launched dependently), phase costs; then batch 8
+#           if time is left. Not run yet.
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
 # 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run).
-STAGE=${STAGE:?set STAGE=C, X, K or I}
+STAGE=${STAGE:?set STAGE=C, X, K, I or P}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 TREE="--steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16"
@@ -63,5 +68,18 @@ stage_i() {
     --batch-sizes 1 --max-new-tokens 128 --json "$R/figures_b1.json" ${FIG_EXTRA:-}
 }
 
+# P: the same pair with and without dependent launches, interleaved in one process
+stage_p() {
+  record_gpu
+  TAIL=20 run pdl_test 150 python3 -m pytest -q -m gpu tests/engine/model/test_pdl.py -p no:cacheprovider
+  [ -f "$GGUF" ] || join_gguf
+  local cols=plain-compile-gemv-attn,plain-compile-gemv-attn-pdl,spec-compile-gemv-attn,spec-compile-gemv-attn-pdl
+  TAIL=45 run pdl_b1 300 $EL bench --model default --draft $SHIPPED --device "$DEVICE" $TREE --batch-sizes 1 \
+    --prompts ${PDL_PROMPTS:-10} --max-new-tokens 128 --repeats 2 --no-micro --phase-costs --configs $cols \
+    --json "$R/pdl_b1.json"
+  TAIL=30 run pdl_b8 $(left) $EL bench --model default --draft $SHIPPED --device "$DEVICE" --batch-sizes 8 \
+    --prompts 16 --max-new-tokens 128 --repeats 2 --no-micro --no-phase-costs --configs $cols --json "$R/pdl_b8.json"
+}
+
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in C) echo 120;; *) echo 580;; esac)}; watchdog "$0"
-run_stage C X K I
+run_stage C X K I P

@@ -39,6 +39,10 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile each captured phase whole (once per batch bucket; eager runs: the layers' "
                         "RMSNorm/rotary/SwiGLU), cached on disk under the eaglelab cache (default: on with CUDA graphs)")
+    g.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=False,
+                   help="launch the captured phases' kernels dependently (Hopper's programmatic dependent launch): "
+                        "each starts while the one before finishes, then waits for its results; the same tokens "
+                        "(default: off; needs CUDA graphs and a GPU of compute capability 9.0+)")
     add_kernel_args(g)
 
 
@@ -216,11 +220,12 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
     session = Session(args, target, device_name(device), device_reason, dtype_name, dtype_reason, None, "", sampling,
                       notes=list(target.notes))  # how the target was read (quantized weights dequantized on load)
     _choose_drafter(session, log)
+    pdl = _dependent_launches(session, device)
     if session.spec.compile:
         from eaglelab.engine.formats.assets import cache_dir
         from eaglelab.engine.runtime.compile import compiled_kernels, inductor_cache_dir
 
-        session.kernels = compiled_kernels(cache_dir(), log)
+        session.kernels = compiled_kernels(cache_dir(), log, pdl=pdl)
         session.notes.append(f"compile: each captured phase with torch.compile on first use, cached in "
                              f"{inductor_cache_dir(cache_dir())}")
         if tp is not None and tp.world_size > 1:
@@ -249,11 +254,34 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
                 session.notes.append(why)
             if on:
                 add(session, log)
+    if pdl and not session.spec.compile:  # graphs of eager pieces: our kernels' launches only
+        from dataclasses import replace
+
+        from eaglelab.engine.model.layers import EAGER_KERNELS
+
+        session.kernels = replace(session.kernels or EAGER_KERNELS, pdl=True)
     if session.spec.cuda_graphs and device.type == "cuda":
         session.runner_factory = _graph_runner_factory(session)
         session.notes.append("CUDA graphs: captured lazily per batch bucket (an EAGLE-3 cycle as one graph where it "
                              "can be, else a graph per phase); fallbacks say why")
     return session
+
+
+def _dependent_launches(s: Session, device: Any) -> bool:
+    """--pdl: whether this session's captured phases launch their kernels dependently; the note says so, or why
+    not (a CPU, a GPU before Hopper, no CUDA graphs, a torch or Triton without it)."""
+    if not getattr(s.args, "pdl", False):  # commands that declare no --pdl build sessions too
+        return False
+    from eaglelab.engine.model.pdl import refusal
+
+    why = refusal(device) or (None if s.spec.cuda_graphs else "it applies to captured phases (--no-cuda-graphs)")
+    if why is not None:
+        s.notes.append(f"--pdl: off, {why}")
+        return False
+    compiled = "inductor's kernels and ours" if s.spec.compile else "our kernels (the rest uncompiled)"
+    s.notes.append(f"--pdl: {compiled} launch dependently in the captured phases (each starts while the one "
+                   "before finishes, then waits for its results)")
+    return True
 
 
 def cuda_kernel_default(asked: bool | None, profile: Any, flag: str, library: str) -> tuple[bool, str | None]:

@@ -120,6 +120,7 @@ class BenchContext:
     peer_skip: str | None = None
     log: Callable[[str], None] = lambda m: None
     compiled: Any = None  # the compiled Kernels, built on the first config that asks
+    compiled_pdl: Any = None  # the compiled Kernels whose phases launch dependently (``*-pdl`` configs)
     tp: Any = None  # TPGroup under --tp: every rank runs every call; the observed call also times collectives
     compile_mode: str | None = None  # torch.compile mode (None: inductor's default)
     compile_prefill: bool = False  # the compiled configs compile the prompt's phases too (bench --compile-prefill)
@@ -150,17 +151,19 @@ class BenchContext:
             return None
         return refill_rows(batch) if self.refill_rows is None else min(self.refill_rows, batch)
 
-    def kernels(self, compile_: bool, gemv: bool = False, attn: bool = False):
-        """The layers' kernels for a config: compiled ones (built once, shared) or the eager ones,
-        with the Triton GEMV and the Triton decode attention when asked."""
-        base = EAGER_KERNELS
+    def kernels(self, compile_: bool, gemv: bool = False, attn: bool = False, pdl: bool = False):
+        """The layers' kernels for a config: compiled ones (built once, shared; with ``pdl`` a set of their own,
+        whose phases launch dependently) or the eager ones, with the Triton GEMV and the Triton decode attention
+        when asked."""
+        base = replace(EAGER_KERNELS, pdl=pdl)
         if compile_:
-            if self.compiled is None:
+            if (self.compiled_pdl if pdl else self.compiled) is None:
                 from eaglelab.engine.formats.assets import cache_dir
                 from eaglelab.engine.runtime.compile import compiled_kernels
 
-                self.compiled = compiled_kernels(cache_dir(), self.log, self.compile_mode)
-            base = self.compiled
+                made = compiled_kernels(cache_dir(), self.log, self.compile_mode, pdl=pdl)
+                self.compiled_pdl, self.compiled = (made, self.compiled) if pdl else (self.compiled_pdl, made)
+            base = self.compiled_pdl if pdl else self.compiled
         base = replace(base, gemv=self.triton_gemv()) if gemv else base
         return replace(base, attention=self.decode_attention()) if attn else base
 
@@ -333,8 +336,9 @@ class OurSystem:
             top = max(ctx.batch_sizes)
             buckets = tuple(sorted({1 << i for i in range(top.bit_length())} | set(ctx.batch_sizes))) \
                 if ctx.continuous else ctx.batch_sizes
+            kernels = ctx.kernels(cfg.compile, cfg.gemv, cfg.attn, cfg.pdl)
             self.runner = CudaGraphRunner.for_engine(ctx.target, self.spec, self.drafter, max_len=ctx.max_len,
-                                                     buckets=buckets, kernels=ctx.kernels(cfg.compile, cfg.gemv, cfg.attn))
+                                                     buckets=buckets, kernels=kernels)
         else:
             kernels = ctx.eager_kernels if cfg.speculative else ctx.plain_kernels
             self.runner = FixedCacheEagerRunner(ctx.target, net, ctx.max_len, kernels or EAGER_KERNELS)
@@ -483,10 +487,10 @@ def run_batch(cfgs: list[BenchConfig], ctx: BenchContext, batch: int, systems: d
         ctx.log(f"{cfg.name}, batch {batch}: {cfg.description}{tree}")
         with part("hf load" if cfg.peer else "warm-up"):
             c = contender(cfg, ctx, batch, systems)
-        made = len(_compiled_phases(ctx))
+        made = {id(p) for p in _compiled_phases(ctx)}
         with part("hf warm-up" if cfg.peer else "warm-up"):
             c.warm_up(ctx.max_new_tokens)  # graphs are captured (and phases compiled) here, lazily
-        new = _compiled_phases(ctx)[made:]
+        new = [p for p in _compiled_phases(ctx) if id(p) not in made]
         c.compile_fallbacks = compile_fallbacks(ctx, new)
         if wall is not None and new:
             wall.compiled[f"{cfg.name} b{batch}"] = sum(p.compile_seconds for p in new)
@@ -515,8 +519,8 @@ def run_batch(cfgs: list[BenchConfig], ctx: BenchContext, batch: int, systems: d
 
 
 def _compiled_phases(ctx: BenchContext) -> list[Any]:
-    """Every phase compile made so far (CompiledOrEager), in order."""
-    return list(ctx.compiled.compile_phase.made) if ctx.compiled is not None else []
+    """Every phase compile made so far (CompiledOrEager), in order (the dependently launched set's after)."""
+    return [p for k in (ctx.compiled, ctx.compiled_pdl) if k is not None for p in k.compile_phase.made]
 
 
 def compile_fallbacks(ctx: BenchContext, phases: list[Any]) -> tuple[str, ...]:
@@ -535,6 +539,11 @@ def _skip_reason(cfg: BenchConfig, ctx: BenchContext) -> str | None:
         return "no drafter (--draft none)"
     if cfg.peer and ctx.peer is None:
         return ctx.peer_skip or "no peer"
+    if cfg.pdl:  # launches that cannot be dependent would measure the config it extends again, under its name
+        from eaglelab.engine.model.pdl import refusal
+
+        if (why := refusal(ctx.device)) is not None:
+            return why
     dtype = next(ctx.target.parameters()).dtype
     if cfg.gemv:  # a GEMV that would take no call measures the config it extends again, under its name
         from eaglelab.engine.model.gemv import dtype_refusal

@@ -218,7 +218,9 @@ def run_regime(args: argparse.Namespace, device_type: str, profile: Any, compile
 
     if device_type != "cuda":
         gemv = getattr(args, "gemv", None)
-        return Regime(graphs=False, gemv=gemv is not False, reasons=("no CUDA graphs on a CPU: eager, as `run` decodes here",))
+        why = ("no CUDA graphs on a CPU: eager, as `run` decodes here",)
+        why += ("--pdl: off (dependent launches are a CUDA feature)",) if getattr(args, "bench_pdl", False) else ()
+        return Regime(graphs=False, gemv=gemv is not False, reasons=why)
     if compile_asked is False:
         reasons = ["compile: off (as flagged)"]
     else:
@@ -227,8 +229,11 @@ def run_regime(args: argparse.Namespace, device_type: str, profile: Any, compile
     for flag, name, library in (("--gemv", "gemv", "cuBLAS"), ("--decode-attn", "decode_attn", "SDPA")):
         on[name], why = cuda_kernel_default(getattr(args, name, None), profile, flag, library)
         reasons.append(why or f"{flag}: {'on' if on[name] else 'off'} (as flagged)")
+    pdl = bool(getattr(args, "bench_pdl", False))  # bench --pdl; off unless flagged: no device profile measured it
+    if pdl:
+        reasons.append("--pdl: the captured phases' kernels launched dependently (as flagged)")
     return Regime(graphs=True, compile=compile_asked is not False, gemv=on["gemv"], attn=on["decode_attn"],
-                  reasons=tuple(reasons))
+                  reasons=tuple(reasons), pdl=pdl)
 
 
 def tree_notes(draft: Any, batch_sizes: tuple[int, ...]) -> list[str]:

@@ -19,6 +19,9 @@ import torch
 import triton
 import triton.language as tl
 
+from eaglelab.engine.model import pdl
+from eaglelab.engine.model.pdl_kernels import enter
+
 LOG2E = 1.4426950408889634
 # query rows per program (one program of 72-128 rows spilled 16-580 bytes); more (a wide tree's verify) take more;
 # equal to decode_attention.ROW_BLOCK, by which the planner counts them (the sm_90 test checks)
@@ -32,8 +35,9 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, acc_ptr, ml_ptr,
                      stride_vb, stride_vh, stride_vs, stride_mb, stride_mt, stride_ms,
                      stride_ob, stride_oh, stride_ot,
                      BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, HEAD_D: tl.constexpr, SPLITS: tl.constexpr,
-                     ROUNDS: tl.constexpr, PARTIAL: tl.constexpr, ROW_BLOCKS: tl.constexpr):
+                     ROUNDS: tl.constexpr, PARTIAL: tl.constexpr, ROW_BLOCKS: tl.constexpr, PDL: tl.constexpr = False):
     """One KV head of one batch row, one split of the cache, one block of rows: softmax(q k^T * scale, masked) v."""
+    enter(PDL)
     pid_bh, split = tl.program_id(0), tl.program_id(1)
     KVH = NH // GROUP
     b, kvh = pid_bh // KVH, pid_bh % KVH
@@ -86,8 +90,10 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, acc_ptr, ml_ptr,
 
 @triton.jit
 def attention_combine_kernel(acc_ptr, ml_ptr, out_ptr, NH, T, SPLITS,
-                   stride_ob, stride_oh, stride_ot, BLOCK_SPLITS: tl.constexpr, HEAD_D: tl.constexpr):
+                   stride_ob, stride_oh, stride_ot, BLOCK_SPLITS: tl.constexpr, HEAD_D: tl.constexpr,
+                   PDL: tl.constexpr = False):
     """out[b, h, t] = the splits' partials of row (b, h, t) merged: sum_s 2^(m_s - M) acc_s / sum_s 2^(m_s - M) l_s."""
+    enter(PDL)
     row = tl.program_id(0)
     t, h, b = row % T, (row // T) % NH, row // (T * NH)
     s = tl.arange(0, BLOCK_SPLITS)  # [BSp]
@@ -127,10 +133,12 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
         v.stride(0), v.stride(1), v.stride(2), allowed.stride(0), allowed.stride(1), allowed.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
         BLOCK_M=block_m, BLOCK_S=block_s, HEAD_D=D, SPLITS=splits, ROUNDS=triton.cdiv(triton.cdiv(S, block_s), splits),
-        PARTIAL=partial, ROW_BLOCKS=row_blocks, num_warps=num_warps, num_stages=1)
+        PARTIAL=partial, ROW_BLOCKS=row_blocks, PDL=pdl.active(), num_warps=num_warps, num_stages=1,
+        **pdl.launch_options())
     if partial:
         attention_combine_kernel[(B * NH * T,)](acc, ml, out, NH, T, splits, out.stride(0), out.stride(1), out.stride(2),
-                                      BLOCK_SPLITS=triton.next_power_of_2(splits), HEAD_D=D, num_warps=1)
+                                      BLOCK_SPLITS=triton.next_power_of_2(splits), HEAD_D=D, PDL=pdl.active(),
+                                      num_warps=1, **pdl.launch_options())
     return out
 
 

@@ -16,7 +16,9 @@ import torch
 import triton
 import triton.language as tl
 
+from eaglelab.engine.model import pdl
 from eaglelab.engine.model.gemv_tiling import GemvConfig, padded_rows, splits
+from eaglelab.engine.model.pdl_kernels import enter
 
 
 @triton.jit
@@ -42,10 +44,13 @@ def _finish(acc, b_ptr, y_ptr, rows_m, rows_n, M, N, HAS_BIAS: tl.constexpr):
 @triton.jit
 def gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, ticket_ptr, M, N, K, k_per_split, stride_xm, stride_wn,
                 HAS_BIAS: tl.constexpr, SPLITS: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr):
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
+                PDL: tl.constexpr = False):
     """y[:, n-block] = x @ W[n-block]^T over K share s (+ bias); SPLITS > 1: float32 shares in part[s, M, N],
     added by the block's last program to finish (its ticket counter, ticket[n], left at 0).
-    STAGES: the loads of the one-row loop pipelined that many steps ahead (1: not at all)."""
+    STAGES: the loads of the one-row loop pipelined that many steps ahead (1: not at all). PDL: launched
+    dependently (``pdl.py``): waits on entry for the kernel before."""
+    enter(PDL)
     pid_n, pid_k = tl.program_id(0), tl.program_id(1)
     rows_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN] weight rows = output columns
     rows_m = tl.arange(0, BLOCK_M)  # [BM] x rows (padded)
@@ -113,7 +118,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block
     gemv_kernel[(programs_n, programs_k)](
         x, weight, b, y, part, ticket, M, N, K, per, x.stride(0), weight.stride(0),
         HAS_BIAS=bias is not None, SPLITS=programs_k, BLOCK_M=padded_rows(M, block_n), BLOCK_N=block_n,
-        BLOCK_K=block_k, STAGES=num_stages, num_warps=num_warps, num_stages=num_stages)
+        BLOCK_K=block_k, STAGES=num_stages, PDL=pdl.active(), num_warps=num_warps, num_stages=num_stages,
+        **pdl.launch_options())
     return y
 
 

@@ -95,13 +95,16 @@ class Kernels:
     compile_phase: Callable[[str, Callable], Callable] | None = None
     gemv: Gemv | None = None
     attention: DecodeAttention | None = None
+    # Under CUDA graphs on Hopper or later: the captured phases' kernels launch dependently (``pdl.py``), inductor's
+    # compiled with PDL code, ours with their PDL entry. Set only where ``pdl.refusal`` found none.
+    pdl: bool = False
 
     def eager_pieces(self) -> "Kernels":
         """What runs inside a compiled phase: the eager elementwise pieces (the compiler fuses across
         them), with this set's GEMV and attention kernel."""
-        if self.gemv is None and self.attention is None:
+        if self.gemv is None and self.attention is None and not self.pdl:
             return EAGER_KERNELS
-        return Kernels(gemv=self.gemv, attention=self.attention)
+        return Kernels(gemv=self.gemv, attention=self.attention, pdl=self.pdl)
 
 
 EAGER_KERNELS = Kernels()

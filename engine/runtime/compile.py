@@ -26,6 +26,7 @@ from typing import Any, Callable
 
 import torch
 
+from eaglelab.engine.model import pdl as pdl_launch
 from eaglelab.engine.model.layers import Kernels, rms_norm, rotary_qk, swiglu
 from eaglelab.engine.runtime import cycle_ops
 
@@ -118,10 +119,13 @@ class PhaseCompiler:
     mode: str | None = None  # torch.compile mode; None = inductor's default (no CUDA graphs of its own)
     made: list[CompiledOrEager] = field(default_factory=list)
     backend: str | None = None  # torch.compile backend; None = inductor ("eager": dynamo's trace alone, for tests)
+    pdl: bool = False  # inductor generates PDL code (its kernels launch dependently: ``engine/model/pdl.py``)
 
     def __call__(self, label: str, fn: Callable) -> CompiledOrEager:
         options: dict[str, Any] = {"fullgraph": True, "dynamic": False}
-        if self.mode is not None:
+        if self.pdl:
+            options |= pdl_launch.inductor_options(self.mode)  # the mode as its options: torch takes one or other
+        elif self.mode is not None:
             options["mode"] = self.mode
         if self.backend is not None:
             options["backend"] = self.backend
@@ -161,18 +165,21 @@ def inductor_cache_dir(root: Path) -> Path:
     return path
 
 
-def compiled_kernels(cache_root: Path, log: Callable[[str], None] | None = None, mode: str | None = None) -> Kernels:
+def compiled_kernels(cache_root: Path, log: Callable[[str], None] | None = None, mode: str | None = None,
+                     pdl: bool = False) -> Kernels:
     """The compiled :class:`Kernels` (compiled lazily, on first use): whole phases under CUDA graphs
-    (``mode`` as torch.compile takes it), the elementwise pieces in eager runs."""
+    (``mode`` as torch.compile takes it; ``pdl``: their kernels launch dependently, ``engine/model/pdl.py``; the
+    caller checked ``pdl.refusal``), the elementwise pieces in eager runs."""
     inductor_cache_dir(cache_root)
     said = CompileLog(log)
-    phases = PhaseCompiler(CompileLog(log, "each phase (decoder stack + sampling) per batch bucket"), mode)
+    phases = PhaseCompiler(CompileLog(log, "each phase (decoder stack + sampling) per batch bucket"), mode, pdl=pdl)
     return Kernels(
         rms_norm=CompiledOrEager("rms_norm", rms_norm, said),
         rotary=CompiledOrEager("rotary", rotary_qk, said),
         swiglu=CompiledOrEager("swiglu", swiglu, said),
         compiled=True,
         compile_phase=phases,
+        pdl=pdl,
     )
 
 

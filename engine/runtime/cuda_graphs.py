@@ -37,6 +37,8 @@ iterations on a side stream with host-sync detection on (a forward that synchron
 cannot be captured: it falls back with the reason), then captures on that stream. Capture time
 and pool growth per graph are kept in :attr:`CudaGraphRunner.capture_stats` and sent to the
 observer through ``on_graph_captured``. Replay decisions use host-side shapes only: no host sync.
+With ``Kernels.pdl`` the warm-up and the capture run with dependent launches on (``engine/model/pdl.py``): the
+graphs record our kernels' launches as programmatic edges, each kernel starting while the one before finishes.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ import torch
 
 from eaglelab.engine.runtime.compile import compiles_tried, kernel_setup_seconds
 from eaglelab.engine.runtime.contracts import Drafter, PhaseParts
+from eaglelab.engine.model.pdl import dependent_launches
 from eaglelab.engine.model.layers import EAGER_KERNELS, Kernels, prepare_fused
 from eaglelab.engine.core.kv_cache import KVCache
 from eaglelab.engine.model.model import Transformer
@@ -442,7 +445,7 @@ class CudaGraphRunner:
         stream = torch.cuda.Stream(dev)
         stream.wait_stream(torch.cuda.current_stream(dev))
         try:
-            with torch.cuda.stream(stream):
+            with torch.cuda.stream(stream), dependent_launches(self._asked.pdl):
                 if eager is not None:
                     eager()
                 if eager is not None or self._builds:
@@ -457,7 +460,7 @@ class CudaGraphRunner:
             collecting = gc.isenabled()
             gc.disable()
             try:
-                with torch.cuda.graph(graph, pool=self._pool, stream=stream):
+                with torch.cuda.graph(graph, pool=self._pool, stream=stream), dependent_launches(self._asked.pdl):
                     outputs = fn()
             finally:
                 if collecting:

@@ -18,6 +18,9 @@ import torch
 import triton
 import triton.language as tl
 
+from eaglelab.engine.model import pdl
+from eaglelab.engine.model.pdl_kernels import enter
+
 # Vocabulary entries a program of the first pass ranks: tree.TOP_K_CHUNK's value, not imported (tree.py imports
 # cycle_ops, which loads this module: no import back). The result does not depend on it, only the speed.
 CHUNK = 256
@@ -31,8 +34,9 @@ def greedy_commit_kernel(pred_ptr, tok_ptr, par_ptr, dep_ptr, mask_ptr, len_ptr,
                          s_mask_b, s_mask_i, s_mask_j,
                          sk_l, sk_b, sk_h, sk_s, sv_l, sv_b, sv_h, sv_s,
                          NP: tl.constexpr, DP: tl.constexpr, HP: tl.constexpr, HDP: tl.constexpr,
-                         COMPACT: tl.constexpr, HAS_V: tl.constexpr):
+                         COMPACT: tl.constexpr, HAS_V: tl.constexpr, PDL: tl.constexpr = False):
     """Row b = program_id(0); layer = program_id(1) (the cache's layers; 1 without compaction)."""
+    enter(PDL)
     b, layer = tl.program_id(0), tl.program_id(1)
     i = tl.arange(0, NP)  # nodes (padded)
     real = i < N
@@ -80,8 +84,9 @@ def greedy_commit_kernel(pred_ptr, tok_ptr, par_ptr, dep_ptr, mask_ptr, len_ptr,
 @triton.jit
 def emit_advance_kernel(tok_ptr, count_ptr, new_root_ptr, eos_ptr, out_ptr, n_out_ptr, done_ptr, hit_ptr, limit_ptr,
                         len_ptr, root_ptr, emitted_ptr, active_ptr, K, E, S, s_tok_b, s_tok_k, s_out_b, s_root,
-                        KP: tl.constexpr, EP: tl.constexpr, HAS_COUNT: tl.constexpr):
+                        KP: tl.constexpr, EP: tl.constexpr, HAS_COUNT: tl.constexpr, PDL: tl.constexpr = False):
     """Row b = program_id(0): tokens[b, :count[b]] (count 1 without HAS_COUNT) emitted into out[b] at n_out[b]."""
+    enter(PDL)
     b = tl.program_id(0)
     k = tl.arange(0, KP)
     done = tl.load(done_ptr + b) != 0
@@ -118,9 +123,10 @@ FLOOR = tl.constexpr(-3.4028234663852886e38)  # float32's lowest: a NaN or -inf 
 
 @triton.jit
 def expand_blocks_kernel(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, V, C, s_x_row,
-                         CHUNK: tl.constexpr, K: tl.constexpr, KP: tl.constexpr):
+                         CHUNK: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, PDL: tl.constexpr = False):
     """Program (row, c): the best K entries of block c (CHUNK entries) of the drafter's logits row, in K rounds of a
     max (ties to the lower index), their rank keys and indices; the block's max key and sum of exp(key - max)."""
+    enter(PDL)
     row, c = tl.program_id(0), tl.program_id(1)
     j = c * CHUNK + tl.arange(0, CHUNK)
     x = tl.load(x_ptr + row * s_x_row + j, mask=j < V, other=0.0).to(tl.float32)
@@ -147,11 +153,13 @@ def expand_blocks_kernel(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, V, C, s_x_
 @triton.jit
 def expand_select_kernel(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, score_ptr, tok_ptr, cand_ptr, sel_ptr,
                          F, C, s_x_b, s_x_f, s_score_b, s_score_f,
-                         K: tl.constexpr, FP: tl.constexpr, KP: tl.constexpr, CP: tl.constexpr, CKP: tl.constexpr):
+                         K: tl.constexpr, FP: tl.constexpr, KP: tl.constexpr, CP: tl.constexpr, CKP: tl.constexpr,
+                         PDL: tl.constexpr = False):
     """Program b: for each of the F frontier rows, the best K of its blocks' candidates (K rounds, ties to the first
     candidate: the lower index), their log-probabilities (less the row's log-sum-exp from the blocks' maxima and
     sums) added to the frontier node's score: F * K candidates; then the K best candidates (ranks counted, ties to
     the lower candidate)."""
+    enter(PDL)
     b = tl.program_id(0)
     f = tl.arange(0, FP)[:, None]  # [FP, 1]
     q = tl.arange(0, CKP)[None, :]  # [1, CKP]: candidate c * K + t of the blocks
@@ -214,7 +222,8 @@ def greedy_commit(pred: torch.Tensor, tokens: torch.Tensor, parents: torch.Tenso
         pred, tokens, parents, depth, mask, lengths, accept_len, path, committed, bonus, k, vv,
         N, D1, H, HD, *pred.stride(), *tokens.stride(), *parents.stride(), *depth.stride(), *mask.stride(),
         *k.stride()[:4], *vv.stride()[:4],
-        NP=_pow2(N), DP=_pow2(D1), HP=_pow2(H), HDP=_pow2(HD), COMPACT=compact, HAS_V=v is not None, num_warps=4)
+        NP=_pow2(N), DP=_pow2(D1), HP=_pow2(H), HDP=_pow2(HD), COMPACT=compact, HAS_V=v is not None, PDL=pdl.active(),
+        num_warps=4, **pdl.launch_options())
     return accept_len, path, committed, bonus
 
 
@@ -228,7 +237,8 @@ def emit_advance(tokens: torch.Tensor, count: torch.Tensor | None, new_root: tor
     emit_advance_kernel[(B,)](
         tokens, count if count is not None else tokens, new_root, eos, out, n_out, done, hit_eos, limit, lengths, root,
         emitted, active, K, eos.numel(), out.shape[1], *tokens.stride(), out.stride(0), root.stride(0),
-        KP=_pow2(K), EP=_pow2(eos.numel()), HAS_COUNT=count is not None, num_warps=1)
+        KP=_pow2(K), EP=_pow2(eos.numel()), HAS_COUNT=count is not None, PDL=pdl.active(), num_warps=1,
+        **pdl.launch_options())
     return emitted, active
 
 
@@ -245,7 +255,8 @@ def tree_expand(scores: torch.Tensor, logits: torch.Tensor,
     peak = torch.empty(B * F, C, dtype=torch.float32, device=dev)
     mass = torch.empty(B * F, C, dtype=torch.float32, device=dev)
     expand_blocks_kernel[(B * F, C)](rows, vals, idxs, peak, mass, V, C, rows.stride(0),
-                                     CHUNK=chunk, K=topk, KP=_pow2(topk), num_warps=4)
+                                     CHUNK=chunk, K=topk, KP=_pow2(topk), PDL=pdl.active(), num_warps=4,
+                                     **pdl.launch_options())
     tokens = torch.empty(B, F * topk, dtype=torch.long, device=dev)
     cand = torch.empty(B, F * topk, dtype=torch.float32, device=dev)
     selected = torch.empty(B, topk, dtype=torch.long, device=dev)
@@ -253,7 +264,7 @@ def tree_expand(scores: torch.Tensor, logits: torch.Tensor,
     expand_select_kernel[(B,)](rows, vals, idxs, peak, mass, sc, tokens, cand, selected, F, C,
                                F * rows.stride(0), rows.stride(0),
                                *sc.stride(), K=topk, FP=_pow2(F), KP=_pow2(topk), CP=_pow2(C),
-                               CKP=_pow2(C * topk), num_warps=4)
+                               CKP=_pow2(C * topk), PDL=pdl.active(), num_warps=4, **pdl.launch_options())
     return tokens, cand, selected
 
 

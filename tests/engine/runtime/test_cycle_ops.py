@@ -79,6 +79,7 @@ def test_kernels_compile_for_hopper():
 
     def compile_(fn, types: dict[str, str], const: dict, warps: int = 4) -> None:
         names = list(inspect.signature(fn.fn).parameters)
+        const = {"PDL": False} | const  # launched dependently or not: test_pdl.py compiles both
         sig = {n: "constexpr" if n in const else types.get(n, "i32") for n in names}
         src = ASTSource(fn=fn, signature=sig, constexprs={(names.index(k),): v for k, v in const.items()})
         assert triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": warps}).asm["ptx"]

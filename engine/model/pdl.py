@@ -1,0 +1,92 @@
+"""Programmatic dependent launch (PDL): each kernel of a captured phase starts while the one before it finishes.
+
+A CUDA graph removes the host from a phase, not the gap between two of its kernels: the next kernel is launched
+only once the last block of the one before has exited, and its blocks are then scheduled, load their arguments and
+work out their indices before touching memory. On a small model every kernel is a few microseconds, and those gaps
+add up (a SmolLM2 decode: ~140 us of its ~870 between 371 kernels on an H100). Hopper (compute capability 9.0)
+lets a kernel launched with the *programmatic stream serialization* attribute start as soon as every block of the
+kernel before it has signalled (``griddepcontrol.launch_dependents``) or exited; it then waits
+(``griddepcontrol.wait``) for that kernel to have completed, its memory visible, before it reads or writes anything
+the chain shares. CUDA-graph capture keeps these launches as programmatic edges.
+
+Every kernel of the chain has to take part:
+
+* inductor's own kernels, compiled with ``triton.enable_pdl`` (the phase compiler's option, :func:`inductor_options`);
+* ours (the GEMV, the decode attention, the cycle's kernels): each takes a ``PDL`` constexpr, and with it waits on
+  entry, before any load or store, then lets its dependents launch (``pdl_kernels.enter``); its launcher adds
+  ``launch_pdl`` (:func:`launch_options`) while :func:`dependent_launches` is on, i.e. while a runner that asked for
+  PDL warms up and captures;
+* anything else (cuBLAS, copies) launches as always: the kernel after it starts once it has exited, as without PDL.
+
+Waiting on entry makes the order of memory effects exactly that of plain launches: only the launch, the block
+scheduling and the kernel's prologue overlap the kernel before, never a load or a store. The numbers a phase
+computes are therefore the same bits with and without PDL.
+
+Pure Python: Triton is not imported here (``pdl_kernels`` holds the device side).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Iterator
+
+import torch
+
+_active = False  # whether our launchers add launch_pdl now (inside dependent_launches(True))
+
+
+def refusal(device: torch.device | str) -> str | None:
+    """Why phases on ``device`` cannot launch dependently (None: they can): a CUDA device of compute capability 9.0
+    or later, inductor able to generate PDL code, Triton able to launch it."""
+    device = torch.device(device)
+    if device.type != "cuda":
+        return f"PDL is a CUDA feature ({device.type} device)"
+    major, minor = torch.cuda.get_device_capability(device)
+    if major < 9:
+        return f"PDL needs compute capability 9.0 or later (Hopper); this GPU is {major}.{minor}"
+    return software_refusal()
+
+
+def software_refusal() -> str | None:
+    """Why this torch and Triton cannot generate and launch PDL kernels (None: they can)."""
+    import torch._inductor.config as inductor_config
+
+    if not hasattr(inductor_config.triton, "enable_pdl"):
+        return f"torch {torch.__version__}'s inductor has no triton.enable_pdl (PDL code for compiled kernels)"
+    try:
+        from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait  # noqa: F401
+    except ImportError as exc:
+        return f"this Triton has no grid dependency control (gdc_wait): {exc}"
+    return None
+
+
+def inductor_options(mode: str | None) -> dict[str, object]:
+    """``torch.compile`` keyword arguments for a phase whose kernels launch dependently: inductor's options with
+    ``triton.enable_pdl`` (``mode``, which torch.compile takes only without options, spelled as its options)."""
+    from torch._inductor import list_mode_options
+
+    options = dict(list_mode_options(mode)) if mode is not None else {}
+    options["triton.enable_pdl"] = True
+    return {"options": options}
+
+
+@contextlib.contextmanager
+def dependent_launches(on: bool) -> Iterator[None]:
+    """While inside (``on``), our kernels launch with PDL; restored after (nests)."""
+    global _active
+    before, _active = _active, bool(on)
+    try:
+        yield
+    finally:
+        _active = before
+
+
+def active() -> bool:
+    """Whether our launchers launch dependently now (the kernels' ``PDL`` constexpr)."""
+    return _active
+
+
+def launch_options() -> dict[str, bool]:
+    """What a launcher adds to a kernel launch: ``launch_pdl`` while :func:`active` (nothing otherwise, so that a
+    launch off PDL, Triton's interpreter included, is exactly as before)."""
+    return {"launch_pdl": True} if _active else {}
