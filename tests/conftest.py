@@ -93,6 +93,16 @@ def tiny_hf_dir(path: Path) -> Path:
     return path
 
 
+def run_cli(capsys, *argv: str) -> tuple[int, str]:
+    """``eaglelab argv...`` in this process: its exit code and what it printed (stdout and stderr, whitespace
+    collapsed, so a wrapped line reads as one)."""
+    from eaglelab.cli import main
+
+    rc = main(list(argv))
+    out = capsys.readouterr()
+    return rc, " ".join((out.out + out.err).split())
+
+
 @pytest.fixture
 def tiny_dir(tmp_path) -> Path:
     """:func:`tiny_hf_dir` in the test's temporary directory."""

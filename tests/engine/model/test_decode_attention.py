@@ -315,18 +315,12 @@ def test_run_notes_say_why_the_kernel_is_off(monkeypatch, device, dtype, triton,
     assert s.notes == [note] and s.kernels.attention is not None and s.kernels.gemv is None
 
 
-def test_run_flag_reaches_the_session(tmp_path, capsys):
+def test_run_flag_reaches_the_session(tiny_dir, capsys):
     """``eaglelab run --decode-attn`` on a CPU: the run goes on with SDPA and says why, no traceback."""
-    from eaglelab.cli import main
-    from tests.conftest import add_word_tokenizer, save_hf_dir
+    from tests.conftest import run_cli
 
-    cfg = tiny_config()
-    path = save_hf_dir(random_model(cfg), cfg, tmp_path / "tiny")
-    add_word_tokenizer(path, vocab=cfg["vocab_size"])
-    rc = main(["run", "w1 w2 w3", "--model", str(path), "--device", "cpu", "--draft", "none",
-               "--max-new-tokens", "3", "--decode-attn"])
-    out = capsys.readouterr()
-    text = " ".join((out.out + out.err).split())
+    rc, text = run_cli(capsys, "run", "w1 w2 w3", "--model", str(tiny_dir), "--device", "cpu", "--draft", "none",
+                       "--max-new-tokens", "3", "--decode-attn")
     assert rc == 0 and "Traceback" not in text
     assert "--decode-attn: off on cpu (a CUDA kernel), SDPA instead" in text
 

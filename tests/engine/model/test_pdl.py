@@ -181,18 +181,12 @@ def test_run_notes_say_whether_launches_are_dependent(monkeypatch, device, capab
     assert not _dependent_launches(s, torch.device(device)) and s.notes == []
 
 
-def test_run_flag_on_a_cpu_runs_on_and_says_why(tmp_path, capsys):
+def test_run_flag_on_a_cpu_runs_on_and_says_why(tiny_dir, capsys):
     """``eaglelab run --pdl`` on a CPU: the run goes on as without it and says why, no traceback."""
-    from eaglelab.cli import main
-    from tests.conftest import add_word_tokenizer, random_model, save_hf_dir, tiny_config
+    from tests.conftest import run_cli
 
-    cfg = tiny_config()
-    path = save_hf_dir(random_model(cfg), cfg, tmp_path / "tiny")
-    add_word_tokenizer(path, vocab=cfg["vocab_size"])
-    rc = main(["run", "w1 w2 w3", "--model", str(path), "--device", "cpu", "--draft", "none",
-               "--max-new-tokens", "3", "--pdl"])
-    out = capsys.readouterr()
-    text = " ".join((out.out + out.err).split())
+    rc, text = run_cli(capsys, "run", "w1 w2 w3", "--model", str(tiny_dir), "--device", "cpu", "--draft", "none",
+                       "--max-new-tokens", "3", "--pdl")
     assert rc == 0 and "Traceback" not in text
     assert "--pdl: off, PDL is a CUDA feature (cpu device)" in text
 
