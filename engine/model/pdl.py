@@ -13,14 +13,16 @@ Every kernel of the chain has to take part:
 
 * inductor's own kernels, compiled with ``triton.enable_pdl`` (the phase compiler's option, :func:`inductor_options`);
 * ours (the GEMV, the decode attention, the cycle's kernels): each takes a ``PDL`` constexpr, and with it waits on
-  entry, before any load or store, then lets its dependents launch (``pdl_kernels.enter``); its launcher adds
-  ``launch_pdl`` (:func:`launch_options`) while :func:`dependent_launches` is on, i.e. while a runner that asked for
-  PDL warms up and captures;
+  entry, before any load or store of what the phase computes, then lets its dependents launch
+  (``pdl_kernels.enter``); its launcher adds ``launch_pdl`` (:func:`launch_options`) while
+  :func:`dependent_launches` is on, i.e. while a runner that asked for PDL warms up and captures. The GEMV loads its
+  first tile of weights before that wait (no kernel of a phase writes weights): the memory's latency then runs
+  while the kernel before finishes;
 * anything else (cuBLAS, copies) launches as always: the kernel after it starts once it has exited, as without PDL.
 
-Waiting on entry makes the order of memory effects exactly that of plain launches: only the launch, the block
-scheduling and the kernel's prologue overlap the kernel before, never a load or a store. The numbers a phase
-computes are therefore the same bits with and without PDL.
+Waiting on entry keeps the order of the phase's memory effects exactly that of plain launches: only the launch, the
+block scheduling, the kernel's prologue and the weights' first loads overlap the kernel before, never a load of
+what it writes nor a store. The numbers a phase computes are therefore the same bits with and without PDL.
 
 Pure Python: Triton is not imported here (``pdl_kernels`` holds the device side).
 """

@@ -270,6 +270,14 @@ INTERPRETED = textwrap.dedent("""
     from eaglelab.engine.model import gemv_kernels as GK
     assert not GK.tickets(torch.device("cpu")).any()  # every split call left its ticket counters at 0
     print("checked", checked)
+    # Under --pdl each program loads its first weight tile before it waits: the same sums in the same order
+    for K, N in ((64, 48), (200, 37)):
+        w = (torch.randn(N, K) * K ** -0.5).half()
+        for M in (1, 3, 24):
+            x = torch.randn(M, K).half()
+            for cfg in tilings:
+                assert torch.equal(GK.launch(x, w, None, cfg, False, True), GK.launch(x, w, None, cfg, False, False))
+    print("early same")
 
     # The tuner (its CUDA-graph timer replaced by set figures): F.linear kept where it is faster, else a tiling.
     class CpuGemv(G.TritonGemv):
@@ -293,12 +301,13 @@ def test_kernel_matches_linear_under_the_triton_interpreter():
     """The kernel's indexing on the CPU: Triton's interpreter runs it on CPU tensors (fp16: M 1, 3, 16, 24, 64; K not a
     multiple of the tile; N not a multiple of block_n; split-K in 2 and 3 parts; with and without bias).
     Split calls leave their ticket counters at 0 (else the next call's shares would be added by the wrong program).
+    Each program's first weight tile loaded ahead (as under --pdl) gives the same bits.
     Then the tuner, its timer replaced by set figures: F.linear kept where it was faster, else the fastest tiling."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["checked", str(3 * (5 * 5 * 2 + 2 + 2 + 1)), "tuner", "ok"]
+    assert done.stdout.split() == ["checked", str(3 * (5 * 5 * 2 + 2 + 2 + 1)), "early", "same", "tuner", "ok"]
 
 
 COMPILED = textwrap.dedent("""

@@ -47,9 +47,11 @@ def _kernels():
     commit_types = types | {"mask_ptr": "*i1", "out_ptr": "*i64"}
     return [
         ("gemv, one row", G.gemv_kernel, {"HAS_BIAS": False, "SPLITS": 1, "BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 256,
-                                          "STAGES": 3}, types, 4),
+                                          "STAGES": 3, "EARLY": False}, types, 4),
         ("gemv, 24 rows split along K", G.gemv_kernel, {"HAS_BIAS": True, "SPLITS": 2, "BLOCK_M": 32, "BLOCK_N": 16,
-                                                        "BLOCK_K": 128, "STAGES": 3}, types, 4),
+                                                        "BLOCK_K": 128, "STAGES": 3, "EARLY": False}, types, 4),
+        ("gemv, 4 rows on the CUDA cores", G.gemv_kernel, {"HAS_BIAS": False, "SPLITS": 1, "BLOCK_M": 4, "BLOCK_N": 8,
+                                                           "BLOCK_K": 128, "STAGES": 3, "EARLY": False}, types, 4),
         ("decode attention", A.attention_kernel, {"BLOCK_M": 16, "BLOCK_S": 64, "HEAD_D": 64, "SPLITS": 4,
                                                   "ROUNDS": 2, "PARTIAL": True, "ROW_BLOCKS": 1}, types | attn_out, 4),
         ("attention merge", A.attention_combine_kernel, {"BLOCK_SPLITS": 4, "HEAD_D": 64}, types | attn_out, 1),
@@ -61,17 +63,28 @@ def _kernels():
     ]
 
 
+def _first(ptx: str, *ops: str) -> int:
+    """Where the first of ``ops`` is in ``ptx`` (its length when none is)."""
+    return min([i for i in (ptx.find(op) for op in ops) if i >= 0] or [len(ptx)])
+
+
 @pytest.mark.skipif(not has_triton(), reason="Triton not installed (it ships with CUDA builds of torch)")
 def test_every_kernel_waits_on_entry_only_when_launched_dependently():
     """With PDL each kernel's PTX waits for the kernel before (griddepcontrol.wait) and lets the next launch, and the
-    wait comes before its first global load or store; without, neither instruction is there."""
+    wait comes before its first global load or store; without, neither instruction is there. The GEMV's early
+    weights (EARLY) are loads before the wait (the compiler kept them there), and still no store or atomic."""
     for name, fn, const, types, warps in _kernels():
         on = _ptx(fn, const | {"PDL": True}, types, warps, launch_pdl=True)
         off = _ptx(fn, const | {"PDL": False}, types, warps, launch_pdl=False)
         assert "griddepcontrol.wait" in on and "griddepcontrol.launch_dependents" in on, name
         assert "griddepcontrol" not in off, name
-        first_access = min(i for i in (on.find("ld.global"), on.find("st.global"), on.find("atom.global")) if i >= 0)
-        assert on.find("griddepcontrol.wait") < first_access, name
+        assert on.find("griddepcontrol.wait") < _first(on, "ld.global", "st.global", "atom.global"), name
+        if name.startswith("gemv"):
+            early = _ptx(fn, const | {"PDL": True, "EARLY": True}, types, warps, launch_pdl=True)
+            wait = early.find("griddepcontrol.wait")
+            assert 0 < _first(early, "ld.global") < wait < _first(early, "st.global", "atom.global"), name
+            ahead = [line for line in early[:wait].splitlines() if "ld.global" in line]
+            assert all("evict_first" in line for line in ahead), name  # the weights' loads (x's carry no hint)
 
 
 def test_the_launch_switch_nests_and_adds_launch_pdl_only_inside():
