@@ -25,7 +25,7 @@ from typing import Any
 
 from eaglelab.bench.prompt_sets import add_figures_args
 from eaglelab.bench.setup import CPU_DEFAULTS, GPU_DEFAULTS, HEADLINE_CPU, HEADLINE_GPU
-from eaglelab.session import add_kernel_args, add_model_args
+from eaglelab.session import add_kernel_args, add_model_args, add_pdl_arg
 
 def register(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser(
@@ -50,9 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                         "with phase costs and the micro-measure (default: the headline alone, batch sizes "
                         f"{HEADLINE_GPU['batch_sizes']} on CUDA, {HEADLINE_CPU['batch_sizes']} on a CPU)")
     add_kernel_args(w, "the headline's configurations: ")
-    w.add_argument("--pdl", action="store_true", dest="bench_pdl",  # the configs', not the session's
-                   help="the headline's configurations (and --figures') with every kernel of their captured phases "
-                        "launched dependently, as `run --pdl` (the *-pdl columns; Hopper or later)")
+    add_pdl_arg(w, "the headline's configurations (and --figures'), as `run --pdl` (the *-pdl columns): ",
+                dest="bench_pdl")  # the configurations', not the session's
     w.add_argument("--phase-costs", action=argparse.BooleanOptionalAction, default=None,
                    help="after the timed passes, one observed pass per configuration for its phase costs (default: "
                         "on with --full, --configs or --profile; off for the headline, which times end to end)")

@@ -17,7 +17,7 @@ from typing import Any
 
 from eaglelab.bench.tune_predict import DEFAULT_DRAFT_TOKENS
 from eaglelab.flags import int_list
-from eaglelab.session import add_kernel_args
+from eaglelab.session import add_kernel_args, add_pdl_arg
 
 GPU = {"steps": "1,2,3,4,5,6", "topk": "1,2,4,8", "draft_tokens": DEFAULT_DRAFT_TOKENS,
        "batch_sizes": "1,8,32", "prompts": 16, "max_new_tokens": 128, "cost_tokens": 32}
@@ -54,6 +54,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="CUDA graphs of torch.compile'd phases (default on CUDA: on, as run; the first use of a shape "
                         "compiles, cached on disk)")
     add_kernel_args(r, "the runs measured: ")
+    add_pdl_arg(r, "the runs measured, and the profile written: ", dest="bench_pdl")
     w = p.add_argument_group("workload")
     w.add_argument("--questions", default=None, metavar="FILE", help="an MT-bench question.jsonl (default: the packaged one)")
     w.add_argument("--prompts", type=int, default=None, help=f"questions used (default {GPU['prompts']} / {CPU['prompts']})")

@@ -1,8 +1,8 @@
 """Device profiles: the measured-best speculative settings for one drafter on one kind of device.
 
 A profile says, per batch bucket, which tree (steps, topk, draft tokens) ran fastest for a drafter on a
-device, and whether our kernels (the few-row GEMV, the decode attention) and ``torch.compile`` paid there,
-with the figure that decided it. ``run``, ``bench``, ``tune``, the TUI and the pytest fixtures take their
+device, and the regime that was measured in: our kernels (the few-row GEMV, the decode attention), their launches
+dependent or not (``pdl``), ``torch.compile``; with the figure that decided it. ``run``, ``bench``, ``tune``, the TUI and the pytest fixtures take their
 defaults from the profile that matches the device at hand (flags given on the command line always win),
 and every value chosen this way carries its reason to the run's summary.
 
@@ -25,7 +25,7 @@ File layout (JSON, one file may hold profiles for several devices)::
 
     {"schema": 1,
      "profiles": [{"device": "NVIDIA H200", "dtype": "bfloat16", "drafter_sha256": "...",
-                   "compile": true, "gemv": true, "decode_attn": true,
+                   "compile": true, "gemv": true, "decode_attn": true, "pdl": false,
                    "kernels_reason": "...",
                    "buckets": [{"max_batch": 1, "steps": 5, "topk": 4, "draft_tokens": 24,
                                 "measured": "2.00x over plain decoding, ..."}, ...],
@@ -111,6 +111,7 @@ class DeviceProfile:
     #                              on with CUDA graphs, is the engine's; a profile measured without it says so here)
     gemv: bool | None = None
     decode_attn: bool | None = None
+    pdl: bool | None = None  # the captured phases' kernels launched dependently (tune --pdl); run's default here
     kernels_reason: str = ""
     source: str = ""  # what measured it: a command and a date, or the tune run that wrote it
     gemv_tilings: GemvTilings | None = None  # the GEMV tuner's choices on this device (None: it tunes on first use)
@@ -279,7 +280,7 @@ def read_profiles(path: Path) -> list[DeviceProfile]:
 def merge_tuned(old: DeviceProfile | None, new: DeviceProfile) -> tuple[DeviceProfile, tuple[BucketChoice, ...]]:
     """A tune's ``new`` profile with the buckets of the one it replaces (``old``: the same device, dtype and
     drafter) for the batch sizes it did not tune, when both were measured in the same regime (compile, GEMV,
-    decode attention): ``tune --batch-sizes 8`` after ``tune --batch-sizes 1`` keeps batch 1's tree.
+    decode attention, dependent launches): ``tune --batch-sizes 8`` after ``tune --batch-sizes 1`` keeps batch 1's tree.
     -> (the profile to write, the buckets kept from ``old``). GEMV tilings measured on the same setup are
     merged the same way (the new run's choice wins for a shape both have).
 
@@ -287,7 +288,8 @@ def merge_tuned(old: DeviceProfile | None, new: DeviceProfile) -> tuple[DevicePr
 
     same = old is not None and (old.device, old.dtype, old.drafter_sha256) == (new.device, new.dtype,
                                                                              new.drafter_sha256)
-    if not same or (old.compile, old.gemv, old.decode_attn) != (new.compile, new.gemv, new.decode_attn):
+    regime = lambda p: (p.compile, p.gemv, p.decode_attn, bool(p.pdl))  # noqa: E731 - absent pdl: off
+    if not same or regime(old) != regime(new):
         return new, ()
     tuned = {b.max_batch for b in new.buckets}
     kept = tuple(b for b in old.buckets if b.max_batch not in tuned)
@@ -316,7 +318,7 @@ def _profile(d: Any, path: Path, i: int) -> DeviceProfile:
     if not isinstance(d, dict):
         raise _bad(path, where, d, "an object")
     text = {k: _text(d, k, path, where) for k in ("device", "dtype", "drafter_sha256")}
-    flags = {k: _flag(d, k, path, where) for k in ("compile", "gemv", "decode_attn")}
+    flags = {k: _flag(d, k, path, where) for k in ("compile", "gemv", "decode_attn", "pdl")}
     buckets = d.get("buckets")
     if not isinstance(buckets, list) or not buckets:
         raise _bad(path, f"{where}.buckets", buckets, "a non-empty list of buckets")

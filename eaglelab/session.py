@@ -39,11 +39,18 @@ def add_engine_args(p: argparse.ArgumentParser) -> None:
     g.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile each captured phase whole (once per batch bucket; eager runs: the layers' "
                         "RMSNorm/rotary/SwiGLU), cached on disk under the eaglelab cache (default: on with CUDA graphs)")
-    g.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=False,
-                   help="launch the captured phases' kernels dependently (Hopper's programmatic dependent launch): "
-                        "each starts while the one before finishes, then waits for its results; the same tokens "
-                        "(default: off; needs CUDA graphs and a GPU of compute capability 9.0+)")
+    add_pdl_arg(g)
     add_kernel_args(g)
+
+
+def add_pdl_arg(g: argparse._ArgumentGroup, what: str = "", dest: str = "pdl") -> None:
+    """``--pdl``, declared once for run and trace (``dest`` pdl: the session's), bench and tune (``bench_pdl``: the
+    configurations measured, not their session's)."""
+    g.add_argument("--pdl", action=argparse.BooleanOptionalAction, default=None, dest=dest,
+                   help=f"{what}launch the captured phases' kernels dependently (Hopper's programmatic dependent "
+                        "launch): each starts while the one before finishes, then waits for its results; the same "
+                        "tokens (default: the device profile's measured choice, else off; needs CUDA graphs and a GPU "
+                        "of compute capability 9.0+)")
 
 
 def add_kernel_args(g: argparse._ArgumentGroup, what: str = "") -> None:
@@ -270,7 +277,9 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
 def _dependent_launches(s: Session, device: Any) -> bool:
     """--pdl: whether this session's captured phases launch their kernels dependently; the note says so, or why
     not (a CPU, a GPU before Hopper, no CUDA graphs, a torch or Triton without it)."""
-    if not getattr(s.args, "pdl", False):  # commands that declare no --pdl build sessions too
+    asked = getattr(s.args, "pdl", None)  # commands that declare no --pdl build sessions too
+    measured = pdl_default(s.draft.profile if s.draft is not None else None) if asked is None else None
+    if not (asked or measured):
         return False
     from eaglelab.engine.model.pdl import refusal
 
@@ -280,8 +289,17 @@ def _dependent_launches(s: Session, device: Any) -> bool:
         return False
     compiled = "inductor's kernels and ours" if s.spec.compile else "our kernels (the rest uncompiled)"
     s.notes.append(f"--pdl: {compiled} launch dependently in the captured phases (each starts while the one "
-                   "before finishes, then waits for its results)")
+                   "before finishes, then waits for its results)" + (f"; {measured}" if measured else ""))
     return True
+
+
+def pdl_default(profile: Any) -> str | None:
+    """Where ``--pdl`` is not given: why it is on by default (the device profile measured it on), or None (off: no
+    profile, or one measured without it)."""
+    if profile is None or not profile.pdl:
+        return None
+    kin = f", a GPU of this {profile.stands_in_for}'s family" if profile.stands_in_for else ""
+    return f"on by default, as measured on {profile.device}{kin} ({profile.kernels_reason}); --no-pdl to change it"
 
 
 def cuda_kernel_default(asked: bool | None, profile: Any, flag: str, library: str) -> tuple[bool, str | None]:

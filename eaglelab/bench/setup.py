@@ -214,12 +214,12 @@ def run_regime(args: argparse.Namespace, device_type: str, profile: Any, compile
     :func:`eaglelab.session.cuda_kernel_default` picks them (the device profile's measured choice, else on; --gemv /
     --decode-attn change them); on a CPU eager (the session's kernels: the few-row C kernel when speculating)."""
     from eaglelab.bench.configs import Regime
-    from eaglelab.session import cuda_kernel_default
+    from eaglelab.session import cuda_kernel_default, pdl_default
 
     if device_type != "cuda":
         gemv = getattr(args, "gemv", None)
         why = ("no CUDA graphs on a CPU: eager, as `run` decodes here",)
-        why += ("--pdl: off (dependent launches are a CUDA feature)",) if getattr(args, "bench_pdl", False) else ()
+        why += ("--pdl: off (dependent launches are a CUDA feature)",) if getattr(args, "bench_pdl", None) else ()
         return Regime(graphs=False, gemv=gemv is not False, reasons=why)
     if compile_asked is False:
         reasons = ["compile: off (as flagged)"]
@@ -229,9 +229,14 @@ def run_regime(args: argparse.Namespace, device_type: str, profile: Any, compile
     for flag, name, library in (("--gemv", "gemv", "cuBLAS"), ("--decode-attn", "decode_attn", "SDPA")):
         on[name], why = cuda_kernel_default(getattr(args, name, None), profile, flag, library)
         reasons.append(why or f"{flag}: {'on' if on[name] else 'off'} (as flagged)")
-    pdl = bool(getattr(args, "bench_pdl", False))  # bench --pdl; off unless flagged: no device profile measured it
-    if pdl:
-        reasons.append("--pdl: the captured phases' kernels launched dependently (as flagged)")
+    asked = getattr(args, "bench_pdl", None)  # bench's and tune's --pdl (the session's own is run's)
+    measured = pdl_default(profile) if asked is None else None
+    pdl = bool(asked or measured)
+    if asked is not None:
+        dependent = "the captured phases' kernels launched dependently"
+        reasons.append(f"--pdl: {dependent if asked else 'off'} (as flagged)")
+    elif measured:
+        reasons.append(f"--pdl: {measured}")
     return Regime(graphs=True, compile=compile_asked is not False, gemv=on["gemv"], attn=on["decode_attn"],
                   reasons=tuple(reasons), pdl=pdl)
 

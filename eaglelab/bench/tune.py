@@ -645,6 +645,7 @@ def tuned_profile(report: dict, settings: TuneSettings, device: str, dtype: str,
     return DeviceProfile(
         device=device, dtype=dtype, drafter_sha256=drafter_sha256, buckets=tuple(buckets),
         compile=r.compile if graphs else False, gemv=r.gemv if graphs else None, decode_attn=r.attn if graphs else False,
+        pdl=r.pdl if graphs else None,
         kernels_reason=f"the regime eaglelab tune measured in ({r.label}); the trees were tuned with it, the kernels "
                        "themselves not compared",
         source=f"eaglelab tune on {hw.get('gpu') or hw.get('cpu') or device} (torch {hw.get('torch', '?')}), {when}")

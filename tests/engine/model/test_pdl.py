@@ -237,3 +237,74 @@ def test_bench_pdl_makes_the_headline_the_pdl_columns():
     cpu = run_regime(args, "cpu", None)
     assert not cpu.pdl and "--pdl: off (dependent launches are a CUDA feature)" in cpu.reasons
     assert not run_regime(SimpleNamespace(gemv=True, decode_attn=True), "cuda", None).pdl
+
+
+def _profile(pdl: bool | None, **kw):
+    from eaglelab.profiles import BucketChoice, DeviceProfile
+
+    return DeviceProfile("NVIDIA H100 80GB HBM3", "bfloat16", "ab" * 32, (BucketChoice(1, 5, 4, 24, "measured"),),
+                         compile=True, gemv=True, decode_attn=True, pdl=pdl, kernels_reason="tune, 2026-12-06", **kw)
+
+
+def test_a_profile_measured_with_pdl_makes_it_the_default(monkeypatch):
+    """A device profile that ``tune --pdl`` wrote turns dependent launches on for run and bench where no flag says
+    otherwise, with the reason; a flag wins; a profile without the field (every shipped one) leaves it off."""
+    from types import SimpleNamespace
+
+    from eaglelab.bench.setup import run_regime
+    from eaglelab.session import _dependent_launches
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda d=None: (9, 0))
+    monkeypatch.setattr(pdl, "software_refusal", lambda: None)
+    measured = _profile(True)
+    why = ("on by default, as measured on NVIDIA H100 80GB HBM3 (tune, 2026-12-06); --no-pdl to change it")
+    regime = run_regime(SimpleNamespace(gemv=None, decode_attn=None, bench_pdl=None), "cuda", measured)
+    assert regime.pdl and f"--pdl: {why}" in regime.reasons
+    flagged_off = run_regime(SimpleNamespace(gemv=None, decode_attn=None, bench_pdl=False), "cuda", measured)
+    assert not flagged_off.pdl and "--pdl: off (as flagged)" in flagged_off.reasons
+    assert not run_regime(SimpleNamespace(gemv=None, decode_attn=None, bench_pdl=None), "cuda", _profile(None)).pdl
+
+    spec = SimpleNamespace(cuda_graphs=True, compile=True)
+    for asked, profile, on in ((None, measured, True), (False, measured, False), (None, _profile(None), False),
+                               (None, None, False)):
+        s = SimpleNamespace(args=SimpleNamespace(pdl=asked), notes=[], spec=spec,
+                            draft=SimpleNamespace(profile=profile))
+        assert _dependent_launches(s, torch.device("cuda")) == on
+        assert (bool(s.notes) and s.notes[0].endswith(why)) == (on and asked is None), s.notes
+
+
+def test_profiles_keep_pdl_and_refuse_a_bad_value(tmp_path):
+    import json
+
+    from eaglelab.engine.errors import EagleLabError
+    from eaglelab.profiles import merge_tuned, read_profiles, write_profile
+
+    path = tmp_path / "p.json"
+    write_profile(path, _profile(True))
+    assert read_profiles(path)[0].pdl is True
+    doc = json.loads(path.read_text())
+    doc["profiles"][0]["pdl"] = "yes"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(EagleLabError) as err:
+        read_profiles(path)
+    assert "profiles[0].pdl" in str(err.value) and "true, false or absent" in str(err.value)
+    # a tune in another regime (with or without dependent launches) replaces the profile's buckets, never mixes them
+    assert merge_tuned(_profile(None), _profile(True))[1] == ()
+    assert merge_tuned(_profile(False), _profile(None))[0].pdl is None  # absent and false: the same regime
+
+
+def test_tune_writes_the_regime_it_measured_in():
+    from types import SimpleNamespace
+
+    from eaglelab.bench.configs import Regime
+    from eaglelab.bench.tune import tuned_profile
+
+    report = {"confirmation": [
+        {"batch": 1, "steps": 0, "measured_tok_per_s": 1000.0},
+        {"batch": 1, "steps": 5, "topk": 4, "draft_tokens": 24, "measured_tok_per_s": 2300.0}],
+        "hardware": {"gpu": "NVIDIA H100 80GB HBM3", "torch": "2.11.0"}, "settings": {"prompts": 10}}
+    for pdl_on in (True, False):
+        settings = SimpleNamespace(new_tokens=128, passes=3,
+                                   regime=Regime(graphs=True, compile=True, gemv=True, attn=True, pdl=pdl_on))
+        p = tuned_profile(report, settings, "NVIDIA H100 80GB HBM3", "bfloat16", "ab" * 32, "2026-12-06")
+        assert p.pdl is pdl_on and p.buckets[0].steps == 5
