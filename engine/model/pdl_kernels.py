@@ -10,7 +10,8 @@ import triton.language as tl
 @triton.jit
 def enter(PDL: tl.constexpr):
     """With ``PDL``: wait until the kernel before has completed and its writes are visible, then let the kernel after
-    launch (its blocks wait in turn on their own entry). Called first, before any load or store. Without: nothing."""
+    launch (its blocks wait in turn on their own entry). Called before any store and any load of what a phase
+    computes (the GEMV's first weight tile may come before: nothing in a phase writes weights). Without: nothing."""
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
