@@ -17,8 +17,9 @@
 #           `bench --figures --batch-sizes 1` as `run` decodes (80 MT-bench first turns by category; FIG_EXTRA, e.g.
 #           `--code-prompts 0 --repeats 1` to fit a short budget), each figure with its 95% interval over the prompts;
 #           tried once (C, C, C, I on 2026-12-05): the machine stopped answering, nothing came back
-#   call P  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=P: joins the GGUF; the GPU test
-#           of dependent launches (tests/engine/model/test_pdl.py: the same tokens with and without), then one bench
+#   call P  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=P: joins the GGUF; a chain of
+#           121 SmolLM2-shaped GEMVs in one graph plain / PDL / PDL + early weights (benchmarks/pdl_bench.py); the GPU
+#           test of dependent launches (tests/engine/model/test_pdl.py: the same tokens with and without); one bench
 #           process at batch 1 (PDL_PROMPTS, 10) with plain and 5/4/24 + 16, each without and with --pdl
 #           (`*-pdl` columns: every kernel of the captured phases launched dependently), phase costs; then batch 8
 #           if time is left. Not run yet.
@@ -71,6 +72,8 @@ stage_i() {
 # P: the same pair with and without dependent launches, interleaved in one process
 stage_p() {
   record_gpu
+  if [ "$DEVICE" = cuda ]; then TAIL=8 run pdl_chain 90 python3 benchmarks/pdl_bench.py --json "$R/pdl_chain.json"
+  else TAIL=4 run pdl_chain 120 env TRITON_INTERPRET=1 python3 benchmarks/pdl_bench.py --check; fi  # a CPU dry run
   TAIL=20 run pdl_test 150 python3 -m pytest -q -m gpu tests/engine/model/test_pdl.py -p no:cacheprovider
   [ -f "$GGUF" ] || join_gguf
   local cols=plain-compile-gemv-attn,plain-compile-gemv-attn-pdl,spec-compile-gemv-attn,spec-compile-gemv-attn-pdl
