@@ -155,7 +155,7 @@ def test_same_tokens_with_and_without_dependent_launches():
     from pathlib import Path
 
     model = random_model(CFG, seed=21).to("cuda", torch.bfloat16)
-    net = random_drafter(random_model(CFG, seed=21), 5, draft_vocab=CFG["vocab_size"]).to("cuda", torch.bfloat16)
+    net = random_drafter(model, 5, draft_vocab=CFG["vocab_size"]).to("cuda", torch.bfloat16)  # shares model's embedding
     got = {}
     with tempfile.TemporaryDirectory() as d:
         for on in (False, True):
