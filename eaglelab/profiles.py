@@ -1,10 +1,10 @@
 """Device profiles: the measured-best speculative settings for one drafter on one kind of device.
 
 A profile says, per batch bucket, which tree (steps, topk, draft tokens) ran fastest for a drafter on a
-device, and the regime that was measured in: our kernels (the few-row GEMV, the decode attention), their launches
-dependent or not (``pdl``), ``torch.compile``; with the figure that decided it. ``run``, ``bench``, ``tune``, the TUI and the pytest fixtures take their
-defaults from the profile that matches the device at hand (flags given on the command line always win),
-and every value chosen this way carries its reason to the run's summary.
+device, with the figure that decided it, and the regime that was measured in: our kernels (the few-row GEMV, the
+decode attention), their launches dependent or not (``pdl``), ``torch.compile``. ``run``, ``bench``, ``tune``, the
+TUI and the pytest fixtures take their defaults from the profile that matches the device at hand (flags given on the
+command line always win), and every value chosen this way carries its reason to the run's summary.
 
 Where profiles come from, first match wins:
 

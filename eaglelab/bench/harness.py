@@ -487,10 +487,10 @@ def run_batch(cfgs: list[BenchConfig], ctx: BenchContext, batch: int, systems: d
         ctx.log(f"{cfg.name}, batch {batch}: {cfg.description}{tree}")
         with part("hf load" if cfg.peer else "warm-up"):
             c = contender(cfg, ctx, batch, systems)
-        made = {id(p) for p in _compiled_phases(ctx)}
+        made = {id(p) for p in compiled_phases(ctx)}
         with part("hf warm-up" if cfg.peer else "warm-up"):
             c.warm_up(ctx.max_new_tokens)  # graphs are captured (and phases compiled) here, lazily
-        new = [p for p in _compiled_phases(ctx) if id(p) not in made]
+        new = [p for p in compiled_phases(ctx) if id(p) not in made]
         c.compile_fallbacks = compile_fallbacks(ctx, new)
         if wall is not None and new:
             wall.compiled[f"{cfg.name} b{batch}"] = sum(p.compile_seconds for p in new)
@@ -518,7 +518,7 @@ def run_batch(cfgs: list[BenchConfig], ctx: BenchContext, batch: int, systems: d
     return sorted(rows, key=lambda r: order[r.config]), outputs
 
 
-def _compiled_phases(ctx: BenchContext) -> list[Any]:
+def compiled_phases(ctx: BenchContext) -> list[Any]:
     """Every phase compile made so far (CompiledOrEager), in order (the dependently launched set's after)."""
     return [p for k in (ctx.compiled, ctx.compiled_pdl) if k is not None for p in k.compile_phase.made]
 

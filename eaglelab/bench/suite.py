@@ -134,7 +134,7 @@ def run_bench(args: argparse.Namespace, tp: Any = None, log: Callable[[str], Non
 def wall_breakdown(ctx: B.BenchContext, wall: WallClock, captures: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
     """Where the run's time went (:func:`eaglelab.bench.walltime.breakdown`), from what the compiler and the Triton
     kernels kept of their own time."""
-    compiled = sum(p.compile_seconds for p in B._compiled_phases(ctx))
+    compiled = sum(p.compile_seconds for p in B.compiled_phases(ctx))
     kernels = sum(k.setup_seconds for k in (ctx.gemv, ctx.attention) if k is not None)
     return breakdown(wall, captures, compiled, kernels)
 
