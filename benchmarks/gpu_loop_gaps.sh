@@ -22,7 +22,7 @@
 #           test of dependent launches (tests/engine/model/test_pdl.py: the same tokens with and without); one bench
 #           process at batch 1 (PDL_PROMPTS, 10) with plain and 5/4/24 + 16, each without and with --pdl
 #           (`*-pdl` columns: every kernel of the captured phases launched dependently), phase costs; then batch 8
-#           if time is left. Not run yet.
+#           if time is left. Ran 2026-12-05 on one H100 at f7d6bc8 (benchmarks/results/h100_2026-12-05f/P).
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
