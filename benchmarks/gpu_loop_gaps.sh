@@ -16,7 +16,8 @@
 #   call I  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=I: joins the GGUF;
 #           `bench --figures --batch-sizes 1` as `run` decodes (80 MT-bench first turns by category; FIG_EXTRA, e.g.
 #           `--code-prompts 0 --repeats 1` to fit a short budget), each figure with its 95% interval over the prompts;
-#           tried once (C, C, C, I on 2026-12-05): the machine stopped answering, nothing came back
+#           tried once (C, C, C, I on 2026-12-05): the machine stopped answering, nothing came back; tried again the
+#           same day after P (ninth session): no machine could be started
 #   call P  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=P: joins the GGUF; a chain of
 #           121 SmolLM2-shaped GEMVs in one graph plain / PDL / PDL + early weights (benchmarks/pdl_bench.py); the GPU
 #           test of dependent launches (tests/engine/model/test_pdl.py: the same tokens with and without); one bench
