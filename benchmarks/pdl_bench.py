@@ -55,7 +55,7 @@ def chain(x: torch.Tensor, ws: list[tuple[str, torch.Tensor]], dependent: bool, 
     return y
 
 
-def check(args: argparse.Namespace) -> int:
+def check() -> int:
     """The chain's outputs without and with early weights, the same bits (small, so the interpreter runs it)."""
     ws = weights(torch.device("cpu"), torch.float16, 2, 256)
     for rows in (1, 4, 24):
@@ -111,7 +111,7 @@ def main() -> int:
     p.add_argument("--check", action="store_true", help="the chain's maths only, no timing (any machine with Triton)")
     args = p.parse_args()
     if args.check:
-        return check(args)
+        return check()
     if not torch.cuda.is_available():
         print("needs CUDA (--check runs the chain's maths without a GPU)", file=sys.stderr)
         return 2

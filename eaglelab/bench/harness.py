@@ -157,13 +157,13 @@ class BenchContext:
         when asked."""
         base = replace(EAGER_KERNELS, pdl=pdl)
         if compile_:
-            if (self.compiled_pdl if pdl else self.compiled) is None:
+            kept = "compiled_pdl" if pdl else "compiled"
+            if getattr(self, kept) is None:
                 from eaglelab.engine.formats.assets import cache_dir
                 from eaglelab.engine.runtime.compile import compiled_kernels
 
-                made = compiled_kernels(cache_dir(), self.log, self.compile_mode, pdl=pdl)
-                self.compiled_pdl, self.compiled = (made, self.compiled) if pdl else (self.compiled_pdl, made)
-            base = self.compiled_pdl if pdl else self.compiled
+                setattr(self, kept, compiled_kernels(cache_dir(), self.log, self.compile_mode, pdl=pdl))
+            base = getattr(self, kept)
         base = replace(base, gemv=self.triton_gemv()) if gemv else base
         return replace(base, attention=self.decode_attention()) if attn else base
 

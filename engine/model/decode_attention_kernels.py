@@ -133,12 +133,11 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
         v.stride(0), v.stride(1), v.stride(2), allowed.stride(0), allowed.stride(1), allowed.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
         BLOCK_M=block_m, BLOCK_S=block_s, HEAD_D=D, SPLITS=splits, ROUNDS=triton.cdiv(triton.cdiv(S, block_s), splits),
-        PARTIAL=partial, ROW_BLOCKS=row_blocks, PDL=pdl.active(), num_warps=num_warps, num_stages=1,
-        **pdl.launch_options())
+        PARTIAL=partial, ROW_BLOCKS=row_blocks, num_warps=num_warps, num_stages=1, **pdl.launch_options())
     if partial:
         attention_combine_kernel[(B * NH * T,)](acc, ml, out, NH, T, splits, out.stride(0), out.stride(1), out.stride(2),
-                                      BLOCK_SPLITS=triton.next_power_of_2(splits), HEAD_D=D, PDL=pdl.active(),
-                                      num_warps=1, **pdl.launch_options())
+                                      BLOCK_SPLITS=triton.next_power_of_2(splits), HEAD_D=D, num_warps=1,
+                                      **pdl.launch_options())
     return out
 
 

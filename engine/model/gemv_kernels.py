@@ -133,8 +133,8 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block
          split_k: int, num_warps: int, num_stages: int) -> torch.Tensor:
     """x [M, K] @ weight [N, K]^T (+ bias [N]) -> [M, N] in x's dtype; the tiling as int arguments. Launched
     dependently while ``pdl.active()``, each program's first weight tile then loaded before it waits."""
-    return launch(x, weight, bias, GemvConfig(block_n, block_k, split_k, num_warps, num_stages), pdl.active(),
-                  pdl.active())
+    on = pdl.active()
+    return launch(x, weight, bias, GemvConfig(block_n, block_k, split_k, num_warps, num_stages), on, on)
 
 
 def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: GemvConfig, dependent: bool,
@@ -155,8 +155,8 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg
     gemv_kernel[(programs_n, programs_k)](
         x, weight, b, y, part, ticket, M, N, K, per, x.stride(0), weight.stride(0),
         HAS_BIAS=bias is not None, SPLITS=programs_k, BLOCK_M=padded_rows(M, block_n), BLOCK_N=block_n,
-        BLOCK_K=block_k, STAGES=num_stages, PDL=dependent, EARLY=early, num_warps=num_warps, num_stages=num_stages,
-        **({"launch_pdl": True} if dependent else {}))
+        BLOCK_K=block_k, STAGES=num_stages, EARLY=early, num_warps=num_warps, num_stages=num_stages,
+        **pdl.launch_options(dependent))
     return y
 
 

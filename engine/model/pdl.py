@@ -14,7 +14,7 @@ Every kernel of the chain has to take part:
 * inductor's own kernels, compiled with ``triton.enable_pdl`` (the phase compiler's option, :func:`inductor_options`);
 * ours (the GEMV, the decode attention, the cycle's kernels): each takes a ``PDL`` constexpr, and with it waits on
   entry, before any load or store of what the phase computes, then lets its dependents launch
-  (``pdl_kernels.enter``); its launcher adds ``launch_pdl`` (:func:`launch_options`) while
+  (``pdl_kernels.enter``); its launcher passes :func:`launch_options` while
   :func:`dependent_launches` is on, i.e. while a runner that asked for PDL warms up and captures. The GEMV loads its
   first tile of weights before that wait (no kernel of a phase writes weights): the memory's latency then runs
   while the kernel before finishes;
@@ -88,7 +88,9 @@ def active() -> bool:
     return _active
 
 
-def launch_options() -> dict[str, bool]:
-    """What a launcher adds to a kernel launch: ``launch_pdl`` while :func:`active` (nothing otherwise, so that a
-    launch off PDL, Triton's interpreter included, is exactly as before)."""
-    return {"launch_pdl": True} if _active else {}
+def launch_options(on: bool | None = None) -> dict[str, bool]:
+    """What a launcher passes to one of our kernels: its ``PDL`` constexpr, and ``launch_pdl`` with it when on (never
+    ``launch_pdl=False``, so that a launch off PDL, Triton's interpreter included, is exactly as before). ``on``:
+    whether to launch dependently (None: :func:`active`)."""
+    on = _active if on is None else on
+    return {"PDL": True, "launch_pdl": True} if on else {"PDL": False}

@@ -222,7 +222,7 @@ def greedy_commit(pred: torch.Tensor, tokens: torch.Tensor, parents: torch.Tenso
         pred, tokens, parents, depth, mask, lengths, accept_len, path, committed, bonus, k, vv,
         N, D1, H, HD, *pred.stride(), *tokens.stride(), *parents.stride(), *depth.stride(), *mask.stride(),
         *k.stride()[:4], *vv.stride()[:4],
-        NP=_pow2(N), DP=_pow2(D1), HP=_pow2(H), HDP=_pow2(HD), COMPACT=compact, HAS_V=v is not None, PDL=pdl.active(),
+        NP=_pow2(N), DP=_pow2(D1), HP=_pow2(H), HDP=_pow2(HD), COMPACT=compact, HAS_V=v is not None, 
         num_warps=4, **pdl.launch_options())
     return accept_len, path, committed, bonus
 
@@ -237,7 +237,7 @@ def emit_advance(tokens: torch.Tensor, count: torch.Tensor | None, new_root: tor
     emit_advance_kernel[(B,)](
         tokens, count if count is not None else tokens, new_root, eos, out, n_out, done, hit_eos, limit, lengths, root,
         emitted, active, K, eos.numel(), out.shape[1], *tokens.stride(), out.stride(0), root.stride(0),
-        KP=_pow2(K), EP=_pow2(eos.numel()), HAS_COUNT=count is not None, PDL=pdl.active(), num_warps=1,
+        KP=_pow2(K), EP=_pow2(eos.numel()), HAS_COUNT=count is not None, num_warps=1,
         **pdl.launch_options())
     return emitted, active
 
@@ -255,8 +255,7 @@ def tree_expand(scores: torch.Tensor, logits: torch.Tensor,
     peak = torch.empty(B * F, C, dtype=torch.float32, device=dev)
     mass = torch.empty(B * F, C, dtype=torch.float32, device=dev)
     expand_blocks_kernel[(B * F, C)](rows, vals, idxs, peak, mass, V, C, rows.stride(0),
-                                     CHUNK=chunk, K=topk, KP=_pow2(topk), PDL=pdl.active(), num_warps=4,
-                                     **pdl.launch_options())
+                                     CHUNK=chunk, K=topk, KP=_pow2(topk), num_warps=4, **pdl.launch_options())
     tokens = torch.empty(B, F * topk, dtype=torch.long, device=dev)
     cand = torch.empty(B, F * topk, dtype=torch.float32, device=dev)
     selected = torch.empty(B, topk, dtype=torch.long, device=dev)
@@ -264,7 +263,7 @@ def tree_expand(scores: torch.Tensor, logits: torch.Tensor,
     expand_select_kernel[(B,)](rows, vals, idxs, peak, mass, sc, tokens, cand, selected, F, C,
                                F * rows.stride(0), rows.stride(0),
                                *sc.stride(), K=topk, FP=_pow2(F), KP=_pow2(topk), CP=_pow2(C),
-                               CKP=_pow2(C * topk), PDL=pdl.active(), num_warps=4, **pdl.launch_options())
+                               CKP=_pow2(C * topk), num_warps=4, **pdl.launch_options())
     return tokens, cand, selected
 
 

@@ -88,11 +88,12 @@ def test_every_kernel_waits_on_entry_only_when_launched_dependently():
 
 
 def test_the_launch_switch_nests_and_adds_launch_pdl_only_inside():
-    assert not pdl.active() and pdl.launch_options() == {}
+    off, on = {"PDL": False}, {"PDL": True, "launch_pdl": True}
+    assert not pdl.active() and pdl.launch_options() == off and pdl.launch_options(True) == on
     with pdl.dependent_launches(True):
-        assert pdl.active() and pdl.launch_options() == {"launch_pdl": True}
+        assert pdl.active() and pdl.launch_options() == on and pdl.launch_options(False) == off
         with pdl.dependent_launches(False):
-            assert not pdl.active() and pdl.launch_options() == {}
+            assert not pdl.active() and pdl.launch_options() == off
         assert pdl.active()
     assert not pdl.active()
     with pytest.raises(RuntimeError), pdl.dependent_launches(True):
