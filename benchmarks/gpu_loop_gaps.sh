@@ -24,11 +24,16 @@
 #           process at batch 1 (PDL_PROMPTS, 10) with plain and 5/4/24 + 16, each without and with --pdl
 #           (`*-pdl` columns: every kernel of the captured phases launched dependently), phase costs; then batch 8
 #           if time is left. Ran 2026-12-05 on one H100 at f7d6bc8 (benchmarks/results/h100_2026-12-05f/P).
+#   call Q  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=Q: joins the GGUF; P's batch-1
+#           bench again with the `*-pdl` columns' GEMV tuned apart, in chains of dependent launches (TritonGemv pdl:
+#           where cuBLAS is a few tenths of a microsecond faster alone, our kernel keeps the chain); loop_gaps.py on
+#           the two `*-pdl` columns (4 prompts): every kernel left outside the chain, per step and per cycle; batch 8
+#           if time is left. Then I on the same warm machine.
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
 # 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run).
-STAGE=${STAGE:?set STAGE=C, X, K, I or P}
+STAGE=${STAGE:?set STAGE=C, X, K, I, P or Q}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 TREE="--steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16"
@@ -85,5 +90,20 @@ stage_p() {
     --prompts 16 --max-new-tokens 128 --repeats 2 --no-micro --no-phase-costs --configs $cols --json "$R/pdl_b8.json"
 }
 
+# Q: P's pair again, the *-pdl columns with a GEMV tuned in dependent launches; what is left outside their chains
+stage_q() {
+  record_gpu
+  [ -f "$GGUF" ] || join_gguf
+  local cols=plain-compile-gemv-attn,plain-compile-gemv-attn-pdl,spec-compile-gemv-attn,spec-compile-gemv-attn-pdl
+  TAIL=45 run pdl_b1 260 $EL bench --model default --draft $SHIPPED --device "$DEVICE" $TREE --batch-sizes 1 \
+    --prompts ${PDL_PROMPTS:-10} --max-new-tokens 128 --repeats 2 --no-micro --phase-costs --configs $cols \
+    --json "$R/pdl_b1.json"
+  TAIL=70 run chain_gaps 150 python3 benchmarks/loop_gaps.py --model default --draft $SHIPPED --device "$DEVICE" \
+    $TREE --prompts 4 --max-new-tokens 128 --timed 1 --stack-requests 0 --top 25 \
+    --configs plain-compile-gemv-attn-pdl,spec-compile-gemv-attn-pdl --json "$R/chain_gaps.json" ${GAPS_EXTRA:-}
+  TAIL=30 run pdl_b8 $(left) $EL bench --model default --draft $SHIPPED --device "$DEVICE" --batch-sizes 8 \
+    --prompts 16 --max-new-tokens 128 --repeats 2 --no-micro --no-phase-costs --configs $cols --json "$R/pdl_b8.json"
+}
+
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in C) echo 120;; *) echo 580;; esac)}; watchdog "$0"
-run_stage C X K I P
+run_stage C X K I P Q

@@ -24,6 +24,12 @@ against 2.22x in separate bench processes): compare changes with ``eaglelab benc
 Any ``eaglelab bench`` flag is taken (the model, the tree, --max-new-tokens, --eos); the configurations are the
 headline's (``plain-compile-gemv-attn``, ``spec-compile-gemv-attn``) unless ``--configs`` names others. No figure
 here is a speedup: the bench measures those; this says what a cycle's time is made of.
+
+Each configuration also lists the work that sits outside a chain of dependent launches (``--pdl``): every kernel
+but inductor's (``triton_*``) and ours that take the ``PDL`` constexpr, i.e. cuBLAS, ATen and copies. Under
+``--pdl`` each of them ends the chain twice (it starts only once the kernel before has exited, and the kernel after
+it only once it has): the list says where a ``*-pdl`` phase still pays full launch gaps. ``--top`` sets how many
+kernels the main table shows.
 """
 
 from __future__ import annotations
@@ -131,6 +137,37 @@ def top_kernels(events: list[dict], steps: int, n: int = 15) -> list[dict]:
     return sorted(rows, key=lambda r: -r["us_per_step"])[:n]
 
 
+def dependent_kernels() -> frozenset[str]:
+    """The names of our Triton kernels that launch dependently under ``--pdl`` (those taking the ``PDL``
+    constexpr), read off the kernel modules; empty without Triton."""
+    import importlib
+
+    names = set()
+    for mod in ("gemv_kernels", "decode_attention_kernels"), ("cycle_kernels",):
+        where = "eaglelab.engine.model." if len(mod) == 2 else "eaglelab.engine.runtime."
+        for m in mod:
+            try:
+                module = importlib.import_module(where + m)
+            except ImportError:  # no Triton: no kernel of ours runs
+                continue
+            names |= {k for k, v in vars(module).items() if "PDL" in getattr(v, "arg_names", ())}
+    return frozenset(names)
+
+
+def outside_chain(events: list[dict], steps: int, ours: frozenset[str]) -> list[dict]:
+    """The device work inside the requests that cannot launch dependently (not inductor's ``triton_*`` kernels nor
+    ``ours``): time and launches per step, by name, largest first (every one)."""
+    spans = request_spans(events)
+    per: dict[str, list[float]] = {}
+    for e in events:
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e \
+                and not e["name"].startswith("triton_") and e["name"] not in ours \
+                and any(lo <= e["ts"] < hi for lo, hi in spans):
+            per.setdefault(e["name"], []).append(e["dur"])
+    rows = [{"name": k[:110], "us_per_step": sum(v) / steps, "calls_per_step": len(v) / steps} for k, v in per.items()]
+    return sorted(rows, key=lambda r: -r["calls_per_step"])
+
+
 def request_figures(events: list[dict], gap_us: float) -> list[dict]:
     """Per request (a ``request`` range on the host): wall, device busy, idle, its gaps and blocking calls."""
     spans = request_spans(events)
@@ -199,7 +236,9 @@ def measure_config(c, ctx, mine) -> dict:
                "kernels_per_step": med("kernels") / med("steps"),
                "blocking_calls": med("blocking_calls"), "blocking_us": med("blocking_us"),
                "gaps_over_per_step_us": statistics.median(r["gaps_over_us"] / r["steps"] for r in rows)}
-    return {"summary": summary, "requests": rows, "top_kernels": top_kernels(events, sum(r["steps"] for r in rows)),
+    steps = sum(r["steps"] for r in rows)
+    return {"summary": summary, "requests": rows, "top_kernels": top_kernels(events, steps, mine.top),
+            "outside_chain": outside_chain(events, steps, dependent_kernels()),
             "gap_causes": gap_causes(events, mine.gap_us), "gap_causes_with_stack": gap_causes(stacked, mine.gap_us)}
 
 
@@ -211,6 +250,11 @@ def print_config(name: str, unit: str, got: dict, gap_us: float, stack_requests:
           f"{s['tokens_per_step']:.2f} tokens, {s['kernels_per_step']:.0f} kernels; per request "
           f"{s['blocking_calls']:.0f} blocking calls, {s['blocking_us']:.0f} us in them")
     for k in got["top_kernels"]:
+        print(f"  {k['us_per_step']:8.1f} us/{unit} {k['calls_per_step']:6.1f} calls  {k['name']}")
+    out = got["outside_chain"]
+    print(f"  outside a chain of dependent launches (cuBLAS, ATen, copies): {sum(k['calls_per_step'] for k in out):.1f} "
+          f"launches, {sum(k['us_per_step'] for k in out):.1f} us per {unit}")
+    for k in out:
         print(f"  {k['us_per_step']:8.1f} us/{unit} {k['calls_per_step']:6.1f} calls  {k['name']}")
     for title, causes in (("gaps by cause (the timed trace)", got["gap_causes"]),
                           (f"gaps by cause, Python frames traced ({stack_requests} requests, slower)",
@@ -236,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
     own.add_argument("--timed", type=int, default=3, help="unprofiled passes over the prompts (their median wall)")
     own.add_argument("--json", dest="out_json", default=None)
     own.add_argument("--stack-requests", type=int, default=2, help="requests traced again with Python frames")
+    own.add_argument("--top", type=int, default=15, help="kernels listed per configuration, by time")
     mine, rest = own.parse_known_args(argv)
     args = build_parser().parse_args(["bench", *rest])
     if args.batch_sizes is None:

@@ -238,13 +238,14 @@ def _measure_and_confirm(args, console) -> dict[str, Any]:
                   screens=measured["screens"])
     report["confirmation"] = []
     replaced: dict[str, Any] = {}  # the profile this tune replaces, as read by its first save
+    gemv = ctx.gemv_pdl if settings.regime.pdl else ctx.gemv  # the tilings of the regime the profile records
     if settings.confirm:
         t0 = time.perf_counter()
         with Progress(*cols, console=console, transient=True) as bar:
-            on_batch = _saving_each_batch(args, report, settings, tt, device, ctx.gemv, log, replaced)
+            on_batch = _saving_each_batch(args, report, settings, tt, device, gemv, log, replaced)
             report["confirmation"] = TP.confirm(ctx, settings, report, _progress(bar), systems, on_batch=on_batch)
         seconds["confirmation"] = time.perf_counter() - t0
-    report["profile"] = (_save_profile(args, report, settings, tt, device, ctx.gemv, replaced)
+    report["profile"] = (_save_profile(args, report, settings, tt, device, gemv, replaced)
                          if report["confirmation"] else None)
     seconds["total"] = time.perf_counter() - t_start
     report["seconds"] = seconds

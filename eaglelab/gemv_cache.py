@@ -87,11 +87,9 @@ def prepare(gemv: Any, profile: Any, device: Any, dtype: Any, log: Callable[[str
     shapes the profile lacks; each shape it still tunes is written to the cache as it is chosen."""
     if gemv is None or gemv.reason is not None:
         return
-    from eaglelab.engine.model.gemv import tuning_environment
-
     adopt_gemv_tilings(gemv, profile, device, dtype)  # first: a shape both hold keeps the profile's tiling
     try:
-        here = tuning_environment(device, dtype)
+        here = gemv.environment(device, dtype)  # its launches included: PDL's choices are kept apart
     except (RuntimeError, AssertionError):  # torch cannot name this GPU (no driver): no setup to key a cache on
         return
     path = path or cache_path()

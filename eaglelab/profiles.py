@@ -78,12 +78,14 @@ class BucketChoice:
 TILING_FIELDS = ("block_n", "block_k", "split_k", "num_warps", "num_stages")  # the GEMV's GemvConfig, in order
 SHAPE_FIELDS = ("n", "k", "rows_bucket")
 ENVIRONMENT_FIELDS = ("gpu", "dtype", "torch", "triton")  # the GEMV's tuning_environment
+LAUNCHES = "launches"  # in measured_on only where the tilings were timed in dependent launches (TritonGemv.environment)
 
 
 @dataclass(frozen=True)
 class GemvTilings:
     """The GEMV tuner's choices measured on one setup: ``chosen`` maps (N, K, rows bucket) to the 5 ints of a
-    tiling (:data:`TILING_FIELDS`; zeros: F.linear); ``measured_on`` is (name, value) per :data:`ENVIRONMENT_FIELDS`."""
+    tiling (:data:`TILING_FIELDS`; zeros: F.linear); ``measured_on`` is (name, value) per :data:`ENVIRONMENT_FIELDS`,
+    and :data:`LAUNCHES` where they were timed in chains of dependent launches (``--pdl``)."""
 
     measured_on: tuple[tuple[str, str], ...]
     chosen: tuple[tuple[tuple[int, int, int], tuple[int, ...]], ...]
@@ -91,7 +93,8 @@ class GemvTilings:
     @classmethod
     def of(cls, chosen: dict[tuple[int, int, int], tuple[int, ...]], measured_on: dict[str, str]) -> GemvTilings:
         """From a tuner's ``chosen`` and its ``tuning_environment`` (shapes sorted, so files diff well)."""
-        return cls(tuple((k, str(measured_on[k])) for k in ENVIRONMENT_FIELDS),
+        fields = ENVIRONMENT_FIELDS + ((LAUNCHES,) if LAUNCHES in measured_on else ())
+        return cls(tuple((k, str(measured_on[k])) for k in fields),
                    tuple((tuple(key), tuple(int(v) for v in cfg)) for key, cfg in sorted(chosen.items())))
 
     def to_json(self) -> dict[str, Any]:
@@ -185,10 +188,8 @@ def adopt_gemv_tilings(gemv: Any, profile: DeviceProfile | None, device: Any, dt
     or the profile has none, or the GEMV is off anyway)."""
     if profile is None or profile.gemv_tilings is None or gemv.reason is not None:
         return None
-    from eaglelab.engine.model.gemv import tuning_environment
-
     t = profile.gemv_tilings
-    return gemv.adopt(dict(t.chosen), dict(t.measured_on), tuning_environment(device, dtype),
+    return gemv.adopt(dict(t.chosen), dict(t.measured_on), gemv.environment(device, dtype),
                       source=f"the device profile in {profile.path or 'memory'}")
 
 
@@ -197,9 +198,7 @@ def gemv_tilings_of(gemv: Any, device: Any, dtype: Any) -> GemvTilings | None:
     nothing or is off."""
     if gemv is None or gemv.reason is not None or not gemv.chosen:
         return None
-    from eaglelab.engine.model.gemv import tuning_environment
-
-    return GemvTilings.of(dict(gemv.chosen), tuning_environment(device, dtype))
+    return GemvTilings.of(dict(gemv.chosen), gemv.environment(device, dtype))
 
 
 def cache_profile_path(cache: Path, drafter_sha256: str) -> Path:
@@ -334,8 +333,9 @@ def parse_gemv_tilings(g: Any, path: Path, where: str) -> GemvTilings:
     each of its type and range; EagleLabError naming ``path`` and ``where`` otherwise."""
     _only(g, ("measured_on", "chosen"), path, where)
     env = g["measured_on"]
-    _only(env, ENVIRONMENT_FIELDS, path, f"{where}.measured_on")
-    for k in ENVIRONMENT_FIELDS:
+    fields = ENVIRONMENT_FIELDS + ((LAUNCHES,) if isinstance(env, dict) and LAUNCHES in env else ())
+    _only(env, fields, path, f"{where}.measured_on")  # launches: optional (tilings timed in dependent launches)
+    for k in fields:
         _text(env, k, path, f"{where}.measured_on")
     chosen = g["chosen"]
     if not isinstance(chosen, list):

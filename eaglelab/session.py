@@ -253,7 +253,8 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
             _add_decode_attn(session, log)
     else:
         profile = session.draft.profile
-        gemv_with_tilings = functools.partial(_add_gemv, profile=profile)  # the profile's tilings, where they fit
+        # the profile's tilings, where they fit its setup and launches
+        gemv_with_tilings = functools.partial(_add_gemv, profile=profile, pdl=pdl)
         for flag, field, add, library in (("--gemv", "gemv", gemv_with_tilings, "cuBLAS"),
                                           ("--decode-attn", "decode_attn", _add_decode_attn, "SDPA")):
             on, why = cuda_kernel_default(getattr(args, field, None), profile, flag, library)
@@ -329,14 +330,15 @@ def compile_prefill_note(spec, device_type: str) -> str:
     return f"compile-prefill: off ({why}: it compiles the prompt's captured phases); the prompt runs as without it"
 
 
-def _add_gemv(s: Session, log: Callable[[str], None], profile: Any = None) -> None:
+def _add_gemv(s: Session, log: Callable[[str], None], profile: Any = None, pdl: bool = False) -> None:
     """--gemv: the session's kernels take the Triton GEMV (where it cannot run, a note says why), with the device
     this machine's cached tilings and ``profile``'s where they were measured on this setup
-    (:func:`eaglelab.gemv_cache.prepare`)."""
+    (:func:`eaglelab.gemv_cache.prepare`); under ``pdl`` (--pdl) its shapes are tuned, cached and adopted as
+    dependent launches, apart from plain launches' choices."""
     from eaglelab.engine.model.gemv import TritonGemv, dtype_refusal
     from eaglelab.gemv_cache import prepare
 
-    gemv = TritonGemv(log)
+    gemv = TritonGemv(log, pdl=pdl)
     prepare(gemv, profile, s.target.device, s.target.dtype, log)  # as bench's: the setup decides, not the device
     _add_triton_kernel(s, "--gemv", "gemv", gemv, dtype_refusal, "F.linear",
                        "projections of <= 64 rows on the Triton GEMV (bf16/fp16; F.linear per shape where it is faster)")

@@ -125,6 +125,7 @@ class BenchContext:
     compile_mode: str | None = None  # torch.compile mode (None: inductor's default)
     compile_prefill: bool = False  # the compiled configs compile the prompt's phases too (bench --compile-prefill)
     gemv: Any = None  # the Triton GEMV (TritonGemv), built on the first config that asks; its tunings shared
+    gemv_pdl: Any = None  # the same for the ``*-pdl`` configs: tuned in chains of dependent launches, its own choices
     profile: Any = None  # the device profile (eaglelab.profiles): its GEMV tilings, where measured on this setup
     attention: Any = None  # the Triton decode attention (TritonDecodeAttention), built on the first config that asks
     eager_kernels: Any = None  # the eager spec configs' kernels (on CPU the session's: the few-row C kernel); None: eager
@@ -164,19 +165,25 @@ class BenchContext:
 
                 setattr(self, kept, compiled_kernels(cache_dir(), self.log, self.compile_mode, pdl=pdl))
             base = getattr(self, kept)
-        base = replace(base, gemv=self.triton_gemv()) if gemv else base
+        base = replace(base, gemv=self.triton_gemv(pdl)) if gemv else base
         return replace(base, attention=self.decode_attention()) if attn else base
 
-    def triton_gemv(self):
-        """The shared Triton GEMV (its ``reason`` says why it is off, if it is)."""
-        if self.gemv is None:
+    def triton_gemv(self, pdl: bool = False):
+        """The shared Triton GEMV of plain launches, or with ``pdl`` of dependent ones (each tunes its own shapes;
+        its ``reason`` says why it is off, if it is)."""
+        kept = "gemv_pdl" if pdl else "gemv"
+        if getattr(self, kept) is None:
             from eaglelab.engine.model.gemv import TritonGemv
 
             from eaglelab.gemv_cache import prepare
 
-            self.gemv = TritonGemv(self.log)
-            prepare(self.gemv, self.profile, self.device, next(self.target.parameters()).dtype, self.log)
-        return self.gemv
+            setattr(self, kept, TritonGemv(self.log, pdl=pdl))
+            prepare(getattr(self, kept), self.profile, self.device, next(self.target.parameters()).dtype, self.log)
+        return getattr(self, kept)
+
+    def gemvs(self) -> list[Any]:
+        """The Triton GEMVs this bench built (plain launches first)."""
+        return [g for g in (self.gemv, self.gemv_pdl) if g is not None]
 
     def decode_attention(self):
         """The shared Triton decode attention (its ``reason`` says why it is off, if it is)."""

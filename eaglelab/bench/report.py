@@ -49,6 +49,7 @@ def bench_report(setup: Any, rows: list[BenchRow], micro: list[MicroRow], captur
         "not_run": not_run(rows),
         "headline": head,
         **({"gemv_tilings": gemv_tilings(ctx.gemv)} if ctx.gemv is not None else {}),
+        **({"gemv_tilings_pdl": gemv_tilings(ctx.gemv_pdl)} if ctx.gemv_pdl is not None else {}),
         **({"decode_attention": decode_attention_state(ctx.attention)} if ctx.attention is not None else {}),
     }
 

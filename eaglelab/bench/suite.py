@@ -135,7 +135,7 @@ def wall_breakdown(ctx: B.BenchContext, wall: WallClock, captures: dict[str, lis
     """Where the run's time went (:func:`eaglelab.bench.walltime.breakdown`), from what the compiler and the Triton
     kernels kept of their own time."""
     compiled = sum(p.compile_seconds for p in B.compiled_phases(ctx))
-    kernels = sum(k.setup_seconds for k in (ctx.gemv, ctx.attention) if k is not None)
+    kernels = sum(k.setup_seconds for k in (*ctx.gemvs(), ctx.attention) if k is not None)
     return breakdown(wall, captures, compiled, kernels)
 
 

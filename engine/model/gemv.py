@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 
 from eaglelab.engine.model.gemv_tiling import GemvConfig
+from eaglelab.engine.model.pdl import dependent_launches
 from eaglelab.engine.model.triton_ops import DTYPES, capturing, first_line, time_in_turn, unavailable
 from eaglelab.engine.model.triton_ops import dtype_refusal as kernel_dtype_refusal
 
@@ -72,6 +73,7 @@ MANY_ROWS = (
     GemvConfig(16, 512, 1, 4, 2), GemvConfig(16, 256, 2, 4, 3),
 )
 LINEAR = GemvConfig(0, 0, 0, 0, 0)  # the tuner's choice where F.linear (cuBLAS) beat every tiling
+DEPENDENT = "dependent (PDL)"  # tuning_environment's "launches" where choices were timed in dependent launches
 TUNE_BYTES = 128 * 2**20  # tuning reads this many bytes of weight copies in turn: more than the L2 cache holds
 
 
@@ -92,7 +94,7 @@ def default_config(n: int, k: int, rows: int) -> GemvConfig:
 def tuning_environment(device: torch.device, dtype: torch.dtype | str) -> dict[str, str]:
     """What a tuner's choice depends on beyond the shape: the GPU, the dtype (or its name), torch's and Triton's
     versions (a tiling timed under others may no longer be the fastest). Triton's version is read from its package,
-    not imported."""
+    not imported. (A tuner of dependent launches adds its launches: :meth:`TritonGemv.environment`.)"""
     gpu = torch.cuda.get_device_name(device) if device.type == "cuda" else device.type
     try:
         triton = importlib.metadata.version("triton")
@@ -105,7 +107,9 @@ def environment_mismatch(measured_on: Mapping[str, str], here: Mapping[str, str]
     """How ``measured_on`` differs from ``here`` (:func:`tuning_environment`), e.g. ``torch 2.11.0+cu130 (here
     2.13.0)``; None when they are the same."""
     keys = list(here) + [k for k in measured_on if k not in here]
-    differ = [f"{k} {measured_on.get(k, 'not recorded')} (here {here.get(k, 'not known')})"
+    absent = {"launches": "plain"}  # no launches recorded: plain ones (:meth:`TritonGemv.environment`)
+    there = lambda k: measured_on.get(k, absent.get(k, "not recorded"))  # noqa: E731
+    differ = [f"{k} {there(k)} (here {here.get(k, absent.get(k, 'not known'))})"
               for k in keys if measured_on.get(k) != here.get(k)]
     return "; ".join(differ) or None
 
@@ -150,10 +154,16 @@ class TritonGemv:
 
     Choices measured before on the same setup (a device profile's, through :meth:`adopt`) take the place of the
     timing: such a shape's tiling is only checked against F.linear on its first eager call (one run, no timing).
+
+    ``pdl``: the GEMV of phases that launch dependently (``pdl.py``). Its candidates are timed in a chain of
+    dependent launches, each call overlapping the one before, as inside such a phase; F.linear (cuBLAS) cannot take
+    part and is timed as always. A shape where cuBLAS is a few tenths of a microsecond faster alone then keeps our
+    kernel, which does not break the phase's chain. Its choices are its own (:meth:`environment` says so): a
+    process with both regimes holds one tuner for each.
     """
 
-    def __init__(self, log: Callable[[str], None] | None = None, reps: int = 20) -> None:
-        self.log, self.reps = log, reps
+    def __init__(self, log: Callable[[str], None] | None = None, reps: int = 20, pdl: bool = False) -> None:
+        self.log, self.reps, self.pdl = log, reps, pdl
         self.reason = triton_unavailable()
         self.chosen: dict[tuple[int, int, int], GemvConfig] = {}
         self.preset: dict[tuple[int, int, int], GemvConfig] = {}  # adopted, not yet checked (:meth:`adopt`)
@@ -162,6 +172,13 @@ class TritonGemv:
         self.on_tuned: Callable[[], None] | None = None  # called after a shape is tuned (a cache keeps the choice)
 
     layout = None  # reads the weight [N, K] as nn.Linear keeps it
+
+    def environment(self, device: torch.device, dtype: torch.dtype | str) -> dict[str, str]:
+        """What this tuner's choices depend on: :func:`tuning_environment`, and ``launches`` for a tuner of
+        dependent launches (timed in a chain, where our kernel overlaps the one before and cuBLAS cannot, the choices
+        differ; absent for plain launches, as in every choice recorded before PDL)."""
+        env = tuning_environment(device, dtype)
+        return env | {"launches": DEPENDENT} if self.pdl else env
 
     def refusal(self, x: torch.Tensor, weight: torch.Tensor) -> str | None:
         """Why this call does not take the GEMV (None: it does)."""
@@ -241,24 +258,26 @@ class TritonGemv:
         t0 = time.perf_counter()
         if self.log is not None and not self._said:
             self._said = True
-            self.log("tuning the Triton GEMV per weight shape (once per process) ...")
+            chain = ", timed in chains of dependent launches (PDL)" if self.pdl else ""
+            self.log(f"tuning the Triton GEMV per weight shape{chain} (once per process) ...")
         # A decode streams every layer's distinct weights: copies read in turn keep a small weight (o: 32 MB)
         # from being timed out of the L2 cache, which would favour the wrong tiling.
         copies = [weight] + [weight.clone() for _ in range(TUNE_BYTES // (weight.numel() * weight.element_size()))]
         ref = F.linear(x, weight, bias).float()  # [M, N]
         bound = tolerance(ref)
         times, errors = {}, []
-        for cfg in candidates(key[2]):
-            try:
-                why = disagreement(x, weight, bias, cfg, ref, bound)
-                if why is not None:  # a tiling that computes something else is never chosen
-                    errors.append(f"{tuple(cfg)}: {why}")
-                    continue
-                times[cfg] = time_in_turn(lambda i: run_op(x, copies[i], bias, cfg), len(copies), self.reps)
-            except Exception as exc:  # noqa: BLE001 - a tiling that does not compile is skipped, and said
-                errors.append(f"{tuple(cfg)}: {type(exc).__name__}: {first_line(exc)}")
-        if times:  # the bar to beat: F.linear timed the same way
-            times[LINEAR] = time_in_turn(lambda i: F.linear(x, copies[i], bias), len(copies), self.reps)
+        with dependent_launches(self.pdl):  # our launches as the phases that will call it make them
+            for cfg in candidates(key[2]):
+                try:
+                    why = disagreement(x, weight, bias, cfg, ref, bound)
+                    if why is not None:  # a tiling that computes something else is never chosen
+                        errors.append(f"{tuple(cfg)}: {why}")
+                        continue
+                    times[cfg] = time_in_turn(lambda i: run_op(x, copies[i], bias, cfg), len(copies), self.reps)
+                except Exception as exc:  # noqa: BLE001 - a tiling that does not compile is skipped, and said
+                    errors.append(f"{tuple(cfg)}: {type(exc).__name__}: {first_line(exc)}")
+            if times:  # the bar to beat: F.linear timed the same way (cuBLAS launches as always)
+                times[LINEAR] = time_in_turn(lambda i: F.linear(x, copies[i], bias), len(copies), self.reps)
         del copies
         self.setup_seconds += time.perf_counter() - t0
         if not times and key[2] > FEW:  # a GEMM's territory: this shape keeps F.linear, the kernel stays on

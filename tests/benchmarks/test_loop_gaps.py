@@ -5,7 +5,8 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from benchmarks.loop_gaps import gap_causes, gaps_us, request_figures, request_spans, top_kernels, union_us
+from benchmarks.loop_gaps import (dependent_kernels, gap_causes, gaps_us, outside_chain, request_figures, request_spans,
+                                  top_kernels, union_us)
 
 intervals = st.lists(st.tuples(st.integers(0, 1000), st.integers(0, 200)).map(lambda t: (t[0], t[0] + t[1])),
                      max_size=30)
@@ -50,3 +51,30 @@ def test_a_late_launch_is_named_with_the_wait_before_it_and_where_the_host_was()
 def test_kernels_are_summed_per_step():
     rows = top_kernels(_trace(), steps=2)
     assert [(r["name"], r["us_per_step"], r["calls_per_step"]) for r in rows] == [("k1", 50.0, 0.5), ("k2", 50.0, 0.5)]
+
+
+def test_work_outside_a_dependent_chain_is_every_kernel_but_inductors_and_ours():
+    """cuBLAS and copies inside the request are listed (most launches first); inductor's ``triton_*`` kernels, ours
+    and anything outside the request are not."""
+    trace = _trace() + [
+        {"name": "triton_poi_fused_add_0", "cat": "kernel", "ts": 420, "dur": 5},
+        {"name": "gemv_kernel", "cat": "kernel", "ts": 430, "dur": 5},
+        {"name": "nvjet_sm90_tst_64x40", "cat": "kernel", "ts": 440, "dur": 4},
+        {"name": "nvjet_sm90_tst_64x40", "cat": "kernel", "ts": 450, "dur": 4},
+        {"name": "Memcpy DtoD", "cat": "gpu_memcpy", "ts": 460, "dur": 2},
+        {"name": "nvjet_sm90_tst_64x40", "cat": "kernel", "ts": 1500, "dur": 4},  # after the request
+    ]
+    rows = outside_chain(trace, steps=2, ours=frozenset({"gemv_kernel", "k1", "k2"}))
+    assert [(r["name"], r["us_per_step"], r["calls_per_step"]) for r in rows] == [
+        ("nvjet_sm90_tst_64x40", 4.0, 1.0), ("Memcpy DtoD", 1.0, 0.5)]
+
+
+def test_our_dependent_kernels_are_read_off_the_kernel_modules():
+    """Every kernel of ours that takes the PDL constexpr (the GEMV, both attention kernels, the cycle's), or none
+    without Triton."""
+    from tests.conftest import has_triton
+
+    names = dependent_kernels()
+    expected = {"gemv_kernel", "attention_kernel", "attention_combine_kernel", "expand_select_kernel",
+                "expand_blocks_kernel", "emit_advance_kernel", "greedy_commit_kernel"}
+    assert expected <= names if has_triton() else names == frozenset()

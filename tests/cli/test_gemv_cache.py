@@ -14,13 +14,13 @@ import torch
 from eaglelab import gemv_cache as C
 from eaglelab.engine.model import gemv as G
 from eaglelab.profiles import DeviceProfile, GemvTilings
-from tests.engine.model.test_gemv_presets import W_K, W_N, _Gemv, _xw, kernel  # noqa: F401 - kernel is a fixture
+from tests.engine.model.test_gemv_presets import W_K, W_N, _Gemv, _PdlGemv, _xw, kernel  # noqa: F401 - a fixture
 
 CPU = torch.device("cpu")
 
 
-def _fresh(said: list[str], path, profile=None, dtype=torch.float16):
-    gemv = _Gemv(said)
+def _fresh(said: list[str], path, profile=None, dtype=torch.float16, pdl: bool = False):
+    gemv = (_PdlGemv if pdl else _Gemv)(said)
     C.prepare(gemv, profile, CPU, dtype, said.append, path=path)
     return gemv
 
@@ -54,6 +54,24 @@ def test_another_setup_does_not_take_the_cached_tilings(kernel, tmp_path):
     other(x, w, b)
     assert len(kernel) == len(G.candidates(1)) + 1
     assert len(json.loads(path.read_text())["entries"]) == 2  # each setup keeps its own
+
+
+@torch.no_grad()
+def test_dependent_launches_keep_a_cache_entry_of_their_own(kernel, tmp_path):
+    """A --pdl process's choices (timed in dependent launches) go to an entry of their own: a plain process does not
+    take them, a later --pdl one does."""
+    path = tmp_path / C.FILE_NAME
+    x, w, b = _xw(1)
+    _fresh([], path, pdl=True)(x, w, b)
+    kernel.clear()
+    _fresh([], path)(x, w, b)
+    assert len(kernel) == len(G.candidates(1)) + 1, "a plain process tunes its own"
+    entries = json.loads(path.read_text())["entries"]
+    assert [e["measured_on"].get("launches") for e in entries] == [G.DEPENDENT, None]
+    kernel.clear()
+    again = _fresh([], path, pdl=True)
+    again(x, w, b)
+    assert kernel == [] and again.chosen == {(W_N, W_K, 1): G.candidates(1)[0]}
 
 
 @torch.no_grad()

@@ -86,6 +86,8 @@ AT = "profiles[0].gemv_tilings"
     ({"measured_on": H200, "chosen": [dict(GOOD, rows_bucket=3)]}, f"{AT}.chosen[0].rows_bucket"),
     ({"measured_on": H200, "chosen": [dict(GOOD, block_n=0)]}, f"{AT}.chosen[0]"),
     ({"measured_on": H200, "chosen": [GOOD, GOOD]}, f"{AT}.chosen[1]"),
+    ({"measured_on": dict(H200, launches=1), "chosen": [GOOD]}, f"{AT}.measured_on.launches"),
+    ({"measured_on": dict(H200, pdl="yes"), "chosen": [GOOD]}, f"{AT}.measured_on.pdl"),
 ])
 def test_a_malformed_tilings_table_is_refused_naming_the_file_and_field(tmp_path, tilings, field):
     path = tmp_path / SHIPPED_NAME
@@ -103,3 +105,29 @@ def test_a_well_formed_table_reads_and_serialises_sorted(tmp_path):
     (p,) = read_profiles(path)
     assert p.gemv_tilings == GemvTilings.of({(960, 576, 1): (8, 512, 1, 4, 3), (3072, 576, 1): (0,) * 5}, H200)
     assert p.to_json()["gemv_tilings"]["chosen"] == [GOOD, later]
+
+
+def test_tilings_timed_in_dependent_launches_round_trip_and_stay_apart(tmp_path, monkeypatch):
+    """A --pdl tune's tilings record their launches; read back, a --pdl GEMV on the same setup takes them and a
+    plain one does not (nor the other way round: the shipped profiles, which record none, are plain launches')."""
+    monkeypatch.setattr(G, "tuning_environment", lambda device, dtype: dict(H200, dtype=str(dtype)[6:]))
+    tuned = _Gemv()
+    tuned.pdl = True
+    tuned.chosen = {(960, 576, 1): G.GemvConfig(8, 512, 1, 4, 3), (3072, 576, 32): G.GemvConfig(16, 128, 1, 4, 3)}
+    tilings = gemv_tilings_of(tuned, torch.device("cpu"), torch.bfloat16)
+    assert dict(tilings.measured_on) == dict(H200, launches=G.DEPENDENT)
+    path = tmp_path / "p.json"
+    write_profile(path, DeviceProfile("NVIDIA H200", "bfloat16", "a" * 64, (BucketChoice(1, 5, 4, 24),),
+                                      pdl=True, gemv_tilings=tilings))
+    assert json.loads(path.read_text())["profiles"][0]["gemv_tilings"]["measured_on"]["launches"] == G.DEPENDENT
+    (profile,) = read_profiles(path)
+    assert profile.gemv_tilings == tilings
+    dependent, plain = _Gemv(), _Gemv()
+    dependent.pdl = True
+    assert adopt_gemv_tilings(dependent, profile, torch.device("cpu"), torch.bfloat16) is None
+    assert dependent.preset == tuned.chosen
+    why = adopt_gemv_tilings(plain, profile, torch.device("cpu"), torch.bfloat16)
+    assert "measured with launches dependent (PDL) (here plain)" in why and plain.preset == {}
+    h200 = find_profile("NVIDIA H200", "bfloat16", shipped_drafter_dir(), tmp_path)
+    why = adopt_gemv_tilings(dependent, h200, torch.device("cpu"), torch.bfloat16)
+    assert "launches plain (here dependent (PDL))" in why

@@ -121,3 +121,48 @@ def test_tuning_environment_names_gpu_dtype_torch_and_triton(monkeypatch):
     assert (env["gpu"], env["dtype"], env["torch"], env["triton"]) == ("cpu", "bfloat16", torch.__version__, "3.9.1")
     absent = True
     assert G.tuning_environment(torch.device("cpu"), "float16") == dict(env, dtype="float16", triton="absent")
+
+
+class _PdlGemv(_Gemv):
+    """The GEMV of phases that launch dependently (``--pdl``)."""
+
+    def __init__(self, said: list[str]):
+        super().__init__(said)
+        self.pdl = True
+
+
+@torch.no_grad()
+@pytest.mark.parametrize("pdl", [False, True])
+def test_a_pdl_tuner_times_its_tilings_in_dependent_launches(monkeypatch, pdl):
+    """Each candidate (and F.linear, whose cuBLAS launch takes no part) is timed while our launches are dependent
+    exactly when the tuner is a --pdl one; the switch is back off after, as before."""
+    from eaglelab.engine.model import pdl as P
+
+    seen: list[bool] = []
+    monkeypatch.setattr(G, "run_op", lambda x, w, b, cfg: F.linear(x, w, b))
+    monkeypatch.setattr(G, "time_in_turn", lambda call, copies, reps: (seen.append(P.active()), 2.0)[1])
+    said: list[str] = []
+    gemv = (_PdlGemv if pdl else _Gemv)(said)
+    x, w, b = _xw(1)
+    gemv(x, w, b)
+    assert seen == [pdl] * (len(G.candidates(1)) + 1) and not P.active()
+    assert ("timed in chains of dependent launches" in said[0]) == pdl, said
+
+
+def test_pdl_choices_are_kept_apart_from_plain_ones(kernel):
+    """A --pdl tuner's environment names its launches; plain choices (a shipped profile's: no launches recorded)
+    are not adopted by it, nor its choices by a plain tuner: each names what differs and tunes."""
+    plain, dependent = _Gemv([]), _PdlGemv([])
+    here = plain.environment(torch.device("cpu"), "float16")
+    assert "launches" not in here and dependent.environment(torch.device("cpu"), "float16") == dict(
+        here, launches=G.DEPENDENT)
+    said: list[str] = []
+    dependent.log = said.append
+    why = dependent.adopt({(W_N, W_K, 1): (8, 512, 1, 4, 3)}, dict(HERE), dict(HERE, launches=G.DEPENDENT))
+    assert why.endswith("measured with launches plain (here dependent (PDL)): each shape is tuned here"), why
+    assert dependent.preset == {} and said == [why]
+    why = plain.adopt({(W_N, W_K, 1): (8, 512, 1, 4, 3)}, dict(HERE, launches=G.DEPENDENT), dict(HERE))
+    assert "launches dependent (PDL) (here plain)" in why and plain.preset == {}
+    assert dependent.adopt({(W_N, W_K, 1): (8, 512, 1, 4, 3)}, dict(HERE, launches=G.DEPENDENT),
+                           dict(HERE, launches=G.DEPENDENT)) is None
+    assert dependent.preset == {(W_N, W_K, 1): G.GemvConfig(8, 512, 1, 4, 3)}

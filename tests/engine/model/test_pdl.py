@@ -309,3 +309,27 @@ def test_tune_writes_the_regime_it_measured_in():
                                    regime=Regime(graphs=True, compile=True, gemv=True, attn=True, pdl=pdl_on))
         p = tuned_profile(report, settings, "NVIDIA H100 80GB HBM3", "bfloat16", "ab" * 32, "2026-12-06")
         assert p.pdl is pdl_on and p.buckets[0].steps == 5
+
+
+def test_bench_and_run_give_pdl_phases_a_gemv_tuned_in_dependent_launches(monkeypatch):
+    """bench: the ``*-pdl`` configs' kernels hold a Triton GEMV of their own (``pdl``), the others the plain one,
+    each built once; both count in the report's tuning time. run: a --pdl session's GEMV is a --pdl one."""
+    from types import SimpleNamespace
+
+    from eaglelab import session as S
+    from eaglelab.bench import harness as H
+    from eaglelab.engine.model import gemv as G
+
+    monkeypatch.setattr("eaglelab.gemv_cache.prepare", lambda gemv, *a, **k: None)
+    ctx = H.BenchContext(target=torch.nn.Linear(2, 2), spec=None, make_drafter=None, prompts=[[1]],
+                         max_new_tokens=1, batch_sizes=(1,))
+    plain, dependent = ctx.kernels(False, gemv=True), ctx.kernels(False, gemv=True, pdl=True)
+    assert not plain.gemv.pdl and dependent.gemv.pdl and dependent.pdl
+    assert ctx.kernels(False, gemv=True, pdl=True).gemv is dependent.gemv and ctx.kernels(False, True).gemv is plain.gemv
+    assert ctx.gemvs() == [plain.gemv, dependent.gemv]
+
+    built: list = []
+    monkeypatch.setattr(S, "_add_triton_kernel", lambda s, flag, field, kernel, *a: built.append(kernel))
+    for on in (False, True):
+        S._add_gemv(SimpleNamespace(target=SimpleNamespace(device="cpu", dtype=torch.float16)), print, pdl=on)
+    assert [type(k) for k in built] == [G.TritonGemv] * 2 and [k.pdl for k in built] == [False, True]
