@@ -57,46 +57,55 @@ def _finish(acc, b_ptr, y_ptr, rows_m, rows_n, M, N, HAS_BIAS: tl.constexpr):
 def gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, ticket_ptr, M, N, K, k_per_split, stride_xm, stride_wn,
                 HAS_BIAS: tl.constexpr, SPLITS: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
-                PDL: tl.constexpr = False, EARLY: tl.constexpr = False):
+                PDL: tl.constexpr = False, EARLY: tl.constexpr = 0):
     """y[:, n-block] = x @ W[n-block]^T over K share s (+ bias); SPLITS > 1: float32 shares in part[s, M, N],
     added by the block's last program to finish (its ticket counter, ticket[n], left at 0).
     STAGES: the loads of the one-row loop pipelined that many steps ahead (1: not at all). PDL: launched
-    dependently (``pdl.py``): waits on entry for the kernel before. EARLY: the share's first weight tile is
-    loaded before that wait (no kernel of a phase writes weights), the loop then starts at the second; the sums
-    are the same, in the same order."""
+    dependently (``pdl.py``): waits on entry for the kernel before. EARLY (0, 1 or 2): the share's first EARLY
+    weight tiles are loaded before that wait (no kernel of a phase writes weights; a second tile past the share's
+    end is masked to zeros), the loop then starts after them; the sums are the same, in the same order."""
     pid_n, pid_k = tl.program_id(0), tl.program_id(1)
     rows_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN] weight rows = output columns
     rows_m = tl.arange(0, BLOCK_M)  # [BM] x rows (padded)
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
-    if EARLY:  # in flight while the kernel before finishes (a share is one BLOCK_K step or more: splits())
+    # unread stand-ins where EARLY is lower (the compiler drops them): a name a constexpr branch binds must be bound
+    w0 = tl.zeros((BLOCK_N, BLOCK_K), dtype=w_ptr.dtype.element_ty)
+    w1 = w0
+    if EARLY >= 1:  # in flight while the kernel before finishes (a share is one BLOCK_K step or more: splits())
         w0 = _weights(w_ptr, rows_n, k_lo, N, K, stride_wn, BLOCK_K)
-        k_first = k_lo + BLOCK_K
-    else:  # an unread stand-in (the compiler drops it): a name a constexpr branch binds must be bound in both
-        w0 = tl.zeros((BLOCK_N, BLOCK_K), dtype=w_ptr.dtype.element_ty)
-        k_first = k_lo
+    if EARLY >= 2:  # the share's second tile, zeros past its end (k_hi: the next share's columns are not ours)
+        w1 = _weights(w_ptr, rows_n, k_lo + BLOCK_K, N, k_hi, stride_wn, BLOCK_K)
+    k_first = k_lo + EARLY * BLOCK_K
     enter(PDL)
     if BLOCK_M == 1:  # products summed elementwise over the loop, across lanes once at the end
         part = tl.zeros((BLOCK_N, BLOCK_K), dtype=tl.float32)
-        if EARLY:
+        if EARLY >= 1:
             part += w0.to(tl.float32) * _rows(x_ptr, rows_m, k_lo, M, K, stride_xm, BLOCK_K).to(tl.float32)
+        if EARLY >= 2:
+            part += w1.to(tl.float32) * _rows(x_ptr, rows_m, k_lo + BLOCK_K, M, k_hi, stride_xm, BLOCK_K).to(tl.float32)
         for k0 in tl.range(k_first, k_hi, BLOCK_K, num_stages=STAGES):  # the compiler pipelines dots only
             w, x = _tiles(x_ptr, w_ptr, rows_m, rows_n, k0, M, N, K, stride_xm, stride_wn, BLOCK_K)
             part += w.to(tl.float32) * x.to(tl.float32)  # [BN, BK] * [1, BK]
         acc = tl.sum(part, axis=1)[None, :]  # [1, BN]
     elif BLOCK_N < 16:  # a few rows on the CUDA cores, summed as for one row: as many programs as M = 1 gets
         part3 = tl.zeros((BLOCK_M, BLOCK_N, BLOCK_K), dtype=tl.float32)
-        if EARLY:
+        if EARLY >= 1:
             x0 = _rows(x_ptr, rows_m, k_lo, M, K, stride_xm, BLOCK_K)
             part3 += x0.to(tl.float32)[:, None, :] * w0.to(tl.float32)[None, :, :]
+        if EARLY >= 2:
+            x1 = _rows(x_ptr, rows_m, k_lo + BLOCK_K, M, k_hi, stride_xm, BLOCK_K)
+            part3 += x1.to(tl.float32)[:, None, :] * w1.to(tl.float32)[None, :, :]
         for k0 in tl.range(k_first, k_hi, BLOCK_K, num_stages=STAGES):
             w, x = _tiles(x_ptr, w_ptr, rows_m, rows_n, k0, M, N, K, stride_xm, stride_wn, BLOCK_K)
             part3 += x.to(tl.float32)[:, None, :] * w.to(tl.float32)[None, :, :]  # [BM, 1, BK] * [1, BN, BK]
         acc = tl.sum(part3, axis=2)  # [BM, BN]
     else:
         acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        if EARLY:
+        if EARLY >= 1:
             acc = tl.dot(_rows(x_ptr, rows_m, k_lo, M, K, stride_xm, BLOCK_K), tl.trans(w0), acc)
+        if EARLY >= 2:
+            acc = tl.dot(_rows(x_ptr, rows_m, k_lo + BLOCK_K, M, k_hi, stride_xm, BLOCK_K), tl.trans(w1), acc)
         for k0 in range(k_first, k_hi, BLOCK_K):
             w, x = _tiles(x_ptr, w_ptr, rows_m, rows_n, k0, M, N, K, stride_xm, stride_wn, BLOCK_K)
             acc = tl.dot(x, tl.trans(w), acc)  # [BM, BN], tensor cores, float32
@@ -129,18 +138,23 @@ def tickets(device: torch.device) -> torch.Tensor:
     return _tickets[device]
 
 
+EARLY_TILES = 1  # weight tiles each program loads before its PDL wait (the kernel's EARLY: 0, 1 or 2)
+
+
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block_n: int, block_k: int,
          split_k: int, num_warps: int, num_stages: int) -> torch.Tensor:
     """x [M, K] @ weight [N, K]^T (+ bias [N]) -> [M, N] in x's dtype; the tiling as int arguments. Launched
-    dependently while ``pdl.active()``, each program's first weight tile then loaded before it waits."""
+    dependently while ``pdl.active()``, each program's first :data:`EARLY_TILES` weight tiles then loaded before it
+    waits."""
     on = pdl.active()
-    return launch(x, weight, bias, GemvConfig(block_n, block_k, split_k, num_warps, num_stages), on, on)
+    return launch(x, weight, bias, GemvConfig(block_n, block_k, split_k, num_warps, num_stages), on,
+                  EARLY_TILES if on else 0)
 
 
 def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: GemvConfig, dependent: bool,
-           early: bool) -> torch.Tensor:
+           early: int) -> torch.Tensor:
     """:func:`gemv` with the launch spelled out: ``dependent`` (PDL: wait on entry, ``launch_pdl``), ``early`` (the
-    first weight tile loaded before that wait; tests run it alone, under Triton's interpreter)."""
+    weight tiles loaded before that wait, 0-2; True is 1; tests run it alone, under Triton's interpreter)."""
     (M, K), N = x.shape, weight.shape[0]
     block_n, block_k, num_warps, num_stages = cfg.block_n, cfg.block_k, cfg.num_warps, cfg.num_stages
     per, programs_k = splits(K, cfg)
@@ -155,7 +169,7 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg
     gemv_kernel[(programs_n, programs_k)](
         x, weight, b, y, part, ticket, M, N, K, per, x.stride(0), weight.stride(0),
         HAS_BIAS=bias is not None, SPLITS=programs_k, BLOCK_M=padded_rows(M, block_n), BLOCK_N=block_n,
-        BLOCK_K=block_k, STAGES=num_stages, EARLY=early, num_warps=num_warps, num_stages=num_stages,
+        BLOCK_K=block_k, STAGES=num_stages, EARLY=int(early), num_warps=num_warps, num_stages=num_stages,
         **pdl.launch_options(dependent))
     return y
 

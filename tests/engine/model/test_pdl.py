@@ -47,11 +47,11 @@ def _kernels():
     commit_types = types | {"mask_ptr": "*i1", "out_ptr": "*i64"}
     return [
         ("gemv, one row", G.gemv_kernel, {"HAS_BIAS": False, "SPLITS": 1, "BLOCK_M": 1, "BLOCK_N": 16, "BLOCK_K": 256,
-                                          "STAGES": 3, "EARLY": False}, types, 4),
+                                          "STAGES": 3, "EARLY": 0}, types, 4),
         ("gemv, 24 rows split along K", G.gemv_kernel, {"HAS_BIAS": True, "SPLITS": 2, "BLOCK_M": 32, "BLOCK_N": 16,
-                                                        "BLOCK_K": 128, "STAGES": 3, "EARLY": False}, types, 4),
+                                                        "BLOCK_K": 128, "STAGES": 3, "EARLY": 0}, types, 4),
         ("gemv, 4 rows on the CUDA cores", G.gemv_kernel, {"HAS_BIAS": False, "SPLITS": 1, "BLOCK_M": 4, "BLOCK_N": 8,
-                                                           "BLOCK_K": 128, "STAGES": 3, "EARLY": False}, types, 4),
+                                                           "BLOCK_K": 128, "STAGES": 3, "EARLY": 0}, types, 4),
         ("decode attention", A.attention_kernel, {"BLOCK_M": 16, "BLOCK_S": 64, "HEAD_D": 64, "SPLITS": 4,
                                                   "ROUNDS": 2, "PARTIAL": True, "ROW_BLOCKS": 1}, types | attn_out, 4),
         ("attention merge", A.attention_combine_kernel, {"BLOCK_SPLITS": 4, "HEAD_D": 64}, types | attn_out, 1),
@@ -72,19 +72,23 @@ def _first(ptx: str, *ops: str) -> int:
 def test_every_kernel_waits_on_entry_only_when_launched_dependently():
     """With PDL each kernel's PTX waits for the kernel before (griddepcontrol.wait) and lets the next launch, and the
     wait comes before its first global load or store; without, neither instruction is there. The GEMV's early
-    weights (EARLY) are loads before the wait (the compiler kept them there), and still no store or atomic."""
+    weights (EARLY: one tile or two) are loads before the wait (the compiler kept them there), and still no store
+    or atomic."""
     for name, fn, const, types, warps in _kernels():
         on = _ptx(fn, const | {"PDL": True}, types, warps, launch_pdl=True)
         off = _ptx(fn, const | {"PDL": False}, types, warps, launch_pdl=False)
         assert "griddepcontrol.wait" in on and "griddepcontrol.launch_dependents" in on, name
         assert "griddepcontrol" not in off, name
         assert on.find("griddepcontrol.wait") < _first(on, "ld.global", "st.global", "atom.global"), name
-        if name.startswith("gemv"):
-            early = _ptx(fn, const | {"PDL": True, "EARLY": True}, types, warps, launch_pdl=True)
+        for tiles in (1, 2) if name.startswith("gemv") else ():
+            early = _ptx(fn, const | {"PDL": True, "EARLY": tiles}, types, warps, launch_pdl=True)
             wait = early.find("griddepcontrol.wait")
             assert 0 < _first(early, "ld.global") < wait < _first(early, "st.global", "atom.global"), name
             ahead = [line for line in early[:wait].splitlines() if "ld.global" in line]
             assert all("evict_first" in line for line in ahead), name  # the weights' loads (x's carry no hint)
+            if tiles == 2:  # the second tile's loads are ahead of the wait too
+                assert len(ahead) > len(once), (name, len(ahead), len(once))
+            once = ahead
 
 
 def test_the_launch_switch_nests_and_adds_launch_pdl_only_inside():
@@ -158,9 +162,10 @@ def test_same_tokens_with_and_without_dependent_launches():
     model = random_model(CFG, seed=21).to("cuda", torch.bfloat16)
     net = random_drafter(model, 5, draft_vocab=CFG["vocab_size"]).to("cuda", torch.bfloat16)  # shares model's embedding
     got = {}
+    gemv, attention = TritonGemv(), TritonDecodeAttention()  # one tuner for both: the same tilings, so the same sums
     with tempfile.TemporaryDirectory() as d:
         for on in (False, True):
-            kernels = replace(compiled_kernels(Path(d), pdl=on), gemv=TritonGemv(), attention=TritonDecodeAttention())
+            kernels = replace(compiled_kernels(Path(d), pdl=on), gemv=gemv, attention=attention)
             for speculate in (False, True):
                 spec = SpecConfig("eagle3", 3, 4, 12, cuda_graphs=True, compile=True) if speculate \
                     else SpecConfig(cuda_graphs=True, compile=True)
