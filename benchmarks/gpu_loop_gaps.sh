@@ -29,11 +29,16 @@
 #           where cuBLAS is a few tenths of a microsecond faster alone, our kernel keeps the chain); loop_gaps.py on
 #           the two `*-pdl` columns (4 prompts): every kernel left outside the chain, per step and per cycle; batch 8
 #           if time is left. Then I on the same warm machine.
+#   call E  carry .carry/assets .whl (no GGUF: SmolLM2's shape with random weights)   STAGE=E: the chain of
+#           benchmarks/pdl_bench.py with one and two weight tiles loaded before the PDL wait; then bench's phase costs
+#           of the two `*-pdl` columns (5/4/24, batch 1) in four processes, EARLY_TILES 1, 2, 1, 2 (the op's
+#           constant, set in each process before it runs): what loading a second tile early does to a verify
+#           and a decode
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
 # 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run).
-STAGE=${STAGE:?set STAGE=C, X, K, I, P or Q}
+STAGE=${STAGE:?set STAGE=C, X, K, I, P, Q or E}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 TREE="--steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16"
@@ -105,5 +110,22 @@ stage_q() {
     --prompts 16 --max-new-tokens 128 --repeats 2 --no-micro --no-phase-costs --configs $cols --json "$R/pdl_b8.json"
 }
 
+# E: one weight tile or two before the PDL wait, alone and in the phases (random weights: the costs, not the text)
+stage_e() {
+  record_gpu
+  if [ "$DEVICE" = cuda ]; then TAIL=8 run pdl_chain2 120 python3 benchmarks/pdl_bench.py --rows 1,4,24 --replays 100 \
+    --json "$R/pdl_chain2.json"
+  else TAIL=8 run pdl_chain2 200 env TRITON_INTERPRET=1 python3 benchmarks/pdl_bench.py --check; fi  # a CPU dry run
+  local t n=0 with='import sys, eaglelab.engine.model.gemv_kernels as G; G.EARLY_TILES = int(sys.argv[1]); '
+  with+='from eaglelab.cli import main; sys.exit(main(sys.argv[2:]))'
+  for t in 1 2 1 2; do
+    n=$((n + 1))
+    TAIL=14 run "early${t}_$n" 150 python3 -c "$with" "$t" bench --scale-model smollm2-135m --draft-vocab 12288 \
+      --dtype bfloat16 --seed 0 --device "$DEVICE" --steps 5 --topk 4 --draft-tokens 24 --batch-sizes 1 --prompts 4 \
+      --max-new-tokens ${EARLY_TOKENS:-64} --repeats 1 --no-micro --phase-costs \
+      --configs plain-compile-gemv-attn-pdl,spec-compile-gemv-attn-pdl --json "$R/early${t}_$n.json"
+  done
+}
+
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in C) echo 120;; *) echo 580;; esac)}; watchdog "$0"
-run_stage C X K I P Q
+run_stage C X K I P Q E
