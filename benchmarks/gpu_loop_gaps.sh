@@ -16,8 +16,8 @@
 #   call I  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=I: joins the GGUF;
 #           `bench --figures --batch-sizes 1` as `run` decodes (80 MT-bench first turns by category; FIG_EXTRA, e.g.
 #           `--code-prompts 0 --repeats 1` to fit a short budget), each figure with its 95% interval over the prompts;
-#           tried once (C, C, C, I on 2026-12-05): the machine stopped answering, nothing came back; tried again the
-#           same day after P (ninth session): no machine could be started
+#           tried once (C, C, C, I on 2026-12-05): the machine stopped answering, nothing came back; ran after Q on
+#           2026-12-06 (below)
 #   call P  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=P: joins the GGUF; a chain of
 #           121 SmolLM2-shaped GEMVs in one graph plain / PDL / PDL + early weights (benchmarks/pdl_bench.py); the GPU
 #           test of dependent launches (tests/engine/model/test_pdl.py: the same tokens with and without); one bench
@@ -28,12 +28,13 @@
 #           bench again with the `*-pdl` columns' GEMV tuned apart, in chains of dependent launches (TritonGemv pdl:
 #           where cuBLAS is a few tenths of a microsecond faster alone, our kernel keeps the chain); loop_gaps.py on
 #           the two `*-pdl` columns (4 prompts): every kernel left outside the chain, per step and per cycle; batch 8
-#           if time is left. Then I on the same warm machine.
+#           if time is left. Then I on the same warm machine. Ran 2026-12-06 on one H100 at 923be96: C, C, C, Q, I
+#           (benchmarks/results/h100_2026-12-06/QI; I with FIG_EXTRA="--repeats 1", 95 s warm).
 #   call E  carry .carry/assets .whl (no GGUF: SmolLM2's shape with random weights)   STAGE=E: the chain of
 #           benchmarks/pdl_bench.py with one and two weight tiles loaded before the PDL wait; then bench's phase costs
 #           of the two `*-pdl` columns (5/4/24, batch 1) in four processes, EARLY_TILES 1, 2, 1, 2 (the op's
 #           constant, set in each process before it runs): what loading a second tile early does to a verify
-#           and a decode
+#           and a decode. Not run yet (2026-12-06: four starts found no machine; ~300 s with STAGE_S=400).
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
