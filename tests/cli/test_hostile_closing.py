@@ -18,8 +18,13 @@ GUARD_S = 60.0  # far past every deadline below: the guard only proves the comma
 
 @pytest.fixture
 def dns_hangs(monkeypatch):
-    """``socket.getaddrinfo`` blocks for names (as behind a dead DNS server) until the test ends."""
+    """``socket.getaddrinfo`` blocks for names (as behind a dead DNS server) until the test ends. Each test has its
+    own table of lookups in flight: one a test before abandoned may not have seen its release yet, and reusing it
+    (as a poller should) would fail at once with the release's error instead of waiting out the deadline."""
+    from eaglelab.probes import http_get
+
     real, release = socket.getaddrinfo, threading.Event()
+    monkeypatch.setattr(http_get, "_lookups", {})
 
     def slow(host, *args, **kwargs):
         if kwargs.get("flags", 0) & socket.AI_NUMERICHOST:
