@@ -125,16 +125,25 @@ def gap_causes(events: list[dict], gap_us: float, n: int = 12) -> list[dict]:
     return sorted(rows, key=lambda r: -r["total_us"])[:n]
 
 
-def top_kernels(events: list[dict], steps: int, n: int = 15) -> list[dict]:
-    """The device work inside the requests, by kernel (or copy) name: time and launches per step, largest first."""
+def per_name(events: list[dict], steps: int, keep=lambda name: True) -> list[dict]:
+    """The device work inside the requests whose name ``keep`` accepts, by kernel (or copy) name: time and launches
+    per step, unsorted."""
     spans = request_spans(events)
     per: dict[str, list[float]] = {}
     for e in events:
-        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e \
+        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e and keep(e["name"]) \
                 and any(lo <= e["ts"] < hi for lo, hi in spans):
             per.setdefault(e["name"], []).append(e["dur"])
-    rows = [{"name": k[:110], "us_per_step": sum(v) / steps, "calls_per_step": len(v) / steps} for k, v in per.items()]
-    return sorted(rows, key=lambda r: -r["us_per_step"])[:n]
+    return [{"name": k[:110], "us_per_step": sum(v) / steps, "calls_per_step": len(v) / steps} for k, v in per.items()]
+
+
+def top_kernels(events: list[dict], steps: int, n: int = 15) -> list[dict]:
+    """The device work inside the requests, by kernel (or copy) name: time and launches per step, largest first."""
+    return sorted(per_name(events, steps), key=lambda r: -r["us_per_step"])[:n]
+
+
+KERNEL_MODULES = ("eaglelab.engine.model.gemv_kernels", "eaglelab.engine.model.decode_attention_kernels",
+                  "eaglelab.engine.runtime.cycle_kernels")
 
 
 def dependent_kernels() -> frozenset[str]:
@@ -143,28 +152,19 @@ def dependent_kernels() -> frozenset[str]:
     import importlib
 
     names = set()
-    for mod in ("gemv_kernels", "decode_attention_kernels"), ("cycle_kernels",):
-        where = "eaglelab.engine.model." if len(mod) == 2 else "eaglelab.engine.runtime."
-        for m in mod:
-            try:
-                module = importlib.import_module(where + m)
-            except ImportError:  # no Triton: no kernel of ours runs
-                continue
-            names |= {k for k, v in vars(module).items() if "PDL" in getattr(v, "arg_names", ())}
+    for name in KERNEL_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:  # no Triton: no kernel of ours runs
+            continue
+        names |= {k for k, v in vars(module).items() if "PDL" in getattr(v, "arg_names", ())}
     return frozenset(names)
 
 
 def outside_chain(events: list[dict], steps: int, ours: frozenset[str]) -> list[dict]:
     """The device work inside the requests that cannot launch dependently (not inductor's ``triton_*`` kernels nor
-    ``ours``): time and launches per step, by name, largest first (every one)."""
-    spans = request_spans(events)
-    per: dict[str, list[float]] = {}
-    for e in events:
-        if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset") and "dur" in e \
-                and not e["name"].startswith("triton_") and e["name"] not in ours \
-                and any(lo <= e["ts"] < hi for lo, hi in spans):
-            per.setdefault(e["name"], []).append(e["dur"])
-    rows = [{"name": k[:110], "us_per_step": sum(v) / steps, "calls_per_step": len(v) / steps} for k, v in per.items()]
+    ``ours``): time and launches per step, by name, most launches first (every one)."""
+    rows = per_name(events, steps, lambda name: not name.startswith("triton_") and name not in ours)
     return sorted(rows, key=lambda r: -r["calls_per_step"])
 
 

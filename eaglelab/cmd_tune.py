@@ -238,7 +238,7 @@ def _measure_and_confirm(args, console) -> dict[str, Any]:
                   screens=measured["screens"])
     report["confirmation"] = []
     replaced: dict[str, Any] = {}  # the profile this tune replaces, as read by its first save
-    gemv = ctx.gemv_pdl if settings.regime.pdl else ctx.gemv  # the tilings of the regime the profile records
+    gemv = ctx.gemv_of(settings.regime.pdl)  # the tilings of the regime the profile records
     if settings.confirm:
         t0 = time.perf_counter()
         with Progress(*cols, console=console, transient=True) as bar:

@@ -171,15 +171,19 @@ class BenchContext:
     def triton_gemv(self, pdl: bool = False):
         """The shared Triton GEMV of plain launches, or with ``pdl`` of dependent ones (each tunes its own shapes;
         its ``reason`` says why it is off, if it is)."""
-        kept = "gemv_pdl" if pdl else "gemv"
-        if getattr(self, kept) is None:
+        if self.gemv_of(pdl) is None:
             from eaglelab.engine.model.gemv import TritonGemv
 
             from eaglelab.gemv_cache import prepare
 
-            setattr(self, kept, TritonGemv(self.log, pdl=pdl))
-            prepare(getattr(self, kept), self.profile, self.device, next(self.target.parameters()).dtype, self.log)
-        return getattr(self, kept)
+            gemv = TritonGemv(self.log, pdl=pdl)
+            setattr(self, "gemv_pdl" if pdl else "gemv", gemv)
+            prepare(gemv, self.profile, self.device, next(self.target.parameters()).dtype, self.log)
+        return self.gemv_of(pdl)
+
+    def gemv_of(self, pdl: bool):
+        """The Triton GEMV of that launch regime built so far (None: no config asked for it)."""
+        return self.gemv_pdl if pdl else self.gemv
 
     def gemvs(self) -> list[Any]:
         """The Triton GEMVs this bench built (plain launches first)."""

@@ -106,11 +106,12 @@ def tuning_environment(device: torch.device, dtype: torch.dtype | str) -> dict[s
 def environment_mismatch(measured_on: Mapping[str, str], here: Mapping[str, str]) -> str | None:
     """How ``measured_on`` differs from ``here`` (:func:`tuning_environment`), e.g. ``torch 2.11.0+cu130 (here
     2.13.0)``; None when they are the same."""
-    keys = list(here) + [k for k in measured_on if k not in here]
     absent = {"launches": "plain"}  # no launches recorded: plain ones (:meth:`TritonGemv.environment`)
-    there = lambda k: measured_on.get(k, absent.get(k, "not recorded"))  # noqa: E731
-    differ = [f"{k} {there(k)} (here {here.get(k, absent.get(k, 'not known'))})"
-              for k in keys if measured_on.get(k) != here.get(k)]
+    differ = []
+    for k in dict.fromkeys([*here, *measured_on]):
+        was, now = measured_on.get(k, absent.get(k, "not recorded")), here.get(k, absent.get(k, "not known"))
+        if was != now:
+            differ.append(f"{k} {was} (here {now})")
     return "; ".join(differ) or None
 
 
@@ -158,8 +159,9 @@ class TritonGemv:
     ``pdl``: the GEMV of phases that launch dependently (``pdl.py``). Its candidates are timed in a chain of
     dependent launches, each call overlapping the one before, as inside such a phase; F.linear (cuBLAS) cannot take
     part and is timed as always. A shape where cuBLAS is a few tenths of a microsecond faster alone then keeps our
-    kernel, which does not break the phase's chain. Its choices are its own (:meth:`environment` says so): a
-    process with both regimes holds one tuner for each.
+    kernel, which does not break the phase's chain (on an H100 every SmolLM2 shape did, and the phases cost the same
+    as with cuBLAS in them: ``benchmarks/results/h100_2026-12-06``). Its choices are its own (:meth:`environment`
+    says so): a process with both regimes holds one tuner for each.
     """
 
     def __init__(self, log: Callable[[str], None] | None = None, reps: int = 20, pdl: bool = False) -> None:

@@ -222,7 +222,7 @@ def greedy_commit(pred: torch.Tensor, tokens: torch.Tensor, parents: torch.Tenso
         pred, tokens, parents, depth, mask, lengths, accept_len, path, committed, bonus, k, vv,
         N, D1, H, HD, *pred.stride(), *tokens.stride(), *parents.stride(), *depth.stride(), *mask.stride(),
         *k.stride()[:4], *vv.stride()[:4],
-        NP=_pow2(N), DP=_pow2(D1), HP=_pow2(H), HDP=_pow2(HD), COMPACT=compact, HAS_V=v is not None, 
+        NP=_pow2(N), DP=_pow2(D1), HP=_pow2(H), HDP=_pow2(HD), COMPACT=compact, HAS_V=v is not None,
         num_warps=4, **pdl.launch_options())
     return accept_len, path, committed, bonus
 

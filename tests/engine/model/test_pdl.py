@@ -332,6 +332,7 @@ def test_bench_and_run_give_pdl_phases_a_gemv_tuned_in_dependent_launches(monkey
     assert not plain.gemv.pdl and dependent.gemv.pdl and dependent.pdl
     assert ctx.kernels(False, gemv=True, pdl=True).gemv is dependent.gemv and ctx.kernels(False, True).gemv is plain.gemv
     assert ctx.gemvs() == [plain.gemv, dependent.gemv]
+    assert ctx.gemv_of(True) is dependent.gemv and ctx.gemv_of(False) is plain.gemv  # what tune --pdl writes
 
     built: list = []
     monkeypatch.setattr(S, "_add_triton_kernel", lambda s, flag, field, kernel, *a: built.append(kernel))
