@@ -114,7 +114,7 @@ stage_q() {
 # E: one weight tile or two before the PDL wait, alone and in the phases (random weights: the costs, not the text)
 stage_e() {
   record_gpu
-  if [ "$DEVICE" = cuda ]; then TAIL=8 run pdl_chain2 120 python3 benchmarks/pdl_bench.py --rows 1,4,24 --replays 100 \
+  if [ "$DEVICE" = cuda ]; then TAIL=8 run pdl_chain2 120 python3 benchmarks/pdl_bench.py --rows 1,4,24,40 --replays 100 \
     --json "$R/pdl_chain2.json"
   else TAIL=8 run pdl_chain2 200 env TRITON_INTERPRET=1 python3 benchmarks/pdl_bench.py --check; fi  # a CPU dry run
   local t n=0 with='import sys, eaglelab.engine.model.gemv_kernels as G; G.EARLY_TILES = int(sys.argv[1]); '
