@@ -34,12 +34,16 @@
 #           benchmarks/pdl_bench.py with one and two weight tiles loaded before the PDL wait; then bench's phase costs
 #           of the two `*-pdl` columns (5/4/24, batch 1) in four processes, EARLY_TILES 1, 2, 1, 2 (the op's
 #           constant, set in each process before it runs): what loading a second tile early does to a verify
-#           and a decode. Not run yet (2026-12-06: four starts found no machine; ~300 s with STAGE_S=400).
+#           and a decode. Ran 2026-12-06 (eleventh session) on one H100 (benchmarks/results/h100_2026-12-06b/E: two
+#           tiles make a decode cheaper and a verify dearer).
+#   call F  carry .carry/assets .whl (no GGUF)   STAGE=F: the GPU test of the same tokens with and without --pdl,
+#           then E's phase costs with the row rule that followed (gemv_kernels.early_tiles: two tiles at one row,
+#           one at more) against one tile at every row, in four processes (rule, one, rule, one).
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
 # 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run).
-STAGE=${STAGE:?set STAGE=C, X, K, I, P, Q or E}
+STAGE=${STAGE:?set STAGE=C, X, K, I, P, Q, E or F}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 TREE="--steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16"
@@ -128,5 +132,21 @@ stage_e() {
   done
 }
 
+# F: the row rule (two early tiles at one row, one at more: gemv_kernels.early_tiles) against one tile at every row,
+# in four processes (rule, one, rule, one); first the GPU test of the same tokens with and without dependent launches
+stage_f() {
+  record_gpu
+  TAIL=12 run pdl_test 150 python3 -m pytest -q -m gpu tests/engine/model/test_pdl.py -p no:cacheprovider
+  local t n=0 with='import sys, eaglelab.engine.model.gemv_kernels as G; G.EARLY_TILES_ONE_ROW = int(sys.argv[1]); '
+  with+='from eaglelab.cli import main; sys.exit(main(sys.argv[2:]))'
+  for t in 2 1 2 1; do
+    n=$((n + 1))
+    TAIL=14 run "onerow${t}_$n" 150 python3 -c "$with" "$t" bench --scale-model smollm2-135m --draft-vocab 12288 \
+      --dtype bfloat16 --seed 0 --device "$DEVICE" --steps 5 --topk 4 --draft-tokens 24 --batch-sizes 1 --prompts 4 \
+      --max-new-tokens ${EARLY_TOKENS:-64} --repeats 1 --no-micro --phase-costs \
+      --configs plain-compile-gemv-attn-pdl,spec-compile-gemv-attn-pdl --json "$R/onerow${t}_$n.json"
+  done
+}
+
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in C) echo 120;; *) echo 580;; esac)}; watchdog "$0"
-run_stage C X K I P Q E
+run_stage C X K I P Q E F

@@ -138,17 +138,27 @@ def tickets(device: torch.device) -> torch.Tensor:
     return _tickets[device]
 
 
-EARLY_TILES = 1  # weight tiles each program loads before its PDL wait (the kernel's EARLY: 0, 1 or 2)
+# Weight tiles each program loads before its PDL wait (the kernel's EARLY: 0, 1 or 2), by the rows of x. Timed on
+# an H100 (SmolLM2's shape, 5/4/24, each rule in two bench processes, benchmarks/results/h100_2026-12-06b/): two
+# tiles at one row made a decode 0.688 -> 0.645 ms, at more rows a verify 0.807 -> 0.898 ms and the draft phase
+# 0.196 -> 0.210 ms (a dot's tiles held in registers across the wait). So two for a decode's GEMV, one elsewhere.
+EARLY_TILES_ONE_ROW = 2
+EARLY_TILES = 1
+
+
+def early_tiles(rows: int) -> int:
+    """The weight tiles a dependently launched GEMV of ``rows`` rows of x loads before it waits."""
+    return EARLY_TILES_ONE_ROW if rows == 1 else EARLY_TILES
 
 
 def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block_n: int, block_k: int,
          split_k: int, num_warps: int, num_stages: int) -> torch.Tensor:
     """x [M, K] @ weight [N, K]^T (+ bias [N]) -> [M, N] in x's dtype; the tiling as int arguments. Launched
-    dependently while ``pdl.active()``, each program's first :data:`EARLY_TILES` weight tiles then loaded before it
+    dependently while ``pdl.active()``, each program's first :func:`early_tiles` weight tiles then loaded before it
     waits."""
     on = pdl.active()
     return launch(x, weight, bias, GemvConfig(block_n, block_k, split_k, num_warps, num_stages), on,
-                  EARLY_TILES if on else 0)
+                  early_tiles(x.shape[0]) if on else 0)
 
 
 def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: GemvConfig, dependent: bool,
