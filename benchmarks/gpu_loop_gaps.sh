@@ -42,7 +42,8 @@
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
-# 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run).
+# 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run), GAPS (1; 0: stage Q without
+# loop_gaps.py).
 STAGE=${STAGE:?set STAGE=C, X, K, I, P, Q, E or F}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
@@ -108,7 +109,7 @@ stage_q() {
   TAIL=45 run pdl_b1 260 $EL bench --model default --draft $SHIPPED --device "$DEVICE" $TREE --batch-sizes 1 \
     --prompts ${PDL_PROMPTS:-10} --max-new-tokens 128 --repeats 2 --no-micro --phase-costs --configs $cols \
     --json "$R/pdl_b1.json"
-  TAIL=70 run chain_gaps 150 python3 benchmarks/loop_gaps.py --model default --draft $SHIPPED --device "$DEVICE" \
+  [ "${GAPS:-1}" = 0 ] || TAIL=70 run chain_gaps 150 python3 benchmarks/loop_gaps.py --model default --draft $SHIPPED --device "$DEVICE" \
     $TREE --prompts 4 --max-new-tokens 128 --timed 1 --stack-requests 0 --top 25 \
     --configs plain-compile-gemv-attn-pdl,spec-compile-gemv-attn-pdl --json "$R/chain_gaps.json" ${GAPS_EXTRA:-}
   TAIL=30 run pdl_b8 $(left) $EL bench --model default --draft $SHIPPED --device "$DEVICE" --batch-sizes 8 \
