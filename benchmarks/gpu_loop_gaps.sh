@@ -37,8 +37,9 @@
 #           and a decode. Ran 2026-12-06 (eleventh session) on one H100 (benchmarks/results/h100_2026-12-06b/E: two
 #           tiles make a decode cheaper and a verify dearer).
 #   call F  carry .carry/assets .whl (no GGUF)   STAGE=F: the GPU test of the same tokens with and without --pdl,
-#           then E's phase costs with the row rule that followed (gemv_kernels.early_tiles: two tiles at one row,
-#           one at more) against one tile at every row, in four processes (rule, one, rule, one).
+#           then E's phase costs (with the lookup branch of 16, and a speculative column without --pdl) under the row
+#           rule that followed (gemv_kernels.early_tiles: two tiles at one row, one at more) against one tile at every
+#           row, and with a verify's logits handed on in bf16 against float32: six processes.
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
@@ -134,18 +135,23 @@ stage_e() {
 }
 
 # F: the row rule (two early tiles at one row, one at more: gemv_kernels.early_tiles) against one tile at every row,
-# in four processes (rule, one, rule, one); first the GPU test of the same tokens with and without dependent launches
+# and a verify handing its logits on in bf16 against float32 (Transformer.logits(float32=False), the old way patched
+# back in), six processes: rule, one, rule + float32 logits, twice; first the GPU test of the same tokens with and
+# without dependent launches
 stage_f() {
   record_gpu
   TAIL=12 run pdl_test 150 python3 -m pytest -q -m gpu tests/engine/model/test_pdl.py -p no:cacheprovider
-  local t n=0 with='import sys, eaglelab.engine.model.gemv_kernels as G; G.EARLY_TILES_ONE_ROW = int(sys.argv[1]); '
-  with+='from eaglelab.cli import main; sys.exit(main(sys.argv[2:]))'
-  for t in 2 1 2 1; do
+  local t n=0 with='import sys, eaglelab.engine.model.gemv_kernels as G, eaglelab.engine.model.model as M; '
+  with+='G.EARLY_TILES_ONE_ROW = int(sys.argv[1]); f = M.Transformer.logits; '
+  with+='M.Transformer.logits = (lambda s, *a, float32=True, **k: f(s, *a, float32=True, **k)) '
+  with+='if sys.argv[2] == "f32" else f; from eaglelab.cli import main; sys.exit(main(sys.argv[3:]))'
+  for t in 2:bf16 1:bf16 2:f32 2:bf16 1:bf16 2:f32; do
     n=$((n + 1))
-    TAIL=14 run "onerow${t}_$n" 150 python3 -c "$with" "$t" bench --scale-model smollm2-135m --draft-vocab 12288 \
-      --dtype bfloat16 --seed 0 --device "$DEVICE" --steps 5 --topk 4 --draft-tokens 24 --batch-sizes 1 --prompts 4 \
-      --max-new-tokens ${EARLY_TOKENS:-64} --repeats 1 --no-micro --phase-costs \
-      --configs plain-compile-gemv-attn-pdl,spec-compile-gemv-attn-pdl --json "$R/onerow${t}_$n.json"
+    TAIL=14 run "onerow${t/:/_}_$n" $([ $n = 1 ] && echo 240 || echo 120) python3 -c "$with" "${t%:*}" "${t#*:}" bench --scale-model smollm2-135m \
+      --draft-vocab 12288 --dtype bfloat16 --seed 0 --device "$DEVICE" --steps 5 --topk 4 --draft-tokens 24 \
+      --lookup-tokens 16 --batch-sizes 1 --prompts 4 --max-new-tokens ${EARLY_TOKENS:-64} --repeats 1 --no-micro \
+      --phase-costs --configs plain-compile-gemv-attn-pdl,spec-compile-gemv-attn-pdl,spec-compile-gemv-attn \
+      --json "$R/onerow${t/:/_}_$n.json"
   done
 }
 

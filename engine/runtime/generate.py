@@ -433,7 +433,8 @@ class Engine:
         return emit_and_advance(state, tokens, accept_len, bonus, self.eos)
 
     def _verify(self, st: Batch, tree: DraftTree):
-        """The target over the tree at slots lengths..lengths+N-1. -> (logits [B, N, V], aux or None)."""
+        """The target over the tree at slots lengths..lengths+N-1. -> (logits [B, N, V] in the head's dtype, aux or
+        None)."""
         if self.spec.attention_mode == "decode":  # fixed shapes over the whole static cache: one graph
             ins = {"lengths": st.lengths, **_tree_inputs(tree)}
             logits, aux = self.runner.phase("verify", self._verify_fn(st.cache, tree.max_depth), ins, (st.cache,),
@@ -445,7 +446,7 @@ class Engine:
         mask = tree_attention_mask(st.lengths, tree, kv_len)
         hidden, aux = self.runner.verify_extend(st.cache, tree.tokens, tree.positions(st.lengths), slots, mask,
                                                 self._taps(), kv_len)
-        return self.target.logits(hidden), aux
+        return self.target.logits(hidden, float32=False), aux
 
     def _verify_fn(self, cache: KVCache, max_depth: int):
         def verify(lengths, tokens, parents, depth, mask):
@@ -454,7 +455,7 @@ class Engine:
             attn = tree_attention_mask(lengths, tree, cache.max_len)  # [B, N, S]
             hidden, aux = self.target(tokens, tree.positions(lengths), cache, slots, attn, self._taps(),
                                       kernels=self.runner.kernels)  # [B, N, H]
-            return self.target.logits(hidden, self.runner.kernels), aux
+            return self.target.logits(hidden, self.runner.kernels, float32=False), aux  # accept converts
         return verify
 
     def _accept(self, st: Batch, tree: DraftTree, logits, sampling: SamplingParams,

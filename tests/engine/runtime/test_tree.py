@@ -408,9 +408,14 @@ def test_greedy_token_is_argmax_eagerly_and_compiled(monkeypatch) -> None:
     shapes: list[tuple[int, ...]] = []
     rounds = tree._argmax_rounds
     monkeypatch.setattr(tree, "_argmax_rounds", lambda key, k: shapes.append(tuple(key.shape)) or rounds(key, k))
+    picks = []
     for t in (x, x.bfloat16()):
         shapes.clear()
         got = torch.compile(greedy_token, backend=dt.EagerAndRecordGraphs(), fullgraph=True)(t)
         assert shapes and shapes[0] == (3, 24, 49152 // tree.TOP_K_CHUNK, tree.TOP_K_CHUNK)
         assert torch.equal(got, t.argmax(dim=-1)) and torch.equal(greedy_token(t), t.argmax(dim=-1))
+        picks.append(got)
     assert greedy_token(x)[0, 0] == 100
+    # a verify hands its logits on in the head's dtype (bf16 on a GPU): the same picks as on their float32 values
+    wide = torch.compile(greedy_token, backend=dt.EagerAndRecordGraphs(), fullgraph=True)(x.bfloat16().float())
+    assert torch.equal(picks[1], wide) and torch.equal(greedy_token(x.bfloat16()), greedy_token(x.bfloat16().float()))
