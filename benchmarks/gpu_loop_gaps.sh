@@ -153,6 +153,13 @@ stage_f() {
       --phase-costs --configs plain-compile-gemv-attn-pdl,spec-compile-gemv-attn-pdl,spec-compile-gemv-attn \
       --json "$R/onerow${t/:/_}_$n.json"
   done
+  # the source of every kernel inductor made for these phases (read on a CPU beside loop_gaps' names and times)
+  (cd "${TORCHINDUCTOR_CACHE_DIR:-$EAGLELAB_CACHE/inductor}" 2>/dev/null &&
+    grep -rl --include=*.py "@triton.jit" . | tar czf "$R/inductor_kernels.tar.gz" -T -) || true
+  TAIL=70 run cycle_kernels $(left) python3 benchmarks/loop_gaps.py --scale-model smollm2-135m --draft-vocab 12288 \
+    --dtype bfloat16 --seed 0 --device "$DEVICE" --steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16 \
+    --prompts 2 --max-new-tokens 64 --timed 1 --stack-requests 0 --top 60 \
+    --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/cycle_kernels.json"
 }
 
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in C) echo 120;; *) echo 580;; esac)}; watchdog "$0"
