@@ -135,16 +135,18 @@ stage_e() {
 }
 
 # F: the row rule (two early tiles at one row, one at more: gemv_kernels.early_tiles) against one tile at every row,
-# and a verify handing its logits on in bf16 against float32 (Transformer.logits(float32=False), the old way patched
-# back in), six processes: rule, one, rule + float32 logits, twice; first the GPU test of the same tokens with and
-# without dependent launches
+# and the verify and draft steps handing their logits on in bf16 against float32 (Transformer.logits and
+# Eagle3Network.head with float32=False; the old way patched back in), six processes: rule, one, rule + float32
+# logits, twice; first the GPU test of the same tokens with and without dependent launches
 stage_f() {
   record_gpu
   TAIL=12 run pdl_test 150 python3 -m pytest -q -m gpu tests/engine/model/test_pdl.py -p no:cacheprovider
-  local t n=0 with='import sys, eaglelab.engine.model.gemv_kernels as G, eaglelab.engine.model.model as M; '
-  with+='G.EARLY_TILES_ONE_ROW = int(sys.argv[1]); f = M.Transformer.logits; '
-  with+='M.Transformer.logits = (lambda s, *a, float32=True, **k: f(s, *a, float32=True, **k)) '
-  with+='if sys.argv[2] == "f32" else f; from eaglelab.cli import main; sys.exit(main(sys.argv[3:]))'
+  local t n=0 with='import sys, eaglelab.engine.model.gemv_kernels as G, eaglelab.engine.model.model as M, '
+  with+='eaglelab.engine.model.eagle3 as E; G.EARLY_TILES_ONE_ROW = int(sys.argv[1]); '
+  with+='f, h = M.Transformer.logits, E.Eagle3Network.head; wide = sys.argv[2] == "f32"; '
+  with+='M.Transformer.logits = (lambda s, *a, float32=True, **k: f(s, *a, float32=True, **k)) if wide else f; '
+  with+='E.Eagle3Network.head = (lambda s, *a, float32=True, **k: h(s, *a, float32=True, **k)) if wide else h; '
+  with+='from eaglelab.cli import main; sys.exit(main(sys.argv[3:]))'
   for t in 2:bf16 1:bf16 2:f32 2:bf16 1:bf16 2:f32; do
     n=$((n + 1))
     TAIL=14 run "onerow${t/:/_}_$n" $([ $n = 1 ] && echo 240 || echo 120) python3 -c "$with" "${t%:*}" "${t#*:}" bench --scale-model smollm2-135m \

@@ -185,14 +185,15 @@ class Eagle3Network(nn.Module):
         slots: torch.Tensor | None = None,
         mask: torch.Tensor | None = None,
         kernels: Kernels = EAGER_KERNELS,
+        float32: bool = True,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """tokens [B, T] (the NEXT tokens), feats [B, T, H], positions [B, T].
 
         Returns the hidden state fed to the next step [B, T, H] (see :meth:`hidden`) and draft logits
-        [B, T, V_draft] (float32).
+        [B, T, V_draft] (float32; ``float32=False``: see :meth:`head`).
         """
         out = self.hidden(tokens, feats, positions, cache, slots, mask, kernels)  # [B, T, H]
-        return out, self.head(out, kernels)
+        return out, self.head(out, kernels, float32=float32)
 
     def hidden(self, tokens, feats, positions, cache=None, slots=None, mask=None,
                kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
@@ -204,11 +205,14 @@ class Eagle3Network(nn.Module):
         out = self.midlayer(embeds, feats, cos, sin, cache, slots, mask, kernels)  # [B, T, H] pre-norm
         return self.norm(out, kernels) if self.config.norm_output else out
 
-    def head(self, hidden: torch.Tensor, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
+    def head(self, hidden: torch.Tensor, kernels: Kernels = EAGER_KERNELS, float32: bool = True) -> torch.Tensor:
         """:meth:`hidden`'s state [..., H] -> draft logits [..., V_draft] (float32): lm_head(norm(out))
-        either way (under ``norm_output`` the state is already normalised)."""
+        either way (under ``norm_output`` the state is already normalised). ``float32=False``: in the head's dtype,
+        for the engine's draft steps, whose top-k reads them in float32 itself (converted exactly) without a float32
+        copy written first."""
         x = hidden if self.config.norm_output else self.norm(hidden, kernels)
-        return self.lm(x, kernels.gemv)[0].float()
+        out = self.lm(x, kernels.gemv)[0]
+        return out.float() if float32 else out
 
     def reset_buffers(self) -> None:
         from eaglelab.engine.model.layers import rope_inv_freq

@@ -134,7 +134,7 @@ class Eagle3Drafter:
         hidden = self.net.hidden(nxt, self.net.fuse(aux), positions, self.cache, positions,
                                  prefix_mask(positions, self.cache.max_len), self.kernels)  # [B, T, H]
         last = hidden[rows, lengths - 1]  # [B, H]
-        return last, self.net.head(last, self.kernels)  # [B, H], [B, V_draft] (the draft normalises them)
+        return last, self.net.head(last, self.kernels, float32=False)  # [B, H], [B, V_draft] (the draft normalises)
 
     def propose(self, st: DraftView, runner: Runner) -> DraftTree:
         """Every draft step, top-k and the tree: one phase (one graph per batch bucket)."""
@@ -154,7 +154,8 @@ class Eagle3Drafter:
             positions = (lengths + depth - 1)[:, None].expand(B, K)  # [B, K]
             slots = lengths[:, None] + (depth - 1) * K + torch.arange(K, device=dev)  # [B, K]
             mask = _draft_mask(lengths, frontier.mask, S)  # [B, K, S]
-            hidden, logits = self.net(frontier.tokens, feats, positions, self.cache, slots, mask, self.kernels)
+            hidden, logits = self.net(frontier.tokens, feats, positions, self.cache, slots, mask, self.kernels,
+                                      float32=False)  # the expansion reads them in float32
             frontier = builder.step(logits)  # normalised there, in the top-k's own passes
         tree = builder.finish(self.spec.draft_tokens)
         if not self.spec.lookup_tokens:
@@ -196,7 +197,7 @@ class Eagle3Drafter:
                                  prefix_mask(positions, self.cache.max_len), self.kernels)  # [B, D+1, H]
         rows = torch.arange(hidden.shape[0], device=hidden.device)
         last = hidden[rows, accept_len - 1]  # [B, H]: only the next root's logits are needed
-        return last, self.net.head(last, self.kernels)  # [B, H], [B, V_draft]
+        return last, self.net.head(last, self.kernels, float32=False)  # [B, H], [B, V_draft]
 
 
 def _draft_mask(prefix_len: torch.Tensor, frontier_mask: torch.Tensor, kv_len: int) -> torch.Tensor:
