@@ -433,8 +433,7 @@ class Engine:
         return emit_and_advance(state, tokens, accept_len, bonus, self.eos)
 
     def _verify(self, st: Batch, tree: DraftTree):
-        """The target over the tree at slots lengths..lengths+N-1. -> (logits [B, N, V] in the head's dtype, aux or
-        None)."""
+        """The target over the tree at slots lengths..lengths+N-1. -> (logits [B, N, V], head's dtype; aux or None)."""
         if self.spec.attention_mode == "decode":  # fixed shapes over the whole static cache: one graph
             ins = {"lengths": st.lengths, **_tree_inputs(tree)}
             logits, aux = self.runner.phase("verify", self._verify_fn(st.cache, tree.max_depth), ins, (st.cache,),
