@@ -137,7 +137,8 @@ stage_e() {
 # F: the row rule (two early tiles at one row, one at more: gemv_kernels.early_tiles) against one tile at every row,
 # and the verify and draft steps handing their logits on in bf16 against float32 (Transformer.logits and
 # Eagle3Network.head with float32=False; the old way patched back in), six processes: rule, one, rule + float32
-# logits, twice; first the GPU test of the same tokens with and without dependent launches
+# logits, twice (the logits pair first, then the rule's, as time allows); first the GPU test of the same tokens with
+# and without dependent launches
 stage_f() {
   record_gpu
   TAIL=12 run pdl_test 150 python3 -m pytest -q -m gpu tests/engine/model/test_pdl.py -p no:cacheprovider
@@ -147,8 +148,9 @@ stage_f() {
   with+='M.Transformer.logits = (lambda s, *a, float32=True, **k: f(s, *a, float32=True, **k)) if wide else f; '
   with+='E.Eagle3Network.head = (lambda s, *a, float32=True, **k: h(s, *a, float32=True, **k)) if wide else h; '
   with+='from eaglelab.cli import main; sys.exit(main(sys.argv[3:]))'
-  for t in 2:bf16 1:bf16 2:f32 2:bf16 1:bf16 2:f32; do
+  for t in 2:bf16 2:f32 2:bf16 2:f32 1:bf16 1:bf16; do  # the most wanted first: a short budget cuts the rest
     n=$((n + 1))
+    [ "$(left)" -gt 45 ] || break
     TAIL=14 run "onerow${t/:/_}_$n" $([ $n = 1 ] && echo 240 || echo 120) python3 -c "$with" "${t%:*}" "${t#*:}" bench --scale-model smollm2-135m \
       --draft-vocab 12288 --dtype bfloat16 --seed 0 --device "$DEVICE" --steps 5 --topk 4 --draft-tokens 24 \
       --lookup-tokens 16 --batch-sizes 1 --prompts 4 --max-new-tokens ${EARLY_TOKENS:-64} --repeats 1 --no-micro \
@@ -158,6 +160,7 @@ stage_f() {
   # the source of every kernel inductor made for these phases (read on a CPU beside loop_gaps' names and times)
   (cd "${TORCHINDUCTOR_CACHE_DIR:-$EAGLELAB_CACHE/inductor}" 2>/dev/null &&
     grep -rl --include=*.py "@triton.jit" . | tar czf "$R/inductor_kernels.tar.gz" -T -) || true
+  [ "$(left)" -gt 60 ] || return 0
   TAIL=70 run cycle_kernels $(left) python3 benchmarks/loop_gaps.py --scale-model smollm2-135m --draft-vocab 12288 \
     --dtype bfloat16 --seed 0 --device "$DEVICE" --steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16 \
     --prompts 2 --max-new-tokens 64 --timed 1 --stack-requests 0 --top 60 \
