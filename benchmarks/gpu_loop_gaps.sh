@@ -33,7 +33,7 @@
 #   call E  carry .carry/assets .whl (no GGUF: SmolLM2's shape with random weights)   STAGE=E: the chain of
 #           benchmarks/pdl_bench.py with one and two weight tiles loaded before the PDL wait; then bench's phase costs
 #           of the two `*-pdl` columns (5/4/24, batch 1) in four processes, EARLY_TILES 1, 2, 1, 2 (the op's
-#           constant, set in each process before it runs): what loading a second tile early does to a verify
+#           constant, set in each process by benchmarks/ab_constants.py): what loading a second tile early does to a verify
 #           and a decode. Ran 2026-12-06 (eleventh session) on one H100 (benchmarks/results/h100_2026-12-06b/E: two
 #           tiles make a decode cheaper and a verify dearer).
 #   call F  carry .carry/assets .whl (no GGUF)   STAGE=F: the GPU test of the same tokens with and without --pdl,
@@ -123,11 +123,10 @@ stage_e() {
   if [ "$DEVICE" = cuda ]; then TAIL=8 run pdl_chain2 120 python3 benchmarks/pdl_bench.py --rows 1,4,24,40 --replays 100 \
     --json "$R/pdl_chain2.json"
   else TAIL=8 run pdl_chain2 200 env TRITON_INTERPRET=1 python3 benchmarks/pdl_bench.py --check; fi  # a CPU dry run
-  local t n=0 with='import sys, eaglelab.engine.model.gemv_kernels as G; G.EARLY_TILES = int(sys.argv[1]); '
-  with+='from eaglelab.cli import main; sys.exit(main(sys.argv[2:]))'
+  local t n=0
   for t in 1 2 1 2; do
     n=$((n + 1))
-    TAIL=14 run "early${t}_$n" 150 python3 -c "$with" "$t" bench --scale-model smollm2-135m --draft-vocab 12288 \
+    TAIL=14 run "early${t}_$n" 150 python3 benchmarks/ab_constants.py --early-tiles "$t" -- bench --scale-model smollm2-135m --draft-vocab 12288 \
       --dtype bfloat16 --seed 0 --device "$DEVICE" --steps 5 --topk 4 --draft-tokens 24 --batch-sizes 1 --prompts 4 \
       --max-new-tokens ${EARLY_TOKENS:-64} --repeats 1 --no-micro --phase-costs \
       --configs plain-compile-gemv-attn-pdl,spec-compile-gemv-attn-pdl --json "$R/early${t}_$n.json"
@@ -136,22 +135,19 @@ stage_e() {
 
 # F: the row rule (two early tiles at one row, one at more: gemv_kernels.early_tiles) against one tile at every row,
 # and the verify and draft steps handing their logits on in bf16 against float32 (Transformer.logits and
-# Eagle3Network.head with float32=False; the old way patched back in), six processes: rule, one, rule + float32
+# Eagle3Network.head with float32=False; the old way patched back in by benchmarks/ab_constants.py), six processes: rule, one, rule + float32
 # logits, twice (the logits pair first, then the rule's, as time allows); first the GPU test of the same tokens with
 # and without dependent launches
 stage_f() {
   record_gpu
   TAIL=12 run pdl_test 150 python3 -m pytest -q -m gpu tests/engine/model/test_pdl.py -p no:cacheprovider
-  local t n=0 with='import sys, eaglelab.engine.model.gemv_kernels as G, eaglelab.engine.model.model as M, '
-  with+='eaglelab.engine.model.eagle3 as E; G.EARLY_TILES_ONE_ROW = int(sys.argv[1]); '
-  with+='f, h = M.Transformer.logits, E.Eagle3Network.head; wide = sys.argv[2] == "f32"; '
-  with+='M.Transformer.logits = (lambda s, *a, float32=True, **k: f(s, *a, float32=True, **k)) if wide else f; '
-  with+='E.Eagle3Network.head = (lambda s, *a, float32=True, **k: h(s, *a, float32=True, **k)) if wide else h; '
-  with+='from eaglelab.cli import main; sys.exit(main(sys.argv[3:]))'
+  local t n=0 wide
   for t in 2:bf16 2:f32 2:bf16 2:f32 1:bf16 1:bf16; do  # the most wanted first: a short budget cuts the rest
     n=$((n + 1))
     [ "$(left)" -gt 45 ] || break
-    TAIL=14 run "onerow${t/:/_}_$n" $([ $n = 1 ] && echo 240 || echo 120) python3 -c "$with" "${t%:*}" "${t#*:}" bench --scale-model smollm2-135m \
+    wide=$([ "${t#*:}" = f32 ] && echo --float32-logits)
+    TAIL=14 run "onerow${t/:/_}_$n" $([ $n = 1 ] && echo 240 || echo 120) python3 benchmarks/ab_constants.py \
+      --one-row-tiles "${t%:*}" $wide -- bench --scale-model smollm2-135m \
       --draft-vocab 12288 --dtype bfloat16 --seed 0 --device "$DEVICE" --steps 5 --topk 4 --draft-tokens 24 \
       --lookup-tokens 16 --batch-sizes 1 --prompts 4 --max-new-tokens ${EARLY_TOKENS:-64} --repeats 1 --no-micro \
       --phase-costs --configs plain-compile-gemv-attn-pdl,spec-compile-gemv-attn-pdl,spec-compile-gemv-attn \

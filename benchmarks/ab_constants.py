@@ -1,0 +1,45 @@
+"""Run one eaglelab command with an engine constant changed for an A/B across processes (a bench process each way,
+as `benchmarks/gpu_loop_gaps.sh` stages E and F do): the change is made before the command imports or compiles
+anything that reads it.
+
+    python benchmarks/ab_constants.py --early-tiles 2 -- bench --scale-model smollm2-135m ...
+    python benchmarks/ab_constants.py --one-row-tiles 1 --float32-logits -- bench ...
+
+--early-tiles / --one-row-tiles: the GEMV's weight tiles loaded before its PDL wait at more rows / at one row
+(``gemv_kernels.EARLY_TILES``, ``EARLY_TILES_ONE_ROW``); --float32-logits: the verify's and the draft steps' logits
+handed on as float32 copies, as before they stayed in the heads' dtype.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def main(argv: list[str]) -> int:
+    cut = argv.index("--") if "--" in argv else len(argv)
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--early-tiles", type=int, choices=(0, 1, 2))
+    p.add_argument("--one-row-tiles", type=int, choices=(0, 1, 2))
+    p.add_argument("--float32-logits", action="store_true")
+    args = p.parse_args(argv[:cut])
+    import eaglelab.engine.model.gemv_kernels as G
+
+    if args.early_tiles is not None:
+        G.EARLY_TILES = args.early_tiles
+    if args.one_row_tiles is not None:
+        G.EARLY_TILES_ONE_ROW = args.one_row_tiles
+    if args.float32_logits:
+        from eaglelab.engine.model.eagle3 import Eagle3Network
+        from eaglelab.engine.model.model import Transformer
+
+        for cls, name in ((Transformer, "logits"), (Eagle3Network, "head")):
+            real = getattr(cls, name)
+            setattr(cls, name, lambda self, *a, _real=real, float32=True, **k: _real(self, *a, float32=True, **k))
+    from eaglelab.cli import main as cli
+
+    return cli(argv[cut + 1:])
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
