@@ -4,10 +4,13 @@ anything that reads it.
 
     python benchmarks/ab_constants.py --early-tiles 2 -- bench --scale-model smollm2-135m ...
     python benchmarks/ab_constants.py --one-row-tiles 1 --float32-logits -- bench ...
+    python benchmarks/ab_constants.py --mask-per-layer -- bench ...
 
 --early-tiles / --one-row-tiles: the GEMV's weight tiles loaded before its PDL wait at more rows / at one row
 (``gemv_kernels.EARLY_TILES``, ``EARLY_TILES_ONE_ROW``); --float32-logits: the verify's and the draft steps' logits
-handed on as float32 copies, as before they stayed in the heads' dtype.
+handed on as float32 copies, as before they stayed in the heads' dtype; --mask-per-layer: a compiled forward's mask
+not passed through ``layers.shared`` (inductor then builds it again for each layer's attention op);
+--combo-kernels: inductor's combo kernels on (independent small kernels of a graph launched as one).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ def main(argv: list[str]) -> int:
     p.add_argument("--early-tiles", type=int, choices=(0, 1, 2))
     p.add_argument("--one-row-tiles", type=int, choices=(0, 1, 2))
     p.add_argument("--float32-logits", action="store_true")
+    p.add_argument("--mask-per-layer", action="store_true")
+    p.add_argument("--combo-kernels", action="store_true")
     args = p.parse_args(argv[:cut])
     import eaglelab.engine.model.gemv_kernels as G
 
@@ -36,6 +41,14 @@ def main(argv: list[str]) -> int:
         for cls, name in ((Transformer, "logits"), (Eagle3Network, "head")):
             real = getattr(cls, name)
             setattr(cls, name, lambda self, *a, _real=real, float32=True, **k: _real(self, *a, float32=True, **k))
+    if args.mask_per_layer:
+        import eaglelab.engine.model.layers as L
+
+        L.SHARE_MASK = False
+    if args.combo_kernels:
+        import torch._inductor.config as inductor
+
+        inductor.combo_kernels = True
     from eaglelab.cli import main as cli
 
     return cli(argv[cut + 1:])

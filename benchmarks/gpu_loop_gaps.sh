@@ -40,12 +40,17 @@
 #           then E's phase costs (with the lookup branch of 16, and a speculative column without --pdl) under the row
 #           rule that followed (gemv_kernels.early_tiles: two tiles at one row, one at more) against one tile at every
 #           row, and with a verify's logits handed on in bf16 against float32: six processes.
+#           Ran 2026-12-06 (twelfth session) twice (benchmarks/results/h100_2026-12-06c/F1, F2).
+#   call G  carry .carry/assets .whl (no GGUF)   STAGE=G: bench's phase costs (plain and 5/4/24 + 16, compiled, no
+#           --pdl) in processes G_RUNS: `shared` (main: a compiled forward's mask made once, layers.shared), `per-layer`
+#           (as before: inductor builds it again for each layer's attention op), `combo` (main with inductor's combo
+#           kernels); each kind's first process compiles from a cold cache (~100-140 s), a repeat ~30 s.
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
 # 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run), GAPS (1; 0: stage Q without
 # loop_gaps.py).
-STAGE=${STAGE:?set STAGE=C, X, K, I, P, Q, E or F}
+STAGE=${STAGE:?set STAGE=C, X, K, I, P, Q, E, F or G}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 TREE="--steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16"
@@ -140,22 +145,25 @@ stage_e() {
 # and without dependent launches
 stage_f() {
   record_gpu
-  TAIL=12 run pdl_test 150 python3 -m pytest -q -m gpu tests/engine/model/test_pdl.py -p no:cacheprovider
-  local t n=0 wide
-  for t in 2:bf16 2:f32 2:bf16 2:f32 1:bf16 1:bf16; do  # the most wanted first: a short budget cuts the rest
+  [ "${F_TEST:-1}" = 0 ] || TAIL=12 run pdl_test 150 python3 -m pytest -q -m gpu tests/engine/model/test_pdl.py \
+    -p no:cacheprovider
+  local t n=0 wide limit
+  # the most wanted first: a short budget cuts the rest. A process compiles from a cold inductor cache what no
+  # earlier one compiled (the first ~200 s on a bare machine, a float32-logits one ~100 s more, a warm one ~60 s)
+  for t in ${F_RUNS:-2:bf16 2:f32 2:bf16 2:f32 1:bf16 1:bf16}; do
     n=$((n + 1))
     [ "$(left)" -gt 45 ] || break
     wide=$([ "${t#*:}" = f32 ] && echo --float32-logits)
-    TAIL=14 run "onerow${t/:/_}_$n" $([ $n = 1 ] && echo 240 || echo 120) python3 benchmarks/ab_constants.py \
+    limit=$(case $n in 1) echo 250;; 2) echo 200;; *) echo 120;; esac)
+    [ "$limit" -lt "$(left)" ] || limit=$(left)
+    TAIL=14 run "onerow${t/:/_}_$n" "$limit" python3 benchmarks/ab_constants.py \
       --one-row-tiles "${t%:*}" $wide -- bench --scale-model smollm2-135m \
       --draft-vocab 12288 --dtype bfloat16 --seed 0 --device "$DEVICE" --steps 5 --topk 4 --draft-tokens 24 \
       --lookup-tokens 16 --batch-sizes 1 --prompts 4 --max-new-tokens ${EARLY_TOKENS:-64} --repeats 1 --no-micro \
       --phase-costs --configs plain-compile-gemv-attn-pdl,spec-compile-gemv-attn-pdl,spec-compile-gemv-attn \
       --json "$R/onerow${t/:/_}_$n.json"
+    [ $n != 1 ] || kernel_sources
   done
-  # the source of every kernel inductor made for these phases (read on a CPU beside loop_gaps' names and times)
-  (cd "${TORCHINDUCTOR_CACHE_DIR:-$EAGLELAB_CACHE/inductor}" 2>/dev/null &&
-    grep -rl --include=*.py "@triton.jit" . | tar czf "$R/inductor_kernels.tar.gz" -T -) || true
   [ "$(left)" -gt 60 ] || return 0
   TAIL=70 run cycle_kernels $(left) python3 benchmarks/loop_gaps.py --scale-model smollm2-135m --draft-vocab 12288 \
     --dtype bfloat16 --seed 0 --device "$DEVICE" --steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16 \
@@ -163,5 +171,39 @@ stage_f() {
     --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/cycle_kernels.json"
 }
 
+stage_g() {
+  record_gpu
+  local t n=0 flag limit
+  for t in ${G_RUNS:-shared per-layer combo shared per-layer combo}; do
+    n=$((n + 1))
+    [ "$(left)" -gt 40 ] || break
+    flag=$(case $t in per-layer) echo --mask-per-layer;; combo) echo --combo-kernels;; esac)
+    limit=$([ $n -le 3 ] && echo 200 || echo 90)
+    [ "$limit" -lt "$(left)" ] || limit=$(left)
+    TAIL=12 run "${t}_$n" "$limit" python3 benchmarks/ab_constants.py $flag -- bench --scale-model smollm2-135m \
+      --draft-vocab 12288 --dtype bfloat16 --seed 0 --device "$DEVICE" $TREE --batch-sizes 1 --prompts 4 \
+      --max-new-tokens 64 --repeats 1 --no-micro --phase-costs --configs plain-compile-gemv-attn,spec-compile-gemv-attn \
+      --json "$R/${t}_$n.json"
+    [ $n = 3 ] || continue
+    kernel_sources  # every kind compiled by now
+    # the same tokens with and without --pdl, compiled with GEMV and decode attention: the shared mask on a GPU
+    [ "$(left)" -gt 150 ] && TAIL=12 run pdl_test 150 python3 -m pytest -q -m gpu tests/engine/model/test_pdl.py \
+      -p no:cacheprovider
+  done
+}
+
+kernel_sources() {  # the source of every Triton kernel inductor made so far (read on a CPU beside a trace's names)
+  local d found=""
+  for d in "${TORCHINDUCTOR_CACHE_DIR:-}" "$EAGLELAB_CACHE/inductor" "/tmp/torchinductor_$(whoami)"; do
+    [ -n "$d" ] && [ -d "$d" ] || continue
+    log "inductor cache $d: $(find "$d" -type f | wc -l) files, $(du -sh "$d" | cut -f1)"
+    found="$found $d"
+  done
+  # shellcheck disable=SC2086
+  [ -n "$found" ] && find $found -name '*.py' -type f -exec grep -l 'triton' {} + 2>/dev/null |
+    tar czf "$R/inductor_kernels.tar.gz" -T - 2>/dev/null
+  log "kernel sources: $(tar tzf "$R/inductor_kernels.tar.gz" 2>/dev/null | wc -l) files"
+}
+
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in C) echo 120;; *) echo 580;; esac)}; watchdog "$0"
-run_stage C X K I P Q E F
+run_stage C X K I P Q E F G

@@ -343,3 +343,27 @@ def prefix_mask(slots: torch.Tensor, kv_len: int) -> torch.Tensor:
     """
     cols = torch.arange(kv_len, device=slots.device)
     return cols[None, None, :] <= slots[..., None]
+
+
+# Inside a compiled phase, inductor does not keep a cheap elementwise tensor that several opaque ops read: it
+# computes it again for each (the attention op's mask: one kernel a layer in a decode, ~1 us each of 30). Passed
+# through an opaque op first, it is one buffer every reader shares (measured: benchmarks/results/h100_2026-12-06c).
+SHARE_MASK = True
+
+
+@torch.library.custom_op("eaglelab::shared", mutates_args=())
+def _shared(x: torch.Tensor) -> torch.Tensor:
+    return x.clone()
+
+
+@_shared.register_fake
+def _shared_shape(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+def shared(x: torch.Tensor, readers: int) -> torch.Tensor:
+    """``x`` for ``readers`` opaque ops to read: under ``torch.compile`` with more than one, a copy made once by an
+    op the compiler cannot look into (so it computes ``x`` once, not once per reader); else ``x`` itself."""
+    if SHARE_MASK and readers > 1 and torch.compiler.is_compiling():
+        return _shared(x)
+    return x

@@ -17,7 +17,8 @@ from torch import nn
 
 from eaglelab.engine.model.config import ModelConfig
 from eaglelab.engine.core.kv_cache import KVCache
-from eaglelab.engine.model.layers import EAGER_KERNELS, FusedLinear, Kernels, RMSNorm, Rotary, attend, rope_inv_freq
+from eaglelab.engine.model.layers import (EAGER_KERNELS, FusedLinear, Kernels, RMSNorm, Rotary, attend, rope_inv_freq,
+                                          shared)
 from eaglelab.engine.model.tp_layers import (
     ColumnParallelLinear,
     DenseMLP,
@@ -154,6 +155,8 @@ class Transformer(nn.Module):
         """
         x = self.embed_tokens(input_ids)  # [B, T, H]
         cos, sin = self.rotary(positions, x.dtype)
+        if mask is not None:
+            mask = shared(mask, len(self.layers))  # compiled: one mask for every layer's attention
         tapped: dict[int, torch.Tensor] = {}
         if 0 in taps:
             tapped[0] = x

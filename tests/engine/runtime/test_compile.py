@@ -81,6 +81,62 @@ def test_compiled_speculation_gives_plain_greedy_tokens(tmp_path, monkeypatch, o
     assert all({"draft", "verify", "accept", "draft_extend"} <= set(c.phase_ms) for c in spec_cycles)
 
 
+@torch.library.custom_op("eaglelab_test::attention", mutates_args=())
+def _opaque_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=mask[:, None], enable_gqa=True)
+
+
+@_opaque_attention.register_fake
+def _(q, k, v, mask):
+    return torch.empty_like(q)
+
+
+class _OpaqueAttention:
+    """An attention kernel the compiler cannot look into, as the decode attention op is on a GPU."""
+
+    reason = None
+    setup_seconds = 0.0
+
+    def refusal(self, q, k, mask):
+        return None if mask is not None else "no mask"
+
+    def __call__(self, q, k, v, mask):
+        return _opaque_attention(q, k, v, mask)
+
+
+@pytest.mark.slow  # compiles a three-layer decode on the CPU twice (about a minute here)
+@pytest.mark.parametrize("share", [True, False], ids=["shared", "per-layer"])
+def test_a_compiled_forward_builds_its_mask_once(tmp_path, monkeypatch, share):
+    """Every layer's attention op reads one mask buffer, built once (``layers.shared``), with the eager outputs;
+    without it (``SHARE_MASK`` off) inductor builds the mask again for each layer."""
+    import eaglelab.engine.model.layers as layers
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    monkeypatch.setattr(layers, "SHARE_MASK", share)
+    cfg = ModelConfig.from_dict({**scale_config("tiny"), "num_hidden_layers": 3}, source="test")
+    model = Transformer(cfg)
+    randomize_(model, 4)
+    cache = model.make_cache(1, 32, dtype=torch.float32, device="cpu")
+    kernels = layers.Kernels(attention=_OpaqueAttention())
+
+    def decode(root, lengths):
+        slots = lengths[:, None]
+        return model(root[:, None], slots, cache, slots, prefix_mask(slots, cache.max_len), kernels=kernels)[0]
+
+    root, lengths = torch.tensor([3]), torch.tensor([6])
+    with torch.inference_mode():
+        ref = decode(root, lengths)
+        cache.k.zero_()
+        cache.v.zero_()
+        out, (code,) = run_and_get_code(torch.compile(decode, fullgraph=True, dynamic=False), root, lengths)
+    assert torch.allclose(out, ref, atol=1e-5)
+    call = code.split("def call")[1]
+    masks = re.findall(r"torch\.ops\.eaglelab_test\.attention\.default\([^\n]*?, (\w+)\)", call)
+    assert len(masks) == 3, call
+    assert (len(set(masks)) == 1) == share, masks
+    assert call.count("torch.ops.eaglelab.shared.default(") == (1 if share else 0)
+
+
 @pytest.mark.slow  # compiles a one-layer decode on the CPU (about half a minute here)
 def test_compiled_forward_writes_the_kv_cache_in_place(tmp_path, monkeypatch):
     """The compiled forward scatters the new K/V into the cache buffers: no buffer of a cache layer's
