@@ -10,7 +10,8 @@ anything that reads it.
 (``gemv_kernels.EARLY_TILES``, ``EARLY_TILES_ONE_ROW``); --float32-logits: the verify's and the draft steps' logits
 handed on as float32 copies, as before they stayed in the heads' dtype; --mask-per-layer: a compiled forward's mask
 not passed through ``layers.shared`` (inductor then builds it again for each layer's attention op);
---combo-kernels: inductor's combo kernels on (independent small kernels of a graph launched as one).
+--combo-kernels on|off: whole phases compiled with inductor's combo kernels or without
+(``compile.COMBO_KERNELS``; their default applies without --pdl only).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--one-row-tiles", type=int, choices=(0, 1, 2))
     p.add_argument("--float32-logits", action="store_true")
     p.add_argument("--mask-per-layer", action="store_true")
-    p.add_argument("--combo-kernels", action="store_true")
+    p.add_argument("--combo-kernels", choices=("on", "off"))
     args = p.parse_args(argv[:cut])
     import eaglelab.engine.model.gemv_kernels as G
 
@@ -45,10 +46,10 @@ def main(argv: list[str]) -> int:
         import eaglelab.engine.model.layers as L
 
         L.SHARE_MASK = False
-    if args.combo_kernels:
-        import torch._inductor.config as inductor
+    if args.combo_kernels is not None:
+        import eaglelab.engine.runtime.compile as C
 
-        inductor.combo_kernels = True
+        C.COMBO_KERNELS = args.combo_kernels == "on"
     from eaglelab.cli import main as cli
 
     return cli(argv[cut + 1:])

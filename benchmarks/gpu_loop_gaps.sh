@@ -43,8 +43,8 @@
 #           Ran 2026-12-06 (twelfth session) twice (benchmarks/results/h100_2026-12-06c/F1, F2).
 #   call G  carry .carry/assets .whl (no GGUF)   STAGE=G: bench's phase costs (plain and 5/4/24 + 16, compiled, no
 #           --pdl) in processes G_RUNS: `shared` (main: a compiled forward's mask made once, layers.shared), `per-layer`
-#           (as before: inductor builds it again for each layer's attention op), `combo` (main with inductor's combo
-#           kernels); each kind's first process compiles from a cold cache (~100-140 s), a repeat ~30 s.
+#           (as before: inductor builds it again for each layer's attention op), `combo` (`shared` with inductor's
+#           combo kernels: compile.COMBO_KERNELS); each kind's first process compiles from a cold cache (~100-140 s), a repeat ~30 s.
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
@@ -177,7 +177,7 @@ stage_g() {
   for t in ${G_RUNS:-shared per-layer combo shared per-layer combo}; do
     n=$((n + 1))
     [ "$(left)" -gt 40 ] || break
-    flag=$(case $t in per-layer) echo --mask-per-layer;; combo) echo --combo-kernels;; esac)
+    flag=$(case $t in per-layer) echo --mask-per-layer --combo-kernels off;; combo) echo --combo-kernels on;; *) echo --combo-kernels off;; esac)
     limit=$([ $n -le 3 ] && echo 200 || echo 90)
     [ "$limit" -lt "$(left)" ] || limit=$(left)
     TAIL=12 run "${t}_$n" "$limit" python3 benchmarks/ab_constants.py $flag -- bench --scale-model smollm2-135m \

@@ -34,6 +34,13 @@ from eaglelab.engine.runtime import cycle_ops
 # other captured state: more entries than dynamo's default limit of 8, which would run eagerly.
 RECOMPILE_LIMIT = 256
 
+# Whole phases compiled with inductor's combo kernels (independent small kernels of a graph launched as one: a
+# layer's two rotary kernels, a draft step's mask beside them), where their kernels do not launch dependently.
+# Measured on an H100 (SmolLM2's shape, 5/4/24 + 16, batch 1, benchmarks/results/h100_2026-12-06c/G): a decode
+# 0.808 -> 0.765 ms (plain 1,186 -> 1,256 tok/s), a verify 0.959 -> 0.914, the draft phase 0.257 -> 0.217. Not with
+# --pdl: untested there (inductor's PDL wait in a combined kernel).
+COMBO_KERNELS = False
+
 
 class CompileLog:
     """Says once that compilation started (before the first piece compiles), then each piece's time."""
@@ -120,11 +127,13 @@ class PhaseCompiler:
     made: list[CompiledOrEager] = field(default_factory=list)
     backend: str | None = None  # torch.compile backend; None = inductor ("eager": dynamo's trace alone, for tests)
     pdl: bool = False  # inductor generates PDL code (its kernels launch dependently: ``engine/model/pdl.py``)
+    combo: bool = False  # inductor's combo kernels (see COMBO_KERNELS)
 
     def __call__(self, label: str, fn: Callable) -> CompiledOrEager:
         options: dict[str, Any] = {"fullgraph": True, "dynamic": False}
-        if self.pdl:
-            options |= pdl_launch.inductor_options(self.mode)  # the mode as its options: torch takes one or other
+        if self.pdl or self.combo:  # inductor's options, the mode spelled as its options: torch takes one or other
+            inductor = pdl_launch.inductor_options(self.mode)["options"] if self.pdl else _mode_options(self.mode)
+            options["options"] = inductor | ({"combo_kernels": True} if self.combo else {})
         elif self.mode is not None:
             options["mode"] = self.mode
         if self.backend is not None:
@@ -132,6 +141,12 @@ class PhaseCompiler:
         phase = CompiledOrEager(label, fn, self.log, **options)
         self.made.append(phase)
         return phase
+
+
+def _mode_options(mode: str | None) -> dict[str, Any]:
+    from torch._inductor import list_mode_options
+
+    return dict(list_mode_options(mode)) if mode is not None else {}
 
 
 def _compiled_parts(kernels: Kernels) -> list[CompiledOrEager]:
@@ -166,13 +181,16 @@ def inductor_cache_dir(root: Path) -> Path:
 
 
 def compiled_kernels(cache_root: Path, log: Callable[[str], None] | None = None, mode: str | None = None,
-                     pdl: bool = False) -> Kernels:
+                     pdl: bool = False, combo: bool | None = None) -> Kernels:
     """The compiled :class:`Kernels` (compiled lazily, on first use): whole phases under CUDA graphs
     (``mode`` as torch.compile takes it; ``pdl``: their kernels launch dependently, ``engine/model/pdl.py``; the
-    caller checked ``pdl.refusal``), the elementwise pieces in eager runs."""
+    caller checked ``pdl.refusal``; ``combo``: inductor's combo kernels, None: :data:`COMBO_KERNELS` without
+    ``pdl`` and off with it), the elementwise pieces in eager runs."""
     inductor_cache_dir(cache_root)
     said = CompileLog(log)
-    phases = PhaseCompiler(CompileLog(log, "each phase (decoder stack + sampling) per batch bucket"), mode, pdl=pdl)
+    combo = COMBO_KERNELS and not pdl if combo is None else combo
+    phases = PhaseCompiler(CompileLog(log, "each phase (decoder stack + sampling) per batch bucket"), mode, pdl=pdl,
+                           combo=combo)
     return Kernels(
         rms_norm=CompiledOrEager("rms_norm", rms_norm, said),
         rotary=CompiledOrEager("rotary", rotary_qk, said),

@@ -321,3 +321,36 @@ def test_an_uncompiled_prompt_runs_the_compiled_pieces(compile_prefill):
         assert calls == []
     else:  # the warm-up run and the capture's: each the whole prefill, nothing of the cycles
         assert len(calls) % prompt_norms == 0 and calls and all(c[:2] == (2, 16) for c in calls), calls
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_combo_kernels_give_the_same_tokens_on_cuda(tmp_path, monkeypatch):
+    """bf16 on the GPU, compiled phases with our GEMV and decode attention, a one-graph speculative cycle with a
+    lookup branch (its verify is the target's forward a decode runs, over more rows): inductor's combo kernels
+    (``compile.COMBO_KERNELS``) give the same tokens and accepted lengths as without (they launch independent
+    kernels together, the same maths in each)."""
+    from dataclasses import replace
+
+    from eaglelab.engine.model.decode_attention import TritonDecodeAttention
+    from eaglelab.engine.model.gemv import TritonGemv
+    from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
+    from tests.conftest import random_model
+    from tests.engine.runtime.test_speculative import CFG, TAPS, random_drafter
+    from tests.engine.runtime.test_speculative import PROMPTS as SPEC_PROMPTS
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    model = random_model(CFG, seed=21).to("cuda", torch.bfloat16)
+    net = random_drafter(model, 5, draft_vocab=CFG["vocab_size"]).to("cuda", torch.bfloat16)
+    gemv, attention = TritonGemv(), TritonDecodeAttention()  # one tuner for both: the same tilings, the same sums
+    spec = SpecConfig("eagle3", 3, 4, 12, cuda_graphs=True, compile=True, lookup_tokens=4)
+    got = {}
+    for combo in (False, True):
+        kernels = replace(compiled_kernels(tmp_path, combo=combo), gemv=gemv, attention=attention)
+        assert kernels.compile_phase.combo == combo
+        drafter = Eagle3Drafter(net, spec, TAPS)
+        runner = CudaGraphRunner.for_engine(model, spec, drafter, max_len=160, buckets=(1,), kernels=kernels)
+        out = Engine(model, drafter=drafter, spec=spec, runner=runner).generate(SPEC_PROMPTS[:1], 32)
+        assert not runner._failed and compile_report(kernels)[1] == [], (runner._failed, compile_report(kernels))
+        got[combo] = (out.tokens, out.accept_lens)
+    assert got[True] == got[False]
