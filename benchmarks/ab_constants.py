@@ -11,7 +11,7 @@ anything that reads it.
 handed on as float32 copies, as before they stayed in the heads' dtype; --mask-per-layer: a compiled forward's mask
 not passed through ``layers.shared`` (inductor then builds it again for each layer's attention op);
 --combo-kernels on|off: whole phases compiled with inductor's combo kernels or without
-(``compile.COMBO_KERNELS``; their default applies without --pdl only).
+(``compile.COMBO_KERNELS``; their default applies without --pdl only); --combo-with-pdl: under --pdl too (``COMBO_WITH_PDL``).
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--float32-logits", action="store_true")
     p.add_argument("--mask-per-layer", action="store_true")
     p.add_argument("--combo-kernels", choices=("on", "off"))
+    p.add_argument("--combo-with-pdl", action="store_true")
     args = p.parse_args(argv[:cut])
     import eaglelab.engine.model.gemv_kernels as G
 
@@ -50,6 +51,10 @@ def main(argv: list[str]) -> int:
         import eaglelab.engine.runtime.compile as C
 
         C.COMBO_KERNELS = args.combo_kernels == "on"
+    if args.combo_with_pdl:
+        import eaglelab.engine.runtime.compile as C
+
+        C.COMBO_WITH_PDL = True
     from eaglelab.cli import main as cli
 
     return cli(argv[cut + 1:])

@@ -45,12 +45,18 @@
 #           --pdl) in processes G_RUNS: `shared` (main: a compiled forward's mask made once, layers.shared), `per-layer`
 #           (as before: inductor builds it again for each layer's attention op), `combo` (`shared` with inductor's
 #           combo kernels: compile.COMBO_KERNELS); each kind's first process compiles from a cold cache (~100-140 s), a repeat ~30 s.
+#           Ran 2026-12-06 (twelfth session, benchmarks/results/h100_2026-12-06c/G).
+#   call H  carry .carry/assets .whl (no GGUF)   STAGE=H: the GPU test of combo kernels' tokens (without and, on a
+#           Hopper GPU, with --pdl) and of --pdl's; then phase costs of the `*-pdl` pair and the plain pair with
+#           combo kernels on and off (`compile.COMBO_KERNELS`; under --pdl forced on by H_PDL_COMBO=1, since the
+#           constant applies without --pdl only), H_RUNS processes (on off on off). Not run yet: the first call of
+#           the next session, before COMBO_KERNELS is turned on (~400 s on a bare machine).
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
 # 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run), GAPS (1; 0: stage Q without
 # loop_gaps.py).
-STAGE=${STAGE:?set STAGE=C, X, K, I, P, Q, E, F or G}
+STAGE=${STAGE:?set STAGE=C, X, K, I, P, Q, E, F, G or H}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 TREE="--steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16"
@@ -192,6 +198,24 @@ stage_g() {
   done
 }
 
+stage_h() {
+  record_gpu
+  TAIL=14 run combo_test 240 python3 -m pytest -q -m gpu tests/engine/runtime/test_compile.py -k combo \
+    -p no:cacheprovider
+  TAIL=12 run pdl_test 150 python3 -m pytest -q -m gpu tests/engine/model/test_pdl.py -p no:cacheprovider
+  local t n=0
+  for t in ${H_RUNS:-on off on off}; do
+    n=$((n + 1))
+    [ "$(left)" -gt 40 ] || break
+    TAIL=12 run "combo_${t}_$n" "$(left)" python3 benchmarks/ab_constants.py --combo-kernels "$t" \
+      $([ "$t" = on ] && echo --combo-with-pdl) -- bench --scale-model smollm2-135m \
+      --draft-vocab 12288 --dtype bfloat16 --seed 0 --device "$DEVICE" $TREE --batch-sizes 1 --prompts 4 \
+      --max-new-tokens 64 --repeats 1 --no-micro --phase-costs \
+      --configs plain-compile-gemv-attn,spec-compile-gemv-attn,plain-compile-gemv-attn-pdl,spec-compile-gemv-attn-pdl \
+      --json "$R/combo_${t}_$n.json"
+  done
+}
+
 kernel_sources() {  # the source of every Triton kernel inductor made so far (read on a CPU beside a trace's names)
   local d found=""
   for d in "${TORCHINDUCTOR_CACHE_DIR:-}" "$EAGLELAB_CACHE/inductor" "/tmp/torchinductor_$(whoami)"; do
@@ -206,4 +230,4 @@ kernel_sources() {  # the source of every Triton kernel inductor made so far (re
 }
 
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in C) echo 120;; *) echo 580;; esac)}; watchdog "$0"
-run_stage C X K I P Q E F G
+run_stage C X K I P Q E F G H

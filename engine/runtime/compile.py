@@ -38,8 +38,9 @@ RECOMPILE_LIMIT = 256
 # layer's two rotary kernels, a draft step's mask beside them), where their kernels do not launch dependently.
 # Measured on an H100 (SmolLM2's shape, 5/4/24 + 16, batch 1, benchmarks/results/h100_2026-12-06c/G): a decode
 # 0.808 -> 0.765 ms (plain 1,186 -> 1,256 tok/s), a verify 0.959 -> 0.914, the draft phase 0.257 -> 0.217. Not with
-# --pdl: untested there (inductor's PDL wait in a combined kernel).
+# --pdl: untested there (inductor's PDL wait in a combined kernel), unless COMBO_WITH_PDL.
 COMBO_KERNELS = False
+COMBO_WITH_PDL = False
 
 
 class CompileLog:
@@ -184,11 +185,11 @@ def compiled_kernels(cache_root: Path, log: Callable[[str], None] | None = None,
                      pdl: bool = False, combo: bool | None = None) -> Kernels:
     """The compiled :class:`Kernels` (compiled lazily, on first use): whole phases under CUDA graphs
     (``mode`` as torch.compile takes it; ``pdl``: their kernels launch dependently, ``engine/model/pdl.py``; the
-    caller checked ``pdl.refusal``; ``combo``: inductor's combo kernels, None: :data:`COMBO_KERNELS` without
-    ``pdl`` and off with it), the elementwise pieces in eager runs."""
+    caller checked ``pdl.refusal``; ``combo``: inductor's combo kernels, None: :data:`COMBO_KERNELS`, under ``pdl``
+    only with :data:`COMBO_WITH_PDL`), the elementwise pieces in eager runs."""
     inductor_cache_dir(cache_root)
     said = CompileLog(log)
-    combo = COMBO_KERNELS and not pdl if combo is None else combo
+    combo = COMBO_KERNELS and (not pdl or COMBO_WITH_PDL) if combo is None else combo
     phases = PhaseCompiler(CompileLog(log, "each phase (decoder stack + sampling) per batch bucket"), mode, pdl=pdl,
                            combo=combo)
     return Kernels(

@@ -186,6 +186,37 @@ def test_a_phase_that_cannot_compile_runs_eagerly_in_its_graph_and_says_why(tmp_
     assert runner._status["odd"] == REPLAY and len(runner.capture_stats) == 1  # captured: the eager phase replays
 
 
+def test_combo_kernels_reach_each_phase_s_inductor_options(tmp_path, monkeypatch):
+    """``compile.COMBO_KERNELS`` turns inductor's combo kernels on for every compiled phase, not under --pdl unless
+    ``COMBO_WITH_PDL``; an explicit ``combo`` wins; the PDL option and a mode keep their places beside it."""
+    import eaglelab.engine.runtime.compile as C
+
+    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    seen = []
+    monkeypatch.setattr(C, "CompiledOrEager", lambda name, fn, log=None, **options: seen.append(options) or fn)
+
+    def options(pdl=False, combo=None, mode=None):
+        kernels = C.compiled_kernels(tmp_path, pdl=pdl, combo=combo, mode=mode)
+        kernels.compile_phase("decode [b=1]", lambda: None)
+        return kernels.compile_phase.combo, seen[-1]
+
+    monkeypatch.setattr(C, "COMBO_KERNELS", False)
+    assert options() == (False, {"fullgraph": True, "dynamic": False})
+    assert options(mode="max-autotune-no-cudagraphs")[1]["mode"] == "max-autotune-no-cudagraphs"
+    monkeypatch.setattr(C, "COMBO_KERNELS", True)
+    combo, got = options()
+    assert combo and got["options"] == {"combo_kernels": True} and "mode" not in got
+    combo, got = options(pdl=True)
+    assert not combo and got["options"] == {"triton.enable_pdl": True}
+    monkeypatch.setattr(C, "COMBO_WITH_PDL", True)
+    combo, got = options(pdl=True)
+    assert combo and got["options"] == {"triton.enable_pdl": True, "combo_kernels": True}
+    combo, got = options(combo=False)
+    assert not combo and "options" not in got
+    combo, got = options(combo=True, mode="max-autotune-no-cudagraphs")
+    assert got["options"]["combo_kernels"] and got["options"]["max_autotune"] and "mode" not in got
+
+
 def test_a_piece_that_cannot_compile_runs_eagerly_and_says_why():
     logged = []
     piece = CompiledOrEager("rms_norm", rms_norm, logged.append)
@@ -329,9 +360,10 @@ def test_combo_kernels_give_the_same_tokens_on_cuda(tmp_path, monkeypatch):
     """bf16 on the GPU, compiled phases with our GEMV and decode attention, a one-graph speculative cycle with a
     lookup branch (its verify is the target's forward a decode runs, over more rows): inductor's combo kernels
     (``compile.COMBO_KERNELS``) give the same tokens and accepted lengths as without (they launch independent
-    kernels together, the same maths in each)."""
+    kernels together, the same maths in each); on a GPU with dependent launches (Hopper), with ``--pdl`` too."""
     from dataclasses import replace
 
+    from eaglelab.engine.model import pdl
     from eaglelab.engine.model.decode_attention import TritonDecodeAttention
     from eaglelab.engine.model.gemv import TritonGemv
     from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
@@ -344,13 +376,15 @@ def test_combo_kernels_give_the_same_tokens_on_cuda(tmp_path, monkeypatch):
     net = random_drafter(model, 5, draft_vocab=CFG["vocab_size"]).to("cuda", torch.bfloat16)
     gemv, attention = TritonGemv(), TritonDecodeAttention()  # one tuner for both: the same tilings, the same sums
     spec = SpecConfig("eagle3", 3, 4, 12, cuda_graphs=True, compile=True, lookup_tokens=4)
+    ways = [(False, False), (True, False)] + ([(True, True)] if pdl.refusal("cuda") is None else [])
     got = {}
-    for combo in (False, True):
-        kernels = replace(compiled_kernels(tmp_path, combo=combo), gemv=gemv, attention=attention)
+    for combo, dependent in ways:  # (combo kernels, --pdl)
+        kernels = replace(compiled_kernels(tmp_path, pdl=dependent, combo=combo), gemv=gemv, attention=attention)
         assert kernels.compile_phase.combo == combo
         drafter = Eagle3Drafter(net, spec, TAPS)
         runner = CudaGraphRunner.for_engine(model, spec, drafter, max_len=160, buckets=(1,), kernels=kernels)
         out = Engine(model, drafter=drafter, spec=spec, runner=runner).generate(SPEC_PROMPTS[:1], 32)
         assert not runner._failed and compile_report(kernels)[1] == [], (runner._failed, compile_report(kernels))
-        got[combo] = (out.tokens, out.accept_lens)
-    assert got[True] == got[False]
+        got[combo, dependent] = (out.tokens, out.accept_lens)
+    for way in ways[1:]:
+        assert got[way] == got[False, False], way
