@@ -11,7 +11,8 @@ anything that reads it.
 handed on as float32 copies, as before they stayed in the heads' dtype; --mask-per-layer: a compiled forward's mask
 not passed through ``layers.shared`` (inductor then builds it again for each layer's attention op);
 --combo-kernels on|off: whole phases compiled with inductor's combo kernels or without
-(``compile.COMBO_KERNELS``; their default applies without --pdl only); --combo-with-pdl: under --pdl too (``COMBO_WITH_PDL``).
+(``compile.COMBO_KERNELS``; their default applies without --pdl only); --combo-with-pdl: under --pdl too (``COMBO_WITH_PDL``);
+--expand-one-launch on|off: a draft step's expansion in one launch or two (``cycle_kernels.EXPAND_ONE_LAUNCH``).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--mask-per-layer", action="store_true")
     p.add_argument("--combo-kernels", choices=("on", "off"))
     p.add_argument("--combo-with-pdl", action="store_true")
+    p.add_argument("--expand-one-launch", choices=("on", "off"))
     args = p.parse_args(argv[:cut])
     import eaglelab.engine.model.gemv_kernels as G
 
@@ -55,6 +57,10 @@ def main(argv: list[str]) -> int:
         import eaglelab.engine.runtime.compile as C
 
         C.COMBO_WITH_PDL = True
+    if args.expand_one_launch is not None:
+        import eaglelab.engine.runtime.cycle_kernels as K
+
+        K.EXPAND_ONE_LAUNCH = args.expand_one_launch == "on"
     from eaglelab.cli import main as cli
 
     return cli(argv[cut + 1:])

@@ -46,11 +46,11 @@
 #           (as before: inductor builds it again for each layer's attention op), `combo` (`shared` with inductor's
 #           combo kernels: compile.COMBO_KERNELS); each kind's first process compiles from a cold cache (~100-140 s), a repeat ~30 s.
 #           Ran 2026-12-06 (twelfth session, benchmarks/results/h100_2026-12-06c/G).
-#   call H  carry .carry/assets .whl (no GGUF)   STAGE=H: the GPU test of combo kernels' tokens (without and, on a
-#           Hopper GPU, with --pdl) and of --pdl's; then phase costs of the `*-pdl` pair and the plain pair with
-#           combo kernels on and off (`compile.COMBO_KERNELS`; under --pdl forced on by H_PDL_COMBO=1, since the
-#           constant applies without --pdl only), H_RUNS processes (on off on off). Not run yet: the first call of
-#           the next session, before COMBO_KERNELS is turned on (~400 s on a bare machine).
+#   call H  carry .carry/assets .whl (no GGUF)   STAGE=H: the GPU tests of combo kernels' tokens (without and, on a
+#           Hopper GPU, with --pdl) and of a draft step's expansion in one launch; then phase costs of the plain and
+#           `*-pdl` pairs in H_RUNS processes: `combo` (compile.COMBO_KERNELS and COMBO_WITH_PDL on), `nocombo`,
+#           `combo-one` (and cycle_kernels.EXPAND_ONE_LAUNCH); the first three decide, the repeats run as time
+#           allows (~600 s on a bare machine). Not run yet: the next session's first call, before either is on.
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
@@ -202,17 +202,19 @@ stage_h() {
   record_gpu
   TAIL=14 run combo_test 240 python3 -m pytest -q -m gpu tests/engine/runtime/test_compile.py -k combo \
     -p no:cacheprovider
-  TAIL=12 run pdl_test 150 python3 -m pytest -q -m gpu tests/engine/model/test_pdl.py -p no:cacheprovider
-  local t n=0
-  for t in ${H_RUNS:-on off on off}; do
+  TAIL=8 run expand_test 90 python3 -m pytest -q -m gpu tests/engine/runtime/test_cycle_ops.py -k expansion \
+    -p no:cacheprovider
+  local t n=0 flags
+  for t in ${H_RUNS:-combo nocombo combo-one combo nocombo combo-one}; do
     n=$((n + 1))
     [ "$(left)" -gt 40 ] || break
-    TAIL=12 run "combo_${t}_$n" "$(left)" python3 benchmarks/ab_constants.py --combo-kernels "$t" \
-      $([ "$t" = on ] && echo --combo-with-pdl) -- bench --scale-model smollm2-135m \
+    flags=$(case $t in combo) echo --combo-kernels on --combo-with-pdl;; nocombo) echo --combo-kernels off;;
+            combo-one) echo --combo-kernels on --combo-with-pdl --expand-one-launch on;; esac)
+    TAIL=12 run "${t}_$n" "$(left)" python3 benchmarks/ab_constants.py $flags -- bench --scale-model smollm2-135m \
       --draft-vocab 12288 --dtype bfloat16 --seed 0 --device "$DEVICE" $TREE --batch-sizes 1 --prompts 4 \
       --max-new-tokens 64 --repeats 1 --no-micro --phase-costs \
       --configs plain-compile-gemv-attn,spec-compile-gemv-attn,plain-compile-gemv-attn-pdl,spec-compile-gemv-attn-pdl \
-      --json "$R/combo_${t}_$n.json"
+      --json "$R/${t}_$n.json"
   done
 }
 

@@ -9,7 +9,8 @@ root, as ``loop_state.emit_and_advance`` does in ~10 operations.
 ``expand_blocks_kernel`` then ``expand_select_kernel``: a draft step's expansion (``tree.expand_step``), the
 drafter's logits ranked in blocks of :data:`CHUNK` entries (each block's best k, max and sum of exponentials, as
 ``tree._top_k_fused`` does), then per batch row each frontier node's best k, their log-probabilities and cumulative
-scores, and the k best of those candidates (ties to the lower index throughout, as the reference).
+scores, and the k best of those candidates (ties to the lower index throughout, as the reference); or
+``expand_kernel``, both in one launch (:data:`EXPAND_ONE_LAUNCH`).
 """
 
 from __future__ import annotations
@@ -122,12 +123,10 @@ FLOOR = tl.constexpr(-3.4028234663852886e38)  # float32's lowest: a NaN or -inf 
 
 
 @triton.jit
-def expand_blocks_kernel(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, V, C, s_x_row,
-                         CHUNK: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, PDL: tl.constexpr = False):
-    """Program (row, c): the best K entries of block c (CHUNK entries) of the drafter's logits row, in K rounds of a
-    max (ties to the lower index), their rank keys and indices; the block's max key and sum of exp(key - max)."""
-    enter(PDL)
-    row, c = tl.program_id(0), tl.program_id(1)
+def _rank_block(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, row, c, V, C, s_x_row,
+                CHUNK: tl.constexpr, K: tl.constexpr, KP: tl.constexpr):
+    """Block c (CHUNK entries) of the drafter's logits row ``row``: its best K entries in K rounds of a max (ties to
+    the lower index), their rank keys and indices; the block's max key and sum of exp(key - max)."""
     j = c * CHUNK + tl.arange(0, CHUNK)
     x = tl.load(x_ptr + row * s_x_row + j, mask=j < V, other=0.0).to(tl.float32)
     key = tl.where((x != x) | (x == float("-inf")), FLOOR, x)
@@ -151,22 +150,28 @@ def expand_blocks_kernel(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, V, C, s_x_
 
 
 @triton.jit
-def expand_select_kernel(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, score_ptr, tok_ptr, cand_ptr, sel_ptr,
-                         F, C, s_x_b, s_x_f, s_score_b, s_score_f,
-                         K: tl.constexpr, FP: tl.constexpr, KP: tl.constexpr, CP: tl.constexpr, CKP: tl.constexpr,
-                         PDL: tl.constexpr = False):
-    """Program b: for each of the F frontier rows, the best K of its blocks' candidates (K rounds, ties to the first
+def _shared_load(ptr, mask, other, CG: tl.constexpr):
+    """A load of what other programs of this launch wrote (CG: past this SM's L1, as the ticket's last reader)."""
+    if CG:
+        return tl.load(ptr, mask=mask, other=other, cache_modifier=".cg")
+    return tl.load(ptr, mask=mask, other=other)
+
+
+@triton.jit
+def _select_row(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, score_ptr, tok_ptr, cand_ptr, sel_ptr, b,
+                F, C, s_x_b, s_x_f, s_score_b, s_score_f,
+                K: tl.constexpr, FP: tl.constexpr, KP: tl.constexpr, CP: tl.constexpr, CKP: tl.constexpr,
+                CG: tl.constexpr):
+    """Batch row b: for each of the F frontier rows, the best K of its blocks' candidates (K rounds, ties to the first
     candidate: the lower index), their log-probabilities (less the row's log-sum-exp from the blocks' maxima and
     sums) added to the frontier node's score: F * K candidates; then the K best candidates (ranks counted, ties to
     the lower candidate)."""
-    enter(PDL)
-    b = tl.program_id(0)
     f = tl.arange(0, FP)[:, None]  # [FP, 1]
     q = tl.arange(0, CKP)[None, :]  # [1, CKP]: candidate c * K + t of the blocks
     rows = b * F + f
     real = (f < F) & (q < C * K)
-    cand = tl.load(val_ptr + rows * (C * K) + q, mask=real, other=float("-inf"))
-    cand_idx = tl.load(idx_ptr + rows * (C * K) + q, mask=real, other=0)
+    cand = _shared_load(val_ptr + rows * (C * K) + q, real, float("-inf"), CG)
+    cand_idx = _shared_load(idx_ptr + rows * (C * K) + q, real, 0, CG)
     r = tl.arange(0, KP)[None, :]  # [1, KP]
     picks = tl.zeros((FP, KP), tl.int32)
     for t in tl.static_range(K):
@@ -175,8 +180,8 @@ def expand_select_kernel(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, score_ptr,
         picks = tl.where(r == t, tl.sum(tl.where(q == at, cand_idx, 0), axis=1)[:, None], picks)
         cand = tl.where(q == at, float("-inf"), cand)
     c = tl.arange(0, CP)[None, :]
-    peak = tl.load(peak_ptr + rows * C + c, mask=(f < F) & (c < C), other=float("-inf"))
-    mass = tl.load(mass_ptr + rows * C + c, mask=(f < F) & (c < C), other=0.0)
+    peak = _shared_load(peak_ptr + rows * C + c, (f < F) & (c < C), float("-inf"), CG)
+    mass = _shared_load(mass_ptr + rows * C + c, (f < F) & (c < C), 0.0, CG)
     top = tl.max(peak, axis=1)[:, None]  # [FP, 1]
     lse = top + tl.log(tl.sum(tl.where(c < C, mass * tl.exp(peak - top), 0.0), axis=1)[:, None])
     valid = (f < F) & (r < K)  # [FP, KP]
@@ -199,6 +204,46 @@ def expand_select_kernel(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, score_ptr,
     t = tl.arange(0, KP)
     chosen = tl.sum(tl.where((rank[None, :] == t[:, None]) & ok[None, :], index[None, :], 0), axis=1)
     tl.store(sel_ptr + b * K + t, chosen.to(tl.int64), mask=t < K)
+
+
+@triton.jit
+def expand_blocks_kernel(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, V, C, s_x_row,
+                         CHUNK: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, PDL: tl.constexpr = False):
+    """Program (row, c): block c of the drafter's logits row ranked (``_rank_block``)."""
+    enter(PDL)
+    _rank_block(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, tl.program_id(0), tl.program_id(1), V, C, s_x_row,
+                CHUNK, K, KP)
+
+
+@triton.jit
+def expand_select_kernel(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, score_ptr, tok_ptr, cand_ptr, sel_ptr,
+                         F, C, s_x_b, s_x_f, s_score_b, s_score_f,
+                         K: tl.constexpr, FP: tl.constexpr, KP: tl.constexpr, CP: tl.constexpr, CKP: tl.constexpr,
+                         PDL: tl.constexpr = False):
+    """Program b: batch row b's candidates and picks (``_select_row``) from the blocks the kernel before ranked."""
+    enter(PDL)
+    _select_row(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, score_ptr, tok_ptr, cand_ptr, sel_ptr, tl.program_id(0),
+                F, C, s_x_b, s_x_f, s_score_b, s_score_f, K, FP, KP, CP, CKP, False)
+
+
+@triton.jit
+def expand_kernel(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, score_ptr, tok_ptr, cand_ptr, sel_ptr, ticket_ptr,
+                  V, F, C, s_x_row, s_x_b, s_x_f, s_score_b, s_score_f,
+                  CHUNK: tl.constexpr, K: tl.constexpr, KP: tl.constexpr, FP: tl.constexpr, CP: tl.constexpr,
+                  CKP: tl.constexpr, PDL: tl.constexpr = False):
+    """Both passes in one launch: program (row, c) ranks its block, then takes a ticket of its batch row
+    (``ticket[row // F]``); the program that takes the row's last (F * C) selects for it and puts the counter back
+    to 0 for the next call, as the split GEMV's last share adds the others (``gemv_kernels``)."""
+    enter(PDL)
+    row, c = tl.program_id(0), tl.program_id(1)
+    _rank_block(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, row, c, V, C, s_x_row, CHUNK, K, KP)
+    tl.debug_barrier()  # every thread's results stored before the ticket is taken (its release publishes them)
+    b = row // F
+    ticket = tl.atomic_add(ticket_ptr + b, 1, sem="acq_rel", scope="gpu")
+    if ticket == F * C - 1:  # the row's other blocks are in
+        tl.store(ticket_ptr + b, 0)
+        _select_row(x_ptr, val_ptr, idx_ptr, peak_ptr, mass_ptr, score_ptr, tok_ptr, cand_ptr, sel_ptr, b,
+                    F, C, s_x_b, s_x_f, s_score_b, s_score_f, K, FP, KP, CP, CKP, True)
 
 
 def _pow2(n: int) -> int:
@@ -242,9 +287,27 @@ def emit_advance(tokens: torch.Tensor, count: torch.Tensor | None, new_root: tor
     return emitted, active
 
 
+# A draft step's expansion as one launch (``expand_kernel``: the blocks then, by ticket, the selection) or two
+# (``expand_blocks_kernel``, ``expand_select_kernel``). The same results either way (tests under the interpreter).
+# Off until timed on a GPU: one launch fewer a draft step against a selection that waits for the row's last block.
+EXPAND_ONE_LAUNCH = False
+TICKETS = 1 << 12  # expansion ticket counters per device: one per batch row
+_tickets: dict[torch.device, torch.Tensor] = {}
+
+
+def _row_tickets(device: torch.device, rows: int) -> torch.Tensor:
+    """The expansion's ticket counters of ``device``, 0 between calls (made once; under a CUDA-graph capture in that
+    graph's pool, kept while the tensor is)."""
+    assert rows <= TICKETS, f"{rows} batch rows > {TICKETS} expansion ticket counters"
+    if device not in _tickets:
+        _tickets[device] = torch.zeros(TICKETS, dtype=torch.int32, device=device)
+    return _tickets[device]
+
+
 def tree_expand(scores: torch.Tensor, logits: torch.Tensor,
                 topk: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:  # spelled out: the op's schema
-    """See ``cycle_ops.tree_expand``: blocks of ``CHUNK`` entries per program, then one program per batch row."""
+    """See ``cycle_ops.tree_expand``: blocks of ``CHUNK`` entries per program, then one program per batch row (in
+    the same launch with :data:`EXPAND_ONE_LAUNCH`)."""
     B, F, V = logits.shape
     chunk = min(CHUNK, _pow2(V))
     C = triton.cdiv(V, chunk)
@@ -254,16 +317,21 @@ def tree_expand(scores: torch.Tensor, logits: torch.Tensor,
     idxs = torch.empty(B * F, C, topk, dtype=torch.int32, device=dev)
     peak = torch.empty(B * F, C, dtype=torch.float32, device=dev)
     mass = torch.empty(B * F, C, dtype=torch.float32, device=dev)
-    expand_blocks_kernel[(B * F, C)](rows, vals, idxs, peak, mass, V, C, rows.stride(0),
-                                     CHUNK=chunk, K=topk, KP=_pow2(topk), num_warps=4, **pdl.launch_options())
     tokens = torch.empty(B, F * topk, dtype=torch.long, device=dev)
     cand = torch.empty(B, F * topk, dtype=torch.float32, device=dev)
     selected = torch.empty(B, topk, dtype=torch.long, device=dev)
     sc = scores.float()
+    shapes = dict(K=topk, KP=_pow2(topk), FP=_pow2(F), CP=_pow2(C), CKP=_pow2(C * topk))
+    if EXPAND_ONE_LAUNCH:
+        expand_kernel[(B * F, C)](rows, vals, idxs, peak, mass, sc, tokens, cand, selected, _row_tickets(dev, B),
+                                  V, F, C, rows.stride(0), F * rows.stride(0), rows.stride(0), *sc.stride(),
+                                  CHUNK=chunk, **shapes, num_warps=4, **pdl.launch_options())
+        return tokens, cand, selected
+    expand_blocks_kernel[(B * F, C)](rows, vals, idxs, peak, mass, V, C, rows.stride(0),
+                                     CHUNK=chunk, K=topk, KP=shapes["KP"], num_warps=4, **pdl.launch_options())
     expand_select_kernel[(B,)](rows, vals, idxs, peak, mass, sc, tokens, cand, selected, F, C,
-                               F * rows.stride(0), rows.stride(0),
-                               *sc.stride(), K=topk, FP=_pow2(F), KP=_pow2(topk), CP=_pow2(C),
-                               CKP=_pow2(C * topk), num_warps=4, **pdl.launch_options())
+                               F * rows.stride(0), rows.stride(0), *sc.stride(), **shapes, num_warps=4,
+                               **pdl.launch_options())
     return tokens, cand, selected
 
 

@@ -7,6 +7,7 @@ before children, or a chain, whose batch-expanded tensors have stride 0; tokens 
 run deep), the target's picks, batch, layers, KV heads and head dim (non-powers of two on purpose), with or without
 a V buffer, and the rows' lengths; every output and both whole caches must be equal. ``emit_advance`` against
 ``emit_and_advance``: drawn rows done or not, budgets, EOS lists (or none), tokens with -1 padding past each count.
+``tree_expand`` against ``tree.expand_step``, in two launches and in one (``cycle_kernels.EXPAND_ONE_LAUNCH``).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eaglelab.engine.runtime import cycle_ops
+from eaglelab.engine.runtime import cycle_kernels as CK  # Triton: this module runs where Triton is (under its interpreter)
 from eaglelab.engine.runtime.verification import greedy_accept
 from eaglelab.engine.runtime.loop_state import emit_and_advance
 from eaglelab.engine.core.kv_cache import KVCache
@@ -26,7 +28,7 @@ from eaglelab.engine.runtime.tree import chain_tree, expand_step, make_tree
 
 CASES = int(sys.argv[1]) if sys.argv[1:2] and sys.argv[1].isdigit() else 40  # hypothesis cases per op
 SEEN = {"commit": 0, "moved": 0, "chain": 0, "no_v": 0, "advance": 0, "eos_hit": 0, "budget_hit": 0, "expand": 0,
-        "blocks": 0, "ties": 0, "nan": 0}
+        "one_launch": 0, "blocks": 0, "ties": 0, "nan": 0}
 
 
 @st.composite
@@ -148,11 +150,18 @@ def check_expand(case) -> None:
     logits = logits.to(dtype)
     scores = -torch.rand(B, F, generator=gen) * 4
     want = expand_step(scores, logits, topk)  # eager: the reference
-    tokens, cand, selected = cycle_ops.tree_expand(scores, logits, topk)
-    torch.testing.assert_close(cand, want.scores, rtol=1e-5, atol=1e-5, msg=lambda m: f"{m} {case}")
     real = torch.isfinite(want.scores)  # -inf candidates (a row of fewer live entries than topk) have no order
-    assert torch.equal(tokens[real], want.tokens[real]), (tokens, want.tokens, case)
-    assert torch.equal(selected, want.selected) or not real.all(), (selected, want.selected, case)
+    for one_launch in (False, True):  # two kernels, or one whose last block of a row selects (its tickets back at 0)
+        CK.EXPAND_ONE_LAUNCH = one_launch
+        try:
+            tokens, cand, selected = cycle_ops.tree_expand(scores, logits, topk)
+        finally:
+            CK.EXPAND_ONE_LAUNCH = False
+        torch.testing.assert_close(cand, want.scores, rtol=1e-5, atol=1e-5, msg=lambda m: f"{m} {case} {one_launch}")
+        assert torch.equal(tokens[real], want.tokens[real]), (tokens, want.tokens, case, one_launch)
+        assert torch.equal(selected, want.selected) or not real.all(), (selected, want.selected, case, one_launch)
+        assert not one_launch or not CK._tickets[logits.device].any(), "a ticket counter left above 0"
+        SEEN["one_launch"] += int(one_launch)
     SEEN["expand"] += 1
     SEEN["blocks"] += int(V > 256)
     SEEN["ties"] += int(ties)
@@ -232,7 +241,8 @@ def check_engine() -> None:
 
 if __name__ == "__main__":
     assert cycle_ops.load(), "Triton did not load"
-    if sys.argv[1:] == ["engine"]:
+    if sys.argv[1:2] == ["engine"]:
+        CK.EXPAND_ONE_LAUNCH = sys.argv[2:] == ["one-launch"]
         check_engine()
         print(" ".join(f"{k} {v}" for k, v in SEEN.items() if v))
         sys.exit(0)

@@ -61,7 +61,8 @@ def test_kernels_match_the_reference_under_the_triton_interpreter():
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     counts = dict(zip(done.stdout.split()[::2], map(int, done.stdout.split()[1::2])))
-    assert counts["commit"] == counts["advance"] == counts["expand"] == 60 and counts["compiled"] == 1, counts
+    assert counts["commit"] == counts["advance"] == counts["expand"] == counts["one_launch"] == 60, counts
+    assert counts["compiled"] == 1, counts
     assert min(counts[k] for k in ("moved", "chain", "no_v", "eos_hit", "budget_hit", "blocks", "ties", "nan")) >= 5, counts
 
 
@@ -99,15 +100,19 @@ def test_kernels_compile_for_hopper():
         compile_(K.expand_blocks_kernel, types, {"CHUNK": 256, "K": k, "KP": kp})
         for fp in (1, 4):
             compile_(K.expand_select_kernel, types, {"K": k, "FP": fp, "KP": kp, "CP": 64, "CKP": 256})
+            compile_(K.expand_kernel, types | {"ticket_ptr": "*i32"},
+                     {"CHUNK": 256, "K": k, "KP": kp, "FP": fp, "CP": 64, "CKP": 256})
 
 
 @pytest.mark.skipif(not has_triton(), reason="Triton not installed (it ships with CUDA builds of torch)")
-def test_compiled_speculation_with_the_kernels_gives_plain_greedy_tokens_under_the_interpreter():
+@pytest.mark.parametrize("expansion", [[], ["one-launch"]], ids=["two-launch-expansion", "one-launch-expansion"])
+def test_compiled_speculation_with_the_kernels_gives_plain_greedy_tokens_under_the_interpreter(expansion):
     """The engine's compiled one-graph cycle taking the three ops as on CUDA (the CPU's compiled phases standing in,
-    the kernels interpreted): EAGLE-3 greedy speculation == plain greedy eager decoding, each op traced."""
+    the kernels interpreted): EAGLE-3 greedy speculation == plain greedy eager decoding, each op traced; a draft step's
+    expansion in two launches and in one (``cycle_kernels.EXPAND_ONE_LAUNCH``)."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", "tests.engine.runtime.interpreted_cycle_ops", "engine"], env=env,
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    done = subprocess.run([sys.executable, "-m", "tests.engine.runtime.interpreted_cycle_ops", "engine", *expansion],
+                          env=env, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     assert done.stdout.split()[-2:] == ["engine", "1"], done.stdout[-500:]
 
@@ -189,11 +194,16 @@ def test_kernels_compiled_and_captured_on_cuda_match_the_reference():
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_tree_expansion_compiled_and_captured_on_cuda_matches_the_eager_step():
+@pytest.mark.parametrize("one_launch", [False, True], ids=["two-launches", "one-launch"])
+def test_tree_expansion_compiled_and_captured_on_cuda_matches_the_eager_step(one_launch, monkeypatch):
     """A draft step of the shipped drafter's shape (4 frontier nodes, 12,288-entry draft vocabulary, bf16 logits):
-    the compiled step (the two kernels) against the eager one, and a CUDA graph of it over new logits."""
+    the compiled step (the two kernels, or the one of ``EXPAND_ONE_LAUNCH``) against the eager one, and a CUDA graph
+    of it replayed over new logits, twice (the one launch's ticket counters back at 0 after each)."""
     dev = torch.device("cuda")
     assert cycle_ops.load()
+    from eaglelab.engine.runtime import cycle_kernels
+
+    monkeypatch.setattr(cycle_kernels, "EXPAND_ONE_LAUNCH", one_launch)
     gen = torch.Generator(device=dev).manual_seed(0)
     scores = -torch.rand(2, 4, device=dev, generator=gen)
     logits = (torch.randn(2, 4, 12288, device=dev, generator=gen) * 4).bfloat16()
@@ -217,8 +227,9 @@ def test_tree_expansion_compiled_and_captured_on_cuda_matches_the_eager_step():
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         out = compiled(scores, static)
-    fresh = (torch.randn(2, 4, 12288, device=dev, generator=gen) * 4).bfloat16()
-    static.copy_(fresh)
-    graph.replay()
-    torch.cuda.synchronize()
-    same(out, step(scores, fresh))
+    for _ in range(2):
+        fresh = (torch.randn(2, 4, 12288, device=dev, generator=gen) * 4).bfloat16()
+        static.copy_(fresh)
+        graph.replay()
+        torch.cuda.synchronize()
+        same(out, step(scores, fresh))
