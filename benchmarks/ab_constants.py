@@ -1,5 +1,5 @@
 """Run one eaglelab command with an engine constant changed for an A/B across processes (a bench process each way,
-as `benchmarks/gpu_loop_gaps.sh` stages E and F do): the change is made before the command imports or compiles
+as `benchmarks/gpu_loop_gaps.sh` stages E to H do): the change is made before the command imports or compiles
 anything that reads it.
 
     python benchmarks/ab_constants.py --early-tiles 2 -- bench --scale-model smollm2-135m ...
@@ -11,8 +11,11 @@ anything that reads it.
 handed on as float32 copies, as before they stayed in the heads' dtype; --mask-per-layer: a compiled forward's mask
 not passed through ``layers.shared`` (inductor then builds it again for each layer's attention op);
 --combo-kernels on|off: whole phases compiled with inductor's combo kernels or without
-(``compile.COMBO_KERNELS``; their default applies without --pdl only); --combo-with-pdl: under --pdl too (``COMBO_WITH_PDL``);
---expand-one-launch on|off: a draft step's expansion in one launch or two (``cycle_kernels.EXPAND_ONE_LAUNCH``).
+(``compile.COMBO_KERNELS``; their default applies without --pdl only); --combo-with-pdl: under --pdl too
+(``COMBO_WITH_PDL``);
+--expand-one-launch on|off: a draft step's expansion in one launch or two (``cycle_kernels.EXPAND_ONE_LAUNCH``);
+--attention-one-launch on|off: split attention merged in its own launch or by a second kernel
+(``decode_attention_kernels.ONE_LAUNCH``).
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--combo-kernels", choices=("on", "off"))
     p.add_argument("--combo-with-pdl", action="store_true")
     p.add_argument("--expand-one-launch", choices=("on", "off"))
+    p.add_argument("--attention-one-launch", choices=("on", "off"))
     args = p.parse_args(argv[:cut])
     import eaglelab.engine.model.gemv_kernels as G
 
@@ -61,6 +65,10 @@ def main(argv: list[str]) -> int:
         import eaglelab.engine.runtime.cycle_kernels as K
 
         K.EXPAND_ONE_LAUNCH = args.expand_one_launch == "on"
+    if args.attention_one_launch is not None:
+        import eaglelab.engine.model.decode_attention_kernels as AK
+
+        AK.ONE_LAUNCH = args.attention_one_launch == "on"
     from eaglelab.cli import main as cli
 
     return cli(argv[cut + 1:])

@@ -44,13 +44,16 @@
 #   call G  carry .carry/assets .whl (no GGUF)   STAGE=G: bench's phase costs (plain and 5/4/24 + 16, compiled, no
 #           --pdl) in processes G_RUNS: `shared` (main: a compiled forward's mask made once, layers.shared), `per-layer`
 #           (as before: inductor builds it again for each layer's attention op), `combo` (`shared` with inductor's
-#           combo kernels: compile.COMBO_KERNELS); each kind's first process compiles from a cold cache (~100-140 s), a repeat ~30 s.
+#           combo kernels: compile.COMBO_KERNELS); each kind's first process compiles from a cold cache
+#           (~100-140 s), a repeat ~30 s.
 #           Ran 2026-12-06 (twelfth session, benchmarks/results/h100_2026-12-06c/G).
 #   call H  carry .carry/assets .whl (no GGUF)   STAGE=H: the GPU tests of combo kernels' tokens (without and, on a
-#           Hopper GPU, with --pdl) and of a draft step's expansion in one launch; then phase costs of the plain and
-#           `*-pdl` pairs in H_RUNS processes: `combo` (compile.COMBO_KERNELS and COMBO_WITH_PDL on), `nocombo`,
-#           `combo-one` (and cycle_kernels.EXPAND_ONE_LAUNCH); the first three decide, the repeats run as time
-#           allows (~600 s on a bare machine). Not run yet: the next session's first call, before either is on.
+#           Hopper GPU, with --pdl), of a draft step's expansion in one launch and of split attention merged in its
+#           own launch; then phase costs of the plain and `*-pdl` pairs in H_RUNS processes, each a `+` of: `combo`
+#           (compile.COMBO_KERNELS and COMBO_WITH_PDL on), `nocombo`, `expand1` (cycle_kernels.EXPAND_ONE_LAUNCH),
+#           `attn1` (decode_attention_kernels.ONE_LAUNCH). The first four processes decide; the repeats run as
+#           time allows (the tests ~250 s and the four ~400 s on a bare machine: two calls on a warm one, the
+#           second with H_TESTS=0). Not run yet: the next session's first call, before any of them is on.
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
@@ -183,13 +186,14 @@ stage_g() {
   for t in ${G_RUNS:-shared per-layer combo shared per-layer combo}; do
     n=$((n + 1))
     [ "$(left)" -gt 40 ] || break
-    flag=$(case $t in per-layer) echo --mask-per-layer --combo-kernels off;; combo) echo --combo-kernels on;; *) echo --combo-kernels off;; esac)
+    flag=$(case $t in per-layer) echo --mask-per-layer --combo-kernels off;; combo) echo --combo-kernels on;;
+           *) echo --combo-kernels off;; esac)
     limit=$([ $n -le 3 ] && echo 200 || echo 90)
     [ "$limit" -lt "$(left)" ] || limit=$(left)
     TAIL=12 run "${t}_$n" "$limit" python3 benchmarks/ab_constants.py $flag -- bench --scale-model smollm2-135m \
       --draft-vocab 12288 --dtype bfloat16 --seed 0 --device "$DEVICE" $TREE --batch-sizes 1 --prompts 4 \
-      --max-new-tokens 64 --repeats 1 --no-micro --phase-costs --configs plain-compile-gemv-attn,spec-compile-gemv-attn \
-      --json "$R/${t}_$n.json"
+      --max-new-tokens 64 --repeats 1 --no-micro --phase-costs \
+      --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/${t}_$n.json"
     [ $n = 3 ] || continue
     kernel_sources  # every kind compiled by now
     # the same tokens with and without --pdl, compiled with GEMV and decode attention: the shared mask on a GPU
@@ -200,16 +204,22 @@ stage_g() {
 
 stage_h() {
   record_gpu
-  TAIL=14 run combo_test 240 python3 -m pytest -q -m gpu tests/engine/runtime/test_compile.py -k combo \
-    -p no:cacheprovider
-  TAIL=8 run expand_test 90 python3 -m pytest -q -m gpu tests/engine/runtime/test_cycle_ops.py -k expansion \
-    -p no:cacheprovider
-  local t n=0 flags
-  for t in ${H_RUNS:-combo nocombo combo-one combo nocombo combo-one}; do
+  if [ "${H_TESTS:-1}" != 0 ]; then
+    TAIL=14 run combo_test 240 python3 -m pytest -q -m gpu tests/engine/runtime/test_compile.py -k combo \
+      -p no:cacheprovider
+    TAIL=8 run one_launch_tests 150 python3 -m pytest -q -m gpu tests/engine/runtime/test_cycle_ops.py \
+      tests/engine/model/test_decode_attention.py -k "expansion or sdpa_on_cuda" -p no:cacheprovider
+  fi
+  local t n=0 flags part
+  for t in ${H_RUNS:-combo nocombo combo+expand1 combo+attn1 combo nocombo combo+expand1 combo+attn1}; do
     n=$((n + 1))
     [ "$(left)" -gt 40 ] || break
-    flags=$(case $t in combo) echo --combo-kernels on --combo-with-pdl;; nocombo) echo --combo-kernels off;;
-            combo-one) echo --combo-kernels on --combo-with-pdl --expand-one-launch on;; esac)
+    flags=""
+    for part in ${t//+/ }; do
+      flags+=" $(case $part in combo) echo --combo-kernels on --combo-with-pdl;; nocombo) echo --combo-kernels off;;
+                 expand1) echo --expand-one-launch on;; attn1) echo --attention-one-launch on;; esac)"
+    done
+    # shellcheck disable=SC2086
     TAIL=12 run "${t}_$n" "$(left)" python3 benchmarks/ab_constants.py $flags -- bench --scale-model smollm2-135m \
       --draft-vocab 12288 --dtype bfloat16 --seed 0 --device "$DEVICE" $TREE --batch-sizes 1 --prompts 4 \
       --max-new-tokens 64 --repeats 1 --no-micro --phase-costs \

@@ -8,9 +8,9 @@ block unless GROUP * T > 64, as in a verify of a wide tree: larger tiles spill r
 is spread over every split). A block whose mask slice is all False is skipped before K or V is read. Per
 row it keeps an online softmax in float32 (running max, running sum, the weighted sum of V rows), in log2
 units (exp2). With one split it writes the normalised output; with several, its partial (acc, max, sum)
-goes to a float32 workspace and ``attention_combine_kernel`` merges the splits of each row, in order. The rounds per
-split are a compile-time constant (a kernel per static cache length: a run has one or two); so are the
-splits.
+goes to a float32 workspace and ``attention_combine_kernel`` merges the splits of each row, in order, or (MERGE,
+:data:`ONE_LAUNCH`) the split that finishes last merges them in the same launch. The rounds per split are a
+compile-time constant (a kernel per static cache length: a run has one or two); so are the splits.
 """
 
 from __future__ import annotations
@@ -29,14 +29,17 @@ MAX_BLOCK_M = 64
 
 
 @triton.jit
-def attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, acc_ptr, ml_ptr,
+def attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, acc_ptr, ml_ptr, ticket_ptr,
                      NH, T, S, GROUP, qk_scale,
                      stride_qb, stride_qh, stride_qt, stride_kb, stride_kh, stride_ks,
                      stride_vb, stride_vh, stride_vs, stride_mb, stride_mt, stride_ms,
                      stride_ob, stride_oh, stride_ot,
                      BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, HEAD_D: tl.constexpr, SPLITS: tl.constexpr,
-                     ROUNDS: tl.constexpr, PARTIAL: tl.constexpr, ROW_BLOCKS: tl.constexpr, PDL: tl.constexpr = False):
-    """One KV head of one batch row, one split of the cache, one block of rows: softmax(q k^T * scale, masked) v."""
+                     ROUNDS: tl.constexpr, PARTIAL: tl.constexpr, ROW_BLOCKS: tl.constexpr, PDL: tl.constexpr = False,
+                     MERGE: tl.constexpr = False):
+    """One KV head of one batch row, one split of the cache, one block of rows: softmax(q k^T * scale, masked) v.
+    MERGE (with PARTIAL): the split that takes the last ticket of its rows (``ticket[program (0, 2)]``) merges the
+    splits' partials itself, as ``attention_combine_kernel`` would, and puts the counter back to 0."""
     enter(PDL)
     pid_bh, split = tl.program_id(0), tl.program_id(1)
     KVH = NH // GROUP
@@ -82,6 +85,29 @@ def attention_kernel(q_ptr, k_ptr, v_ptr, mask_ptr, out_ptr, acc_ptr, ml_ptr,
         tl.store(acc_ptr + slot[:, None] * HEAD_D + d[None, :], acc, mask=live[:, None])
         tl.store(ml_ptr + slot * 2, m_i, mask=live)
         tl.store(ml_ptr + slot * 2 + 1, l_i, mask=live)
+        if MERGE:
+            tl.debug_barrier()  # every thread's partial stored before the ticket is taken (its release publishes them)
+            group = pid_bh * ROW_BLOCKS + (tl.program_id(2) if ROW_BLOCKS > 1 else 0)
+            ticket = tl.atomic_add(ticket_ptr + group, 1, sem="acq_rel", scope="gpu")
+            if ticket == SPLITS - 1:  # the other splits of these rows are in: merge them, in order
+                tl.store(ticket_ptr + group, 0)
+                first = row * SPLITS
+                top = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+                for sp in tl.static_range(SPLITS):  # read past this SM's L1: other programs wrote them
+                    top = tl.maximum(top, tl.load(ml_ptr + (first + sp) * 2, mask=live, other=float("-inf"),
+                                                  cache_modifier=".cg"))
+                top = tl.where(top == float("-inf"), 0.0, top)
+                total = tl.zeros((BLOCK_M,), dtype=tl.float32)
+                merged = tl.zeros((BLOCK_M, HEAD_D), dtype=tl.float32)
+                for sp in tl.static_range(SPLITS):
+                    w = tl.exp2(tl.load(ml_ptr + (first + sp) * 2, mask=live, other=float("-inf"),
+                                        cache_modifier=".cg") - top)  # 0 for a split that saw no allowed slot
+                    total += w * tl.load(ml_ptr + (first + sp) * 2 + 1, mask=live, other=0.0, cache_modifier=".cg")
+                    merged += w[:, None] * tl.load(acc_ptr + (first + sp)[:, None] * HEAD_D + d[None, :],
+                                                   mask=live[:, None], other=0.0, cache_modifier=".cg")
+                out = merged / tl.where(total == 0.0, 1.0, total)[:, None]
+                tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + t[:, None] * stride_ot + d[None, :],
+                         out.to(out_ptr.dtype.element_ty), mask=live[:, None])
     else:
         out = acc / tl.where(l_i == 0.0, 1.0, l_i)[:, None]  # a row with no allowed slot: zeros
         tl.store(out_ptr + b * stride_ob + heads[:, None] * stride_oh + t[:, None] * stride_ot + d[None, :],
@@ -110,6 +136,24 @@ def attention_combine_kernel(acc_ptr, ml_ptr, out_ptr, NH, T, SPLITS,
     tl.store(out_ptr + b * stride_ob + h * stride_oh + t * stride_ot + d, out.to(out_ptr.dtype.element_ty))
 
 
+# Split attention merged by the split that finishes last (``attention_kernel``'s MERGE, one launch) rather than by
+# ``attention_combine_kernel`` (a second launch): the same merge, its sums over the splits taken one split after
+# another (the combine kernel reduces them as a tree: the last bits of float32 may differ; interpreter tests).
+# Off until timed on a GPU: one launch fewer a layer against a merge that waits for the rows' last split.
+ONE_LAUNCH = False
+TICKETS = 1 << 16  # merge ticket counters per device: one per (batch row, KV head, block of query rows)
+_tickets: dict[torch.device, torch.Tensor] = {}
+
+
+def _merge_tickets(device: torch.device, groups: int) -> torch.Tensor:
+    """The merge's ticket counters of ``device``, 0 between calls (made once; under a CUDA-graph capture in that
+    graph's pool, kept while the tensor is)."""
+    assert groups <= TICKETS, f"{groups} groups of query rows > {TICKETS} merge ticket counters"
+    if device not in _tickets:
+        _tickets[device] = torch.zeros(TICKETS, dtype=torch.int32, device=device)
+    return _tickets[device]
+
+
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, block_s: int,
                      splits: int, num_warps: int) -> torch.Tensor:
     """q [B, NH, T, D], k/v [B, KVH, S, D] (any strides but the last), mask bool [B, T, S] -> [B, NH, T, D]
@@ -127,14 +171,17 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     rows = NH // KVH * T
     block_m = min(max(16, triton.next_power_of_2(rows)), MAX_BLOCK_M)  # tl.dot takes >= 16 rows
     row_blocks = triton.cdiv(rows, block_m)
+    merge = partial and ONE_LAUNCH
+    ticket = _merge_tickets(q.device, B * KVH * row_blocks) if merge else out  # an unread pointer without
     attention_kernel[(B * KVH, splits, row_blocks)](
-        q, k, v, allowed, out, acc, ml, NH, T, S, NH // KVH, LOG2E / D ** 0.5,
+        q, k, v, allowed, out, acc, ml, ticket, NH, T, S, NH // KVH, LOG2E / D ** 0.5,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
         v.stride(0), v.stride(1), v.stride(2), allowed.stride(0), allowed.stride(1), allowed.stride(2),
         out.stride(0), out.stride(1), out.stride(2),
         BLOCK_M=block_m, BLOCK_S=block_s, HEAD_D=D, SPLITS=splits, ROUNDS=triton.cdiv(triton.cdiv(S, block_s), splits),
-        PARTIAL=partial, ROW_BLOCKS=row_blocks, num_warps=num_warps, num_stages=1, **pdl.launch_options())
-    if partial:
+        PARTIAL=partial, ROW_BLOCKS=row_blocks, MERGE=merge, num_warps=num_warps, num_stages=1,
+        **pdl.launch_options())
+    if partial and not merge:
         attention_combine_kernel[(B * NH * T,)](acc, ml, out, NH, T, splits, out.stride(0), out.stride(1), out.stride(2),
                                       BLOCK_SPLITS=triton.next_power_of_2(splits), HEAD_D=D, num_warps=1,
                                       **pdl.launch_options())

@@ -142,7 +142,8 @@ def tickets(device: torch.device) -> torch.Tensor:
 # an H100 (SmolLM2's shape, 5/4/24, each rule in two bench processes, benchmarks/results/h100_2026-12-06b/): two
 # tiles at one row made a decode 0.688 -> 0.645 ms, at more rows a verify 0.807 -> 0.898 ms and the draft phase
 # 0.196 -> 0.210 ms (a dot's tiles held in registers across the wait). So two for a decode's GEMV, one elsewhere;
-# on another H100 the rule against one tile everywhere: decode 0.694 -> 0.680 ms, the cycle the same (h100_2026-12-06c/F2).
+# on another H100 the rule against one tile everywhere: decode 0.694 -> 0.680 ms, the cycle the same
+# (benchmarks/results/h100_2026-12-06c/F2).
 EARLY_TILES_ONE_ROW = 2
 EARLY_TILES = 1
 

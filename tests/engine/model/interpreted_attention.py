@@ -5,7 +5,8 @@ Hypothesis draws the shapes (batch, KV heads, group, query rows, head dim, cache
 the block on purpose), the plan (block of slots, splits) and the mask: a prefix mask (a decode or a chain
 verify at a random used length) or a tree mask (each node sees the committed prefix, its ancestors and
 itself), with the rows' used lengths drawn apart so many blocks are all False. K and V of the all-False
-blocks are filled with NaN: the kernel skipping them is what keeps the output finite.
+blocks are filled with NaN: the kernel skipping them is what keeps the output finite. The cases run twice: the
+splits merged by the second kernel, then by the last split in the same launch (``decode_attention_kernels.ONE_LAUNCH``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eaglelab.engine.model import decode_attention as A
+from eaglelab.engine.model import decode_attention_kernels as AK  # Triton: run under its interpreter
 
 DTYPE = torch.float16  # the interpreter's tl.dot misreads bfloat16
 
@@ -103,8 +105,12 @@ def check_fully_masked_row_gives_zeros() -> None:
     k, v = torch.randn(2, 1, 1, 40, 16).to(DTYPE)
     mask = torch.zeros(1, 2, 40, dtype=torch.bool)
     mask[0, 0, :5] = True  # row 0 sees 5 slots, row 1 none
-    for splits in (1, 3):
-        out = torch.ops.eaglelab.decode_attention(q, k, v, mask, 16, splits, 4)
+    for splits, one_launch in ((1, False), (3, False), (3, True)):
+        AK.ONE_LAUNCH = one_launch
+        try:
+            out = torch.ops.eaglelab.decode_attention(q, k, v, mask, 16, splits, 4)
+        finally:
+            AK.ONE_LAUNCH = False
         assert torch.equal(out[:, :, 1], torch.zeros_like(out[:, :, 1])), splits
         ref = A.sdpa(q[:, :, :1].float(), k.float(), v.float(), mask[:, :1])
         assert (out[:, :, :1].float() - ref).abs().max().item() <= 4e-3
@@ -113,5 +119,12 @@ def check_fully_masked_row_gives_zeros() -> None:
 if __name__ == "__main__":
     A.load_op()
     test_kernel_matches_sdpa()
+    first = dict(CHECKED)
+    AK.ONE_LAUNCH = True  # the same cases again, each split cut merged by its last split in the same launch
+    test_kernel_matches_sdpa()
+    assert not AK._tickets[torch.device("cpu")].any(), "a merge ticket counter left above 0"
+    AK.ONE_LAUNCH = False
+    merged = CHECKED["split"] - first["split"]
+    CHECKED.update(first)
     check_fully_masked_row_gives_zeros()
-    print(" ".join(f"{name} {n}" for name, n in CHECKED.items()))
+    print(" ".join(f"{name} {n}" for name, n in (CHECKED | {"merged": merged}).items()))

@@ -1,7 +1,8 @@
 """Compile the decode attention's kernels for an H100/H200 (sm_90) without a GPU, as the planner cuts them,
 and read what each needs: shared memory (Triton's metadata) and ptxas's register report
 (``test_decode_attention.py`` runs this module in a subprocess; it needs Triton, whose wheel carries ptxas). Prints
-one line per cut: ``<shape> B=<b> T=<t> S=<s> <plan> shared=<bytes> spills=<bytes>``.
+one line per cut: ``<shape> B=<b> T=<t> S=<s> <plan> shared=<bytes> spills=<bytes>``; a decode's and a verify of
+24's split cuts over 2,048 slots at batch 1 again with the splits merged in the same launch (``merged <shape> ...``).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from eaglelab.engine.model import decode_attention_kernels as K
 
 TARGET = GPUTarget("cuda", 90, 32)
 POINTERS = {"q_ptr": "*bf16", "k_ptr": "*bf16", "v_ptr": "*bf16", "mask_ptr": "*u8", "out_ptr": "*bf16",
-            "acc_ptr": "*fp32", "ml_ptr": "*fp32"}
+            "acc_ptr": "*fp32", "ml_ptr": "*fp32", "ticket_ptr": "*i32"}
 
 
 SHAPES = {"llama3.1-8b": (32, 8, 128), "smollm2-135m": (9, 3, 64), "head-dim-256": (16, 4, 256)}  # NH, KVH, D
@@ -56,11 +57,15 @@ def main() -> None:
                     p = A.plan(B, KVH, S, 132, rows=rows, head_dim=D)
                     rounds = -(-(-(-S // p.block_s)) // p.splits)
                     block_m = min(max(16, triton.next_power_of_2(rows)), K.MAX_BLOCK_M)
-                    kernel = compile_kernel(K.attention_kernel, {
-                        "BLOCK_M": block_m, "BLOCK_S": p.block_s, "HEAD_D": D, "SPLITS": p.splits, "ROUNDS": rounds,
-                        "PARTIAL": p.splits > 1, "ROW_BLOCKS": -(-rows // block_m)}, p.num_warps)
+                    cut = {"BLOCK_M": block_m, "BLOCK_S": p.block_s, "HEAD_D": D, "SPLITS": p.splits,
+                           "ROUNDS": rounds, "PARTIAL": p.splits > 1, "ROW_BLOCKS": -(-rows // block_m)}
+                    kernel = compile_kernel(K.attention_kernel, cut, p.num_warps)
                     print(f"{shape} B={B} T={T} S={S} {tuple(p)} shared={kernel.metadata.shared} "
                           f"spills={spills(kernel.asm['ptx'])}", flush=True)
+                    if p.splits > 1 and B == 1 and T in (1, 24) and S == 2048:  # merged in the launch (ONE_LAUNCH)
+                        kernel = compile_kernel(K.attention_kernel, cut | {"MERGE": True}, p.num_warps)
+                        print(f"merged {shape} B={B} T={T} S={S} {tuple(p)} shared={kernel.metadata.shared} "
+                              f"spills={spills(kernel.asm['ptx'])}", flush=True)
     kernel = compile_kernel(K.attention_combine_kernel, {"BLOCK_SPLITS": 16, "HEAD_D": 128}, 1)
     print(f"combine shared={kernel.metadata.shared} spills={spills(kernel.asm['ptx'])}")
 

@@ -331,15 +331,15 @@ def test_kernel_matches_sdpa_under_the_triton_interpreter():
     """The kernel's indexing and online softmax on the CPU (tests/engine/model/interpreted_attention.py): fp16,
     60 hypothesis cases of prefix and tree masks, GQA groups 1..4, T up to 40 (past 64 rows: several programs of
     rows), blocks of 16 to 128 slots (64 and 128: the 8B verify's cuts), cache lengths not a multiple of the
-    block, 1..5 splits, NaN in the K/V of all-False blocks (so they must be skipped); then a row with no allowed
-    slot gives zeros."""
+    block, 1..5 splits (merged by a second kernel and in the same launch), NaN in the K/V of all-False blocks (so
+    they must be skipped); then a row with no allowed slot gives zeros."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-m", "tests.engine.model.interpreted_attention", "60"], env=env, cwd=ROOT,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
     counts = dict(zip(done.stdout.split()[::2], map(int, done.stdout.split()[1::2])))
     assert counts["cases"] == 60 and counts["poisoned"] >= 10 and counts["split"] >= 10 and counts["tree"] >= 5, counts
-    assert counts["wide"] >= 5 and counts["row_blocks"] >= 5, counts
+    assert counts["wide"] >= 5 and counts["row_blocks"] >= 5 and counts["merged"] >= 10, counts
 
 
 COMPILED = textwrap.dedent("""
@@ -453,7 +453,8 @@ def test_engine_with_the_kernel_gives_sdpas_tokens_under_the_interpreter():
 @pytest.mark.skipif(not has_triton(), reason="Triton not installed")
 def test_planned_cuts_compile_for_sm90_within_its_shared_memory():
     """The kernels as the planner cuts them (the 8B, SmolLM2 and a head-dim-256 shape; batch 1 and 8; T 1, 16, 24
-    and 64; 128 and 2048 slots) and the merge kernel compile for an H200 (sm_90, no GPU needed:
+    and 64; 128 and 2048 slots; a decode's and a verify of 24's split cuts over 2,048 slots at batch 1 also merging
+    in the same launch) and the merge kernel compile for an H200 (sm_90, no GPU needed:
     tests/engine/model/sm90_attention.py) and each takes at most the 227 KB of shared memory a block may have there
     (a cut past it compiles but fails at launch, and the engine would fall back to SDPA for good).
     Spills are printed, not bounded: the H200 sweep timed the 8B verify's 128-slot cuts, which ptxas says spill
@@ -466,7 +467,8 @@ def test_planned_cuts_compile_for_sm90_within_its_shared_memory():
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.strip().splitlines()
     shared = [int(line.split("shared=", 1)[1].split()[0]) for line in lines]
-    assert len(lines) == 3 * 2 * 4 * 2 + 1, done.stdout
+    merged = [line for line in lines if line.startswith("merged ")]
+    assert len(lines) - len(merged) == 3 * 2 * 4 * 2 + 1 and len(merged) >= 3, done.stdout
     sm90_shared = 232_448  # bytes of shared memory one block may take on sm_90 (227 KB)
     assert max(shared) <= sm90_shared and min(shared[:-1]) > 0, done.stdout
     # the cuts the sweep measured are the ones compiled: the 8B verify of 24 at bs 1 over 2048 slots
@@ -506,12 +508,17 @@ def _cuda_case(B, NH, KVH, T, D, S, used, dtype, g, tree: bool = False):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.parametrize("one_launch", [False, True], ids=["merge-kernel", "merged-in-launch"])
 @torch.no_grad()
-def test_kernel_matches_sdpa_on_cuda_eager_compiled_and_captured():
+def test_kernel_matches_sdpa_on_cuda_eager_compiled_and_captured(one_launch, monkeypatch):
     """8B (32 / 8 heads, D 128) and SmolLM2 (9 / 3, D 64) shapes, bf16 and fp16, B 1 to 3, T 1, 4, 16, 24 and 64
     (prefix and tree masks), 128 and 2048 slots with 100 or 1000 used: within twice SDPA's own error against
     an fp32 reference plus an ulp; the default plan and a 1-split and a 5-split one alike. Then a call
-    compiled whole (fullgraph) and replayed from a CUDA graph gives the eager kernel's exact output."""
+    compiled whole (fullgraph) and replayed from a CUDA graph gives the eager kernel's exact output. The splits
+    merged by the merge kernel or in the same launch (``decode_attention_kernels.ONE_LAUNCH``)."""
+    from eaglelab.engine.model import decode_attention_kernels
+
+    monkeypatch.setattr(decode_attention_kernels, "ONE_LAUNCH", one_launch)
     attention = A.TritonDecodeAttention()
     assert attention.reason is None, attention.reason
     g = torch.Generator(device="cuda").manual_seed(0)

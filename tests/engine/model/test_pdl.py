@@ -54,12 +54,17 @@ def _kernels():
                                                            "BLOCK_K": 128, "STAGES": 3, "EARLY": 0}, types, 4),
         ("decode attention", A.attention_kernel, {"BLOCK_M": 16, "BLOCK_S": 64, "HEAD_D": 64, "SPLITS": 4,
                                                   "ROUNDS": 2, "PARTIAL": True, "ROW_BLOCKS": 1}, types | attn_out, 4),
+        ("decode attention, merged in the launch", A.attention_kernel, {
+            "BLOCK_M": 16, "BLOCK_S": 64, "HEAD_D": 64, "SPLITS": 4, "ROUNDS": 2, "PARTIAL": True, "ROW_BLOCKS": 1,
+            "MERGE": True}, types | attn_out, 4),
         ("attention merge", A.attention_combine_kernel, {"BLOCK_SPLITS": 4, "HEAD_D": 64}, types | attn_out, 1),
         ("greedy commit", C.greedy_commit_kernel, {"NP": 32, "DP": 8, "HP": 4, "HDP": 64, "COMPACT": True,
                                                    "HAS_V": True}, commit_types, 4),
         ("emit and advance", C.emit_advance_kernel, {"KP": 8, "EP": 2, "HAS_COUNT": True}, commit_types, 1),
         ("expansion blocks", C.expand_blocks_kernel, {"CHUNK": 256, "K": 4, "KP": 4}, types, 4),
         ("expansion select", C.expand_select_kernel, {"K": 4, "FP": 4, "KP": 4, "CP": 64, "CKP": 256}, types, 4),
+        ("expansion in one launch", C.expand_kernel, {"CHUNK": 256, "K": 4, "KP": 4, "FP": 4, "CP": 64, "CKP": 256},
+         types, 4),
     ]
 
 

@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from eaglelab.engine.runtime import cycle_ops
-from eaglelab.engine.runtime import cycle_kernels as CK  # Triton: this module runs where Triton is (under its interpreter)
+from eaglelab.engine.runtime import cycle_kernels as CK  # imports Triton: this module runs under its interpreter
 from eaglelab.engine.runtime.verification import greedy_accept
 from eaglelab.engine.runtime.loop_state import emit_and_advance
 from eaglelab.engine.core.kv_cache import KVCache

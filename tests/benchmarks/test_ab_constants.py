@@ -1,0 +1,35 @@
+"""benchmarks/ab_constants.py: each flag sets the engine constant it names before the command runs (the A/B of a
+device stage depends on it), and the command's own exit code comes back."""
+
+from __future__ import annotations
+
+import eaglelab.engine.model.decode_attention_kernels as attention_kernels
+import eaglelab.engine.model.gemv_kernels as gemv_kernels
+import eaglelab.engine.model.layers as layers
+import eaglelab.engine.runtime.compile as compile_
+import eaglelab.engine.runtime.cycle_kernels as cycle_kernels
+from benchmarks.ab_constants import main
+from eaglelab.engine.model.eagle3 import Eagle3Network
+from eaglelab.engine.model.model import Transformer
+
+CONSTANTS = [(gemv_kernels, "EARLY_TILES"), (gemv_kernels, "EARLY_TILES_ONE_ROW"), (layers, "SHARE_MASK"),
+             (compile_, "COMBO_KERNELS"), (compile_, "COMBO_WITH_PDL"), (cycle_kernels, "EXPAND_ONE_LAUNCH"),
+             (attention_kernels, "ONE_LAUNCH"), (Transformer, "logits"), (Eagle3Network, "head")]
+
+
+def test_each_flag_sets_its_constant_before_the_command(monkeypatch, tmp_path, capsys):
+    for owner, name in CONSTANTS:  # put back after the test
+        monkeypatch.setattr(owner, name, getattr(owner, name))
+    plain_logits = Transformer.logits
+    missing = tmp_path / "no_such_record.json"
+    code = main(["--early-tiles", "0", "--one-row-tiles", "1", "--mask-per-layer", "--combo-kernels", "on",
+                 "--combo-with-pdl", "--expand-one-launch", "on", "--attention-one-launch", "on", "--float32-logits",
+                 "--", "report", str(missing)])
+    assert code != 0 and "expected: a regular file" in capsys.readouterr().err  # the command ran: no such file
+    assert (gemv_kernels.EARLY_TILES, gemv_kernels.EARLY_TILES_ONE_ROW) == (0, 1)
+    assert not layers.SHARE_MASK and compile_.COMBO_KERNELS and compile_.COMBO_WITH_PDL
+    assert cycle_kernels.EXPAND_ONE_LAUNCH and attention_kernels.ONE_LAUNCH
+    assert Transformer.logits is not plain_logits  # float32 copies patched back in
+    main(["--combo-kernels", "off", "--expand-one-launch", "off", "--attention-one-launch", "off", "--", "report",
+          str(missing)])
+    assert not (compile_.COMBO_KERNELS or cycle_kernels.EXPAND_ONE_LAUNCH or attention_kernels.ONE_LAUNCH)
