@@ -21,6 +21,7 @@ import triton.language as tl
 
 from eaglelab.engine.model import pdl
 from eaglelab.engine.model.pdl_kernels import enter
+from eaglelab.engine.model.tickets import counters
 
 LOG2E = 1.4426950408889634
 # query rows per program (one program of 72-128 rows spilled 16-580 bytes); more (a wide tree's verify) take more;
@@ -141,17 +142,6 @@ def attention_combine_kernel(acc_ptr, ml_ptr, out_ptr, NH, T, SPLITS,
 # another (the combine kernel reduces them as a tree: the last bits of float32 may differ; interpreter tests).
 # Off until timed on a GPU: one launch fewer a layer against a merge that waits for the rows' last split.
 ONE_LAUNCH = False
-TICKETS = 1 << 16  # merge ticket counters per device: one per (batch row, KV head, block of query rows)
-_tickets: dict[torch.device, torch.Tensor] = {}
-
-
-def _merge_tickets(device: torch.device, groups: int) -> torch.Tensor:
-    """The merge's ticket counters of ``device``, 0 between calls (made once; under a CUDA-graph capture in that
-    graph's pool, kept while the tensor is)."""
-    assert groups <= TICKETS, f"{groups} groups of query rows > {TICKETS} merge ticket counters"
-    if device not in _tickets:
-        _tickets[device] = torch.zeros(TICKETS, dtype=torch.int32, device=device)
-    return _tickets[device]
 
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, block_s: int,
@@ -172,7 +162,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     block_m = min(max(16, triton.next_power_of_2(rows)), MAX_BLOCK_M)  # tl.dot takes >= 16 rows
     row_blocks = triton.cdiv(rows, block_m)
     merge = partial and ONE_LAUNCH
-    ticket = _merge_tickets(q.device, B * KVH * row_blocks) if merge else out  # an unread pointer without
+    ticket = counters("attention", q.device, B * KVH * row_blocks) if merge else out  # an unread pointer without
     attention_kernel[(B * KVH, splits, row_blocks)](
         q, k, v, allowed, out, acc, ml, ticket, NH, T, S, NH // KVH, LOG2E / D ** 0.5,
         q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),

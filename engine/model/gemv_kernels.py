@@ -19,6 +19,7 @@ import triton.language as tl
 from eaglelab.engine.model import pdl
 from eaglelab.engine.model.gemv_tiling import GemvConfig, padded_rows, splits
 from eaglelab.engine.model.pdl_kernels import enter
+from eaglelab.engine.model.tickets import counters
 
 
 @triton.jit
@@ -125,17 +126,10 @@ def gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, ticket_ptr, M, N, K, k_per
             _finish(total, b_ptr, y_ptr, rows_m, rows_n, M, N, HAS_BIAS)
 
 
-TICKETS = 1 << 16  # ticket counters per device: one per block of output columns (N / block_n of a call)
-_tickets: dict[torch.device, torch.Tensor] = {}
-
-
-def tickets(device: torch.device) -> torch.Tensor:
-    """The split-K ticket counters of ``device``, all 0 between calls (made once, on the first split call; made
-    under a CUDA-graph capture they live in that graph's memory pool, which is kept while the tensor is).
-    Shared by every call on the device: calls on one stream at a time, as a forward's are."""
-    if device not in _tickets:
-        _tickets[device] = torch.zeros(TICKETS, dtype=torch.int32, device=device)
-    return _tickets[device]
+def tickets(device: torch.device, blocks: int = 1) -> torch.Tensor:
+    """The split-K ticket counters of ``device`` (``tickets.py``), one per block of output columns (``blocks`` of a
+    call), all 0 between calls. Shared by every call on the device: calls on one stream at a time, as a forward's."""
+    return counters("gemv", device, blocks)
 
 
 # Weight tiles each program loads before its PDL wait (the kernel's EARLY: 0, 1 or 2), by the rows of x. Timed on
@@ -174,8 +168,8 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg
     y = torch.empty(M, N, dtype=x.dtype, device=x.device)
     b = bias if bias is not None else weight  # an unread pointer when there is no bias
     if programs_k > 1:
-        assert programs_n <= TICKETS, f"{programs_n} column blocks > {TICKETS} ticket counters"
-        part, ticket = torch.empty(programs_k, M, N, dtype=torch.float32, device=x.device), tickets(x.device)
+        part = torch.empty(programs_k, M, N, dtype=torch.float32, device=x.device)
+        ticket = tickets(x.device, programs_n)
     else:
         part = ticket = y  # unread pointers
     gemv_kernel[(programs_n, programs_k)](

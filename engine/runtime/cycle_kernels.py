@@ -21,6 +21,7 @@ import triton.language as tl
 
 from eaglelab.engine.model import pdl
 from eaglelab.engine.model.pdl_kernels import enter
+from eaglelab.engine.model.tickets import counters
 
 # Vocabulary entries a program of the first pass ranks: tree.TOP_K_CHUNK's value, not imported (tree.py imports
 # cycle_ops, which loads this module: no import back). The result does not depend on it, only the speed.
@@ -291,17 +292,6 @@ def emit_advance(tokens: torch.Tensor, count: torch.Tensor | None, new_root: tor
 # (``expand_blocks_kernel``, ``expand_select_kernel``). The same results either way (tests under the interpreter).
 # Off until timed on a GPU: one launch fewer a draft step against a selection that waits for the row's last block.
 EXPAND_ONE_LAUNCH = False
-TICKETS = 1 << 12  # expansion ticket counters per device: one per batch row
-_tickets: dict[torch.device, torch.Tensor] = {}
-
-
-def _row_tickets(device: torch.device, rows: int) -> torch.Tensor:
-    """The expansion's ticket counters of ``device``, 0 between calls (made once; under a CUDA-graph capture in that
-    graph's pool, kept while the tensor is)."""
-    assert rows <= TICKETS, f"{rows} batch rows > {TICKETS} expansion ticket counters"
-    if device not in _tickets:
-        _tickets[device] = torch.zeros(TICKETS, dtype=torch.int32, device=device)
-    return _tickets[device]
 
 
 def tree_expand(scores: torch.Tensor, logits: torch.Tensor,
@@ -323,7 +313,7 @@ def tree_expand(scores: torch.Tensor, logits: torch.Tensor,
     sc = scores.float()
     shapes = dict(K=topk, KP=_pow2(topk), FP=_pow2(F), CP=_pow2(C), CKP=_pow2(C * topk))
     if EXPAND_ONE_LAUNCH:
-        expand_kernel[(B * F, C)](rows, vals, idxs, peak, mass, sc, tokens, cand, selected, _row_tickets(dev, B),
+        expand_kernel[(B * F, C)](rows, vals, idxs, peak, mass, sc, tokens, cand, selected, counters("expansion", dev, B),
                                   V, F, C, rows.stride(0), F * rows.stride(0), rows.stride(0), *sc.stride(),
                                   CHUNK=chunk, **shapes, num_warps=4, **pdl.launch_options())
         return tokens, cand, selected
