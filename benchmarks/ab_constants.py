@@ -53,14 +53,12 @@ def main(argv: list[str]) -> int:
         import eaglelab.engine.model.layers as L
 
         L.SHARE_MASK = False
-    if args.combo_kernels is not None:
+    if args.combo_kernels is not None or args.combo_with_pdl:
         import eaglelab.engine.runtime.compile as C
 
-        C.COMBO_KERNELS = args.combo_kernels == "on"
-    if args.combo_with_pdl:
-        import eaglelab.engine.runtime.compile as C
-
-        C.COMBO_WITH_PDL = True
+        if args.combo_kernels is not None:
+            C.COMBO_KERNELS = args.combo_kernels == "on"
+        C.COMBO_WITH_PDL = C.COMBO_WITH_PDL or args.combo_with_pdl
     if args.expand_one_launch is not None:
         import eaglelab.engine.runtime.cycle_kernels as K
 

@@ -126,12 +126,6 @@ def gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, ticket_ptr, M, N, K, k_per
             _finish(total, b_ptr, y_ptr, rows_m, rows_n, M, N, HAS_BIAS)
 
 
-def tickets(device: torch.device, blocks: int = 1) -> torch.Tensor:
-    """The split-K ticket counters of ``device`` (``tickets.py``), one per block of output columns (``blocks`` of a
-    call), all 0 between calls. Shared by every call on the device: calls on one stream at a time, as a forward's."""
-    return counters("gemv", device, blocks)
-
-
 # Weight tiles each program loads before its PDL wait (the kernel's EARLY: 0, 1 or 2), by the rows of x. Timed on
 # an H100 (SmolLM2's shape, 5/4/24, each rule in two bench processes, benchmarks/results/h100_2026-12-06b/): two
 # tiles at one row made a decode 0.688 -> 0.645 ms, at more rows a verify 0.807 -> 0.898 ms and the draft phase
@@ -169,7 +163,7 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg
     b = bias if bias is not None else weight  # an unread pointer when there is no bias
     if programs_k > 1:
         part = torch.empty(programs_k, M, N, dtype=torch.float32, device=x.device)
-        ticket = tickets(x.device, programs_n)
+        ticket = counters("gemv", x.device, programs_n)  # one per block of columns, all 0 between calls
     else:
         part = ticket = y  # unread pointers
     gemv_kernel[(programs_n, programs_k)](

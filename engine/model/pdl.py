@@ -11,7 +11,8 @@ the chain shares. CUDA-graph capture keeps these launches as programmatic edges.
 
 Every kernel of the chain has to take part:
 
-* inductor's own kernels, compiled with ``triton.enable_pdl`` (the phase compiler's option, :func:`inductor_options`);
+* inductor's own kernels, compiled with ``triton.enable_pdl`` (the phase compiler's option,
+  ``engine/runtime/compile.phase_options``);
 * ours (the GEMV, the decode attention, the cycle's kernels): each takes a ``PDL`` constexpr, and with it waits on
   entry, before any load or store of what the phase computes, then lets its dependents launch
   (``pdl_kernels.enter``); its launcher passes :func:`launch_options` while
@@ -60,16 +61,6 @@ def software_refusal() -> str | None:
     except ImportError as exc:
         return f"this Triton has no grid dependency control (gdc_wait): {exc}"
     return None
-
-
-def inductor_options(mode: str | None) -> dict[str, object]:
-    """``torch.compile`` keyword arguments for a phase whose kernels launch dependently: inductor's options with
-    ``triton.enable_pdl`` (``mode``, which torch.compile takes only without options, spelled as its options)."""
-    from torch._inductor import list_mode_options
-
-    options = dict(list_mode_options(mode)) if mode is not None else {}
-    options["triton.enable_pdl"] = True
-    return {"options": options}
 
 
 @contextlib.contextmanager

@@ -18,7 +18,13 @@ def counters(kind: str, device: torch.device, pieces: int) -> torch.Tensor:
     Made on first use; made under a CUDA-graph capture they live in that graph's memory pool, kept while the tensor
     is."""
     assert pieces <= SIZE, f"{pieces} pieces of work > {SIZE} {kind} ticket counters"
-    key = (kind, torch.device(device))
+    key = (kind, device)
     if key not in _made:
         _made[key] = torch.zeros(SIZE, dtype=torch.int32, device=device)
     return _made[key]
+
+
+def made(kind: str, device: torch.device) -> torch.Tensor | None:
+    """The counters of ``kind`` on ``device`` if a kernel has taken them (None: none has), for a test to check they
+    were used and left at 0."""
+    return _made.get((kind, device))

@@ -26,7 +26,6 @@ from typing import Any, Callable
 
 import torch
 
-from eaglelab.engine.model import pdl as pdl_launch
 from eaglelab.engine.model.layers import Kernels, rms_norm, rotary_qk, swiglu
 from eaglelab.engine.runtime import cycle_ops
 
@@ -131,12 +130,7 @@ class PhaseCompiler:
     combo: bool = False  # inductor's combo kernels (see COMBO_KERNELS)
 
     def __call__(self, label: str, fn: Callable) -> CompiledOrEager:
-        options: dict[str, Any] = {"fullgraph": True, "dynamic": False}
-        if self.pdl or self.combo:  # inductor's options, the mode spelled as its options: torch takes one or other
-            inductor = pdl_launch.inductor_options(self.mode)["options"] if self.pdl else _mode_options(self.mode)
-            options["options"] = inductor | ({"combo_kernels": True} if self.combo else {})
-        elif self.mode is not None:
-            options["mode"] = self.mode
+        options = phase_options(self.mode, self.pdl, self.combo)
         if self.backend is not None:
             options["backend"] = self.backend
         phase = CompiledOrEager(label, fn, self.log, **options)
@@ -144,10 +138,19 @@ class PhaseCompiler:
         return phase
 
 
-def _mode_options(mode: str | None) -> dict[str, Any]:
-    from torch._inductor import list_mode_options
+def phase_options(mode: str | None, pdl: bool = False, combo: bool = False) -> dict[str, Any]:
+    """``torch.compile``'s keyword arguments for a whole phase: one graph, static shapes, and ``mode``; where inductor
+    needs options of its own (``pdl``: its kernels compiled with PDL code, ``engine/model/pdl.py``; ``combo``: its
+    combo kernels) the mode is spelled as its options, since torch.compile takes one or the other."""
+    options: dict[str, Any] = {"fullgraph": True, "dynamic": False}
+    inductor = ({"triton.enable_pdl": True} if pdl else {}) | ({"combo_kernels": True} if combo else {})
+    if inductor:
+        from torch._inductor import list_mode_options
 
-    return dict(list_mode_options(mode)) if mode is not None else {}
+        options["options"] = (dict(list_mode_options(mode)) if mode is not None else {}) | inductor
+    elif mode is not None:
+        options["mode"] = mode
+    return options
 
 
 def _compiled_parts(kernels: Kernels) -> list[CompiledOrEager]:

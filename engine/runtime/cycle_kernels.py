@@ -313,7 +313,8 @@ def tree_expand(scores: torch.Tensor, logits: torch.Tensor,
     sc = scores.float()
     shapes = dict(K=topk, KP=_pow2(topk), FP=_pow2(F), CP=_pow2(C), CKP=_pow2(C * topk))
     if EXPAND_ONE_LAUNCH:
-        expand_kernel[(B * F, C)](rows, vals, idxs, peak, mass, sc, tokens, cand, selected, counters("expansion", dev, B),
+        ticket = counters("expansion", dev, B)
+        expand_kernel[(B * F, C)](rows, vals, idxs, peak, mass, sc, tokens, cand, selected, ticket,
                                   V, F, C, rows.stride(0), F * rows.stride(0), rows.stride(0), *sc.stride(),
                                   CHUNK=chunk, **shapes, num_warps=4, **pdl.launch_options())
         return tokens, cand, selected

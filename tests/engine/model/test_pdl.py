@@ -130,11 +130,11 @@ def test_cpu_is_refused_with_the_reason():
 
 
 def test_phase_compiler_asks_inductor_for_pdl_code_and_keeps_the_mode():
-    from eaglelab.engine.runtime.compile import CompileLog, PhaseCompiler
+    from eaglelab.engine.runtime.compile import CompileLog, PhaseCompiler, phase_options
 
-    opts = pdl.inductor_options(None)
-    assert opts == {"options": {"triton.enable_pdl": True}}
-    tuned = pdl.inductor_options("max-autotune-no-cudagraphs")["options"]
+    opts = phase_options(None, pdl=True)
+    assert opts == {"fullgraph": True, "dynamic": False, "options": {"triton.enable_pdl": True}}
+    tuned = phase_options("max-autotune-no-cudagraphs", pdl=True)["options"]
     assert tuned["triton.enable_pdl"] and tuned["max_autotune"] and not tuned.get("triton.cudagraphs", False)
     if pdl.software_refusal() is None:  # this torch's inductor takes the option: a phase compiles with it
         phase = PhaseCompiler(CompileLog(None), pdl=True)("decode", lambda x: (x * 2 + 1,))
