@@ -17,7 +17,10 @@
 #           `bench --figures --batch-sizes 1` as `run` decodes (80 MT-bench first turns by category; FIG_EXTRA, e.g.
 #           `--code-prompts 0 --repeats 1` to fit a short budget), each figure with its 95% interval over the prompts;
 #           tried once (C, C, C, I on 2026-12-05): the machine stopped answering, nothing came back; ran after Q on
-#           2026-12-06 (below)
+#           2026-12-06 (below). I_PHASES=1: then bench's phase costs of Q's four columns (10 prompts); FIG_AB: the
+#           figures under benchmarks/ab_constants.py's switches (e.g. `--combo-kernels off`). C, C, C, I (I_PHASES=1),
+#           I twice more (FIG_EXTRA "--repeats 1 --batch-sizes 8,32 --code-prompts 0", combo kernels on, then off by
+#           FIG_AB) and I at batch 1 off: benchmarks/results/h100_2026-12-06d (thirteenth session).
 #   call P  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=P: joins the GGUF; a chain of
 #           121 SmolLM2-shaped GEMVs in one graph plain / PDL / PDL + early weights (benchmarks/pdl_bench.py); the GPU
 #           test of dependent launches (tests/engine/model/test_pdl.py: the same tokens with and without); one bench
@@ -53,7 +56,9 @@
 #           (compile.COMBO_KERNELS and COMBO_WITH_PDL on), `nocombo`, `expand1` (cycle_kernels.EXPAND_ONE_LAUNCH),
 #           `attn1` (decode_attention_kernels.ONE_LAUNCH). The first four processes decide; the repeats run as
 #           time allows (the tests ~250 s and the four ~400 s on a bare machine: two calls on a warm one, the
-#           second with H_TESTS=0). Not run yet: the next session's first call, before any of them is on.
+#           second with H_TESTS=0). Ran 2026-12-06 (thirteenth session) on one H100 in two calls (H_RUNS "combo
+#           combo+expand1+attn1 nocombo ..." then "nocombo combo+expand1+attn1"; benchmarks/results/h100_2026-12-06d/H1,
+#           H2): combo kernels on since, the two one-launch kernels left off.
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
@@ -97,8 +102,16 @@ stage_k() {
 stage_i() {
   record_gpu
   [ -f "$GGUF" ] || join_gguf
-  TAIL=45 run figures_b1 $(left) $EL bench --figures --model default --draft $SHIPPED --device "$DEVICE" \
+  local el=$EL  # FIG_AB: benchmarks/ab_constants.py's switches for the figures, e.g. `--combo-kernels off`
+  [ -n "${FIG_AB:-}" ] && el="python3 benchmarks/ab_constants.py $FIG_AB --"
+  TAIL=45 run figures_b1 $(left) $el bench --figures --model default --draft $SHIPPED --device "$DEVICE" \
     --batch-sizes 1 --max-new-tokens 128 --json "$R/figures_b1.json" ${FIG_EXTRA:-}
+  # I_PHASES=1: then the phase costs of the pair with and without --pdl (Q's columns, 10 prompts), as time allows
+  [ "${I_PHASES:-0}" = 1 ] && [ "$(left)" -gt 60 ] && TAIL=30 run phases_b1 "$(left)" $EL bench --model default \
+    --draft $SHIPPED --device "$DEVICE" $TREE --batch-sizes 1 --prompts 10 --max-new-tokens 128 --repeats 2 \
+    --no-micro --phase-costs --json "$R/phases_b1.json" \
+    --configs plain-compile-gemv-attn,spec-compile-gemv-attn,plain-compile-gemv-attn-pdl,spec-compile-gemv-attn-pdl
+  return 0
 }
 
 # P: the same pair with and without dependent launches, interleaved in one process
