@@ -10,9 +10,9 @@ anything that reads it.
 (``gemv_kernels.EARLY_TILES``, ``EARLY_TILES_ONE_ROW``); --float32-logits: the verify's and the draft steps' logits
 handed on as float32 copies, as before they stayed in the heads' dtype; --mask-per-layer: a compiled forward's mask
 not passed through ``layers.shared`` (inductor then builds it again for each layer's attention op);
---combo-kernels on|off: whole phases compiled with inductor's combo kernels or without
-(``compile.COMBO_KERNELS``; their default applies without --pdl only); --combo-with-pdl: under --pdl too
-(``COMBO_WITH_PDL``);
+--combo-kernels on|off: whole phases compiled with inductor's combo kernels or without (``compile.COMBO_KERNELS``:
+on by default, with --pdl too while ``COMBO_WITH_PDL``); --combo-with-pdl: ``COMBO_WITH_PDL`` on (already the
+default);
 --expand-one-launch on|off: a draft step's expansion in one launch or two (``cycle_kernels.EXPAND_ONE_LAUNCH``);
 --attention-one-launch on|off: split attention merged in its own launch or by a second kernel
 (``decode_attention_kernels.ONE_LAUNCH``).

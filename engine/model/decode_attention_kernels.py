@@ -140,7 +140,8 @@ def attention_combine_kernel(acc_ptr, ml_ptr, out_ptr, NH, T, SPLITS,
 # Split attention merged by the split that finishes last (``attention_kernel``'s MERGE, one launch) rather than by
 # ``attention_combine_kernel`` (a second launch): the same merge, its sums over the splits taken one split after
 # another (the combine kernel reduces them as a tree: the last bits of float32 may differ; interpreter tests).
-# Off until timed on a GPU: one launch fewer a layer against a merge that waits for the rows' last split.
+# Off: timed on an H100 with EXPAND_ONE_LAUNCH (SmolLM2's shape, 5/4/24 + 16, benchmarks/results/h100_2026-12-06d),
+# a decode 0.766 -> 0.756 ms but a verify of 40 rows 0.926 -> 0.999 (the last split merges its block's 64 rows alone).
 ONE_LAUNCH = False
 
 

@@ -34,12 +34,13 @@ from eaglelab.engine.runtime import cycle_ops
 RECOMPILE_LIMIT = 256
 
 # Whole phases compiled with inductor's combo kernels (independent small kernels of a graph launched as one: a
-# layer's two rotary kernels, a draft step's mask beside them), where their kernels do not launch dependently.
-# Measured on an H100 (SmolLM2's shape, 5/4/24 + 16, batch 1, benchmarks/results/h100_2026-12-06c/G): a decode
-# 0.808 -> 0.765 ms (plain 1,186 -> 1,256 tok/s), a verify 0.959 -> 0.914, the draft phase 0.257 -> 0.217. Not with
-# --pdl: untested there (inductor's PDL wait in a combined kernel), unless COMBO_WITH_PDL.
-COMBO_KERNELS = False
-COMBO_WITH_PDL = False
+# layer's two rotary kernels, a draft step's mask beside them). Measured on an H100 (SmolLM2's shape, 5/4/24 + 16,
+# batch 1, benchmarks/results/h100_2026-12-06d/H, each way in its own process): a decode 0.812 -> 0.766 ms (with
+# --pdl 0.653 -> 0.620), a verify 0.974 -> 0.926 (0.859 -> 0.820), the draft phase 0.251 -> 0.228 (0.221 -> 0.200);
+# plain 1,183 -> 1,235 tok/s (with --pdl 1,455 -> 1,512). The same tokens as without, with and without --pdl
+# (inductor's PDL wait in a combined kernel: COMBO_WITH_PDL), in a GPU test on that H100.
+COMBO_KERNELS = True
+COMBO_WITH_PDL = True
 
 
 class CompileLog:

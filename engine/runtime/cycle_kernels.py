@@ -290,7 +290,8 @@ def emit_advance(tokens: torch.Tensor, count: torch.Tensor | None, new_root: tor
 
 # A draft step's expansion as one launch (``expand_kernel``: the blocks then, by ticket, the selection) or two
 # (``expand_blocks_kernel``, ``expand_select_kernel``). The same results either way (tests under the interpreter).
-# Off until timed on a GPU: one launch fewer a draft step against a selection that waits for the row's last block.
+# Off: timed on an H100 together with decode_attention_kernels.ONE_LAUNCH (benchmarks/results/h100_2026-12-06d), the
+# draft phase moved 0.228 -> 0.225 ms (0.200 -> 0.203 with --pdl): within the processes' spread.
 EXPAND_ONE_LAUNCH = False
 
 

@@ -206,6 +206,7 @@ def test_combo_kernels_reach_each_phase_s_inductor_options(tmp_path, monkeypatch
     monkeypatch.setattr(C, "COMBO_KERNELS", True)
     combo, got = options()
     assert combo and got["options"] == {"combo_kernels": True} and "mode" not in got
+    monkeypatch.setattr(C, "COMBO_WITH_PDL", False)
     combo, got = options(pdl=True)
     assert not combo and got["options"] == {"triton.enable_pdl": True}
     monkeypatch.setattr(C, "COMBO_WITH_PDL", True)
