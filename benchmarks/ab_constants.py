@@ -14,8 +14,9 @@ not passed through ``layers.shared`` (inductor then builds it again for each lay
 on by default, with --pdl too while ``COMBO_WITH_PDL``); --combo-with-pdl: ``COMBO_WITH_PDL`` on (already the
 default);
 --expand-one-launch on|off: a draft step's expansion in one launch or two (``cycle_kernels.EXPAND_ONE_LAUNCH``);
---attention-one-launch on|off: split attention merged in its own launch or by a second kernel
-(``decode_attention_kernels.ONE_LAUNCH``).
+--attention-one-launch on|off: split attention merged in its own launch at every row count, or always by a second
+kernel; --attention-one-launch-rows N: in its own launch where a KV head's query rows are at most N
+(``decode_attention_kernels.ONE_LAUNCH_ROWS``).
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--combo-with-pdl", action="store_true")
     p.add_argument("--expand-one-launch", choices=("on", "off"))
     p.add_argument("--attention-one-launch", choices=("on", "off"))
+    p.add_argument("--attention-one-launch-rows", type=int)
     args = p.parse_args(argv[:cut])
     import eaglelab.engine.model.gemv_kernels as G
 
@@ -63,10 +65,13 @@ def main(argv: list[str]) -> int:
         import eaglelab.engine.runtime.cycle_kernels as K
 
         K.EXPAND_ONE_LAUNCH = args.expand_one_launch == "on"
-    if args.attention_one_launch is not None:
+    if args.attention_one_launch is not None or args.attention_one_launch_rows is not None:
         import eaglelab.engine.model.decode_attention_kernels as AK
 
-        AK.ONE_LAUNCH = args.attention_one_launch == "on"
+        if args.attention_one_launch is not None:
+            AK.ONE_LAUNCH_ROWS = 1 << 20 if args.attention_one_launch == "on" else 0
+        if args.attention_one_launch_rows is not None:
+            AK.ONE_LAUNCH_ROWS = args.attention_one_launch_rows
     from eaglelab.cli import main as cli
 
     return cli(argv[cut + 1:])

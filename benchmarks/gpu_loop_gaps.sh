@@ -59,12 +59,18 @@
 #           second with H_TESTS=0). Ran 2026-12-06 (thirteenth session) on one H100 in two calls (H_RUNS "combo
 #           combo+expand1+attn1 nocombo ..." then "nocombo combo+expand1+attn1"; benchmarks/results/h100_2026-12-06d/H1,
 #           H2): combo kernels on since, the two one-launch kernels left off.
+#   call J  carry .carry/assets .whl (no GGUF)   STAGE=J: bench's phase costs (plain and 5/4/24 with no lookup
+#           branch: the 24-node verify issue 40 names) in J_RUNS processes, `base` (main) or `rows16` (split
+#           attention merged in its own launch where a KV head has at most 16 query rows: a decode, a draft step;
+#           decode_attention_kernels.ONE_LAUNCH_ROWS). ~110 s the first on a bare machine, ~35 s each after.
+#           Ran 2026-12-06 (thirteenth session) on one H100 with the session's last 154 s: `base_1`, `rows16_2`
+#           (benchmarks/results/h100_2026-12-06d/J): 16 rows on since.
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
 # 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run), GAPS (1; 0: stage Q without
 # loop_gaps.py).
-STAGE=${STAGE:?set STAGE=C, X, K, I, P, Q, E, F, G or H}
+STAGE=${STAGE:?set STAGE=C, X, K, I, P, Q, E, F, G, H or J}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 TREE="--steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16"
@@ -241,6 +247,21 @@ stage_h() {
   done
 }
 
+stage_j() {
+  record_gpu
+  local t n=0 flags
+  for t in ${J_RUNS:-base rows16 base rows16}; do
+    n=$((n + 1))
+    [ "$(left)" -gt 30 ] || break
+    flags=""; [ "$t" = rows16 ] && flags="--attention-one-launch-rows 16"
+    # shellcheck disable=SC2086
+    TAIL=12 run "${t}_$n" "$(left)" python3 benchmarks/ab_constants.py $flags -- bench --scale-model smollm2-135m \
+      --draft-vocab 12288 --dtype bfloat16 --seed 0 --device "$DEVICE" --steps 5 --topk 4 --draft-tokens 24 \
+      --lookup-tokens 0 --batch-sizes 1 --prompts 4 --max-new-tokens 64 --repeats 1 --no-micro --phase-costs \
+      --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/${t}_$n.json" ${J_EXTRA:-}
+  done
+}
+
 kernel_sources() {  # the source of every Triton kernel inductor made so far (read on a CPU beside a trace's names)
   local d found=""
   for d in "${TORCHINDUCTOR_CACHE_DIR:-}" "$EAGLELAB_CACHE/inductor" "/tmp/torchinductor_$(whoami)"; do
@@ -255,4 +276,4 @@ kernel_sources() {  # the source of every Triton kernel inductor made so far (re
 }
 
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in C) echo 120;; *) echo 580;; esac)}; watchdog "$0"
-run_stage C X K I P Q E F G H
+run_stage C X K I P Q E F G H J

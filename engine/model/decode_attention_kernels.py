@@ -9,7 +9,7 @@ is spread over every split). A block whose mask slice is all False is skipped be
 row it keeps an online softmax in float32 (running max, running sum, the weighted sum of V rows), in log2
 units (exp2). With one split it writes the normalised output; with several, its partial (acc, max, sum)
 goes to a float32 workspace and ``attention_combine_kernel`` merges the splits of each row, in order, or (MERGE,
-:data:`ONE_LAUNCH`) the split that finishes last merges them in the same launch. The rounds per split are a
+:data:`ONE_LAUNCH_ROWS`, a few rows) the split that finishes last merges them in the same launch. The rounds per split are a
 compile-time constant (a kernel per static cache length: a run has one or two); so are the splits.
 """
 
@@ -140,9 +140,11 @@ def attention_combine_kernel(acc_ptr, ml_ptr, out_ptr, NH, T, SPLITS,
 # Split attention merged by the split that finishes last (``attention_kernel``'s MERGE, one launch) rather than by
 # ``attention_combine_kernel`` (a second launch): the same merge, its sums over the splits taken one split after
 # another (the combine kernel reduces them as a tree: the last bits of float32 may differ; interpreter tests).
-# Off: timed on an H100 with EXPAND_ONE_LAUNCH (SmolLM2's shape, 5/4/24 + 16, benchmarks/results/h100_2026-12-06d),
-# a decode 0.766 -> 0.756 ms but a verify of 40 rows 0.926 -> 0.999 (the last split merges its block's 64 rows alone).
-ONE_LAUNCH = False
+# Only where a KV head's query rows (GROUP * T) are at most ONE_LAUNCH_ROWS (0: never): a decode, a draft step. Timed
+# on an H100 (SmolLM2's shape, batch 1, benchmarks/results/h100_2026-12-06d): merged in every case, a decode took
+# 0.766 -> 0.756 ms but a verify of 40 rows 0.926 -> 0.999 (the split that finishes last merges its block's 64 rows
+# alone, H1); at most 16 rows, a decode 0.758 -> 0.746, the draft phase 0.207 -> 0.204, a verify 0.901 either way (J).
+ONE_LAUNCH_ROWS = 16
 
 
 def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor, block_s: int,
@@ -162,7 +164,7 @@ def decode_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: to
     rows = NH // KVH * T
     block_m = min(max(16, triton.next_power_of_2(rows)), MAX_BLOCK_M)  # tl.dot takes >= 16 rows
     row_blocks = triton.cdiv(rows, block_m)
-    merge = partial and ONE_LAUNCH
+    merge = partial and rows <= ONE_LAUNCH_ROWS
     ticket = counters("attention", q.device, B * KVH * row_blocks) if merge else out  # an unread pointer without
     attention_kernel[(B * KVH, splits, row_blocks)](
         q, k, v, allowed, out, acc, ml, ticket, NH, T, S, NH // KVH, LOG2E / D ** 0.5,

@@ -18,7 +18,7 @@ from eaglelab.engine.model.model import Transformer  # noqa: E402
 
 CONSTANTS = [(gemv_kernels, "EARLY_TILES"), (gemv_kernels, "EARLY_TILES_ONE_ROW"), (layers, "SHARE_MASK"),
              (compile_, "COMBO_KERNELS"), (compile_, "COMBO_WITH_PDL"), (cycle_kernels, "EXPAND_ONE_LAUNCH"),
-             (attention_kernels, "ONE_LAUNCH"), (Transformer, "logits"), (Eagle3Network, "head")]
+             (attention_kernels, "ONE_LAUNCH_ROWS"), (Transformer, "logits"), (Eagle3Network, "head")]
 
 
 def test_each_flag_sets_its_constant_before_the_command(monkeypatch, tmp_path, capsys):
@@ -32,8 +32,10 @@ def test_each_flag_sets_its_constant_before_the_command(monkeypatch, tmp_path, c
     assert code != 0 and "expected: a regular file" in capsys.readouterr().err  # the command ran: no such file
     assert (gemv_kernels.EARLY_TILES, gemv_kernels.EARLY_TILES_ONE_ROW) == (0, 1)
     assert not layers.SHARE_MASK and compile_.COMBO_KERNELS and compile_.COMBO_WITH_PDL
-    assert cycle_kernels.EXPAND_ONE_LAUNCH and attention_kernels.ONE_LAUNCH
+    assert cycle_kernels.EXPAND_ONE_LAUNCH and attention_kernels.ONE_LAUNCH_ROWS >= 64 * 64
     assert Transformer.logits is not plain_logits  # float32 copies patched back in
     main(["--combo-kernels", "off", "--expand-one-launch", "off", "--attention-one-launch", "off", "--", "report",
           str(missing)])
-    assert not (compile_.COMBO_KERNELS or cycle_kernels.EXPAND_ONE_LAUNCH or attention_kernels.ONE_LAUNCH)
+    assert not (compile_.COMBO_KERNELS or cycle_kernels.EXPAND_ONE_LAUNCH or attention_kernels.ONE_LAUNCH_ROWS)
+    main(["--attention-one-launch-rows", "8", "--", "report", str(missing)])
+    assert attention_kernels.ONE_LAUNCH_ROWS == 8

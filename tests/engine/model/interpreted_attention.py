@@ -6,7 +6,7 @@ the block on purpose), the plan (block of slots, splits) and the mask: a prefix 
 verify at a random used length) or a tree mask (each node sees the committed prefix, its ancestors and
 itself), with the rows' used lengths drawn apart so many blocks are all False. K and V of the all-False
 blocks are filled with NaN: the kernel skipping them is what keeps the output finite. The cases run twice: the
-splits merged by the second kernel, then by the last split in the same launch (``decode_attention_kernels.ONE_LAUNCH``).
+splits merged by the second kernel, then by the last split in the same launch (``decode_attention_kernels.ONE_LAUNCH_ROWS``).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from eaglelab.engine.model import decode_attention_kernels as AK  # Triton: run 
 from eaglelab.engine.model.tickets import made
 
 DTYPE = torch.float16  # the interpreter's tl.dot misreads bfloat16
+EVERY_ROW = 1 << 20  # ONE_LAUNCH_ROWS at which every split cut merges in its own launch
 
 
 @st.composite
@@ -107,11 +108,11 @@ def check_fully_masked_row_gives_zeros() -> None:
     mask = torch.zeros(1, 2, 40, dtype=torch.bool)
     mask[0, 0, :5] = True  # row 0 sees 5 slots, row 1 none
     for splits, one_launch in ((1, False), (3, False), (3, True)):
-        AK.ONE_LAUNCH = one_launch
+        AK.ONE_LAUNCH_ROWS = EVERY_ROW if one_launch else 0
         try:
             out = torch.ops.eaglelab.decode_attention(q, k, v, mask, 16, splits, 4)
         finally:
-            AK.ONE_LAUNCH = False
+            AK.ONE_LAUNCH_ROWS = 0
         assert torch.equal(out[:, :, 1], torch.zeros_like(out[:, :, 1])), splits
         ref = A.sdpa(q[:, :, :1].float(), k.float(), v.float(), mask[:, :1])
         assert (out[:, :, :1].float() - ref).abs().max().item() <= 4e-3
@@ -119,13 +120,14 @@ def check_fully_masked_row_gives_zeros() -> None:
 
 if __name__ == "__main__":
     A.load_op()
+    AK.ONE_LAUNCH_ROWS = 0  # every split cut merged by the second kernel
     test_kernel_matches_sdpa()
     first = dict(CHECKED)
-    AK.ONE_LAUNCH = True  # the same cases again, each split cut merged by its last split in the same launch
+    AK.ONE_LAUNCH_ROWS = EVERY_ROW  # the same cases again, each split cut merged by its last split in the same launch
     test_kernel_matches_sdpa()
     left = made("attention", torch.device("cpu"))
     assert left is not None and not left.any(), "the merge took no ticket, or left a counter above 0"
-    AK.ONE_LAUNCH = False
+    AK.ONE_LAUNCH_ROWS = 0
     merged = CHECKED["split"] - first["split"]
     CHECKED.update(first)
     check_fully_masked_row_gives_zeros()

@@ -62,7 +62,7 @@ def main() -> None:
                     kernel = compile_kernel(K.attention_kernel, cut, p.num_warps)
                     print(f"{shape} B={B} T={T} S={S} {tuple(p)} shared={kernel.metadata.shared} "
                           f"spills={spills(kernel.asm['ptx'])}", flush=True)
-                    if p.splits > 1 and B == 1 and T in (1, 24) and S == 2048:  # merged in the launch (ONE_LAUNCH)
+                    if p.splits > 1 and B == 1 and T in (1, 24) and S == 2048:  # merged in the launch (ONE_LAUNCH_ROWS)
                         kernel = compile_kernel(K.attention_kernel, cut | {"MERGE": True}, p.num_warps)
                         print(f"merged {shape} B={B} T={T} S={S} {tuple(p)} shared={kernel.metadata.shared} "
                               f"spills={spills(kernel.asm['ptx'])}", flush=True)

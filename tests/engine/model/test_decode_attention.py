@@ -342,6 +342,41 @@ def test_kernel_matches_sdpa_under_the_triton_interpreter():
     assert counts["wide"] >= 5 and counts["row_blocks"] >= 5 and counts["merged"] >= 10, counts
 
 
+@pytest.mark.skipif(not has_triton(), reason="Triton not installed")
+def test_splits_merge_in_the_attention_launch_only_at_few_rows(monkeypatch):
+    """``ONE_LAUNCH_ROWS``: where a KV head's query rows (GROUP * T) are at most that many, the split that finishes
+    last merges the splits in the attention launch (MERGE, with a ticket counter) and no merge kernel launches;
+    at more rows, or with it 0, the merge kernel does; one split needs no merge either way."""
+    from eaglelab.engine.model import decode_attention_kernels as AK
+
+    launches = []
+
+    class Recorder:
+        def __init__(self, name):
+            self.name = name
+
+        def __getitem__(self, grid):
+            return lambda *args, **meta: launches.append((self.name, meta.get("MERGE")))
+
+    monkeypatch.setattr(AK, "attention_kernel", Recorder("attention"))
+    monkeypatch.setattr(AK, "attention_combine_kernel", Recorder("merge"))
+
+    def kernels(T, splits, rows_limit):  # 9 heads over 3 KV heads: GROUP 3
+        monkeypatch.setattr(AK, "ONE_LAUNCH_ROWS", rows_limit)
+        launches.clear()
+        q = torch.zeros(1, 9, T, 16, dtype=torch.float16)
+        k = v = torch.zeros(1, 3, 64, 16, dtype=torch.float16)
+        AK.decode_attention(q, k, v, torch.ones(1, T, 64, dtype=torch.bool), 16, splits, 4)
+        return list(launches)
+
+    assert kernels(1, 3, 0) == [("attention", False), ("merge", None)]
+    assert kernels(1, 3, 16) == [("attention", True)]  # a decode: 3 rows
+    assert kernels(5, 3, 16) == [("attention", True)]  # 15 rows
+    assert kernels(6, 3, 16) == [("attention", False), ("merge", None)]  # 18 rows
+    assert kernels(40, 3, 16) == [("attention", False), ("merge", None)]  # a verify of 40: 120 rows
+    assert kernels(1, 1, 16) == [("attention", False)]
+
+
 COMPILED = textwrap.dedent("""
     import torch
     from dataclasses import replace
@@ -515,10 +550,10 @@ def test_kernel_matches_sdpa_on_cuda_eager_compiled_and_captured(one_launch, mon
     (prefix and tree masks), 128 and 2048 slots with 100 or 1000 used: within twice SDPA's own error against
     an fp32 reference plus an ulp; the default plan and a 1-split and a 5-split one alike. Then a call
     compiled whole (fullgraph) and replayed from a CUDA graph gives the eager kernel's exact output. The splits
-    merged by the merge kernel or in the same launch (``decode_attention_kernels.ONE_LAUNCH``)."""
+    merged by the merge kernel or in the same launch (``decode_attention_kernels.ONE_LAUNCH_ROWS``, here at every row count)."""
     from eaglelab.engine.model import decode_attention_kernels
 
-    monkeypatch.setattr(decode_attention_kernels, "ONE_LAUNCH", one_launch)
+    monkeypatch.setattr(decode_attention_kernels, "ONE_LAUNCH_ROWS", 1 << 20 if one_launch else 0)
     attention = A.TritonDecodeAttention()
     assert attention.reason is None, attention.reason
     g = torch.Generator(device="cuda").manual_seed(0)
