@@ -9,8 +9,8 @@ is spread over every split). A block whose mask slice is all False is skipped be
 row it keeps an online softmax in float32 (running max, running sum, the weighted sum of V rows), in log2
 units (exp2). With one split it writes the normalised output; with several, its partial (acc, max, sum)
 goes to a float32 workspace and ``attention_combine_kernel`` merges the splits of each row, in order, or (MERGE,
-:data:`ONE_LAUNCH_ROWS`, a few rows) the split that finishes last merges them in the same launch. The rounds per split are a
-compile-time constant (a kernel per static cache length: a run has one or two); so are the splits.
+at a few rows: :data:`ONE_LAUNCH_ROWS`) the split that finishes last merges them in the same launch. The rounds
+per split are a compile-time constant (a kernel per static cache length: a run has one or two); so are the splits.
 """
 
 from __future__ import annotations

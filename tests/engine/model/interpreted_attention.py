@@ -6,7 +6,8 @@ the block on purpose), the plan (block of slots, splits) and the mask: a prefix 
 verify at a random used length) or a tree mask (each node sees the committed prefix, its ancestors and
 itself), with the rows' used lengths drawn apart so many blocks are all False. K and V of the all-False
 blocks are filled with NaN: the kernel skipping them is what keeps the output finite. The cases run twice: the
-splits merged by the second kernel, then by the last split in the same launch (``decode_attention_kernels.ONE_LAUNCH_ROWS``).
+splits merged by the second kernel, then by the last split in the same launch (at every row count:
+``decode_attention_kernels.ONE_LAUNCH_ROWS``).
 """
 
 from __future__ import annotations

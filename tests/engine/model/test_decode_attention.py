@@ -550,7 +550,8 @@ def test_kernel_matches_sdpa_on_cuda_eager_compiled_and_captured(one_launch, mon
     (prefix and tree masks), 128 and 2048 slots with 100 or 1000 used: within twice SDPA's own error against
     an fp32 reference plus an ulp; the default plan and a 1-split and a 5-split one alike. Then a call
     compiled whole (fullgraph) and replayed from a CUDA graph gives the eager kernel's exact output. The splits
-    merged by the merge kernel or in the same launch (``decode_attention_kernels.ONE_LAUNCH_ROWS``, here at every row count)."""
+    merged by the merge kernel or in the same launch (``decode_attention_kernels.ONE_LAUNCH_ROWS``, here at every
+    row count)."""
     from eaglelab.engine.model import decode_attention_kernels
 
     monkeypatch.setattr(decode_attention_kernels, "ONE_LAUNCH_ROWS", 1 << 20 if one_launch else 0)
