@@ -39,15 +39,10 @@ def test_trace_has_phase_ranges(trace_logdir):
 
 
 @pytest.mark.slow
-def test_tensorboard_profiler_plugin_serves_the_trace(trace_logdir):
+def test_tensorboard_profiler_plugin_serves_the_trace(trace_logdir, tmp_path):
     """TensorBoard on loopback, queried through the plugin's own HTTP endpoints, as its web page does."""
-    port = _free_port()
-    server = subprocess.Popen(
-        [sys.executable, "-m", "tensorboard.main", "--logdir", str(trace_logdir), "--host", "127.0.0.1",
-         "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    base = f"http://127.0.0.1:{port}/data/plugin/pytorch_profiler"
+    server, base, runs = _serve(trace_logdir, tmp_path / "tensorboard.err")
     try:
-        runs = _wait_for_runs(base, server)
         assert runs == ["run1"]
         assert _get(f"{base}/views?run=run1") == ["Overview", "Operator", "Trace"]
         (worker,) = _get(f"{base}/workers?run=run1&view=Overview")
@@ -66,6 +61,30 @@ def test_tensorboard_profiler_plugin_serves_the_trace(trace_logdir):
         server.wait(timeout=30)
 
 
+def _serve(logdir: Path, err_path: Path, tries: int = 3) -> tuple[subprocess.Popen, str, list[str]]:
+    """TensorBoard on a free loopback port, its plugin's base URL and the runs it loaded. A port found free can be
+    taken by another process before TensorBoard binds it (it then says it could not bind and exits): another port,
+    up to ``tries``; any other exit fails with what TensorBoard wrote."""
+    for _ in range(tries):
+        port = _free_port()
+        with err_path.open("w") as err:
+            server = subprocess.Popen(
+                [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1",
+                 "--port", str(port)], stdout=subprocess.DEVNULL, stderr=err)
+        base = f"http://127.0.0.1:{port}/data/plugin/pytorch_profiler"
+        try:
+            runs = _wait_for_runs(base, server)
+        except BaseException:
+            server.terminate()
+            server.wait(timeout=30)
+            raise
+        if runs is not None:
+            return server, base, runs
+        said = err_path.read_text(errors="replace")
+        assert "could not bind" in said, f"tensorboard exited ({server.returncode}): {said[-2000:]}"
+    raise AssertionError(f"tensorboard could not bind a free port in {tries} tries")
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -80,10 +99,12 @@ def _get(url: str):
     return json.loads(body)
 
 
-def _wait_for_runs(base: str, server: subprocess.Popen, timeout_s: float = 180.0) -> list[str]:
+def _wait_for_runs(base: str, server: subprocess.Popen, timeout_s: float = 180.0) -> list[str] | None:
+    """The runs TensorBoard serves once it has loaded them; None if it exited first."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        assert server.poll() is None, "tensorboard exited"
+        if server.poll() is not None:
+            return None
         try:
             got = _get(f"{base}/runs")
             if got["runs"] and not got["loading"]:
