@@ -11,8 +11,7 @@ anything that reads it.
 handed on as float32 copies, as before they stayed in the heads' dtype; --mask-per-layer: a compiled forward's mask
 not passed through ``layers.shared`` (inductor then builds it again for each layer's attention op);
 --combo-kernels on|off: whole phases compiled with inductor's combo kernels or without (``compile.COMBO_KERNELS``:
-on by default, with --pdl too while ``COMBO_WITH_PDL``); --combo-with-pdl: ``COMBO_WITH_PDL`` on (already the
-default);
+on by default, with --pdl too while ``COMBO_WITH_PDL``); --combo-with-pdl [on|off]: ``COMBO_WITH_PDL`` (alone: on);
 --expand-one-launch on|off: a draft step's expansion in one launch or two (``cycle_kernels.EXPAND_ONE_LAUNCH``);
 --attention-one-launch on|off: split attention merged in its own launch at every row count, or always by a second
 kernel; --attention-one-launch-rows N: in its own launch where a KV head's query rows are at most N
@@ -33,7 +32,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--float32-logits", action="store_true")
     p.add_argument("--mask-per-layer", action="store_true")
     p.add_argument("--combo-kernels", choices=("on", "off"))
-    p.add_argument("--combo-with-pdl", action="store_true")
+    p.add_argument("--combo-with-pdl", nargs="?", const="on", choices=("on", "off"))
     p.add_argument("--expand-one-launch", choices=("on", "off"))
     p.add_argument("--attention-one-launch", choices=("on", "off"))
     p.add_argument("--attention-one-launch-rows", type=int)
@@ -55,12 +54,13 @@ def main(argv: list[str]) -> int:
         import eaglelab.engine.model.layers as L
 
         L.SHARE_MASK = False
-    if args.combo_kernels is not None or args.combo_with_pdl:
+    if args.combo_kernels is not None or args.combo_with_pdl is not None:
         import eaglelab.engine.runtime.compile as C
 
         if args.combo_kernels is not None:
             C.COMBO_KERNELS = args.combo_kernels == "on"
-        C.COMBO_WITH_PDL = C.COMBO_WITH_PDL or args.combo_with_pdl
+        if args.combo_with_pdl is not None:
+            C.COMBO_WITH_PDL = args.combo_with_pdl == "on"
     if args.expand_one_launch is not None:
         import eaglelab.engine.runtime.cycle_kernels as K
 

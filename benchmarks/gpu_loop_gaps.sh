@@ -18,8 +18,8 @@
 #           `--code-prompts 0 --repeats 1` to fit a short budget), each figure with its 95% interval over the prompts;
 #           tried once (C, C, C, I on 2026-12-05): the machine stopped answering, nothing came back; ran after Q on
 #           2026-12-06 (below). I_PHASES=1: then bench's phase costs of Q's four columns (10 prompts); FIG_AB: the
-#           figures under benchmarks/ab_constants.py's switches (e.g. `--combo-kernels off`); FIG_NAME: their files'
-#           name (figures_b1). C, C, C, I (I_PHASES=1),
+#           figures (and phases) under benchmarks/ab_constants.py's switches (e.g. `--combo-kernels off`);
+#           FIG_NAME: their files' name (figures_b1). C, C, C, I (I_PHASES=1),
 #           I twice more (FIG_EXTRA "--repeats 1 --batch-sizes 8,32 --code-prompts 0", combo kernels on, then off by
 #           FIG_AB) and I at batch 1 off: benchmarks/results/h100_2026-12-06d (thirteenth session).
 #   call P  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=P: joins the GGUF; a chain of
@@ -109,13 +109,13 @@ stage_k() {
 stage_i() {
   record_gpu
   [ -f "$GGUF" ] || join_gguf
-  local el=$EL  # FIG_AB: benchmarks/ab_constants.py's switches for the figures, e.g. `--combo-kernels off`
+  local el=$EL  # FIG_AB: benchmarks/ab_constants.py's switches for the figures and phases, e.g. `--combo-kernels off`
   [ -n "${FIG_AB:-}" ] && el="python3 benchmarks/ab_constants.py $FIG_AB --"
   local name=${FIG_NAME:-figures_b1}  # e.g. figures_b8_32 beside FIG_EXTRA="--batch-sizes 8,32"
   TAIL=45 run "$name" $(left) $el bench --figures --model default --draft $SHIPPED --device "$DEVICE" \
     --batch-sizes 1 --max-new-tokens 128 --json "$R/$name.json" ${FIG_EXTRA:-}
   # I_PHASES=1: then the phase costs of the pair with and without --pdl (Q's columns, 10 prompts), as time allows
-  [ "${I_PHASES:-0}" = 1 ] && [ "$(left)" -gt 60 ] && TAIL=30 run phases_b1 "$(left)" $EL bench --model default \
+  [ "${I_PHASES:-0}" = 1 ] && [ "$(left)" -gt 60 ] && TAIL=30 run phases_b1 "$(left)" $el bench --model default \
     --draft $SHIPPED --device "$DEVICE" $TREE --batch-sizes 1 --prompts 10 --max-new-tokens 128 --repeats 2 \
     --no-micro --phase-costs --json "$R/phases_b1.json" \
     --configs plain-compile-gemv-attn,spec-compile-gemv-attn,plain-compile-gemv-attn-pdl,spec-compile-gemv-attn-pdl

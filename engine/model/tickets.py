@@ -2,7 +2,7 @@
 split GEMV's shares added, a split attention's partials merged, a draft step's expansion selected): each program
 takes a ticket (an atomic add on its piece's counter); the one that takes the last does the rest and puts the
 counter back to 0, so the counters are 0 between calls. Kernels of one stream run one after another (a dependent
-launch waits for the kernel before before it takes a ticket), so each kind of kernel needs one set per device.
+launch waits for the kernel ahead of it before it takes a ticket), so each kind of kernel needs one set per device.
 """
 
 from __future__ import annotations

@@ -24,6 +24,12 @@ CONSTANTS = [(gemv_kernels, "EARLY_TILES"), (gemv_kernels, "EARLY_TILES_ONE_ROW"
 def test_each_flag_sets_its_constant_before_the_command(monkeypatch, tmp_path, capsys):
     for owner, name in CONSTANTS:  # put back after the test
         monkeypatch.setattr(owner, name, getattr(owner, name))
+    # each switch the first command turns on starts off here, whatever main's defaults are, and the reverse
+    monkeypatch.setattr(compile_, "COMBO_KERNELS", False)
+    monkeypatch.setattr(compile_, "COMBO_WITH_PDL", False)
+    monkeypatch.setattr(cycle_kernels, "EXPAND_ONE_LAUNCH", False)
+    monkeypatch.setattr(attention_kernels, "ONE_LAUNCH_ROWS", 0)
+    monkeypatch.setattr(layers, "SHARE_MASK", True)
     plain_logits = Transformer.logits
     missing = tmp_path / "no_such_record.json"
     code = main(["--early-tiles", "0", "--one-row-tiles", "1", "--mask-per-layer", "--combo-kernels", "on",
@@ -34,8 +40,9 @@ def test_each_flag_sets_its_constant_before_the_command(monkeypatch, tmp_path, c
     assert not layers.SHARE_MASK and compile_.COMBO_KERNELS and compile_.COMBO_WITH_PDL
     assert cycle_kernels.EXPAND_ONE_LAUNCH and attention_kernels.ONE_LAUNCH_ROWS >= 64 * 64
     assert Transformer.logits is not plain_logits  # float32 copies patched back in
-    main(["--combo-kernels", "off", "--expand-one-launch", "off", "--attention-one-launch", "off", "--", "report",
-          str(missing)])
-    assert not (compile_.COMBO_KERNELS or cycle_kernels.EXPAND_ONE_LAUNCH or attention_kernels.ONE_LAUNCH_ROWS)
+    main(["--combo-kernels", "off", "--combo-with-pdl", "off", "--expand-one-launch", "off", "--attention-one-launch",
+          "off", "--", "report", str(missing)])
+    assert not (compile_.COMBO_KERNELS or compile_.COMBO_WITH_PDL or cycle_kernels.EXPAND_ONE_LAUNCH
+                or attention_kernels.ONE_LAUNCH_ROWS)
     main(["--attention-one-launch-rows", "8", "--", "report", str(missing)])
     assert attention_kernels.ONE_LAUNCH_ROWS == 8
