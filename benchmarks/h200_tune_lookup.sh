@@ -41,8 +41,9 @@
 #           (T, U, V may follow it on the warm machine: T joins the GGUF only where it is not there)
 #   call G  carry .whl   STAGE=G: the 10 GPU tests no call has reached (the whole set takes more than 290 s on a
 #           fresh H200: 28 of 38 passed in that time, twice); no GGUF needed
-# Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s); for a dry run DEVICE
-# (cuda), TUNE_EXTRA and FIG_EXTRA (more flags for tune and bench, e.g. fewer prompts and tokens).
+# Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s); TUNE_EXTRA and FIG_EXTRA
+# (more flags for tune and bench: the candidates and branches a tune measures, fewer prompts and tokens for a dry run),
+# V_BATCHES (V's batch sizes, 8,32), FIG_NAME (U's file name, figures_b1_tuned); for a dry run DEVICE (cuda).
 #
 # Before (CPU): the GGUF parts .carry/mq1..mq4 and .carry/assets as benchmarks/README.md says; `.whl` with gguf.
 # Check the carried sizes and the stages' order on the CPU first:
@@ -85,8 +86,9 @@ stage_g() {
 
 stage_u() {
   [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call T"; exit 3; }
-  TAIL=60 run figures_b1_tuned $(left) $EL bench --figures --model default --draft $SHIPPED --device "$DEVICE" \
-    --batch-sizes 1 --max-new-tokens 128 --repeats 2 --json "$R/h200_figures_b1_tuned.json" ${FIG_EXTRA:-}
+  local name=${FIG_NAME:-figures_b1_tuned}  # e.g. figures_b8_32_tuned beside FIG_EXTRA="--batch-sizes 8,32"
+  TAIL=60 run "$name" $(left) $EL bench --figures --model default --draft $SHIPPED --device "$DEVICE" \
+    --batch-sizes 1 --max-new-tokens 128 --repeats 2 --json "$R/h200_$name.json" ${FIG_EXTRA:-}
 }
 
 # figures_tree NAME [FLAGS]: bench --figures at batch 1 on 5/4/24 + 16 (the shipped H200 profile's batch-1 choice)
@@ -176,7 +178,8 @@ stage_w() {
 }
 stage_v() {
   [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call U"; exit 3; }
-  tune_at tune_b8_b32 $(left) 8,32
+  local b=${V_BATCHES:-8,32}  # e.g. V_BATCHES=8: batch 8 alone (its family's bucket stays at 32)
+  tune_at "tune_b${b//,/_}" $(left) "$b"
 }
 
 export STAGE_S=${STAGE_S:-$(case $STAGE in C) echo 60;; *) echo 570;; esac)}
