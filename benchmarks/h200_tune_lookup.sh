@@ -43,7 +43,7 @@
 #           fresh H200: 28 of 38 passed in that time, twice); no GGUF needed
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s); TUNE_EXTRA and FIG_EXTRA
 # (more flags for tune and bench: the candidates and branches a tune measures, fewer prompts and tokens for a dry run),
-# V_BATCHES (V's batch sizes, 8,32), FIG_NAME (U's file name, figures_b1_tuned); for a dry run DEVICE (cuda).
+# T_BATCHES and V_BATCHES (T's and V's batch sizes: 1; 8,32), FIG_NAME (U's file name, figures_b1_tuned); for a dry run DEVICE (cuda).
 #
 # Before (CPU): the GGUF parts .carry/mq1..mq4 and .carry/assets as benchmarks/README.md says; `.whl` with gguf.
 # Check the carried sizes and the stages' order on the CPU first:
@@ -70,7 +70,8 @@ stage_t() {
   record_gpu
   [ -f "$GGUF" ] || join_gguf  # after W the joined GGUF is on the warm machine
   [ -n "${T_TESTS:-}" ] && TAIL=15 run gpu_tests 200 python3 -m pytest -q -m gpu -p no:cacheprovider tests --ignore=tests/tui
-  tune_at tune_b1 $(left) 1
+  local b=${T_BATCHES:-1}  # e.g. T_BATCHES=8: the batch-8 tune first
+  tune_at "tune_b${b//,/_}" $(left) "$b"
 }
 
 # the 10 GPU tests no call has reached (test_mla_gpu's compiled cycle onwards in collection order), alone: named
