@@ -43,7 +43,8 @@
 #           fresh H200: 28 of 38 passed in that time, twice); no GGUF needed
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s); TUNE_EXTRA and FIG_EXTRA
 # (more flags for tune and bench: the candidates and branches a tune measures, fewer prompts and tokens for a dry run),
-# T_BATCHES and V_BATCHES (T's and V's batch sizes: 1; 8,32), FIG_NAME (U's file name, figures_b1_tuned); for a dry run DEVICE (cuda).
+# T_BATCHES and V_BATCHES (T's and V's batch sizes: 1; 8,32), FIG_NAME (U's file name, figures_b1_tuned); for a dry
+# run DEVICE (cuda).
 #
 # Before (CPU): the GGUF parts .carry/mq1..mq4 and .carry/assets as benchmarks/README.md says; `.whl` with gguf.
 # Check the carried sizes and the stages' order on the CPU first:
