@@ -20,7 +20,9 @@ one the graph runner captures, compiled whole as the ``spec-compile*`` configura
 ``steps`` times on the cycle's real inputs: on copies of the inputs and of the loop state, the caches it
 writes saved before and restored after. The run then goes on as if it had not been stopped (its tokens
 are those of an unprofiled run). Each phase's summed kernel time per cycle stands beside the phase time
-the bench measured for the matching configuration (a graph replay there).
+the bench measured for the matching configuration (a graph replay there). Beside the verify, a plain decode
+step of the same kernel set (compiled alike) runs over the verify's cache at its context, and a table puts the
+two side by side kernel by kernel: where a verify costs more than a decode, the first speed goal of a cycle.
 """
 
 from __future__ import annotations
@@ -276,8 +278,32 @@ class PhaseMeasure:
     details: dict[str, str] = field(default_factory=dict)
     log: Callable[[str], None] = lambda m: None
     found: list[StepProfile] = field(default_factory=list)
+    target: Any = None  # with ``decode_kernels``: a plain decode step is profiled beside the verify (see __call__)
+    decode_kernels: Any = None
 
     def __call__(self, name: str, fn: Callable[..., tuple], inputs: dict[str, torch.Tensor], caches: tuple,
+                 state: dict[str, torch.Tensor]) -> None:
+        self._profile(name, fn, inputs, caches, state)
+        if name == "verify" and self.target is not None and caches:
+            self._decode_beside(caches[0], inputs)
+
+    def _decode_beside(self, cache, inputs: dict[str, torch.Tensor]) -> None:
+        """A plain decode step of the same kernel set over the verify's cache, at the verify's context (each row's
+        root at slot = position = its cached length), compiled alike: the verify's kernels then stand beside a
+        decode's of the same GEMV, attention and compile, as the speed goal compares them. Rows marked done (every
+        profiled step the same step); the cache is restored after, as for any profiled phase."""
+        from eaglelab.engine.runtime.generate import Engine
+        from eaglelab.engine.runtime.loop_state import loop_state
+        from eaglelab.engine.runtime.sampling import SamplingParams
+
+        lengths = inputs["lengths"]
+        root = inputs["tokens"][:, 0] if "tokens" in inputs else torch.full_like(lengths, 7)
+        engine = Engine(self.target, runner=EagerRunner(self.target, None, kernels=self.decode_kernels))
+        state = loop_state(lengths.clone(), root.clone(), cache.max_len, 0, done=True)
+        self.details.setdefault("decode", "1 token, plain, the verify's context")
+        self._profile("decode", engine._decode_fn(cache, SamplingParams()), {}, (cache,), state)
+
+    def _profile(self, name: str, fn: Callable[..., tuple], inputs: dict[str, torch.Tensor], caches: tuple,
                  state: dict[str, torch.Tensor]) -> None:
         ins, st = {k: v.clone() for k, v in inputs.items()}, {k: v.clone() for k, v in state.items()}
         dev = next(iter({**inputs, **state}.values())).device
@@ -309,13 +335,15 @@ def profile_spec_phases(ctx, kset: SpecKernelSet, compiled: bool, batch: int, st
     spec = engine_spec(replace(CONFIGS["spec-decode"], one_graph=False), ctx)
     drafter = ctx.make_drafter(spec)
     details = {name: _phase_detail(name, spec) for name in ("draft", "verify", "accept", "draft_extend", "advance")}
+    kernels = kset.compiled_kernels if compiled else kset.kernels
     probe = PhaseMeasure(batch, steps, warmup, top, ctx.tp is None or ctx.tp.rank == 0,
-                         kset.compiler if compiled else None, kset.configs, details, log)
-    runner = PhaseProbe(ctx.target, drafter.net, ctx.max_len,
-                        kset.compiled_kernels if compiled else kset.kernels, probe)
+                         kset.compiler if compiled else None, kset.configs, details, log, target=ctx.target,
+                         decode_kernels=kernels)
+    runner = PhaseProbe(ctx.target, drafter.net, ctx.max_len, kernels, probe)
     res = Engine(ctx.target, eos_token_ids=(), drafter=drafter, spec=spec, runner=runner).generate(
         groups_for(ctx.prompts, batch)[0], max_new)
-    return probe.found, res.tokens
+    # the cycle's phases in their order, then the decode step profiled beside the verify
+    return sorted(probe.found, key=lambda p: p.phase == "decode"), res.tokens
 
 
 def with_measured(profiles: list[StepProfile], rows: list, kset: SpecKernelSet, compiled: bool) -> list[StepProfile]:
@@ -391,22 +419,90 @@ def print_profile(console, profiles: list[dict[str, Any]], cuda: bool, top: int 
     """Per profiled decode step: the categories, then the costliest kernels; then per speculative kernel
     set a line per phase (kernels and their time per cycle beside the bench's phase time), and each
     phase's costliest kernels."""
-    decode = [p for p in profiles if p.get("phase", "decode") == "decode"]
+    decode = [p for p in profiles if p.get("phase", "decode") == "decode" and not p.get("configs")]
     for p in decode:
         bw = f"; matmuls read this rank's weights at {p['weight_gbps']:.0f} GB/s" if p["weight_gbps"] else ""
         console.print(_kernel_table(p, cuda, top, f"decode step b={p['batch']}, {p['layers']} layers ({p['status']})",
                                     "step", f"{bw}; launched step {p['step_ms']:.2f} ms"))
-    spec = [p for p in profiles if p.get("phase", "decode") != "decode"]
+    spec = [p for p in profiles if p.get("configs")]
     for configs in dict.fromkeys(tuple(p["configs"]) for p in spec):
         mine = [p for p in spec if tuple(p["configs"]) == configs]
         console.print(f"[bold]speculative cycle, phase by phase[/] (kernel set of {', '.join(configs)}; per cycle, "
-                      f"the phase launched outside any graph; the bench's time of the phase beside it)")
+                      f"the phase launched outside any graph; the bench's time of the phase beside it; a plain "
+                      f"decode step of the same kernels last)")
         for p in mine:
             console.print("  " + phase_line(p, cuda))
         for p in mine:
             title = f"{p['phase']} b={p['batch']}, {p['layers']} layers ({p['status']}): {p['detail']}"
             bench = f"; bench {p['measured_ms'] * 1e3:.0f} us ({p['measured_by']})" if p.get("measured_ms") else ""
             console.print(_kernel_table(p, cuda, min(top, 10), title, "cycle", f"; launched {p['step_ms']:.2f} ms{bench}"))
+        for verify, decode in verify_decode_pairs(mine):
+            console.print(_over_table(verify, decode, cuda))
+
+
+def verify_decode_pairs(profiles: list[dict[str, Any]]) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(verify, decode) profiles of one kernel set with the same batch size and layers (eager or compiled)."""
+    decode = {(p["batch"], p["layers"]): p for p in profiles if p["phase"] == "decode"}
+    return [(p, decode[(p["batch"], p["layers"])]) for p in profiles
+            if p["phase"] == "verify" and (p["batch"], p["layers"]) in decode]
+
+
+def verify_over_decode(verify: dict[str, Any], decode: dict[str, Any]) -> list[tuple[str, float, float, float, float]]:
+    """Where a verify costs more than a decode step of the same kernels: rows (what, decode calls, decode us,
+    verify calls, verify us) per call of each phase. First every kernel either profile lists by name, grouped:
+    the compiler's generated kernels (``triton_*``, named after the ops they fuse, which differ between the two
+    graphs) as one row per kind (pointwise, persistent and looped reductions), any other kernel by its name;
+    then a row per category and the total, whose calls are the launches (the named rows are each profile's
+    costliest, the category and total rows every kernel).
+
+    Example: a decode of 10 gemv_kernel calls (20 us) and a verify of 10 (30 us) give the row ("gemv_kernel",
+    10, 20, 10, 30), and "matmul" and "total" rows beside it."""
+    def named(p: dict[str, Any]) -> dict[str, tuple[float, float]]:
+        out: dict[str, tuple[float, float]] = {}
+        for k in p["kernels"]:
+            key = _kernel_kind(k["name"])
+            n, us = out.get(key, (0.0, 0.0))
+            out[key] = (n + k["calls_per_step"], us + k["us_per_step"])
+        return out
+
+    d, v = named(decode), named(verify)
+    keys = sorted(set(d) | set(v), key=lambda k: -(v.get(k, (0, 0))[1] - d.get(k, (0, 0))[1]))
+    rows = [(k, *d.get(k, (0.0, 0.0)), *v.get(k, (0.0, 0.0))) for k in keys]
+    cats = dict.fromkeys([*verify["by_category"], *decode["by_category"]])
+    rows += [(f"all {c}", float("nan"), decode["by_category"].get(c, 0.0), float("nan"), verify["by_category"].get(c, 0.0))
+             for c in cats]
+    rows.append(("total", decode["launches"], decode["device_us"], verify["launches"], verify["device_us"]))
+    return rows
+
+
+def _kernel_kind(name: str) -> str:
+    """A kernel's row in :func:`verify_over_decode`: inductor's generated kernels by kind, others by name."""
+    for prefix, kind in (("triton_poi", "inductor pointwise (triton_poi_*)"),
+                         ("triton_per", "inductor persistent reduction (triton_per_*)"),
+                         ("triton_red", "inductor looped reduction (triton_red_*)")):
+        if name.startswith(prefix):
+            return kind
+    return name
+
+
+def _over_table(verify: dict[str, Any], decode: dict[str, Any], cuda: bool):
+    from rich import box
+    from rich.table import Table
+
+    what, per = ("kernel", "kernels") if cuda else ("operator (self CPU)", "operators")
+    ratio = verify["device_us"] / decode["device_us"] if decode["device_us"] else float("nan")
+    launched = verify["step_ms"] / decode["step_ms"] if decode["step_ms"] else float("nan")
+    t = Table(title=f"verify ({verify['detail']}) against a decode step of the same kernels, b={verify['batch']}, "
+                    f"{verify['layers']} layers: {verify['device_us']:.0f} against {decode['device_us']:.0f} us of "
+                    f"{per} ({ratio:.2f}x), launched {verify['step_ms']:.2f} against {decode['step_ms']:.2f} ms "
+                    f"({launched:.2f}x)", title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False,
+              padding=(0, 2, 0, 0))
+    for col in ("verify - decode us", "decode us", "verify us", "calls", what):
+        t.add_column(col, justify="left" if col == what else "right", no_wrap=col != what)
+    for name, dn, dus, vn, vus in verify_over_decode(verify, decode):
+        calls = "" if dn != dn else f"{dn:.0f} / {vn:.0f}"  # NaN: a category row (its calls are not counted)
+        t.add_row(f"{vus - dus:+.1f}", f"{dus:.1f}", f"{vus:.1f}", calls, name[:110])
+    return t
 
 
 def phase_line(p: dict[str, Any], cuda: bool) -> str:

@@ -50,7 +50,8 @@ def test_bench_profile_shows_each_phase_of_a_speculative_cycle(tmp_path, questio
     assert rc == 0
     prof = json.loads(out.read_text())["profile"]
     assert [(p["phase"], p["batch"]) for p in prof] == [("decode", 1), ("decode", 2)] + [
-        (ph, b) for b in (1, 2) for ph in PHASES]
+        (ph, b) for b in (1, 2) for ph in [*PHASES, "decode"]]
+    assert not prof[0]["configs"] and not prof[1]["configs"]  # the plain decode steps; the others the spec set's
     for p in prof[2:]:
         assert (p["layers"], p["status"], p["configs"]) == ("eager", "ran", ["spec-decode"])
         assert p["kernels"] and all(k["name"].startswith("aten::") for k in p["kernels"]), p["kernels"]
@@ -64,13 +65,17 @@ def test_bench_profile_shows_each_phase_of_a_speculative_cycle(tmp_path, questio
             assert calls["aten::_scaled_dot_product_flash_attention_for_cpu"] == 2
         if p["phase"] == "verify":
             assert calls["aten::_scaled_dot_product_flash_attention_for_cpu"] == 4 and p["by_category"]["matmul"] > 0
-        if p["phase"] == "advance":  # timed by the bench as part of accept
+        if p["phase"] == "decode":  # beside the verify, at its context: one attention per target layer
+            assert calls["aten::_scaled_dot_product_flash_attention_for_cpu"] == 4 and p["by_category"]["matmul"] > 0
+            assert p["detail"] == "1 token, plain, the verify's context" and p["measured_ms"] is None
+        elif p["phase"] == "advance":  # timed by the bench as part of accept
             assert p["measured_ms"] is None
         else:
             assert p["measured_ms"] > 0 and "spec-decode: eager" in p["measured_by"], p["measured_by"]
     assert "speculative cycle, phase by phase" in printed
     flat = " ".join(printed.split())
     assert "draft b=1 eager (3 steps, top-2, 6 tokens): " in flat and " us measured (spec-decode: eager" in flat
+    assert "verify (6 tokens) against a decode step of the same kernels, b=2, eager layers" in flat
     assert max(len(line) for line in printed.splitlines()) <= 80
 
 
@@ -94,9 +99,9 @@ def test_a_profiled_run_emits_the_tokens_of_an_unprofiled_run(compiled):
     kset = SpecKernelSet(("spec-compile",), EAGER_KERNELS, compiler, EAGER_KERNELS.eager_pieces() if compiled else None)
     found, tokens = profile_spec_phases(ctx, kset, compiled, 2, steps=2, warmup=1, max_new=12)
     assert [(p.phase, p.layers, p.status) for p in found] == [(ph, "compiled" if compiled else "eager", "ran")
-                                                              for ph in PHASES]
+                                                              for ph in [*PHASES, "decode"]]
     if compiled:
-        assert [p.reason for p in compiler.made] == [None] * 5
+        assert [p.reason for p in compiler.made] == [None] * 6
     drafter = ctx.make_drafter(spec)
     plain = Engine(model, drafter=drafter, spec=spec, runner=EagerRunner(model, drafter.net)).generate(ctx.prompts, 12)
     assert tokens == plain.tokens and all(len(t) == 12 for t in tokens)
@@ -158,9 +163,11 @@ def test_bench_tp2_profiles_the_spec_phases_on_rank_0_with_their_collectives(tmp
     assert not any(isinstance(r, RankFailure) for r in ranks), ranks
     assert ranks[1][0] == [] and ranks[0][1] == ranks[1][1]  # rank 1 ran the phases unprofiled
     prof = json.loads(out.read_text())["profile"]
-    assert [p["phase"] for p in prof] == ["decode"] + PHASES
-    calls = {p["phase"]: {k["name"]: k["calls_per_step"] for k in p["kernels"]} for p in prof}
+    assert [p["phase"] for p in prof] == ["decode", *PHASES, "decode"]
+    calls = {p["phase"]: {k["name"]: k["calls_per_step"] for k in p["kernels"]} for p in prof[:-1]}
     assert calls["verify"].get("c10d::allreduce_") == 8 and calls["verify"].get("c10d::_allgather_base_") == 1
+    beside = {k["name"]: k["calls_per_step"] for k in prof[-1]["kernels"]}  # the decode beside the verify
+    assert beside.get("c10d::allreduce_") == 8 and beside.get("c10d::_allgather_base_") == 1
     assert not any("c10d" in name for name in calls["draft"])
 
 
@@ -232,4 +239,30 @@ def test_a_run_cut_while_profiling_keeps_the_profiles_measured_so_far(tmp_path, 
     report = json.loads(out.read_text())
     assert report["partial"] is True
     assert [(p["phase"], p["batch"]) for p in report["profile"]] == [("decode", 1), ("decode", 2)] + [
-        (ph, 1) for ph in PHASES]
+        (ph, 1) for ph in [*PHASES, "decode"]]
+
+
+def test_verify_over_decode_lines_up_the_kernels_of_the_two():
+    """Named kernels summed per name, inductor's generated kernels per kind (their names differ between the two
+    graphs), the costliest surplus first; a row per category and the total (its calls the launches)."""
+    from eaglelab.bench.profile import verify_over_decode
+
+    def prof(kernels, cats, launches):
+        return {"kernels": [{"name": n, "calls_per_step": c, "us_per_step": us} for n, c, us in kernels],
+                "by_category": cats, "launches": launches, "device_us": sum(cats.values())}
+
+    decode = prof([("gemv_kernel", 10, 20.0), ("attention_kernel", 2, 4.0), ("triton_poi_fused_add_3", 2, 2.0)],
+                  {"matmul": 20.0, "attention": 4.0, "compiled": 2.0}, 14)
+    verify = prof([("gemv_kernel", 10, 30.0), ("attention_combine_kernel", 2, 3.0), ("triton_poi_fused_mul_9", 1, 1.5),
+                   ("triton_poi_fused_add_cat_4", 2, 3.5), ("triton_per_fused_mean_1", 1, 1.0)],
+                  {"matmul": 30.0, "attention": 3.0, "compiled": 6.0}, 16)
+    rows = verify_over_decode(verify, decode)
+    named = {r[0]: r[1:] for r in rows}
+    assert rows[0][0] == "gemv_kernel" and named["gemv_kernel"] == (10, 20.0, 10, 30.0)
+    assert named["inductor pointwise (triton_poi_*)"] == (2, 2.0, 3, 5.0)
+    assert named["inductor persistent reduction (triton_per_*)"] == (0, 0.0, 1, 1.0)
+    assert named["attention_kernel"] == (2, 4.0, 0, 0.0) and named["attention_combine_kernel"] == (0, 0.0, 0 + 2, 3.0)
+    assert named["all matmul"][1::2] == (20.0, 30.0) and named["all attention"][1::2] == (4.0, 3.0)
+    assert rows[-1] == ("total", 14, 26.0, 16, 39.0)
+    surplus = [r[4] - r[2] for r in rows if not r[0].startswith("all ") and r[0] != "total"]
+    assert surplus == sorted(surplus, reverse=True)
