@@ -66,12 +66,16 @@
 #           decode_attention_kernels.ONE_LAUNCH_ROWS). ~110 s the first on a bare machine, ~35 s each after.
 #           Ran 2026-12-06 (thirteenth session) on one H100 with the session's last 154 s: `base_1`, `rows16_2`
 #           (benchmarks/results/h100_2026-12-06d/J): 16 rows on since.
+#   call L  carry .carry/assets .whl (no GGUF)   STAGE=L: `bench --profile` of plain and 5/4/24 with no lookup branch
+#           (the 24-node verify of issue 40), batch 1 (L_BATCHES), compiled with every kernel: each phase of a cycle
+#           kernel by kernel, and a decode step of the same kernels beside the verify at its context (where the
+#           verify's cost over a decode goes); with --phase-costs, the replayed phases beside them.
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
 # 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run), GAPS (1; 0: stage Q without
 # loop_gaps.py).
-STAGE=${STAGE:?set STAGE=C, X, K, I, P, Q, E, F, G, H or J}
+STAGE=${STAGE:?set STAGE=C, X, K, I, P, Q, E, F, G, H, J or L}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 TREE="--steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16"
@@ -264,6 +268,14 @@ stage_j() {
   done
 }
 
+stage_l() {
+  record_gpu
+  TAIL=150 run profile_5-4-24 "$(left)" $EL bench --scale-model smollm2-135m --draft-vocab 12288 --dtype bfloat16 \
+    --seed 0 --device "$DEVICE" --steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 0 --batch-sizes "${L_BATCHES:-1}" \
+    --prompts 4 --max-new-tokens 64 --repeats 1 --no-micro --phase-costs --profile \
+    --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/profile_5-4-24.json" ${L_EXTRA:-}
+}
+
 kernel_sources() {  # the source of every Triton kernel inductor made so far (read on a CPU beside a trace's names)
   local d found=""
   for d in "${TORCHINDUCTOR_CACHE_DIR:-}" "$EAGLELAB_CACHE/inductor" "/tmp/torchinductor_$(whoami)"; do
@@ -278,4 +290,4 @@ kernel_sources() {  # the source of every Triton kernel inductor made so far (re
 }
 
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in C) echo 120;; *) echo 580;; esac)}; watchdog "$0"
-run_stage C X K I P Q E F G H J
+run_stage C X K I P Q E F G H J L
