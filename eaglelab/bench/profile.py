@@ -456,7 +456,7 @@ def verify_over_decode(verify: dict[str, Any], decode: dict[str, Any]) -> list[t
     costliest, the category and total rows every kernel).
 
     Example: a decode of 10 gemv_kernel calls (20 us) and a verify of 10 (30 us) give the row ("gemv_kernel",
-    10, 20, 10, 30), and "matmul" and "total" rows beside it."""
+    10, 20, 10, 30), then the rows "all matmul" (every matmul kernel of each) and "total"."""
     def named(p: dict[str, Any]) -> dict[str, tuple[float, float]]:
         out: dict[str, tuple[float, float]] = {}
         for k in p["kernels"]:
