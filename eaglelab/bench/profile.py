@@ -28,6 +28,7 @@ two side by side kernel by kernel: where a verify costs more than a decode, the 
 from __future__ import annotations
 
 import contextlib
+import math
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Callable, Iterator
 
@@ -90,20 +91,20 @@ class StepProfile:
     measured_by: str = ""  # "<config>: replay" | "<config>: eager ..." (accept: accept + advance, as timed)
 
 
-def _decode_phase(target, cache, batch: int, context: int) -> tuple[Callable, dict[str, torch.Tensor]]:
+def _decode_phase(target, cache, lengths: torch.Tensor, kernels=None) -> tuple[Callable, dict[str, torch.Tensor]]:
     """The engine's plain decode phase (greedy) over ``cache`` -> (fn, its inputs): one token per row at
-    slot = position = ``context``, then the loop's bookkeeping. The very function the CUDA-graph runner
-    compiles for the *-compile configurations, over a cache of the runner's shape, so its compile is
-    the same graph (inductor's on-disk cache then serves the second). The rows are marked done, so every
-    profiled step is the same step (same slot, same kernels: nothing in the phase depends on it)."""
+    slot = position = ``lengths`` [B], then the loop's bookkeeping, on ``kernels`` (None: the engine's default
+    set). The very function the CUDA-graph runner compiles for the *-compile configurations, over a cache of the
+    runner's shape, so its compile is the same graph (inductor's on-disk cache then serves the second). The rows
+    are marked done, so every profiled step is the same step (same slot, same kernels: nothing in the phase
+    depends on it)."""
     from eaglelab.engine.runtime.generate import Engine
     from eaglelab.engine.runtime.loop_state import loop_state
     from eaglelab.engine.runtime.sampling import SamplingParams
 
-    dev = cache.k.device
-    root = torch.full((batch,), 7, dtype=torch.long, device=dev)  # [B]
-    lengths = torch.full((batch,), context, dtype=torch.long, device=dev)  # [B]
-    return Engine(target)._decode_fn(cache, SamplingParams()), loop_state(lengths, root, cache.max_len, 0, done=True)
+    root = torch.full_like(lengths, 7)  # [B]: any token (the rows emit nothing)
+    engine = Engine(target) if kernels is None else Engine(target, runner=EagerRunner(target, None, kernels=kernels))
+    return engine._decode_fn(cache, SamplingParams()), loop_state(lengths.clone(), root, cache.max_len, 0, done=True)
 
 
 def _filled_cache(target, rows: int, max_len: int, context: int):
@@ -164,7 +165,7 @@ def profile_decode(target, tp, batch_sizes: tuple[int, ...], max_len: int, compi
     out = []
     for layers in ("eager", "compiled") if compiler is not None else ("eager",):
         for b in batch_sizes:
-            phase, ins = _decode_phase(target, cache, b, context)
+            phase, ins = _decode_phase(target, cache, torch.full((b,), context, dtype=torch.long, device=dev))
             run, status = phase, "ran"
             phase(**ins)  # lazy state (fused weights) is built eagerly, before any compile
             if layers == "compiled":
@@ -288,20 +289,12 @@ class PhaseMeasure:
             self._decode_beside(caches[0], inputs)
 
     def _decode_beside(self, cache, inputs: dict[str, torch.Tensor]) -> None:
-        """A plain decode step of the same kernel set over the verify's cache, at the verify's context (each row's
-        root at slot = position = its cached length), compiled alike: the verify's kernels then stand beside a
-        decode's of the same GEMV, attention and compile, as the speed goal compares them. Rows marked done (every
-        profiled step the same step); the cache is restored after, as for any profiled phase."""
-        from eaglelab.engine.runtime.generate import Engine
-        from eaglelab.engine.runtime.loop_state import loop_state
-        from eaglelab.engine.runtime.sampling import SamplingParams
-
-        lengths = inputs["lengths"]
-        root = inputs["tokens"][:, 0] if "tokens" in inputs else torch.full_like(lengths, 7)
-        engine = Engine(self.target, runner=EagerRunner(self.target, None, kernels=self.decode_kernels))
-        state = loop_state(lengths.clone(), root.clone(), cache.max_len, 0, done=True)
-        self.details.setdefault("decode", "1 token, plain, the verify's context")
-        self._profile("decode", engine._decode_fn(cache, SamplingParams()), {}, (cache,), state)
+        """A plain decode step of the same kernel set over the verify's cache at the verify's context (each row at
+        slot = position = its cached length), compiled alike: the verify's kernels then stand beside a decode's of
+        the same GEMV, attention and compile, as the speed goal compares them. The cache is restored after, as for
+        any profiled phase."""
+        fn, state = _decode_phase(self.target, cache, inputs["lengths"], self.decode_kernels)
+        self._profile("decode", fn, {}, (cache,), state)
 
     def _profile(self, name: str, fn: Callable[..., tuple], inputs: dict[str, torch.Tensor], caches: tuple,
                  state: dict[str, torch.Tensor]) -> None:
@@ -335,6 +328,7 @@ def profile_spec_phases(ctx, kset: SpecKernelSet, compiled: bool, batch: int, st
     spec = engine_spec(replace(CONFIGS["spec-decode"], one_graph=False), ctx)
     drafter = ctx.make_drafter(spec)
     details = {name: _phase_detail(name, spec) for name in ("draft", "verify", "accept", "draft_extend", "advance")}
+    details["decode"] = "1 token, plain, the verify's context"
     kernels = kset.compiled_kernels if compiled else kset.kernels
     probe = PhaseMeasure(batch, steps, warmup, top, ctx.tp is None or ctx.tp.rank == 0,
                          kset.compiler if compiled else None, kset.configs, details, log, target=ctx.target,
@@ -500,7 +494,7 @@ def _over_table(verify: dict[str, Any], decode: dict[str, Any], cuda: bool):
     for col in ("verify - decode us", "decode us", "verify us", "calls", what):
         t.add_column(col, justify="left" if col == what else "right", no_wrap=col != what)
     for name, dn, dus, vn, vus in verify_over_decode(verify, decode):
-        calls = "" if dn != dn else f"{dn:.0f} / {vn:.0f}"  # NaN: a category row (its calls are not counted)
+        calls = "" if math.isnan(dn) else f"{dn:.0f} / {vn:.0f}"  # a category row: its calls are not counted
         t.add_row(f"{vus - dus:+.1f}", f"{dus:.1f}", f"{vus:.1f}", calls, name[:110])
     return t
 

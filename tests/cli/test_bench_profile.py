@@ -79,7 +79,7 @@ def test_profile_decode_compiled_whole_runs_and_matches_the_eager_step():
     picked = []
     with torch.inference_mode():  # as profile_decode runs
         cache = _filled_cache(model, 1, 64, 32)
-        phase, state = _decode_phase(model, cache, 1, 32)
+        phase, state = _decode_phase(model, cache, torch.tensor([32]))
         for run in (phase, PhaseCompiler(CompileLog(None), backend="eager")("live decode [b=1]", phase)):
             live = {k: v.clone() for k, v in state.items()}
             live["done"], live["limit"] = torch.zeros(1, dtype=torch.bool), torch.tensor([4])
