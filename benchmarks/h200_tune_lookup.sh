@@ -39,10 +39,9 @@
 #   call W  carry .carry/mq4 .carry/assets .whl (after C, C, C)   STAGE=W: joins the GGUF; `bench --figures` with no
 #           tree flag at batch 1, then batch 8 and 32 served with --eos up to 128 tokens: the defaults on this GPU
 #           (T, U, V may follow it on the warm machine: T joins the GGUF only where it is not there)
-#   call F  carry .carry/mq4 .carry/assets .whl (after C, C, C)   STAGE=F: joins the GGUF; `bench --figures` at batch 1
-#           on 5/4/24 + 16, then on a wider tree beside the same branch (F_FLAGS, F_NAME)
-#   call E  carry .carry/assets .whl (right after F)   STAGE=E: `bench --figures` at batch 8 and 32 with no tree flag,
-#           then at batch 8 on another tree (E_FLAGS, E_NAME)
+#   call E  carry .carry/mq4 .carry/assets .whl (after C, C, C; .carry/assets .whl where a call before joined the GGUF)
+#           STAGE=E: joins the GGUF unless there; `bench --figures` at batch 8 and 32 with no tree flag, then at batch 8
+#           on another tree (E_FLAGS, E_NAME)
 #   call G  carry .whl   STAGE=G: the 10 GPU tests no call has reached (the whole set takes more than 290 s on a
 #           fresh H200: 28 of 38 passed in that time, twice); no GGUF needed
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S (the stage's time limit, s); TUNE_EXTRA and FIG_EXTRA
@@ -55,7 +54,7 @@
 #   DRY=/tmp/drytl DEVICE=cpu TUNE_EXTRA="--prompts 2 --max-new-tokens 16 --cost-tokens 4 --lookup-tokens 4" \
 #   FIG_EXTRA="--code-prompts 2 --max-new-tokens 16" bash benchmarks/dry_run_cpu.sh h200_tune_lookup.sh "C:.carry/mq1 .whl" "C:.carry/mq2 .whl" \
 #     "C:.carry/mq3 .whl" "T:.carry/mq4 .carry/assets .whl" "U:.carry/assets .whl" "V:.carry/assets .whl"
-STAGE=${STAGE:?set STAGE=C, T, U, R, S, J, K, L, H, I, N, W, V, G, F or E}
+STAGE=${STAGE:?set STAGE=C, T, U, R, S, J, K, L, H, I, N, W, V, G or E}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 
@@ -182,24 +181,17 @@ stage_w() {
   served served_b8_eos128 160 8 128 --eos
   served served_b32_eos128 $(left) 32 128 --eos
 }
-# F (after C, C, C; 2026-12-06, fourteenth session): joins the GGUF (unless a call before did); `bench --figures` at
-# batch 1 on 5/4/24 + 16 (main's tree on a Hopper GPU), then on a wider tree beside the same branch (F_FLAGS, e.g.
-# "--draft-tokens 40"; F_NAME its files' name): at one row a verify of 56 rows costs about what one of 40 does (the
-# GEMV's row bucket is 64 for both), so a wider tree's extra accepted tokens come nearly free. Each its own process.
-stage_f() {
+# E (after C, C, C; 2026-12-06, fourteenth session, not run yet): joins the GGUF unless a call before did; `bench
+# --figures` at batch 8 and 32 with no tree flag (the profile's 4/4/12 + 8 and chain of 2), then at batch 8 on E_FLAGS
+# (another batch-8 tree, E_NAME its files' name), each against plain decoding in its run
+stage_e() {
+  : "${E_NAME:?set E_NAME}" "${E_FLAGS:?set E_FLAGS}"  # before anything runs
   record_gpu
   [ -f "$GGUF" ] || join_gguf
-  FIG_LIMIT=${F_BASE_S:-250} figures_tree figures_b1_5-4-24-16
-  figures_tree "${F_NAME:?set F_NAME}" ${F_FLAGS:?set F_FLAGS}
-}
-# E (right after F): `bench --figures` at batch 8 and 32 with no tree flag (the profile's 4/4/12 + 8 and chain of 2),
-# then at batch 8 on E_FLAGS (another batch-8 tree, E_NAME its files' name), each against plain decoding in its run
-stage_e() {
-  [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold"; exit 3; }
   TAIL=60 run figures_b8_32 ${E_BASE_S:-200} $EL bench --figures --model default --draft $SHIPPED --device "$DEVICE" \
     --batch-sizes 8,32 --max-new-tokens 128 --repeats 2 --json "$R/h200_figures_b8_32.json" ${FIG_EXTRA:-}
-  TAIL=60 run "${E_NAME:?set E_NAME}" $(left) $EL bench --figures --model default --draft $SHIPPED --device "$DEVICE" \
-    --batch-sizes 8 ${E_FLAGS:?set E_FLAGS} --max-new-tokens 128 --repeats 2 --json "$R/h200_$E_NAME.json" ${FIG_EXTRA:-}
+  TAIL=60 run "$E_NAME" $(left) $EL bench --figures --model default --draft $SHIPPED --device "$DEVICE" \
+    --batch-sizes 8 $E_FLAGS --max-new-tokens 128 --repeats 2 --json "$R/h200_$E_NAME.json" ${FIG_EXTRA:-}
 }
 stage_v() {
   [ -f "$GGUF" ] || { log "no GGUF in the cache: the machine went cold after call U"; exit 3; }
@@ -209,4 +201,4 @@ stage_v() {
 
 export STAGE_S=${STAGE_S:-$(case $STAGE in C) echo 60;; *) echo 570;; esac)}
 watchdog "$0"
-run_stage C T U R S J K L H I N W V G F E
+run_stage C T U R S J K L H I N W V G E
