@@ -69,7 +69,10 @@
 #   call L  carry .carry/assets .whl (no GGUF)   STAGE=L: `bench --profile` of plain and 5/4/24 with no lookup branch
 #           (the 24-node verify of issue 40), batch 1 (L_BATCHES), compiled with every kernel: each phase of a cycle
 #           kernel by kernel, and a decode step of the same kernels beside the verify at its context (where the
-#           verify's cost over a decode goes); with --phase-costs, the replayed phases beside them.
+#           verify's cost over a decode goes); with --phase-costs, the replayed phases beside them. L_EXTRA: more
+#           bench flags (a later tree flag wins), L_NAME: the files' name. Ran 2026-12-06 (fifteenth session) on one
+#           H100: L1, then L8 (L_BATCHES=8, L_EXTRA="--steps 4 --topk 4 --draft-tokens 12 --lookup-tokens 8"),
+#           benchmarks/results/h100_2026-12-06e.
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
@@ -270,10 +273,11 @@ stage_j() {
 
 stage_l() {
   record_gpu
-  TAIL=150 run profile_5-4-24 "$(left)" $EL bench --scale-model smollm2-135m --draft-vocab 12288 --dtype bfloat16 \
+  local name=${L_NAME:-profile_5-4-24}  # e.g. profile_4-4-12_l8 for another tree in L_EXTRA
+  TAIL=150 run "$name" "$(left)" $EL bench --scale-model smollm2-135m --draft-vocab 12288 --dtype bfloat16 \
     --seed 0 --device "$DEVICE" --steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 0 --batch-sizes "${L_BATCHES:-1}" \
     --prompts 4 --max-new-tokens 64 --repeats 1 --no-micro --phase-costs --profile \
-    --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/profile_5-4-24.json" ${L_EXTRA:-}
+    --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/$name.json" ${L_EXTRA:-}
 }
 
 kernel_sources() {  # the source of every Triton kernel inductor made so far (read on a CPU beside a trace's names)

@@ -44,15 +44,23 @@ Compiler = Callable[[str, Callable], Callable]  # (label, fn) -> fn compiled who
 _CATEGORIES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("collective", ("nccl", "allreduce", "all_reduce", "allgather", "all_gather", "c10d")),
     ("attention", ("flash", "fmha", "attention", "sdpa", "efficient_attention")),
-    ("matmul", ("gemm", "gemv", "xmma", "cutlass", "cublas", "matmul", "aten::mm", "aten::addmm", "aten::bmm",
+    ("matmul", ("gemm", "gemv", "xmma", "cutlass", "cublas", "nvjet", "matmul", "aten::mm", "aten::addmm", "aten::bmm",
                 "splitk", "aten::linear")),
     ("compiled", ("triton",)),
 )
+# inductor's generated kernels (pointwise, reductions, foreach), named after every op they fuse: a name such as
+# triton_poi_fused_gemv_mul_silu_... is the SwiGLU beside a GEMV, not a matmul, so the prefix decides first;
+# its GEMM templates (triton_tem_*) are matmuls
+_INDUCTOR = ("triton_poi", "triton_per", "triton_red", "triton_for")
 
 
 def category(name: str) -> str:
     """The category of a kernel (or CPU operator) name."""
     low = name.lower()
+    if low.startswith("triton_tem"):
+        return "matmul"
+    if low.startswith(_INDUCTOR):
+        return "compiled"
     for cat, keys in _CATEGORIES:
         if any(k in low for k in keys):
             return cat

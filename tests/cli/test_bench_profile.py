@@ -25,6 +25,19 @@ def test_kernel_categories_from_names():
     assert category("void at::native::elementwise_kernel<128, 2>") == "other"
 
 
+def test_kernel_categories_of_an_h100_verify_and_decode():
+    """Names from an H100 profile of SmolLM2's verify and decode (2026-12-06): cuBLAS's nvjet GEMMs are matmuls; the
+    compiler's kernels are "compiled" whatever ops they fuse (their names list a GEMV or the decode attention that
+    only feeds them), so a verify that takes cuBLAS and a decode that takes the GEMV compare matmul to matmul."""
+    assert category("nvjet_sm90_tst_64x24_64x16_4x1_v_bz_TNT") == "matmul"
+    assert category("gemv_kernel") == "matmul" and category("triton_tem_fused_mm_0") == "matmul"
+    assert category("triton_poi_fused_gemv_mul_silu_split_with_sizes_view_4") == "compiled"
+    assert category("triton_per_fused__to_copy_add_gemv_mean_mul_pow_rsqrt_view_8") == "compiled"
+    assert category("triton_poi_fused__to_copy_add_arange_cat_cos_decode_attention_le_mul_neg_sin_slice") == "compiled"
+    assert category("attention_kernel") == "attention" and category("attention_combine_kernel") == "attention"
+    assert category("expand_select_kernel") == "other"
+
+
 def _bench_rank(tp, argv):
     from eaglelab.cmd_bench import bench
 
