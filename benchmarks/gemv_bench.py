@@ -3,6 +3,7 @@ decode shapes.
 
     python benchmarks/gemv_bench.py --json OUT.json        # CUDA only; about a minute on an H200
     python benchmarks/gemv_bench.py --model smollm2-135m --rows 1,16,24,32,64   # a wide tree's verify
+    python benchmarks/gemv_bench.py --model smollm2-135m --rows 4,24 --tilings '8,512,1,8,1;16,512,3,8,1'  # and these
 
 For each projection (Llama-3.1-8B, K -> N: qkv 4096 -> 6144, o 4096 -> 4096, gate_up 4096 -> 28672, down
 14336 -> 4096, head 4096 -> 128256; SmolLM2-135M: 576 -> 960, 576 -> 576, 576 -> 3072, 1536 -> 576,
@@ -69,15 +70,17 @@ def one_shape(name: str, K: int, N: int, rows: int, gemv, args) -> dict:
     out["torch_ms"] = timed(lambda i: F.linear(x, ws[i]))
     if chosen is not None:  # the tuner's choice: a tiling, or F.linear where cuBLAS beat them all
         out["gemv_ms"] = timed(lambda i: gemv(x, ws[i], None))
-    out["candidates"] = []
-    for cfg in candidates(rows):
+    out["candidates"], out["extra"] = [], []
+    for cfg, into in [*((c, "candidates") for c in candidates(rows)), *((c, "extra") for c in args.extra)]:
         try:
             ms = timed(lambda i, c=cfg: torch.ops.eaglelab.gemv(x, ws[i], None, *c))
-            out["candidates"].append({"tiling": list(cfg), "ms": ms})
+            err = (torch.ops.eaglelab.gemv(x, ws[0], None, *cfg).float() - ref).abs().max().item()
+            out[into].append({"tiling": list(cfg), "ms": ms, "max_abs_err": err})
         except Exception as exc:  # noqa: BLE001 - one tiling's failure is a figure too
-            out["candidates"].append({"tiling": list(cfg), "error": f"{type(exc).__name__}: {exc}"[:200]})
+            out[into].append({"tiling": list(cfg), "error": f"{type(exc).__name__}: {exc}"[:200]})
     best = min((c for c in out["candidates"] if "ms" in c), key=lambda c: c["ms"], default=None)
     out["best_candidate"] = best
+    out["best_extra"] = min((c for c in out["extra"] if "ms" in c), key=lambda c: c["ms"], default=None)
     for key in ("torch_ms", "gemv_ms"):
         if out.get(key):
             out[key.replace("_ms", "_gbps")] = moved / (out[key] * 1e6)
@@ -94,6 +97,8 @@ def line(r: dict) -> str:
          if r.get("gemv_ms") else f"gemv off: {r['gemv_reason']}")
     best = r.get("best_candidate")
     b = f"  best cand {best['ms'] * 1e3:.1f} us {tuple(best['tiling'])}" if best else ""
+    extra = r.get("best_extra")
+    b += f"  best extra {extra['ms'] * 1e3:.1f} us {tuple(extra['tiling'])}" if extra else ""
     return (f"{r['name']:>8} {r['K']:>5}->{r['N']:<6} M={r['M']:<2}  torch {r['torch_ms'] * 1e3:8.1f} us "
             f"{r['torch_gbps']:6.0f} GB/s {r['torch_pct']:4.0f}%  {g}  tuned: {r['tuned']}{b}  "
             f"err gemv {r['max_abs_err_gemv']:.2e} torch {r['max_abs_err_torch']:.2e}")
@@ -108,7 +113,16 @@ def main() -> int:
     p.add_argument("--calls", type=int, default=50, help="calls per CUDA graph")
     p.add_argument("--replays", type=int, default=5, help="timed replays (median)")
     p.add_argument("--tbps", type=float, default=4.8, help="HBM bandwidth for the %% column (H200: 4.8 TB/s)")
+    p.add_argument("--tilings", default="", metavar="BN,BK,SPLIT,WARPS,STAGES;...",
+                   help="more tilings to time at every shape and M beside the tuner's candidates (each one's time and "
+                        "error in the JSON's 'extra'), e.g. '8,512,1,8,1;16,512,3,4,1'")
     args = p.parse_args()
+    from eaglelab.engine.model.gemv_tiling import GemvConfig
+
+    try:
+        args.extra = [GemvConfig(*(int(v) for v in t.split(","))) for t in args.tilings.split(";") if t.strip()]
+    except (TypeError, ValueError):
+        p.error(f"--tilings {args.tilings!r}: expected five comma-separated ints per tiling, ';' between tilings")
     if not torch.cuda.is_available():
         print("gemv_bench: needs a CUDA device (the kernel is a CUDA kernel); nothing measured", file=sys.stderr)
         return 2
