@@ -15,7 +15,8 @@ on by default, with --pdl too while ``COMBO_WITH_PDL``); --combo-with-pdl [on|of
 --expand-one-launch on|off: a draft step's expansion in one launch or two (``cycle_kernels.EXPAND_ONE_LAUNCH``);
 --attention-one-launch on|off: split attention merged in its own launch at every row count, or always by a second
 kernel; --attention-one-launch-rows N: in its own launch where a KV head's query rows are at most N
-(``decode_attention_kernels.ONE_LAUNCH_ROWS``).
+(``decode_attention_kernels.ONE_LAUNCH_ROWS``); --gemv-tilings 'bn,bk,split,warps,stages;...': more tilings the GEMV
+tuner times at 2..64 rows (``gemv.FEW_ROWS`` and ``MANY_ROWS``), kept where one is the fastest.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--expand-one-launch", choices=("on", "off"))
     p.add_argument("--attention-one-launch", choices=("on", "off"))
     p.add_argument("--attention-one-launch-rows", type=int)
+    p.add_argument("--gemv-tilings", metavar="BN,BK,SPLIT,WARPS,STAGES;...")
     args = p.parse_args(argv[:cut])
     import eaglelab.engine.model.gemv_kernels as G
 
@@ -72,6 +74,12 @@ def main(argv: list[str]) -> int:
             AK.ONE_LAUNCH_ROWS = 1 << 20 if args.attention_one_launch == "on" else 0
         if args.attention_one_launch_rows is not None:
             AK.ONE_LAUNCH_ROWS = args.attention_one_launch_rows
+    if args.gemv_tilings:
+        import eaglelab.engine.model.gemv as GV
+        from eaglelab.engine.model.gemv_tiling import GemvConfig
+
+        more = tuple(GemvConfig(*(int(v) for v in t.split(","))) for t in args.gemv_tilings.split(";") if t.strip())
+        GV.FEW_ROWS, GV.MANY_ROWS = GV.FEW_ROWS + more, GV.MANY_ROWS + more
     from eaglelab.cli import main as cli
 
     return cli(argv[cut + 1:])

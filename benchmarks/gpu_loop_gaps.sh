@@ -65,7 +65,9 @@
 #           attention merged in its own launch where a KV head has at most 16 query rows: a decode, a draft step;
 #           decode_attention_kernels.ONE_LAUNCH_ROWS). ~110 s the first on a bare machine, ~35 s each after.
 #           Ran 2026-12-06 (thirteenth session) on one H100 with the session's last 154 s: `base_1`, `rows16_2`
-#           (benchmarks/results/h100_2026-12-06d/J): 16 rows on since.
+#           (benchmarks/results/h100_2026-12-06d/J): 16 rows on since. J_TILINGS ('bn,bk,split,warps,stages;...'):
+#           first benchmarks/gemv_bench.py times them beside the tuner's candidates (rows 2, 4, 24, 40), then a J_RUNS
+#           entry `tilings` is a process whose GEMV tuner holds them too (benchmarks/ab_constants.py --gemv-tilings).
 #   call L  carry .carry/assets .whl (no GGUF)   STAGE=L: `bench --profile` of plain and 5/4/24 with no lookup branch
 #           (the 24-node verify of issue 40), batch 1 (L_BATCHES), compiled with every kernel: each phase of a cycle
 #           kernel by kernel, and a decode step of the same kernels beside the verify at its context (where the
@@ -259,10 +261,15 @@ stage_h() {
 stage_j() {
   record_gpu
   local t n=0 flags
+  if [ -n "${J_TILINGS:-}" ]; then  # the extra GEMV tilings alone first, beside the tuner's candidates
+    TAIL=40 run gemv_tilings 90 python3 benchmarks/gemv_bench.py --model smollm2-135m --rows 2,4,24,40 \
+      --shapes o,down,qkv,gate_up --tilings "$J_TILINGS" --json "$R/gemv_tilings.json"
+  fi
   for t in ${J_RUNS:-base rows16 base rows16}; do
     n=$((n + 1))
     [ "$(left)" -gt 30 ] || break
     flags=""; [ "$t" = rows16 ] && flags="--attention-one-launch-rows 16"
+    [ "$t" = tilings ] && flags="--gemv-tilings $J_TILINGS"
     # shellcheck disable=SC2086
     TAIL=12 run "${t}_$n" "$(left)" python3 benchmarks/ab_constants.py $flags -- bench --scale-model smollm2-135m \
       --draft-vocab 12288 --dtype bfloat16 --seed 0 --device "$DEVICE" --steps 5 --topk 4 --draft-tokens 24 \

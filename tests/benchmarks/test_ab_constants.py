@@ -8,6 +8,7 @@ import pytest
 pytest.importorskip("triton", reason="Triton not installed: the kernels' constants live in modules that import it")
 
 import eaglelab.engine.model.decode_attention_kernels as attention_kernels  # noqa: E402
+import eaglelab.engine.model.gemv as gemv  # noqa: E402
 import eaglelab.engine.model.gemv_kernels as gemv_kernels  # noqa: E402
 import eaglelab.engine.model.layers as layers  # noqa: E402
 import eaglelab.engine.runtime.compile as compile_  # noqa: E402
@@ -18,7 +19,8 @@ from eaglelab.engine.model.model import Transformer  # noqa: E402
 
 CONSTANTS = [(gemv_kernels, "EARLY_TILES"), (gemv_kernels, "EARLY_TILES_ONE_ROW"), (layers, "SHARE_MASK"),
              (compile_, "COMBO_KERNELS"), (compile_, "COMBO_WITH_PDL"), (cycle_kernels, "EXPAND_ONE_LAUNCH"),
-             (attention_kernels, "ONE_LAUNCH_ROWS"), (Transformer, "logits"), (Eagle3Network, "head")]
+             (attention_kernels, "ONE_LAUNCH_ROWS"), (Transformer, "logits"), (Eagle3Network, "head"),
+             (gemv, "FEW_ROWS"), (gemv, "MANY_ROWS")]
 
 
 def test_each_flag_sets_its_constant_before_the_command(monkeypatch, tmp_path, capsys):
@@ -46,3 +48,8 @@ def test_each_flag_sets_its_constant_before_the_command(monkeypatch, tmp_path, c
                 or attention_kernels.ONE_LAUNCH_ROWS)
     main(["--attention-one-launch-rows", "8", "--", "report", str(missing)])
     assert attention_kernels.ONE_LAUNCH_ROWS == 8
+    few, many = gemv.FEW_ROWS, gemv.MANY_ROWS
+    main(["--gemv-tilings", "8,512,1,8,1;16,512,3,8,1", "--", "report", str(missing)])
+    more = (gemv.GemvConfig(8, 512, 1, 8, 1), gemv.GemvConfig(16, 512, 3, 8, 1))
+    assert gemv.FEW_ROWS == few + more and gemv.MANY_ROWS == many + more
+    assert gemv.candidates(4)[-2:] == more and gemv.candidates(24)[-2:] == more and more[0] not in gemv.candidates(1)
