@@ -29,7 +29,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from eaglelab.engine.model.gemv_tiling import GemvConfig
+from eaglelab.engine.model.gemv_tiling import GemvConfig, padded_rows
 from eaglelab.engine.model.pdl import dependent_launches
 from eaglelab.engine.model.triton_ops import DTYPES, capturing, first_line, time_in_turn, unavailable
 from eaglelab.engine.model.triton_ops import dtype_refusal as kernel_dtype_refusal
@@ -57,6 +57,9 @@ FEW_ROWS = (
     GemvConfig(16, 128, 2, 4, 4), GemvConfig(32, 256, 2, 4, 3), GemvConfig(16, 256, 4, 4, 3),
     GemvConfig(8, 64, 1, 4, 3), GemvConfig(4, 128, 1, 4, 3), GemvConfig(16, 128, 4, 4, 3),
     GemvConfig(16, 64, 3, 4, 3),
+    # one-row-like K steps of 512 at 2-8 rows (fewer rows' sums fit the registers; candidates() drops it past them),
+    # and K in 6 shares of one step each: on an H100 (h100_2026-12-06e/J) down 4.5 -> 3.8 us at 2 rows, 4.5 -> 4.2 at 4
+    GemvConfig(4, 512, 1, 4, 2), GemvConfig(16, 256, 6, 4, 1),
 )
 # 17..64 rows (a verify of a wide tree, a short prompt): x tiles of 32-64 rows beside the weight's, so shorter
 # K steps (the tiles of every stage share the SM's shared memory) and more warps for the larger dot. At 24 rows on
@@ -71,6 +74,7 @@ MANY_ROWS = (
     GemvConfig(64, 64, 2, 8, 3), GemvConfig(16, 128, 4, 4, 3), GemvConfig(16, 64, 3, 4, 3),
     GemvConfig(16, 128, 2, 4, 3), GemvConfig(16, 64, 4, 4, 2), GemvConfig(16, 256, 1, 4, 3),
     GemvConfig(16, 512, 1, 4, 2), GemvConfig(16, 256, 2, 4, 3),
+    GemvConfig(16, 256, 6, 4, 1),  # K in 6 one-step shares: down at 24 rows 4.8 -> 4.5 us (H100, h100_2026-12-06e/J)
 )
 LINEAR = GemvConfig(0, 0, 0, 0, 0)  # the tuner's choice where F.linear (cuBLAS) beat every tiling
 DEPENDENT = "dependent (PDL)"  # tuning_environment's "launches" where choices were timed in dependent launches
@@ -83,7 +87,12 @@ def row_bucket(rows: int) -> int:
 
 
 def candidates(rows: int) -> tuple[GemvConfig, ...]:
-    return ONE_ROW if rows == 1 else FEW_ROWS if rows <= FEW else MANY_ROWS
+    """The tilings the tuner times at ``rows`` rows: those of its range whose CUDA-core sums ([rows, block_n,
+    block_k] float32, for fewer than 16 weight rows a program at M > 1) fit 128 registers a thread."""
+    if rows == 1:
+        return ONE_ROW
+    return tuple(c for c in (FEW_ROWS if rows <= FEW else MANY_ROWS)
+                 if c.block_n >= 16 or padded_rows(rows, c.block_n) * c.block_n * c.block_k <= 128 * 32 * c.num_warps)
 
 
 def default_config(n: int, k: int, rows: int) -> GemvConfig:

@@ -84,7 +84,9 @@ def test_row_buckets_and_splits():
     assert GT.splits(4096, GT.GemvConfig(16, 256, 3, 4, 3)) == (1536, 3)
     assert GT.splits(4096, GT.GemvConfig(16, 256, 1, 4, 3)) == (4096, 1)
     assert GT.splits(100, GT.GemvConfig(16, 256, 4, 4, 3)) == (256, 1)
-    assert G.candidates(16) == G.FEW_ROWS and G.candidates(17) == G.candidates(64) == G.MANY_ROWS
+    assert G.candidates(2) == G.FEW_ROWS and G.candidates(17) == G.candidates(64) == G.MANY_ROWS
+    assert set(G.candidates(16)) < set(G.FEW_ROWS)  # (4, 512, ...)'s sums fit 8 rows, not 16
+    assert G.GemvConfig(4, 512, 1, 4, 2) in G.candidates(8) and G.GemvConfig(4, 512, 1, 4, 2) not in G.candidates(16)
     for rows in (1, 4, 16, 32, 64):  # every tiling the tuner tries is one the kernel can take
         for cfg in G.candidates(rows):
             assert cfg.block_k % 16 == 0 and cfg.split_k >= 1, cfg
