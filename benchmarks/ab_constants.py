@@ -39,6 +39,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--attention-one-launch-rows", type=int)
     p.add_argument("--gemv-tilings", metavar="BN,BK,SPLIT,WARPS,STAGES;...")
     args = p.parse_args(argv[:cut])
+    from eaglelab.engine.model.gemv_tiling import parse_tilings
+
+    try:
+        more = parse_tilings(args.gemv_tilings or "")
+    except ValueError as exc:
+        p.error(f"--gemv-tilings: {exc}")
     import eaglelab.engine.model.gemv_kernels as G
 
     if args.early_tiles is not None:
@@ -74,11 +80,9 @@ def main(argv: list[str]) -> int:
             AK.ONE_LAUNCH_ROWS = 1 << 20 if args.attention_one_launch == "on" else 0
         if args.attention_one_launch_rows is not None:
             AK.ONE_LAUNCH_ROWS = args.attention_one_launch_rows
-    if args.gemv_tilings:
+    if more:
         import eaglelab.engine.model.gemv as GV
-        from eaglelab.engine.model.gemv_tiling import GemvConfig
 
-        more = tuple(GemvConfig(*(int(v) for v in t.split(","))) for t in args.gemv_tilings.split(";") if t.strip())
         GV.FEW_ROWS, GV.MANY_ROWS = GV.FEW_ROWS + more, GV.MANY_ROWS + more
     from eaglelab.cli import main as cli
 

@@ -117,12 +117,12 @@ def main() -> int:
                    help="more tilings to time at every shape and M beside the tuner's candidates (each one's time and "
                         "error in the JSON's 'extra'), e.g. '8,512,1,8,1;16,512,3,4,1'")
     args = p.parse_args()
-    from eaglelab.engine.model.gemv_tiling import GemvConfig
+    from eaglelab.engine.model.gemv_tiling import parse_tilings
 
     try:
-        args.extra = [GemvConfig(*(int(v) for v in t.split(","))) for t in args.tilings.split(";") if t.strip()]
-    except (TypeError, ValueError):
-        p.error(f"--tilings {args.tilings!r}: expected five comma-separated ints per tiling, ';' between tilings")
+        args.extra = parse_tilings(args.tilings)
+    except ValueError as exc:
+        p.error(f"--tilings: {exc}")
     if not torch.cuda.is_available():
         print("gemv_bench: needs a CUDA device (the kernel is a CUDA kernel); nothing measured", file=sys.stderr)
         return 2

@@ -269,7 +269,7 @@ stage_j() {
     n=$((n + 1))
     [ "$(left)" -gt 30 ] || break
     flags=""; [ "$t" = rows16 ] && flags="--attention-one-launch-rows 16"
-    [ "$t" = tilings ] && flags="--gemv-tilings $J_TILINGS"
+    [ "$t" = tilings ] && flags="--gemv-tilings ${J_TILINGS:?set J_TILINGS for a tilings run}"
     # shellcheck disable=SC2086
     TAIL=12 run "${t}_$n" "$(left)" python3 benchmarks/ab_constants.py $flags -- bench --scale-model smollm2-135m \
       --draft-vocab 12288 --dtype bfloat16 --seed 0 --device "$DEVICE" --steps 5 --topk 4 --draft-tokens 24 \

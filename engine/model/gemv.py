@@ -29,7 +29,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from eaglelab.engine.model.gemv_tiling import GemvConfig, padded_rows
+from eaglelab.engine.model.gemv_tiling import GemvConfig, fits_registers
 from eaglelab.engine.model.pdl import dependent_launches
 from eaglelab.engine.model.triton_ops import DTYPES, capturing, first_line, time_in_turn, unavailable
 from eaglelab.engine.model.triton_ops import dtype_refusal as kernel_dtype_refusal
@@ -87,12 +87,11 @@ def row_bucket(rows: int) -> int:
 
 
 def candidates(rows: int) -> tuple[GemvConfig, ...]:
-    """The tilings the tuner times at ``rows`` rows: those of its range whose CUDA-core sums ([rows, block_n,
-    block_k] float32, for fewer than 16 weight rows a program at M > 1) fit 128 registers a thread."""
+    """The tilings the tuner times at ``rows`` rows: those of its range whose sums fit the registers there
+    (:func:`~.gemv_tiling.fits_registers`)."""
     if rows == 1:
         return ONE_ROW
-    return tuple(c for c in (FEW_ROWS if rows <= FEW else MANY_ROWS)
-                 if c.block_n >= 16 or padded_rows(rows, c.block_n) * c.block_n * c.block_k <= 128 * 32 * c.num_warps)
+    return tuple(c for c in (FEW_ROWS if rows <= FEW else MANY_ROWS) if fits_registers(c, rows))
 
 
 def default_config(n: int, k: int, rows: int) -> GemvConfig:

@@ -1,6 +1,7 @@
 """The GEMV kernel's tiling and the arithmetic the launcher and the tuner share: BLOCK_M from the rows,
-K per split. Pure Python (no torch, no Triton), so :mod:`.gemv` (the tuner) and :mod:`.gemv_kernels` (the
-Triton launch) both import it without importing each other.
+K per split, whether a CUDA-core tiling's sums fit the registers, a tiling's text form. Pure Python (no torch, no
+Triton), so :mod:`.gemv` (the tuner) and :mod:`.gemv_kernels` (the Triton launch) both import it without importing
+each other.
 """
 
 from __future__ import annotations
@@ -30,3 +31,34 @@ def splits(k: int, cfg: GemvConfig) -> tuple[int, int]:
     per = -(-k // cfg.split_k)
     per = -(-per // cfg.block_k) * cfg.block_k
     return per, -(-k // per)
+
+
+SUM_REGISTERS = 128  # float32 sums a thread may hold on the CUDA-core path ([rows, block_n, block_k] per program)
+
+
+def fits_registers(cfg: GemvConfig, rows: int) -> bool:
+    """Whether ``cfg`` at ``rows`` rows of x keeps its sums in registers: always on the tensor-core dot (16 weight
+    rows or more, or one row of x); on the CUDA cores (fewer than 16 weight rows at M > 1) its [padded rows, block_n,
+    block_k] float32 sums take at most :data:`SUM_REGISTERS` a thread. E.g. (4, 512, 1, 4, 2): 8 rows 128 a thread,
+    16 rows 256."""
+    if rows == 1 or cfg.block_n >= 16:
+        return True
+    return padded_rows(rows, cfg.block_n) * cfg.block_n * cfg.block_k <= SUM_REGISTERS * 32 * cfg.num_warps
+
+
+def parse_tilings(text: str) -> tuple[GemvConfig, ...]:
+    """``'bn,bk,split,warps,stages;...'`` -> the tilings (empty text: none). ValueError saying what is wrong where a
+    tiling is not five positive ints or its block_n or block_k is not a power of two (the kernel's tiles need one)."""
+    out = []
+    for part in (t.strip() for t in text.split(";")):
+        if not part:
+            continue
+        try:
+            cfg = GemvConfig(*(int(v) for v in part.split(",")))
+        except (TypeError, ValueError):
+            raise ValueError(f"{part!r} is not five comma-separated ints (block_n, block_k, split_k, warps, "
+                             "stages); ';' between tilings") from None
+        if min(cfg) < 1 or cfg.block_n & (cfg.block_n - 1) or cfg.block_k & (cfg.block_k - 1):
+            raise ValueError(f"{part!r}: every value must be >= 1, block_n and block_k powers of two")
+        out.append(cfg)
+    return tuple(out)

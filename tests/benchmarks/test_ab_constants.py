@@ -54,3 +54,7 @@ def test_each_flag_sets_its_constant_before_the_command(monkeypatch, tmp_path, c
     assert gemv.FEW_ROWS == few + more and gemv.MANY_ROWS == many + more
     assert gemv.candidates(4)[-2:] == more and more[0] not in gemv.candidates(1)
     assert gemv.candidates(24)[-1] == more[1] and more[0] not in gemv.candidates(24)  # 24 rows' sums overflow registers
+    with pytest.raises(SystemExit) as bad:  # a malformed tiling: a usage error, nothing changed, nothing run
+        main(["--gemv-tilings", "8,512,1", "--", "report", str(missing)])
+    assert bad.value.code == 2 and "--gemv-tilings" in capsys.readouterr().err
+    assert gemv.FEW_ROWS == few + more

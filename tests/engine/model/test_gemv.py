@@ -90,8 +90,13 @@ def test_row_buckets_and_splits():
     for rows in (1, 4, 16, 32, 64):  # every tiling the tuner tries is one the kernel can take
         for cfg in G.candidates(rows):
             assert cfg.block_k % 16 == 0 and cfg.split_k >= 1, cfg
-            if rows > 1 and cfg.block_n < 16:  # the CUDA-core path: [rows, block_n, block_k] float32 sums, registers
-                assert GT.padded_rows(rows, cfg.block_n) * cfg.block_n * cfg.block_k <= 128 * 32 * cfg.num_warps, cfg
+    # the CUDA-core path's [padded rows, block_n, block_k] float32 sums, at most 128 a thread (4 warps: 16,384)
+    wide = GT.GemvConfig(4, 512, 1, 4, 2)
+    assert GT.fits_registers(wide, 5) and not GT.fits_registers(wide, 9)  # padded to 8: 16,384; to 16: twice that
+    assert GT.fits_registers(GT.GemvConfig(4, 512, 1, 8, 2), 16)  # 8 warps hold twice as many
+    assert GT.fits_registers(GT.GemvConfig(8, 64, 1, 4, 3), 16)
+    assert not GT.fits_registers(GT.GemvConfig(8, 512, 1, 4, 1), 24)
+    assert GT.fits_registers(GT.GemvConfig(16, 512, 1, 4, 2), 64) and GT.fits_registers(wide, 1)  # dot / one row
     assert any(c.block_n < 16 for c in G.FEW_ROWS)  # 2-16 rows: the CUDA cores beside the dot
     assert any(c.split_k > 1 and c.block_n == 16 for c in G.MANY_ROWS)  # 17-64 rows: the dot split along K
     # the kernel's rows: a power of two, at least 16 for the dot (block_n >= 16), as they are for the CUDA cores
@@ -415,3 +420,14 @@ def test_gemv_matches_linear_on_cuda_eager_compiled_and_captured():
     w = torch.randn(6144, 4096, device=dev, dtype=torch.bfloat16)
     gemv.chosen[(6144, 4096, 4)] = GT.GemvConfig(32, 256, 2, 4, 3)  # a split-K tiling, whatever the tuner chose
     assert_compiles_and_captures(lambda a: gemv(a, w, None), x)
+
+
+def test_tilings_from_text():
+    """A tiling's text form (gemv_bench --tilings, ab_constants --gemv-tilings): five ints, ';' between tilings."""
+    both = (GT.GemvConfig(8, 512, 1, 8, 1), GT.GemvConfig(16, 256, 6, 4, 1))
+    assert GT.parse_tilings("8,512,1,8,1; 16,256,6,4,1;") == both
+    assert GT.parse_tilings("") == ()
+    for bad, why in (("8,512,1,8", "five comma-separated ints"), ("8,512,x,8,1", "five comma-separated ints"),
+                     ("8,500,1,8,1", "powers of two"), ("6,512,1,8,1", "powers of two"), ("8,512,0,8,1", ">= 1")):
+        with pytest.raises(ValueError, match=why):
+            GT.parse_tilings(bad)
