@@ -4,6 +4,7 @@ decode shapes.
     python benchmarks/gemv_bench.py --json OUT.json        # CUDA only; about a minute on an H200
     python benchmarks/gemv_bench.py --model smollm2-135m --rows 1,16,24,32,64   # a wide tree's verify
     python benchmarks/gemv_bench.py --model smollm2-135m --rows 4,24 --tilings '8,512,1,8,1;16,512,3,8,1'  # and these
+    python benchmarks/gemv_bench.py --model smollm2-135m --rows 1,4,24 --shares   # K shares added by the reader
 
 For each projection (Llama-3.1-8B, K -> N: qkv 4096 -> 6144, o 4096 -> 4096, gate_up 4096 -> 28672, down
 14336 -> 4096, head 4096 -> 128256; SmolLM2-135M: 576 -> 960, 576 -> 576, 576 -> 3072, 1536 -> 576,
@@ -78,6 +79,8 @@ def one_shape(name: str, K: int, N: int, rows: int, gemv, args) -> dict:
             out[into].append({"tiling": list(cfg), "ms": ms, "max_abs_err": err})
         except Exception as exc:  # noqa: BLE001 - one tiling's failure is a figure too
             out[into].append({"tiling": list(cfg), "error": f"{type(exc).__name__}: {exc}"[:200]})
+    if args.shares:
+        out["shares"] = shares_ab(x, ws, timed, args.shares)
     best = min((c for c in out["candidates"] if "ms" in c), key=lambda c: c["ms"], default=None)
     out["best_candidate"] = best
     out["best_extra"] = min((c for c in out["extra"] if "ms" in c), key=lambda c: c["ms"], default=None)
@@ -90,6 +93,37 @@ def one_shape(name: str, K: int, N: int, rows: int, gemv, args) -> dict:
     return out
 
 
+def shares_ab(x: torch.Tensor, ws: list[torch.Tensor], timed, gemvs) -> dict:
+    """A split tiling's K shares added in the kernel (tickets) against added by the compiled code that reads them
+    (``gemv.SHARES``), at one (shape, M): each way's own tuner picks the tiling (timing split tilings as that way
+    runs them); then each pick timed alone, and inside a compiled reader ``r + x @ W^T`` (one compiled function per
+    way, traced with ``SHARES`` set that way) -- what a compiled phase pays."""
+    from eaglelab.engine.model import gemv as G
+    from eaglelab.engine.model.gemv import describe, row_bucket
+
+    tickets, shares = gemvs
+    (M, K), N = x.shape, ws[0].shape[0]
+    r = torch.randn(M, N, device=x.device, dtype=x.dtype)
+    out = {}
+    for name, gemv, on in (("tickets", tickets, False), ("shares", shares, True)):
+        G.SHARES = on
+        try:
+            gemv(x, ws[0], None, sums_fused=True)  # tunes the shape the way ``on`` says
+            cfg = gemv.chosen.get((N, K, row_bucket(M)))
+            split = on and cfg is not None and cfg.split_k > 1 and cfg != G.LINEAR
+            kernel = ((lambda i: torch.ops.eaglelab.gemv_shares(x, ws[i], *cfg)) if split
+                      else (lambda i: gemv(x, ws[i], None, sums_fused=True)))
+            reader = torch.compile(lambda a, w, b, g=gemv: b + g(a, w, None, sums_fused=True), fullgraph=True,
+                                   dynamic=False)
+            out[name] = {"tiling": describe(cfg) if cfg else None, "kernel_ms": timed(kernel),
+                         "reader_ms": timed(lambda i: reader(x, ws[i], r))}
+        except Exception as exc:  # noqa: BLE001 - one way's failure is a figure too
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
+        finally:
+            G.SHARES = True
+    return out
+
+
 def line(r: dict) -> str:
     if "error" in r:
         return f"{r['name']:>8} M={r['M']:<2}  ERROR {r['error']}"
@@ -99,9 +133,14 @@ def line(r: dict) -> str:
     b = f"  best cand {best['ms'] * 1e3:.1f} us {tuple(best['tiling'])}" if best else ""
     extra = r.get("best_extra")
     b += f"  best extra {extra['ms'] * 1e3:.1f} us {tuple(extra['tiling'])}" if extra else ""
-    return (f"{r['name']:>8} {r['K']:>5}->{r['N']:<6} M={r['M']:<2}  torch {r['torch_ms'] * 1e3:8.1f} us "
+    text = (f"{r['name']:>8} {r['K']:>5}->{r['N']:<6} M={r['M']:<2}  torch {r['torch_ms'] * 1e3:8.1f} us "
             f"{r['torch_gbps']:6.0f} GB/s {r['torch_pct']:4.0f}%  {g}  tuned: {r['tuned']}{b}  "
             f"err gemv {r['max_abs_err_gemv']:.2e} torch {r['max_abs_err_torch']:.2e}")
+    for way, got in r.get("shares", {}).items():
+        text += (f"\n{'':>10}{way:>8}: error {got['error']}" if "error" in got else
+                 f"\n{'':>10}{way:>8}: kernel {got['kernel_ms'] * 1e3:5.1f} us, in a compiled reader "
+                 f"{got['reader_ms'] * 1e3:5.1f} us  ({got['tiling']})")
+    return text
 
 
 def main() -> int:
@@ -116,6 +155,10 @@ def main() -> int:
     p.add_argument("--tilings", default="", metavar="BN,BK,SPLIT,WARPS,STAGES;...",
                    help="more tilings to time at every shape and M beside the tuner's candidates (each one's time and "
                         "error in the JSON's 'extra'), e.g. '8,512,1,8,1;16,512,3,4,1'")
+    p.add_argument("--shares", action="store_true",
+                   help="also compare a split tiling's K shares added in the kernel against added by the compiled "
+                        "code that reads the output (gemv.SHARES): each way's tuner pick, alone and inside a compiled "
+                        "reader (JSON 'shares')")
     args = p.parse_args()
     from eaglelab.engine.model.gemv_tiling import parse_tilings
 
@@ -130,6 +173,7 @@ def main() -> int:
 
     t0 = time.perf_counter()
     gemv = TritonGemv(log=lambda m: print(m, flush=True))
+    args.shares = (TritonGemv(), TritonGemv()) if args.shares else None  # tickets' tuner, shares' tuner
     info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
             "triton": triton_version(), "dtype": "bfloat16", "tbps": args.tbps, "calls_per_graph": args.calls,
             "replays": args.replays, "gemv_reason": gemv.reason}

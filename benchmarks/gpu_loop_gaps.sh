@@ -77,10 +77,16 @@
 #           benchmarks/results/h100_2026-12-06e.
 # Ran 2026-12-05 on one H100 each: C, C, C, X twice (benchmarks/results/h100_2026-12-05d/X1, X2), and C, C, C, Y at
 # b15739b (the collector and read-ahead A/B, reverted: Y/).
+#   call S  carry .carry/assets .whl (no GGUF)   STAGE=S: a split GEMV tiling's K shares added by the compiled code
+#           that reads the output (gemv.SHARES, on in main) against added in the kernel: `bench --phase-costs
+#           --profile` of plain and 5/4/24 with no lookup branch, batch 1, compiled with every kernel, in S_RUNS
+#           processes (default "tickets shares": `tickets` under ab_constants --gemv-shares off, `shares` on), then
+#           benchmarks/gemv_bench.py --shares (each way's tuner pick at 1, 4 and 24 rows, alone and in a compiled
+#           reader) as time allows. S_EXTRA: more bench flags.
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
 # 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run), GAPS (1; 0: stage Q without
 # loop_gaps.py).
-STAGE=${STAGE:?set STAGE=C, X, K, I, P, Q, E, F, G, H, J or L}
+STAGE=${STAGE:?set STAGE=C, X, K, I, P, Q, E, F, G, H, J, L or S}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 TREE="--steps 5 --topk 4 --draft-tokens 24 --lookup-tokens 16"
@@ -287,6 +293,25 @@ stage_l() {
     --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/$name.json" ${L_EXTRA:-}
 }
 
+stage_s() {
+  record_gpu
+  local t n=0 way
+  for t in ${S_RUNS:-tickets shares}; do
+    n=$((n + 1))
+    [ "$(left)" -gt 60 ] || break
+    case "$t" in shares) way=on;; tickets) way=off;; *) log "S_RUNS: $t is neither shares nor tickets"; return 2;; esac
+    # shellcheck disable=SC2086
+    TAIL=60 run "${t}_$n" "$(left)" python3 benchmarks/ab_constants.py --gemv-shares $way -- bench \
+      --scale-model smollm2-135m --draft-vocab 12288 --dtype bfloat16 --seed 0 --device "$DEVICE" --steps 5 --topk 4 \
+      --draft-tokens 24 --lookup-tokens 0 --batch-sizes 1 --prompts 4 --max-new-tokens 64 --repeats 1 --no-micro \
+      --phase-costs --profile --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/${t}_$n.json" \
+      ${S_EXTRA:-}
+  done
+  [ "$(left)" -gt 40 ] || return 0
+  TAIL=60 run gemv_shares "$(left)" python3 benchmarks/gemv_bench.py --model smollm2-135m --rows 1,4,24 \
+    --shapes o,down,qkv,gate_up --shares --json "$R/gemv_shares.json"
+}
+
 kernel_sources() {  # the source of every Triton kernel inductor made so far (read on a CPU beside a trace's names)
   local d found=""
   for d in "${TORCHINDUCTOR_CACHE_DIR:-}" "$EAGLELAB_CACHE/inductor" "/tmp/torchinductor_$(whoami)"; do
@@ -301,4 +326,4 @@ kernel_sources() {  # the source of every Triton kernel inductor made so far (re
 }
 
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in C) echo 120;; *) echo 580;; esac)}; watchdog "$0"
-run_stage C X K I P Q E F G H J L
+run_stage C X K I P Q E F G H J L S

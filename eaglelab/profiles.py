@@ -79,13 +79,16 @@ TILING_FIELDS = ("block_n", "block_k", "split_k", "num_warps", "num_stages")  # 
 SHAPE_FIELDS = ("n", "k", "rows_bucket")
 ENVIRONMENT_FIELDS = ("gpu", "dtype", "torch", "triton")  # the GEMV's tuning_environment
 LAUNCHES = "launches"  # in measured_on only where the tilings were timed in dependent launches (TritonGemv.environment)
+SPLIT_K = "split_k"  # in measured_on only where split tilings were timed as shares the reader adds (gemv.SHARES)
+OPTIONAL_FIELDS = (LAUNCHES, SPLIT_K)
 
 
 @dataclass(frozen=True)
 class GemvTilings:
     """The GEMV tuner's choices measured on one setup: ``chosen`` maps (N, K, rows bucket) to the 5 ints of a
     tiling (:data:`TILING_FIELDS`; zeros: F.linear); ``measured_on`` is (name, value) per :data:`ENVIRONMENT_FIELDS`,
-    and :data:`LAUNCHES` where they were timed in chains of dependent launches (``--pdl``)."""
+    :data:`LAUNCHES` where they were timed in chains of dependent launches (``--pdl``), and :data:`SPLIT_K` where
+    split tilings were timed as K shares that the compiled reader adds."""
 
     measured_on: tuple[tuple[str, str], ...]
     chosen: tuple[tuple[tuple[int, int, int], tuple[int, ...]], ...]
@@ -93,7 +96,7 @@ class GemvTilings:
     @classmethod
     def of(cls, chosen: dict[tuple[int, int, int], tuple[int, ...]], measured_on: dict[str, str]) -> GemvTilings:
         """From a tuner's ``chosen`` and its ``tuning_environment`` (shapes sorted, so files diff well)."""
-        fields = ENVIRONMENT_FIELDS + ((LAUNCHES,) if LAUNCHES in measured_on else ())
+        fields = ENVIRONMENT_FIELDS + tuple(k for k in OPTIONAL_FIELDS if k in measured_on)
         return cls(tuple((k, str(measured_on[k])) for k in fields),
                    tuple((tuple(key), tuple(int(v) for v in cfg)) for key, cfg in sorted(chosen.items())))
 
@@ -333,8 +336,8 @@ def parse_gemv_tilings(g: Any, path: Path, where: str) -> GemvTilings:
     each of its type and range; EagleLabError naming ``path`` and ``where`` otherwise."""
     _only(g, ("measured_on", "chosen"), path, where)
     env = g["measured_on"]
-    fields = ENVIRONMENT_FIELDS + ((LAUNCHES,) if isinstance(env, dict) and LAUNCHES in env else ())
-    _only(env, fields, path, f"{where}.measured_on")  # launches: optional (tilings timed in dependent launches)
+    fields = ENVIRONMENT_FIELDS + tuple(k for k in OPTIONAL_FIELDS if isinstance(env, dict) and k in env)
+    _only(env, fields, path, f"{where}.measured_on")  # launches, split_k: optional (OPTIONAL_FIELDS)
     for k in fields:
         _text(env, k, path, f"{where}.measured_on")
     chosen = g["chosen"]

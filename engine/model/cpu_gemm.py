@@ -168,8 +168,10 @@ class CpuGemm:
             return "gradients on (the kernel has no backward)"
         return None
 
-    def __call__(self, x: torch.Tensor, weight: Packed, bias: torch.Tensor | None) -> torch.Tensor:
-        """x [M, K] float32, weight packed from [N, K] -> [M, N] (+ bias)."""
+    def __call__(self, x: torch.Tensor, weight: Packed, bias: torch.Tensor | None,
+                 sums_fused: bool = False) -> torch.Tensor:
+        """x [M, K] float32, weight packed from [N, K] -> [M, N] (+ bias); ``sums_fused`` changes nothing here (the C
+        kernel adds its own sums)."""
         x = x.contiguous()
         (M, K), N, data = x.shape, weight.n, weight.data
         assert data.shape[1] == K, f"x has K = {K}, the packed weight {data.shape[1]}"

@@ -75,8 +75,8 @@ class Eagle3Attention(nn.Module):
         self.k_proj = nn.Linear(2 * H, cfg.num_kv_heads * D, bias=False)
         self.v_proj = nn.Linear(2 * H, cfg.num_kv_heads * D, bias=False)
         self.o_proj = nn.Linear(cfg.num_heads * D, H, bias=False)
-        self.qkv = FusedLinear(self.q_proj, self.k_proj, self.v_proj)
-        self.o = FusedLinear(self.o_proj)
+        self.qkv = FusedLinear(self.q_proj, self.k_proj, self.v_proj, sums_fused=True)  # read by rotary, cache write
+        self.o = FusedLinear(self.o_proj, sums_fused=True)  # read by the residual add
 
     def forward(self, x, cos, sin, cache: KVCache | None, slots, mask, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
         B, T, _ = x.shape
@@ -100,8 +100,8 @@ class Eagle3MLP(nn.Module):
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-        self.gate_up = FusedLinear(self.gate_proj, self.up_proj)
-        self.down = FusedLinear(self.down_proj)
+        self.gate_up = FusedLinear(self.gate_proj, self.up_proj, sums_fused=True)  # read by the SwiGLU
+        self.down = FusedLinear(self.down_proj, sums_fused=True)  # read by the residual add
 
     def forward(self, x: torch.Tensor, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
         gate, up = self.gate_up(x, kernels.gemv)

@@ -13,6 +13,13 @@ every row on the CUDA cores, which keeps a decode's many small programs. A few t
 (:class:`TritonGemv`); compiled and captured calls reuse that choice. Past 16 rows a GEMM starts to pay, so there
 the tuner is the judge: a bucket of 32 or 64 rows where no tiling runs keeps F.linear for that shape only.
 
+Inside a compiled phase a split tiling's shares need not be added by the kernel: a call whose output only
+compiled elementwise code reads (``sums_fused``: a projection followed by a norm, a residual add, the rotary, the
+SwiGLU) takes ``torch.ops.eaglelab.gemv_shares``, which writes the float32 shares [S, M, N] and ends there, and adds
+them in Python (:func:`add_shares`), which inductor folds into the kernel that reads the output: no ticket, no
+last program's pass over the shares, no extra launch (:data:`SHARES`). Eager calls, and calls whose output leaves
+the compiled code (the heads' logits), add them in the kernel as before.
+
 The kernel is a PyTorch custom op (``torch.ops.eaglelab.gemv``, with a shape-only fake implementation)
 so it composes with ``torch.compile(fullgraph=True)`` and CUDA-graph capture. Triton is optional: it is
 imported on first use only (``gemv_kernels.py``; the tiling arithmetic both use is ``gemv_tiling.py``), and without it (or without CUDA) the kernel is
@@ -76,8 +83,13 @@ MANY_ROWS = (
     GemvConfig(16, 512, 1, 4, 2), GemvConfig(16, 256, 2, 4, 3),
     GemvConfig(16, 256, 6, 4, 1),  # K in 6 one-step shares: down at 24 rows 4.8 -> 4.5 us (H100, h100_2026-12-06e/J)
 )
+# Split tilings of a call whose output compiled elementwise code reads (``sums_fused``) write their K shares and
+# leave the adding to that code (:func:`add_shares`) while compiling; the tuner then times such a tiling's kernel
+# alone, as the compiled phase runs it. False: every split's shares are added in the kernel (tickets), as before.
+SHARES = True
 LINEAR = GemvConfig(0, 0, 0, 0, 0)  # the tuner's choice where F.linear (cuBLAS) beat every tiling
-DEPENDENT = "dependent (PDL)"  # tuning_environment's "launches" where choices were timed in dependent launches
+DEPENDENT = "dependent (PDL)"
+SHARES_READ = "shares added by the reader"  # tuning_environment's "split_k" where split tilings were timed as shares  # tuning_environment's "launches" where choices were timed in dependent launches
 TUNE_BYTES = 128 * 2**20  # tuning reads this many bytes of weight copies in turn: more than the L2 cache holds
 
 
@@ -114,7 +126,8 @@ def tuning_environment(device: torch.device, dtype: torch.dtype | str) -> dict[s
 def environment_mismatch(measured_on: Mapping[str, str], here: Mapping[str, str]) -> str | None:
     """How ``measured_on`` differs from ``here`` (:func:`tuning_environment`), e.g. ``torch 2.11.0+cu130 (here
     2.13.0)``; None when they are the same."""
-    absent = {"launches": "plain"}  # no launches recorded: plain ones (:meth:`TritonGemv.environment`)
+    # no launches recorded: plain ones; no split_k: shares added by the kernel (:meth:`TritonGemv.environment`)
+    absent = {"launches": "plain", "split_k": "shares added in the kernel"}
     differ = []
     for k in dict.fromkeys([*here, *measured_on]):
         was, now = measured_on.get(k, absent.get(k, "not recorded")), here.get(k, absent.get(k, "not known"))
@@ -188,7 +201,8 @@ class TritonGemv:
         dependent launches (timed in a chain, where our kernel overlaps the one before and cuBLAS cannot, the choices
         differ; absent for plain launches, as in every choice recorded before PDL)."""
         env = tuning_environment(device, dtype)
-        return env | {"launches": DEPENDENT} if self.pdl else env
+        env = env | {"launches": DEPENDENT} if self.pdl else env
+        return env | {"split_k": SHARES_READ} if SHARES else env
 
     def refusal(self, x: torch.Tensor, weight: torch.Tensor) -> str | None:
         """Why this call does not take the GEMV (None: it does)."""
@@ -216,18 +230,22 @@ class TritonGemv:
         """The weight as it is (no copy of its own: ``layout`` None)."""
         return weight
 
-    def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
-        """x [M, K], weight [N, K] -> [M, N] in x's dtype."""
+    def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                 sums_fused: bool = False) -> torch.Tensor:
+        """x [M, K], weight [N, K] -> [M, N] in x's dtype. ``sums_fused``: only compiled elementwise code reads the
+        output, so while compiling a split tiling's shares are added there (:data:`SHARES`), and the tuner times
+        split tilings that way (a shape is tuned on its first call, as that call reads it)."""
         if self.reason is not None:  # off for good (no Triton, or the kernel failed here)
             return F.linear(x, weight, bias)
         x = x if x.stride(-1) == 1 else x.contiguous()  # rows may be strided (a slice), elements not
         (M, K), N = x.shape, weight.shape[0]
         key = (N, K, row_bucket(M))
         cfg = self.chosen.get(key)
+        shares = SHARES and sums_fused
         if cfg is None and not torch.compiler.is_compiling() and not capturing(x):
-            cfg = self._take_preset(key, x, weight, bias)
+            cfg = self._take_preset(key, x, weight, bias, shares)
             if cfg is None:
-                cfg = self._tune(key, x, weight, bias)
+                cfg = self._tune(key, x, weight, bias, shares)
                 if cfg is not None and self.on_tuned is not None:
                     self.on_tuned()
             if cfg is None:
@@ -235,9 +253,11 @@ class TritonGemv:
         cfg = cfg or default_config(N, K, M)
         if cfg.block_n == 0:  # LINEAR: cuBLAS was faster for this shape
             return F.linear(x, weight, bias)
+        if shares and cfg.split_k > 1 and torch.compiler.is_compiling():
+            return add_shares(torch.ops.eaglelab.gemv_shares(x, weight, *cfg), bias, x.dtype)
         return run_op(x, weight, bias, cfg)
 
-    def _take_preset(self, key, x, weight, bias) -> GemvConfig | None:
+    def _take_preset(self, key, x, weight, bias, shares: bool = False) -> GemvConfig | None:
         """The adopted tiling for ``key`` if it agrees with F.linear on these tensors (None: none adopted, or it
         failed or disagreed here, which the log says; the caller then tunes the shape)."""
         cfg = self.preset.pop(key, None)
@@ -249,7 +269,7 @@ class TritonGemv:
         t0 = time.perf_counter()
         try:
             ref = F.linear(x, weight, bias).float()  # [M, N]
-            why = disagreement(x, weight, bias, cfg, ref, tolerance(ref))
+            why = disagreement(x, weight, bias, cfg, ref, tolerance(ref), shares and cfg.split_k > 1)
         except Exception as exc:  # noqa: BLE001 - a preset that does not compile here is tuned instead, and said
             why = f"{type(exc).__name__}: {first_line(exc)}"
         self.setup_seconds += time.perf_counter() - t0
@@ -261,10 +281,12 @@ class TritonGemv:
                      "tuning")
         return None
 
-    def _tune(self, key, x, weight, bias) -> GemvConfig | None:
+    def _tune(self, key, x, weight, bias, shares: bool = False) -> GemvConfig | None:
         """Check every candidate against ``F.linear`` on these very tensors, time those that agree and F.linear,
         keep the fastest (:data:`LINEAR` if F.linear). None: no tiling ran or agreed (``reason`` says why: the
-        kernel is off for good), except past :data:`FEW` rows, where that shape alone keeps F.linear."""
+        kernel is off for good), except past :data:`FEW` rows, where that shape alone keeps F.linear. ``shares``: a
+        split tiling is checked with its shares added by :func:`add_shares` and timed as its shares' kernel alone,
+        as a compiled phase runs it (the adding folded into the next kernel)."""
         t0 = time.perf_counter()
         if self.log is not None and not self._said:
             self._said = True
@@ -279,11 +301,14 @@ class TritonGemv:
         with dependent_launches(self.pdl):  # our launches as the phases that will call it make them
             for cfg in candidates(key[2]):
                 try:
-                    why = disagreement(x, weight, bias, cfg, ref, bound)
+                    split = shares and cfg.split_k > 1
+                    why = disagreement(x, weight, bias, cfg, ref, bound, split)
                     if why is not None:  # a tiling that computes something else is never chosen
                         errors.append(f"{tuple(cfg)}: {why}")
                         continue
-                    times[cfg] = time_in_turn(lambda i: run_op(x, copies[i], bias, cfg), len(copies), self.reps)
+                    call = ((lambda i: torch.ops.eaglelab.gemv_shares(x, copies[i], *cfg)) if split
+                            else (lambda i: run_op(x, copies[i], bias, cfg)))
+                    times[cfg] = time_in_turn(call, len(copies), self.reps)
                 except Exception as exc:  # noqa: BLE001 - a tiling that does not compile is skipped, and said
                     errors.append(f"{tuple(cfg)}: {type(exc).__name__}: {first_line(exc)}")
             if times:  # the bar to beat: F.linear timed the same way (cuBLAS launches as always)
@@ -315,10 +340,25 @@ def tolerance(ref: torch.Tensor) -> float:
 
 
 def disagreement(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: GemvConfig,
-                 ref: torch.Tensor, bound: float) -> str | None:
-    """How the tiling ``cfg`` misses F.linear's ``ref`` [M, N] by more than ``bound`` (None: it agrees)."""
-    err = (run_op(x, weight, bias, cfg).float() - ref).abs().max().item()
+                 ref: torch.Tensor, bound: float, shares: bool = False) -> str | None:
+    """How the tiling ``cfg`` misses F.linear's ``ref`` [M, N] by more than ``bound`` (None: it agrees);
+    ``shares``: as its K shares added by :func:`add_shares`."""
+    y = (add_shares(torch.ops.eaglelab.gemv_shares(x, weight, *cfg), bias, x.dtype) if shares
+         else run_op(x, weight, bias, cfg))
+    err = (y.float() - ref).abs().max().item()
     return None if err <= bound else f"max |error| {err:.3g} against F.linear > {bound:.3g}"
+
+
+def add_shares(parts: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
+    """float32 K shares [S, M, N] -> [M, N] in ``dtype``: added in order (s = 0, 1, ...), then the bias, as the
+    kernel adds them; written out as S - 1 additions (no reduction) so that inductor folds them into whatever
+    elementwise kernel reads the result."""
+    y = parts[0]
+    for s in range(1, parts.shape[0]):
+        y = y + parts[s]
+    if bias is not None:
+        y = y + bias.float()
+    return y.to(dtype)
 
 
 def run_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: GemvConfig) -> torch.Tensor:

@@ -58,9 +58,10 @@ def _finish(acc, b_ptr, y_ptr, rows_m, rows_n, M, N, HAS_BIAS: tl.constexpr):
 def gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, ticket_ptr, M, N, K, k_per_split, stride_xm, stride_wn,
                 HAS_BIAS: tl.constexpr, SPLITS: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
-                PDL: tl.constexpr = False, EARLY: tl.constexpr = 0):
+                PDL: tl.constexpr = False, EARLY: tl.constexpr = 0, SHARES: tl.constexpr = False):
     """y[:, n-block] = x @ W[n-block]^T over K share s (+ bias); SPLITS > 1: float32 shares in part[s, M, N],
-    added by the block's last program to finish (its ticket counter, ticket[n], left at 0).
+    added by the block's last program to finish (its ticket counter, ticket[n], left at 0). SHARES: each program
+    stores its float32 share in part[s, M, N] and is done (no ticket, no bias, y unwritten): the caller adds them.
     STAGES: the loads of the one-row loop pipelined that many steps ahead (1: not at all). PDL: launched
     dependently (``pdl.py``): waits on entry for the kernel before. EARLY (0, 1 or 2): the share's first EARLY
     weight tiles are loaded before that wait (no kernel of a phase writes weights; a second tile past the share's
@@ -110,7 +111,10 @@ def gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, ticket_ptr, M, N, K, k_per
         for k0 in range(k_first, k_hi, BLOCK_K):
             w, x = _tiles(x_ptr, w_ptr, rows_m, rows_n, k0, M, N, K, stride_xm, stride_wn, BLOCK_K)
             acc = tl.dot(x, tl.trans(w), acc)  # [BM, BN], tensor cores, float32
-    if SPLITS == 1:
+    if SHARES:  # the shares are the output: added where they are read (gemv.add_shares, fused by the compiler)
+        out = rows_m[:, None] * N + rows_n[None, :]
+        tl.store(part_ptr + pid_k * M * N + out, acc, mask=(rows_m[:, None] < M) & (rows_n[None, :] < N))
+    elif SPLITS == 1:
         _finish(acc, b_ptr, y_ptr, rows_m, rows_n, M, N, HAS_BIAS)
     else:
         out = rows_m[:, None] * N + rows_n[None, :]
@@ -174,6 +178,38 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg
     return y
 
 
+def launch_shares(x: torch.Tensor, weight: torch.Tensor, cfg: GemvConfig, dependent: bool, early: int) -> torch.Tensor:
+    """x [M, K] @ weight [N, K]^T as its K shares: float32 [S, M, N] (S = the programs along K of ``cfg``'s split),
+    one launch, no ticket: adding them (in order s = 0, 1, ...) is the caller's. ``dependent`` and ``early`` as
+    :func:`launch`."""
+    (M, K), N = x.shape, weight.shape[0]
+    per, programs_k = splits(K, cfg)
+    programs_n = triton.cdiv(N, cfg.block_n)
+    part = torch.empty(programs_k, M, N, dtype=torch.float32, device=x.device)
+    gemv_kernel[(programs_n, programs_k)](
+        x, weight, weight, part, part, part, M, N, K, per, x.stride(0), weight.stride(0),
+        HAS_BIAS=False, SPLITS=programs_k, BLOCK_M=padded_rows(M, cfg.block_n), BLOCK_N=cfg.block_n,
+        BLOCK_K=cfg.block_k, STAGES=cfg.num_stages, EARLY=int(early), SHARES=True, num_warps=cfg.num_warps,
+        num_stages=cfg.num_stages, **pdl.launch_options(dependent))
+    return part
+
+
+def gemv_shares(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_k: int, split_k: int, num_warps: int,
+                num_stages: int) -> torch.Tensor:
+    """The op ``torch.ops.eaglelab.gemv_shares``: :func:`launch_shares` with the tiling as ints, launched as
+    :func:`gemv` is (dependently while ``pdl.active()``)."""
+    on = pdl.active()
+    return launch_shares(x, weight, GemvConfig(block_n, block_k, split_k, num_warps, num_stages), on,
+                         early_tiles(x.shape[0]) if on else 0)
+
+
+def _shares_shape_only(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_k: int, split_k: int,
+                       num_warps: int, num_stages: int) -> torch.Tensor:
+    """What torch.compile traces the shares with: [S, M, N] float32, no kernel."""
+    shares = splits(x.shape[1], GemvConfig(block_n, block_k, split_k, num_warps, num_stages))[1]
+    return x.new_empty(shares, x.shape[0], weight.shape[0], dtype=torch.float32)
+
+
 def _shape_only(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block_n: int, block_k: int,
                 split_k: int, num_warps: int, num_stages: int) -> torch.Tensor:
     """What torch.compile traces with: the output's shape and dtype, no kernel."""
@@ -188,4 +224,6 @@ def register():
     process (``gemv.load_op`` caches it)."""
     op = torch.library.custom_op("eaglelab::gemv", gemv, mutates_args=())
     op.register_fake(_shape_only)
+    shares = torch.library.custom_op("eaglelab::gemv_shares", gemv_shares, mutates_args=())
+    shares.register_fake(_shares_shape_only)
     return op

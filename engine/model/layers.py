@@ -60,8 +60,9 @@ class Gemv(Protocol):
     def pack(self, weight: torch.Tensor) -> Any:
         """weight [N, K] in the kernel's ``layout`` (called once per weight, when the copy is built)."""
 
-    def __call__(self, x: torch.Tensor, weight: Any, bias: torch.Tensor | None) -> torch.Tensor:
-        """x [M, K], weight [N, K] (or as ``pack`` made it) -> [M, N]."""
+    def __call__(self, x: torch.Tensor, weight: Any, bias: torch.Tensor | None, sums_fused: bool = False) -> torch.Tensor:
+        """x [M, K], weight [N, K] (or as ``pack`` made it) -> [M, N]. ``sums_fused``: only compiled elementwise code
+        reads the result (a kernel may then leave partial sums for that code to add)."""
 
 
 class DecodeAttention(Protocol):
@@ -127,11 +128,13 @@ class FusedLinear:
     it takes (see its ``refusal``) run on it instead of a GEMM, on the weight copy in its ``layout``:
     the Triton GEMV (CUDA, M <= 64, bf16/fp16) or the few-row C kernel (CPU, M <= 256, float32). While
     that C kernel is on, the calls it refuses for their rows (a long prompt) run each projection on its own
-    weight (MKL, no third copy of the weights).
+    weight (MKL, no third copy of the weights). ``sums_fused``: the output is read only by compiled elementwise
+    code (a norm, a residual add, the rotary and the cache write, the SwiGLU), never leaving the compiled graph or
+    entering a collective, so the Triton GEMV may leave a split's K shares for that code to add (``gemv.SHARES``).
     """
 
-    def __init__(self, *linears: nn.Module) -> None:
-        self.linears = linears
+    def __init__(self, *linears: nn.Module, sums_fused: bool = False) -> None:
+        self.linears, self.sums_fused = linears, sums_fused
         self._fused: dict[str, tuple[tuple, Any, torch.Tensor | None]] = {}  # layout -> (key, w, b)
         self.transpose_on_cpu = True  # False keeps the x W^T layout on CPU too (to measure against it)
 
@@ -141,7 +144,7 @@ class FusedLinear:
             return tuple(lin(x) for lin in self.linears)
         if gemv is not None and gemv.refusal(x, self.linears[0].weight) is None:
             weight, bias = self._gemv_weights(gemv)
-            y = gemv(x.reshape(-1, x.shape[-1]), weight, bias)  # [M, sum out]
+            y = gemv(x.reshape(-1, x.shape[-1]), weight, bias, sums_fused=self.sums_fused)  # [M, sum out]
             return self._split(y.view(*x.shape[:-1], y.shape[-1]))
         if self._packs_here(gemv, x.device):  # a prefill beside the C kernel: MKL on the weights as they are
             return tuple(F.linear(x, lin.weight, lin.bias) for lin in self.linears)

@@ -48,8 +48,8 @@ class Attention(nn.Module):
             self.k_norm = RMSNorm(cfg.head_dim, cfg.rms_norm_eps)
         else:
             self.q_norm = self.k_norm = None
-        self.qkv = FusedLinear(self.q_proj, self.k_proj, self.v_proj)
-        self.o = FusedLinear(self.o_proj)
+        self.qkv = FusedLinear(self.q_proj, self.k_proj, self.v_proj, sums_fused=True)  # read by rotary, cache write
+        self.o = FusedLinear(self.o_proj, sums_fused=tp is None)  # read by the residual add (under TP: all-reduced)
 
     def forward(self, x, cos, sin, cache: KVCache | None, slots, mask, kv_len: int | None = None,
                 kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:

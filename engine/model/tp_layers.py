@@ -211,8 +211,8 @@ class DenseMLP(nn.Module):
         self.gate_proj = ColumnParallelLinear(cfg.hidden_size, inter, False, tp, "gate_proj")
         self.up_proj = ColumnParallelLinear(cfg.hidden_size, inter, False, tp, "up_proj")
         self.down_proj = RowParallelLinear(inter, cfg.hidden_size, tp, "down_proj")
-        self.gate_up = FusedLinear(self.gate_proj, self.up_proj)
-        self.down = FusedLinear(self.down_proj)
+        self.gate_up = FusedLinear(self.gate_proj, self.up_proj, sums_fused=True)  # read by the SwiGLU
+        self.down = FusedLinear(self.down_proj, sums_fused=tp is None)  # the residual add (under TP: all-reduced)
 
     def forward(self, x: torch.Tensor, reduce: bool = True, kernels: Kernels = EAGER_KERNELS) -> torch.Tensor:
         gate, up = self.gate_up(x, kernels.gemv)  # one matmul: [B, T, 2I] split

@@ -20,7 +20,7 @@ from eaglelab.engine.model.model import Transformer  # noqa: E402
 CONSTANTS = [(gemv_kernels, "EARLY_TILES"), (gemv_kernels, "EARLY_TILES_ONE_ROW"), (layers, "SHARE_MASK"),
              (compile_, "COMBO_KERNELS"), (compile_, "COMBO_WITH_PDL"), (cycle_kernels, "EXPAND_ONE_LAUNCH"),
              (attention_kernels, "ONE_LAUNCH_ROWS"), (Transformer, "logits"), (Eagle3Network, "head"),
-             (gemv, "FEW_ROWS"), (gemv, "MANY_ROWS")]
+             (gemv, "FEW_ROWS"), (gemv, "MANY_ROWS"), (gemv, "SHARES")]
 
 
 def test_each_flag_sets_its_constant_before_the_command(monkeypatch, tmp_path, capsys):
@@ -58,3 +58,6 @@ def test_each_flag_sets_its_constant_before_the_command(monkeypatch, tmp_path, c
         main(["--gemv-tilings", "8,512,1", "--", "report", str(missing)])
     assert bad.value.code == 2 and "--gemv-tilings" in capsys.readouterr().err
     assert gemv.FEW_ROWS == few + more
+    for way in ("off", "on"):  # K shares added in the kernel, or by the compiled reader
+        main(["--gemv-shares", way, "--", "report", str(missing)])
+        assert gemv.SHARES is (way == "on") and gemv.FEW_ROWS == few + more

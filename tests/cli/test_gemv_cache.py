@@ -35,7 +35,7 @@ def test_a_shape_tuned_in_one_process_is_taken_untimed_by_the_next(kernel, tmp_p
     assert len(kernel) == len(G.candidates(1)) + 1  # tuned: every candidate and F.linear timed
     saved = json.loads(path.read_text())
     assert saved["schema"] == 1 and len(saved["entries"]) == 1
-    assert saved["entries"][0]["measured_on"] == G.tuning_environment(CPU, torch.float16)
+    assert saved["entries"][0]["measured_on"] == first.environment(CPU, torch.float16)
     kernel.clear()
     second = _fresh(said, path)
     assert any(s.startswith(f"GEMV tilings for 1 shapes from this machine's cache {path}") for s in said), said
@@ -77,7 +77,7 @@ def test_dependent_launches_keep_a_cache_entry_of_their_own(kernel, tmp_path):
 @torch.no_grad()
 def test_a_device_profiles_tilings_win_over_the_cache(kernel, tmp_path):
     path = tmp_path / C.FILE_NAME
-    here = G.tuning_environment(CPU, torch.float16)
+    here = G.TritonGemv().environment(CPU, torch.float16)  # as the GEMV keys it (its split_k included)
     C.write(path, [GemvTilings.of({(W_N, W_K, 1): (16, 256, 1, 4, 3)}, here)])
     profile = DeviceProfile("cpu", "float16", "0" * 64, (), gemv_tilings=GemvTilings.of({(W_N, W_K, 1): (8, 512, 1, 4, 3)},
                                                                                        here))

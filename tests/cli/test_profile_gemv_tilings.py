@@ -115,7 +115,7 @@ def test_tilings_timed_in_dependent_launches_round_trip_and_stay_apart(tmp_path,
     tuned.pdl = True
     tuned.chosen = {(960, 576, 1): G.GemvConfig(8, 512, 1, 4, 3), (3072, 576, 32): G.GemvConfig(16, 128, 1, 4, 3)}
     tilings = gemv_tilings_of(tuned, torch.device("cpu"), torch.bfloat16)
-    assert dict(tilings.measured_on) == dict(H200, launches=G.DEPENDENT)
+    assert dict(tilings.measured_on) == dict(H200, launches=G.DEPENDENT, split_k=G.SHARES_READ)
     path = tmp_path / "p.json"
     write_profile(path, DeviceProfile("NVIDIA H200", "bfloat16", "a" * 64, (BucketChoice(1, 5, 4, 24),),
                                       pdl=True, gemv_tilings=tilings))
@@ -131,3 +131,21 @@ def test_tilings_timed_in_dependent_launches_round_trip_and_stay_apart(tmp_path,
     h200 = find_profile("NVIDIA H200", "bfloat16", shipped_drafter_dir(), tmp_path)
     why = adopt_gemv_tilings(dependent, h200, torch.device("cpu"), torch.bfloat16)
     assert "launches plain (here dependent (PDL))" in why
+
+
+def test_tilings_timed_with_the_kernel_adding_its_shares_are_retuned_while_the_reader_adds_them(monkeypatch):
+    """Tilings recorded before ``gemv.SHARES`` (no ``split_k`` in measured_on: split tilings timed with their shares
+    added in the kernel, as the shipped profiles were) are not taken while the compiled reader adds the shares (a
+    split tiling costs less there, so another may now be the fastest): the GEMV tunes and says why. With ``SHARES``
+    off they are taken as before."""
+    monkeypatch.setattr(G, "tuning_environment", lambda device, dtype: dict(H200, dtype=str(dtype)[6:]))
+    old = DeviceProfile("NVIDIA H200", "bfloat16", "a" * 64, (BucketChoice(1, 5, 4, 24),),
+                        gemv_tilings=GemvTilings.of({(576, 1536, 32): (16, 128, 4, 4, 3)}, H200))
+    gemv = _Gemv()
+    why = adopt_gemv_tilings(gemv, old, torch.device("cpu"), torch.bfloat16)
+    assert "measured with split_k shares added in the kernel (here shares added by the reader)" in why
+    assert gemv.preset == {}
+    monkeypatch.setattr(G, "SHARES", False)
+    gemv = _Gemv()
+    assert adopt_gemv_tilings(gemv, old, torch.device("cpu"), torch.bfloat16) is None
+    assert gemv.preset == {(576, 1536, 32): G.GemvConfig(16, 128, 4, 4, 3)}

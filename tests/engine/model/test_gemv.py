@@ -36,6 +36,7 @@ class RecordingGemv:
 
     def __init__(self) -> None:
         self.calls: list[tuple[int, int, int]] = []
+        self.fused: list[bool] = []  # each call's sums_fused
 
     def pack(self, weight):
         return weight
@@ -43,9 +44,10 @@ class RecordingGemv:
     def refusal(self, x, weight):
         return None
 
-    def __call__(self, x, weight, bias):
+    def __call__(self, x, weight, bias, sums_fused=False):
         assert x.dim() == 2 and weight.dim() == 2 and x.shape[1] == weight.shape[1], (x.shape, weight.shape)
         self.calls.append((x.shape[0], weight.shape[0], weight.shape[1]))
+        self.fused.append(sums_fused)
         return F.linear(x, weight, bias)
 
 
@@ -192,6 +194,28 @@ def test_every_projection_and_the_head_go_through_kernels_gemv():
     assert gemv.calls == per_layer * 4 + [(2, 96, 64)]
     ref_hidden, _ = model(ids, torch.zeros_like(ids))
     torch.testing.assert_close(logits, model.logits(ref_hidden), rtol=1e-5, atol=1e-5)
+
+
+@torch.no_grad()
+def test_only_projections_read_by_elementwise_code_may_leave_their_sums():
+    """``sums_fused`` (a split's K shares left for the compiled reader to add) on every projection of the target's
+    and the drafter's layers, whose outputs a norm, the rotary, the SwiGLU or a residual add reads; off for both
+    heads, whose logits leave the compiled code (their shares would cost a kernel of their own)."""
+    from eaglelab.engine.model.scale_models import random_eagle3
+
+    model = random_model(tiny_config())
+    gemv = RecordingGemv()
+    kernels = replace(EAGER_KERNELS, gemv=gemv)
+    ids = torch.tensor([[5], [7]])
+    hidden, _ = model(ids, torch.zeros_like(ids), kernels=kernels)
+    model.logits(hidden, kernels)
+    assert gemv.fused == [True] * 16 + [False]
+    drafter, _ = random_eagle3(model, seed=0)
+    layer = drafter.midlayer
+    flags = [(name, m.sums_fused) for part in (layer.self_attn, layer.mlp) for name, m in vars(part).items()
+             if isinstance(m, FusedLinear)]
+    assert flags == [("qkv", True), ("o", True), ("gate_up", True), ("down", True)]
+    assert drafter.lm.sums_fused is False
 
 
 @torch.no_grad()
@@ -374,6 +398,101 @@ def test_compiled_forward_keeps_the_op_in_its_graph(tmp_path):
     assert float(words[5]) < 0.02, "compiled vs eager: fp16 rounding of the fused elementwise work only"
 
 
+SHARES = textwrap.dedent("""
+    import torch
+    from eaglelab.engine.model import gemv as G, gemv_tiling as GT
+    G.load_op()
+    torch.manual_seed(0)
+    checked = 0
+    tilings = [GT.GemvConfig(16, 32, 2, 4, 2), GT.GemvConfig(16, 32, 3, 4, 2), GT.GemvConfig(32, 64, 2, 4, 2),
+               GT.GemvConfig(4, 64, 2, 4, 2)]  # the last: the CUDA-core path at M > 1
+    for K, N in ((64, 48), (200, 37), (96, 130)):
+        w = (torch.randn(N, K) * K ** -0.5).half()
+        b = torch.randn(N).half()
+        for M in (1, 3, 24):
+            x = torch.randn(M, K).half()
+            for cfg in tilings:
+                parts = torch.ops.eaglelab.gemv_shares(x, w, *cfg)
+                assert parts.dtype == torch.float32 and tuple(parts.shape) == (GT.splits(K, cfg)[1], M, N), parts.shape
+                for bias in (b, None):
+                    kernel = torch.ops.eaglelab.gemv(x, w, bias, *cfg)
+                    assert torch.equal(G.add_shares(parts, bias, x.dtype), kernel), (K, N, M, cfg)
+                    checked += 1
+    print("checked", checked)
+""")
+
+
+@pytest.mark.skipif(not has_triton(), reason="Triton not installed")
+def test_shares_added_outside_give_the_kernels_own_sums_under_the_triton_interpreter():
+    """A split tiling's K shares written as the output (``gemv_shares``, float32 [S, M, N]) and added by
+    ``add_shares`` give bit for bit what the kernel gives adding them itself (the same order, then the bias):
+    M 1, 3, 24; K not a multiple of the tile; 2 and 3 shares; the dot and the CUDA-core paths."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", SHARES], env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["checked", str(3 * 3 * 4 * 2)]
+
+
+COMPILED_SHARES = textwrap.dedent("""
+    import re, sys, torch
+    from dataclasses import replace
+    from torch._inductor.utils import run_and_get_code
+    from eaglelab.engine.model import gemv as G
+    from eaglelab.engine.model.gemv_tiling import GemvConfig
+    from eaglelab.engine.model.layers import EAGER_KERNELS
+    from tests.conftest import random_model, tiny_config
+
+    G.SHARES = sys.argv[1] == "on"
+    G.candidates = lambda rows: (GemvConfig(16, 32, 2, 4, 2),)  # every shape split along K in 2
+    figures = iter([1.0, 2.0] * 8)  # per shape the one tiling, then F.linear: the tiling wins
+    G.time_in_turn = lambda call, copies, reps: (call(copies - 1), next(figures))[1]
+
+    class CpuGemv(G.TritonGemv):
+        def refusal(self, x, weight):  # the device check waived: the interpreter runs the kernel on CPU
+            why = super().refusal(x, weight)
+            return None if why is not None and why.startswith("not CUDA") else why
+
+    model = random_model(tiny_config()).half()
+    gemv = CpuGemv()
+    kernels = replace(EAGER_KERNELS, gemv=gemv)
+    ids = torch.tensor([[5, 6, 7]])
+    def forward(ids, kernels):
+        hidden, _ = model(ids, torch.zeros_like(ids), kernels=kernels)
+        return model.logits(hidden, kernels)
+    with torch.inference_mode():
+        forward(ids, EAGER_KERNELS)
+        eager = forward(ids, kernels)  # tunes
+        assert set(gemv.chosen.values()) == {GemvConfig(16, 32, 2, 4, 2)}, gemv.chosen
+        out, code = run_and_get_code(torch.compile(lambda a: forward(a, kernels), fullgraph=True, dynamic=False), ids)
+    src = "\\n".join(code)
+    print("shares", len(re.findall(r"eaglelab\\.gemv_shares\\.default\\(", src)),
+          "gemv", len(re.findall(r"eaglelab\\.gemv\\.default\\(", src)),
+          "kernels", len(re.findall(r"^cpp_fused_\\w+ = ", src, re.M)), "err", (out - eager).abs().max().item())
+""")
+
+
+@pytest.mark.skipif(not has_triton(), reason="Triton not installed")
+def test_compiled_forward_adds_the_shares_inside_the_kernels_that_read_them(tmp_path):
+    """A tiny fp16 model compiled whole on the CPU (inductor; the kernel run by Triton's interpreter), every shape
+    on a tiling split along K: with ``SHARES`` the 16 layer projections take ``gemv_shares`` and the head (its logits
+    leave the graph) the kernel that adds its own; adding the shares costs no kernel of its own (no more generated
+    kernels than with ``SHARES`` off, where every projection adds in the kernel); the logits within fp16 rounding."""
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT),
+           "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
+    runs = {}
+    for mode in ("on", "off"):
+        done = subprocess.run([sys.executable, "-c", COMPILED_SHARES, mode], env=env, cwd=ROOT, capture_output=True,
+                              text=True, timeout=900)
+        assert done.returncode == 0, done.stderr[-3000:]
+        words = done.stdout.split()
+        runs[mode] = dict(zip(words[::2], (float(w) for w in words[1::2])))
+    on, off = runs["on"], runs["off"]
+    assert (on["shares"], on["gemv"], off["shares"], off["gemv"]) == (16, 1, 0, 17), runs
+    assert on["kernels"] <= off["kernels"], runs
+    assert on["err"] < 0.02 and off["err"] < 0.02, runs
+
+
 @pytest.mark.skipif(not has_triton(), reason="Triton not installed")
 def test_op_shape_under_fake_tensors():
     """torch.compile traces the op with fake tensors: [M, K] @ [N, K]^T -> [M, N] in x's dtype, no kernel run."""
@@ -384,7 +503,9 @@ def test_op_shape_under_fake_tensors():
         x = torch.empty(3, 4096, dtype=torch.bfloat16)
         w = torch.empty(6144, 4096, dtype=torch.bfloat16)
         y = torch.ops.eaglelab.gemv(x, w, None, *GT.GemvConfig(32, 256, 2, 4, 3))
+        parts = torch.ops.eaglelab.gemv_shares(x, w, *GT.GemvConfig(32, 256, 3, 4, 3))  # 4096 in 3 shares of 1,536
     assert tuple(y.shape) == (3, 6144) and y.dtype == torch.bfloat16
+    assert tuple(parts.shape) == (3, 3, 6144) and parts.dtype == torch.float32
 
 
 @pytest.mark.gpu
