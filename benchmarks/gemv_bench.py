@@ -74,9 +74,17 @@ def one_shape(name: str, K: int, N: int, rows: int, gemv, args) -> dict:
     out["candidates"], out["extra"] = [], []
     for cfg, into in [*((c, "candidates") for c in candidates(rows)), *((c, "extra") for c in args.extra)]:
         try:
-            ms = timed(lambda i, c=cfg: torch.ops.eaglelab.gemv(x, ws[i], None, *c))
-            err = (torch.ops.eaglelab.gemv(x, ws[0], None, *cfg).float() - ref).abs().max().item()
-            out[into].append({"tiling": list(cfg), "ms": ms, "max_abs_err": err})
+            if args.shares and cfg.split_k > 1:  # timed as a compiled reader runs it: the shares' kernel alone
+                from eaglelab.engine.model.gemv import add_shares
+
+                ms = timed(lambda i, c=cfg: torch.ops.eaglelab.gemv_shares(x, ws[i], *c))
+                y = add_shares(torch.ops.eaglelab.gemv_shares(x, ws[0], *cfg), None, x.dtype)
+            else:
+                ms = timed(lambda i, c=cfg: torch.ops.eaglelab.gemv(x, ws[i], None, *c))
+                y = torch.ops.eaglelab.gemv(x, ws[0], None, *cfg)
+            err = (y.float() - ref).abs().max().item()
+            out[into].append({"tiling": list(cfg), "ms": ms, "max_abs_err": err,
+                              "as": "shares" if args.shares and cfg.split_k > 1 else "kernel"})
         except Exception as exc:  # noqa: BLE001 - one tiling's failure is a figure too
             out[into].append({"tiling": list(cfg), "error": f"{type(exc).__name__}: {exc}"[:200]})
     if args.shares:
@@ -103,6 +111,7 @@ def shares_ab(x: torch.Tensor, ws: list[torch.Tensor], timed, gemvs) -> dict:
 
     tickets, shares = gemvs
     (M, K), N = x.shape, ws[0].shape[0]
+    torch._dynamo.reset()  # each (shape, M) compiles its readers afresh (else the recompile limit ends them)
     r = torch.randn(M, N, device=x.device, dtype=x.dtype)
     out = {}
     for name, gemv, on in (("tickets", tickets, False), ("shares", shares, True)):
@@ -158,7 +167,7 @@ def main() -> int:
     p.add_argument("--shares", action="store_true",
                    help="also compare a split tiling's K shares added in the kernel against added by the compiled "
                         "code that reads the output (gemv.SHARES): each way's tuner pick, alone and inside a compiled "
-                        "reader (JSON 'shares')")
+                        "reader (JSON 'shares'); split candidates and --tilings are then timed as their shares' kernel")
     args = p.parse_args()
     from eaglelab.engine.model.gemv_tiling import parse_tilings
 

@@ -82,7 +82,9 @@
 #           --profile` of plain and 5/4/24 with no lookup branch, batch 1, compiled with every kernel, in S_RUNS
 #           processes (default "tickets shares": `tickets` under ab_constants --gemv-shares off, `shares` on), then
 #           benchmarks/gemv_bench.py --shares (each way's tuner pick at 1, 4 and 24 rows, alone and in a compiled
-#           reader) as time allows. S_EXTRA: more bench flags.
+#           reader) as time allows. S_EXTRA: more bench flags. S_TILINGS ('bn,bk,split,warps,stages;...'): first
+#           gemv_bench.py --shares times them at 4 and 24 rows, then an S_RUNS entry `tilings` is `shares` with them
+#           among the tuner's candidates at 2..64 rows (ab_constants --gemv-tilings).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
 # 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run), GAPS (1; 0: stage Q without
 # loop_gaps.py).
@@ -296,12 +298,21 @@ stage_l() {
 stage_s() {
   record_gpu
   local t n=0 way
+  if [ -n "${S_TILINGS:-}" ]; then  # the extra tilings alone first (split ones as their shares' kernel)
+    TAIL=40 run gemv_tilings 100 python3 benchmarks/gemv_bench.py --model smollm2-135m --rows 4,24 \
+      --shapes o,down,qkv --shares --tilings "$S_TILINGS" --json "$R/gemv_tilings.json"
+  fi
   for t in ${S_RUNS:-tickets shares}; do
     n=$((n + 1))
     [ "$(left)" -gt 60 ] || break
-    case "$t" in shares) way=on;; tickets) way=off;; *) log "S_RUNS: $t is neither shares nor tickets"; return 2;; esac
+    case "$t" in
+      shares) way="--gemv-shares on";;
+      tickets) way="--gemv-shares off";;
+      tilings) way="--gemv-shares on --gemv-tilings ${S_TILINGS:?set S_TILINGS for a tilings run}";;
+      *) log "S_RUNS: $t is not shares, tickets or tilings"; return 2;;
+    esac
     # shellcheck disable=SC2086
-    TAIL=60 run "${t}_$n" "$(left)" python3 benchmarks/ab_constants.py --gemv-shares $way -- bench \
+    TAIL=60 run "${t}_$n" "$(left)" python3 benchmarks/ab_constants.py $way -- bench \
       --scale-model smollm2-135m --draft-vocab 12288 --dtype bfloat16 --seed 0 --device "$DEVICE" --steps 5 --topk 4 \
       --draft-tokens 24 --lookup-tokens 0 --batch-sizes 1 --prompts 4 --max-new-tokens 64 --repeats 1 --no-micro \
       --phase-costs --profile --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/${t}_$n.json" \
