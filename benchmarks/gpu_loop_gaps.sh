@@ -311,6 +311,9 @@ stage_s() {
       tilings) way="--gemv-shares on --gemv-tilings ${S_TILINGS:?set S_TILINGS for a tilings run}";;
       *) log "S_RUNS: $t is not shares, tickets or tilings"; return 2;;
     esac
+    # each process tunes its own shapes: the tilings cache is keyed by the setup, not by the candidates, so a
+    # `tilings` process after a `shares` one would take its choices untimed (as tilings_3 of h100_2026-12-06f/S2 did)
+    rm -f "$EAGLELAB_CACHE/gemv_tilings.json"
     # shellcheck disable=SC2086
     TAIL=60 run "${t}_$n" "$(left)" python3 benchmarks/ab_constants.py $way -- bench \
       --scale-model smollm2-135m --draft-vocab 12288 --dtype bfloat16 --seed 0 --device "$DEVICE" --steps 5 --topk 4 \
