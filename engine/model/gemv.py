@@ -88,8 +88,8 @@ MANY_ROWS = (
 # alone, as the compiled phase runs it. False: every split's shares are added in the kernel (tickets), as before.
 SHARES = True
 LINEAR = GemvConfig(0, 0, 0, 0, 0)  # the tuner's choice where F.linear (cuBLAS) beat every tiling
-DEPENDENT = "dependent (PDL)"
-SHARES_READ = "shares added by the reader"  # tuning_environment's "split_k" where split tilings were timed as shares  # tuning_environment's "launches" where choices were timed in dependent launches
+DEPENDENT = "dependent (PDL)"  # tuning_environment's "launches" where choices were timed in dependent launches
+SHARES_READ = "shares added by the reader"  # its "split_k" where split tilings were timed as shares (SHARES)
 TUNE_BYTES = 128 * 2**20  # tuning reads this many bytes of weight copies in turn: more than the L2 cache holds
 
 

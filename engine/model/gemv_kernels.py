@@ -7,7 +7,8 @@ rows as products summed on the CUDA cores (as many programs as one row gets), el
 With K split, each program writes its float32 share and takes a ticket for its block of columns; the program
 that takes the last ticket adds the shares in order (s = 0, 1, ...), then the bias, casts and stores, and puts the
 ticket counter back to 0 for the next call: one launch, no atomics on the sums, so a result does not vary from run
-to run.
+to run. ``SHARES``: each program stores its float32 share and ends; the caller adds them (``gemv.add_shares``, folded
+by inductor into the kernel that reads the output inside a compiled phase).
 """
 
 from __future__ import annotations
@@ -218,7 +219,8 @@ def _shape_only(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
 
 def register():
     """``torch.ops.eaglelab.gemv``: an opaque custom op with a shape-only (fake) implementation, so
-    torch.compile(fullgraph) keeps it as one call in its graph, and CUDA graphs capture its launches.
+    torch.compile(fullgraph) keeps it as one call in its graph, and CUDA graphs capture its launches; and
+    ``torch.ops.eaglelab.gemv_shares`` alike (a split tiling's float32 K shares [S, M, N], added by the caller).
     (Opaque rather than a ``triton_op``: the compiler then needs no analysis of the kernel's writes, which,
     where it fails, assumes every argument written and copies the weights each call.) Called once per
     process (``gemv.load_op`` caches it)."""
