@@ -84,7 +84,8 @@
 #           benchmarks/gemv_bench.py --shares (each way's tuner pick at 1, 4 and 24 rows, alone and in a compiled
 #           reader) as time allows. S_EXTRA: more bench flags. S_TILINGS ('bn,bk,split,warps,stages;...'): first
 #           gemv_bench.py --shares times them at 4 and 24 rows, then an S_RUNS entry `tilings` is `shares` with them
-#           among the tuner's candidates at 2..64 rows (ab_constants --gemv-tilings).
+#           among the tuner's candidates at 2..64 rows (ab_constants --gemv-tilings). S_TEST=1: first the GPU test of
+#           the GEMV (tests/engine/model/test_gemv.py -k cuda); S_RUNS="" and S_BENCH=0 leave out the rest.
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
 # 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run), GAPS (1; 0: stage Q without
 # loop_gaps.py).
@@ -298,11 +299,14 @@ stage_l() {
 stage_s() {
   record_gpu
   local t n=0 way
+  if [ "${S_TEST:-0}" = 1 ]; then  # the GPU test of the GEMV: every tiling, the shares added outside and compiled
+    TAIL=12 run gemv_test 240 python3 -m pytest -q -m gpu tests/engine/model/test_gemv.py -k cuda -p no:cacheprovider
+  fi
   if [ -n "${S_TILINGS:-}" ]; then  # the extra tilings alone first (split ones as their shares' kernel)
     TAIL=40 run gemv_tilings 100 python3 benchmarks/gemv_bench.py --model smollm2-135m --rows 4,24 \
       --shapes o,down,qkv --shares --tilings "$S_TILINGS" --json "$R/gemv_tilings.json"
   fi
-  for t in ${S_RUNS:-tickets shares}; do
+  for t in ${S_RUNS-tickets shares}; do  # S_RUNS="": no bench process
     n=$((n + 1))
     [ "$(left)" -gt 60 ] || break
     case "$t" in
@@ -321,7 +325,7 @@ stage_s() {
       --phase-costs --profile --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/${t}_$n.json" \
       ${S_EXTRA:-}
   done
-  [ "$(left)" -gt 40 ] || return 0
+  [ "$(left)" -gt 40 ] && [ "${S_BENCH:-1}" = 1 ] || return 0
   TAIL=60 run gemv_shares "$(left)" python3 benchmarks/gemv_bench.py --model smollm2-135m --rows 1,4,24 \
     --shapes o,down,qkv,gate_up --shares --json "$R/gemv_shares.json"
 }

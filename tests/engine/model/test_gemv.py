@@ -515,8 +515,9 @@ def test_gemv_matches_linear_on_cuda_eager_compiled_and_captured():
     """Every tiling, on 8B-shaped weights (K 4096 -> N 6144, K 14336 -> N 4096) in bf16 and an odd biased shape
     (K 1000 -> N 777, nothing a multiple of 16) in bf16 and fp16, M = 1, 4, 16, 24, 64: within rounding of an fp32
     reference (no worse than twice F.linear's error plus one ulp of the largest output); the tuner's pick
-    (a tiling or F.linear) likewise. Then a tiling's call compiled whole (fullgraph) and replayed from a
-    CUDA graph gives the eager kernel's exact output."""
+    (a tiling or F.linear) likewise; a split tiling's K shares added outside give its own sums. Then a split
+    tiling's call compiled whole (fullgraph) and replayed from a CUDA graph gives the eager kernel's exact output,
+    with its shares added in the kernel and by the compiled code that reads them (``sums_fused``)."""
     gemv = G.TritonGemv()
     assert gemv.reason is None, gemv.reason
     dev = torch.device("cuda")
@@ -532,8 +533,11 @@ def test_gemv_matches_linear_on_cuda_eager_compiled_and_captured():
             ulp = ref.abs().max().item() * (2 ** -7 if dtype == torch.bfloat16 else 2 ** -10)
             bound = 2 * (F.linear(x, w, b).float() - ref).abs().max().item() + ulp
             for cfg in G.candidates(M):
-                err = (torch.ops.eaglelab.gemv(x, w, b, *cfg).float() - ref).abs().max().item()
+                y = torch.ops.eaglelab.gemv(x, w, b, *cfg)
+                err = (y.float() - ref).abs().max().item()
                 assert err <= bound, (dtype, K, N, M, cfg, err, bound)
+                if cfg.split_k > 1:  # its K shares, added outside, are the kernel's own sums
+                    assert torch.equal(G.add_shares(torch.ops.eaglelab.gemv_shares(x, w, *cfg), b, dtype), y), cfg
             assert gemv.refusal(x, w) is None
             assert (gemv(x, w, b).float() - ref).abs().max().item() <= bound
             assert (N, K, G.row_bucket(M)) in gemv.chosen
@@ -541,6 +545,8 @@ def test_gemv_matches_linear_on_cuda_eager_compiled_and_captured():
     w = torch.randn(6144, 4096, device=dev, dtype=torch.bfloat16)
     gemv.chosen[(6144, 4096, 4)] = GT.GemvConfig(32, 256, 2, 4, 3)  # a split-K tiling, whatever the tuner chose
     assert_compiles_and_captures(lambda a: gemv(a, w, None), x)
+    # its shares added by the compiled reader (gemv_shares + add_shares, one kernel fewer): the eager kernel's bits
+    assert_compiles_and_captures(lambda a: gemv(a, w, None, sums_fused=True), x)
 
 
 def test_tilings_from_text():
