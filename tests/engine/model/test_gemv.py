@@ -315,10 +315,7 @@ INTERPRETED = textwrap.dedent("""
     print("early same")
 
     # The tuner (its CUDA-graph timer replaced by set figures): F.linear kept where it is faster, else a tiling.
-    class CpuGemv(G.TritonGemv):
-        def refusal(self, x, weight):
-            why = super().refusal(x, weight)
-            return None if why is not None and why.startswith("not CUDA") else why
+    from tests.conftest import InterpretedGemv as CpuGemv
     figures = iter([1.0] * len(G.ONE_ROW) + [0.5] + [0.2] + [1.0] * (len(G.FEW_ROWS) - 1) + [0.5])
     G.time_in_turn = lambda call, copies, reps: (call(copies - 1), next(figures))[1]
     gemv = CpuGemv()
@@ -350,14 +347,9 @@ COMPILED = textwrap.dedent("""
     from dataclasses import replace
     from eaglelab.engine.model import gemv as G, gemv_kernels as GK
     from eaglelab.engine.model.layers import EAGER_KERNELS
-    from tests.conftest import random_model, tiny_config
+    from tests.conftest import InterpretedGemv as CpuGemv, random_model, tiny_config
 
     G.time_in_turn = lambda call, copies, reps: (call(copies - 1), 1.0)[1]  # no CUDA events here: the tilings tie, the first wins
-
-    class CpuGemv(G.TritonGemv):
-        def refusal(self, x, weight):  # the device check waived: the interpreter runs the kernel on CPU
-            why = super().refusal(x, weight)
-            return None if why is not None and why.startswith("not CUDA") else why
 
     model = random_model(tiny_config()).half()
     gemv = CpuGemv()
@@ -441,17 +433,12 @@ COMPILED_SHARES = textwrap.dedent("""
     from eaglelab.engine.model import gemv as G
     from eaglelab.engine.model.gemv_tiling import GemvConfig
     from eaglelab.engine.model.layers import EAGER_KERNELS
-    from tests.conftest import random_model, tiny_config
+    from tests.conftest import InterpretedGemv as CpuGemv, random_model, tiny_config
 
     G.SHARES = sys.argv[1] == "on"
     G.candidates = lambda rows: (GemvConfig(16, 32, 2, 4, 2),)  # every shape split along K in 2
     figures = iter([1.0, 2.0] * 8)  # per shape the one tiling, then F.linear: the tiling wins
     G.time_in_turn = lambda call, copies, reps: (call(copies - 1), next(figures))[1]
-
-    class CpuGemv(G.TritonGemv):
-        def refusal(self, x, weight):  # the device check waived: the interpreter runs the kernel on CPU
-            why = super().refusal(x, weight)
-            return None if why is not None and why.startswith("not CUDA") else why
 
     model = random_model(tiny_config()).half()
     gemv = CpuGemv()
