@@ -113,7 +113,7 @@ def shares_ab(x: torch.Tensor, ws: list[torch.Tensor], timed, gemvs) -> dict:
     (M, K), N = x.shape, ws[0].shape[0]
     torch._dynamo.reset()  # each (shape, M) compiles its readers afresh (else the recompile limit ends them)
     r = torch.randn(M, N, device=x.device, dtype=x.dtype)
-    out = {}
+    out, was = {}, G.SHARES
     for name, gemv, on in (("tickets", tickets, False), ("shares", shares, True)):
         G.SHARES = on
         try:
@@ -129,7 +129,7 @@ def shares_ab(x: torch.Tensor, ws: list[torch.Tensor], timed, gemvs) -> dict:
         except Exception as exc:  # noqa: BLE001 - one way's failure is a figure too
             out[name] = {"error": f"{type(exc).__name__}: {exc}"[:200]}
         finally:
-            G.SHARES = True
+            G.SHARES = was
     return out
 
 
