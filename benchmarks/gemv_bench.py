@@ -49,7 +49,7 @@ E2E = ("python -m eaglelab bench --scale-model llama3.1-8b --draft none --dtype 
 
 def one_shape(name: str, K: int, N: int, rows: int, gemv, args) -> dict:
     """Errors and times of F.linear, the tuned GEMV and every candidate tiling at one (shape, M)."""
-    from eaglelab.engine.model.gemv import candidates, describe, row_bucket
+    from eaglelab.engine.model.gemv import candidates, describe, row_bucket, run_op, run_shares
 
     dev, dtype = torch.device("cuda"), torch.bfloat16
     g = torch.Generator(device=dev).manual_seed(0)
@@ -74,17 +74,12 @@ def one_shape(name: str, K: int, N: int, rows: int, gemv, args) -> dict:
     out["candidates"], out["extra"] = [], []
     for cfg, into in [*((c, "candidates") for c in candidates(rows)), *((c, "extra") for c in args.extra)]:
         try:
-            if args.shares and cfg.split_k > 1:  # timed as a compiled reader runs it: the shares' kernel alone
-                from eaglelab.engine.model.gemv import add_shares
-
-                ms = timed(lambda i, c=cfg: torch.ops.eaglelab.gemv_shares(x, ws[i], *c))
-                y = add_shares(torch.ops.eaglelab.gemv_shares(x, ws[0], *cfg), None, x.dtype)
-            else:
-                ms = timed(lambda i, c=cfg: torch.ops.eaglelab.gemv(x, ws[i], None, *c))
-                y = torch.ops.eaglelab.gemv(x, ws[0], None, *cfg)
+            split = args.shares and cfg.split_k > 1  # timed as a compiled reader runs it: the shares' kernel alone
+            ms = timed((lambda i, c=cfg: torch.ops.eaglelab.gemv_shares(x, ws[i], *c)) if split
+                       else (lambda i, c=cfg: run_op(x, ws[i], None, c)))
+            y = (run_shares if split else run_op)(x, ws[0], None, cfg)
             err = (y.float() - ref).abs().max().item()
-            out[into].append({"tiling": list(cfg), "ms": ms, "max_abs_err": err,
-                              "as": "shares" if args.shares and cfg.split_k > 1 else "kernel"})
+            out[into].append({"tiling": list(cfg), "ms": ms, "max_abs_err": err, "as": "shares" if split else "kernel"})
         except Exception as exc:  # noqa: BLE001 - one tiling's failure is a figure too
             out[into].append({"tiling": list(cfg), "error": f"{type(exc).__name__}: {exc}"[:200]})
     if args.shares:
@@ -119,7 +114,7 @@ def shares_ab(x: torch.Tensor, ws: list[torch.Tensor], timed, gemvs) -> dict:
         try:
             gemv(x, ws[0], None, sums_fused=True)  # tunes the shape the way ``on`` says
             cfg = gemv.chosen.get((N, K, row_bucket(M)))
-            split = on and cfg is not None and cfg.split_k > 1 and cfg != G.LINEAR
+            split = on and cfg is not None and cfg.split_k > 1  # LINEAR's split_k is 0
             kernel = ((lambda i: torch.ops.eaglelab.gemv_shares(x, ws[i], *cfg)) if split
                       else (lambda i: gemv(x, ws[i], None, sums_fused=True)))
             reader = torch.compile(lambda a, w, b, g=gemv: b + g(a, w, None, sums_fused=True), fullgraph=True,

@@ -241,7 +241,7 @@ class TritonGemv:
         (M, K), N = x.shape, weight.shape[0]
         key = (N, K, row_bucket(M))
         cfg = self.chosen.get(key)
-        shares = SHARES and sums_fused
+        shares = SHARES and sums_fused  # split tilings leave their shares to the compiled reader (checked, timed so)
         if cfg is None and not torch.compiler.is_compiling() and not capturing(x):
             cfg = self._take_preset(key, x, weight, bias, shares)
             if cfg is None:
@@ -254,7 +254,7 @@ class TritonGemv:
         if cfg.block_n == 0:  # LINEAR: cuBLAS was faster for this shape
             return F.linear(x, weight, bias)
         if shares and cfg.split_k > 1 and torch.compiler.is_compiling():
-            return add_shares(torch.ops.eaglelab.gemv_shares(x, weight, *cfg), bias, x.dtype)
+            return run_shares(x, weight, bias, cfg)
         return run_op(x, weight, bias, cfg)
 
     def _take_preset(self, key, x, weight, bias, shares: bool = False) -> GemvConfig | None:
@@ -269,7 +269,7 @@ class TritonGemv:
         t0 = time.perf_counter()
         try:
             ref = F.linear(x, weight, bias).float()  # [M, N]
-            why = disagreement(x, weight, bias, cfg, ref, tolerance(ref), shares and cfg.split_k > 1)
+            why = disagreement(x, weight, bias, cfg, ref, tolerance(ref), shares)
         except Exception as exc:  # noqa: BLE001 - a preset that does not compile here is tuned instead, and said
             why = f"{type(exc).__name__}: {first_line(exc)}"
         self.setup_seconds += time.perf_counter() - t0
@@ -301,13 +301,12 @@ class TritonGemv:
         with dependent_launches(self.pdl):  # our launches as the phases that will call it make them
             for cfg in candidates(key[2]):
                 try:
-                    split = shares and cfg.split_k > 1
-                    why = disagreement(x, weight, bias, cfg, ref, bound, split)
+                    why = disagreement(x, weight, bias, cfg, ref, bound, shares)
                     if why is not None:  # a tiling that computes something else is never chosen
                         errors.append(f"{tuple(cfg)}: {why}")
                         continue
-                    call = ((lambda i: torch.ops.eaglelab.gemv_shares(x, copies[i], *cfg)) if split
-                            else (lambda i: run_op(x, copies[i], bias, cfg)))
+                    call = ((lambda i: torch.ops.eaglelab.gemv_shares(x, copies[i], *cfg)) if shares and cfg.split_k > 1
+                            else (lambda i: run_op(x, copies[i], bias, cfg)))  # the shares' adding: in the reader
                     times[cfg] = time_in_turn(call, len(copies), self.reps)
                 except Exception as exc:  # noqa: BLE001 - a tiling that does not compile is skipped, and said
                     errors.append(f"{tuple(cfg)}: {type(exc).__name__}: {first_line(exc)}")
@@ -342,9 +341,8 @@ def tolerance(ref: torch.Tensor) -> float:
 def disagreement(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: GemvConfig,
                  ref: torch.Tensor, bound: float, shares: bool = False) -> str | None:
     """How the tiling ``cfg`` misses F.linear's ``ref`` [M, N] by more than ``bound`` (None: it agrees);
-    ``shares``: as its K shares added by :func:`add_shares`."""
-    y = (add_shares(torch.ops.eaglelab.gemv_shares(x, weight, *cfg), bias, x.dtype) if shares
-         else run_op(x, weight, bias, cfg))
+    ``shares``: a split tiling as its K shares added by :func:`add_shares` (:func:`run_shares`)."""
+    y = run_shares(x, weight, bias, cfg) if shares and cfg.split_k > 1 else run_op(x, weight, bias, cfg)
     err = (y.float() - ref).abs().max().item()
     return None if err <= bound else f"max |error| {err:.3g} against F.linear > {bound:.3g}"
 
@@ -364,6 +362,12 @@ def add_shares(parts: torch.Tensor, bias: torch.Tensor | None, dtype: torch.dtyp
 def run_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: GemvConfig) -> torch.Tensor:
     """``torch.ops.eaglelab.gemv`` with this tiling (registered by :func:`load_op`)."""
     return torch.ops.eaglelab.gemv(x, weight, bias, *cfg)
+
+
+def run_shares(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: GemvConfig) -> torch.Tensor:
+    """:func:`run_op`'s result as ``torch.ops.eaglelab.gemv_shares`` and :func:`add_shares` make it (inside a compiled
+    phase the adding folds into the kernel that reads the output)."""
+    return add_shares(torch.ops.eaglelab.gemv_shares(x, weight, *cfg), bias, x.dtype)
 
 
 def describe(cfg: GemvConfig) -> str:

@@ -47,6 +47,13 @@ def _tiles(x_ptr, w_ptr, rows_m, rows_n, k0, M, N, K, stride_xm, stride_wn, BLOC
 
 
 @triton.jit
+def _share(part_ptr, s, rows_m, rows_n, M, N):
+    """Share s's [BM, BN] block in part[S, M, N]: its addresses and the mask of the rows and columns that exist."""
+    out = part_ptr + s * M * N + rows_m[:, None] * N + rows_n[None, :]
+    return out, (rows_m[:, None] < M) & (rows_n[None, :] < N)
+
+
+@triton.jit
 def _finish(acc, b_ptr, y_ptr, rows_m, rows_n, M, N, HAS_BIAS: tl.constexpr):
     """y[rows_m, rows_n] = acc (+ bias), cast to y's dtype."""
     if HAS_BIAS:
@@ -113,20 +120,20 @@ def gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, ticket_ptr, M, N, K, k_per
             w, x = _tiles(x_ptr, w_ptr, rows_m, rows_n, k0, M, N, K, stride_xm, stride_wn, BLOCK_K)
             acc = tl.dot(x, tl.trans(w), acc)  # [BM, BN], tensor cores, float32
     if SHARES:  # the shares are the output: added where they are read (gemv.add_shares, fused by the compiler)
-        out = rows_m[:, None] * N + rows_n[None, :]
-        tl.store(part_ptr + pid_k * M * N + out, acc, mask=(rows_m[:, None] < M) & (rows_n[None, :] < N))
+        mine, keep = _share(part_ptr, pid_k, rows_m, rows_n, M, N)
+        tl.store(mine, acc, mask=keep)
     elif SPLITS == 1:
         _finish(acc, b_ptr, y_ptr, rows_m, rows_n, M, N, HAS_BIAS)
     else:
-        out = rows_m[:, None] * N + rows_n[None, :]
-        keep = (rows_m[:, None] < M) & (rows_n[None, :] < N)
-        tl.store(part_ptr + pid_k * M * N + out, acc, mask=keep)
+        mine, keep = _share(part_ptr, pid_k, rows_m, rows_n, M, N)
+        tl.store(mine, acc, mask=keep)
         tl.debug_barrier()  # every thread's share stored before the ticket is taken (its release publishes them)
         ticket = tl.atomic_add(ticket_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
         if ticket == SPLITS - 1:  # the last share of this block is in: add them all, in order
             total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for s in tl.static_range(SPLITS):  # read past this SM's L1: other programs wrote them
-                total += tl.load(part_ptr + s * M * N + out, mask=keep, other=0.0, cache_modifier=".cg")
+                theirs, _ = _share(part_ptr, s, rows_m, rows_n, M, N)
+                total += tl.load(theirs, mask=keep, other=0.0, cache_modifier=".cg")
             tl.store(ticket_ptr + pid_n, 0)  # ready for the next call (kernels on a stream run in order)
             _finish(total, b_ptr, y_ptr, rows_m, rows_n, M, N, HAS_BIAS)
 
@@ -151,57 +158,50 @@ def gemv(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, block
     """x [M, K] @ weight [N, K]^T (+ bias [N]) -> [M, N] in x's dtype; the tiling as int arguments. Launched
     dependently while ``pdl.active()``, each program's first :func:`early_tiles` weight tiles then loaded before it
     waits."""
-    on = pdl.active()
-    return launch(x, weight, bias, GemvConfig(block_n, block_k, split_k, num_warps, num_stages), on,
-                  early_tiles(x.shape[0]) if on else 0)
-
-
-def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: GemvConfig, dependent: bool,
-           early: int) -> torch.Tensor:
-    """:func:`gemv` with the launch spelled out: ``dependent`` (PDL: wait on entry, ``launch_pdl``), ``early`` (the
-    weight tiles loaded before that wait, 0-2; True is 1; tests run it alone, under Triton's interpreter)."""
-    (M, K), N = x.shape, weight.shape[0]
-    block_n, block_k, num_warps, num_stages = cfg.block_n, cfg.block_k, cfg.num_warps, cfg.num_stages
-    per, programs_k = splits(K, cfg)
-    programs_n = triton.cdiv(N, block_n)
-    y = torch.empty(M, N, dtype=x.dtype, device=x.device)
-    b = bias if bias is not None else weight  # an unread pointer when there is no bias
-    if programs_k > 1:
-        part = torch.empty(programs_k, M, N, dtype=torch.float32, device=x.device)
-        ticket = counters("gemv", x.device, programs_n)  # one per block of columns, all 0 between calls
-    else:
-        part = ticket = y  # unread pointers
-    gemv_kernel[(programs_n, programs_k)](
-        x, weight, b, y, part, ticket, M, N, K, per, x.stride(0), weight.stride(0),
-        HAS_BIAS=bias is not None, SPLITS=programs_k, BLOCK_M=padded_rows(M, block_n), BLOCK_N=block_n,
-        BLOCK_K=block_k, STAGES=num_stages, EARLY=int(early), num_warps=num_warps, num_stages=num_stages,
-        **pdl.launch_options(dependent))
-    return y
-
-
-def launch_shares(x: torch.Tensor, weight: torch.Tensor, cfg: GemvConfig, dependent: bool, early: int) -> torch.Tensor:
-    """x [M, K] @ weight [N, K]^T as its K shares: float32 [S, M, N] (S = the programs along K of ``cfg``'s split),
-    one launch, no ticket: adding them (in order s = 0, 1, ...) is the caller's. ``dependent`` and ``early`` as
-    :func:`launch`."""
-    (M, K), N = x.shape, weight.shape[0]
-    per, programs_k = splits(K, cfg)
-    programs_n = triton.cdiv(N, cfg.block_n)
-    part = torch.empty(programs_k, M, N, dtype=torch.float32, device=x.device)
-    gemv_kernel[(programs_n, programs_k)](
-        x, weight, weight, part, part, part, M, N, K, per, x.stride(0), weight.stride(0),
-        HAS_BIAS=False, SPLITS=programs_k, BLOCK_M=padded_rows(M, cfg.block_n), BLOCK_N=cfg.block_n,
-        BLOCK_K=cfg.block_k, STAGES=cfg.num_stages, EARLY=int(early), SHARES=True, num_warps=cfg.num_warps,
-        num_stages=cfg.num_stages, **pdl.launch_options(dependent))
-    return part
+    return _as_op(x, weight, bias, GemvConfig(block_n, block_k, split_k, num_warps, num_stages), False)
 
 
 def gemv_shares(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_k: int, split_k: int, num_warps: int,
                 num_stages: int) -> torch.Tensor:
-    """The op ``torch.ops.eaglelab.gemv_shares``: :func:`launch_shares` with the tiling as ints, launched as
-    :func:`gemv` is (dependently while ``pdl.active()``)."""
+    """The op ``torch.ops.eaglelab.gemv_shares``: x [M, K] @ weight [N, K]^T as its float32 K shares [S, M, N]
+    (:func:`launch` with ``shares``), launched as :func:`gemv` is."""
+    return _as_op(x, weight, None, GemvConfig(block_n, block_k, split_k, num_warps, num_stages), True)
+
+
+def _as_op(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: GemvConfig,
+           shares: bool) -> torch.Tensor:
+    """:func:`launch` as the ops launch: dependently while ``pdl.active()``, with that row count's early tiles."""
     on = pdl.active()
-    return launch_shares(x, weight, GemvConfig(block_n, block_k, split_k, num_warps, num_stages), on,
-                         early_tiles(x.shape[0]) if on else 0)
+    return launch(x, weight, bias, cfg, on, early_tiles(x.shape[0]) if on else 0, shares)
+
+
+def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg: GemvConfig, dependent: bool,
+           early: int, shares: bool = False) -> torch.Tensor:
+    """:func:`gemv` with the launch spelled out: ``dependent`` (PDL: wait on entry, ``launch_pdl``), ``early`` (the
+    weight tiles loaded before that wait, 0-2; True is 1; tests run it alone, under Triton's interpreter).
+    ``shares``: the output is the float32 K shares [S, M, N] (S = the programs along K of ``cfg``'s split), one launch
+    and no ticket; adding them (in order s = 0, 1, ...) and the bias is the caller's (``bias`` must be None)."""
+    (M, K), N = x.shape, weight.shape[0]
+    block_n, block_k, num_warps, num_stages = cfg.block_n, cfg.block_k, cfg.num_warps, cfg.num_stages
+    per, programs_k = splits(K, cfg)
+    programs_n = triton.cdiv(N, block_n)
+    b = bias if bias is not None else weight  # an unread pointer when there is no bias
+    if shares:
+        assert bias is None, "the shares' bias is added with them (gemv.add_shares)"
+        y = part = ticket = torch.empty(programs_k, M, N, dtype=torch.float32, device=x.device)  # y, ticket unread
+    else:
+        y = torch.empty(M, N, dtype=x.dtype, device=x.device)
+        if programs_k > 1:
+            part = torch.empty(programs_k, M, N, dtype=torch.float32, device=x.device)
+            ticket = counters("gemv", x.device, programs_n)  # one per block of columns, all 0 between calls
+        else:
+            part = ticket = y  # unread pointers
+    gemv_kernel[(programs_n, programs_k)](
+        x, weight, b, y, part, ticket, M, N, K, per, x.stride(0), weight.stride(0),
+        HAS_BIAS=bias is not None, SPLITS=programs_k, BLOCK_M=padded_rows(M, block_n), BLOCK_N=block_n,
+        BLOCK_K=block_k, STAGES=num_stages, EARLY=int(early), SHARES=shares, num_warps=num_warps,
+        num_stages=num_stages, **pdl.launch_options(dependent))
+    return part if shares else y
 
 
 def _shares_shape_only(x: torch.Tensor, weight: torch.Tensor, block_n: int, block_k: int, split_k: int,

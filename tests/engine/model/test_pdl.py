@@ -113,16 +113,20 @@ def test_the_launch_switch_nests_and_adds_launch_pdl_only_inside():
 @pytest.mark.skipif(not has_triton(), reason="needs Triton")
 def test_the_gemv_op_loads_two_tiles_early_at_one_row_and_one_at_more(monkeypatch):
     """Dependent launches take the row rule (two weight tiles before the wait for a decode's one row, one for a
-    verify's or a draft step's rows); plain launches none."""
+    verify's or a draft step's rows); plain launches none. The shares' op (gemv_shares) launches alike."""
     from eaglelab.engine.model import gemv_kernels as G
     seen = []
-    monkeypatch.setattr(G, "launch", lambda x, w, b, cfg, dependent, early: seen.append((x.shape[0], dependent, early)))
+    monkeypatch.setattr(G, "launch", lambda x, w, b, cfg, dependent, early, shares:
+                        seen.append((x.shape[0], dependent, early, shares)))
     w = torch.zeros(8, 16)
     for rows in (1, 4, 40):
         G.gemv(torch.zeros(rows, 16), w, None, 8, 16, 1, 4, 3)
         with pdl.dependent_launches(True):
             G.gemv(torch.zeros(rows, 16), w, None, 8, 16, 1, 4, 3)
-    assert seen == [(1, False, 0), (1, True, 2), (4, False, 0), (4, True, 1), (40, False, 0), (40, True, 1)]
+            G.gemv_shares(torch.zeros(rows, 16), w, 8, 16, 2, 4, 3)
+    assert seen == [(1, False, 0, False), (1, True, 2, False), (1, True, 2, True),
+                    (4, False, 0, False), (4, True, 1, False), (4, True, 1, True),
+                    (40, False, 0, False), (40, True, 1, False), (40, True, 1, True)]
 
 
 def test_cpu_is_refused_with_the_reason():
