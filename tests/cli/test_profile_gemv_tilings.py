@@ -17,18 +17,34 @@ from eaglelab.profiles import (SHIPPED_NAME, BucketChoice, DeviceProfile, GemvTi
 H200 = {"gpu": "NVIDIA H200", "dtype": "bfloat16", "torch": "2.11.0+cu130", "triton": "3.6.0"}
 
 
-def test_the_shipped_h200_profile_carries_the_benchs_tilings_at_batch_1_and_8(tmp_path):
-    """The 30 shapes `eaglelab bench` tuned on the H200 (h200_2026-12-03b/D): SmolLM2's qkv [576 -> 960], o, gate-up,
-    down and head, the drafter's fc [1152 -> 960] and head [576 -> 12288], in the row buckets of batch 1 and 8."""
+def test_the_shipped_h200_profile_carries_the_benchs_tilings_at_batch_1_8_and_32(tmp_path):
+    """The 30 shapes `eaglelab bench --figures` tuned on an H200 with split tilings' K shares added by the compiled
+    reader (h200_2026-12-06g): SmolLM2's qkv [576 -> 960], o, gate-up, down and head, the drafter's fc [1152 -> 960]
+    and head [576 -> 12288], in the row buckets of batch 1, 8 and 32."""
     h200 = find_profile("NVIDIA H200", "bfloat16", shipped_drafter_dir(), tmp_path)
     t = h200.gemv_tilings
-    assert t is not None and dict(t.measured_on) == H200
+    assert t is not None and dict(t.measured_on) == dict(H200, split_k=G.SHARES_READ)
     table = dict(t.chosen)
     assert len(table) == 30 and {m for _, _, m in table} == {1, 4, 8, 32, 64}
-    assert table[(960, 576, 1)] == (8, 512, 1, 4, 3)  # "GEMV [576 -> 960] M<=1: block_n 8, block_k 512, ..."
+    assert table[(960, 576, 1)] == (8, 256, 2, 2, 4)  # "GEMV [576 -> 960] M<=1: block_n 8, block_k 256, split_k 2, ..."
     assert table[(49152, 576, 1)] == (0, 0, 0, 0, 0)  # the head at one row: F.linear
+    assert table[(576, 1536, 32)] == (16, 256, 6, 4, 1)  # down at a verify's 24 rows: K in 6 shares
     assert table[(960, 1152, 32)] == (16, 128, 4, 4, 3)
     assert find_profile("cpu", "float32", shipped_drafter_dir(), tmp_path).gemv_tilings is None
+
+
+def test_the_shipped_h200_tilings_are_taken_only_where_the_reader_adds_the_shares(tmp_path, monkeypatch):
+    """On the setup they were measured on, a GEMV adds nothing to tune for those shapes while gemv.SHARES is on; with
+    it off (shares added in the kernel, timed another way) it takes none of them and says why."""
+    monkeypatch.setattr(G, "tuning_environment", lambda device, dtype: dict(H200))
+    h200 = find_profile("NVIDIA H200", "bfloat16", shipped_drafter_dir(), tmp_path)
+    taken = _Gemv()
+    assert adopt_gemv_tilings(taken, h200, torch.device("cpu"), torch.bfloat16) is None
+    assert taken.preset == {k: G.GemvConfig(*v) for k, v in h200.gemv_tilings.chosen}
+    monkeypatch.setattr(G, "SHARES", False)
+    refused = _Gemv()
+    why = adopt_gemv_tilings(refused, h200, torch.device("cpu"), torch.bfloat16)
+    assert why is not None and "shares added by the reader" in why and not refused.preset, why
 
 
 class _Gemv(G.TritonGemv):
