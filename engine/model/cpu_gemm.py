@@ -169,9 +169,9 @@ class CpuGemm:
         return None
 
     def __call__(self, x: torch.Tensor, weight: Packed, bias: torch.Tensor | None,
-                 sums_fused: bool = False) -> torch.Tensor:
-        """x [M, K] float32, weight packed from [N, K] -> [M, N] (+ bias); ``sums_fused`` changes nothing here (the C
-        kernel adds its own sums)."""
+                 sums_fused: bool = False, readers: int = 1) -> torch.Tensor:
+        """x [M, K] float32, weight packed from [N, K] -> [M, N] (+ bias); ``sums_fused`` and ``readers`` change
+        nothing here (the C kernel adds its own sums)."""
         x = x.contiguous()
         (M, K), N, data = x.shape, weight.n, weight.data
         assert data.shape[1] == K, f"x has K = {K}, the packed weight {data.shape[1]}"

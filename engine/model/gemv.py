@@ -18,7 +18,8 @@ compiled elementwise code reads (``sums_fused``: a projection followed by a norm
 SwiGLU) takes ``torch.ops.eaglelab.gemv_shares``, which writes the float32 shares [S, M, N] and ends there, and adds
 them in Python (:func:`add_shares`), which inductor folds into the kernel that reads the output: no ticket, no
 last program's pass over the shares, no extra launch (:data:`SHARES`). Eager calls, and calls whose output leaves
-the compiled code (the heads' logits), add them in the kernel as before.
+the compiled code (the heads' logits), add them in the kernel as before; so does a tiling of more shares than
+inductor folds into each of several readers (q/k/v, gate/up: :func:`reader_adds`).
 
 The kernel is a PyTorch custom op (``torch.ops.eaglelab.gemv``, with a shape-only fake implementation)
 so it composes with ``torch.compile(fullgraph=True)`` and CUDA-graph capture. Triton is optional: it is
@@ -36,7 +37,7 @@ from typing import Callable, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from eaglelab.engine.model.gemv_tiling import GemvConfig, fits_registers
+from eaglelab.engine.model.gemv_tiling import GemvConfig, fits_registers, splits
 from eaglelab.engine.model.pdl import dependent_launches
 from eaglelab.engine.model.triton_ops import DTYPES, capturing, first_line, time_in_turn, unavailable
 from eaglelab.engine.model.triton_ops import dtype_refusal as kernel_dtype_refusal
@@ -91,6 +92,28 @@ LINEAR = GemvConfig(0, 0, 0, 0, 0)  # the tuner's choice where F.linear (cuBLAS)
 DEPENDENT = "dependent (PDL)"  # tuning_environment's "launches" where choices were timed in dependent launches
 SHARES_READ = "shares added by the reader"  # its "split_k" where split tilings were timed as shares (SHARES)
 TUNE_BYTES = 128 * 2**20  # tuning reads this many bytes of weight copies in turn: more than the L2 cache holds
+
+
+@functools.cache
+def reuse_reads() -> int:
+    """Inductor's ``realize_reads_threshold`` (4 in torch 2.11-2.13): a pointwise value that more than one kernel
+    reads is computed into a buffer of its own, by a kernel of its own, once it reads more than this many inputs."""
+    from torch._inductor import config  # the compiler's settings (imported by torch.compile anyway)
+
+    return int(config.realize_reads_threshold)
+
+
+def reader_adds(cfg: GemvConfig, k: int, readers: int | None, bias: bool) -> bool:
+    """Whether the compiled code that reads a call's output adds the tiling ``cfg``'s K shares (:data:`SHARES`) for
+    a weight of K ``k``, the tuner timing it as its shares' kernel alone. ``readers``: how many projections the
+    output is split among (q/k/v 3, gate/up 2, o and down 1), None where no compiled code adds shares (``sums_fused``
+    off). One reader folds any number of shares into its kernel. Several read the same sum, which inductor folds
+    into each only while it reads at most :func:`reuse_reads` inputs (the shares, and the bias); past that it adds
+    them in a kernel of its own (on an H200, five shares for q/k/v cost a 24-node verify 30 kernels and 39 us more,
+    h200_2026-12-06g/S), so such a tiling adds its shares in its launch, and is timed so."""
+    if not SHARES or readers is None or cfg.split_k <= 1:
+        return False
+    return readers <= 1 or splits(k, cfg)[1] + int(bias) <= reuse_reads()
 
 
 def row_bucket(rows: int) -> int:
@@ -231,21 +254,22 @@ class TritonGemv:
         return weight
 
     def __call__(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                 sums_fused: bool = False) -> torch.Tensor:
+                 sums_fused: bool = False, readers: int = 1) -> torch.Tensor:
         """x [M, K], weight [N, K] -> [M, N] in x's dtype. ``sums_fused``: only compiled elementwise code reads the
-        output, so while compiling a split tiling's shares are added there (:data:`SHARES`), and the tuner times
-        split tilings that way (a shape is tuned on its first call, as that call reads it)."""
+        output, so while compiling a split tiling's shares are added there (:data:`SHARES`; for an output split
+        among ``readers`` projections, only as many shares as :func:`reader_adds` allows), and the tuner times split
+        tilings that way (a shape is tuned on its first call, as that call reads it)."""
         if self.reason is not None:  # off for good (no Triton, or the kernel failed here)
             return F.linear(x, weight, bias)
         x = x if x.stride(-1) == 1 else x.contiguous()  # rows may be strided (a slice), elements not
         (M, K), N = x.shape, weight.shape[0]
         key = (N, K, row_bucket(M))
         cfg = self.chosen.get(key)
-        shares = SHARES and sums_fused  # split tilings leave their shares to the compiled reader (checked, timed so)
+        fused = readers if sums_fused else None  # split tilings may leave their shares to the compiled reader
         if cfg is None and not torch.compiler.is_compiling() and not capturing(x):
-            cfg = self._take_preset(key, x, weight, bias, shares)
+            cfg = self._take_preset(key, x, weight, bias, fused)
             if cfg is None:
-                cfg = self._tune(key, x, weight, bias, shares)
+                cfg = self._tune(key, x, weight, bias, fused)
                 if cfg is not None and self.on_tuned is not None:
                     self.on_tuned()
             if cfg is None:
@@ -253,13 +277,14 @@ class TritonGemv:
         cfg = cfg or default_config(N, K, M)
         if cfg.block_n == 0:  # LINEAR: cuBLAS was faster for this shape
             return F.linear(x, weight, bias)
-        if shares and cfg.split_k > 1 and torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() and reader_adds(cfg, K, fused, bias is not None):
             return run_shares(x, weight, bias, cfg)
         return run_op(x, weight, bias, cfg)
 
-    def _take_preset(self, key, x, weight, bias, shares: bool = False) -> GemvConfig | None:
-        """The adopted tiling for ``key`` if it agrees with F.linear on these tensors (None: none adopted, or it
-        failed or disagreed here, which the log says; the caller then tunes the shape)."""
+    def _take_preset(self, key, x, weight, bias, readers: int | None = None) -> GemvConfig | None:
+        """The adopted tiling for ``key`` if it agrees with F.linear on these tensors and will run as it was timed
+        (None: none adopted, or it failed or disagreed here, or it was timed as shares the compiled reader adds and
+        this call's readers would not add them, which the log says; the caller then tunes the shape)."""
         cfg = self.preset.pop(key, None)
         if cfg is None:
             return None
@@ -267,9 +292,14 @@ class TritonGemv:
             self.chosen[key] = cfg
             return cfg
         t0 = time.perf_counter()
+        shares = reader_adds(cfg, x.shape[1], readers, bias is not None)
         try:
             ref = F.linear(x, weight, bias).float()  # [M, N]
             why = disagreement(x, weight, bias, cfg, ref, tolerance(ref), shares)
+            if why is None and readers is not None and not shares and reader_adds(cfg, x.shape[1], 1, False):
+                # timed as shares the reader adds (SHARES_READ), would add them in its launch here
+                why = (f"timed as {splits(x.shape[1], cfg)[1]} shares added by the reader; here {readers} projections "
+                       f"read them, and past {reuse_reads()} reads the compiler adds them in a kernel of its own")
         except Exception as exc:  # noqa: BLE001 - a preset that does not compile here is tuned instead, and said
             why = f"{type(exc).__name__}: {first_line(exc)}"
         self.setup_seconds += time.perf_counter() - t0
@@ -281,12 +311,13 @@ class TritonGemv:
                      "tuning")
         return None
 
-    def _tune(self, key, x, weight, bias, shares: bool = False) -> GemvConfig | None:
+    def _tune(self, key, x, weight, bias, readers: int | None = None) -> GemvConfig | None:
         """Check every candidate against ``F.linear`` on these very tensors, time those that agree and F.linear,
         keep the fastest (:data:`LINEAR` if F.linear). None: no tiling ran or agreed (``reason`` says why: the
-        kernel is off for good), except past :data:`FEW` rows, where that shape alone keeps F.linear. ``shares``: a
-        split tiling is checked with its shares added by :func:`add_shares` and timed as its shares' kernel alone,
-        as a compiled phase runs it (the adding folded into the next kernel)."""
+        kernel is off for good), except past :data:`FEW` rows, where that shape alone keeps F.linear. ``readers``
+        (``sums_fused`` calls): a split tiling whose shares the compiled reader adds (:func:`reader_adds`) is checked
+        with them added by :func:`add_shares` and timed as its shares' kernel alone, as a compiled phase runs it (the
+        adding folded into the next kernel)."""
         t0 = time.perf_counter()
         if self.log is not None and not self._said:
             self._said = True
@@ -301,11 +332,12 @@ class TritonGemv:
         with dependent_launches(self.pdl):  # our launches as the phases that will call it make them
             for cfg in candidates(key[2]):
                 try:
+                    shares = reader_adds(cfg, x.shape[1], readers, bias is not None)
                     why = disagreement(x, weight, bias, cfg, ref, bound, shares)
                     if why is not None:  # a tiling that computes something else is never chosen
                         errors.append(f"{tuple(cfg)}: {why}")
                         continue
-                    call = ((lambda i: torch.ops.eaglelab.gemv_shares(x, copies[i], *cfg)) if shares and cfg.split_k > 1
+                    call = ((lambda i: torch.ops.eaglelab.gemv_shares(x, copies[i], *cfg)) if shares
                             else (lambda i: run_op(x, copies[i], bias, cfg)))  # the shares' adding: in the reader
                     times[cfg] = time_in_turn(call, len(copies), self.reps)
                 except Exception as exc:  # noqa: BLE001 - a tiling that does not compile is skipped, and said

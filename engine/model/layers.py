@@ -60,9 +60,11 @@ class Gemv(Protocol):
     def pack(self, weight: torch.Tensor) -> Any:
         """weight [N, K] in the kernel's ``layout`` (called once per weight, when the copy is built)."""
 
-    def __call__(self, x: torch.Tensor, weight: Any, bias: torch.Tensor | None, sums_fused: bool = False) -> torch.Tensor:
+    def __call__(self, x: torch.Tensor, weight: Any, bias: torch.Tensor | None, sums_fused: bool = False,
+                 readers: int = 1) -> torch.Tensor:
         """x [M, K], weight [N, K] (or as ``pack`` made it) -> [M, N]. ``sums_fused``: only compiled elementwise code
-        reads the result (a kernel may then leave partial sums for that code to add)."""
+        reads the result (a kernel may then leave partial sums for that code to add); ``readers``: how many
+        projections the result is split among (each read by its own kernel)."""
 
 
 class DecodeAttention(Protocol):
@@ -144,7 +146,8 @@ class FusedLinear:
             return tuple(lin(x) for lin in self.linears)
         if gemv is not None and gemv.refusal(x, self.linears[0].weight) is None:
             weight, bias = self._gemv_weights(gemv)
-            y = gemv(x.reshape(-1, x.shape[-1]), weight, bias, sums_fused=self.sums_fused)  # [M, sum out]
+            y = gemv(x.reshape(-1, x.shape[-1]), weight, bias, sums_fused=self.sums_fused,
+                     readers=len(self.linears))  # [M, sum out]
             return self._split(y.view(*x.shape[:-1], y.shape[-1]))
         if self._packs_here(gemv, x.device):  # a prefill beside the C kernel: MKL on the weights as they are
             return tuple(F.linear(x, lin.weight, lin.bias) for lin in self.linears)

@@ -166,3 +166,37 @@ def test_pdl_choices_are_kept_apart_from_plain_ones(kernel):
     assert dependent.adopt({(W_N, W_K, 1): (8, 512, 1, 4, 3)}, dict(HERE, launches=G.DEPENDENT),
                            dict(HERE, launches=G.DEPENDENT)) is None
     assert dependent.preset == {(W_N, W_K, 1): G.GemvConfig(8, 512, 1, 4, 3)}
+
+
+@torch.no_grad()
+def test_an_output_several_kernels_read_takes_no_more_shares_than_the_compiler_folds(monkeypatch):
+    """q/k/v-like (``readers`` 3) at K 128: a tiling of 8 shares is checked and timed adding them in its launch
+    (inductor would add them in a kernel of its own), one of 4 as the shares the reader adds; read whole (o, down)
+    both leave their shares to the reader. A profile's 8-share tiling, timed as shares, is not taken for the
+    q/k/v-like call (the log says why, and the shape is tuned) and is taken for the whole one."""
+    eight, four, whole = G.GemvConfig(16, 16, 8, 4, 3), G.GemvConfig(16, 32, 4, 4, 3), G.GemvConfig(16, 32, 1, 4, 3)
+    seen: list[tuple[G.GemvConfig, bool]] = []
+
+    def disagreement(x, weight, bias, cfg, ref, bound, shares=False):
+        seen.append((cfg, shares))
+        return None
+
+    monkeypatch.setattr(G, "candidates", lambda rows: (eight, four, whole))
+    monkeypatch.setattr(G, "disagreement", disagreement)
+    monkeypatch.setattr(G, "time_in_turn", lambda call, copies, reps: 2.0)
+    monkeypatch.setattr(G, "run_op", lambda x, weight, bias, cfg: F.linear(x, weight, bias))
+    x, w = torch.randn(4, 128).half(), torch.randn(W_N, 128).half()
+    for readers, ways in ((3, [False, True, False]), (1, [True, True, False])):
+        seen.clear()
+        _Gemv([])(x, w, None, sums_fused=True, readers=readers)
+        assert seen == list(zip((eight, four, whole), ways)), (readers, seen)
+    for readers, taken in ((3, False), (1, True)):
+        said: list[str] = []
+        gemv = _Gemv(said)
+        assert gemv.adopt({(W_N, 128, 4): tuple(eight)}, dict(HERE), dict(HERE)) is None
+        seen.clear()
+        gemv(x, w, None, sums_fused=True, readers=readers)
+        assert len(seen) == (1 if taken else 4), seen  # taken: its one check; else the check, then each candidate
+        if not taken:
+            assert any("timed as 8 shares added by the reader; here 3 projections read them, and past 4 reads"
+                       in s for s in said), said
