@@ -85,8 +85,9 @@ MANY_ROWS = (
     GemvConfig(16, 256, 6, 4, 1),  # K in 6 one-step shares: down at 24 rows 4.8 -> 4.5 us (H100, h100_2026-12-06e/J)
 )
 # Split tilings of a call whose output compiled elementwise code reads (``sums_fused``) write their K shares and
-# leave the adding to that code (:func:`add_shares`) while compiling; the tuner then times such a tiling's kernel
-# alone, as the compiled phase runs it. False: every split's shares are added in the kernel (tickets), as before.
+# leave the adding to that code (:func:`add_shares`) while compiling, as far as :func:`reader_adds` allows; the tuner
+# then times such a tiling's kernel alone, as the compiled phase runs it. False: every split's shares are added in
+# the kernel (tickets), as before.
 SHARES = True
 LINEAR = GemvConfig(0, 0, 0, 0, 0)  # the tuner's choice where F.linear (cuBLAS) beat every tiling
 DEPENDENT = "dependent (PDL)"  # tuning_environment's "launches" where choices were timed in dependent launches
@@ -296,8 +297,8 @@ class TritonGemv:
         try:
             ref = F.linear(x, weight, bias).float()  # [M, N]
             why = disagreement(x, weight, bias, cfg, ref, tolerance(ref), shares)
-            if why is None and readers is not None and not shares and reader_adds(cfg, x.shape[1], 1, False):
-                # timed as shares the reader adds (SHARES_READ), would add them in its launch here
+            if why is None and readers is not None and not shares and SHARES and cfg.split_k > 1:
+                # timed as shares the reader adds (SHARES_READ); this call's readers would not fold them
                 why = (f"timed as {splits(x.shape[1], cfg)[1]} shares added by the reader; here {readers} projections "
                        f"read them, and past {reuse_reads()} reads the compiler adds them in a kernel of its own")
         except Exception as exc:  # noqa: BLE001 - a preset that does not compile here is tuned instead, and said
@@ -374,7 +375,7 @@ def disagreement(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
                  ref: torch.Tensor, bound: float, shares: bool = False) -> str | None:
     """How the tiling ``cfg`` misses F.linear's ``ref`` [M, N] by more than ``bound`` (None: it agrees);
     ``shares``: a split tiling as its K shares added by :func:`add_shares` (:func:`run_shares`)."""
-    y = run_shares(x, weight, bias, cfg) if shares and cfg.split_k > 1 else run_op(x, weight, bias, cfg)
+    y = run_shares(x, weight, bias, cfg) if shares else run_op(x, weight, bias, cfg)
     err = (y.float() - ref).abs().max().item()
     return None if err <= bound else f"max |error| {err:.3g} against F.linear > {bound:.3g}"
 
