@@ -16,8 +16,10 @@ on by default, with --pdl too while ``COMBO_WITH_PDL``); --combo-with-pdl [on|of
 --attention-one-launch on|off: split attention merged in its own launch at every row count, or always by a second
 kernel; --attention-one-launch-rows N: in its own launch where a KV head's query rows are at most N
 (``decode_attention_kernels.ONE_LAUNCH_ROWS``); --gemv-tilings 'bn,bk,split,warps,stages;...': more tilings the GEMV
-tuner times at 2..64 rows (``gemv.FEW_ROWS`` and ``MANY_ROWS``), kept where one is the fastest; --gemv-shares on|off:
-a split GEMV tiling's K shares added by the compiled code that reads the output, or in the kernel (``gemv.SHARES``).
+tuner times at 2..256 rows (``gemv.FEW_ROWS`` and ``MANY_ROWS``), kept where one is the fastest; --gemv-shares on|off:
+a split GEMV tiling's K shares added by the compiled code that reads the output, or in the kernel (``gemv.SHARES``);
+--gemv-max-rows N: the most rows of x a call may have to take the GEMV (``gemv.MAX_ROWS``; 64 before it cut more rows
+into blocks of 64, so a batch's verify took cuBLAS).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--attention-one-launch-rows", type=int)
     p.add_argument("--gemv-tilings", metavar="BN,BK,SPLIT,WARPS,STAGES;...")
     p.add_argument("--gemv-shares", choices=("on", "off"))
+    p.add_argument("--gemv-max-rows", type=int, metavar="N")
     args = p.parse_args(argv[:cut])
     from eaglelab.engine.model.gemv_tiling import parse_tilings
 
@@ -82,12 +85,14 @@ def main(argv: list[str]) -> int:
             AK.ONE_LAUNCH_ROWS = 1 << 20 if args.attention_one_launch == "on" else 0
         if args.attention_one_launch_rows is not None:
             AK.ONE_LAUNCH_ROWS = args.attention_one_launch_rows
-    if more or args.gemv_shares is not None:
+    if more or args.gemv_shares is not None or args.gemv_max_rows is not None:
         import eaglelab.engine.model.gemv as GV
 
         GV.FEW_ROWS, GV.MANY_ROWS = GV.FEW_ROWS + more, GV.MANY_ROWS + more
         if args.gemv_shares is not None:
             GV.SHARES = args.gemv_shares == "on"
+        if args.gemv_max_rows is not None:
+            GV.MAX_ROWS = args.gemv_max_rows
     from eaglelab.cli import main as cli
 
     return cli(argv[cut + 1:])

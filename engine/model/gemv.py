@@ -1,5 +1,5 @@
 """A Triton matrix-vector kernel for the decode's skinny matmuls: ``y [M, N] = x [M, K] @ W [N, K]^T (+ b)``
-for a few rows (M <= 64: a decode at batch <= 64, a verify of <= 64 tree nodes, a short prompt), bf16/fp16 in and out,
+for a few rows (M <= 256: a decode at batch <= 256, a verify of a batch's trees, a short prompt), bf16/fp16 in and out,
 float32 accumulation, W row-major as ``nn.Linear`` stores it.
 
 At M = 1 a decode step reads every weight once and does two flops per weight byte pair: its speed is
@@ -7,11 +7,12 @@ the memory bandwidth, and cuBLAS/inductor's GEMMs, tiled for large M, leave part
 program streams a block of ``block_n`` weight rows over K (optionally a 1/``split_k`` share of K, the
 float32 shares then added by the block's last program in the same launch, in a fixed order: results do not vary
 run to run), multiplying by the x rows it keeps in registers: M = 1 as a multiply-and-row-sum, M > 1 as a tensor-core
-dot of the rows padded to 16, 32 or 64, or (tilings of fewer than 16 weight rows) the same multiply-and-sum for
-every row on the CUDA cores, which keeps a decode's many small programs. A few tilings are timed once per
+dot of the rows padded to 16, 32 or 64 (past 64 rows, blocks of 64 rows, a program each), or (tilings of fewer
+than 16 weight rows) the same multiply-and-sum for every row on the CUDA cores, which keeps a decode's many small
+programs. A few tilings are timed once per
 (N, K, M bucket) on the first eager call and the fastest is kept, or F.linear where cuBLAS beats every tiling
 (:class:`TritonGemv`); compiled and captured calls reuse that choice. Past 16 rows a GEMM starts to pay, so there
-the tuner is the judge: a bucket of 32 or 64 rows where no tiling runs keeps F.linear for that shape only.
+the tuner is the judge: a bucket of 32 to 256 rows where no tiling runs keeps F.linear for that shape only.
 
 Inside a compiled phase a split tiling's shares need not be added by the kernel: a call whose output only
 compiled elementwise code reads (``sums_fused``: a projection followed by a norm, a residual add, the rotary, the
@@ -42,7 +43,10 @@ from eaglelab.engine.model.pdl import dependent_launches
 from eaglelab.engine.model.triton_ops import DTYPES, capturing, first_line, time_in_turn, unavailable
 from eaglelab.engine.model.triton_ops import dtype_refusal as kernel_dtype_refusal
 
-MAX_ROWS = 64  # the rows (M) the kernel takes; more rows are a GEMM's job
+# The rows (M) the kernel takes; more rows (a prompt) are a GEMM's job. Up to 64 rows one program holds them all;
+# 65-256 rows, a verify at batch 8 (8 x 20 rows) or 32 (32 x 3), are cut into blocks of 64 (``gemv_tiling.row_blocks``),
+# where a split tiling's K shares added by the reader (SHARES) can still beat cuBLAS's GEMM, as they do at 8-64 rows.
+MAX_ROWS = 256
 FEW = 16  # up to this many rows every shape takes the kernel unless F.linear is faster; past it, see MANY_ROWS
 
 
@@ -69,13 +73,14 @@ FEW_ROWS = (
     # and K in 6 shares of one step each: on an H100 (h100_2026-12-06e/J) down 4.5 -> 3.8 us at 2 rows, 4.5 -> 4.2 at 4
     GemvConfig(4, 512, 1, 4, 2), GemvConfig(16, 256, 6, 4, 1),
 )
-# 17..64 rows (a verify of a wide tree, a short prompt): x tiles of 32-64 rows beside the weight's, so shorter
-# K steps (the tiles of every stage share the SM's shared memory) and more warps for the larger dot. At 24 rows on
-# the H200 the dot's tilings and cuBLAS cost 1.5-1.9x a one-row GEMV of the same weights (SmolLM2's down: 5.0 us
-# against 2.7), with 36-60 programs for its 576-960 columns, each reading all of x; the CUDA-core tilings cost
-# 7-9 us there (h200_2026-12-01j). Hence the dot split along K in 2-4 shares: 4x the programs, a quarter of x each
-# (down at 24 rows: 4.4 us, h200_2026-12-01k), and longer K steps (256-512), so a program waits on fewer loads in turn:
-# timed on SmolLM2's shapes at 24 rows (h200_2026-12-01l/A) they were no shape's pick, kept for the tuner elsewhere.
+# 17..256 rows (a verify of a wide tree or of a batch's trees, a short prompt): x tiles of 32-64 rows beside the
+# weight's, so shorter K steps (the tiles of every stage share the SM's shared memory) and more warps for the larger
+# dot. At 24 rows on the H200 the dot's tilings and cuBLAS cost 1.5-1.9x a one-row GEMV of the same weights (SmolLM2's
+# down: 5.0 us against 2.7), with 36-60 programs for its 576-960 columns, each reading all of x; the CUDA-core tilings
+# cost 7-9 us there (h200_2026-12-01j). Hence the dot split along K in 2-4 shares: 4x the programs, a quarter of x
+# each (down at 24 rows: 4.4 us, h200_2026-12-01k), and longer K steps (256-512), so a program waits on fewer loads in
+# turn: timed on SmolLM2's shapes at 24 rows (h200_2026-12-01l/A) they were no shape's pick, kept for the tuner
+# elsewhere.
 MANY_ROWS = (
     GemvConfig(32, 128, 1, 4, 3), GemvConfig(64, 64, 1, 4, 3), GemvConfig(32, 64, 1, 4, 4),
     GemvConfig(64, 128, 1, 8, 2), GemvConfig(16, 128, 1, 4, 3), GemvConfig(32, 128, 2, 4, 3),
@@ -118,7 +123,7 @@ def reader_adds(cfg: GemvConfig, k: int, readers: int | None, bias: bool) -> boo
 
 
 def row_bucket(rows: int) -> int:
-    """The tuning bucket of M rows: the next power of two (1, 2, 4, 8, 16, 32, 64)."""
+    """The tuning bucket of M rows: the next power of two (1, 2, 4, ..., 256)."""
     return 1 << max(rows - 1, 0).bit_length()
 
 

@@ -1,10 +1,12 @@
 """The Triton kernel behind ``torch.ops.eaglelab.gemv`` (see ``gemv.py``, which imports this module only
 when it is asked for the kernel: importing it imports Triton).
 
-``gemv_kernel``: program (n, s) computes the output columns of one block of ``BLOCK_N`` weight rows over
-the s-th share of K: for one row as a multiply-and-row-sum, for a few rows with blocks of fewer than 16 weight
-rows as products summed on the CUDA cores (as many programs as one row gets), else as a tensor-core dot.
-With K split, each program writes its float32 share and takes a ticket for its block of columns; the program
+``gemv_kernel``: program (n, s, m) computes the output columns of one block of ``BLOCK_N`` weight rows over the s-th
+share of K for the m-th block of ``BLOCK_M`` rows of x (one block up to 64 rows; more rows, as a batch's verify has,
+are cut into blocks of 64, each weight tile then read by each block, from L2 after the first): for one row as a
+multiply-and-row-sum, for a few rows with blocks of fewer than 16 weight rows as products summed on the CUDA cores
+(as many programs as one row gets), else as a tensor-core dot.
+With K split, each program writes its float32 share and takes a ticket for its block of rows and columns; the program
 that takes the last ticket adds the shares in order (s = 0, 1, ...), then the bias, casts and stores, and puts the
 ticket counter back to 0 for the next call: one launch, no atomics on the sums, so a result does not vary from run
 to run. ``SHARES``: each program stores its float32 share and ends; the caller adds them (``gemv.add_shares``, folded
@@ -18,7 +20,7 @@ import triton
 import triton.language as tl
 
 from eaglelab.engine.model import pdl
-from eaglelab.engine.model.gemv_tiling import GemvConfig, padded_rows, splits
+from eaglelab.engine.model.gemv_tiling import GemvConfig, padded_rows, row_blocks, splits
 from eaglelab.engine.model.pdl_kernels import enter
 from eaglelab.engine.model.tickets import counters
 
@@ -67,16 +69,17 @@ def gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, ticket_ptr, M, N, K, k_per
                 HAS_BIAS: tl.constexpr, SPLITS: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
                 PDL: tl.constexpr = False, EARLY: tl.constexpr = 0, SHARES: tl.constexpr = False):
-    """y[:, n-block] = x @ W[n-block]^T over K share s (+ bias); SPLITS > 1: float32 shares in part[s, M, N],
-    added by the block's last program to finish (its ticket counter, ticket[n], left at 0). SHARES: each program
+    """y[m-block, n-block] = x[m-block] @ W[n-block]^T over K share s (+ bias); SPLITS > 1: float32 shares in
+    part[s, M, N], added by the block's last program to finish (its ticket counter, ticket[m * programs_n + n], left
+    at 0). SHARES: each program
     stores its float32 share in part[s, M, N] and is done (no ticket, no bias, y unwritten): the caller adds them.
     STAGES: the loads of the one-row loop pipelined that many steps ahead (1: not at all). PDL: launched
     dependently (``pdl.py``): waits on entry for the kernel before. EARLY (0, 1 or 2): the share's first EARLY
     weight tiles are loaded before that wait (no kernel of a phase writes weights; a second tile past the share's
     end is masked to zeros), the loop then starts after them; the sums are the same, in the same order."""
-    pid_n, pid_k = tl.program_id(0), tl.program_id(1)
+    pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rows_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN] weight rows = output columns
-    rows_m = tl.arange(0, BLOCK_M)  # [BM] x rows (padded)
+    rows_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM] x rows (the last block padded)
     k_lo = pid_k * k_per_split
     k_hi = tl.minimum(k_lo + k_per_split, K)
     # unread stand-ins where EARLY is lower (the compiler drops them): a name a constexpr branch binds must be bound
@@ -128,13 +131,14 @@ def gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, ticket_ptr, M, N, K, k_per
         mine, keep = _share(part_ptr, pid_k, rows_m, rows_n, M, N)
         tl.store(mine, acc, mask=keep)
         tl.debug_barrier()  # every thread's share stored before the ticket is taken (its release publishes them)
-        ticket = tl.atomic_add(ticket_ptr + pid_n, 1, sem="acq_rel", scope="gpu")
+        block = pid_m * tl.num_programs(0) + pid_n  # this block of rows and columns: its ticket counter
+        ticket = tl.atomic_add(ticket_ptr + block, 1, sem="acq_rel", scope="gpu")
         if ticket == SPLITS - 1:  # the last share of this block is in: add them all, in order
             total = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
             for s in tl.static_range(SPLITS):  # read past this SM's L1: other programs wrote them
                 theirs, _ = _share(part_ptr, s, rows_m, rows_n, M, N)
                 total += tl.load(theirs, mask=keep, other=0.0, cache_modifier=".cg")
-            tl.store(ticket_ptr + pid_n, 0)  # ready for the next call (kernels on a stream run in order)
+            tl.store(ticket_ptr + block, 0)  # ready for the next call (kernels on a stream run in order)
             _finish(total, b_ptr, y_ptr, rows_m, rows_n, M, N, HAS_BIAS)
 
 
@@ -184,7 +188,7 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg
     (M, K), N = x.shape, weight.shape[0]
     block_n, block_k, num_warps, num_stages = cfg.block_n, cfg.block_k, cfg.num_warps, cfg.num_stages
     per, programs_k = splits(K, cfg)
-    programs_n = triton.cdiv(N, block_n)
+    programs_n, programs_m = triton.cdiv(N, block_n), row_blocks(M, block_n)
     b = bias if bias is not None else weight  # an unread pointer when there is no bias
     if shares:
         assert bias is None, "the shares' bias is added with them (gemv.add_shares)"
@@ -193,10 +197,11 @@ def launch(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, cfg
         y = torch.empty(M, N, dtype=x.dtype, device=x.device)
         if programs_k > 1:
             part = torch.empty(programs_k, M, N, dtype=torch.float32, device=x.device)
-            ticket = counters("gemv", x.device, programs_n)  # one per block of columns, all 0 between calls
+            # one counter per block of rows and columns, all 0 between calls
+            ticket = counters("gemv", x.device, programs_n * programs_m)
         else:
             part = ticket = y  # unread pointers
-    gemv_kernel[(programs_n, programs_k)](
+    gemv_kernel[(programs_n, programs_k, programs_m)](
         x, weight, b, y, part, ticket, M, N, K, per, x.stride(0), weight.stride(0),
         HAS_BIAS=bias is not None, SPLITS=programs_k, BLOCK_M=padded_rows(M, block_n), BLOCK_N=block_n,
         BLOCK_K=block_k, STAGES=num_stages, EARLY=int(early), SHARES=shares, num_warps=num_warps,

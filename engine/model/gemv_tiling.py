@@ -19,11 +19,19 @@ class GemvConfig(NamedTuple):
     num_stages: int
 
 
+BLOCK_M_MAX = 64  # rows of x a program holds at most: more rows are cut into blocks of this many, a program each
+
+
 def padded_rows(rows: int, block_n: int) -> int:
     """The kernel's BLOCK_M: the rows padded to a power of two, and to at least 16 for the tensor-core dot (tilings
-    of 16 weight rows or more at M > 1; tl.dot takes >= 16 rows)."""
+    of 16 weight rows or more at M > 1; tl.dot takes >= 16 rows); at most :data:`BLOCK_M_MAX` (:func:`row_blocks`)."""
     block_m = 1 << (rows - 1).bit_length()
-    return block_m if rows == 1 or block_n < 16 else max(16, block_m)
+    return min(block_m if rows == 1 or block_n < 16 else max(16, block_m), BLOCK_M_MAX)
+
+
+def row_blocks(rows: int, block_n: int) -> int:
+    """The blocks of :func:`padded_rows` rows the kernel cuts ``rows`` rows of x into (1 up to 64 rows)."""
+    return -(-rows // padded_rows(rows, block_n))
 
 
 def splits(k: int, cfg: GemvConfig) -> tuple[int, int]:

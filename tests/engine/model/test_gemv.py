@@ -57,16 +57,17 @@ class RecordingGemv:
 @torch.no_grad()
 def test_refusal_names_each_reason_in_order():
     """Example: x [1, 1, 64] bf16 with a [96, 64] bf16 weight on the CPU is refused only for the device;
-    65 rows, float32, or a transposed weight are refused for that first."""
+    257 rows, float32, or a transposed weight are refused for that first."""
     w = torch.zeros(96, 64, dtype=torch.bfloat16)
     x = torch.zeros(1, 1, 64, dtype=torch.bfloat16)
     assert G.refusal(x, w) == "not CUDA (device cpu)"
     assert G.refusal(x, w, unavailable="no triton") == "no triton"
-    assert G.refusal(torch.zeros(65, 64, dtype=torch.bfloat16), w) == "65 rows (the GEMV takes 1..64)"
-    assert G.refusal(torch.zeros(2, 32, 64, dtype=torch.bfloat16), w) == "not CUDA (device cpu)", "64 rows: taken"
+    assert G.refusal(torch.zeros(257, 64, dtype=torch.bfloat16), w) == "257 rows (the GEMV takes 1..256)"
+    assert G.refusal(torch.zeros(8, 32, 64, dtype=torch.bfloat16), w) == "not CUDA (device cpu)", "256 rows: taken"
+    assert G.refusal(torch.zeros(8, 20, 64, dtype=torch.bfloat16), w) == "not CUDA (device cpu)", "a b8 verify: taken"
     assert G.refusal(torch.zeros(17, 64, dtype=torch.bfloat16), w) == "not CUDA (device cpu)", "17 rows: taken"
-    assert G.refusal(torch.zeros(2, 33, 64, dtype=torch.bfloat16), w) == "66 rows (the GEMV takes 1..64)"
-    assert G.refusal(torch.zeros(0, 64, dtype=torch.bfloat16), w) == "0 rows (the GEMV takes 1..64)"
+    assert G.refusal(torch.zeros(2, 129, 64, dtype=torch.bfloat16), w) == "258 rows (the GEMV takes 1..256)"
+    assert G.refusal(torch.zeros(0, 64, dtype=torch.bfloat16), w) == "0 rows (the GEMV takes 1..256)"
     assert "dtypes torch.float32/torch.bfloat16" in G.refusal(x.float(), w)
     assert "dtypes torch.float16/torch.bfloat16" in G.refusal(x.half(), w)
     assert G.refusal(x, torch.zeros(64, 96, dtype=torch.bfloat16).t()) == "weight not row-major [N, K]"
@@ -81,17 +82,17 @@ def test_refusal_with_gradients_on():
 
 
 def test_row_buckets_and_splits():
-    """M buckets: 1, 2, 4, 8, 16, 32, 64. Split-K: K 4096 in 3 splits: ceil(4096 / 3) = 1366 rounded up to whole
-    256-wide steps = 1536 per program, 3 programs (1536, 1536, 1024)."""
-    assert [G.row_bucket(m) for m in (1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 64)] == [1, 2, 4, 4, 8, 8, 16, 16, 32, 32,
-                                                                                   64, 64]
+    """M buckets: 1, 2, 4, ..., 256; past 64 rows the kernel cuts x into blocks of 64. Split-K: K 4096 in 3 splits:
+    ceil(4096 / 3) = 1366 rounded up to whole 256-wide steps = 1536 per program, 3 programs (1536, 1536, 1024)."""
+    assert [G.row_bucket(m) for m in (1, 2, 3, 4, 5, 8, 9, 16, 17, 32, 33, 64, 65, 96, 160, 256)] == [
+        1, 2, 4, 4, 8, 8, 16, 16, 32, 32, 64, 64, 128, 128, 256, 256]
     assert GT.splits(4096, GT.GemvConfig(16, 256, 3, 4, 3)) == (1536, 3)
     assert GT.splits(4096, GT.GemvConfig(16, 256, 1, 4, 3)) == (4096, 1)
     assert GT.splits(100, GT.GemvConfig(16, 256, 4, 4, 3)) == (256, 1)
-    assert G.candidates(2) == G.FEW_ROWS and G.candidates(17) == G.candidates(64) == G.MANY_ROWS
+    assert G.candidates(2) == G.FEW_ROWS and G.candidates(17) == G.candidates(64) == G.candidates(256) == G.MANY_ROWS
     assert set(G.candidates(16)) < set(G.FEW_ROWS)  # (4, 512, ...)'s sums fit 8 rows, not 16
     assert G.GemvConfig(4, 512, 1, 4, 2) in G.candidates(8) and G.GemvConfig(4, 512, 1, 4, 2) not in G.candidates(16)
-    for rows in (1, 4, 16, 32, 64):  # every tiling the tuner tries is one the kernel can take
+    for rows in (1, 4, 16, 32, 64, 160, 256):  # every tiling the tuner tries is one the kernel can take
         for cfg in G.candidates(rows):
             assert cfg.block_k % 16 == 0 and cfg.split_k >= 1, cfg
     # the CUDA-core path's [padded rows, block_n, block_k] float32 sums, at most 128 a thread (4 warps: 16,384)
@@ -106,6 +107,9 @@ def test_row_buckets_and_splits():
     # the kernel's rows: a power of two, at least 16 for the dot (block_n >= 16), as they are for the CUDA cores
     assert [GT.padded_rows(m, 16) for m in (1, 3, 16, 24)] == [1, 16, 16, 32]
     assert [GT.padded_rows(m, 8) for m in (1, 3, 16, 24)] == [1, 4, 16, 32]
+    # past 64 rows: blocks of 64 (a b8 verify's 160 rows in 3, the last padded; a b32 verify's 96 in 2)
+    assert [GT.padded_rows(m, 16) for m in (64, 65, 160, 256)] == [64, 64, 64, 64]
+    assert [GT.row_blocks(m, 16) for m in (1, 24, 64, 65, 96, 160, 256)] == [1, 1, 1, 2, 2, 3, 4]
 
 
 # ---- a shape no tiling runs ----------------------------------------------------------------------
@@ -354,6 +358,10 @@ INTERPRETED = textwrap.dedent("""
             check(torch.randn(24, K).bfloat16(), w.bfloat16(), b.bfloat16(), cfg)
         strided = torch.randn(4, 2, K).half()[:, 0]  # rows 2K apart: the row stride is an argument
         check(strided, w, b, tilings[0])
+        for M in (100, 130):  # past 64 rows: blocks of 64 rows of x, a program each (the split: a ticket per block)
+            x = torch.randn(M, K).half()
+            for cfg in tilings[:3]:
+                check(x, w, b, cfg)
     from eaglelab.engine.model import gemv_kernels as GK
     from eaglelab.engine.model.tickets import made
     left = made("gemv", torch.device("cpu"))
@@ -386,8 +394,9 @@ INTERPRETED = textwrap.dedent("""
 
 @pytest.mark.skipif(not has_triton(), reason="Triton not installed (it ships with CUDA builds of torch)")
 def test_kernel_matches_linear_under_the_triton_interpreter():
-    """The kernel's indexing on the CPU: Triton's interpreter runs it on CPU tensors (fp16: M 1, 3, 16, 24, 64; K not a
-    multiple of the tile; N not a multiple of block_n; split-K in 2 and 3 parts; with and without bias).
+    """The kernel's indexing on the CPU: Triton's interpreter runs it on CPU tensors (fp16: M 1, 3, 16, 24, 64, and
+    100, 130 in blocks of 64 rows; K not a multiple of the tile; N not a multiple of block_n; split-K in 2 and 3
+    parts; with and without bias).
     Split calls leave their ticket counters at 0 (else the next call's shares would be added by the wrong program).
     Each program's first weight tile loaded ahead (as under --pdl) gives the same bits.
     Then the tuner, its timer replaced by set figures: F.linear kept where it was faster, else the fastest tiling."""
@@ -395,7 +404,7 @@ def test_kernel_matches_linear_under_the_triton_interpreter():
     done = subprocess.run([sys.executable, "-c", INTERPRETED], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["checked", str(3 * (5 * 5 * 2 + 2 + 2 + 1)), "early", "same", "tuner", "ok"]
+    assert done.stdout.split() == ["checked", str(3 * (5 * 5 * 2 + 2 + 2 + 1 + 2 * 3)), "early", "same", "tuner", "ok"]
 
 
 COMPILED = textwrap.dedent("""
@@ -457,9 +466,9 @@ SHARES = textwrap.dedent("""
     for K, N in ((64, 48), (200, 37), (96, 130)):
         w = (torch.randn(N, K) * K ** -0.5).half()
         b = torch.randn(N).half()
-        for M in (1, 3, 24):
+        for M in (1, 3, 24, 100):
             x = torch.randn(M, K).half()
-            for cfg in tilings:
+            for cfg in (tilings if M <= 64 else tilings[:3]):  # past 64 rows: the dot's blocks of 64 rows
                 parts = torch.ops.eaglelab.gemv_shares(x, w, *cfg)
                 assert parts.dtype == torch.float32 and tuple(parts.shape) == (GT.splits(K, cfg)[1], M, N), parts.shape
                 for bias in (b, None):
@@ -474,12 +483,13 @@ SHARES = textwrap.dedent("""
 def test_shares_added_outside_give_the_kernels_own_sums_under_the_triton_interpreter():
     """A split tiling's K shares written as the output (``gemv_shares``, float32 [S, M, N]) and added by
     ``add_shares`` give bit for bit what the kernel gives adding them itself (the same order, then the bias):
-    M 1, 3, 24; K not a multiple of the tile; 2 and 3 shares; the dot and the CUDA-core paths."""
+    M 1, 3, 24, 100 (two blocks of rows); K not a multiple of the tile; 2 and 3 shares; the dot and the CUDA-core
+    paths."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT)}
     done = subprocess.run([sys.executable, "-c", SHARES], env=env, cwd=ROOT, capture_output=True, text=True,
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    assert done.stdout.split() == ["checked", str(3 * 3 * 4 * 2)]
+    assert done.stdout.split() == ["checked", str(3 * (3 * 4 + 3) * 2)]
 
 
 COMPILED_SHARES = textwrap.dedent("""
@@ -562,12 +572,13 @@ def test_op_shape_under_fake_tensors():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @torch.no_grad()
 def test_gemv_matches_linear_on_cuda_eager_compiled_and_captured():
-    """Every tiling, on 8B-shaped weights (K 4096 -> N 6144, K 14336 -> N 4096) in bf16 and an odd biased shape
-    (K 1000 -> N 777, nothing a multiple of 16) in bf16 and fp16, M = 1, 4, 16, 24, 64: within rounding of an fp32
-    reference (no worse than twice F.linear's error plus one ulp of the largest output); the tuner's pick
-    (a tiling or F.linear) likewise; a split tiling's K shares added outside give its own sums. Then a split
-    tiling's call compiled whole (fullgraph) and replayed from a CUDA graph gives the eager kernel's exact output,
-    with its shares added in the kernel and by the compiled code that reads them (``sums_fused``)."""
+    """Every tiling, on 8B-shaped weights (K 4096 -> N 6144, K 14336 -> N 4096) in bf16 and an odd biased shape (K 1000
+    -> N 777, nothing a multiple of 16) in bf16 and fp16, M = 1, 4, 16, 24, 64, 96, 160 (past 64 in blocks of 64
+    rows): within rounding of an fp32 reference (no worse than twice F.linear's error plus one ulp of the largest
+    output); the tuner's pick (a tiling or F.linear) likewise; a split tiling's K shares added outside give its own
+    sums. Then a split tiling's call compiled whole (fullgraph) and replayed from a CUDA graph gives the eager
+    kernel's exact output, with its shares added in the kernel and by the compiled code that reads them
+    (``sums_fused``)."""
     gemv = G.TritonGemv()
     assert gemv.reason is None, gemv.reason
     dev = torch.device("cuda")
@@ -577,7 +588,7 @@ def test_gemv_matches_linear_on_cuda_eager_compiled_and_captured():
     for dtype, K, N, bias in cases:
         w = (torch.randn(N, K, device=dev, generator=g) * K ** -0.5).to(dtype)
         b = torch.randn(N, device=dev, generator=g).to(dtype) if bias else None
-        for M in (1, 4, 16, 24, 64):
+        for M in (1, 4, 16, 24, 64, 96, 160):
             x = torch.randn(M, K, device=dev, generator=g).to(dtype)
             ref = F.linear(x.float(), w.float(), None if b is None else b.float())
             ulp = ref.abs().max().item() * (2 ** -7 if dtype == torch.bfloat16 else 2 ** -10)
