@@ -89,7 +89,7 @@
 #   call R  carry .carry/assets .whl (no GGUF)   STAGE=R: the GEMV past 64 rows (gemv.MAX_ROWS 256: a batch's verify
 #           cut into blocks of 64 rows) against cuBLAS there (`rows64`: ab_constants --gemv-max-rows 64, as before).
 #           R_TEST=1: first the GPU tests of the GEMV (every tiling at 1-160 rows) and of combo kernels' tokens (the
-#           compiled phases route q/k/v and gate/up by gemv.reader_adds); R_GEMV=1 (default): then
+#           compiled phases route q/k/v and gate/up by gemv.reader_adds); R_TEST=gemv or combo: one of them; R_GEMV=1 (default): then
 #           benchmarks/gemv_bench.py --shares on SmolLM2's shapes at 8, 96 and 160 rows (a decode at batch 8, the
 #           verify at batch 32 of 2/1/3 and at batch 8 of 4/4/12 + 8); then `bench --phase-costs` of plain and the
 #           batch-8 tree (4/4/12 + 8) at batch 8 on SmolLM2's shape with random weights, in R_RUNS processes
@@ -342,11 +342,13 @@ stage_s() {
 stage_r() {
   record_gpu
   local t n=0 way
-  if [ "${R_TEST:-0}" = 1 ]; then
-    TAIL=12 run gemv_test 240 python3 -m pytest -q -m gpu tests/engine/model/test_gemv.py -k cuda -p no:cacheprovider
+  case "${R_TEST:-0}" in 1|gemv)
+    TAIL=12 run gemv_test 240 python3 -m pytest -q -m gpu tests/engine/model/test_gemv.py -k cuda -p no:cacheprovider;;
+  esac
+  case "${R_TEST:-0}" in 1|combo)
     TAIL=12 run combo_test 240 python3 -m pytest -q -m gpu tests/engine/runtime/test_compile.py -k combo \
-      -p no:cacheprovider
-  fi
+      -p no:cacheprovider;;
+  esac
   [ "${R_GEMV:-1}" = 1 ] && TAIL=60 run gemv_rows 150 python3 benchmarks/gemv_bench.py --model smollm2-135m \
     --rows 8,96,160 --shapes o,down,qkv,gate_up --shares --json "$R/gemv_rows.json"
   for t in ${R_RUNS-rows256 rows64}; do
