@@ -88,13 +88,14 @@
 #           the GEMV (tests/engine/model/test_gemv.py -k cuda); S_RUNS="" and S_BENCH=0 leave out the rest.
 #   call R  carry .carry/assets .whl (no GGUF)   STAGE=R: the GEMV past 64 rows (gemv.MAX_ROWS 256: a batch's verify
 #           cut into blocks of 64 rows) against cuBLAS there (`rows64`: ab_constants --gemv-max-rows 64, as before).
-#           R_TEST=1: first the GPU tests of the GEMV (every tiling at 1-160 rows) and of combo kernels' tokens (the
-#           compiled phases route q/k/v and gate/up by gemv.reader_adds); R_TEST=gemv or combo: one of them; R_GEMV=1 (default): then
-#           benchmarks/gemv_bench.py --shares on SmolLM2's shapes at 8, 96 and 160 rows (a decode at batch 8, the
-#           verify at batch 32 of 2/1/3 and at batch 8 of 4/4/12 + 8); then `bench --phase-costs` of plain and the
-#           batch-8 tree (4/4/12 + 8) at batch 8 on SmolLM2's shape with random weights, in R_RUNS processes
-#           (default "rows256 rows64"), each tuning its own GEMV (the tilings cache emptied first). R_EXTRA: more
-#           bench flags (a later tree or batch flag wins).
+#           First `bench --phase-costs` of plain and the batch-8 tree (4/4/12 + 8) at batch 8 on SmolLM2's shape
+#           with random weights, in R_RUNS processes (default "rows256 rows64"; R_RUN_S seconds each at most, 220),
+#           each tuning its own GEMV (the tilings cache emptied first); R_EXTRA: more bench flags (a later tree or
+#           batch flag wins). Then, as time allows: R_GEMV=1 (default) benchmarks/gemv_bench.py --shares on
+#           SmolLM2's shapes at 8, 96 and 160 rows (a decode at batch 8, the verify at batch 32 of 2/1/3 and at
+#           batch 8 of 4/4/12 + 8); R_TEST=1 the GPU tests of the GEMV (every tiling at 1-160 rows) and of combo
+#           kernels' tokens (the compiled phases route q/k/v and gate/up by gemv.reader_adds), R_TEST=gemv or
+#           combo one of them.
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
 # 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run), GAPS (1; 0: stage Q without
 # loop_gaps.py).
@@ -341,17 +342,8 @@ stage_s() {
 
 stage_r() {
   record_gpu
-  local t n=0 way
-  case "${R_TEST:-0}" in 1|gemv)
-    TAIL=12 run gemv_test 240 python3 -m pytest -q -m gpu tests/engine/model/test_gemv.py -k cuda -p no:cacheprovider;;
-  esac
-  case "${R_TEST:-0}" in 1|combo)
-    TAIL=12 run combo_test 240 python3 -m pytest -q -m gpu tests/engine/runtime/test_compile.py -k combo \
-      -p no:cacheprovider;;
-  esac
-  [ "${R_GEMV:-1}" = 1 ] && TAIL=60 run gemv_rows 150 python3 benchmarks/gemv_bench.py --model smollm2-135m \
-    --rows 8,96,160 --shapes o,down,qkv,gate_up --shares --json "$R/gemv_rows.json"
-  for t in ${R_RUNS-rows256 rows64}; do
+  local t n=0 way limit
+  for t in ${R_RUNS-rows256 rows64}; do  # first: a short budget cuts the tests and gemv_bench.py instead
     n=$((n + 1))
     [ "$(left)" -gt 60 ] || break
     case "$t" in
@@ -359,13 +351,25 @@ stage_r() {
       rows64) way="--gemv-max-rows 64";;
       *) log "R_RUNS: $t is not rows256 or rows64"; return 2;;
     esac
+    limit=${R_RUN_S:-220}; [ "$limit" -lt "$(left)" ] || limit=$(left)
     rm -f "$EAGLELAB_CACHE/gemv_tilings.json"  # each process tunes its own shapes
     # shellcheck disable=SC2086
-    TAIL=40 run "${t}_$n" "$(left)" python3 benchmarks/ab_constants.py $way -- bench \
+    TAIL=40 run "${t}_$n" "$limit" python3 benchmarks/ab_constants.py $way -- bench \
       --scale-model smollm2-135m --draft-vocab 12288 --dtype bfloat16 --seed 0 --device "$DEVICE" --steps 4 --topk 4 \
       --draft-tokens 12 --lookup-tokens 8 --batch-sizes 8 --prompts 8 --max-new-tokens 64 --repeats 1 --no-micro \
       --phase-costs --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/${t}_$n.json" ${R_EXTRA:-}
   done
+  [ "${R_GEMV:-1}" = 1 ] && [ "$(left)" -gt 40 ] && TAIL=60 run gemv_rows "$(left)" python3 benchmarks/gemv_bench.py \
+    --model smollm2-135m --rows 8,96,160 --shapes o,down,qkv,gate_up --shares --json "$R/gemv_rows.json"
+  case "${R_TEST:-0}" in 1|gemv)
+    [ "$(left)" -gt 60 ] && TAIL=12 run gemv_test "$(left)" python3 -m pytest -q -m gpu tests/engine/model/test_gemv.py \
+      -k cuda -p no:cacheprovider;;
+  esac
+  case "${R_TEST:-0}" in 1|combo)
+    [ "$(left)" -gt 60 ] && TAIL=12 run combo_test "$(left)" python3 -m pytest -q -m gpu \
+      tests/engine/runtime/test_compile.py -k combo -p no:cacheprovider;;
+  esac
+  return 0
 }
 
 kernel_sources() {  # the source of every Triton kernel inductor made so far (read on a CPU beside a trace's names)
