@@ -18,8 +18,8 @@ kernel; --attention-one-launch-rows N: in its own launch where a KV head's query
 (``decode_attention_kernels.ONE_LAUNCH_ROWS``); --gemv-tilings 'bn,bk,split,warps,stages;...': more tilings the GEMV
 tuner times at 2..256 rows (``gemv.FEW_ROWS`` and ``MANY_ROWS``), kept where one is the fastest; --gemv-shares on|off:
 a split GEMV tiling's K shares added by the compiled code that reads the output, or in the kernel (``gemv.SHARES``);
---gemv-max-rows N: the most rows of x a call may have to take the GEMV (``gemv.MAX_ROWS``; 64 before it cut more rows
-into blocks of 64, so a batch's verify took cuBLAS).
+--gemv-max-rows N: the most rows of x a call may have to take the GEMV (``gemv.MAX_ROWS``, 64; up to
+``gemv.KERNEL_ROWS``, 256, past 64 in blocks of 64 rows: a batch's verify on the GEMV instead of cuBLAS).
 """
 
 from __future__ import annotations
@@ -92,6 +92,8 @@ def main(argv: list[str]) -> int:
         if args.gemv_shares is not None:
             GV.SHARES = args.gemv_shares == "on"
         if args.gemv_max_rows is not None:
+            if not 1 <= args.gemv_max_rows <= GV.KERNEL_ROWS:
+                p.error(f"--gemv-max-rows: {args.gemv_max_rows} is not in 1..{GV.KERNEL_ROWS} (the rows the kernel takes)")
             GV.MAX_ROWS = args.gemv_max_rows
     from eaglelab.cli import main as cli
 

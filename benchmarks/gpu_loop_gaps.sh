@@ -86,8 +86,8 @@
 #           gemv_bench.py --shares times them at 4 and 24 rows, then an S_RUNS entry `tilings` is `shares` with them
 #           among the tuner's candidates at 2..64 rows (ab_constants --gemv-tilings). S_TEST=1: first the GPU test of
 #           the GEMV (tests/engine/model/test_gemv.py -k cuda); S_RUNS="" and S_BENCH=0 leave out the rest.
-#   call R  carry .carry/assets .whl (no GGUF)   STAGE=R: the GEMV past 64 rows (gemv.MAX_ROWS 256: a batch's verify
-#           cut into blocks of 64 rows) against cuBLAS there (`rows64`: ab_constants --gemv-max-rows 64, as before).
+#   call R  carry .carry/assets .whl (no GGUF)   STAGE=R: the GEMV past 64 rows (`rows256`: ab_constants --gemv-max-rows
+#           256, a batch's verify cut into blocks of 64 rows) against cuBLAS there (`rows64`: gemv.MAX_ROWS as in main).
 #           First `bench --phase-costs` of plain and the batch-8 tree (4/4/12 + 8) at batch 8 on SmolLM2's shape
 #           with random weights, in R_RUNS processes (default "rows256 rows64"; R_RUN_S seconds each at most, 220),
 #           each tuning its own GEMV (the tilings cache emptied first); R_EXTRA: more bench flags (a later tree or

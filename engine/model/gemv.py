@@ -1,5 +1,6 @@
 """A Triton matrix-vector kernel for the decode's skinny matmuls: ``y [M, N] = x [M, K] @ W [N, K]^T (+ b)``
-for a few rows (M <= 256: a decode at batch <= 256, a verify of a batch's trees, a short prompt), bf16/fp16 in and out,
+for a few rows (M <= 64, :data:`MAX_ROWS`: a decode at batch <= 64, a verify of <= 64 tree nodes, a short prompt; the
+kernel takes up to 256, :data:`KERNEL_ROWS`), bf16/fp16 in and out,
 float32 accumulation, W row-major as ``nn.Linear`` stores it.
 
 At M = 1 a decode step reads every weight once and does two flops per weight byte pair: its speed is
@@ -43,10 +44,13 @@ from eaglelab.engine.model.pdl import dependent_launches
 from eaglelab.engine.model.triton_ops import DTYPES, capturing, first_line, time_in_turn, unavailable
 from eaglelab.engine.model.triton_ops import dtype_refusal as kernel_dtype_refusal
 
-# The rows (M) the kernel takes; more rows (a prompt) are a GEMM's job. Up to 64 rows one program holds them all;
-# 65-256 rows, a verify at batch 8 (8 x 20 rows) or 32 (32 x 3), are cut into blocks of 64 (``gemv_tiling.row_blocks``),
-# where a split tiling's K shares added by the reader (SHARES) can still beat cuBLAS's GEMM, as they do at 8-64 rows.
-MAX_ROWS = 256
+# The rows (M) the kernel can take: up to 64 one program holds them all; 65-256, a verify at batch 8 (8 x 20 rows) or
+# 32 (32 x 3), are cut into blocks of 64 (``gemv_tiling.row_blocks``), where a split tiling's K shares added by the
+# reader (SHARES) might beat cuBLAS's GEMM as they do at 8-64 rows. More rows (a prompt) are a GEMM's job.
+KERNEL_ROWS = 256
+# The rows a call may have to take the GEMV: 64 until the blocks of 64 are measured against cuBLAS on a GPU, end to
+# end (benchmarks/ab_constants.py --gemv-max-rows 256; stage R of benchmarks/gpu_loop_gaps.sh); at most KERNEL_ROWS.
+MAX_ROWS = 64
 FEW = 16  # up to this many rows every shape takes the kernel unless F.linear is faster; past it, see MANY_ROWS
 
 
