@@ -1,19 +1,19 @@
 """A Triton matrix-vector kernel for the decode's skinny matmuls: ``y [M, N] = x [M, K] @ W [N, K]^T (+ b)``
 for a few rows (M <= 64, :data:`MAX_ROWS`: a decode at batch <= 64, a verify of <= 64 tree nodes, a short prompt; the
-kernel takes up to 256, :data:`KERNEL_ROWS`), bf16/fp16 in and out,
-float32 accumulation, W row-major as ``nn.Linear`` stores it.
+kernel takes up to 256, :data:`KERNEL_ROWS`), bf16/fp16 in and out, float32 accumulation, W row-major as
+``nn.Linear`` stores it.
 
-At M = 1 a decode step reads every weight once and does two flops per weight byte pair: its speed is
-the memory bandwidth, and cuBLAS/inductor's GEMMs, tiled for large M, leave part of it unused. Here each
-program streams a block of ``block_n`` weight rows over K (optionally a 1/``split_k`` share of K, the
-float32 shares then added by the block's last program in the same launch, in a fixed order: results do not vary
-run to run), multiplying by the x rows it keeps in registers: M = 1 as a multiply-and-row-sum, M > 1 as a tensor-core
-dot of the rows padded to 16, 32 or 64 (past 64 rows, blocks of 64 rows, a program each), or (tilings of fewer
-than 16 weight rows) the same multiply-and-sum for every row on the CUDA cores, which keeps a decode's many small
-programs. A few tilings are timed once per
-(N, K, M bucket) on the first eager call and the fastest is kept, or F.linear where cuBLAS beats every tiling
-(:class:`TritonGemv`); compiled and captured calls reuse that choice. Past 16 rows a GEMM starts to pay, so there
-the tuner is the judge: a bucket of 32 to 256 rows where no tiling runs keeps F.linear for that shape only.
+At M = 1 a decode step reads every weight once and does two flops per weight byte pair: its speed is the memory
+bandwidth, and cuBLAS/inductor's GEMMs, tiled for large M, leave part of it unused. Here each program streams a
+block of ``block_n`` weight rows over K (optionally a 1/``split_k`` share of K, the float32 shares then added by the
+block's last program in the same launch, in a fixed order: results do not vary run to run), multiplying by the x
+rows it keeps in registers: M = 1 as a multiply-and-row-sum, M > 1 as a tensor-core dot of the rows padded to 16, 32
+or 64 (past 64 rows, blocks of 64 rows, a program each), or (tilings of fewer than 16 weight rows) the same
+multiply-and-sum for every row on the CUDA cores, which keeps a decode's many small programs. A few tilings are
+timed once per (N, K, M bucket) on the first eager call and the fastest is kept, or F.linear where cuBLAS beats
+every tiling (:class:`TritonGemv`); compiled and captured calls reuse that choice. Past 16 rows a GEMM starts to
+pay, so there the tuner is the judge: a bucket of 32 to 256 rows where no tiling runs keeps F.linear for that shape
+only.
 
 Inside a compiled phase a split tiling's shares need not be added by the kernel: a call whose output only
 compiled elementwise code reads (``sums_fused``: a projection followed by a norm, a residual add, the rotary, the

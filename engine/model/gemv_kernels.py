@@ -70,13 +70,13 @@ def gemv_kernel(x_ptr, w_ptr, b_ptr, y_ptr, part_ptr, ticket_ptr, M, N, K, k_per
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, STAGES: tl.constexpr,
                 PDL: tl.constexpr = False, EARLY: tl.constexpr = 0, SHARES: tl.constexpr = False):
     """y[m-block, n-block] = x[m-block] @ W[n-block]^T over K share s (+ bias); SPLITS > 1: float32 shares in
-    part[s, M, N], added by the block's last program to finish (its ticket counter, ticket[m * programs_n + n], left
-    at 0). SHARES: each program
-    stores its float32 share in part[s, M, N] and is done (no ticket, no bias, y unwritten): the caller adds them.
-    STAGES: the loads of the one-row loop pipelined that many steps ahead (1: not at all). PDL: launched
-    dependently (``pdl.py``): waits on entry for the kernel before. EARLY (0, 1 or 2): the share's first EARLY
-    weight tiles are loaded before that wait (no kernel of a phase writes weights; a second tile past the share's
-    end is masked to zeros), the loop then starts after them; the sums are the same, in the same order."""
+    part[s, M, N], added by the block's last program to finish (its ticket counter, ticket[m * programs_n + n],
+    left at 0). SHARES: each program stores its float32 share in part[s, M, N] and is done (no ticket, no bias,
+    y unwritten): the caller adds them. STAGES: the loads of the one-row loop pipelined that many steps ahead (1:
+    not at all). PDL: launched dependently (``pdl.py``): waits on entry for the kernel before. EARLY (0, 1 or 2):
+    the share's first EARLY weight tiles are loaded before that wait (no kernel of a phase writes weights; a
+    second tile past the share's end is masked to zeros), the loop then starts after them; the sums are the same,
+    in the same order."""
     pid_n, pid_k, pid_m = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     rows_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)  # [BN] weight rows = output columns
     rows_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)  # [BM] x rows (the last block padded)
