@@ -16,8 +16,8 @@ on by default, with --pdl too while ``COMBO_WITH_PDL``); --combo-with-pdl [on|of
 --attention-one-launch on|off: split attention merged in its own launch at every row count, or always by a second
 kernel; --attention-one-launch-rows N: in its own launch where a KV head's query rows are at most N
 (``decode_attention_kernels.ONE_LAUNCH_ROWS``); --gemv-tilings 'bn,bk,split,warps,stages;...': more tilings the GEMV
-tuner times at 2..256 rows (``gemv.FEW_ROWS`` and ``MANY_ROWS``), kept where one is the fastest; --gemv-shares on|off:
-a split GEMV tiling's K shares added by the compiled code that reads the output, or in the kernel (``gemv.SHARES``);
+tuner times at 2..``gemv.MAX_ROWS`` rows (``gemv.FEW_ROWS`` and ``MANY_ROWS``), kept where one is the fastest;
+--gemv-shares on|off: a split GEMV tiling's K shares added by the compiled code that reads the output, or in the kernel (``gemv.SHARES``);
 --gemv-max-rows N: the most rows of x a call may have to take the GEMV (``gemv.MAX_ROWS``, 64; up to
 ``gemv.KERNEL_ROWS``, 256, past 64 in blocks of 64 rows: a batch's verify on the GEMV instead of cuBLAS).
 """
@@ -50,6 +50,10 @@ def main(argv: list[str]) -> int:
         more = parse_tilings(args.gemv_tilings or "")
     except ValueError as exc:
         p.error(f"--gemv-tilings: {exc}")
+    from eaglelab.engine.model.gemv import KERNEL_ROWS
+
+    if args.gemv_max_rows is not None and not 1 <= args.gemv_max_rows <= KERNEL_ROWS:
+        p.error(f"--gemv-max-rows: {args.gemv_max_rows} is not in 1..{KERNEL_ROWS} (the rows the kernel takes)")
     import eaglelab.engine.model.gemv_kernels as G
 
     if args.early_tiles is not None:
@@ -92,8 +96,6 @@ def main(argv: list[str]) -> int:
         if args.gemv_shares is not None:
             GV.SHARES = args.gemv_shares == "on"
         if args.gemv_max_rows is not None:
-            if not 1 <= args.gemv_max_rows <= GV.KERNEL_ROWS:
-                p.error(f"--gemv-max-rows: {args.gemv_max_rows} is not in 1..{GV.KERNEL_ROWS} (the rows the kernel takes)")
             GV.MAX_ROWS = args.gemv_max_rows
     from eaglelab.cli import main as cli
 
