@@ -17,7 +17,8 @@ on by default, with --pdl too while ``COMBO_WITH_PDL``); --combo-with-pdl [on|of
 kernel; --attention-one-launch-rows N: in its own launch where a KV head's query rows are at most N
 (``decode_attention_kernels.ONE_LAUNCH_ROWS``); --gemv-tilings 'bn,bk,split,warps,stages;...': more tilings the GEMV
 tuner times at 2..``gemv.MAX_ROWS`` rows (``gemv.FEW_ROWS`` and ``MANY_ROWS``), kept where one is the fastest;
---gemv-shares on|off: a split GEMV tiling's K shares added by the compiled code that reads the output, or in the kernel (``gemv.SHARES``);
+--gemv-shares on|off: a split GEMV tiling's K shares added by the compiled code that reads the output, or in the
+kernel (``gemv.SHARES``);
 --gemv-max-rows N: the most rows of x a call may have to take the GEMV (``gemv.MAX_ROWS``, 64; up to
 ``gemv.KERNEL_ROWS``, 256, past 64 in blocks of 64 rows: a batch's verify on the GEMV instead of cuBLAS).
 """
