@@ -19,8 +19,8 @@ kernel; --attention-one-launch-rows N: in its own launch where a KV head's query
 tuner times at 2..``gemv.MAX_ROWS`` rows (``gemv.FEW_ROWS`` and ``MANY_ROWS``), kept where one is the fastest;
 --gemv-shares on|off: a split GEMV tiling's K shares added by the compiled code that reads the output, or in the
 kernel (``gemv.SHARES``);
---gemv-max-rows N: the most rows of x a call may have to take the GEMV (``gemv.MAX_ROWS``, 64; up to
-``gemv.KERNEL_ROWS``, 256, past 64 in blocks of 64 rows: a batch's verify on the GEMV instead of cuBLAS).
+--gemv-max-rows N: the most rows of x a call may have to take the GEMV (``gemv.MAX_ROWS``, the kernel's whole
+range ``gemv.KERNEL_ROWS``, 256, past 64 in blocks of 64 rows; 64: a batch's verify on cuBLAS, as before 2026-12-07).
 """
 
 from __future__ import annotations

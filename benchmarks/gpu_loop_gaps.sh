@@ -87,7 +87,7 @@
 #           among the tuner's candidates at 2..64 rows (ab_constants --gemv-tilings). S_TEST=1: first the GPU test of
 #           the GEMV (tests/engine/model/test_gemv.py -k cuda); S_RUNS="" and S_BENCH=0 leave out the rest.
 #   call R  carry .carry/assets .whl (no GGUF)   STAGE=R: the GEMV past 64 rows (`rows256`: ab_constants --gemv-max-rows
-#           256, a batch's verify cut into blocks of 64 rows) against cuBLAS there (`rows64`: gemv.MAX_ROWS as in main).
+#           256, a batch's verify cut into blocks of 64 rows; main since) against cuBLAS there (`rows64`: 64).
 #           First `bench --phase-costs` of plain and the batch-8 tree (4/4/12 + 8) at batch 8 on SmolLM2's shape
 #           with random weights, in R_RUNS processes (default "rows256 rows64"; R_RUN_S seconds each at most, 220),
 #           each tuning its own GEMV (the tilings cache emptied first); R_EXTRA: more bench flags (a later tree or
@@ -95,7 +95,10 @@
 #           SmolLM2's shapes at 8, 96 and 160 rows (a decode at batch 8, the verify at batch 32 of 2/1/3 and at
 #           batch 8 of 4/4/12 + 8); R_TEST=1 the GPU tests of the GEMV (every tiling at 1-160 rows) and of combo
 #           kernels' tokens (the compiled phases route q/k/v and gate/up by gemv.reader_adds), R_TEST=gemv or
-#           combo one of them.
+#           combo one of them. Ran 2026-12-07 (nineteenth session) on one H100: C + R (R_TEST=1), C, C, I twice
+#           (FIG_AB "--gemv-max-rows 256", then 64 as main was), R at batch 32 (R_RUNS "rows64 rows256" R_GEMV=0
+#           R_EXTRA="--steps 2 --topk 1 --draft-tokens 3 --lookup-tokens 0 --batch-sizes 32 --prompts 32"):
+#           benchmarks/results/h100_2026-12-07 (a verify 5% cheaper at batch 8 and 32; the whole range on since).
 # Everything lands in $OUT/results_$STAGE.tar.gz. Knobs: STAGE_S, DEVICE (cuda), GAPS_PROMPTS (10), PHASE_COSTS (1;
 # 0: loop_gaps alone), GAPS_EXTRA (more loop_gaps/bench flags, e.g. for a dry run), GAPS (1; 0: stage Q without
 # loop_gaps.py).

@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from eaglelab.engine.errors import EagleLabError
+from eaglelab.engine.model.gemv_tiling import KERNEL_ROWS
 from eaglelab.engine.runtime.spec_config import MAX_LOOKUP_TOKENS, tree_label
 
 SCHEMA = 1
@@ -349,8 +350,9 @@ def parse_gemv_tilings(g: Any, path: Path, where: str) -> GemvTilings:
         _only(c, SHAPE_FIELDS + TILING_FIELDS, path, at)
         key = tuple(_int(c, k, 1, 1 << 20, path, at) for k in SHAPE_FIELDS)
         cfg = tuple(_int(c, k, 0, 1024, path, at) for k in TILING_FIELDS)
-        if key[2] & (key[2] - 1) or key[2] > 64:
-            raise _bad(path, f"{at}.rows_bucket", key[2], "a power of two up to 64 (1, 2, 4, ..., 64)")
+        if key[2] & (key[2] - 1) or key[2] > KERNEL_ROWS:
+            raise _bad(path, f"{at}.rows_bucket", key[2], f"a power of two up to {KERNEL_ROWS} (1, 2, 4, ..., "
+                       f"{KERNEL_ROWS}: the rows the GEMV takes)")
         if 0 in cfg and any(cfg):
             raise _bad(path, at, c, "a tiling of positive values, or all zeros for F.linear")
         if key in table:

@@ -58,10 +58,10 @@ def add_kernel_args(g: argparse._ArgumentGroup, what: str = "") -> None:
     they apply to in that command, e.g. "the headline's configurations: "). Unset, each is what ``run`` decides
     on the device at hand (:func:`cuda_kernel_default`)."""
     g.add_argument("--gemv", action=argparse.BooleanOptionalAction, default=None,
-                   help=f"{what}run the projections of a decode or small verify on our few-row kernel: on CUDA the "
-                        "Triton GEMV (<= 64 rows, bf16/fp16), tuned per weight shape on first use (default: the device "
-                        "profile's measured choice, else on); on CPU a C kernel (<= 256 rows, float32), built once with "
-                        "the system compiler (default: on when speculating)")
+                   help=f"{what}run the projections of a decode or a verify on our few-row kernel: on CUDA the "
+                        "Triton GEMV (<= 256 rows, bf16/fp16), tuned per weight shape on first use (default: the "
+                        "device profile's measured choice, else on); on CPU a C kernel (<= 256 rows, float32), built "
+                        "once with the system compiler (default: on when speculating)")
     g.add_argument("--decode-attn", action=argparse.BooleanOptionalAction, default=None,
                    help=f"{what}run the attention of a decode, verify or draft step (<= 64 query rows, bf16/fp16, CUDA) "
                         "on our Triton kernel made for a few rows over the static cache; past 16 rows a shape keeps SDPA "
@@ -335,13 +335,14 @@ def _add_gemv(s: Session, log: Callable[[str], None], profile: Any = None, pdl: 
     this machine's cached tilings and ``profile``'s where they were measured on this setup
     (:func:`eaglelab.gemv_cache.prepare`); under ``pdl`` (--pdl) its shapes are tuned, cached and adopted as
     dependent launches, apart from plain launches' choices."""
-    from eaglelab.engine.model.gemv import TritonGemv, dtype_refusal
+    from eaglelab.engine.model.gemv import MAX_ROWS, TritonGemv, dtype_refusal
     from eaglelab.gemv_cache import prepare
 
     gemv = TritonGemv(log, pdl=pdl)
     prepare(gemv, profile, s.target.device, s.target.dtype, log)  # as bench's: the setup decides, not the device
     _add_triton_kernel(s, "--gemv", "gemv", gemv, dtype_refusal, "F.linear",
-                       "projections of <= 64 rows on the Triton GEMV (bf16/fp16; F.linear per shape where it is faster)")
+                       f"projections of <= {MAX_ROWS} rows on the Triton GEMV (bf16/fp16; F.linear per shape where it "
+                       "is faster)")
 
 
 def _add_decode_attn(s: Session, log: Callable[[str], None]) -> None:

@@ -1,7 +1,6 @@
 """A Triton matrix-vector kernel for the decode's skinny matmuls: ``y [M, N] = x [M, K] @ W [N, K]^T (+ b)``
-for a few rows (M <= 64, :data:`MAX_ROWS`: a decode at batch <= 64, a verify of <= 64 tree nodes, a short prompt; the
-kernel takes up to 256, :data:`KERNEL_ROWS`), bf16/fp16 in and out, float32 accumulation, W row-major as
-``nn.Linear`` stores it.
+for a few rows (M <= 256, :data:`MAX_ROWS`: a decode at batch <= 256, a verify of a batch's trees, a short prompt),
+bf16/fp16 in and out, float32 accumulation, W row-major as ``nn.Linear`` stores it.
 
 At M = 1 a decode step reads every weight once and does two flops per weight byte pair: its speed is the memory
 bandwidth, and cuBLAS/inductor's GEMMs, tiled for large M, leave part of it unused. Here each program streams a
@@ -39,18 +38,18 @@ from typing import Callable, Mapping, Sequence
 import torch
 import torch.nn.functional as F
 
-from eaglelab.engine.model.gemv_tiling import GemvConfig, fits_registers, splits
+from eaglelab.engine.model.gemv_tiling import KERNEL_ROWS, GemvConfig, fits_registers, splits
 from eaglelab.engine.model.pdl import dependent_launches
 from eaglelab.engine.model.triton_ops import DTYPES, capturing, first_line, time_in_turn, unavailable
 from eaglelab.engine.model.triton_ops import dtype_refusal as kernel_dtype_refusal
 
-# The rows (M) the kernel can take: up to 64 one program holds them all; 65-256, a verify at batch 8 (8 x 20 rows) or
-# 32 (32 x 3), are cut into blocks of 64 (``gemv_tiling.row_blocks``), where a split tiling's K shares added by the
-# reader (SHARES) might beat cuBLAS's GEMM as they do at 8-64 rows. More rows (a prompt) are a GEMM's job.
-KERNEL_ROWS = 256
-# The rows a call may have to take the GEMV: 64 until the blocks of 64 are measured against cuBLAS on a GPU, end to
-# end (benchmarks/ab_constants.py --gemv-max-rows 256; stage R of benchmarks/gpu_loop_gaps.sh); at most KERNEL_ROWS.
-MAX_ROWS = 64
+# The rows a call may have to take the GEMV (at most KERNEL_ROWS; the tuner still keeps cuBLAS per shape where it is
+# faster). The whole range since it was measured against cuBLAS past 64 rows on one H100 (SmolLM2's shape, random
+# weights, bench's phase costs): a verify at batch 8 (4/4/12 + 8, 160 rows) 1.144 -> 1.085 ms, at batch 32 (2/1/3,
+# 96 rows) 1.130 -> 1.070 ms, decodes unchanged; on the real model the figures at batch 8 and 32 read the same
+# (1.58x and 1.58x, 1.32x and 1.31x, within their intervals): benchmarks/results/h100_2026-12-07.
+# benchmarks/ab_constants.py --gemv-max-rows 64 gives cuBLAS every call past 64 rows again.
+MAX_ROWS = KERNEL_ROWS
 FEW = 16  # up to this many rows every shape takes the kernel unless F.linear is faster; past it, see MANY_ROWS
 
 

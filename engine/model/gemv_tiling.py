@@ -20,6 +20,11 @@ class GemvConfig(NamedTuple):
 
 
 BLOCK_M_MAX = 64  # rows of x a program holds at most: more rows are cut into blocks of this many, a program each
+# The rows (M) the kernel can take: up to 64 one program holds them all; 65-256, a verify at batch 8 (8 x 20 rows) or
+# 32 (32 x 3), are cut into blocks of 64 (:func:`row_blocks`), where a split tiling's K shares added by the reader
+# beat cuBLAS's GEMM as they do at 8-64 rows. More rows (a prompt) are a GEMM's job. Tuning buckets (powers of two)
+# go up to it, in a device profile's or the cache's tilings too.
+KERNEL_ROWS = 256
 
 
 def padded_rows(rows: int, block_n: int) -> int:

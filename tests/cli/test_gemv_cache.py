@@ -45,6 +45,27 @@ def test_a_shape_tuned_in_one_process_is_taken_untimed_by_the_next(kernel, tmp_p
 
 
 @torch.no_grad()
+def test_a_batchs_verify_bucket_past_64_rows_is_cached_and_read_back(kernel, tmp_path):
+    """A verify at batch 8 (160 rows: bucket 256) tuned beside a decode: the next process reads both back (a
+    cache holding a bucket past 64 was once refused whole as malformed, and every shape tuned again)."""
+    path = tmp_path / C.FILE_NAME
+    said: list[str] = []
+    first = _fresh(said, path)
+    for rows in (1, 160):
+        x, w, b = _xw(rows)
+        first(x, w, b)
+    assert {key[2] for key in first.chosen} == {1, 256}
+    kernel.clear()
+    second = _fresh(said, path)
+    assert any(s.startswith(f"GEMV tilings for 2 shapes from this machine's cache {path}") for s in said), said
+    assert not any("not used" in s for s in said), said
+    for rows in (1, 160):
+        x, w, b = _xw(rows)
+        second(x, w, b)
+    assert kernel == [] and second.chosen == first.chosen
+
+
+@torch.no_grad()
 def test_another_setup_does_not_take_the_cached_tilings(kernel, tmp_path):
     path = tmp_path / C.FILE_NAME
     x, w, b = _xw(1)

@@ -92,7 +92,7 @@ def test_headline_reads_every_plain_config_against_the_bandwidth_bound():
 
 @pytest.mark.parametrize("dtype, note", [
     (torch.float32, "--gemv: off for float32 weights (the GEMV takes bfloat16 or float16), F.linear instead"),
-    (torch.bfloat16, "--gemv: projections of <= 64 rows on the Triton GEMV (bf16/fp16; F.linear per shape where it is "
+    (torch.bfloat16, "--gemv: projections of <= 256 rows on the Triton GEMV (bf16/fp16; F.linear per shape where it is "
                      "faster)")])
 def test_gemv_on_cuda_notes_a_float32_model_as_off(monkeypatch, dtype, note):
     """On CUDA with Triton, a float32 model's calls are all refused (gemv.refusal): the note says off, and why."""

@@ -100,6 +100,7 @@ AT = "profiles[0].gemv_tilings"
     ({"measured_on": H200, "chosen": [dict(GOOD, block_n="8")]}, f"{AT}.chosen[0].block_n"),
     ({"measured_on": H200, "chosen": [dict(GOOD, num_warps=True)]}, f"{AT}.chosen[0].num_warps"),
     ({"measured_on": H200, "chosen": [dict(GOOD, rows_bucket=3)]}, f"{AT}.chosen[0].rows_bucket"),
+    ({"measured_on": H200, "chosen": [dict(GOOD, rows_bucket=512)]}, f"{AT}.chosen[0].rows_bucket"),
     ({"measured_on": H200, "chosen": [dict(GOOD, block_n=0)]}, f"{AT}.chosen[0]"),
     ({"measured_on": H200, "chosen": [GOOD, GOOD]}, f"{AT}.chosen[1]"),
     ({"measured_on": dict(H200, launches=1), "chosen": [GOOD]}, f"{AT}.measured_on.launches"),
@@ -115,12 +116,19 @@ def test_a_malformed_tilings_table_is_refused_naming_the_file_and_field(tmp_path
 
 
 def test_a_well_formed_table_reads_and_serialises_sorted(tmp_path):
+    """Buckets up to the rows the kernel takes (256: a batch's verify in blocks of 64 rows) read back; 512 is
+    refused above, saying the range."""
     path = tmp_path / SHIPPED_NAME
     later = dict(GOOD, n=3072, block_n=0, block_k=0, split_k=0, num_warps=0, num_stages=0)
-    path.write_text(_with({"measured_on": H200, "chosen": [later, GOOD]}))
+    verify = dict(GOOD, rows_bucket=G.KERNEL_ROWS, block_n=16, block_k=128)
+    path.write_text(_with({"measured_on": H200, "chosen": [later, verify, GOOD]}))
     (p,) = read_profiles(path)
-    assert p.gemv_tilings == GemvTilings.of({(960, 576, 1): (8, 512, 1, 4, 3), (3072, 576, 1): (0,) * 5}, H200)
-    assert p.to_json()["gemv_tilings"]["chosen"] == [GOOD, later]
+    assert p.gemv_tilings == GemvTilings.of({(960, 576, 1): (8, 512, 1, 4, 3), (960, 576, 256): (16, 128, 1, 4, 3),
+                                             (3072, 576, 1): (0,) * 5}, H200)
+    assert p.to_json()["gemv_tilings"]["chosen"] == [GOOD, verify, later]
+    path.write_text(_with({"measured_on": H200, "chosen": [dict(GOOD, rows_bucket=512)]}))
+    with pytest.raises(EagleLabError, match=r"a power of two up to 256 \(1, 2, 4, \.\.\., 256"):
+        read_profiles(path)
 
 
 def test_tilings_timed_in_dependent_launches_round_trip_and_stay_apart(tmp_path, monkeypatch):

@@ -57,22 +57,24 @@ class RecordingGemv:
 @torch.no_grad()
 def test_refusal_names_each_reason_in_order():
     """Example: x [1, 1, 64] bf16 with a [96, 64] bf16 weight on the CPU is refused only for the device;
-    65 rows (257 with the kernel's whole range, ``KERNEL_ROWS``, allowed), float32, or a transposed weight are
-    refused for that first."""
+    257 rows (65 with the range cut to 64 as benchmarks/ab_constants.py --gemv-max-rows 64 does), float32, or a
+    transposed weight are refused for that first."""
     w = torch.zeros(96, 64, dtype=torch.bfloat16)
     x = torch.zeros(1, 1, 64, dtype=torch.bfloat16)
+    assert G.MAX_ROWS == G.KERNEL_ROWS == 256
     assert G.refusal(x, w) == "not CUDA (device cpu)"
     assert G.refusal(x, w, unavailable="no triton") == "no triton"
-    assert G.refusal(torch.zeros(65, 64, dtype=torch.bfloat16), w) == "65 rows (the GEMV takes 1..64)"
-    assert G.refusal(torch.zeros(2, 32, 64, dtype=torch.bfloat16), w) == "not CUDA (device cpu)", "64 rows: taken"
-    assert G.refusal(torch.zeros(17, 64, dtype=torch.bfloat16), w) == "not CUDA (device cpu)", "17 rows: taken"
-    assert G.refusal(torch.zeros(2, 33, 64, dtype=torch.bfloat16), w) == "66 rows (the GEMV takes 1..64)"
-    assert G.refusal(torch.zeros(0, 64, dtype=torch.bfloat16), w) == "0 rows (the GEMV takes 1..64)"
-    with pytest.MonkeyPatch.context() as mp:  # the kernel's whole range (benchmarks/ab_constants.py --gemv-max-rows)
-        mp.setattr(G, "MAX_ROWS", G.KERNEL_ROWS)
-        assert G.refusal(torch.zeros(8, 20, 64, dtype=torch.bfloat16), w) == "not CUDA (device cpu)", "a b8 verify"
-        assert G.refusal(torch.zeros(8, 32, 64, dtype=torch.bfloat16), w) == "not CUDA (device cpu)", "256 rows"
-        assert G.refusal(torch.zeros(257, 64, dtype=torch.bfloat16), w) == "257 rows (the GEMV takes 1..256)"
+    assert G.refusal(torch.zeros(8, 20, 64, dtype=torch.bfloat16), w) == "not CUDA (device cpu)", "a b8 verify"
+    assert G.refusal(torch.zeros(8, 32, 64, dtype=torch.bfloat16), w) == "not CUDA (device cpu)", "256 rows"
+    assert G.refusal(torch.zeros(257, 64, dtype=torch.bfloat16), w) == "257 rows (the GEMV takes 1..256)"
+    assert G.refusal(torch.zeros(2, 129, 64, dtype=torch.bfloat16), w) == "258 rows (the GEMV takes 1..256)"
+    assert G.refusal(torch.zeros(0, 64, dtype=torch.bfloat16), w) == "0 rows (the GEMV takes 1..256)"
+    with pytest.MonkeyPatch.context() as mp:  # cuBLAS past 64 rows (benchmarks/ab_constants.py --gemv-max-rows 64)
+        mp.setattr(G, "MAX_ROWS", 64)
+        assert G.refusal(torch.zeros(65, 64, dtype=torch.bfloat16), w) == "65 rows (the GEMV takes 1..64)"
+        assert G.refusal(torch.zeros(2, 32, 64, dtype=torch.bfloat16), w) == "not CUDA (device cpu)", "64 rows: taken"
+        assert G.refusal(torch.zeros(17, 64, dtype=torch.bfloat16), w) == "not CUDA (device cpu)", "17 rows: taken"
+        assert G.refusal(torch.zeros(2, 33, 64, dtype=torch.bfloat16), w) == "66 rows (the GEMV takes 1..64)"
     assert "dtypes torch.float32/torch.bfloat16" in G.refusal(x.float(), w)
     assert "dtypes torch.float16/torch.bfloat16" in G.refusal(x.half(), w)
     assert G.refusal(x, torch.zeros(64, 96, dtype=torch.bfloat16).t()) == "weight not row-major [N, K]"
@@ -507,8 +509,6 @@ COMPILED_SHARES = textwrap.dedent("""
     from tests.conftest import InterpretedGemv as CpuGemv, random_model, tiny_config
 
     G.SHARES = sys.argv[1] != "off"
-    if sys.argv[1] == "blocks":  # 80 rows: the kernel's blocks of 64 rows of x (its whole range allowed)
-        G.MAX_ROWS = G.KERNEL_ROWS
     if sys.argv[1] == "capped":  # two shares stand for more than inductor folds into each of several readers
         import torch._inductor.config
         torch._inductor.config.realize_reads_threshold = 1
@@ -544,7 +544,7 @@ def test_compiled_forward_adds_the_shares_inside_the_kernels_that_read_them(tmp_
     kernels than with ``SHARES`` off, where every projection adds in the kernel); the logits within fp16 rounding.
     Then with inductor folding a value several kernels read only while it reads one input (two shares are too many):
     q/k/v and gate/up, split among several readers, add their shares in the kernel; o and down leave them (8 each).
-    And at 80 rows (the kernel's whole range allowed: blocks of 64 rows of x), as at 3 rows."""
+    And at 80 rows (blocks of 64 rows of x), as at 3 rows."""
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": str(ROOT),
            "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor")}
     runs = {}
@@ -582,7 +582,7 @@ def test_op_shape_under_fake_tensors():
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @torch.no_grad()
-def test_gemv_matches_linear_on_cuda_eager_compiled_and_captured(monkeypatch):
+def test_gemv_matches_linear_on_cuda_eager_compiled_and_captured():
     """Every tiling, on 8B-shaped weights (K 4096 -> N 6144, K 14336 -> N 4096) in bf16 and an odd biased shape (K 1000
     -> N 777, nothing a multiple of 16) in bf16 and fp16, M = 1, 4, 16, 24, 64, 96, 160 (past 64 in blocks of 64
     rows): within rounding of an fp32 reference (no worse than twice F.linear's error plus one ulp of the largest
@@ -590,7 +590,6 @@ def test_gemv_matches_linear_on_cuda_eager_compiled_and_captured(monkeypatch):
     sums. Then a split tiling's call compiled whole (fullgraph) and replayed from a CUDA graph gives the eager
     kernel's exact output, with its shares added in the kernel and by the compiled code that reads them
     (``sums_fused``)."""
-    monkeypatch.setattr(G, "MAX_ROWS", G.KERNEL_ROWS)  # past 64 rows too (blocks of 64: a batch's verify)
     gemv = G.TritonGemv()
     assert gemv.reason is None, gemv.reason
     dev = torch.device("cuda")
