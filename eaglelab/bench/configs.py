@@ -21,7 +21,7 @@ class BenchConfig:
     peer: bool = False  # HF transformers generate
     description: str = ""
     compile: bool = False  # each captured phase torch.compile'd whole
-    gemv: bool = False  # projections of M <= 64 rows on the Triton GEMV (engine/model/gemv.py)
+    gemv: bool = False  # projections of M <= 256 rows on the Triton GEMV (engine/model/gemv.py)
     attn: bool = False  # attention of T <= 64 query rows on the Triton decode attention (engine/model/decode_attention.py)
     one_graph: bool = True  # speculative, decode-mode verify: the whole cycle one phase (False: a phase each)
     pdl: bool = False  # the captured phases' kernels launched dependently (Hopper; engine/model/pdl.py)

@@ -85,7 +85,7 @@ class Kernels:
     """The elementwise work of a layer (RMSNorm, rotary, SwiGLU), and the matmul kernel for a few rows.
     The eager set is the reference; a compiled set fuses each piece into one or two kernels (same maths,
     same dtypes), and offers ``compile_phase`` to compile whole phases. ``gemv`` (None: off) runs the
-    projections of a decode or a small verify (M <= 64 rows; on CPU up to 256) as a memory-bound kernel;
+    projections of a decode or a verify (M <= 256 rows, CUDA and CPU alike) as a memory-bound kernel;
     ``attention`` (None: off) the attention of a decode, a verify or a draft step (T <= 64 query rows
     under a mask) as a kernel made for a few rows; both fall back to the reference per call, with a reason."""
 
@@ -128,7 +128,7 @@ class FusedLinear:
     rebuilt when a weight is replaced or changed in place (``.to()``, a new load). With gradients on,
     the projections run separately so training sees its own parameters. Given a ``gemv`` kernel, calls
     it takes (see its ``refusal``) run on it instead of a GEMM, on the weight copy in its ``layout``:
-    the Triton GEMV (CUDA, M <= 64, bf16/fp16) or the few-row C kernel (CPU, M <= 256, float32). While
+    the Triton GEMV (CUDA, M <= 256, bf16/fp16) or the few-row C kernel (CPU, M <= 256, float32). While
     that C kernel is on, the calls it refuses for their rows (a long prompt) run each projection on its own
     weight (MKL, no third copy of the weights). ``sums_fused``: the output is read only by compiled elementwise
     code (a norm, a residual add, the rotary and the cache write, the SwiGLU), never leaving the compiled graph or
