@@ -45,14 +45,12 @@ def main(argv: list[str]) -> int:
     p.add_argument("--gemv-shares", choices=("on", "off"))
     p.add_argument("--gemv-max-rows", type=int, metavar="N")
     args = p.parse_args(argv[:cut])
-    from eaglelab.engine.model.gemv_tiling import parse_tilings
+    from eaglelab.engine.model.gemv_tiling import KERNEL_ROWS, parse_tilings
 
     try:
         more = parse_tilings(args.gemv_tilings or "")
     except ValueError as exc:
         p.error(f"--gemv-tilings: {exc}")
-    from eaglelab.engine.model.gemv import KERNEL_ROWS
-
     if args.gemv_max_rows is not None and not 1 <= args.gemv_max_rows <= KERNEL_ROWS:
         p.error(f"--gemv-max-rows: {args.gemv_max_rows} is not in 1..{KERNEL_ROWS} (the rows the kernel takes)")
     import eaglelab.engine.model.gemv_kernels as G

@@ -20,7 +20,7 @@ from eaglelab.engine.model.model import Transformer  # noqa: E402
 CONSTANTS = [(gemv_kernels, "EARLY_TILES"), (gemv_kernels, "EARLY_TILES_ONE_ROW"), (layers, "SHARE_MASK"),
              (compile_, "COMBO_KERNELS"), (compile_, "COMBO_WITH_PDL"), (cycle_kernels, "EXPAND_ONE_LAUNCH"),
              (attention_kernels, "ONE_LAUNCH_ROWS"), (Transformer, "logits"), (Eagle3Network, "head"),
-             (gemv, "FEW_ROWS"), (gemv, "MANY_ROWS"), (gemv, "SHARES")]
+             (gemv, "FEW_ROWS"), (gemv, "MANY_ROWS"), (gemv, "SHARES"), (gemv, "MAX_ROWS")]
 
 
 def test_each_flag_sets_its_constant_before_the_command(monkeypatch, tmp_path, capsys):
@@ -61,3 +61,11 @@ def test_each_flag_sets_its_constant_before_the_command(monkeypatch, tmp_path, c
     for way in ("off", "on"):  # K shares added in the kernel, or by the compiled reader
         main(["--gemv-shares", way, "--", "report", str(missing)])
         assert gemv.SHARES is (way == "on") and gemv.FEW_ROWS == few + more
+    main(["--gemv-max-rows", "64", "--", "report", str(missing)])  # a batch's verify back on cuBLAS
+    assert gemv.MAX_ROWS == 64  # what refusal reads (tests/engine/model/test_gemv.py: 65 rows then refused)
+    early = gemv_kernels.EARLY_TILES
+    for rows in ("0", str(gemv.KERNEL_ROWS + 1)):  # out of range: a usage error before any constant is patched
+        with pytest.raises(SystemExit) as bad:
+            main(["--early-tiles", str(early + 1), "--gemv-max-rows", rows, "--", "report", str(missing)])
+        assert bad.value.code == 2 and f"--gemv-max-rows: {rows} is not in 1..256" in capsys.readouterr().err
+        assert (gemv.MAX_ROWS, gemv_kernels.EARLY_TILES) == (64, early)
