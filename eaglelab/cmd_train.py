@@ -53,6 +53,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=4, help="sequences per optimizer step")
     p.add_argument("--ttt-length", type=int, default=7, help="training-time-test steps (default 7)")
     p.add_argument("--step-decay", type=float, default=0.8, help="loss weight of TTT step i is decay^i")
+    p.add_argument("--target-temperature", type=float, default=1.0, metavar="T",
+                   help="match softmax(target logits / T) (default 1: the target's distribution); below 1 sharper, "
+                        "weighting the target's first choices, which greedy verification accepts")
     p.add_argument("--draft-vocab-size", type=int, default=8192)
     p.add_argument("--intermediate-size", type=int, default=None, metavar="N",
                    help="the drafter's MLP width (default: the target's); with --init-from it may exceed the init's: "
@@ -145,7 +148,7 @@ def _train_config(args: argparse.Namespace, autocast: str | None, max_length: in
 
     return TrainConfig(
         epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, ttt_length=args.ttt_length,
-        step_decay=args.step_decay, warmup_ratio=args.warmup_ratio, max_grad_norm=args.max_grad_norm,
+        step_decay=args.step_decay, target_temperature=args.target_temperature, warmup_ratio=args.warmup_ratio, max_grad_norm=args.max_grad_norm,
         weight_decay=args.weight_decay, max_length=max_length, seed=args.seed,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every, max_steps=args.max_steps,
         autocast=autocast, init_lm_head=args.init_lm_head, time_limit=args.time_limit, eval_every=args.eval_every,

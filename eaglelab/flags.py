@@ -95,6 +95,7 @@ RULES: dict[str, Rule] = {
     "speed": _real(0.0, 1e6),
     "lr": _real(0.0, 10.0, low_open=True),
     "step_decay": _real(0.0, 1.0, low_open=True),
+    "target_temperature": _real(0.0, 100.0, low_open=True),
     "warmup_ratio": _real(0.0, 1.0),
     "max_grad_norm": _real(0.0, 1e6, low_open=True),
     "weight_decay": _real(0.0, 10.0),

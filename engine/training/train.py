@@ -38,6 +38,7 @@ class TrainConfig:
     batch_size: int = 4  # sequences per optimizer step
     ttt_length: int = 7
     step_decay: float = 0.8  # loss weight of TTT step i: step_decay ** i
+    target_temperature: float = 1.0  # the target's distribution the loss matches: softmax(logits / this); < 1 sharper
     warmup_ratio: float = 0.015
     max_grad_norm: float = 0.5
     weight_decay: float = 0.0
@@ -61,6 +62,8 @@ class TrainConfig:
                 raise ConfigError("must be >= 1", field="--" + name.replace("_", "-"), found=getattr(self, name))
         if self.lr <= 0:
             raise ConfigError("must be > 0", field="--lr", found=self.lr)
+        if not self.target_temperature > 0:
+            raise ConfigError("must be > 0", field="--target-temperature", found=self.target_temperature)
         if self.time_limit is not None and self.time_limit <= 0:
             raise ConfigError("must be > 0 seconds", field="--time-limit", found=self.time_limit)
         if self.eval_every < 0:
@@ -278,10 +281,11 @@ class TrainResult:
 
 
 CHECKPOINT_KEYS = ("model", "optimizer", "scheduler", "position", "rng", "num_samples")
-# Settings that fix the batch order and the LR's scale: a resume with others would train some samples twice and
-# skip others within the epoch, or jump the LR. The run's length (--total-steps, --epochs) may change on resume:
-# a time-limited run re-plans where its cosine ends from the rate it measured (see Trainer.replanned).
-RESUME_FIXED = ("seed", "batch_size", "warmup_ratio", "lr")
+# Settings that fix the batch order, the LR's scale and the loss: a resume with others would train some samples twice
+# and skip others within the epoch, jump the LR, or change what the drafter is trained to match halfway. The run's
+# length (--total-steps, --epochs) may change on resume: a time-limited run re-plans where its cosine ends from the
+# rate it measured (see Trainer.replanned).
+RESUME_FIXED = ("seed", "batch_size", "warmup_ratio", "lr", "target_temperature")
 
 
 class Trainer:
@@ -327,7 +331,7 @@ class Trainer:
         self.net.train()
         batch = self._with_states(batch.to(self.device))
         ac = self.cfg.autocast
-        probs = target_probs(self.head_rows, batch.hidden)  # float32, outside autocast
+        probs = target_probs(self.head_rows, batch.hidden, self.cfg.target_temperature)  # float32, outside autocast
         with torch.autocast(self.device.type, dtype=getattr(torch, ac or "bfloat16"), enabled=ac is not None):
             res = ttt_forward(self.net, batch, probs, self.cfg.ttt_length)
             loss = (self.weights * res.step_loss).sum()
@@ -495,7 +499,8 @@ class Trainer:
                 flag = "--" + name.replace("_", "-")
                 raise CheckpointError(
                     f"the checkpoint's run had another {flag}", file=path, field=flag, found=ours, expected=saved[name],
-                    hint=f"resume with {flag} {saved[name]} (it fixes the batch order and LR schedule), "
+                    hint=f"resume with {flag} {saved[name]} (as the run that wrote it: it fixes the batch order, "
+                         "the LR schedule or the loss), "
                          "or start afresh with another --checkpoint-dir")
 
 

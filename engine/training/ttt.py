@@ -15,7 +15,8 @@ anchor position p of a sequence x_0..x_{T-1} (aux features a_p, target final hid
   Implemented with the keys of all steps concatenated, [B, KVH, (i+1)T, D] (:class:`StepKeys`, which
   the network's own attention reads as its cache: Llama q/k/v or MLA latent rows), and an explicit mask.
 
-The loss is ``sum_i decay^i * CE_i`` (decay 0.8, 7 steps by default), AdamW, cosine schedule with
+The loss is ``sum_i decay^i * CE_i`` (decay 0.8, 7 steps by default; the target's distribution optionally
+sharpened, ``--target-temperature``), AdamW, cosine schedule with
 warm-up, gradient clipping. Checkpoints hold model, optimizer, scheduler, data position and RNG
 states; resuming continues to the same state as a run that never stopped.
 
@@ -68,12 +69,17 @@ class TTTResult:
     step_count: torch.Tensor  # [L]
 
 
-def target_probs(head_rows: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+def target_probs(head_rows: torch.Tensor, hidden: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Target distribution restricted to the draft vocabulary, renormalised: [B, T, V_draft] float32.
 
-    ``head_rows`` [V_draft, H]: the target's lm_head rows of the draft ids; hidden [B, T, H].
+    ``head_rows`` [V_draft, H]: the target's lm_head rows of the draft ids; hidden [B, T, H]. ``temperature``
+    below 1 sharpens it (``softmax(logits / temperature)``: at 0.5 each probability squared, renormalised), so
+    that a drafter too small to match the whole distribution spends its capacity on the target's first choices,
+    which are what greedy verification accepts; the argmax, and so the accuracy counted, is the same.
     """
     logits = hidden.float() @ head_rows.float().t()  # [B, T, V_draft]
+    if temperature != 1.0:
+        logits = logits / temperature
     return torch.softmax(logits, dim=-1)
 
 

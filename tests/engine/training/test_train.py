@@ -108,6 +108,39 @@ def test_target_distribution_is_restricted_and_renormalised():
     assert torch.allclose(got, full / full.sum(-1, keepdim=True), atol=1e-6)
 
 
+def test_a_sharper_target_squares_the_probabilities_and_keeps_the_argmax():
+    """--target-temperature 0.5: each restricted, renormalised probability squared and renormalised again."""
+    model = random_model(CFG, seed=2)
+    vocab = build_draft_vocab(torch.arange(VOCAB) % 7, DRAFT_VOCAB)
+    hidden = torch.randn(2, 5, 64)
+    rows = model.lm_head.weight[vocab.target_ids]
+    p = target_probs(rows, hidden)
+    sharp = target_probs(rows, hidden, 0.5)
+    assert torch.allclose(sharp, p * p / (p * p).sum(-1, keepdim=True), atol=1e-6)
+    assert torch.equal(sharp.argmax(-1), p.argmax(-1))
+    assert (sharp.max(-1).values > p.max(-1).values).all()
+
+
+def test_the_trainer_matches_the_sharpened_target(tmp_path):
+    """A trainer with target_temperature 0.5 takes its first step on the loss against the sharpened distribution
+    (the same drafter, batch and step weights computed here by hand), not the plain one."""
+    model = sharp_target(seed=1)
+    data, vocab = make_data(model, tmp_path / "d", 8, max_new=12)
+    cfg = TrainConfig(epochs=1, lr=1e-2, batch_size=4, ttt_length=3, checkpoint_every=0, log_every=1,
+                      target_temperature=0.5)
+    trainer = Trainer(fresh(model, vocab), TargetHead.from_model(model), data, cfg)
+    batch = data.load([0, 1, 2, 3], cfg.max_length, cfg.pad_multiple)
+    before = copy.deepcopy(trainer.net)
+    weights = torch.tensor(cfg.step_weights())
+    with torch.no_grad():
+        b = batch.to(trainer.device)
+        expect = {t: (weights * ttt_forward(before, b, target_probs(trainer.head_rows, b.hidden, t), 3).step_loss).sum()
+                  for t in (0.5, 1.0)}
+    _, loss, _ = trainer.train_step(batch)
+    assert loss.item() == pytest.approx(expect[0.5].item(), rel=1e-5)
+    assert abs(expect[0.5].item() - expect[1.0].item()) > 1e-3 * expect[1.0].item()
+
+
 def test_positions_without_loss_mask_do_not_count():
     """Loss and accuracy only where the predicted token (p + i + 2) has loss_mask 1."""
     model = random_model(CFG, seed=2)
@@ -204,11 +237,13 @@ def test_resume_gives_the_same_state_as_not_stopping(tmp_path):
 
 
 @pytest.mark.parametrize("change,flag", [({"batch_size": 2}, "--batch-size"), ({"seed": 1}, "--seed"),
-                                         ({"lr": 5e-3}, "--lr"), ({"warmup_ratio": 0.5}, "--warmup-ratio")])
+                                         ({"lr": 5e-3}, "--lr"), ({"warmup_ratio": 0.5}, "--warmup-ratio"),
+                                         ({"target_temperature": 0.5}, "--target-temperature")])
 def test_resume_with_another_batch_order_or_lr_is_refused(tmp_path, change, flag):
     """A run of batch 4 stopped at step 3 (mid-epoch 0): resuming it with batch 2 or another seed (both
     change which samples batches 3.. of the epoch hold: some would train twice, others never), another
-    --lr or --warmup-ratio (the LR would jump) is refused, naming the checkpoint, the flag and both values."""
+    --lr or --warmup-ratio (the LR would jump) or another --target-temperature (the loss would change halfway) is
+    refused, naming the checkpoint, the flag and both values."""
     model = sharp_target(seed=1)
     data, vocab = make_data(model, tmp_path / "d", 16, max_new=12)
     _trainer(model, data, vocab, tmp_path / "b", max_steps=3).train()
@@ -218,7 +253,7 @@ def test_resume_with_another_batch_order_or_lr_is_refused(tmp_path, change, flag
     resumed = Trainer(fresh(model, vocab), TargetHead.from_model(model), data, cfg, checkpoint_dir=tmp_path / "b")
     with pytest.raises(CheckpointError) as err:
         resumed.load_checkpoint(ck)
-    saved = {"batch_size": 4, "seed": 0, "lr": 1e-2, "warmup_ratio": 0.2}[next(iter(change))]
+    saved = {"batch_size": 4, "seed": 0, "lr": 1e-2, "warmup_ratio": 0.2, "target_temperature": 1.0}[next(iter(change))]
     assert (err.value.file, err.value.field, err.value.found, err.value.expected) == (
         str(ck), flag, next(iter(change.values())), saved)
     assert resumed.step == 0  # nothing restored
@@ -388,6 +423,15 @@ def test_capture_then_train_through_the_cli(tmp_path, capfd):
     assert len(ev.Scalars("train/loss")) == 6  # 12 samples / 4 = 3 steps per epoch, 2 epochs
     prov = json.loads((tmp_path / "straight" / "eaglelab_training.json").read_text())
     assert prov["steps"] == 6 and prov["aux_layer_ids_sglang"] == [0, 1, 2]
+    assert prov["train_config"]["target_temperature"] == 1.0
+    # a sharpened target is recorded in the card; a temperature of 0 is a user's mistake, said without a traceback
+    assert main(common + ["--out", str(tmp_path / "sharp"), "--max-steps", "1", "--target-temperature", "0.5"]) == 0
+    sharp = json.loads((tmp_path / "sharp" / "eaglelab_training.json").read_text())
+    assert sharp["train_config"]["target_temperature"] == 0.5
+    capfd.readouterr()
+    assert main(common + ["--out", str(tmp_path / "zero"), "--target-temperature", "0"]) == 2
+    said = "".join(capfd.readouterr())
+    assert "--target-temperature" in said and "Traceback" not in said and not (tmp_path / "zero").exists()
     # a time-limited run re-plans its length on resume (the device batches do): another --total-steps is taken
     assert main(common + ["--out", str(tmp_path / "replanned"), "--max-steps", "4"]) == 0
     capfd.readouterr()
