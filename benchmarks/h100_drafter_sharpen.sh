@@ -118,9 +118,9 @@ stage_s() {
   cp "$DATA/distill.json" "$R/" 2>/dev/null
   # the shipped drafter's own draft vocabulary as the data's (not one rebuilt from these answers): both drafters
   # start exactly where the shipped one is (every head row carried over), so what they gain is the training's
-  mkdir -p "$DATA/vocab_mapping"
-  python3 -c "import sys, torch; from safetensors.torch import load_file; t = load_file(sys.argv[1]); \
-torch.save({'d2t': t['d2t'], 't2d': t['t2d']}, sys.argv[2])" "$SHIPPED/model.safetensors" "$DATA/vocab_mapping/vocab_mapping.pt"
+  python3 -c "import sys; from safetensors.torch import load_file; \
+from eaglelab.engine.formats.specforge_data import VocabMapping, write_vocab_mapping; t = load_file(sys.argv[1]); \
+write_vocab_mapping(sys.argv[2], VocabMapping(t['d2t'], t['t2d']))" "$SHIPPED/model.safetensors" "$DATA"
   train_all $(( $(left) - 75 )) "${TOTAL_STEPS:-3000}"  # a guess; T re-plans from the measured rate
 }
 

@@ -148,7 +148,8 @@ def _train_config(args: argparse.Namespace, autocast: str | None, max_length: in
 
     return TrainConfig(
         epochs=args.epochs, lr=args.lr, batch_size=args.batch_size, ttt_length=args.ttt_length,
-        step_decay=args.step_decay, target_temperature=args.target_temperature, warmup_ratio=args.warmup_ratio, max_grad_norm=args.max_grad_norm,
+        step_decay=args.step_decay, target_temperature=args.target_temperature, warmup_ratio=args.warmup_ratio,
+        max_grad_norm=args.max_grad_norm,
         weight_decay=args.weight_decay, max_length=max_length, seed=args.seed,
         checkpoint_every=args.checkpoint_every, log_every=args.log_every, max_steps=args.max_steps,
         autocast=autocast, init_lm_head=args.init_lm_head, time_limit=args.time_limit, eval_every=args.eval_every,

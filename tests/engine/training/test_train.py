@@ -98,11 +98,15 @@ def test_ttt_steps_equal_the_engine_draft_path():
     assert_ttt_is_network_chain(net, model, TAPS)
 
 
-def test_target_distribution_is_restricted_and_renormalised():
+def _restricted_head():
+    """A tiny target, its lm_head rows of a draft vocabulary, and hidden states to read through them."""
     model = random_model(CFG, seed=2)
     vocab = build_draft_vocab(torch.arange(VOCAB) % 7, DRAFT_VOCAB)
-    hidden = torch.randn(2, 5, 64)
-    rows = model.lm_head.weight[vocab.target_ids]
+    return model, vocab, model.lm_head.weight[vocab.target_ids], torch.randn(2, 5, 64)
+
+
+def test_target_distribution_is_restricted_and_renormalised():
+    model, vocab, rows, hidden = _restricted_head()
     got = target_probs(rows, hidden)
     full = torch.softmax(model.logits(hidden), -1)[..., vocab.target_ids]
     assert torch.allclose(got, full / full.sum(-1, keepdim=True), atol=1e-6)
@@ -110,10 +114,7 @@ def test_target_distribution_is_restricted_and_renormalised():
 
 def test_a_sharper_target_squares_the_probabilities_and_keeps_the_argmax():
     """--target-temperature 0.5: each restricted, renormalised probability squared and renormalised again."""
-    model = random_model(CFG, seed=2)
-    vocab = build_draft_vocab(torch.arange(VOCAB) % 7, DRAFT_VOCAB)
-    hidden = torch.randn(2, 5, 64)
-    rows = model.lm_head.weight[vocab.target_ids]
+    _, _, rows, hidden = _restricted_head()
     p = target_probs(rows, hidden)
     sharp = target_probs(rows, hidden, 0.5)
     assert torch.allclose(sharp, p * p / (p * p).sum(-1, keepdim=True), atol=1e-6)
