@@ -25,7 +25,10 @@
 # Afterwards (CPU): rejoin each drafter (`benchmarks/export_drafter.py` wrote the shards: load them into one
 # model.safetensors or point the engine at the folder), then the float32 CPU acceptance of each, the same command
 # with --device cpu: the figure a drafter is judged by here.
-# Knobs: STAGE_S, SYNTH_N, SYNTH_S, ASK_N, ASK_S, USER_N, LONG_N, TURN2_N, DISTILL_S, TRAIN_BS, LR, TEMPS (default
+# A second batch continues from the shipped drafter (itself trained here at 0.5) on fresh data at a lower temperature:
+#   SEED=2 TEMPS="0.5 0.25" FIG_TEMPS="0.25 0.5" (SEED seeds the prompts the target writes, SEED+1 the code and
+#   maths questions, and the mix; the first batch ran with SEED=0, so the same seed would train on the same data).
+# Knobs: SEED, STAGE_S, SYNTH_N, SYNTH_S, ASK_N, ASK_S, USER_N, LONG_N, TURN2_N, DISTILL_S, TRAIN_BS, LR, TEMPS (default
 # "1.0 0.5"), EVAL_N, EVAL_EVERY, ACC_PROMPTS, ACC_S (each acceptance run's limit), FIG_TEMPS (U's drafters, "0.5 1.0"),
 # FIG_NEXT_S (U's seconds kept for each run after the current, 80),
 # FIG_ARGS (more `bench --figures` flags); for a dry run: DEVICE (cuda),
@@ -42,7 +45,7 @@ STAGE=${STAGE:?set STAGE=C, S, T or U}
 source "$(dirname "$0")/device_stage.sh"
 
 W=$HOME/sharpen; DATA=$W/distill
-DEVICE=${DEVICE:-cuda} DTYPE=${DTYPE:-bfloat16} TEMPS=${TEMPS:-1.0 0.5}
+DEVICE=${DEVICE:-cuda} DTYPE=${DTYPE:-bfloat16} TEMPS=${TEMPS:-1.0 0.5} SEED=${SEED:-0}
 
 train_args() {  # TEMP TOTAL_STEPS
   TRAIN=(--online --target default --data "$DATA" --out "$W/t$1" --checkpoint-dir "$W/ck_t$1" --init-from "$SHIPPED"
@@ -65,12 +68,12 @@ train_all() {  # LIMIT_S TOTAL_STEPS [--resume]: every temperature's training at
 }
 
 write_mix() {
-  python3 - "$W/mix.json" "$W/synth" "$W/asks" "${USER_N:-60000}" "${LONG_N:-12000}" "${ASK_N:-20000}" \
+  python3 - "$W/mix.json" "$W/synth" "$W/asks" "$SEED" "${USER_N:-60000}" "${LONG_N:-12000}" "${ASK_N:-20000}" \
     "${TURN2_N:-20000}" "${MAX_NEW:-0}" <<'PY'
 import gzip, json, sys
 from pathlib import Path
 out, synth, asks = sys.argv[1:4]
-user_n, long_n, ask_n, turn2_n, max_new = [int(x) for x in sys.argv[4:]]
+seed, user_n, long_n, ask_n, turn2_n, max_new = [int(x) for x in sys.argv[4:]]
 cap = lambda n: min(n, max_new) if max_new > 0 else n  # MAX_NEW: every answer capped (a dry run's knob)
 first = Path(synth) / "prompts.jsonl.gz"
 rows = gzip.open(first, "rt").read().splitlines() if first.is_file() else []
@@ -86,7 +89,7 @@ parts = [p for p in parts if p["name"] != "long" or rows[user_n:user_n + long_n]
 for p in [p for p in parts if "prompts" in p and not (Path(p["prompts"]) / "prompts.jsonl.gz").is_file()]:
     print(f"mix: no prompts in {p['prompts']} (its step failed): part {p['name']} left out")
     parts = [q for q in parts if q is not p and q.get("second_turn_of") != p["name"]]
-Path(out).write_text(json.dumps({"seed": 0, "parts": parts}, indent=1))
+Path(out).write_text(json.dumps({"seed": seed, "parts": parts}, indent=1))
 print(f"mix: {len(rows)} synthesized prompts; user {min(user_n, len(rows))}, long {len(rows[user_n:user_n + long_n])}")
 PY
 }
@@ -106,10 +109,10 @@ stage_s() {
   join_gguf
   mkdir -p "$W"
   TAIL=6 run synthesize $(( ${SYNTH_S:-90} + 120 )) $EL synthesize --out "$W/synth" --count "${SYNTH_N:-72000}" \
-    --batch-size "${SYNTH_BS:-2048}" --max-new-tokens 128 --top-p 1.0 --time-limit "${SYNTH_S:-90}" --device "$DEVICE" \
-    --dtype "$DTYPE" --systems-file benchmarks/synth_systems.txt
+    --batch-size "${SYNTH_BS:-2048}" --max-new-tokens 128 --top-p 1.0 --time-limit "${SYNTH_S:-90}" --seed "$SEED" \
+    --device "$DEVICE" --dtype "$DTYPE" --systems-file benchmarks/synth_systems.txt
   TAIL=6 run synthesize_ask $(( ${ASK_S:-45} + 120 )) $EL synthesize --out "$W/asks" --count "${ASK_N:-20000}" \
-    --batch-size "${SYNTH_BS:-2048}" --max-new-tokens 160 --top-p 1.0 --time-limit "${ASK_S:-45}" --seed 1 \
+    --batch-size "${SYNTH_BS:-2048}" --max-new-tokens 160 --top-p 1.0 --time-limit "${ASK_S:-45}" --seed $(( SEED + 1 )) \
     --device "$DEVICE" --dtype "$DTYPE" --ask code,maths
   cp "$W/synth/manifest.json" "$R/synth_manifest.json" 2>/dev/null; cp "$W/asks/manifest.json" "$R/asks_manifest.json" 2>/dev/null
   write_mix | tee "$R/mix.txt"; cp "$W/mix.json" "$R/"
