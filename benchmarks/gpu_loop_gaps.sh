@@ -6,6 +6,7 @@
 # does the staging.
 #
 #   calls C, C, C  carry .carry/mq1, .carry/mq2, .carry/mq3 (each with .whl)   STAGE=C: park a part of the GGUF
+#                  (since 2026-12-07 five parts: C carries .carry/mr1 .. mr4, the joining call mr5; benchmarks/README.md)
 #   call X  carry .carry/mq4 .carry/assets .whl (right after the third C)      STAGE=X: joins the GGUF; loop_gaps.py
 #           on the first 10 MT-bench first turns, 128 tokens, EOS ignored, plain against 5/4/24 + 16; then
 #           `bench --phase-costs` of the same pair and tree

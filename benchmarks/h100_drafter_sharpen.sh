@@ -2,12 +2,12 @@
 # Issue 40: does a sharpened target (`eaglelab train --target-temperature 0.5`) train a drafter that greedy
 # verification accepts more of? A controlled A/B on one GPU (H100 or H200): the same data, warm start (the shipped
 # drafter, its draft vocabulary kept), shape, steps, seed and schedule, two trainings side by side on the GPU, differing only in the temperature
-# of the target distribution the loss matches (1.0, the control, as every drafter so far; 0.5). Five back-to-back
+# of the target distribution the loss matches (1.0, the control, as every drafter so far; 0.5). Six back-to-back
 # device calls, run from the repo root with STAGE and OUT set (send the next as soon as one returns: the machine stays
 # warm ~30 s, and the data lives in ~/sharpen):
 #
-#   calls C, C, C  carry .carry/mq1, .carry/mq2, .carry/mq3 (each with .whl)    STAGE=C: park a part of the GGUF
-#   call S  carry .carry/mq4 .carry/assets .whl                                STAGE=S: join the GGUF; the target
+#   calls C x4     carry .carry/mr1 .. .carry/mr4, one a call (each with .whl)  STAGE=C: park a part of the GGUF
+#   call S  carry .carry/mr5 .carry/assets .whl                                STAGE=S: join the GGUF; the target
 #           writes prompts (user turns under benchmarks/synth_systems.txt's system messages, code and maths
 #           questions); `distill --mix` answers them (short and long answers, code and maths, second turns); both
 #           trainings start (time-limited, checkpointed)
@@ -37,8 +37,8 @@
 #   export DRY=/tmp/drysharp SYNTH_N=8 SYNTH_S=60 ASK_N=4 ASK_S=60 USER_N=6 LONG_N=2 TURN2_N=4 MAX_NEW=16 \
 #     SYNTH_BS=4 DISTILL_BS=8 DISTILL_S=60 TRAIN_BS=2 EVAL_N=2 EVAL_EVERY=2 TOTAL_STEPS=4 ACC_PROMPTS=1 ACC_S=200
 #   T="bash benchmarks/dry_run_cpu.sh h100_drafter_sharpen.sh"
-#   $T "C:.carry/mq1 .whl" "C:.carry/mq2 .whl" "C:.carry/mq3 .whl"
-#   STAGE_S=900 $T "S:.carry/mq4 .carry/assets .whl"; STAGE_S=900 $T "T:.carry/assets .whl"
+#   $T "C:.carry/mr1 .whl" "C:.carry/mr2 .whl" "C:.carry/mr3 .whl" "C:.carry/mr4 .whl"
+#   STAGE_S=900 $T "S:.carry/mr5 .carry/assets .whl"; STAGE_S=900 $T "T:.carry/assets .whl"
 #   awk 'NR % 10 == 1' .carry/assets/question.jsonl > $DRY/q.jsonl
 #   STAGE_S=900 FIG_ARGS="--max-new-tokens 4 --questions $DRY/q.jsonl" $T "U:.carry/assets .whl"
 STAGE=${STAGE:?set STAGE=C, S, T or U}
