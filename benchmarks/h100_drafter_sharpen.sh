@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Issue 40: does a sharpened target (`eaglelab train --target-temperature 0.5`) train a drafter that greedy
 # verification accepts more of? A controlled A/B on one GPU (H100 or H200): the same data, warm start (the shipped
-# drafter, its draft vocabulary kept), shape, steps, seed and schedule, two trainings side by side on the GPU, differing only in the temperature
-# of the target distribution the loss matches (1.0, the control, as every drafter so far; 0.5). Six back-to-back
-# device calls, run from the repo root with STAGE and OUT set (send the next as soon as one returns: the machine stays
-# warm ~30 s, and the data lives in ~/sharpen):
+# drafter, its draft vocabulary kept), shape, steps, seed and schedule, two trainings side by side on the GPU,
+# differing only in the temperature of the target distribution the loss matches (1.0, the control, as every drafter
+# so far; 0.5). Six back-to-back device calls, run from the repo root with STAGE and OUT set (send the next as soon as
+# one returns: the machine stays warm ~30 s, and the data lives in ~/sharpen):
 #
 #   calls C x4     carry .carry/mr1 .. .carry/mr4, one a call (each with .whl)  STAGE=C: park a part of the GGUF
 #   call S  carry .carry/mr5 .carry/assets .whl                                STAGE=S: join the GGUF; the target
@@ -20,7 +20,7 @@
 #           on the 80 MT-bench first turns (plain in the same process), one process each: the shipped drafter, then
 #           each trained one (FIG_TEMPS) under a copy of the shipped one's profile (the same trees and kernels)
 #
-# Expected device time ~20 minutes held (three C calls ~20 s each warm, S 540 s, T 540 s, plus the start), U ~8 more;
+# Expected device time ~20 minutes held (four C calls ~10 s each warm, S 540 s, T 540 s, plus the start), U ~8 more;
 # ~9 minutes of it training, both drafters at once.
 # Afterwards (CPU): rejoin each drafter (`benchmarks/export_drafter.py` wrote the shards: load them into one
 # model.safetensors or point the engine at the folder), then the float32 CPU acceptance of each, the same command
@@ -112,8 +112,8 @@ stage_s() {
     --batch-size "${SYNTH_BS:-2048}" --max-new-tokens 128 --top-p 1.0 --time-limit "${SYNTH_S:-90}" --seed "$SEED" \
     --device "$DEVICE" --dtype "$DTYPE" --systems-file benchmarks/synth_systems.txt
   TAIL=6 run synthesize_ask $(( ${ASK_S:-45} + 120 )) $EL synthesize --out "$W/asks" --count "${ASK_N:-20000}" \
-    --batch-size "${SYNTH_BS:-2048}" --max-new-tokens 160 --top-p 1.0 --time-limit "${ASK_S:-45}" --seed $(( SEED + 1 )) \
-    --device "$DEVICE" --dtype "$DTYPE" --ask code,maths
+    --batch-size "${SYNTH_BS:-2048}" --max-new-tokens 160 --top-p 1.0 --time-limit "${ASK_S:-45}" \
+    --seed $(( SEED + 1 )) --device "$DEVICE" --dtype "$DTYPE" --ask code,maths
   cp "$W/synth/manifest.json" "$R/synth_manifest.json" 2>/dev/null; cp "$W/asks/manifest.json" "$R/asks_manifest.json" 2>/dev/null
   write_mix | tee "$R/mix.txt"; cp "$W/mix.json" "$R/"
   TAIL=12 run distill $(( ${DISTILL_S:-170} + 90 )) $EL distill --mix "$W/mix.json" --out "$DATA" \
