@@ -113,7 +113,10 @@ class Session:
     notes: list[str] = field(default_factory=list)
     runner_factory: Callable[..., Any] | None = None
     kernels: Any = None  # the layers' elementwise kernels (compiled with --compile), shared by every engine
-    plain_on_mkl: bool = False  # on CPU, speculating with the C kernel by default: plain engines keep MKL
+    # On CPU, the few-row C kernel by default where it timed faster than MKL: plain engines at one row, speculative
+    # ones at the verify's rows; True: that side's engines run their projections on MKL
+    plain_on_mkl: bool = False
+    spec_on_mkl: bool = False
 
     def generator(self):
         import torch
@@ -152,20 +155,27 @@ class Session:
 
     def _eager_runner(self, spec, drafter):
         """An eager runner with the session's compiled kernels (None: the engine's own runner)."""
-        from dataclasses import replace
-
-        from eaglelab.engine.model.layers import EAGER_KERNELS
         from eaglelab.engine.runtime.reasons import EAGER_NO_CUDA, EAGER_OFF
         from eaglelab.engine.runtime.runner import EagerRunner
 
-        kernels = self.kernels
-        if kernels is not None and self.plain_on_mkl and not spec.enabled:  # the baseline is plain decoding as
-            kernels = None if kernels == replace(EAGER_KERNELS, gemv=kernels.gemv) else replace(kernels, gemv=None)
-        if kernels is None:  # a --draft none run has it: MKL, not the kernel (the engine's own runner)
+        kernels = self.eager_kernels(spec.enabled)
+        if kernels is None:  # MKL, not the kernel (the engine's own runner)
             return None
         net = drafter.net if spec.enabled and drafter is not None else None
         return EagerRunner(self.target.model, net, reason=EAGER_NO_CUDA if spec.cuda_graphs else EAGER_OFF,
                            kernels=kernels)
+
+    def eager_kernels(self, speculative: bool):
+        """The kernels an eager engine of that side runs: the session's, less the few-row CPU kernel where the side
+        runs on MKL (:attr:`plain_on_mkl`, :attr:`spec_on_mkl`); None: the layers' own (MKL)."""
+        from dataclasses import replace
+
+        from eaglelab.engine.model.layers import EAGER_KERNELS
+
+        kernels = self.kernels
+        if kernels is None or not (self.spec_on_mkl if speculative else self.plain_on_mkl):
+            return kernels
+        return None if kernels == replace(EAGER_KERNELS, gemv=kernels.gemv) else replace(kernels, gemv=None)
 
     def warm_up_tokens(self, spec=None) -> int:
         """Tokens a timed run generates first, untimed (``Engine.generate(warm_up=...)``), so its CUDA graphs are
@@ -244,11 +254,13 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
     if device.type == "cpu":  # default: on for speculation (its verify's rows); plain decoding where it times faster
         if gemv or (gemv is None and session.spec.enabled):
             _add_cpu_gemm(session, log)
-            if gemv is None:  # the plain baseline runs as a --draft none run would
-                session.plain_on_mkl = not _plain_on_cpu_kernel(session)
+            if gemv is None:  # each side where it times faster: the verify's rows, and the plain baseline's one
+                spec = session.spec
+                session.spec_on_mkl = not _on_cpu_kernel(session, spec.draft_tokens + spec.lookup_tokens)
+                session.plain_on_mkl = not _on_cpu_kernel(session)
         elif gemv is None:  # --draft none: the kernel only where it times faster than MKL at one row
             _add_cpu_gemm(session, log, quiet=True)
-            session.plain_on_mkl = not _plain_on_cpu_kernel(session)
+            session.plain_on_mkl = not _on_cpu_kernel(session)
         if getattr(args, "decode_attn", None):
             _add_decode_attn(session, log)
     else:
@@ -397,14 +409,15 @@ def _add_cpu_gemm(s: Session, log: Callable[[str], None], quiet: bool = False) -
                            "kernel (--no-gemv: MKL)")
 
 
-def _plain_on_cpu_kernel(s: Session) -> bool:
-    """Whether plain decoding (a --draft none run, and a speculative run's baseline) takes the few-row C kernel: one
-    row through the target's projections timed on it and on MKL, now (which is faster depends on the CPU, the torch
-    build's MKL and whether the weights are bfloat16-exact, which the kernel then reads in half the bytes); a note
-    gives both times. False where the kernel is off."""
+def _on_cpu_kernel(s: Session, rows: int = 1) -> bool:
+    """Whether the engines of one side take the few-row C kernel: ``rows`` rows through the target's projections
+    timed on it and on MKL, now (which is faster depends on the CPU, the torch build's MKL and whether the weights
+    are bfloat16-exact, which the kernel then reads in half the bytes); a note gives both times. One row: plain
+    decoding (a --draft none run, and a speculative run's baseline); a verify's rows: the speculative engines
+    (verify and drafter). False where the kernel is off."""
     import torch
 
-    from eaglelab.engine.model.cpu_gemm import time_one_row
+    from eaglelab.engine.model.cpu_gemm import time_rows
     from eaglelab.engine.model.layers import fused_linears
 
     gemm = s.kernels.gemv if s.kernels is not None else None
@@ -417,10 +430,12 @@ def _plain_on_cpu_kernel(s: Session) -> bool:
             ws = [lin.weight.detach() for lin in fused.linears]
             first[key] = ws[0] if len(ws) == 1 else torch.cat(ws)
         weights.append(first[key])
-    got = time_one_row(gemm, weights)
+    got = time_rows(gemm, weights, rows)
     on = "on the few-row CPU kernel" if got.kernel_faster else "on MKL"
     flag = "--no-gemv: MKL" if got.kernel_faster else "--gemv: the kernel"
-    s.notes.append(f"gemv: plain decoding {on}: one row through every projection {got.kernel_ms:.1f} ms on the "
+    side, what = (("plain decoding", "one row") if rows == 1 else
+                  ("speculation", f"the verify's {rows} rows"))
+    s.notes.append(f"gemv: {side} {on}: {what} through every projection {got.kernel_ms:.1f} ms on the "
                    f"kernel, {got.mkl_ms:.1f} ms on MKL, timed now ({flag})")
     return got.kernel_faster
 

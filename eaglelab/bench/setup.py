@@ -79,8 +79,8 @@ def setup_bench(args: argparse.Namespace, log: Callable[[str], None], tp: Any = 
         peer=capped_peer(built["peer"], d.get("hf_max_new_tokens")), peer_skip=built.get("peer_skip"), log=log, tp=tp,
         compile_mode=None if args.compile_mode == "default" else args.compile_mode,
         compile_prefill=args.bench_compile_prefill,
-        eager_kernels=built.get("kernels") if cpu else None,  # as `run`: the few-row C kernel,
-        plain_kernels=built.get("plain_kernels") if cpu else None,  # and MKL for plain decoding
+        eager_kernels=built.get("kernels") if cpu else None,  # as `run`: each side on the few-row C kernel
+        plain_kernels=built.get("plain_kernels") if cpu else None,  # or MKL, whichever timed faster
         tree_for=built["tree_for"], observe=observes(args), profile=built["profile"],
         continuous=getattr(args, "continuous", False), refill_rows=_refill_rows(args),
         eos_token_ids=_eos_ids(args, built),
@@ -276,7 +276,8 @@ def _model_setup(args, max_new: int, log, tp=None) -> dict[str, Any]:
     stop = eos if getattr(args, "eos", False) else ()
     peer = lambda: B.hf_generate_fn(_quiet(B.load_hf_peer)(target.path, target.device, target.dtype),  # noqa: E731
                                     target.device, stop)
-    return dict(common, peer=peer, kernels=s.kernels, plain_kernels=None if s.plain_on_mkl else s.kernels)
+    return dict(common, peer=peer, kernels=s.eager_kernels(True),
+                plain_kernels=s.eager_kernels(False))
 
 
 def compile_prefill_note(device_type: str) -> str:

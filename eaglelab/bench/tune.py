@@ -488,8 +488,8 @@ def load_tune_target(n_prompts: int, new_tokens: int, *, model: str, draft: str,
                                       target.config.vocab_size, max_prompt_tokens)
     ctx = H.BenchContext(target=target.model, spec=s.spec, make_drafter=s.draft.make, prompts=prompts,
                          max_new_tokens=new_tokens, batch_sizes=(1,), log=log,
-                         eager_kernels=None if cuda else s.kernels,
-                         plain_kernels=None if cuda or s.plain_on_mkl else s.kernels)
+                         eager_kernels=None if cuda else s.eager_kernels(True),
+                         plain_kernels=None if cuda else s.eager_kernels(False))
     notes = [n for n in s.notes if not cuda or not n.startswith(("--gemv", "--decode-attn"))]
     notes += [f"prompts: {len(prompts)} MT-bench first turns, {how}; {min(map(len, prompts))}..{max(map(len, prompts))} "
               f"tokens", f"generation: {new_tokens} tokens per row, EOS ignored, greedy"]

@@ -6,10 +6,11 @@ weight layout, prepacked or split into column blocks, ran at ~1.4-1.6x the time 
 Xeon (``benchmarks/cpu_verify.py``), so a verify of 4 tree nodes cost far more than a decode although it
 reads the same bytes. Here the weight is kept packed as ``[ceil(N/64), K, 64]`` (64 output columns per block,
 each block one contiguous stream) and each block is multiplied by up to 4 rows of x at a time, the 4 x 4
-vector accumulators in registers: one pass over the weight serves every row, so 4 rows cost about what one
-costs. Each row's sum runs over k in the same order whatever M is, so a row's result does not depend on
-the other rows in the call (the decode and the verify of the same token get the same projections). With more
-rows it stays as fast as MKL (measured up to 512 rows on the same machine), so a short prompt's prefill takes it
+vector accumulators in registers (AVX-512; with AVX2's 16 registers, a chunk of the block's columns a pass):
+one pass over the weight serves every row, so 4 rows cost about what one costs. Each row's sum runs over k in
+the same order whatever M is, so a row's result does not depend on the other rows in the call (the decode and
+the verify of the same token get the same projections). With more rows it stays as fast as MKL (measured up to
+512 rows on the same machine), so a short prompt's prefill takes it
 too; past ``MAX_ROWS`` the rows of x no longer fit the cache beside a block and MKL's tiled GEMM runs instead.
 
 The kernel is built once per machine with the system C compiler (``cc -O3 -march=native -fopenmp``; the
@@ -42,43 +43,60 @@ FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC")
 
 SOURCE = r"""
 #include <string.h>
-typedef float v16 __attribute__((vector_size(64)));
-typedef unsigned short h16 __attribute__((vector_size(32)));
-typedef unsigned int u16 __attribute__((vector_size(64)));
+#ifdef __AVX512F__
+#define L 16        /* floats per vector register */
+#else
+#define L 8
+#endif
+typedef float vf __attribute__((vector_size(4 * L)));
+typedef unsigned short vh __attribute__((vector_size(2 * L)));
+typedef unsigned int vu __attribute__((vector_size(4 * L)));
 #define W 64        /* columns per packed block */
-#define V (W / 16)  /* vectors per block row */
+#define V (W / L)   /* vectors per block row */
 #define PF 16       /* block rows prefetched ahead */
+/* C: vectors of a block row one pass over k serves, so that R rows x C accumulators, C weight vectors and a
+   broadcast fit the vector registers. AVX-512's 32 hold a whole block row (4 x 4 + 4); AVX2's 16 hold 8, 4, 2, 2
+   of a block row's 8 vectors for R = 1 .. 4, the block then passed over once per chunk of C (each pass reads its
+   own cache lines: the weight is still read once). Accumulators that do not fit spill to the stack on every k:
+   a 4 x 4 tile of 512-bit vectors on AVX2 ran 5x slower than MKL at 4 rows. */
+#if L == 16
+#define CHUNK(R) V
+#else
+#define CHUNK(R) ((R) == 1 ? 8 : (R) == 2 ? 4 : 2)
+#endif
 
-static inline v16 load_f32(const float* p) { v16 v; memcpy(&v, p, sizeof v); return v; }
-static inline v16 load_bf16(const unsigned short* p) {  /* bf16 bits -> float32, exactly */
-  h16 h; memcpy(&h, p, sizeof h);
-  u16 bits = __builtin_convertvector(h, u16) << 16;
-  v16 v; memcpy(&v, &bits, sizeof v); return v;
+static inline vf load_f32(const float* p) { vf v; memcpy(&v, p, sizeof v); return v; }
+static inline vf load_bf16(const unsigned short* p) {  /* bf16 bits -> float32, exactly */
+  vh h; memcpy(&h, p, sizeof h);
+  vu bits = __builtin_convertvector(h, vu) << 16;
+  vf v; memcpy(&v, &bits, sizeof v); return v;
 }
 
-/* One packed block (K rows of W columns of type T) times R rows of x -> y[r, :n], n <= W. */
+/* One packed block (K rows of W columns of type T) times R rows of x -> y[r, :n], n <= W: for each chunk of C
+   vectors, one pass over k. */
 #define BLOCK(NAME, T, LOAD, R)                                                               \
 static void NAME##R(const float* x, int K, const T* w, float* y, int ldy, int n) {           \
-  v16 acc[R][V];                                                                              \
-  for (int r = 0; r < R; ++r) for (int c = 0; c < V; ++c) acc[r][c] = (v16){0};              \
-  for (int k = 0; k < K; ++k) {                                                               \
-    const T* wk = w + (size_t)k * W;                                                          \
-    for (int c = 0; c < V; ++c) __builtin_prefetch(wk + PF * W + 16 * c);                     \
-    v16 u[V];                                                                                 \
-    for (int c = 0; c < V; ++c) u[c] = LOAD(wk + 16 * c);                                     \
-    for (int r = 0; r < R; ++r) {                                                             \
-      float s = x[(size_t)r * K + k];                                                         \
-      for (int c = 0; c < V; ++c) acc[r][c] += s * u[c];                                      \
+  enum { C = CHUNK(R) };                                                                      \
+  float t[R][W];                                                                              \
+  for (int c0 = 0; c0 < V; c0 += C) {                                                         \
+    vf acc[R][C];                                                                             \
+    for (int r = 0; r < R; ++r) for (int c = 0; c < C; ++c) acc[r][c] = (vf){0};             \
+    for (int k = 0; k < K; ++k) {                                                             \
+      const T* wk = w + (size_t)k * W + L * c0;                                               \
+      for (int b = 0; b < C * L * (int)sizeof(T); b += 64)  /* each cache line of the chunk */ \
+        __builtin_prefetch((const char*)(wk + PF * W) + b);                                   \
+      vf u[C];                                                                                \
+      for (int c = 0; c < C; ++c) u[c] = LOAD(wk + L * c);                                    \
+      for (int r = 0; r < R; ++r) {                                                           \
+        float s = x[(size_t)r * K + k];                                                       \
+        for (int c = 0; c < C; ++c) acc[r][c] += s * u[c];                                    \
+      }                                                                                       \
     }                                                                                         \
+    for (int r = 0; r < R; ++r) memcpy(&t[r][L * c0], acc[r], sizeof acc[r]);                \
   }                                                                                           \
-  for (int r = 0; r < R; ++r) {                                                               \
-    float t[W];                                                                               \
-    memcpy(t, acc[r], sizeof t);                                                              \
-    memcpy(y + (size_t)r * ldy, t, (size_t)n * sizeof(float));                                \
-  }                                                                                           \
+  for (int r = 0; r < R; ++r) memcpy(y + (size_t)r * ldy, t[r], (size_t)n * sizeof(float));  \
 }
 
-/* y [M, N] (row-major) = x [M, K] (row-major) @ w, w packed [ceil(N/W), K, W]; threads split the blocks. */
 #define FEW_ROWS(NAME, T, LOAD)                                                               \
 BLOCK(NAME, T, LOAD, 1) BLOCK(NAME, T, LOAD, 2) BLOCK(NAME, T, LOAD, 3) BLOCK(NAME, T, LOAD, 4) \
 void few_rows_##NAME(const float* x, int M, int K, const T* w, float* y, int N, int threads) { \
@@ -284,9 +302,10 @@ def _cpu_id() -> str:
 
 
 @dataclass(frozen=True)
-class OneRow:
-    """One row through a model's projections (a plain decode step's matmuls), timed on the kernel and on MKL as
-    the layers run it without the kernel (``x @ W^T`` on a transposed copy): milliseconds, medians of the passes."""
+class Timed:
+    """A few rows through a model's projections (one: a plain decode step's matmuls; a verify's rows), timed on the
+    kernel and on MKL as the layers run it without the kernel (``x @ W^T`` on a transposed copy): milliseconds,
+    medians of the passes."""
 
     kernel_ms: float
     mkl_ms: float
@@ -296,14 +315,14 @@ class OneRow:
         return self.kernel_ms < self.mkl_ms
 
 
-def time_one_row(gemm: CpuGemm, weights: list[torch.Tensor], passes: int = 5,
-                 clock: Callable[[], float] = time.perf_counter, max_bytes: int = 64 << 20) -> OneRow:
-    """Time ``x [1, K] @ W^T`` for every weight ``W [N, K]`` of ``weights`` (a model's fused projections, in the
+def time_rows(gemm: CpuGemm, weights: list[torch.Tensor], rows: int = 1, passes: int = 5,
+              clock: Callable[[], float] = time.perf_counter, max_bytes: int = 64 << 20) -> Timed:
+    """Time ``x [rows, K] @ W^T`` for every weight ``W [N, K]`` of ``weights`` (a model's fused projections, in the
     order a decode runs them) on the kernel and on MKL, interleaved pass by pass after one untimed pass; each
     shape is timed once and counted as often as it occurs. Both read the weights as the layers keep them (packed,
     or transposed), so what the kernel saves by reading bfloat16-exact weights as bfloat16 counts. A weight of more
-    than ``max_bytes`` is timed on its first rows (both read the weight as one stream, so the time scales with the
-    rows) and counted in proportion: a large model's head costs no second full copy and no seconds here.
+    than ``max_bytes`` is timed on its first outputs (both read the weight as one stream, so the time scales with
+    N) and counted in proportion: a large model's head costs no second full copy and no seconds here.
 
     Example: a 30-layer model has 30 weights of each layer shape and one head: 5 shapes timed, not 121."""
     shapes: dict[tuple[int, int], list] = {}
@@ -311,14 +330,14 @@ def time_one_row(gemm: CpuGemm, weights: list[torch.Tensor], passes: int = 5,
         if w.dtype == torch.float32 and w.dim() == 2:
             shapes.setdefault(tuple(w.shape), [w, 0])[1] += 1
     if not shapes:
-        return OneRow(0.0, 0.0)
+        return Timed(0.0, 0.0)
     g = torch.Generator().manual_seed(0)
     work = []
     for w, n in shapes.values():
-        rows = min(w.shape[0], max(BLOCK, max_bytes // (4 * w.shape[1]) // BLOCK * BLOCK))
-        part = w[:rows]
-        work.append((gemm.pack(part), part.t().contiguous(), torch.randn(1, w.shape[1], generator=g),
-                     n * w.shape[0] / rows))
+        kept = min(w.shape[0], max(BLOCK, max_bytes // (4 * w.shape[1]) // BLOCK * BLOCK))
+        part = w[:kept]
+        work.append((gemm.pack(part), part.t().contiguous(), torch.randn(rows, w.shape[1], generator=g),
+                     n * w.shape[0] / kept))
     kernel, mkl = [], []
     with torch.no_grad():
         for i in range(passes + 1):
@@ -333,4 +352,4 @@ def time_one_row(gemm: CpuGemm, weights: list[torch.Tensor], passes: int = 5,
             if i:  # the first pass warms caches and the OpenMP pool
                 kernel.append(k * 1e3)
                 mkl.append(m * 1e3)
-    return OneRow(sorted(kernel)[len(kernel) // 2], sorted(mkl)[len(mkl) // 2])
+    return Timed(sorted(kernel)[len(kernel) // 2], sorted(mkl)[len(mkl) // 2])

@@ -106,9 +106,24 @@ def test_gemv_on_cuda_notes_a_float32_model_as_off(monkeypatch, dtype, note):
     assert s.notes == [note] and s.kernels.gemv is not None
 
 
-def test_bench_on_a_cpu_runs_its_eager_configs_on_the_c_kernel_as_run_does(tiny_dir, tmp_path, monkeypatch, capsys):
-    """`bench --model DIR` on CPU: the eager speculative config's runner holds the session's few-row kernel and the
-    plain one MKL, as run has them (a --scale-model bench builds no session: MKL)."""
+def _timed(monkeypatch, one_row_ms: float, verify_ms: float, calls: list | None = None) -> None:
+    """time_rows reads ``one_row_ms`` on the kernel at one row, ``verify_ms`` at more, and 5.0 ms on MKL."""
+    from eaglelab.engine.model import cpu_gemm as C
+
+    def timed(gemm, weights, rows=1):
+        if calls is not None:
+            calls.append(rows)
+        return C.Timed(one_row_ms if rows == 1 else verify_ms, 5.0)
+
+    monkeypatch.setattr(C, "time_rows", timed)
+
+
+@pytest.mark.parametrize("verify_ms, spec_on_kernel", [(1.0, True), (9.0, False)])
+def test_bench_on_a_cpu_runs_its_eager_configs_on_the_c_kernel_as_run_does(tiny_dir, tmp_path, monkeypatch, capsys,
+                                                                          verify_ms, spec_on_kernel):
+    """`bench --model DIR` on CPU: each eager config's runner holds what run's engines of its side hold: the few-row
+    kernel where it timed faster (the speculative config at the verify's rows), else MKL (a --scale-model bench
+    builds no session: MKL). Here one row timed faster on MKL, the verify's rows either way."""
     import json
 
     from eaglelab.bench import harness as B
@@ -118,6 +133,7 @@ def test_bench_on_a_cpu_runs_its_eager_configs_on_the_c_kernel_as_run_does(tiny_
     monkeypatch.setenv("EAGLELAB_CACHE", str(tmp_path / "cache"))
     if CpuGemm(tmp_path / "cache").reason is not None:
         pytest.skip("no C compiler here")
+    _timed(monkeypatch, 9.0, verify_ms)
     seen = []
     made = B.FixedCacheEagerRunner.__init__
 
@@ -134,14 +150,20 @@ def test_bench_on_a_cpu_runs_its_eager_configs_on_the_c_kernel_as_run_does(tiny_
     assert rc == 0, capsys.readouterr().err
     assert len(seen) == 2, seen  # plain-eager, then spec-decode
     assert seen[0] is None, "the plain config runs on MKL, as a --draft none run"
-    assert isinstance(seen[1], CpuGemm) and seen[1].reason is None
+    assert isinstance(seen[1], CpuGemm) == spec_on_kernel, seen[1]
 
 
-@pytest.mark.parametrize("flags, plain_on_kernel", [((), False), (("--gemv",), True)])
-def test_the_plain_baseline_of_a_cpu_speculative_run_decodes_as_a_plain_run(tiny_dir, tmp_path, monkeypatch, flags,
-                                                                            plain_on_kernel):
-    """Speculating on CPU, the verify takes the C kernel; the plain baseline runs as `--draft none` would (MKL), unless
-    --gemv asked for the kernel everywhere."""
+@pytest.mark.parametrize("flags, one_row_ms, verify_ms, plain_on_kernel, spec_on_kernel, timed", [
+    ((), 9.0, 1.0, False, True, True),  # the common case: MKL at one row, the kernel at a verify's rows
+    ((), 1.0, 9.0, True, False, True),  # a CPU where the kernel loses at more rows
+    (("--gemv",), 9.0, 9.0, True, True, False),  # asked for everywhere: nothing timed
+    (("--no-gemv",), 1.0, 1.0, False, False, False),
+])
+def test_each_side_of_a_cpu_speculative_run_takes_what_timed_faster(tiny_dir, tmp_path, monkeypatch, flags, one_row_ms,
+                                                                    verify_ms, plain_on_kernel, spec_on_kernel, timed):
+    """Speculating on CPU, the speculative engines take the C kernel where the verify's rows (draft tokens and lookup
+    tokens) through the projections timed faster on it than on MKL, and the plain baseline where one row did (as
+    `--draft none` would); --gemv asks for it everywhere, --no-gemv nowhere, untimed. Each timing leaves a note."""
     import argparse
 
     from eaglelab.engine.model.cpu_gemm import CpuGemm
@@ -150,12 +172,23 @@ def test_the_plain_baseline_of_a_cpu_speculative_run_decodes_as_a_plain_run(tiny
     monkeypatch.setenv("EAGLELAB_CACHE", str(tmp_path / "cache"))
     if CpuGemm(tmp_path / "cache").reason is not None:
         pytest.skip("no C compiler here")
+    calls = []
+    _timed(monkeypatch, one_row_ms, verify_ms, calls)
     p = argparse.ArgumentParser()
     add_engine_args(p)
     s = build_session(p.parse_args(["--model", str(tiny_dir), "--device", "cpu", "--draft", "ngram", *flags]),
                       log=lambda m: None)
-    assert isinstance(s.engine().runner.kernels.gemv, CpuGemm)
-    assert isinstance(s.plain_engine().runner.kernels.gemv, CpuGemm) == plain_on_kernel
+
+    def on_kernel(engine) -> bool:
+        return engine.runner is not None and isinstance(engine.runner.kernels.gemv, CpuGemm)
+
+    assert on_kernel(s.engine()) == spec_on_kernel and on_kernel(s.plain_engine()) == plain_on_kernel
+    rows = s.spec.draft_tokens + s.spec.lookup_tokens
+    assert calls == ([rows, 1] if timed else []) and rows > 1
+    if timed:
+        verify = next(n for n in s.notes if n.startswith("gemv: speculation"))
+        assert f"the verify's {rows} rows through every projection {verify_ms:.1f} ms on the kernel, 5.0 ms on MKL" \
+            in verify and ("on the few-row CPU kernel" in verify) == spec_on_kernel
 
 
 @pytest.mark.parametrize("kernel_ms, said", [(1.0, "plain decoding on the few-row CPU kernel"),
@@ -168,6 +201,6 @@ def test_plain_decoding_on_a_cpu_takes_what_timed_faster_at_one_row(tiny_dir, ca
     monkeypatch.setenv("EAGLELAB_CACHE", str(tiny_dir.parent / "cache"))
     if C.CpuGemm(tiny_dir.parent / "cache").reason is not None:
         pytest.skip("no C compiler here")
-    monkeypatch.setattr(C, "time_one_row", lambda gemm, weights: C.OneRow(kernel_ms, 5.0))
+    _timed(monkeypatch, kernel_ms, kernel_ms)
     rc, text = _run(tiny_dir, capsys)
     assert rc == 0 and said in text and f"{kernel_ms:.1f} ms on the kernel, 5.0 ms on MKL" in text
