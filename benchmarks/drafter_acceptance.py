@@ -145,6 +145,7 @@ def main() -> int:
     report = {
         "set": args.set, "prompts": len(ids), "prompt_tokens": how, "spec": s.spec.to_dict(), "spec_label": s.spec_label,
         "device": s.device_label, "dtype": s.dtype_name, "torch": torch.__version__, "python": platform.python_version(),
+        "notes": list(s.notes),  # how the session chose (on a CPU: which side runs the few-row kernel, both timings)
         "max_new_tokens": args.max_new_tokens, "cycles": len(lens),
         "mean_accept_len": sum(lens) / len(lens) if lens else None,
         "per_position_acceptance": per_position(lens, s.spec.max_depth),
