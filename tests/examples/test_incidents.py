@@ -109,9 +109,11 @@ def test_wiring_example_acceptance_drops_and_check_wiring_prints_the_fix(default
     result = example("incident_wiring").main(["--small", "--device", "cpu"], quiet())
     healthy, embedding, vllm = result["rows"]
     assert all(r.identical_to_plain for r in result["rows"])  # wrong wiring costs speed, never correctness
-    # The embedding tap collapses acceptance even on a few tokens; ids read one layer early cost less, and on
-    # the --small run (a few dozen tokens) they may tie with the healthy wiring: check-wiring is the verdict.
-    assert embedding.accept_len < healthy.accept_len and vllm.accept_len <= healthy.accept_len
+    # The embedding tap collapses acceptance even on a few tokens (here none of the drafted ones). Ids read one layer
+    # early cost less, and on the --small run (a few dozen tokens) acceptance does not order them against the
+    # healthy wiring (the drafter shipped on 2026-12-07 read 2.33 for them against 1.75 healthy here; over the
+    # full example's prompts 2.17 against 2.38): check-wiring is the verdict.
+    assert embedding.accept_len < min(healthy.accept_len, vllm.accept_len)
     ok, emb_check, vllm_check = result["checks"]
     assert (ok.exit_code, emb_check.exit_code, vllm_check.exit_code) == (0, 1, 1)
     assert ok.fix is None and ok.verdict_line.startswith("WIRING OK")
