@@ -28,6 +28,7 @@
 # A second batch continues from the shipped drafter (itself trained here at 0.5) on fresh data at a lower temperature:
 #   SEED=2 TEMPS="0.5 0.25" FIG_TEMPS="0.25 0.5" (SEED seeds the prompts the target writes, SEED+1 the code and
 #   maths questions, and the mix; the first batch ran with SEED=0, so the same seed would train on the same data).
+#   Ran 2026-12-07 (benchmarks/results/h100_2026-12-07d): held-out flat, float32 MT-bench +0.8% for 0.5 (shipped).
 # Knobs: SEED, STAGE_S, SYNTH_N, SYNTH_S, ASK_N, ASK_S, USER_N, LONG_N, TURN2_N, DISTILL_S, TRAIN_BS, LR, TEMPS (default
 # "1.0 0.5"), EVAL_N, EVAL_EVERY, ACC_PROMPTS, ACC_S (each acceptance run's limit), FIG_TEMPS (U's drafters, "0.5 1.0"),
 # FIG_NEXT_S (U's seconds kept for each run after the current, 80),
