@@ -256,11 +256,12 @@ def build_session(args: argparse.Namespace, log: Callable[[str], None] = print, 
             _add_cpu_gemm(session, log)
             if gemv is None:  # each side where it times faster: the verify's rows, and the plain baseline's one
                 spec = session.spec
-                session.spec_on_mkl = not _on_cpu_kernel(session, spec.draft_tokens + spec.lookup_tokens)
-                session.plain_on_mkl = not _on_cpu_kernel(session)
+                faster = _on_cpu_kernel(session, spec.draft_tokens + spec.lookup_tokens, 1)
+                session.spec_on_mkl, session.plain_on_mkl = (not f for f in faster)
         elif gemv is None:  # --draft none: the kernel only where it times faster than MKL at one row
             _add_cpu_gemm(session, log, quiet=True)
-            session.plain_on_mkl = not _on_cpu_kernel(session)
+            (faster,) = _on_cpu_kernel(session, 1)
+            session.plain_on_mkl = not faster
         if getattr(args, "decode_attn", None):
             _add_decode_attn(session, log)
     else:
@@ -409,12 +410,13 @@ def _add_cpu_gemm(s: Session, log: Callable[[str], None], quiet: bool = False) -
                            "kernel (--no-gemv: MKL)")
 
 
-def _on_cpu_kernel(s: Session, rows: int = 1) -> bool:
-    """Whether the engines of one side take the few-row C kernel: ``rows`` rows through the target's projections
-    timed on it and on MKL, now (which is faster depends on the CPU, the torch build's MKL and whether the weights
-    are bfloat16-exact, which the kernel then reads in half the bytes); a note gives both times. One row: plain
-    decoding (a --draft none run, and a speculative run's baseline); a verify's rows: the speculative engines
-    (verify and drafter). False where the kernel is off."""
+def _on_cpu_kernel(s: Session, *rows: int) -> tuple[bool, ...]:
+    """For each row count of ``rows``, whether the engines it stands for take the few-row C kernel: that many rows
+    through the target's projections timed on it and on MKL, now, in one timing over one packing of the weights
+    (which is faster depends on the CPU, the torch build's MKL and whether the weights are bfloat16-exact, which the
+    kernel then reads in half the bytes); a note each gives both times. One row: plain decoding (a --draft none run,
+    and a speculative run's baseline); a verify's rows: the speculative engines (verify and drafter). All False
+    where the kernel is off."""
     import torch
 
     from eaglelab.engine.model.cpu_gemm import time_rows
@@ -422,7 +424,7 @@ def _on_cpu_kernel(s: Session, rows: int = 1) -> bool:
 
     gemm = s.kernels.gemv if s.kernels is not None else None
     if gemm is None or gemm.reason is not None:
-        return False
+        return tuple(False for _ in rows)
     weights, first = [], {}
     for fused in fused_linears(s.target.model):
         key = (sum(lin.weight.shape[0] for lin in fused.linears), fused.linears[0].weight.shape[1])
@@ -430,14 +432,14 @@ def _on_cpu_kernel(s: Session, rows: int = 1) -> bool:
             ws = [lin.weight.detach() for lin in fused.linears]
             first[key] = ws[0] if len(ws) == 1 else torch.cat(ws)
         weights.append(first[key])
-    got = time_rows(gemm, weights, rows)
-    on = "on the few-row CPU kernel" if got.kernel_faster else "on MKL"
-    flag = "--no-gemv: MKL" if got.kernel_faster else "--gemv: the kernel"
-    side, what = (("plain decoding", "one row") if rows == 1 else
-                  ("speculation", f"the verify's {rows} rows"))
-    s.notes.append(f"gemv: {side} {on}: {what} through every projection {got.kernel_ms:.1f} ms on the "
-                   f"kernel, {got.mkl_ms:.1f} ms on MKL, timed now ({flag})")
-    return got.kernel_faster
+    timed = time_rows(gemm, weights, rows)
+    for n, got in zip(rows, timed):
+        on = "on the few-row CPU kernel" if got.kernel_faster else "on MKL"
+        flag = "--no-gemv: MKL" if got.kernel_faster else "--gemv: the kernel"
+        side, what = ("plain decoding", "one row") if n == 1 else ("speculation", f"the verify's {n} rows")
+        s.notes.append(f"gemv: {side} {on}: {what} through every projection {got.kernel_ms:.1f} ms on the "
+                       f"kernel, {got.mkl_ms:.1f} ms on MKL, timed now ({flag})")
+    return tuple(got.kernel_faster for got in timed)
 
 
 def _graph_runner_factory(s: Session) -> Callable[..., Any]:

@@ -315,14 +315,15 @@ class Timed:
         return self.kernel_ms < self.mkl_ms
 
 
-def time_rows(gemm: CpuGemm, weights: list[torch.Tensor], rows: int = 1, passes: int = 5,
-              clock: Callable[[], float] = time.perf_counter, max_bytes: int = 64 << 20) -> Timed:
-    """Time ``x [rows, K] @ W^T`` for every weight ``W [N, K]`` of ``weights`` (a model's fused projections, in the
-    order a decode runs them) on the kernel and on MKL, interleaved pass by pass after one untimed pass; each
-    shape is timed once and counted as often as it occurs. Both read the weights as the layers keep them (packed,
-    or transposed), so what the kernel saves by reading bfloat16-exact weights as bfloat16 counts. A weight of more
-    than ``max_bytes`` is timed on its first outputs (both read the weight as one stream, so the time scales with
-    N) and counted in proportion: a large model's head costs no second full copy and no seconds here.
+def time_rows(gemm: CpuGemm, weights: list[torch.Tensor], rows: tuple[int, ...] = (1,), passes: int = 5,
+              clock: Callable[[], float] = time.perf_counter, max_bytes: int = 64 << 20) -> tuple[Timed, ...]:
+    """Time ``x [r, K] @ W^T`` for each row count ``r`` of ``rows`` and every weight ``W [N, K]`` of ``weights`` (a
+    model's fused projections, in the order a decode runs them) on the kernel and on MKL, interleaved pass by pass
+    after one untimed pass, every row count in each pass over one packing of the weights; each shape is timed once
+    and counted as often as it occurs. Both read the weights as the layers keep them (packed, or transposed), so what
+    the kernel saves by reading bfloat16-exact weights as bfloat16 counts. A weight of more than ``max_bytes`` is
+    timed on its first outputs (both read the weight as one stream, so the time scales with N) and counted in
+    proportion: a large model's head costs no second full copy and no seconds here. -> one :class:`Timed` a row count.
 
     Example: a 30-layer model has 30 weights of each layer shape and one head: 5 shapes timed, not 121."""
     shapes: dict[tuple[int, int], list] = {}
@@ -330,26 +331,29 @@ def time_rows(gemm: CpuGemm, weights: list[torch.Tensor], rows: int = 1, passes:
         if w.dtype == torch.float32 and w.dim() == 2:
             shapes.setdefault(tuple(w.shape), [w, 0])[1] += 1
     if not shapes:
-        return Timed(0.0, 0.0)
+        return tuple(Timed(0.0, 0.0) for _ in rows)
     g = torch.Generator().manual_seed(0)
     work = []
     for w, n in shapes.values():
         kept = min(w.shape[0], max(BLOCK, max_bytes // (4 * w.shape[1]) // BLOCK * BLOCK))
         part = w[:kept]
-        work.append((gemm.pack(part), part.t().contiguous(), torch.randn(rows, w.shape[1], generator=g),
-                     n * w.shape[0] / kept))
-    kernel, mkl = [], []
+        xs = [torch.randn(r, w.shape[1], generator=g) for r in rows]
+        work.append((gemm.pack(part), part.t().contiguous(), xs, n * w.shape[0] / kept))
+    kernel: list[list[float]] = [[] for _ in rows]
+    mkl: list[list[float]] = [[] for _ in rows]
     with torch.no_grad():
         for i in range(passes + 1):
-            k = m = 0.0
-            for packed, wt, x, n in work:
-                t0 = clock()
-                gemm(x, packed, None)
-                t1 = clock()
-                x @ wt
-                t2 = clock()
-                k, m = k + n * (t1 - t0), m + n * (t2 - t1)
-            if i:  # the first pass warms caches and the OpenMP pool
-                kernel.append(k * 1e3)
-                mkl.append(m * 1e3)
-    return Timed(sorted(kernel)[len(kernel) // 2], sorted(mkl)[len(mkl) // 2])
+            for c in range(len(rows)):
+                k = m = 0.0
+                for packed, wt, xs, n in work:
+                    t0 = clock()
+                    gemm(xs[c], packed, None)
+                    t1 = clock()
+                    xs[c] @ wt
+                    t2 = clock()
+                    k, m = k + n * (t1 - t0), m + n * (t2 - t1)
+                if i:  # the first pass warms caches and the OpenMP pool
+                    kernel[c].append(k * 1e3)
+                    mkl[c].append(m * 1e3)
+    median = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
+    return tuple(Timed(median(k), median(m)) for k, m in zip(kernel, mkl))

@@ -110,10 +110,10 @@ def _timed(monkeypatch, one_row_ms: float, verify_ms: float, calls: list | None 
     """time_rows reads ``one_row_ms`` on the kernel at one row, ``verify_ms`` at more, and 5.0 ms on MKL."""
     from eaglelab.engine.model import cpu_gemm as C
 
-    def timed(gemm, weights, rows=1):
+    def timed(gemm, weights, rows=(1,)):
         if calls is not None:
-            calls.append(rows)
-        return C.Timed(one_row_ms if rows == 1 else verify_ms, 5.0)
+            calls.extend(rows)
+        return tuple(C.Timed(one_row_ms if r == 1 else verify_ms, 5.0) for r in rows)
 
     monkeypatch.setattr(C, "time_rows", timed)
 

@@ -195,10 +195,10 @@ def test_one_row_times_each_shape_once_and_counts_it_as_often_as_it_occurs(gemm,
     real = C.CpuGemm.__call__
     monkeypatch.setattr(C.CpuGemm, "__call__", lambda self, x, w, b: calls.append(w.n) or real(self, x, w, b))
     a, b = torch.randn(8, 16), torch.randn(24, 16)
-    got = C.time_rows(gemm, [a, a, a, b, torch.randn(8, 16).bfloat16(), torch.randn(8)], passes=5, clock=_Tick())
+    (got,) = C.time_rows(gemm, [a, a, a, b, torch.randn(8, 16).bfloat16(), torch.randn(8)], passes=5, clock=_Tick())
     assert got.kernel_ms == pytest.approx(4.0) and got.mkl_ms == pytest.approx(4.0)
     assert calls == [8, 24] * 6 and not got.kernel_faster
-    assert C.time_rows(gemm, []) == C.Timed(0.0, 0.0)
+    assert C.time_rows(gemm, [], rows=(4, 1)) == (C.Timed(0.0, 0.0), C.Timed(0.0, 0.0))
 
 
 @pytest.mark.parametrize("kernel_ms, mkl_ms, on_kernel", [(10.0, 20.0, True), (20.0, 10.0, False)])
@@ -213,22 +213,24 @@ def test_plain_decoding_takes_the_kernel_only_where_it_timed_faster(gemm, monkey
 
     model = random_model(CFG)
     seen = []
-    monkeypatch.setattr(C, "time_rows", lambda g, ws, rows=1: seen.append(ws) or C.Timed(kernel_ms, mkl_ms))
+    monkeypatch.setattr(C, "time_rows", lambda g, ws, rows: seen.append((ws, rows)) or (C.Timed(kernel_ms, mkl_ms),))
     s = SimpleNamespace(kernels=Kernels(gemv=gemm), target=SimpleNamespace(model=model), notes=[])
-    assert S._on_cpu_kernel(s) is on_kernel
+    assert S._on_cpu_kernel(s, 1) == (on_kernel,)
     fused = fused_linears(model)
-    assert len(seen[0]) == len(fused) and len({id(w) for w in seen[0]}) == len({tuple(w.shape) for w in seen[0]})
+    ws, rows = seen[0]
+    assert rows == (1,) and len(ws) == len(fused) and len({id(w) for w in ws}) == len({tuple(w.shape) for w in ws})
     where, flag = ("on the few-row CPU kernel", "--no-gemv") if on_kernel else ("on MKL", "--gemv")
     assert s.notes == [f"gemv: plain decoding {where}: one row through every projection {kernel_ms:.1f} ms on the "
                        f"kernel, {mkl_ms:.1f} ms on MKL, timed now ({flag}: "
                        f"{'MKL' if on_kernel else 'the kernel'})"]
     s.kernels = Kernels()  # the kernel off: MKL, nothing timed
-    assert S._on_cpu_kernel(s) is False and len(seen) == 1
+    assert S._on_cpu_kernel(s, 1) == (False,) and len(seen) == 1
 
 
 def test_a_verify_is_timed_at_its_rows_and_its_note_says_so(gemm, monkeypatch):
-    """time_rows(rows=5) multiplies 5 rows of x on both sides; the session's note for the speculative side names the
-    verify's rows."""
+    """time_rows(rows=(5, 1)) multiplies 5 rows of x, then 1, on both sides in each pass over one packing of the
+    weights; the session times both sides in one call, and its note for the speculative side names the verify's
+    rows."""
     from types import SimpleNamespace
 
     from eaglelab import session as S
@@ -236,12 +238,19 @@ def test_a_verify_is_timed_at_its_rows_and_its_note_says_so(gemm, monkeypatch):
 
     shapes = []
     real = C.CpuGemm.__call__
-    monkeypatch.setattr(C.CpuGemm, "__call__", lambda self, x, w, b: shapes.append(tuple(x.shape)) or real(self, x, w, b))
-    got = C.time_rows(gemm, [torch.randn(8, 16)], rows=5, passes=2, clock=_Tick())
-    assert shapes == [(5, 16)] * 3 and got.kernel_ms == pytest.approx(1.0)
-    monkeypatch.setattr(C, "time_rows", lambda g, ws, rows=1: C.Timed(7.0 * rows, 20.0))
+    monkeypatch.setattr(C.CpuGemm, "__call__",
+                        lambda self, x, w, b: shapes.append(tuple(x.shape)) or real(self, x, w, b))
+    packs = []
+    real_pack = C.CpuGemm.pack
+    monkeypatch.setattr(C.CpuGemm, "pack", lambda self, w: packs.append(tuple(w.shape)) or real_pack(self, w))
+    five, one = C.time_rows(gemm, [torch.randn(8, 16)], rows=(5, 1), passes=2, clock=_Tick())
+    assert shapes == [(5, 16), (1, 16)] * 3 and packs == [(8, 16)]
+    assert five.kernel_ms == pytest.approx(1.0) and one.mkl_ms == pytest.approx(1.0)
+    calls = []
+    monkeypatch.setattr(C, "time_rows", lambda g, ws, rows: calls.append(rows) or tuple(C.Timed(7.0 * r, 20.0)
+                                                                                        for r in rows))
     s = SimpleNamespace(kernels=Kernels(gemv=gemm), target=SimpleNamespace(model=random_model(CFG)), notes=[])
-    assert S._on_cpu_kernel(s, 4) is False and S._on_cpu_kernel(s) is True
+    assert S._on_cpu_kernel(s, 4, 1) == (False, True) and calls == [(4, 1)]
     assert s.notes[0] == ("gemv: speculation on MKL: the verify's 4 rows through every projection 28.0 ms on the "
                           "kernel, 20.0 ms on MKL, timed now (--gemv: the kernel)")
     assert s.notes[1].startswith("gemv: plain decoding on the few-row CPU kernel: one row through every projection")
@@ -254,5 +263,5 @@ def test_one_row_times_a_large_weight_on_its_first_rows_and_scales_them(gemm, mo
 
     packed = []
     monkeypatch.setattr(C.CpuGemm, "pack", lambda self, w: packed.append(tuple(w.shape)) or C.pack(w))
-    got = C.time_rows(gemm, [torch.randn(512, 16)], passes=3, clock=_Tick(), max_bytes=128 * 16 * 4)
+    (got,) = C.time_rows(gemm, [torch.randn(512, 16)], passes=3, clock=_Tick(), max_bytes=128 * 16 * 4)
     assert packed == [(128, 16)] and got.kernel_ms == pytest.approx(4.0) and got.mkl_ms == pytest.approx(4.0)
