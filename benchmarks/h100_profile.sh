@@ -10,6 +10,12 @@
 #               at batch 1, 8 and 32 (80 MT-bench first turns, 40 HumanEval problems, 3 passes, no tree flag: the
 #               profile the drafter ships, or the one T wrote); FIG_NAME names its files (figures_b1_8_32),
 #               FIG_EXTRA adds flags (~330 s warm)
+#   call D      carry .carry/mr5 .carry/assets .whl (right after the Cs)     STAGE=D: joins the GGUF; a deeper batch-1
+#               tree against the profile's, each `bench --figures --batch-sizes 1` in its own process (3 passes,
+#               plain in each): first the profile's tree (figures_b1), then DEEP_TREE (default 6/4/32 + a spilling
+#               lookup branch of 16: on the CPU's replay of the 80 MT-bench first turns 6/4/32 accepts 6.1% more than
+#               5/4/24 on the same cycles, 6/4/24 3.6%); then, as time allows, batch 8 and 32 under the profile
+#               (one pass)
 #   call T      carry .carry/mr5 .carry/assets .whl                          STAGE=T: `eaglelab tune` at TUNE_BATCHES
 #               (default 1) over TUNE_CANDIDATES (default: tune's own and deeper batch-1 trees), saved into this
 #               machine's cache as the drafter's H100 profile (a second T at 8,32 merges into it); the profile file
@@ -18,7 +24,7 @@
 #               (`--continuous --eos`, up to 128 tokens) at E_BATCHES (default 8), the 80 MT-bench first turns,
 #               3 passes, no tree flag
 # Each later call joins the GGUF again if the machine went cold (it then needs the four C calls first).
-STAGE=${STAGE:?set STAGE=C, F, T or E}
+STAGE=${STAGE:?set STAGE=C, F, D, T or E}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 PROFILE_DIR=$EAGLELAB_CACHE/profiles
@@ -47,6 +53,18 @@ stage_f() {
   keep_profiles
 }
 
+stage_d() {
+  need_model
+  local deep=${DEEP_TREE:---steps 6 --topk 4 --draft-tokens 32 --lookup-tokens 16 --lookup-spill}
+  TAIL=30 run figures_b1 "$(( $(left) < 200 ? $(left) : 200 ))" $EL bench --figures --model default --draft $SHIPPED \
+    --device "$DEVICE" --batch-sizes 1 --max-new-tokens 128 --json "$R/figures_b1.json"
+  TAIL=30 run figures_b1_deep "$(( $(left) < 210 ? $(left) : 210 ))" $EL bench --figures --model default \
+    --draft $SHIPPED --device "$DEVICE" --batch-sizes 1 --max-new-tokens 128 --json "$R/figures_b1_deep.json" $deep
+  [ "$(left)" -gt 90 ] && TAIL=30 run figures_b8_32 "$(left)" $EL bench --figures --model default --draft $SHIPPED \
+    --device "$DEVICE" --batch-sizes 8,32 --repeats 1 --max-new-tokens 128 --json "$R/figures_b8_32.json"
+  keep_profiles
+}
+
 stage_t() {
   need_model
   local b=${TUNE_BATCHES:-1} name
@@ -68,4 +86,4 @@ stage_e() {
 }
 
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in C) echo 120;; *) echo 580;; esac)}; watchdog "$0"
-run_stage C F T E
+run_stage C F D T E

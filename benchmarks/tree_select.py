@@ -136,6 +136,9 @@ def main() -> int:
     p.add_argument("--fit", required=True)
     p.add_argument("--eval", nargs="+", required=True)
     p.add_argument("--nodes", type=int, nargs="+", default=[24, 16, 12, 8])
+    p.add_argument("--depths", type=int, nargs="*", default=[],
+                   help="also the drafter's rule kept to at most these depths (a 6-step recording read as 5/4/N too: "
+                        "the frontier up to a depth does not depend on the steps after it)")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     fit = read_replay(args.fit)
@@ -147,6 +150,9 @@ def main() -> int:
         data = read_replay(path)
         rules = {"drafter": data["score"].double(), "calibrated": calibrated_scores(data, a, b),
                  "oracle": data["correct"].double() * 100 + data["score"].double()}
+        for d in args.depths:  # nodes past depth d score below every other, so the best N - 1 never reach them
+            if d < int(data["depth"].max()):
+                rules[f"drafter_d{d}"] = data["score"].double().where(data["depth"] <= d, float("-inf"))
         r = report(data, rules, args.nodes)
         topk = int((data["depth"] == 1).sum(dim=1)[0])
         why = stop_reasons(data, topk)
@@ -172,7 +178,7 @@ def main() -> int:
                       f"  depth {w['depth']:.1%}  top-{topk} {w['top_k']:.1%}  frontier {w['frontier']:.1%}")
         for n, v in r.items():
             print(f"  {n:>3} nodes: " + "  ".join(f"{k} {x:.3f}" for k, x in v.items())
-                  + f"  ({(v['calibrated'] / v['drafter'] - 1) * 100:+.1f}%)")
+                  + f"  (calibrated {(v['calibrated'] / v['drafter'] - 1) * 100:+.1f}%)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(result, f, indent=1)
