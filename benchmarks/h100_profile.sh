@@ -16,6 +16,11 @@
 #               lookup branch of 16: on the CPU's replay of the 80 MT-bench first turns 6/4/32 accepts 6.1% more than
 #               5/4/24 on the same cycles, 6/4/24 3.6%); then, as time allows, batch 8 and 32 under the profile
 #               (one pass)
+#   call P      carry .carry/assets .whl (no GGUF: SmolLM2's shape with random weights)   STAGE=P: `bench
+#               --phase-costs` of plain decoding and each of P_TREES (default 5/4/24 6/4/32 6/4/24, each with a
+#               spilling lookup branch of 16) at batch 1, one process a tree: what a sixth draft step and 8 more
+#               verified rows cost, for the float32 acceptance on the CPU to turn into a speedup (~110 s the first
+#               process on a bare machine, ~40-60 s each after)
 #   call T      carry .carry/mr5 .carry/assets .whl                          STAGE=T: `eaglelab tune` at TUNE_BATCHES
 #               (default 1) over TUNE_CANDIDATES (default: tune's own and deeper batch-1 trees), saved into this
 #               machine's cache as the drafter's H100 profile (a second T at 8,32 merges into it); the profile file
@@ -24,7 +29,7 @@
 #               (`--continuous --eos`, up to 128 tokens) at E_BATCHES (default 8), the 80 MT-bench first turns,
 #               3 passes, no tree flag
 # Each later call joins the GGUF again if the machine went cold (it then needs the four C calls first).
-STAGE=${STAGE:?set STAGE=C, F, D, T or E}
+STAGE=${STAGE:?set STAGE=C, F, D, P, T or E}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 PROFILE_DIR=$EAGLELAB_CACHE/profiles
@@ -65,6 +70,19 @@ stage_d() {
   keep_profiles
 }
 
+stage_p() {
+  record_gpu
+  local t
+  for t in ${P_TREES:-5/4/24 6/4/32 6/4/24}; do
+    [ "$(left)" -gt 40 ] || break
+    IFS=/ read -r s k n <<< "$t"
+    TAIL=14 run "phases_${s}-${k}-${n}" "$(left)" $EL bench --scale-model smollm2-135m --draft-vocab 12288 \
+      --dtype bfloat16 --seed 0 --device "$DEVICE" --steps "$s" --topk "$k" --draft-tokens "$n" --lookup-tokens 16 \
+      --lookup-spill --batch-sizes 1 --prompts 4 --max-new-tokens 64 --repeats 1 --no-micro --phase-costs \
+      --configs plain-compile-gemv-attn,spec-compile-gemv-attn --json "$R/phases_${s}-${k}-${n}.json"
+  done
+}
+
 stage_t() {
   need_model
   local b=${TUNE_BATCHES:-1} name
@@ -86,4 +104,4 @@ stage_e() {
 }
 
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in C) echo 120;; *) echo 580;; esac)}; watchdog "$0"
-run_stage C F D T E
+run_stage C F D P T E
