@@ -59,7 +59,8 @@ Confirmed = Candidate | tuple[int, int, int, int]
 # The trees tried around the profile's, per batch size: deep trees pay at one row, narrower ones as the batch
 # fills the GPU (a verify of N tokens x B rows stops being free), chains at the largest batches. Six steps at one
 # row: a drafter that runs all five steps right in a fifth of MT-bench's cycles takes a sixth (the shipped one,
-# float32 on a CPU over the 80 first turns, each with a branch of 16: 4.012 accepted at 6/4/32, 3.876 at 5/4/24).
+# float32 on a CPU over the 80 first turns, each with a branch of 16: 4.012 accepted at 6/4/32, 3.876 at 5/4/24);
+# whether the step and the wider verify pay for it is the device's to say (a larger target's decode dwarfs them).
 CANDIDATES_GPU = {1: ((3, 1, 4), (5, 4, 24), (6, 4, 24), (6, 4, 32)),
                   8: ((3, 1, 4), (3, 2, 6), (4, 4, 12), (5, 4, 16)),
                   32: ((2, 1, 3), (3, 1, 4), (3, 2, 6), (4, 2, 8))}
