@@ -124,6 +124,17 @@ def stop_reasons(data: dict[str, torch.Tensor], topk: int) -> dict[str, float]:
     return {k: v / cycles for k, v in out.items()}
 
 
+def shallower(data: dict[str, torch.Tensor], depth: int, nodes: int, path: str) -> torch.Tensor:
+    """The drafter's scores with every candidate past ``depth`` scored -inf: the recording read as a ``depth``-step
+    tree. Ends the script, saying so, where ``nodes`` (root included) would have to keep some of those."""
+    within = int((data["depth"][0] <= depth).sum())  # every cycle records the same full expansion
+    if depth < 1 or nodes - 1 > within:
+        raise SystemExit(f"error: {path}: --depths {depth} leaves {max(within, 0)} candidates a cycle, fewer than the "
+                         f"{nodes - 1} that --nodes {nodes} keeps besides the root; pass a deeper --depths or fewer "
+                         "--nodes")
+    return data["score"].double().where(data["depth"] <= depth, float("-inf"))
+
+
 def report(data: dict[str, torch.Tensor], rules: dict[str, torch.Tensor], nodes: list[int]) -> dict:
     out = {}
     for n in nodes:
@@ -152,7 +163,7 @@ def main() -> int:
                  "oracle": data["correct"].double() * 100 + data["score"].double()}
         for d in args.depths:  # nodes past depth d score below every other, so the best N - 1 never reach them
             if d < int(data["depth"].max()):
-                rules[f"drafter_d{d}"] = data["score"].double().where(data["depth"] <= d, float("-inf"))
+                rules[f"drafter_d{d}"] = shallower(data, d, max(args.nodes), path)
         r = report(data, rules, args.nodes)
         topk = int((data["depth"] == 1).sum(dim=1)[0])
         why = stop_reasons(data, topk)

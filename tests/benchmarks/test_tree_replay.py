@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from benchmarks.tree_replay import check_full_expansion, correct_flags, record_cycles
-from benchmarks.tree_select import accepted, calibrated_scores, fit_calibration, read_replay, stop_reasons
+from benchmarks.tree_select import accepted, calibrated_scores, fit_calibration, read_replay, shallower, stop_reasons
 from eaglelab.engine.formats.drafter_loader import load_eagle3
 from eaglelab.engine.runtime.drafters import Eagle3Drafter
 from eaglelab.engine.runtime.generate import Engine
@@ -38,6 +38,21 @@ def test_a_selection_accepts_the_correct_nodes_it_keeps():
     assert accepted(data, worse, 3).tolist() == [2]
     with pytest.raises(AssertionError, match="without its parent"):
         accepted(data, torch.tensor([[-5.0, -1.0, -0.1, -3.0, -2.0]]), 1)  # c2 kept, c0 not
+
+
+def test_a_recording_read_as_a_shallower_tree_keeps_only_what_that_tree_drafts():
+    """--depths 1 over a 2-step recording: the kept nodes are depth-1 ones even where a depth-2 node scores higher, so
+    its accepted length is the 1-step tree's; a node count the shallower tree cannot hold is refused, not miscounted."""
+    # root -> 7 (c0), 8 (c1); c0 -> 9 (c2, scoring above c1), 5 (c3); truth 7, 9
+    call = _call([7, 8, 9, 5], [-1, -1, 0, 0], [1, 1, 2, 2], [-0.1, -2.0, -0.3, -3.0])
+    data = {k: v[None] for k, v in call.items()}
+    data["correct"] = correct_flags(call, [7, 9])[None]
+    assert accepted(data, data["score"], 2).tolist() == [3]  # c0 and c2: two steps right
+    assert accepted(data, shallower(data, 1, 3, "rec"), 2).tolist() == [2]  # c0 and c1: one step
+    with pytest.raises(SystemExit, match="--depths 1 leaves 2 candidates a cycle, fewer than the 3"):
+        shallower(data, 1, 4, "rec")
+    with pytest.raises(SystemExit, match="--depths 0 leaves 0 candidates"):
+        shallower(data, 0, 2, "rec")
 
 
 def test_the_replay_refuses_a_tree_that_drops_candidates_or_adds_a_branch():
