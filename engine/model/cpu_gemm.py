@@ -32,6 +32,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median_high
 from typing import Callable
 
 import torch
@@ -355,5 +356,4 @@ def time_rows(gemm: CpuGemm, weights: list[torch.Tensor], rows: tuple[int, ...] 
                 if i:  # the first pass warms caches and the OpenMP pool
                     kernel[c].append(k * 1e3)
                     mkl[c].append(m * 1e3)
-    median = lambda v: sorted(v)[len(v) // 2]  # noqa: E731
-    return tuple(Timed(median(k), median(m)) for k, m in zip(kernel, mkl))
+    return tuple(Timed(median_high(k), median_high(m)) for k, m in zip(kernel, mkl))
