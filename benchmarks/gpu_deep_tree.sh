@@ -13,7 +13,7 @@
 #   calls C x4  carry .carry/mr1 .. .carry/mr4 (each with .whl)             STAGE=C: park a part of the GGUF
 #   call D      carry .carry/mr5 .carry/assets .whl (right after the Cs)     STAGE=D: joins the GGUF; `bench --figures
 #               --batch-sizes 1` at the profile's tree and at DEEP_TREE (default 6/4/32 + 16, spilling), one process
-#               each (3 passes, plain in each, ~410 s)
+#               each (3 passes, plain in each, ~410 s; D_PROFILE=0: the deep tree alone, ~200 s)
 # The shipped drafter's other missing figures take the existing stages on the same warm machine after the Cs (each
 # joins the GGUF from the parked parts when it carries .carry/mr5): `bench --figures` at batch 1, 8 and 32 is
 # benchmarks/gpu_loop_gaps.sh STAGE=I with FIG_NAME=figures_b1_8_32 FIG_EXTRA="--batch-sizes 1,8,32"; `eaglelab tune`
@@ -34,7 +34,8 @@ stage_d() {
     join_gguf
   fi
   local deep=${DEEP_TREE:---steps 6 --topk 4 --draft-tokens 32 --lookup-tokens 16 --lookup-spill}
-  TAIL=30 run figures_b1 "$(( $(left) < 200 ? $(left) : 200 ))" $EL bench --figures --model default --draft $SHIPPED \
+  # D_PROFILE=0: the deep tree alone (the profile's tree measured by gpu_loop_gaps.sh STAGE=I on the same machine)
+  [ "${D_PROFILE:-1}" = 1 ] && TAIL=30 run figures_b1 "$(( $(left) < 200 ? $(left) : 200 ))" $EL bench --figures --model default --draft $SHIPPED \
     --device "$DEVICE" --batch-sizes 1 --max-new-tokens 128 --json "$R/figures_b1.json"
   # shellcheck disable=SC2086
   TAIL=30 run figures_b1_deep "$(left)" $EL bench --figures --model default --draft $SHIPPED --device "$DEVICE" \
