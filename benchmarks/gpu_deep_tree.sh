@@ -2,7 +2,9 @@
 # A sixth draft step at batch 1 for the shipped drafter (the second sharpening batch's, since the evening of
 # 2026-12-07): on the CPU, float32, 6/4/32 + a spilling lookup branch of 16 accepts 3.5% more than the profile's
 # 5/4/24 + 16 on the 80 MT-bench first turns and 2.7% more on 40 HumanEval problems
-# (benchmarks/results/cpu_2026-12-07d/); what the step and 8 more verified rows cost is a GPU's to say. Run from the
+# (benchmarks/results/cpu_2026-12-07d/); what the step and 8 more verified rows cost is a GPU's to say. Ran on one
+# H100 (C x4, gpu_loop_gaps.sh I, D with D_PROFILE=0, P; benchmarks/results/h100_2026-12-07e/): 2.43x against 2.47x,
+# a sixth step 45-51 us, so the profile keeps 5/4/24. Run from the
 # repo root with STAGE and OUT set; benchmarks/device_stage.sh (sourced) does the staging (benchmarks/README.md:
 # five GGUF parts, .carry/mr1 .. mr5).
 #
