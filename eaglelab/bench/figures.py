@@ -64,6 +64,11 @@ class SetFigure:
     # per prompt group, the first pass: (plain tokens, plain tok/s, speculative tokens, speculative tok/s)
     groups: tuple[tuple[int, float, int, float], ...] = ()
     interval: tuple[float, float] | None = None  # the speedup's 95% over the prompts drawn (B.paired_interval)
+    # per side (plain, speculative), the first pass's rows x cycles that made tokens, a share of the rows x cycles
+    # run (B.BenchRow.busy_rows): in a batch a row idles from its end until the group's slowest row ends, which
+    # plain decoding's rows, all ending at one step, never do; and the rows x cycles run (the share's weight)
+    busy_rows: tuple[float | None, float | None] = (None, None)
+    row_slots: tuple[int | None, int | None] = (None, None)
 
 
 def run_figures(args: argparse.Namespace, log: Callable[[str], None] = lambda m: None,
@@ -151,7 +156,8 @@ def set_figure(s: PromptSet, batch: int, plain: B.BenchRow, spec: B.BenchRow, sa
     groups = tuple(zip(plain.group_tokens, plain.group_tok_per_s, spec.group_tokens, spec.group_tok_per_s))
     return SetFigure(s.name, s.kind, batch, len(s.texts), spec.tokens, plain.tok_per_s, spec.tok_per_s,
                      spec.speedup, spec.pass_speedups, plain.sweeps_tok_per_s, spec.sweeps_tok_per_s,
-                     spec.mean_accept_len, same, groups=groups, interval=_interval(groups))
+                     spec.mean_accept_len, same, groups=groups, interval=_interval(groups),
+                     busy_rows=(plain.busy_rows, spec.busy_rows), row_slots=(plain.row_slots, spec.row_slots))
 
 
 def _interval(groups: tuple[tuple[int, float, int, float], ...]) -> tuple[float, float] | None:
@@ -175,10 +181,22 @@ def whole(figures: list[SetFigure], batch: int) -> SetFigure:
     cycles = [f.tokens / f.accept_len for f in cats if f.accept_len]
     same = [f.same_tokens for f in cats if f.same_tokens is not None]
     groups = tuple(g for f in cats for g in f.groups)
+    busy = tuple(zip(*(_busy_side(cats, side) for side in (0, 1))))
     return SetFigure(MTBENCH, MTBENCH, batch, sum(f.prompts for f in cats), tokens, statistics.median(plain),
                      statistics.median(spec), statistics.median(ratios), ratios, tuple(plain), tuple(spec),
                      tokens / sum(cycles) if len(cycles) == len(cats) else None,
-                     sum(same) / len(same) if same else None, groups=groups, interval=_interval(groups))
+                     sum(same) / len(same) if same else None, groups=groups, interval=_interval(groups),
+                     busy_rows=busy[0], row_slots=busy[1])
+
+
+def _busy_side(cats: list[SetFigure], side: int) -> tuple[float | None, int | None]:
+    """One side's (0 plain, 1 speculative) busy share over ``cats``: their busy rows x cycles over their rows x
+    cycles run, and that sum; (None, None) where a set lacks either."""
+    got = [(f.busy_rows[side], f.row_slots[side]) for f in cats]
+    if not got or any(b is None or not n for b, n in got):
+        return None, None
+    slots = sum(n for _, n in got)
+    return sum(b * n for b, n in got) / slots, slots
 
 
 def with_goal(f: SetFigure) -> SetFigure:
@@ -243,24 +261,40 @@ def markdown(report: dict[str, Any]) -> str:
     if report.get("partial"):
         lines += [f"**Partial**: cut short after {progress(report)}; MT-bench as a whole shows only at a batch size "
                   "where every category was measured.", ""]
+    busy_cols = False
     for b in s["batch_sizes"]:
+        figs = [f for f in report["figures"] if f["batch"] == b]
+        busy = b > 1 and any(_busy_cell(f) != "-" for f in figs)  # a batch's idle rows (reports before: none)
+        busy_cols |= busy
         lines += [f"## Batch {b}", "", "| prompts | n | plain tok/s | speculative tok/s | speedup "
-                  "| 95% over the prompts | accepted | goal |", "|---|---|---|---|---|---|---|---|"]
-        for f in (f for f in report["figures"] if f["batch"] == b):
+                  "| 95% over the prompts | accepted |" + (" rows busy, plain / speculative |" if busy else "")
+                  + " goal |", "|---|---|---|---|---|---|---|" + ("---|" if busy else "") + "---|"]
+        for f in figs:
             goal = "" if f["goal"] is None else f">= {f['goal']:g}x {'met' if f['met'] else '**not met**'}"
             acc = "-" if f["accept_len"] is None else f"{f['accept_len']:.2f}"
             name = f"**MT-bench as a whole**" if f["kind"] == MTBENCH else f["name"]
             spread = "-" if not f.get("interval") else f"{f['interval'][0]:.2f}x .. {f['interval'][1]:.2f}x"
             lines.append(f"| {name} | {f['prompts']} | {f['plain_tok_per_s']:,.1f} | {f['spec_tok_per_s']:,.1f} | "
-                         f"{f['speedup']:.2f}x | {spread} | {acc} | {goal} |")
+                         f"{f['speedup']:.2f}x | {spread} | {acc} |" + (f" {_busy_cell(f)} |" if busy else "")
+                         + f" {goal} |")
         lines.append("")
     if any(f.get("interval") for f in report["figures"]):
         lines += ["95% over the prompts: the speedup another draw of as many prompts would read, by a paired "
                   "bootstrap over these prompts' first pass (the passes' spread is only the clock's).", ""]
+    if busy_cols:
+        lines += ["Rows busy: the rows x cycles (decode steps, speculative cycles) that made tokens, a share of those "
+                  "run. In a batch a speculative row that reached its last token idles until the group's slowest "
+                  "row does; plain decoding's rows all end at one step.", ""]
     lines += ["## Goals", ""] + [f"- {g['goal']}: **{g['status']}**" + (
         f" ({g['speedup']:.2f}x, lowest: {g['where']}{_noise_note(g)})" if g["speedup"] is not None else "")
         for g in report["goals"]]
     return "\n".join(lines) + "\n"
+
+
+def _busy_cell(f: dict[str, Any]) -> str:
+    """A figure's rows busy, plain / speculative ("-" where either is unknown)."""
+    plain, spec = f.get("busy_rows") or (None, None)
+    return "-" if plain is None or spec is None else f"{plain:.2f} / {spec:.2f}"
 
 
 def progress(report: dict[str, Any]) -> str:

@@ -101,6 +101,7 @@ class BenchRow:
     # the first pass's rows x cycles (decode steps, or speculative cycles) that made tokens: a row is idle once its
     # request ended, until a refill (--continuous) or its group's slowest row (batches) ends; None: not our engine
     busy_rows: float | None = None
+    row_slots: int | None = None  # the rows x cycles busy_rows is a share of
     # the first pass's time in prompt forwards (the observed median prompt and drafter's extend x prefills), a share
     prefill_share: float | None = None
 
@@ -262,6 +263,7 @@ class Sweep(NamedTuple):
     per_group: list[tuple[float, float | None, int]]  # per group: tok/s, mean accepted length (or None), tokens
     prefills: list[int]  # prompts per prompt forward (the engine's ``prefill_rows``; none from the HF peer)
     busy_rows: float | None  # rows x cycles that made tokens, a share (:func:`busy_row_cycles`; None: the HF peer)
+    row_slots: int = 0  # the rows x cycles that share is of (0: the HF peer)
 
 
 def busy_row_cycles(res: Any) -> int | None:
@@ -302,7 +304,8 @@ def sweep(generate: Callable, groups, max_new: int, device, clock: Callable[[], 
         if live is not None:
             busy += live
             slots += res.cycles * min(rows or len(g), len(g))
-    return Sweep(tokens, clock() - t0 - setup, accepts, outputs, per_group, prefills, busy / slots if slots else None)
+    return Sweep(tokens, clock() - t0 - setup, accepts, outputs, per_group, prefills, busy / slots if slots else None,
+                 slots)
 
 
 def engine_spec(cfg: BenchConfig, ctx: BenchContext, batch: int | None = None) -> SpecConfig:
@@ -380,6 +383,7 @@ class Contender:
     prefills: list[int] = field(default_factory=list)  # the first pass's prompts per prompt forward
     rows: int | None = None  # the rows a call runs at most (served: the batch size; None: a group's size)
     busy_rows: float | None = None  # the first pass's (Sweep.busy_rows)
+    row_slots: int = 0  # the first pass's (Sweep.row_slots)
 
     def warm_up(self, max_new: int) -> None:
         """One short call: allocator, kernels, lazy capture and compile (its set-up is never timed)."""
@@ -393,6 +397,7 @@ class Contender:
         if len(self.passes) == 1:
             self.outputs, self.per_group, self.prefills, self.busy_rows = (got.outputs, got.per_group, got.prefills,
                                                                            got.busy_rows)
+            self.row_slots = got.row_slots
 
     def row(self) -> BenchRow:
         """The row of what the timed passes measured (:meth:`observe` adds the phase times)."""
@@ -406,7 +411,7 @@ class Contender:
             compile_fallbacks=self.compile_fallbacks,
             prefills=len(self.prefills) or None,
             prompts_per_prefill=sum(self.prefills) / len(self.prefills) if self.prefills else None,
-            busy_rows=self.busy_rows)
+            busy_rows=self.busy_rows, row_slots=self.row_slots or None)
 
     def observe(self, row: BenchRow, ctx: BenchContext) -> BenchRow:
         """``row`` with (``ctx.observe``) one observed pass like the timed ones: the phase times per cycle, and

@@ -79,9 +79,33 @@ def test_figures_report_per_category_whole_and_code_with_goals(sets_files, tmp_p
     status = {(g["minimum"], g["batch"]): g["status"] for g in rep["goals"]}
     assert status[(1.8, 8)] == "not measured" and status[(1.3, 32)] == "not measured"
     assert status[(2.5, 1)] in ("met", "not met")
+    for (name, b), f in figs.items():  # rows busy: plain's rows, ending together, every step; the whole weighs sets
+        plain_busy, spec_busy = f["busy_rows"]
+        assert plain_busy == 1.0 and 0 < spec_busy <= 1.0 and all(n > 0 for n in f["row_slots"])
+    for b in (1, 2):
+        cats, w = [figs[("writing", b)], figs[("math", b)]], figs[("mt-bench", b)]
+        assert w["row_slots"][1] == sum(c["row_slots"][1] for c in cats)
+        assert w["busy_rows"][1] == pytest.approx(sum(c["busy_rows"][1] * c["row_slots"][1] for c in cats)
+                                                  / w["row_slots"][1])
     md = out.with_suffix(".md").read_text()
     assert "## Batch 1" in md and "## Batch 2" in md and "| writing | 2 |" in md and "MT-bench as a whole" in md
+    batch1, batch2 = md.split("## Batch 2")
+    assert "rows busy" not in batch1 and "| rows busy, plain / speculative |" in batch2  # a batch's column only
+    w2 = figs[("mt-bench", 2)]["busy_rows"]
+    assert f"| {w2[0]:.2f} / {w2[1]:.2f} |" in batch2
     assert "not measured" in capsys.readouterr().out
+
+
+def test_mt_bench_as_a_whole_weighs_each_categorys_busy_rows_by_the_rows_x_cycles_it_ran():
+    """writing 0.5 of 100 rows x cycles, stem 1.0 of 300: the whole 350 / 400; a category without the figure (a
+    report from before it, the HF peer) leaves the whole's unknown."""
+    from dataclasses import replace
+
+    writing = replace(_category("writing", 2.0), batch=8, busy_rows=(1.0, 0.5), row_slots=(80, 100))
+    stem = replace(_category("stem", 2.0), batch=8, busy_rows=(1.0, 1.0), row_slots=(120, 300))
+    w = F.whole([writing, stem], 8)
+    assert w.busy_rows == (1.0, pytest.approx(0.875)) and w.row_slots == (200, 400)
+    assert F.whole([writing, replace(stem, busy_rows=(None, None))], 8).busy_rows == (None, None)
 
 
 def test_goal_marks_the_worst_category():
