@@ -181,19 +181,19 @@ def whole(figures: list[SetFigure], batch: int) -> SetFigure:
     cycles = [f.tokens / f.accept_len for f in cats if f.accept_len]
     same = [f.same_tokens for f in cats if f.same_tokens is not None]
     groups = tuple(g for f in cats for g in f.groups)
-    busy = tuple(zip(*(_busy_side(cats, side) for side in (0, 1))))
+    (plain_busy, plain_slots), (spec_busy, spec_slots) = _busy_side(cats, 0), _busy_side(cats, 1)
     return SetFigure(MTBENCH, MTBENCH, batch, sum(f.prompts for f in cats), tokens, statistics.median(plain),
                      statistics.median(spec), statistics.median(ratios), ratios, tuple(plain), tuple(spec),
                      tokens / sum(cycles) if len(cycles) == len(cats) else None,
                      sum(same) / len(same) if same else None, groups=groups, interval=_interval(groups),
-                     busy_rows=busy[0], row_slots=busy[1])
+                     busy_rows=(plain_busy, spec_busy), row_slots=(plain_slots, spec_slots))
 
 
 def _busy_side(cats: list[SetFigure], side: int) -> tuple[float | None, int | None]:
     """One side's (0 plain, 1 speculative) busy share over ``cats``: their busy rows x cycles over their rows x
     cycles run, and that sum; (None, None) where a set lacks either."""
     got = [(f.busy_rows[side], f.row_slots[side]) for f in cats]
-    if not got or any(b is None or not n for b, n in got):
+    if any(b is None or not n for b, n in got):
         return None, None
     slots = sum(n for _, n in got)
     return sum(b * n for b, n in got) / slots, slots
