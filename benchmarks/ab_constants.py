@@ -20,7 +20,9 @@ tuner times at 2..``gemv.MAX_ROWS`` rows (``gemv.FEW_ROWS`` and ``MANY_ROWS``), 
 --gemv-shares on|off: a split GEMV tiling's K shares added by the compiled code that reads the output, or in the
 kernel (``gemv.SHARES``);
 --gemv-max-rows N: the most rows of x a call may have to take the GEMV (``gemv.MAX_ROWS``, the kernel's whole
-range ``gemv.KERNEL_ROWS``, 256, past 64 in blocks of 64 rows; 64: a batch's verify on cuBLAS, as before 2026-12-07).
+range ``gemv.KERNEL_ROWS``, 256, past 64 in blocks of 64 rows; 64: a batch's verify on cuBLAS, as before 2026-12-07);
+--shrink on|off: a batch sheds its ended rows onto a smaller batch bucket, or runs whole until its last row ends
+(``shrink.SHRINK``).
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--gemv-tilings", metavar="BN,BK,SPLIT,WARPS,STAGES;...")
     p.add_argument("--gemv-shares", choices=("on", "off"))
     p.add_argument("--gemv-max-rows", type=int, metavar="N")
+    p.add_argument("--shrink", choices=("on", "off"))
     args = p.parse_args(argv[:cut])
     from eaglelab.engine.model.gemv_tiling import KERNEL_ROWS, parse_tilings
 
@@ -96,6 +99,10 @@ def main(argv: list[str]) -> int:
             GV.SHARES = args.gemv_shares == "on"
         if args.gemv_max_rows is not None:
             GV.MAX_ROWS = args.gemv_max_rows
+    if args.shrink is not None:
+        import eaglelab.engine.runtime.shrink as SH
+
+        SH.SHRINK = args.shrink == "on"
     from eaglelab.cli import main as cli
 
     return cli(argv[cut + 1:])

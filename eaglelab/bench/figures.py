@@ -283,8 +283,9 @@ def markdown(report: dict[str, Any]) -> str:
                   "bootstrap over these prompts' first pass (the passes' spread is only the clock's).", ""]
     if busy_cols:
         lines += ["Rows busy: the rows x cycles (decode steps, speculative cycles) that made tokens, a share of those "
-                  "run. In a batch a speculative row that reached its last token idles until the group's slowest "
-                  "row does; plain decoding's rows all end at one step.", ""]
+                  "run (each cycle's batch bucket). In a batch a speculative row that reached its last token idles "
+                  "until the rows still running fit a smaller bucket, onto which they move; plain decoding's rows "
+                  "all end at one step.", ""]
     lines += ["## Goals", ""] + [f"- {g['goal']}: **{g['status']}**" + (
         f" ({g['speedup']:.2f}x, lowest: {g['where']}{_noise_note(g)})" if g["speedup"] is not None else "")
         for g in report["goals"]]

@@ -303,7 +303,7 @@ def sweep(generate: Callable, groups, max_new: int, device, clock: Callable[[], 
         live = busy_row_cycles(res)
         if live is not None:
             busy += live
-            slots += res.cycles * min(rows or len(g), len(g))
+            slots += getattr(res, "row_cycles", 0) or res.cycles * min(rows or len(g), len(g))
     return Sweep(tokens, clock() - t0 - setup, accepts, outputs, per_group, prefills, busy / slots if slots else None,
                  slots)
 

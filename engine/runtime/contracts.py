@@ -80,6 +80,10 @@ class RefillableDrafter(Protocol):
     def move_row(self, src: int, dst: int) -> None:
         """Everything the drafter keeps of row ``src`` (its KV cache row, the next root's state) onto row ``dst``."""
 
+    def keep_rows(self, k: int) -> None:
+        """From the next cycle the batch is its first ``k`` rows alone (a one-batch loop shedding its ended rows,
+        :mod:`~eaglelab.engine.runtime.shrink`, after moving the live ones there with :meth:`move_row`)."""
+
 
 @runtime_checkable
 class FusableDrafter(Protocol):

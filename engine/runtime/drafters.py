@@ -68,6 +68,9 @@ class NgramDrafter:
     def move_row(self, src: int, dst: int) -> None:
         self._history[dst], self._seen[dst] = list(self._history[src]), self._seen[src]
 
+    def keep_rows(self, k: int) -> None:
+        del self._history[k:], self._seen[k:]
+
     def commit(self, st: DraftView, acc: Acceptance, aux, runner: Runner) -> None:
         pass
 
@@ -121,6 +124,10 @@ class Eagle3Drafter:
         self.cache.copy_row(src, dst)
         self.next_hidden[dst].copy_(self.next_hidden[src])
         self.next_logits[dst].copy_(self.next_logits[src])
+
+    def keep_rows(self, k: int) -> None:
+        """The next root's state of the first ``k`` rows alone (views: a one-graph cycle's runner state stays bound)."""
+        self.next_hidden, self.next_logits = self.next_hidden[:k], self.next_logits[:k]
 
     def _begin(self, ids, aux, lengths, root):
         """Prompt ids [B, T], target aux [B, T, nH], lengths/root [B] -> the root's hidden [B, H], logits."""

@@ -38,6 +38,7 @@ import sys
 import time
 import weakref
 from collections import deque
+from itertools import accumulate
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -50,7 +51,7 @@ from eaglelab.engine.runtime import cycle_ops
 from eaglelab.engine.runtime.contracts import Drafter, FusableDrafter, PhaseParts, Runner
 from eaglelab.engine.runtime.cycle import GraphParts, speculative_cycle
 from eaglelab.engine.runtime.limits import check_memory, kv_cache_bytes
-from eaglelab.engine.runtime import serving
+from eaglelab.engine.runtime import serving, shrink
 from eaglelab.engine.runtime.loop_state import Batch, emit_and_advance, emit_tokens, loop_state, read_rows
 from eaglelab.engine.runtime.observer import CycleStats, Observer, RunInfo, RunSummary, json_values
 from eaglelab.engine.runtime.readback import Staged, Stager, StepReader, StepView, upload
@@ -76,6 +77,7 @@ class GenerationResult:
     cycles: int
     accept_lens: list[list[int]] = field(default_factory=list)  # per cycle, per active row (spec only)
     prefill_rows: list[int] = field(default_factory=list)  # prompts per prefill, in order (served: one per refill)
+    row_cycles: int = 0  # rows x steps run: each step's rows, its batch bucket's under a graph runner (pad rows too)
     setup_seconds: float = 0.0  # graph capture and compilation that happened during the run (not in tok/s)
 
     @property
@@ -142,6 +144,7 @@ class Engine:
         self._cycle_parts: dict[tuple, dict] = {}  # (sampling, observed) -> the parts, shared by both parities
         self._cycle_fns: dict[tuple, PhaseParts] = {}  # (sampling, observed, parity) -> the cycle's function
         self._cycle = 0
+        self._rows_run: list[int] = []  # per step launched, the rows its phases ran (GenerationResult.row_cycles)
         self._warned: set[str] = set()
         self._stager = Stager(self.device)  # the observer's one device-to-host copy per cycle
         self._pending: _Pending | None = None
@@ -204,12 +207,14 @@ class Engine:
         """Every prompt in one batch, until every row ends. -> (tokens, stop reasons, per-cycle acceptance, prompts
         per prefill: one prefill of them all)."""
         st = self._prefill(prompts, max_new, sampling, generator)
-        accepted = self._loop(st, max_new, sampling, generator, stream)
-        tokens, reasons = read_rows(st.out, st.n_out, st.hit_eos)
+        shrinker = shrink.Shrinker(self, st) if shrink.applies(self, stream) else None
+        accepted = self._loop(st, max_new, sampling, generator, stream, shrinker)
+        tokens, reasons = shrinker.rows() if shrinker is not None else read_rows(st.out, st.n_out, st.hit_eos)
         return tokens, reasons, accepted, [len(prompts)]
 
     def _reset_run(self) -> None:
         self._cycle, self._pending = 0, None
+        self._rows_run = []
         self._cycle_parts.clear()  # they close over the run's caches
         self._cycle_fns.clear()
         self.clock.take()  # marks of an unobserved warm-up
@@ -233,8 +238,10 @@ class Engine:
         return time.perf_counter() - t0
 
     def _loop(self, st: Batch, max_new_tokens: int, sampling: SamplingParams, generator,
-              stream: StreamFn | None) -> list[tuple[torch.Tensor, torch.Tensor]]:
-        """Decode steps or speculative cycles until every row is done. -> per cycle (accept_len, active), on device."""
+              stream: StreamFn | None, shrinker: shrink.Shrinker | None = None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Decode steps or speculative cycles until every row is done; with a ``shrinker``, the live rows move into
+        a smaller batch whenever a smaller bucket would run them (:mod:`.shrink`). -> per cycle (accept_len, active),
+        on device."""
         accepted: list[tuple[torch.Tensor, torch.Tensor]] = []
         emitted = [0] * st.root.shape[0]
         reads_ahead = bool(self.stop_lag and self.spec.enabled)  # near the budget's end: see _may_finish_next
@@ -249,15 +256,23 @@ class Engine:
         while steps_left:
             # the host reads the step before the last one launched; near the budget's end, the step in flight
             # too (it may finish every row: waiting for it costs a launch, queuing one more a whole cycle)
+            fresh = None  # the last view read this time, if its slots are today's
             while launched and (len(launched) > self.stop_lag or near_end):
                 seen = launched.popleft()
                 unstreamed.append(seen)
+                fresh = seen if shrinker is None or shrinker.read_one() else None
                 finished = seen.all_done()
                 if finished:
                     break
                 near_end = reads_ahead and self._may_finish_next(seen, max_new_tokens)
             if finished:
                 break
+            if shrinker is not None and fresh is not None:
+                smaller = shrinker.shrink(st, fresh.read()["done"])
+                if smaller is not None:
+                    st = smaller
+                    self._carry = {name: t[: st.root.shape[0]] for name, t in self._carry.items()}
+                    shrinker.moved(len(launched))
             if not self.stop_lag:  # read at once (CPU, TP): the step has finished, its text goes out now
                 emitted, unstreamed = self._stream(unstreamed, stream, emitted), []
             steps_left -= 1
@@ -266,6 +281,7 @@ class Engine:
                 accepted.append(self._spec_cycle(st, sampling, generator))
             else:
                 self._decode_step(st, sampling, generator)
+            self._rows_run.append(self.runner.padded_batch(st.root.shape[0]))
             launched.append(reader.view(watched))
             # lagged: the text goes out once the next step is queued, so printing it overlaps the device's work
             emitted, unstreamed = self._stream(unstreamed, stream, emitted), []
@@ -521,6 +537,7 @@ class Engine:
             return
         assert extra == 1, f"{extra} steps after the last: the loop reads one step late at most"
         self._cycle -= 1
+        self._rows_run.pop()
         if self.spec.enabled:
             accepted.pop()
         self._pending = None  # its stats (queued, not delivered: the observer is a cycle behind)
@@ -530,13 +547,15 @@ class Engine:
         """The run's result, read from the device in a few copies: a readback per cycle (a masked index and a
         ``tolist`` each, both syncs) cost a speculative request ~1-2 ms on the GPU, inside bench's wall time."""
         accept_lens: list[list[int]] = []
-        if accepted:
-            lens = torch.stack([n for n, _ in accepted]).tolist()  # [cycles, B]
-            active = torch.stack([a for _, a in accepted]).tolist()
-            accept_lens = [[n for n, a in zip(row, act) if a] for row, act in zip(lens, active)]
+        if accepted:  # each cycle's [B] (B shrinks as a batch sheds its ended rows: .shrink), in two copies
+            lens, active = (torch.cat([pair[i] for pair in accepted]).tolist() for i in range(2))
+            widths = [n.shape[0] for n, _ in accepted]
+            accept_lens = [[n for n, a in zip(lens[e - w: e], active[e - w: e]) if a]
+                           for e, w in zip(accumulate(widths), widths)]
         res = GenerationResult(
             tokens=tokens, stop_reasons=reasons, prompt_tokens=sum(len(p) for p in prompts),
             seconds=seconds, cycles=self._cycle, accept_lens=accept_lens, setup_seconds=setup, prefill_rows=prefills,
+            row_cycles=sum(self._rows_run),
         )
         if self.observer is not None:
             self.observer.on_run_end(RunSummary(

@@ -109,6 +109,7 @@ def serve(engine: Engine, prompts: list[list[int]], max_new: int, sampling, gene
             accepted.append(engine._spec_cycle(st, sampling, generator))
         else:
             engine._decode_step(st, sampling, generator)
+        engine._rows_run.append(engine.runner.padded_batch(B))
         launched.append((reader.view(watched), step))
     engine._forget_extra(len(launched), accepted)
     order = range(len(prompts))

@@ -13,6 +13,7 @@ import eaglelab.engine.model.gemv_kernels as gemv_kernels  # noqa: E402
 import eaglelab.engine.model.layers as layers  # noqa: E402
 import eaglelab.engine.runtime.compile as compile_  # noqa: E402
 import eaglelab.engine.runtime.cycle_kernels as cycle_kernels  # noqa: E402
+import eaglelab.engine.runtime.shrink as shrink  # noqa: E402
 from benchmarks.ab_constants import main  # noqa: E402
 from eaglelab.engine.model.eagle3 import Eagle3Network  # noqa: E402
 from eaglelab.engine.model.model import Transformer  # noqa: E402
@@ -20,7 +21,7 @@ from eaglelab.engine.model.model import Transformer  # noqa: E402
 CONSTANTS = [(gemv_kernels, "EARLY_TILES"), (gemv_kernels, "EARLY_TILES_ONE_ROW"), (layers, "SHARE_MASK"),
              (compile_, "COMBO_KERNELS"), (compile_, "COMBO_WITH_PDL"), (cycle_kernels, "EXPAND_ONE_LAUNCH"),
              (attention_kernels, "ONE_LAUNCH_ROWS"), (Transformer, "logits"), (Eagle3Network, "head"),
-             (gemv, "FEW_ROWS"), (gemv, "MANY_ROWS"), (gemv, "SHARES"), (gemv, "MAX_ROWS")]
+             (gemv, "FEW_ROWS"), (gemv, "MANY_ROWS"), (gemv, "SHARES"), (gemv, "MAX_ROWS"), (shrink, "SHRINK")]
 
 
 def test_each_flag_sets_its_constant_before_the_command(monkeypatch, tmp_path, capsys):
@@ -61,6 +62,10 @@ def test_each_flag_sets_its_constant_before_the_command(monkeypatch, tmp_path, c
     for way in ("off", "on"):  # K shares added in the kernel, or by the compiled reader
         main(["--gemv-shares", way, "--", "report", str(missing)])
         assert gemv.SHARES is (way == "on") and gemv.FEW_ROWS == few + more
+    main(["--shrink", "off", "--", "report", str(missing)])  # a batch kept whole until its last row ends
+    assert not shrink.SHRINK
+    main(["--shrink", "on", "--", "report", str(missing)])
+    assert shrink.SHRINK
     main(["--gemv-max-rows", "64", "--", "report", str(missing)])  # a batch's verify back on cuBLAS
     assert gemv.MAX_ROWS == 64  # what refusal reads (tests/engine/model/test_gemv.py: 65 rows then refused)
     early = gemv_kernels.EARLY_TILES
