@@ -12,9 +12,12 @@
 #               --batch-sizes 8,32` (80 MT-bench first turns and 40 HumanEval problems, 3 passes) with rows shed
 #   call W      carry .carry/assets .whl (the same warm machine)             STAGE=W: the same figures with every
 #               batch kept whole until its last row ends (benchmarks/ab_constants.py --shrink off)
+#   call S      carry .carry/mr5 .carry/assets .whl (right after the Cs)     STAGE=S: batch 8 alone on MT-bench (2
+#               passes), shed then whole, each its own process (T and W ran with bench capturing only the buckets
+#               8 and 32, so batch 8 never shed: bench captures every power of two since)
 #   call B      carry .carry/assets .whl (the same warm machine)             STAGE=B: `bench --figures --batch-sizes
 #               1` as it is, then with `--compile-prefill` (each its own process; 3 passes)
-STAGE=${STAGE:?set STAGE=C, T, W or B}
+STAGE=${STAGE:?set STAGE=C, T, W, S or B}
 source "$(dirname "$0")/device_stage.sh"
 DEVICE=${DEVICE:-cuda}
 
@@ -49,6 +52,16 @@ stage_w() {
   figures figures_b8_32_whole "$(left)" "python3 benchmarks/ab_constants.py --shrink off --" --batch-sizes 8,32
 }
 
+# S: batch 8 alone, shed then whole, each its own process (MT-bench, 2 passes: what a short budget fits)
+stage_s() {
+  record_gpu
+  need_gguf
+  local half=$(( $(left) / 2 ))
+  FIG_EXTRA="--code-prompts 0 --repeats 2" figures figures_b8_shed "$half" "$EL" --batch-sizes 8
+  FIG_EXTRA="--code-prompts 0 --repeats 2" figures figures_b8_whole "$(left)" \
+    "python3 benchmarks/ab_constants.py --shrink off --" --batch-sizes 8
+}
+
 stage_b() {
   record_gpu
   need_gguf
@@ -57,4 +70,4 @@ stage_b() {
 }
 
 export STAGE_S=${STAGE_S:-$(case "$STAGE" in C) echo 120;; *) echo 580;; esac)}; watchdog "$0"
-run_stage C T W B
+run_stage C T W S B

@@ -345,11 +345,11 @@ class OurSystem:
         self.drafter = ctx.make_drafter(self.spec) if cfg.speculative and ctx.make_drafter else None
         net = self.drafter.net if self.drafter is not None else None
         if cfg.graphs:
-            # continuous batching prefills the prompts that start together in the first rows, as many as a bucket
-            # fits in the free rows: buckets of every power of two keep those prefills graphs of few padded rows
+            # buckets of every power of two (captured lazily, only those a run uses), as a server's: a batch that
+            # sheds its ended rows runs the live ones on the smallest bucket that holds them (engine/runtime/shrink.py),
+            # and continuous batching prefills the prompts that start together in as few padded rows as fit
             top = max(ctx.batch_sizes)
-            buckets = tuple(sorted({1 << i for i in range(top.bit_length())} | set(ctx.batch_sizes))) \
-                if ctx.continuous else ctx.batch_sizes
+            buckets = tuple(sorted({1 << i for i in range(top.bit_length())} | set(ctx.batch_sizes)))
             kernels = ctx.kernels(cfg.compile, cfg.gemv, cfg.attn, cfg.pdl)
             self.runner = CudaGraphRunner.for_engine(ctx.target, self.spec, self.drafter, max_len=ctx.max_len,
                                                      buckets=buckets, kernels=kernels)
