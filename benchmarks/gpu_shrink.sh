@@ -12,9 +12,10 @@
 #               --batch-sizes 8,32` (80 MT-bench first turns and 40 HumanEval problems, 3 passes) with rows shed
 #   call W      carry .carry/assets .whl (the same warm machine)             STAGE=W: the same figures with every
 #               batch kept whole until its last row ends (benchmarks/ab_constants.py --shrink off)
-#   call S      carry .carry/mr5 .carry/assets .whl (right after the Cs)     STAGE=S: batch 8 alone on MT-bench (2
-#               passes), shed then whole, each its own process (T and W ran with bench capturing only the buckets
-#               8 and 32, so batch 8 never shed: bench captures every power of two since)
+#   call S      carry .carry/mr5 .carry/assets .whl (right after the Cs)     STAGE=S: `bench` at batch 8 and 32 on
+#               the 80 MT-bench first turns, plain, shed (spec-compile-gemv-attn) and whole (its `-whole` twin)
+#               interleaved in one process, 3 passes (T and W ran with bench capturing only the buckets 8 and 32,
+#               so batch 8 never shed: bench captures every power of two since)
 #   call B      carry .carry/assets .whl (the same warm machine)             STAGE=B: `bench --figures --batch-sizes
 #               1` as it is, then with `--compile-prefill` (each its own process; 3 passes)
 STAGE=${STAGE:?set STAGE=C, T, W, S or B}
@@ -52,14 +53,14 @@ stage_w() {
   figures figures_b8_32_whole "$(left)" "python3 benchmarks/ab_constants.py --shrink off --" --batch-sizes 8,32
 }
 
-# S: batch 8 alone, shed then whole, each its own process (MT-bench, 2 passes: what a short budget fits)
+# S: batch 8 and 32 (the profile's trees), plain, shed and whole interleaved in one bench process (80 MT-bench first
+# turns, 3 passes): the A/B on the same clock
 stage_s() {
   record_gpu
   need_gguf
-  local half=$(( $(left) / 2 ))
-  FIG_EXTRA="--code-prompts 0 --repeats 2" figures figures_b8_shed "$half" "$EL" --batch-sizes 8
-  FIG_EXTRA="--code-prompts 0 --repeats 2" figures figures_b8_whole "$(left)" \
-    "python3 benchmarks/ab_constants.py --shrink off --" --batch-sizes 8
+  TAIL=60 run bench_b8_32 "$(left)" $EL bench --model default --draft $SHIPPED --device "$DEVICE" --batch-sizes 8,32 \
+    --prompts 80 --max-new-tokens 128 --repeats 3 --no-micro --json "$R/bench_b8_32.json" \
+    --configs plain-compile-gemv-attn,spec-compile-gemv-attn,spec-compile-gemv-attn-whole
 }
 
 stage_b() {

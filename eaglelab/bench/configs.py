@@ -25,6 +25,7 @@ class BenchConfig:
     attn: bool = False  # attention of T <= 64 query rows on the Triton decode attention (engine/model/decode_attention.py)
     one_graph: bool = True  # speculative, decode-mode verify: the whole cycle one phase (False: a phase each)
     pdl: bool = False  # the captured phases' kernels launched dependently (Hopper; engine/model/pdl.py)
+    shed: bool = True  # a batch's live rows move onto a smaller batch bucket as rows end (False: ``*-whole``)
 
     @property
     def triton(self) -> bool:
@@ -64,6 +65,9 @@ CONFIGS: dict[str, BenchConfig] = {c.name: c for c in (
                             "+ Triton decode attention"),
     BenchConfig("spec-compile-gemv-attn-pdl", True, "decode", True, compile=True, gemv=True, attn=True, pdl=True,
                 description="as spec-compile-gemv-attn, every kernel launched dependently (PDL, Hopper)"),
+    BenchConfig("spec-compile-gemv-attn-whole", True, "decode", True, compile=True, gemv=True, attn=True, shed=False,
+                description="as spec-compile-gemv-attn, every batch run whole until its last row ends (its ended "
+                            "rows not shed onto a smaller batch bucket)"),
     BenchConfig("spec-phases-gemv-attn", True, "decode", True, compile=True, gemv=True, attn=True,
                 one_graph=False, description="as spec-compile-gemv-attn, each phase of the cycle its own graph "
                                              "(five launches a cycle, not one)"),

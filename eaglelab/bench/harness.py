@@ -341,7 +341,7 @@ class OurSystem:
 
     def __init__(self, cfg: BenchConfig, ctx: BenchContext, batch: int | None = None) -> None:
         self.spec = engine_spec(cfg, ctx, batch)
-        self.ctx = ctx
+        self.ctx, self.shed = ctx, cfg.shed
         self.drafter = ctx.make_drafter(self.spec) if cfg.speculative and ctx.make_drafter else None
         net = self.drafter.net if self.drafter is not None else None
         if cfg.graphs:
@@ -359,7 +359,7 @@ class OurSystem:
 
     def engine(self, observer=None) -> Engine:
         return Engine(self.ctx.target, eos_token_ids=self.ctx.eos_token_ids, drafter=self.drafter, spec=self.spec,
-                      observer=observer, runner=self.runner)
+                      observer=observer, runner=self.runner, shed_rows=self.shed)
 
     def capture_stats(self) -> list[dict[str, Any]]:
         return [asdict(s) for s in getattr(self.runner, "capture_stats", [])]

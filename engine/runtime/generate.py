@@ -108,12 +108,14 @@ class Engine:
         runner: Runner | None = None,
         run_info: dict | None = None,
         stop_lag: int | None = None,
+        shed_rows: bool = True,
     ) -> None:
         """``run_info``: what :class:`RunInfo` cannot know from the model ("model", "digest",
         "eaglelab_version", and "baseline": True for a plain run recorded beside a speculative one).
         ``stop_lag``: 1 = the stop check reads the step before the last one launched (no host stall;
         the default on CUDA), 0 = it reads each step at once (the default on CPU and under TP, whose
-        observer takes each cycle's all-reduce timings at once)."""
+        observer takes each cycle's all-reduce timings at once). ``shed_rows``: a batch's live rows move onto a
+        smaller batch bucket as rows end (:mod:`.shrink`; False: every batch runs whole until its last row ends)."""
         assert spec.enabled == (drafter is not None), "a drafter is needed exactly when spec.algorithm != 'none'"
         self.target, self.drafter, self.spec = target, drafter, spec
         self.observer = observer
@@ -125,6 +127,7 @@ class Engine:
             stop_lag = 1 if self.device.type == "cuda" and target.tp is None else 0
         assert stop_lag == 0 or target.tp is None, "under TP the observer takes each cycle at once: stop_lag 0"
         self.stop_lag = stop_lag
+        self.shed_rows = shed_rows
         if self.device.type == "cuda":
             cycle_ops.load()  # the bookkeeping kernels of compiled phases (Triton imported once, outside any trace)
         self.runner: Runner = runner or EagerRunner(target, drafter.net if drafter is not None else None,

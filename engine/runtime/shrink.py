@@ -29,7 +29,8 @@ import torch
 from eaglelab.engine.runtime.contracts import RefillableDrafter
 from eaglelab.engine.runtime.loop_state import Batch, move_row, read_rows
 
-# Off: every batch runs all its rows until the last one ends (an A/B's other side: benchmarks/ab_constants.py).
+# Off: every batch runs all its rows until the last one ends, in every engine (an A/B's other side across processes:
+# benchmarks/ab_constants.py; one engine: ``Engine(shed_rows=False)``, bench's ``spec-compile-gemv-attn-whole``).
 SHRINK = True
 
 Engine = Any  # eaglelab.engine.runtime.generate.Engine, which imports this module
@@ -38,7 +39,7 @@ Engine = Any  # eaglelab.engine.runtime.generate.Engine, which imports this modu
 def applies(engine: Engine, stream) -> bool:
     """Whether ``engine``'s one-batch loop sheds ended rows (see the module's docstring)."""
     drafter = engine.drafter
-    return (SHRINK and stream is None and engine.target.tp is None
+    return (SHRINK and engine.shed_rows and stream is None and engine.target.tp is None
             and (drafter is None or isinstance(drafter, RefillableDrafter)))
 
 

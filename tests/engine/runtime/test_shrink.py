@@ -65,15 +65,14 @@ def test_a_shrinking_batch_gives_each_row_what_plain_greedy_gives_it_alone(targe
 
 @pytest.mark.parametrize("kind", ["plain", "eagle3", "eagle3-phases", "ngram"])
 @pytest.mark.parametrize("graphs", [False, True])
-def test_rows_that_end_early_stop_costing_rows(target, alone, kind, graphs, monkeypatch):
+def test_rows_that_end_early_stop_costing_rows(target, alone, kind, graphs):
     """Eight prompts whose rows end at different steps, a stop check a step late: shed, the batch runs fewer rows x
-    steps than the same batch kept whole, with the same tokens and cycles' accepted lengths (under emulated graphs
+    steps than the same batch kept whole (``Engine(shed_rows=False)``), with the same tokens and cycles' accepted lengths (under emulated graphs
     on the buckets 1, 2, 4 and the largest, 8: each step counts its bucket's rows, pad rows included)."""
     if graphs and kind == "ngram":
         pytest.skip("the n-gram drafter drafts on the host: no graphs")
     runs = {}
     for on in (False, True):
-        monkeypatch.setattr(shrink, "SHRINK", on)
         seen = CycleCollector()
         engine = _engine(target, kind, False, 1, seen, eos=EOS)
         if graphs:
@@ -81,6 +80,7 @@ def test_rows_that_end_early_stop_costing_rows(target, alone, kind, graphs, monk
             engine = Engine(target, eos_token_ids=EOS, drafter=engine.drafter, spec=engine.spec, stop_lag=1,
                             runner=EmulatedRunner.for_engine(target, engine.spec, engine.drafter, max_len=160,
                                                              buckets=(1, 2, 4, 8)), observer=seen)
+        engine.shed_rows = on
         runs[on] = engine.generate(PROMPTS, 20), seen.cycles
     (whole, whole_seen), (shed, shed_seen) = runs[False], runs[True]
     assert shed.tokens == whole.tokens == [alone(p, 20) for p in PROMPTS]
