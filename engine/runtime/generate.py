@@ -137,12 +137,13 @@ class Engine:
             observe_allreduce(target.tp, observer)
         self.clock = PhaseClock(self.device, enabled=observer is not None, tp=target.tp)
         # the whole cycle as one phase (see the module's docstring), timed from inside by two PartMarks that
-        # alternate cycle by cycle (a graph's marks are read one cycle late, before it replays again); the
-        # runner's, as its graphs are: engines sharing a runner replay the graphs the first one captured
+        # alternate cycle by cycle (a graph's marks are read one cycle late, before it replays again), a pair per
+        # graph: per batch bucket and setting (a capture's events are its graph's; another graph's capture must not
+        # replace them). The runner's, as its graphs are: engines sharing a runner replay the graphs the first captured
         self.one_graph = runs_one_graph_cycle(spec, drafter, target)
-        self._marks: tuple[PartMarks, ...] = ()
+        self._marks: dict[tuple, tuple[PartMarks, PartMarks]] = {}
         if self.one_graph:
-            self._marks = _CYCLE_MARKS.setdefault(self.runner, (PartMarks(self.device, True), PartMarks(self.device, True)))
+            self._marks = _CYCLE_MARKS.setdefault(self.runner, {})
         self._carry: dict[str, torch.Tensor] = {}
         self._cycle_parts: dict[tuple, dict] = {}  # (sampling, observed) -> the parts, shared by both parities
         self._cycle_fns: dict[tuple, PhaseParts] = {}  # (sampling, observed, parity) -> the cycle's function
@@ -412,7 +413,8 @@ class Engine:
         B, N = st.root.shape[0], self.spec.tree_nodes
         observed = self.observer is not None
         parity = self._cycle % 2 if observed and self.device.type == "cuda" else 0
-        fn = self._cycle_fn(st.cache, sampling, observed, parity)
+        graph = (self.runner.padded_batch(B), id(self.drafter), sampling, self._eos_key)  # the marks' graph
+        fn = self._cycle_fn(st.cache, sampling, observed, parity, graph)
         ins = self._noise(B, N, sampling, generator)
         caches = (st.cache, self.drafter.cache)  # type: ignore[union-attr]
         with self.clock.range("cycle"):  # trace: a replayed cycle is one range
@@ -420,14 +422,22 @@ class Engine:
                 "cycle", fn, ins, caches, (id(self.drafter), sampling, self._eos_key, observed, parity),
                 state=st.state() | self._carry)
         if observed:
-            self.clock.add(self._marks[parity].take())
+            self.clock.add(self._marks_of(graph)[parity].take())
         ranks = {"ranks": seen[0], "open": seen[1]} if observed else {}
         self._emit("spec", st, {"active": active, "committed": committed, "path": path, **ranks}, N)
         return committed, active
 
-    def _cycle_fn(self, cache: KVCache, sampling: SamplingParams, observed: bool, parity: int) -> PhaseParts:
-        """The one-graph cycle's function (made once per run and setting; the parts shared by both parities)."""
-        key = (sampling, observed, parity)
+    def _marks_of(self, graph: tuple) -> tuple[PartMarks, PartMarks]:
+        """The two PartMarks of the cycle graphs ``graph`` names (batch bucket, drafter, sampling, EOS ids)."""
+        if graph not in self._marks:
+            self._marks[graph] = (PartMarks(self.device, True), PartMarks(self.device, True))
+        return self._marks[graph]
+
+    def _cycle_fn(self, cache: KVCache, sampling: SamplingParams, observed: bool, parity: int,
+                  graph: tuple) -> PhaseParts:
+        """The one-graph cycle's function (made once per run, setting and batch bucket: ``graph`` names the marks
+        it times with; the parts shared by both parities and every bucket)."""
+        key = (sampling, observed, parity, graph)
         if key in self._cycle_fns:
             return self._cycle_fns[key]
         depth = self.spec.max_depth
@@ -436,7 +446,7 @@ class Engine:
                 **self.drafter.cycle_parts(), "verify": self._verify_fn(cache, depth),  # type: ignore[union-attr]
                 "accept": self._accept_fn(cache, sampling, depth, observed), "advance": self._advance_fn}
         parts = self._cycle_parts[(sampling, observed)]
-        marks = self._marks[parity] if observed else _UNTIMED
+        marks = self._marks_of(graph)[parity] if observed else _UNTIMED
 
         def cycle(parts, draft_hidden, draft_logits, uniform=None, race=None, **state):
             marks.start()
@@ -679,7 +689,7 @@ class EagerPhases:
         return e.runner.phase("advance", e._advance_fn, ins, (), e._eos_key, state=self.st.state())
 
 
-_CYCLE_MARKS: "weakref.WeakKeyDictionary[Runner, tuple[PartMarks, PartMarks]]" = weakref.WeakKeyDictionary()
+_CYCLE_MARKS: "weakref.WeakKeyDictionary[Runner, dict[tuple, tuple[PartMarks, PartMarks]]]" = weakref.WeakKeyDictionary()
 _UNTIMED = PartMarks(torch.device("cpu"), enabled=False)  # an unobserved cycle marks nothing
 
 

@@ -90,6 +90,10 @@ class PartMarks:
         self.enabled = enabled
         self.cuda = enabled and device.type == "cuda"
         self._marks: list[tuple[str, object, object]] = []
+        # every event recorded during a capture, kept for as long as these marks: a graph records its captured
+        # events at each replay, and one destroyed under it (its Python object collected once a later call's marks
+        # replaced it) is a write to freed memory (a crash at the replay, on an H100: SIGSEGV)
+        self._captured: list[torch.cuda.Event] = []
 
     def start(self) -> None:
         self._marks = []
@@ -108,6 +112,8 @@ class PartMarks:
             start = self._marks[-1][2] if self._marks else _recorded_event(capturing)  # the last part's end
             yield
             self._marks.append((name, start, _recorded_event(capturing)))
+            if capturing:
+                self._captured += [start, self._marks[-1][2]]
 
     def take(self) -> list[tuple[str, object, object]]:
         """The last call's marks (a replayed graph's: its capture's events); for :meth:`PhaseClock.add`."""

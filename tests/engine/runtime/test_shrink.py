@@ -138,8 +138,10 @@ def test_the_moves_a_shrink_makes():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("kind", ["plain", "eagle3"])
 def test_a_batch_shrinks_on_cuda_graphs_and_keeps_the_eager_tokens(kind):
-    """Real CUDA graphs (float32, the stop check a step late): eight rows ending apart shed onto the buckets 4, 2
-    and 1, every phase replayed, each row's tokens plain greedy's of its prompt alone."""
+    """Real CUDA graphs (float32, the stop check a step late, observed): eight rows ending apart shed onto the
+    buckets 4, 2 and 1, every phase replayed, each row's tokens plain greedy's of its prompt alone; and the same batch
+    again, which replays bucket 8's observed cycle after the smaller buckets' were captured (each graph timed by
+    events of its own: one replaced under a captured graph had crashed an H100's bench with SIGSEGV)."""
     from eaglelab.engine.runtime.cuda_graphs import CudaGraphRunner
     from eaglelab.engine.runtime.drafters import Eagle3Drafter
     from eaglelab.engine.runtime.reasons import REPLAY
@@ -159,5 +161,29 @@ def test_a_batch_shrinks_on_cuda_graphs_and_keeps_the_eager_tokens(kind):
     alone = [Engine(model, eos_token_ids=EOS).generate([p], 20).tokens[0] for p in PROMPTS]
     assert out.tokens == alone
     assert out.row_cycles < out.cycles * 8, "rows shed"
+    again = engine.generate(PROMPTS, 20)
+    torch.cuda.synchronize()
+    assert again.tokens == alone
+    if kind != "plain":
+        assert all(0 < ms < 1e3 for c in seen.cycles if c.kind == "spec" for ms in c.phase_ms.values())
     assert not runner._failed and not runner.fallbacks, (runner._failed, dict(runner.fallbacks))
     assert all(set(c.graph.values()) == {REPLAY} for c in seen.cycles if c.kind != "prefill")
+
+
+def test_each_bucket_s_cycle_graph_is_timed_by_marks_of_its_own(target):
+    """Observed, a one-graph cycle records timing events inside its graph; a batch shedding rows captures the cycle
+    of each smaller bucket too, and each bucket's graphs get their own two marks (shared marks would hand bucket 8's
+    events to bucket 4's capture, and bucket 8's next replay would record events already destroyed)."""
+    from eaglelab.engine.runtime.generate import _CYCLE_MARKS
+    from tests.engine.runtime.test_cuda_graphs import EmulatedRunner
+
+    base = _engine(target, "eagle3", False, 1, eos=EOS)
+    runner = EmulatedRunner.for_engine(target, base.spec, base.drafter, max_len=160, buckets=(1, 2, 4, 8))
+    engine = Engine(target, eos_token_ids=EOS, drafter=base.drafter, spec=base.spec, stop_lag=1, runner=runner,
+                    observer=CycleCollector())
+    out = engine.generate(PROMPTS, 20)
+    assert out.row_cycles < out.cycles * 8, "rows shed"
+    buckets = sorted({graph[0] for graph in _CYCLE_MARKS[runner]})
+    assert buckets[-1] == 8 and len(buckets) > 1, buckets
+    pairs = list(_CYCLE_MARKS[runner].values())
+    assert len({id(m) for pair in pairs for m in pair}) == 2 * len(pairs), "no two graphs share marks"
