@@ -32,17 +32,22 @@ def target():
     return random_model(CFG, seed=21)
 
 
-@pytest.fixture(scope="module")
-def alone(target):
-    """Plain greedy output of a prompt generated alone (batch 1), cached per (prompt, max_new)."""
+def greedy_alone(target, eos: tuple[int, ...]):
+    """-> get(prompt, max_new): plain greedy output of a prompt generated alone (batch 1), cached."""
     memo: dict[tuple, list[int]] = {}
 
     def get(prompt: list[int], max_new: int) -> list[int]:
         key = (tuple(prompt), max_new)
         if key not in memo:
-            memo[key] = Engine(target, eos_token_ids=EOS).generate([prompt], max_new).tokens[0]
+            memo[key] = Engine(target, eos_token_ids=eos).generate([prompt], max_new).tokens[0]
         return memo[key]
     return get
+
+
+@pytest.fixture(scope="module")
+def alone(target):
+    """Plain greedy output of a prompt generated alone (batch 1), cached per (prompt, max_new)."""
+    return greedy_alone(target, EOS)
 
 
 def _engine(target, kind: str, graphs: bool, lag: int, observer=None, eos=EOS) -> Engine:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from eaglelab.engine.runtime import shrink
 from eaglelab.engine.runtime.generate import Engine
 from tests.conftest import CycleCollector, random_model
-from tests.engine.runtime.test_serve import _engine
+from tests.engine.runtime.test_serve import _engine, greedy_alone
 from tests.engine.runtime.test_speculative import CFG
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -30,14 +30,7 @@ def target():
 
 @pytest.fixture(scope="module")
 def alone(target):
-    memo: dict[tuple, list[int]] = {}
-
-    def get(prompt: list[int], max_new: int) -> list[int]:
-        key = (tuple(prompt), max_new)
-        if key not in memo:
-            memo[key] = Engine(target, eos_token_ids=EOS).generate([prompt], max_new).tokens[0]
-        return memo[key]
-    return get
+    return greedy_alone(target, EOS)
 
 
 PROMPTS = [[5, 6, 7, 8, 5, 6, 7], [9, 10], [11, 12, 13, 11, 12, 13, 11, 12], [3, 4], list(range(20, 31)), [8],
