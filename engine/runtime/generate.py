@@ -38,8 +38,8 @@ import sys
 import time
 import weakref
 from collections import deque
-from itertools import accumulate
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Callable
 
 import torch
@@ -146,7 +146,7 @@ class Engine:
             self._marks = _CYCLE_MARKS.setdefault(self.runner, {})
         self._carry: dict[str, torch.Tensor] = {}
         self._cycle_parts: dict[tuple, dict] = {}  # (sampling, observed) -> the parts, shared by both parities
-        self._cycle_fns: dict[tuple, PhaseParts] = {}  # (sampling, observed, parity) -> the cycle's function
+        self._cycle_fns: dict[tuple, PhaseParts] = {}  # (sampling, observed, parity, graph) -> the cycle's function
         self._cycle = 0
         self._rows_run: list[int] = []  # per step launched, the rows its phases ran (GenerationResult.row_cycles)
         self._warned: set[str] = set()
