@@ -2,7 +2,7 @@
 
 :func:`speculative_cycle` lists the five phases; how each one runs is the caller's:
 
-* phase by phase (any drafter, any verify mode, TP): ``generate.EagerPhases``, each phase its own
+* phase by phase (any drafter, any verify mode, TP): the :class:`EagerPhases` below, each phase its own
   ``runner.phase`` (a CUDA graph per phase under the graph runner), timed by the engine's ``PhaseClock``;
 * one graph (an EAGLE-3 drafter, decode-mode verify, no TP): :class:`GraphParts`, the same phases' functions
   called directly inside the cycle's single phase, timed from inside by ``PartMarks``.
@@ -23,9 +23,15 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 import torch
+
+if TYPE_CHECKING:  # EagerPhases' annotations
+    from eaglelab.engine.runtime.loop_state import Batch
+    from eaglelab.engine.runtime.sampling import SamplingParams
+    from eaglelab.engine.runtime.tree import DraftTree
+    from eaglelab.engine.runtime.verification import Acceptance
 
 PHASES = ("draft", "verify", "accept", "draft_extend", "advance")  # the cycle's order
 Timed = Callable[[str], AbstractContextManager]  # phase name -> the context that times it
@@ -102,3 +108,36 @@ class GraphParts:
     def advance(self, accepted: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, torch.Tensor]:
         accept_len, _, tokens, bonus = accepted[:4]
         return self.parts["advance"](tokens, accept_len, bonus, **self.state)
+
+
+@dataclass(frozen=True)
+class EagerPhases:
+    """The phases of :func:`speculative_cycle` one by one, each its own ``runner.phase`` (one graph per batch
+    bucket under the graph runner, so a cycle is five graph launches and the stop check): any drafter, either
+    verify mode, TP. The tree is a :class:`DraftTree`, the acceptance ``(Acceptance, ranks)``."""
+
+    engine: Any  # the generate.Engine running the cycle (its runner, drafter, phases' functions)
+    st: Batch
+    sampling: SamplingParams
+    generator: torch.Generator | None
+
+    def draft(self) -> DraftTree:
+        e = self.engine
+        tree = e.drafter.propose(self.st.view(), e.runner)  # type: ignore[union-attr]
+        if e.target.tp is not None and e.target.tp.check_replicas:  # debug: the replicated drafter agrees
+            e.target.tp.assert_same(tree.tokens, f"draft tokens of cycle {e._cycle}")
+        return tree
+
+    def verify(self, tree: DraftTree) -> tuple[torch.Tensor, object]:
+        return self.engine._verify(self.st, tree)  # [B, N, V], aux
+
+    def accept(self, tree: DraftTree, verified: tuple) -> tuple[Acceptance, dict[str, torch.Tensor]]:
+        return self.engine._accept(self.st, tree, verified[0], self.sampling, self.generator)
+
+    def draft_extend(self, verified: tuple, accepted: tuple[Acceptance, dict]) -> None:
+        self.engine.drafter.commit(self.st.view(), accepted[0], verified[1], self.engine.runner)  # type: ignore[union-attr]
+
+    def advance(self, accepted: tuple[Acceptance, dict]) -> tuple[torch.Tensor, torch.Tensor]:
+        acc, e = accepted[0], self.engine
+        ins = {"tokens": acc.tokens, "accept_len": acc.accept_len, "bonus": acc.bonus}
+        return e.runner.phase("advance", e._advance_fn, ins, (), e._eos_key, state=self.st.state())

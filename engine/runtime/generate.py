@@ -5,7 +5,7 @@ State lives in fixed device buffers (:class:`~.loop_state.Batch`); positions adv
 tokens are in the target's KV cache and ``root[b]``, the last token emitted, is not yet (the next step computes it).
 
 A speculative cycle, listed once in :func:`~.cycle.speculative_cycle` and run phase by phase
-(:class:`EagerPhases`: each phase one ``runner.phase``, one CUDA graph per batch bucket under the graph
+(:class:`~.cycle.EagerPhases`: each phase one ``runner.phase``, one CUDA graph per batch bucket under the graph
 runner, so a cycle is five graph launches and the stop check)::
 
     draft         the drafter proposes a tree of N tokens per row (node 0 = root)
@@ -49,7 +49,7 @@ from eaglelab.engine.model.layers import prefix_mask
 from eaglelab.engine.model.model import Transformer
 from eaglelab.engine.runtime import cycle_ops
 from eaglelab.engine.runtime.contracts import Drafter, FusableDrafter, PhaseParts, Runner
-from eaglelab.engine.runtime.cycle import GraphParts, speculative_cycle
+from eaglelab.engine.runtime.cycle import EagerPhases, GraphParts, speculative_cycle
 from eaglelab.engine.runtime.limits import check_memory, kv_cache_bytes
 from eaglelab.engine.runtime import serving, shrink
 from eaglelab.engine.runtime.loop_state import Batch, emit_and_advance, emit_tokens, loop_state, read_rows
@@ -654,39 +654,6 @@ class Engine:
             if message is not None and message not in self._warned:
                 self._warned.add(message)
                 self.observer.on_warning(SOURCE_RUNNER, message)
-
-
-@dataclass(frozen=True)
-class EagerPhases:
-    """The phases of :func:`speculative_cycle` one by one, each its own ``runner.phase`` (one graph per batch
-    bucket under the graph runner, so a cycle is five graph launches and the stop check): any drafter, either
-    verify mode, TP. The tree is a :class:`DraftTree`, the acceptance ``(Acceptance, ranks)``."""
-
-    engine: Engine
-    st: Batch
-    sampling: SamplingParams
-    generator: torch.Generator | None
-
-    def draft(self) -> DraftTree:
-        e = self.engine
-        tree = e.drafter.propose(self.st.view(), e.runner)  # type: ignore[union-attr]
-        if e.target.tp is not None and e.target.tp.check_replicas:  # debug: the replicated drafter agrees
-            e.target.tp.assert_same(tree.tokens, f"draft tokens of cycle {e._cycle}")
-        return tree
-
-    def verify(self, tree: DraftTree) -> tuple[torch.Tensor, object]:
-        return self.engine._verify(self.st, tree)  # [B, N, V], aux
-
-    def accept(self, tree: DraftTree, verified: tuple) -> tuple[Acceptance, dict[str, torch.Tensor]]:
-        return self.engine._accept(self.st, tree, verified[0], self.sampling, self.generator)
-
-    def draft_extend(self, verified: tuple, accepted: tuple[Acceptance, dict]) -> None:
-        self.engine.drafter.commit(self.st.view(), accepted[0], verified[1], self.engine.runner)  # type: ignore[union-attr]
-
-    def advance(self, accepted: tuple[Acceptance, dict]) -> tuple[torch.Tensor, torch.Tensor]:
-        acc, e = accepted[0], self.engine
-        ins = {"tokens": acc.tokens, "accept_len": acc.accept_len, "bonus": acc.bonus}
-        return e.runner.phase("advance", e._advance_fn, ins, (), e._eos_key, state=self.st.state())
 
 
 _CYCLE_MARKS: "weakref.WeakKeyDictionary[Runner, dict[tuple, tuple[PartMarks, PartMarks]]]" = weakref.WeakKeyDictionary()
