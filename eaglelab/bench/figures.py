@@ -65,8 +65,8 @@ class SetFigure:
     groups: tuple[tuple[int, float, int, float], ...] = ()
     interval: tuple[float, float] | None = None  # the speedup's 95% over the prompts drawn (B.paired_interval)
     # per side (plain, speculative), the first pass's rows x cycles that made tokens, a share of the rows x cycles
-    # run (B.BenchRow.busy_rows): in a batch a row idles from its end until the group's slowest row ends, which
-    # plain decoding's rows, all ending at one step, never do; and the rows x cycles run (the share's weight)
+    # run (B.BenchRow.busy_rows): in a batch a row idles from its end until the live rows fit a smaller bucket and
+    # move onto it, which plain decoding's rows, all ending at one step, never do; and the rows x cycles run (weight)
     busy_rows: tuple[float | None, float | None] = (None, None)
     row_slots: tuple[int | None, int | None] = (None, None)
 

@@ -99,7 +99,8 @@ class BenchRow:
     prefills: int | None = None
     prompts_per_prefill: float | None = None
     # the first pass's rows x cycles (decode steps, or speculative cycles) that made tokens: a row is idle once its
-    # request ended, until a refill (--continuous) or its group's slowest row (batches) ends; None: not our engine
+    # request ended, until a refill (--continuous) or until the live rows fit a smaller bucket and move onto it
+    # (batches); None: not our engine
     busy_rows: float | None = None
     row_slots: int | None = None  # the rows x cycles busy_rows is a share of
     # the first pass's time in prompt forwards (the observed median prompt and drafter's extend x prefills), a share
@@ -277,11 +278,10 @@ def busy_row_cycles(res: Any) -> int | None:
     return sum(max(len(t) - 1, 0) for t in res.tokens)
 
 
-def sweep(generate: Callable, groups, max_new: int, device, clock: Callable[[], float] = time.perf_counter,
-          rows: int | None = None) -> Sweep:
-    """Generate every group (``rows``: the rows a call runs at most, for :attr:`Sweep.busy_rows`; None: a group's
-    size). Graph capture and compilation inside a call (``setup_seconds``) are not generation time, as in
-    ``eaglelab run``. ``clock`` reads seconds (a test's fake clock)."""
+def sweep(generate: Callable, groups, max_new: int, device, clock: Callable[[], float] = time.perf_counter) -> Sweep:
+    """Generate every group (:attr:`Sweep.busy_rows` over the rows x steps each call ran, ``row_cycles``). Graph
+    capture and compilation inside a call (``setup_seconds``) are not generation time, as in ``eaglelab run``.
+    ``clock`` reads seconds (a test's fake clock)."""
     sync(device)
     t0 = clock()
     tokens, accepts, outputs, setup, per_group, prefills = 0, [], [], 0.0, [], []
@@ -303,7 +303,7 @@ def sweep(generate: Callable, groups, max_new: int, device, clock: Callable[[], 
         live = busy_row_cycles(res)
         if live is not None:
             busy += live
-            slots += getattr(res, "row_cycles", 0) or res.cycles * min(rows or len(g), len(g))
+            slots += res.row_cycles  # each step's rows as the engine ran them (a shed batch's: fewer)
     return Sweep(tokens, clock() - t0 - setup, accepts, outputs, per_group, prefills, busy / slots if slots else None,
                  slots)
 
@@ -381,7 +381,6 @@ class Contender:
     per_group: list[tuple[float, float | None, int]] = field(default_factory=list)  # the first pass's, per group
     compile_fallbacks: tuple[str, ...] = ()
     prefills: list[int] = field(default_factory=list)  # the first pass's prompts per prompt forward
-    rows: int | None = None  # the rows a call runs at most (served: the batch size; None: a group's size)
     busy_rows: float | None = None  # the first pass's (Sweep.busy_rows)
     row_slots: int = 0  # the first pass's (Sweep.row_slots)
 
@@ -391,7 +390,7 @@ class Contender:
 
     def run_pass(self, ctx: BenchContext, clock: Callable[[], float] = time.perf_counter) -> None:
         """One timed pass over every prompt group (timed on ``clock``)."""
-        got = sweep(self.generate, self.groups, ctx.max_new_tokens, ctx.device, clock, self.rows)
+        got = sweep(self.generate, self.groups, ctx.max_new_tokens, ctx.device, clock)
         self.passes.append((got.tokens / got.seconds if got.seconds > 0 else 0.0, got.tokens, got.seconds))
         self.accepts += got.accepts
         if len(self.passes) == 1:
@@ -479,7 +478,7 @@ def contender(cfg: BenchConfig, ctx: BenchContext, batch: int, systems: dict[Any
     rows, refill = ctx.max_batch(batch), ctx.refill_at(batch)
     return Contender(cfg, batch, lambda g, m: system.engine().generate(g, m, max_batch=rows, refill_rows=refill),
                      lambda obs: (lambda g, m: system.engine(obs).generate(g, m, max_batch=rows, refill_rows=refill)),
-                     ctx.groups(batch), rows=rows)
+                     ctx.groups(batch))
 
 
 def run_batch(cfgs: list[BenchConfig], ctx: BenchContext, batch: int, systems: dict[Any, Any],

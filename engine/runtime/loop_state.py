@@ -41,6 +41,22 @@ class Batch:
         return {"lengths": self.lengths, "root": self.root, "out": self.out, "n_out": self.n_out,
                 "done": self.done, "hit_eos": self.hit_eos, "limit": self.limit}
 
+    def move_request(self, src: int, dst: int, drafter) -> None:
+        """Row ``src``'s request onto row ``dst``: its KV cache row, loop state, prompt and, with a ``drafter``
+        (:class:`~.contracts.RefillableDrafter`), the drafter's row, copied on the device. Row ``src`` is left a
+        copy (continuous batching refills it; a shrinking batch marks it ended)."""
+        self.cache.copy_row(src, dst)
+        move_row(self.state(), src, dst)
+        if drafter is not None:
+            drafter.move_row(src, dst)
+        self.prompts[dst] = self.prompts[src]
+        self.prompt_lens[dst] = self.prompt_lens[src]
+
+    def row_output(self, r: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Row ``r``'s (out, n_out, hit_eos), copied on the device: what :func:`read_kept` reads once the row's
+        slot may be reused."""
+        return self.out[r].clone(), self.n_out[r].clone(), self.hit_eos[r].clone()
+
 
 def loop_state(lengths: torch.Tensor, root: torch.Tensor, slots: int, max_new: int,
                done: bool = False) -> dict[str, torch.Tensor]:
@@ -118,6 +134,11 @@ def start_rows(state: dict[str, torch.Tensor], lengths: torch.Tensor, first: tor
     count = torch.zeros_like(state["n_out"])
     count[:k] = 1
     emit_tokens(state, state["root"][:, None], count, eos)
+
+
+def read_kept(rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]) -> tuple[list[list[int]], list[str]]:
+    """:func:`read_rows` of rows kept apart: each one row's (out, n_out, hit_eos), e.g. :meth:`Batch.row_output`."""
+    return read_rows(*(torch.stack([row[i] for row in rows]) for i in range(3)))
 
 
 def read_rows(out: torch.Tensor, n_out: torch.Tensor, hit_eos: torch.Tensor) -> tuple[list[list[int]], list[str]]:

@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 
 from eaglelab.engine.runtime.contracts import RefillableDrafter
-from eaglelab.engine.runtime.loop_state import Batch, move_row, read_rows, start_rows
+from eaglelab.engine.runtime.loop_state import Batch, read_kept, start_rows
 from eaglelab.engine.runtime.readback import StepReader, StepView
 
 Engine = Any  # eaglelab.engine.runtime.generate.Engine, which imports this module
@@ -97,7 +97,7 @@ def serve(engine: Engine, prompts: list[list[int]], max_new: int, sampling, gene
             done = view.read()["done"].tolist()
             for r, request in enumerate(owner):
                 if request is not None and done[r] and index >= fresh[r]:
-                    ended[request] = (st.out[r].clone(), st.n_out[r].clone(), st.hit_eos[r].clone())
+                    ended[request] = st.row_output(r)
                     owner[r] = None
         while queue and owner.count(None) >= min(wait, len(queue)):
             prefills.append(_take_rows(engine, st, owner, fresh, queue, prompts, max_new, sampling, generator, step))
@@ -113,7 +113,7 @@ def serve(engine: Engine, prompts: list[list[int]], max_new: int, sampling, gene
         launched.append((reader.view(watched), step))
     engine._forget_extra(len(launched), accepted)
     order = range(len(prompts))
-    tokens, reasons = read_rows(*(torch.stack([ended[q][i] for q in order]) for i in range(3)))
+    tokens, reasons = read_kept([ended[q] for q in order])
     return tokens, reasons, accepted, prefills
 
 
@@ -136,12 +136,8 @@ def _take_rows(engine: Engine, st: Batch, owner: list, fresh: list[int], queue: 
     for r in range(span):  # clear rows 0..span-1: their requests move on
         if owner[r] is not None:
             dst = spare.pop(0)
-            st.cache.copy_row(r, dst)
-            move_row(st.state(), r, dst)
-            if engine.drafter is not None:
-                engine.drafter.move_row(r, dst)  # type: ignore[union-attr]
-            st.prompts[dst], owner[dst], fresh[dst] = st.prompts[r], owner[r], step + 1
-            st.prompt_lens[dst] = st.prompt_lens[r]
+            st.move_request(r, dst, engine.drafter)
+            owner[dst], fresh[dst] = owner[r], step + 1
     requests = [queue.popleft() for _ in range(k)]
     ids, lengths, first, aux, eager = engine._prompt_forward([prompts[q] for q in requests], st.cache, sampling,
                                                             generator, eager)

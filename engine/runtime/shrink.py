@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from eaglelab.engine.runtime.contracts import RefillableDrafter
-from eaglelab.engine.runtime.loop_state import Batch, move_row, read_rows
+from eaglelab.engine.runtime.loop_state import Batch, read_kept, read_rows
 
 # Off: every batch runs all its rows until the last one ends, in every engine (an A/B's other side across processes:
 # benchmarks/ab_constants.py; one engine: ``Engine(shed_rows=False)``, bench's ``spec-compile-gemv-attn-whole``).
@@ -49,10 +49,9 @@ class Shrinker:
     def __init__(self, engine: Engine, st: Batch) -> None:
         self.engine, self.full = engine, st  # ``full``: the batch as prefilled, all B rows (its tensors' owners)
         st.prompts = list(st.prompts)  # rows move: never in the caller's list
-        self.slot_of: list[int] = list(range(st.root.shape[0]))  # row -> slot (meaningless once in ``ended``)
+        self.row_at: list[int | None] = list(range(st.root.shape[0]))  # slot -> the row it holds (None: a copy)
         self.ended: dict[int, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}  # row -> (out, n_out, hit_eos)
         self.stale = 0  # views launched before the last move, not yet read
-        self.widths: list[int] = []  # the rows each shrink left, in order
 
     def moved(self, views_in_flight: int) -> None:
         """Rows moved just now; the loop's ``views_in_flight`` views, launched before, show the old slots."""
@@ -69,37 +68,28 @@ class Shrinker:
         alone, moved into the first slots, when a phase of that many runs on a smaller bucket than ``st``'s; else
         None (nothing moved)."""
         runner, cur = self.engine.runner, st.root.shape[0]
-        live = [s for s in range(cur) if not bool(done[s])]
+        live = [s for s, ended in enumerate(done.tolist()[:cur]) if not ended]
         k = len(live)
         if k == 0 or runner.padded_batch(k) >= runner.padded_batch(cur):
             return None
-        full, drafter = self.full, self.engine.drafter
-        state = full.state()
-        owner = {s: r for r, s in enumerate(self.slot_of) if r not in self.ended}  # slot -> row
-        movers = [s for s in live if s >= k]
+        full = self.full
         free = [s for s in range(k) if s not in live]
-        for src, dst in zip(movers, free):  # as many of each: k live rows, k slots below k
-            gone = owner[dst]
-            self.ended[gone] = (full.out[dst].clone(), full.n_out[dst].clone(), full.hit_eos[dst].clone())
-            full.cache.copy_row(src, dst)
-            move_row(state, src, dst)
-            if drafter is not None:
-                drafter.move_row(src, dst)
-            full.prompts[dst] = full.prompts[src]
-            full.prompt_lens[dst] = full.prompt_lens[src]
+        for src, dst in zip((s for s in live if s >= k), free):  # as many of each: k live rows, k slots below k
+            self.ended[self.row_at[dst]] = full.row_output(dst)
+            full.move_request(src, dst, self.engine.drafter)
             full.done[src] = True  # the copy left behind: an ended row, which a bucket's pad rows may include
-            self.slot_of[owner[src]] = dst
-        if drafter is not None:
-            drafter.keep_rows(k)
-        self.widths.append(k)
+            self.row_at[dst], self.row_at[src] = self.row_at[src], None
+        if self.engine.drafter is not None:
+            self.engine.drafter.keep_rows(k)
         return Batch(full.cache, *(t[:k] for t in (full.lengths, full.root, full.out, full.n_out, full.done,
                                                      full.hit_eos, full.limit)),
                      prompts=full.prompts[:k], prompt_lens=full.prompt_lens[:k])
 
     def rows(self) -> tuple[list[list[int]], list[str]]:
         """Every row's tokens and stop reason, in the order the prompts came (after the run has finished)."""
-        if not self.ended:
-            return read_rows(self.full.out, self.full.n_out, self.full.hit_eos)
         full = self.full
-        kept = [self.ended.get(r) or (full.out[s], full.n_out[s], full.hit_eos[s]) for r, s in enumerate(self.slot_of)]
-        return read_rows(*(torch.stack([row[i] for row in kept]) for i in range(3)))
+        if not self.ended:
+            return read_rows(full.out, full.n_out, full.hit_eos)
+        at = {row: s for s, row in enumerate(self.row_at) if row is not None}  # the rows never displaced
+        return read_kept([self.ended.get(r) or (full.out[at[r]], full.n_out[at[r]], full.hit_eos[at[r]])
+                          for r in range(len(self.row_at))])

@@ -473,7 +473,8 @@ def test_the_tree_note_per_batch_size_names_the_profiles_lookup_branch():
 
 def test_busy_rows_count_the_live_rows_of_each_cycle_against_the_rows_a_call_runs():
     """Speculative: the live rows the engine lists per cycle; plain: a row's tokens after its first (its prompt's
-    forward makes that one); over cycles x rows. Served (rows < prompts), the rows are the batch, not the queue."""
+    forward makes that one); over the rows x steps the engine says each call ran (``row_cycles``: served, the batch's
+    rows, not the queue's; a shed batch, fewer: tests/engine/runtime/test_serve.py and test_shrink.py)."""
     from types import SimpleNamespace
 
     from eaglelab.bench.harness import busy_row_cycles, prefill_share, sweep
@@ -481,13 +482,14 @@ def test_busy_rows_count_the_live_rows_of_each_cycle_against_the_rows_a_call_run
     spec = SimpleNamespace(tokens=[[1] * 7, [1] * 4], accept_lens=[[3, 2], [3, 1], [0]], cycles=3,
                            setup_seconds=0.0, prefill_rows=[2])
     assert busy_row_cycles(spec) == 5  # 2 + 2 + 1 live rows
-    plain = SimpleNamespace(tokens=[[1] * 6, [1] * 3], accept_lens=[], cycles=5, setup_seconds=0.0, prefill_rows=[2])
+    plain = SimpleNamespace(tokens=[[1] * 6, [1] * 3], accept_lens=[], cycles=5, setup_seconds=0.0, prefill_rows=[2],
+                            row_cycles=5 * 2)
     assert busy_row_cycles(plain) == 5 + 2
     assert busy_row_cycles(SimpleNamespace(tokens=[[1, 2]])) is None  # the HF peer: no cycles
     got = sweep(lambda g, m: plain, [[[1], [2]]], 6, torch.device("cpu"), clock=iter(range(10)).__next__)
-    assert got.busy_rows == 7 / (5 * 2)
-    served = sweep(lambda g, m: plain, [[[1]] * 9], 6, torch.device("cpu"), clock=iter(range(10)).__next__, rows=2)
-    assert served.busy_rows == 7 / (5 * 2)  # 9 prompts through 2 rows: 2 rows a cycle
+    assert got.busy_rows == 7 / (5 * 2) and got.row_slots == 10
+    twice = sweep(lambda g, m: plain, [[[1], [2]], [[3], [4]]], 6, torch.device("cpu"), clock=iter(range(10)).__next__)
+    assert twice.busy_rows == 14 / 20 and twice.row_slots == 20  # summed over calls
     assert sweep(lambda g, m: SimpleNamespace(tokens=[[1]]), [[[1]]], 6, torch.device("cpu"),
                  clock=iter(range(10)).__next__).busy_rows is None
     assert prefill_share(10, 2.0, 0.5, 0.25) == pytest.approx(0.1)  # 10 x 2.5 ms of 250 ms

@@ -81,8 +81,10 @@ def test_served_requests_get_what_plain_greedy_gives_each_alone(target, alone, d
                                  max_size=max_batch + 4), label="prompts")
     max_new = data.draw(st.integers(1, 14), label="max_new")
     refill = data.draw(st.one_of(st.none(), st.integers(1, max_batch)), label="refill_rows")
-    out = _engine(target, kind, graphs, lag).generate(prompts, max_new, max_batch=max_batch, refill_rows=refill)
+    engine = _engine(target, kind, graphs, lag)
+    out = engine.generate(prompts, max_new, max_batch=max_batch, refill_rows=refill)
     assert out.tokens == [alone(p, max_new) for p in prompts]
+    assert out.row_cycles == out.cycles * engine.runner.padded_batch(max_batch), "the batch's rows, not the queue's"
     assert out.stop_reasons == ["eos" if t and t[-1] in EOS else "length" for t in out.tokens]
     assert out.prompt_tokens == sum(map(len, prompts))
     assert out.prefill_rows[0] == max_batch and sum(out.prefill_rows) == len(prompts)
